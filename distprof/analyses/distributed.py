@@ -1,0 +1,134 @@
+"""The Distributed Summary of one rank, and its statistics across ranks.
+
+Definitions (DESIGN.md): over the window W (union of ProfileSteps, else the whole trace),
+Communication = |∪ comm|, Computation = |∪ compute|, Overlap = |comm ∩ compute|,
+Exposed = Communication − Overlap, Idle = |W| − |comm ∪ compute|.
+GPU traces use kernels (NCCL = COMMUNICATION); host-only traces use communication ranges and
+compute phases, where a phase's time excludes the communication nested in it on the same
+thread (a thread blocked in MPI is not computing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import events as ev
+from . import intervals as iv
+
+FIGURES = ("window_ns", "communication_ns", "computation_ns", "overlap_ns",
+           "exposed_communication_ns", "overlap_ratio", "idle_ns")
+
+
+def lane_label(lane_kind: str, device: int, lane: int) -> str:
+    """Human label of a lane: 'cuda:0/stream 7' or 'thread 4242'."""
+    if lane_kind == ev.GPU_STREAM:
+        return f"cuda:{device}/stream {lane}"
+    return f"thread {lane}"
+
+
+def analysis_window(events: pd.DataFrame, mode: str = "steps") -> iv.IntervalSet:
+    """Union of the ProfileStep ranges (mode 'steps'); the whole trace span when there are
+    none, or with mode 'all'."""
+    steps = events[(events["kind"] == ev.RANGE) & (events["name"] == ev.PROFILE_STEP)]
+    if len(steps) and mode == "steps":
+        return iv.union(steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
+    if not len(events):
+        return iv.empty()
+    return (np.array([events["start_ns"].min()], np.int64), np.array([events["end_ns"].max()], np.int64))
+
+
+def is_gpu_trace(events: pd.DataFrame) -> bool:
+    return bool((events["kind"] == ev.KERNEL).any())
+
+
+def work_masks(events: pd.DataFrame, config: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Boolean masks of the communication rows and the computation rows."""
+    kind = events["kind"].to_numpy()
+    category = events["category"].to_numpy()
+    if is_gpu_trace(events):
+        kernel = kind == ev.KERNEL
+        return kernel & (category == ev.COMMUNICATION), kernel & (category == ev.COMPUTE)
+    host_range = (kind == ev.RANGE) | (kind == ev.COMM_OP)
+    comm = host_range & (category == ev.COMMUNICATION)
+    non_compute = set(config["phases"]["non_compute"]) | {ev.PROFILE_STEP}
+    compute = (kind == ev.RANGE) & (category == ev.PHASE) & ~events["name"].isin(non_compute).to_numpy()
+    return comm, compute
+
+
+def _lane_keys(events: pd.DataFrame) -> np.ndarray:
+    """One int per (pid, device, lane): lane ids repeat across processes and devices."""
+    keys = events[["pid", "device", "lane"]].to_numpy()
+    _, inverse = np.unique(keys, axis=0, return_inverse=True)
+    return inverse.ravel()
+
+
+def work_sets(events: pd.DataFrame, config: dict, window: iv.IntervalSet):
+    """Per-lane and total communication/computation interval sets inside the window."""
+    comm_mask, compute_mask = work_masks(events, config)
+    starts = events["start_ns"].to_numpy()
+    ends = events["end_ns"].to_numpy()
+    keys = _lane_keys(events) if len(events) else np.empty(0, np.int64)
+    gpu = is_gpu_trace(events)
+    lanes = []
+    comm_parts_s, comm_parts_e, comp_parts_s, comp_parts_e = [], [], [], []
+    for key in np.unique(keys[comm_mask | compute_mask]):  # one iteration per lane, not per event
+        on_lane = keys == key
+        comm = iv.covered_within(starts[on_lane & comm_mask], ends[on_lane & comm_mask], window)
+        comp = iv.covered_within(starts[on_lane & compute_mask], ends[on_lane & compute_mask], window)
+        if not gpu:
+            comp = iv.difference(comp, comm)  # time blocked in communication is not computation
+        row = events.iloc[int(np.flatnonzero(on_lane)[0])]
+        lanes.append({"lane": lane_label(row["lane_kind"], int(row["device"]), int(row["lane"])),
+                      "device": int(row["device"]), "lane_kind": str(row["lane_kind"]),
+                      "communication_ns": iv.total(comm), "computation_ns": iv.total(comp)})
+        comm_parts_s.append(comm[0]); comm_parts_e.append(comm[1])
+        comp_parts_s.append(comp[0]); comp_parts_e.append(comp[1])
+    cat = (lambda parts: np.concatenate(parts) if parts else np.empty(0, np.int64))
+    comm_set = iv.union(cat(comm_parts_s), cat(comm_parts_e))
+    comp_set = iv.union(cat(comp_parts_s), cat(comp_parts_e))
+    return comm_set, comp_set, lanes
+
+
+def rank_summary(events: pd.DataFrame, config: dict) -> dict:
+    """The Distributed Summary figures of one rank, plus its lanes."""
+    window = analysis_window(events, config["window"])
+    comm_set, comp_set, lanes = work_sets(events, config, window)
+    window_ns = iv.total(window)
+    communication_ns = iv.total(comm_set)
+    computation_ns = iv.total(comp_set)
+    overlap_ns = iv.total(iv.intersect(comm_set, comp_set))
+    busy_ns = iv.total(iv.union_sets(comm_set, comp_set))
+    steps = events[(events["kind"] == ev.RANGE) & (events["name"] == ev.PROFILE_STEP)]
+    return {
+        "window_ns": window_ns,
+        "steps": int(len(steps)),
+        "communication_ns": communication_ns,
+        "computation_ns": computation_ns,
+        "overlap_ns": overlap_ns,
+        "exposed_communication_ns": communication_ns - overlap_ns,
+        "overlap_ratio": (overlap_ns / communication_ns) if communication_ns else None,
+        "idle_ns": window_ns - busy_ns,
+        "comm_lanes": [lane["lane"] for lane in lanes if lane["communication_ns"] > 0],
+        "compute_lanes": [lane["lane"] for lane in lanes if lane["computation_ns"] > 0],
+        "lanes": lanes,
+    }
+
+
+def across_ranks(rank_rows: list[dict], figures=FIGURES) -> dict:
+    """min / median / max / mean and the rank holding the max, for each figure."""
+    stats = {}
+    for figure in figures:
+        pairs = [(row["rank"], row[figure]) for row in rank_rows if row.get(figure) is not None]
+        if not pairs:
+            stats[figure] = None
+            continue
+        ranks = np.array([p[0] for p in pairs])
+        values = np.array([p[1] for p in pairs], dtype=float)
+        is_int = figure.endswith("_ns")
+        as_out = (lambda v: int(round(v))) if is_int else float
+        stats[figure] = {"min": as_out(values.min()), "median": as_out(np.median(values)),
+                         "max": as_out(values.max()), "mean": as_out(values.mean()),
+                         "max_rank": int(ranks[int(values.argmax())]),
+                         "min_rank": int(ranks[int(values.argmin())])}
+    return stats

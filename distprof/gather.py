@@ -1,0 +1,109 @@
+"""Aggregation: reduce each rank's events to a compact result where the events are, then
+combine the results at rank 0 (over MPI for a live job, in one process for a post-hoc merge).
+
+Only compact results travel: the Distributed Summary figures, lanes, step/phase bounds and
+collective start/end. So memory at rank 0 grows with ranks × steps, not with events.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import events as ev
+from .analyses import distributed, skew
+
+RANK_KEYS = ("rank", "source", "source_file", "pid", "device", "rank_from")
+
+
+def reduce_rank(trace: ev.RankTrace, config: dict) -> dict:
+    """Everything rank 0 needs from one rank, computed next to that rank's events."""
+    result = {key: getattr(trace, key) for key in RANK_KEYS}
+    result.update(distributed.rank_summary(trace.events, config))
+    result.update(skew.rank_markers(trace.events, config))
+    result["clock_offset_ns"] = int(trace.clock_offset_ns)
+    result["clock_uncertainty_ns"] = int(trace.clock_uncertainty_ns)
+    result["warnings"] = list(trace.warnings)
+    result["meta"] = dict(trace.meta)
+    return result
+
+
+def assign_ranks(results: list[dict]) -> list[str]:
+    """Give every result a distinct rank: known ranks stay, unknown ones get the free numbers in
+    input order. Returns warnings for duplicates (the later duplicate is renumbered)."""
+    warnings = []
+    taken: set[int] = set()
+    pending = []
+    for result in results:
+        if result["rank"] is None or result["rank"] in taken:
+            if result["rank"] is not None:
+                warnings.append(f"{result['source_file']}: rank {result['rank']} appears twice; renumbered")
+                result["rank_from"] = "renumbered (duplicate)"
+            pending.append(result)
+        else:
+            taken.add(result["rank"])
+    free = (r for r in range(len(results) + len(taken)) if r not in taken)
+    for result in pending:
+        result["rank"] = next(free)
+        if result["rank_from"] in ("unknown", None):
+            result["rank_from"] = "input order"
+    results.sort(key=lambda r: r["rank"])
+    return warnings
+
+
+def _aligned(values: list[int], offset_ns: int) -> list[int]:
+    return (np.asarray(values, dtype=np.int64) + offset_ns).tolist()
+
+
+def align(results: list[dict]) -> None:
+    """Put every rank's markers on the common clock (own clock + offset); raw values are kept."""
+    for result in results:
+        offset = result["clock_offset_ns"]
+        result["aligned"] = {
+            "step_bounds": {**result["step_bounds"],
+                            "start_ns": _aligned(result["step_bounds"]["start_ns"], offset),
+                            "end_ns": _aligned(result["step_bounds"]["end_ns"], offset)},
+            "phases": {**result["phases"],
+                       "start_ns": _aligned(result["phases"]["start_ns"], offset),
+                       "end_ns": _aligned(result["phases"]["end_ns"], offset)},
+            "collectives": {**result["collectives"],
+                            "start_ns": _aligned(result["collectives"]["start_ns"], offset),
+                            "end_ns": _aligned(result["collectives"]["end_ns"], offset)},
+        }
+
+
+SUMMARY_ROW_KEYS = ("rank", "source_file", "pid", "device", "rank_from", "window_ns", "steps",
+                    "communication_ns", "computation_ns", "overlap_ns", "exposed_communication_ns",
+                    "overlap_ratio", "idle_ns", "comm_lanes", "compute_lanes", "lanes",
+                    "clock_offset_ns", "clock_uncertainty_ns")
+
+
+def combine(results: list[dict], config: dict, source: str, world_size: int | None = None,
+            warnings: list[str] | None = None) -> dict:
+    """The job-wide summary (the content of summary.json) from per-rank results."""
+    warnings = list(warnings or [])
+    warnings += assign_ranks(results)
+    for result in results:
+        warnings += result["warnings"]
+    world_size = world_size or (max((r["rank"] for r in results), default=-1) + 1)
+    missing = sorted(set(range(world_size)) - {r["rank"] for r in results})
+    if missing:
+        warnings.append(f"partial result: no data for rank(s) {', '.join(map(str, missing))} of {world_size}")
+    align(results)
+    rows = [{key: result.get(key) for key in SUMMARY_ROW_KEYS} for result in results]
+    summary = {
+        "world_size": world_size,
+        "source": source,
+        "ranks": rows,
+        "across_ranks": distributed.across_ranks(rows),
+        "missing_ranks": missing,
+        "checks": [],
+        "skew": {},
+        "findings": [],
+        "warnings": warnings,
+    }
+    return summary
+
+
+def gather_to_root(comm, result: dict) -> list[dict] | None:
+    """MPI gather of the compact per-rank results; rank 0 gets the list, others None."""
+    return comm.gather(result, root=0)

@@ -1,0 +1,1 @@
+"""Renderers of a summary: text tables, JSON/CSV, HTML, Perfetto trace."""
