@@ -18,7 +18,7 @@ DEFAULTS: dict[str, Any] = {
     "collector": {
         "enabled": True,        # record ranges into the per-rank native file
         "nvtx": True,           # emit NVTX ranges (seen by nsys)
-        "capacity": 65536,      # rows preallocated per buffer (grows by doubling)
+        "merge_timeout_s": 120.0,   # without MPI: how long rank 0 waits for the other ranks' files
     },
     "phases": {
         "dataloader": "Dataloader",   # name of the phase recorded around each next() of prof.loader

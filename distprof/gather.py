@@ -107,3 +107,67 @@ def combine(results: list[dict], config: dict, source: str, world_size: int | No
 def gather_to_root(comm, result: dict) -> list[dict] | None:
     """MPI gather of the compact per-rank results; rank 0 gets the list, others None."""
     return comm.gather(result, root=0)
+
+
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID")
+_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", "SLURM_NTASKS")
+_MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
+
+
+def mpi_world():
+    """COMM_WORLD when this process runs under an MPI launcher or MPI is already initialized,
+    else None (no MPI import, so a torchrun or single process never starts MPI)."""
+    import os
+    import sys
+    if "mpi4py.MPI" not in sys.modules and not any(v in os.environ for v in _MPI_LAUNCH_VARS):
+        return None
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        return None
+    return MPI.COMM_WORLD
+
+
+def detect_world(environ=None) -> tuple[int, int, str]:
+    """(rank, world size, where it came from): MPI when initialized, else launcher variables,
+    else a single process."""
+    import os
+    comm = mpi_world() if environ is None else None
+    if comm is not None:
+        return comm.Get_rank(), comm.Get_size(), "MPI"
+    environ = os.environ if environ is None else environ
+    for rank_var in _RANK_VARS:
+        if rank_var in environ:
+            size = next((int(environ[v]) for v in _SIZE_VARS if v in environ), int(environ[rank_var]) + 1)
+            return int(environ[rank_var]), size, f"env {rank_var}"
+    return 0, 1, "single process"
+
+
+def results_from_files(profiler, own_result: dict) -> list[dict] | None:
+    """Aggregation without MPI (e.g. torchrun without a process group): every rank has closed
+    its native file; rank 0 waits (bounded) for the others to be complete and reduces them.
+    Ranks still missing at the deadline give a partial result, named in the warnings."""
+    import sqlite3
+    import time
+
+    from .sources import native
+    if profiler.rank != 0:
+        return None
+    deadline = time.monotonic() + profiler.config["collector"]["merge_timeout_s"]
+    results = {0: own_result}
+    while len(results) < profiler.world_size and time.monotonic() < deadline:
+        for rank in range(profiler.world_size):
+            path = profiler.rank_file(rank)
+            if rank in results or not path.exists():
+                continue
+            try:
+                with sqlite3.connect(path) as db:
+                    complete = db.execute("SELECT value FROM distprof_meta WHERE key='complete'").fetchone()
+            except sqlite3.DatabaseError:
+                continue
+            if complete and complete[0] == "1":
+                results[rank] = reduce_rank(native.read(path, profiler.config)[0], profiler.config)
+        time.sleep(0.05)
+    return list(results.values())

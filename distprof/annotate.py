@@ -1,0 +1,156 @@
+"""Public annotation API: ``phase``, ``comm``, ``range`` as context managers and decorators.
+
+Each range is a real NVTX push/pop range in the ``distprof`` domain (so ``nsys profile`` shows
+it) and, while a Profiler is active, one row in the rank's collector. NVTX event attributes
+and name ids are cached per (name, category) in one reusable Range object: a range costs two
+clock reads, an NVTX push/pop with prebuilt attributes and one list append of a 4-tuple.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+
+import nvtx
+
+from . import events as ev
+from .collector import NAMES, clock_ns
+
+DOMAIN_NAME = "distprof"
+# NVTX categories of the distprof domain (nsys shows them; the nsys source maps them back)
+NVTX_CATEGORY = {ev.PHASE: 1, ev.COMMUNICATION: 2, ev.USER: 3}
+_COLORS = {"forward": "green", "backward": "blue", "optimizer": "orange", "Dataloader": "grey",
+           ev.PROFILE_STEP: "yellow"}
+_CATEGORY_COLORS = {ev.COMMUNICATION: "red", ev.USER: "purple", ev.PHASE: "cyan"}
+
+_domain = nvtx.get_domain(DOMAIN_NAME)
+_thread_ident = threading.get_ident  # pthread_self: cheap; the OS thread id costs a syscall
+
+
+class _State:
+    """What the hot path reads: where finished rows go (None: not recording) and NVTX push/pop."""
+
+    __slots__ = ("append", "push", "pop")
+
+    def __init__(self) -> None:
+        self.append = None
+        self.push = _domain.push_range
+        self.pop = _domain.pop_range
+
+
+_state = _State()
+_active_domain = _domain
+_descriptors: dict[tuple[str, str, str], tuple[int, object]] = {}
+# category -> thread ident -> name -> Range: each thread has its own objects, so no locks
+_ranges: dict[str, dict[int, dict[str, Range]]] = {ev.PHASE: {}, ev.COMMUNICATION: {}, ev.USER: {}}
+_phase_ranges, _comm_ranges, _user_ranges = _ranges[ev.PHASE], _ranges[ev.COMMUNICATION], _ranges[ev.USER]
+
+
+def set_nvtx(enabled: bool) -> None:
+    """Turn NVTX emission on or off (recording into the collector is unaffected)."""
+    global _active_domain
+    _active_domain = _domain if enabled else _NoNvtx()
+    _state.push, _state.pop = _active_domain.push_range, _active_domain.pop_range
+    _descriptors.clear()
+    for by_thread in _ranges.values():
+        by_thread.clear()
+
+
+class _NoNvtx:
+    """Stands in for an NVTX domain when NVTX is switched off."""
+
+    def get_event_attributes(self, **_):
+        return None
+
+    def push_range(self, _attributes):
+        pass
+
+    def pop_range(self):
+        pass
+
+    def get_category_id(self, _name):
+        return 0
+
+
+def _descriptor(name: str, category: str, kind: str) -> tuple[int, object]:
+    key = (name, category, kind)
+    found = _descriptors.get(key)
+    if found is None:
+        domain = _active_domain
+        color = _COLORS.get(name, _CATEGORY_COLORS.get(category, "cyan"))
+        attributes = domain.get_event_attributes(message=name, color=color,
+                                                 category=NVTX_CATEGORY.get(category, 0))
+        found = _descriptors[key] = (NAMES.id_of(name, category, kind), attributes)
+    return found
+
+
+class Range:
+    """A named range of one thread. ``phase("forward")`` returns the same object every time on
+    a given thread, so entering it allocates nothing; nesting stacks its start times."""
+
+    __slots__ = ("_name_id", "_attributes", "_starts", "_thread", "label")
+
+    def __init__(self, name: str, category: str = ev.PHASE, kind: str = ev.RANGE) -> None:
+        self.label = (name, category, kind)
+        self._name_id, self._attributes = _descriptor(name, category, kind)
+        self._starts: list[int] = []
+        self._thread = _thread_ident()
+
+    def __enter__(self) -> Range:
+        _state.push(self._attributes)
+        self._starts.append(clock_ns())
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        end = clock_ns()
+        _state.pop()
+        append = _state.append
+        if append is not None:
+            append((self._starts.pop(), end, self._thread, self._name_id))  # atomic under the GIL
+        else:
+            self._starts.pop()
+
+    def cancel(self) -> None:
+        """Close the innermost open use without recording it (e.g. a next() that ended the loader)."""
+        _state.pop()
+        self._starts.pop()
+
+    def __call__(self, func: Callable) -> Callable:
+        """Decorator form: the calling thread's range around every call of ``func``."""
+        name, category, kind = self.label
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with _get(name, category, kind):
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+_NONE: dict = {}
+
+
+def _get(name: str, category: str, kind: str) -> Range:
+    """The calling thread's Range for (name, category), made on first use."""
+    by_name = _ranges[category].setdefault(_thread_ident(), {})
+    found = by_name.get(name)
+    if found is None:
+        found = by_name[name] = Range(name, category, kind)
+    return found
+
+
+def phase(name: str) -> Range:
+    """A training phase (forward, backward, optimizer, or your own): category PHASE."""
+    return _phase_ranges.get(_thread_ident(), _NONE).get(name) or _get(name, ev.PHASE, ev.RANGE)
+
+
+def comm(name: str) -> Range:
+    """A communication operation (allreduce, broadcast, ...): category COMMUNICATION. Open it
+    on the thread that runs the communication: that thread is its lane."""
+    return _comm_ranges.get(_thread_ident(), _NONE).get(name) or _get(name, ev.COMMUNICATION, ev.COMM_OP)
+
+
+def range(name: str) -> Range:  # noqa: A001 - the public name users expect
+    """A user-defined range: category USER (the UserDefined summary)."""
+    return _user_ranges.get(_thread_ident(), _NONE).get(name) or _get(name, ev.USER, ev.RANGE)

