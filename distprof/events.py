@@ -82,8 +82,9 @@ def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
         return empty_events()
-    columns = {c: np.concatenate([f[c].astype(object).to_numpy() if c in ("kind", "category", "lane_kind", "name", "phase")
-                                  else f[c].to_numpy() for f in frames]) for c in COLUMNS}
+    text_columns = ("kind", "category", "lane_kind", "name", "phase")
+    columns = {c: np.concatenate([f[c].astype(object).to_numpy() if c in text_columns else f[c].to_numpy()
+                                  for f in frames]) for c in COLUMNS}
     return make_events(**columns)
 
 

@@ -71,7 +71,7 @@ def work_sets(events: pd.DataFrame, config: dict, window: iv.IntervalSet):
     keys = _lane_keys(events) if len(events) else np.empty(0, np.int64)
     gpu = is_gpu_trace(events)
     lanes = []
-    comm_parts_s, comm_parts_e, comp_parts_s, comp_parts_e = [], [], [], []
+    comm_parts, comp_parts = [], []
     for key in np.unique(keys[comm_mask | compute_mask]):  # one iteration per lane, not per event
         on_lane = keys == key
         comm = iv.covered_within(starts[on_lane & comm_mask], ends[on_lane & comm_mask], window)
@@ -82,12 +82,15 @@ def work_sets(events: pd.DataFrame, config: dict, window: iv.IntervalSet):
         lanes.append({"lane": lane_label(row["lane_kind"], int(row["device"]), int(row["lane"])),
                       "device": int(row["device"]), "lane_kind": str(row["lane_kind"]),
                       "communication_ns": iv.total(comm), "computation_ns": iv.total(comp)})
-        comm_parts_s.append(comm[0]); comm_parts_e.append(comm[1])
-        comp_parts_s.append(comp[0]); comp_parts_e.append(comp[1])
-    cat = (lambda parts: np.concatenate(parts) if parts else np.empty(0, np.int64))
-    comm_set = iv.union(cat(comm_parts_s), cat(comm_parts_e))
-    comp_set = iv.union(cat(comp_parts_s), cat(comp_parts_e))
-    return comm_set, comp_set, lanes
+        comm_parts.append(comm)
+        comp_parts.append(comp)
+    return _union_all(comm_parts), _union_all(comp_parts), lanes
+
+
+def _union_all(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
+    if not sets:
+        return iv.empty()
+    return iv.union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
 
 
 def rank_summary(events: pd.DataFrame, config: dict) -> dict:
