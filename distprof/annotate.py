@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 
 import nvtx
+from nvtx._lib import DummyDomain as _DummyDomain
 
 from . import events as ev
 from .collector import NAMES, clock_ns
@@ -95,7 +96,8 @@ class Range:
         self.label = (name, category, kind)
         self._name_id, self._attributes = _descriptor(name, category, kind)
         self._starts: list[int] = []
-        self._thread = _thread_ident()
+        self._thread = threading.get_native_id()  # the lane: OS thread id, as nsys shows it
+        THREAD_NAMES[self._thread] = threading.current_thread().name
 
     def __enter__(self) -> Range:
         _state.push(self._attributes)
@@ -128,15 +130,61 @@ class Range:
         return wrapper
 
 
+class _RangeWithoutTool(Range):
+    """The same Range when no NVTX tool is attached: nvtx then gives a DummyDomain for the
+    whole process and every push/pop is a no-op, so skipping the calls changes nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Range:
+        self._starts.append(clock_ns())
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        end = clock_ns()
+        append = _state.append
+        if append is not None:
+            append((self._starts.pop(), end, self._thread, self._name_id))
+        else:
+            self._starts.pop()
+
+    def cancel(self) -> None:
+        self._starts.pop()
+
+
+def _range_class() -> type[Range]:
+    return _RangeWithoutTool if isinstance(_active_domain, (_DummyDomain, _NoNvtx)) else Range
+
+
 _NONE: dict = {}
+THREAD_NAMES: dict[int, str] = {}  # OS thread id -> thread name, for the native file
+_thread_local = threading.local()
+
+
+class _ThreadGone:
+    """Lives in a thread-local: when the thread ends it is dropped, and so are that thread's
+    cached ranges, so a new thread that gets the same ident does not inherit them."""
+
+    __slots__ = ("ident", "tables")
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+        self.tables = list(_ranges.values())  # held here: module globals are gone at interpreter exit
+
+    def __del__(self) -> None:
+        for by_thread in self.tables:
+            by_thread.pop(self.ident, None)
 
 
 def _get(name: str, category: str, kind: str) -> Range:
     """The calling thread's Range for (name, category), made on first use."""
-    by_name = _ranges[category].setdefault(_thread_ident(), {})
+    ident = _thread_ident()
+    if getattr(_thread_local, "gone", None) is None:
+        _thread_local.gone = _ThreadGone(ident)
+    by_name = _ranges[category].setdefault(ident, {})
     found = by_name.get(name)
     if found is None:
-        found = by_name[name] = Range(name, category, kind)
+        found = by_name[name] = _range_class()(name, category, kind)
     return found
 
 

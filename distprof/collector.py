@@ -1,7 +1,7 @@
 """Per-rank recorder and its native file: rows of finished ranges, flushed to SQLite at every
 step boundary so a rank that crashes keeps every completed step.
 
-The hot path (annotate.Range.__exit__) appends one ``(start_ns, end_ns, thread, name_id)``
+The hot path (annotate.Range.__exit__) appends one ``(start_ns, end_ns, tid, name_id)``
 tuple to the current row list: a single C-level call, atomic under the GIL, so threads need no
 lock. Measured in benchmarks/collector_overhead.py: storing into preallocated array columns
 per range costs 150-250 ns more than this, which would break the "no dearer than a bare
@@ -29,10 +29,9 @@ CREATE TABLE IF NOT EXISTS distprof_meta(key TEXT PRIMARY KEY, value TEXT NOT NU
 CREATE TABLE IF NOT EXISTS distprof_names(
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, kind TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS distprof_ranges(
-    start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, thread INTEGER NOT NULL,
+    start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, tid INTEGER NOT NULL,
     name_id INTEGER NOT NULL, step INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS distprof_threads(
-    thread INTEGER PRIMARY KEY, tid INTEGER NOT NULL, name TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS distprof_threads(tid INTEGER PRIMARY KEY, name TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS distprof_clock(
     phase TEXT NOT NULL, offset_ns INTEGER NOT NULL, rtt_ns INTEGER NOT NULL);
 """
@@ -98,7 +97,9 @@ class Collector:
 
     def record(self, name: str, category: str, kind: str, start_ns: int, end_ns: int) -> None:
         """Add a range measured elsewhere (ProfileStep, Dataloader) on the calling thread."""
-        self.rows.append((start_ns, end_ns, threading.get_ident(), NAMES.id_of(name, category, kind)))
+        tid = threading.get_native_id()
+        annotate.THREAD_NAMES.setdefault(tid, threading.current_thread().name)
+        self.rows.append((start_ns, end_ns, tid, NAMES.id_of(name, category, kind)))
 
     def set_meta(self, **values) -> None:
         with self._lock:
@@ -123,8 +124,8 @@ class Collector:
             if len(names) > self._names_written:
                 self._db.executemany("INSERT OR IGNORE INTO distprof_names VALUES (?, ?, ?, ?)", names)
                 self._names_written = len(names)
-            self._db.executemany("INSERT OR IGNORE INTO distprof_threads VALUES (?, ?, ?)",
-                                 [(t.ident, t.native_id, t.name) for t in threading.enumerate()])
+            self._db.executemany("INSERT OR IGNORE INTO distprof_threads VALUES (?, ?)",
+                                 list(annotate.THREAD_NAMES.items()))
             insert = f"INSERT INTO distprof_ranges VALUES (?, ?, ?, ?, {int(self.step)})"
             self._db.executemany(insert, late)
             self._db.executemany(insert, rows)

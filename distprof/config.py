@@ -52,6 +52,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+CHOICES = {"window": ("steps", "all"), "demo.comm": ("overlap", "serial")}
+
+
 class ConfigError(ValueError):
     """A config problem, already phrased as the one line the user sees."""
 
@@ -76,6 +79,8 @@ def _merge(base: dict, override: dict, where: str, source: str) -> dict:
                               f"got {type(value).__name__} ({value!r})")
         if isinstance(default, list) and not all(isinstance(item, str) for item in value):
             raise ConfigError(f"{source}: key '{path}' must be a list of strings")
+        if path in CHOICES and value not in CHOICES[path]:
+            raise ConfigError(f"{source}: key '{path}' must be one of {', '.join(CHOICES[path])}, got {value!r}")
         merged[key] = value
     return merged
 

@@ -22,9 +22,8 @@ def read(path: Path, config: dict) -> list[ev.RankTrace]:
         with _connect(path) as db:
             meta = dict(db.execute("SELECT key, value FROM distprof_meta"))
             rows = db.execute(
-                "SELECT r.start_ns, r.end_ns, COALESCE(t.tid, r.thread), r.step, n.name, n.category, n.kind "
-                "FROM distprof_ranges r JOIN distprof_names n ON n.id = r.name_id "
-                "LEFT JOIN distprof_threads t ON t.thread = r.thread").fetchall()
+                "SELECT r.start_ns, r.end_ns, r.tid, r.step, n.name, n.category, n.kind "
+                "FROM distprof_ranges r JOIN distprof_names n ON n.id = r.name_id").fetchall()
             clock_rows = db.execute("SELECT phase, offset_ns, rtt_ns FROM distprof_clock").fetchall()
     except sqlite3.DatabaseError as error:
         raise ev.SourceError(f"{path}: unreadable distprof file ({error})") from None

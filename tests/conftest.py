@@ -1,0 +1,26 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `distprof ...` the way a user does: a separate process, real stdout/stderr."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("OMPI_COMM_WORLD_SIZE", None)
+    return subprocess.run([sys.executable, "-m", "distprof", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="session")
+def demo_overlap(tmp_path_factory) -> Path:
+    """One real 4-rank MPI demo run in overlap mode, shared by the tests that read its output."""
+    out = tmp_path_factory.mktemp("demo_overlap")
+    result = run_cli("demo", "--ranks", "4", "--steps", "6", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out

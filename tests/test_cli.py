@@ -1,0 +1,86 @@
+"""The CLI as a user runs it: subprocesses, real files, exit codes, one-line errors."""
+
+import json
+import sqlite3
+
+import pytest
+
+from conftest import run_cli
+
+
+@pytest.mark.parametrize("command", [[], ["demo"], ["merge"], ["report"]])
+def test_help(command):
+    result = run_cli(*command, "--help")
+    assert result.returncode == 0 and "usage: distprof" in result.stdout
+
+
+def test_demo_dry_run_uses_wheel_mpirun():
+    result = run_cli("demo", "--ranks", "3", "--comm", "serial", "--straggler", "1:20", "--dry-run")
+    assert result.returncode == 0
+    command = result.stdout.split()
+    assert command[0].endswith("mpirun") and "--oversubscribe" in command
+    assert command[command.index("-n") + 1] == "3"
+    assert "distprof.demo.job" in command and "serial" in command and "1:20" in command
+
+
+@pytest.mark.parametrize("straggler", ["2", "x:50", "9:50", "1:abc"])
+def test_demo_rejects_bad_straggler(straggler):
+    result = run_cli("demo", "--straggler", straggler, "--dry-run")
+    assert result.returncode == 2 and "--straggler" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_demo_output_and_merge_of_its_rank_files(demo_overlap, tmp_path):
+    live = json.loads((demo_overlap / "summary.json").read_text())
+    assert live["world_size"] == 4 and [r["rank"] for r in live["ranks"]] == [0, 1, 2, 3]
+    merged_dir = tmp_path / "merged"
+    result = run_cli("merge", str(demo_overlap), "-o", str(merged_dir))
+    assert result.returncode == 0, result.stderr
+    assert "Distributed Summary" in result.stdout
+    merged = json.loads((merged_dir / "summary.json").read_text())
+    # the post-hoc merge of the same rank files gives the same per-rank figures as the live run
+    for key in ("window_ns", "communication_ns", "computation_ns", "overlap_ns", "idle_ns"):
+        assert [r[key] for r in merged["ranks"]] == [r[key] for r in live["ranks"]]
+    report = run_cli("report", str(merged_dir / "summary.json"), "--unit", "us")
+    assert report.returncode == 0 and "Communication (us)" in report.stdout
+
+
+def test_merge_with_bad_and_missing_rank_files(demo_overlap, tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for rank in (0, 2, 3):
+        (inputs / f"rank{rank}.sqlite").write_bytes((demo_overlap / f"rank{rank}.sqlite").read_bytes())
+    (inputs / "rank1.sqlite").write_bytes(b"not a database at all, just text" * 10)
+    (inputs / "trunc.sqlite").write_bytes((demo_overlap / "rank0.sqlite").read_bytes()[:1000])
+    result = run_cli("merge", str(inputs), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("distprof: warning")]
+    assert any("rank1.sqlite" in w for w in warnings)
+    assert any("trunc.sqlite" in w for w in warnings)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [r["rank"] for r in summary["ranks"]] == [0, 2, 3]
+    assert summary["missing_ranks"] == [1]
+    assert "no data for rank(s) 1 of 4" in result.stdout
+
+
+def test_merge_errors(tmp_path):
+    result = run_cli("merge", str(tmp_path / "missing*.sqlite"))
+    assert result.returncode == 2 and "no input files" in result.stderr
+    bad = tmp_path / "bad.sqlite"
+    bad.write_text("hello")
+    result = run_cli("merge", str(bad), "-o", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("distprof: error: no readable rank file")
+    assert str(bad) in result.stderr
+    empty_db = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty_db).execute("CREATE TABLE t(x)").connection.commit()
+    result = run_cli("merge", str(empty_db), "-o", str(tmp_path / "o"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr and str(empty_db) in result.stderr
+
+
+def test_report_errors(tmp_path):
+    result = run_cli("report", str(tmp_path))
+    assert result.returncode == 2 and "summary.json" in result.stderr
+    (tmp_path / "summary.json").write_text("{broken")
+    result = run_cli("report", str(tmp_path))
+    assert result.returncode == 2 and "not valid JSON" in result.stderr

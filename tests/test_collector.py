@@ -1,0 +1,173 @@
+"""The live path in one process: annotations, collector, native file, crash safety."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import distprof
+from distprof import events as ev
+from distprof.sources import native
+
+from conftest import run_cli
+
+
+@pytest.fixture(autouse=True)
+def single_process(monkeypatch):
+    for var in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK", "PMIX_RANK",
+                "RANK", "WORLD_SIZE", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def read_events(path):
+    return native.read(path, distprof.config.load())[0]
+
+
+def test_ranges_threads_steps_and_decorators(tmp_path):
+    @distprof.phase("optimizer")
+    def optimizer_step():
+        time.sleep(0.001)
+
+    comm_thread_ids = []
+
+    def communicate():
+        comm_thread_ids.append(threading.get_native_id())
+        with distprof.comm("allreduce"):
+            time.sleep(0.002)
+
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        for _ in prof.loader(range(3)):
+            with distprof.phase("forward"):
+                with distprof.phase("forward"):   # same name nested on one thread
+                    time.sleep(0.001)
+            with distprof.phase("backward"):
+                worker = threading.Thread(target=communicate)
+                worker.start()
+                with distprof.range("my_block"):
+                    time.sleep(0.001)
+                worker.join()
+            optimizer_step()
+            prof.step()
+    trace = read_events(tmp_path / "rank0.sqlite")
+    events = trace.events
+    counts = events.groupby(["name", "category"], observed=True).size().to_dict()
+    assert counts[(ev.PROFILE_STEP, ev.PHASE)] == 3
+    assert counts[("Dataloader", ev.PHASE)] == 3         # the 4th next() found the end: not a load
+    assert counts[("forward", ev.PHASE)] == 6
+    assert counts[("allreduce", ev.COMMUNICATION)] == 3
+    assert counts[("my_block", ev.USER)] == 3
+    assert counts[("optimizer", ev.PHASE)] == 3
+    main_tid = threading.get_native_id()
+    assert set(events.loc[events["name"] == "allreduce", "lane"]) == set(comm_thread_ids)
+    assert set(events.loc[events["name"] == "backward", "lane"]) == {main_tid}
+    assert set(events.loc[events["name"] == "allreduce", "kind"]) == {ev.COMM_OP}
+    # nested same-name ranges: the outer one encloses the inner one
+    forward = events[events["name"] == "forward"].sort_values(["start_ns", "end_ns"])
+    outer, inner = forward.iloc[0], forward.iloc[1]
+    assert outer["start_ns"] <= inner["start_ns"] and inner["end_ns"] <= outer["end_ns"]
+    # every range falls in its step; steps tile the session
+    steps = events[events["name"] == ev.PROFILE_STEP].sort_values("start_ns")
+    assert steps["step"].tolist() == [0, 1, 2]
+    assert (steps["start_ns"].to_numpy()[1:] == steps["end_ns"].to_numpy()[:-1]).all()
+    assert set(events.loc[events["name"] == "backward", "step"]) == {0, 1, 2}
+    assert prof.summary["ranks"][0]["steps"] == 3
+    assert (tmp_path / "summary.json").exists()
+
+
+def test_concurrent_threads_lose_no_rows(tmp_path):
+    per_thread, threads = 3000, 4
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        def work():
+            for _ in range(per_thread):
+                with distprof.range("tick"):
+                    pass
+        workers = [threading.Thread(target=work) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        while any(w.is_alive() for w in workers):
+            prof.step()  # flushes race with the writers
+        for worker in workers:
+            worker.join()
+    events = read_events(tmp_path / "rank0.sqlite").events
+    assert (events["name"] == "tick").sum() == per_thread * threads
+    assert events.loc[events["name"] == "tick", "lane"].nunique() == threads
+
+
+def test_exception_keeps_completed_steps(tmp_path):
+    with pytest.raises(RuntimeError):
+        with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+            for step in range(5):
+                with distprof.phase("forward"):
+                    if step == 2:
+                        raise RuntimeError("boom")
+                prof.step()
+    trace = read_events(tmp_path / "rank0.sqlite")
+    assert (trace.events["name"] == ev.PROFILE_STEP).sum() == 2
+    assert trace.warnings == []  # closed cleanly, only the job failed
+
+
+CRASHING_JOB = textwrap.dedent("""
+    import os, signal, sys, time
+    import distprof
+    with distprof.Profiler(out=sys.argv[1], quiet=True) as prof:
+        for step in range(10):
+            with distprof.phase("forward"):
+                time.sleep(0.002)
+            if step == 4:
+                os.kill(os.getpid(), signal.SIGKILL)   # dies mid-step, no cleanup at all
+            prof.step()
+""")
+
+
+def test_killed_rank_keeps_every_completed_step(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(CRASHING_JOB)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI"))}
+    proc = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True)
+    assert proc.returncode == -9
+    trace = read_events(out / "rank0.sqlite")
+    steps = trace.events[trace.events["name"] == ev.PROFILE_STEP]
+    assert steps["step"].tolist() == [0, 1, 2, 3]
+    assert any("did not finish" in w for w in trace.warnings)
+    merged = run_cli("merge", str(out / "rank0.sqlite"), "-o", str(tmp_path / "merged"))
+    assert merged.returncode == 0, merged.stderr
+    assert "did not finish" in merged.stdout
+    assert "Traceback" not in merged.stdout + merged.stderr
+
+
+def test_nvtx_off_still_records(tmp_path):
+    with distprof.Profiler(out=tmp_path, quiet=True, collector={"nvtx": False}) as prof:
+        with distprof.phase("forward"):
+            pass
+        prof.step()
+    events = read_events(tmp_path / "rank0.sqlite").events
+    assert (events["name"] == "forward").sum() == 1
+    distprof.annotate.set_nvtx(True)
+
+
+def test_world_from_launcher_variables():
+    from distprof.gather import detect_world
+    assert detect_world({"RANK": "3", "WORLD_SIZE": "8"}) == (3, 8, "env RANK")
+    assert detect_world({"SLURM_PROCID": "5", "SLURM_NTASKS": "6"}) == (5, 6, "env SLURM_PROCID")
+    assert detect_world({}) == (0, 1, "single process")
+
+
+def test_file_schema_is_plain_sql(tmp_path):
+    import sqlite3
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        with distprof.phase("forward"):
+            pass
+        prof.step()
+    with sqlite3.connect(tmp_path / "rank0.sqlite") as db:
+        rows = db.execute("SELECT n.name, r.end_ns - r.start_ns FROM distprof_ranges r "
+                          "JOIN distprof_names n ON n.id = r.name_id").fetchall()
+        meta = dict(db.execute("SELECT key, value FROM distprof_meta"))
+    assert {name for name, _ in rows} == {"forward", ev.PROFILE_STEP}
+    assert all(np.int64(d) >= 0 for _, d in rows)
+    assert meta["complete"] == "1" and meta["rank"] == "0" and meta["world_size"] == "1"

@@ -1,0 +1,66 @@
+import pytest
+
+from distprof import config as config_mod
+
+from conftest import run_cli
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_and_override(tmp_path):
+    config = config_mod.load(write(tmp_path, "checks:\n  overlap_warn_ratio: 0.25\ndemo:\n  ranks: 3\n"))
+    assert config["checks"]["overlap_warn_ratio"] == 0.25
+    assert config["demo"]["ranks"] == 3
+    assert config["demo"]["steps"] == config_mod.DEFAULTS["demo"]["steps"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("collectr:\n  enabled: true\n", "unknown key 'collectr'"),
+    ("collector:\n  enable: true\n", "unknown key 'collector.enable'"),
+    ("demo:\n  ranks: four\n", "key 'demo.ranks' must be int"),
+    ("demo:\n  ranks: true\n", "key 'demo.ranks' must be int, got bool"),
+    ("communication:\n  kernel_prefixes: nccl\n", "key 'communication.kernel_prefixes' must be list"),
+    ("checks: 3\n", "key 'checks' must be a mapping"),
+    ("window: some\n", "key 'window' must be one of steps, all"),
+    ("demo: [1, 2\n", "not valid YAML at line"),
+    ("- a\n- b\n", "top level must be a mapping"),
+])
+def test_bad_config_is_one_line_naming_file_and_key(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(config_mod.ConfigError) as error:
+        config_mod.load(path)
+    assert str(path) in str(error.value) and message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_float_key_accepts_int(tmp_path):
+    assert config_mod.load(write(tmp_path, "checks:\n  overlap_warn_ratio: 1\n"))["checks"]["overlap_warn_ratio"] == 1
+
+
+def test_shipped_configs_are_valid():
+    from conftest import ROOT
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        config_mod.load(path)
+
+
+def test_cli_reports_bad_config_in_one_line(tmp_path):
+    path = write(tmp_path, "demo:\n  rank: 2\n")
+    result = run_cli("demo", "--config", str(path), "--dry-run")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "unknown key 'demo.rank'" in result.stderr and str(path) in result.stderr
+    missing = run_cli("demo", "--config", str(tmp_path / "nope.yaml"), "--dry-run")
+    assert missing.returncode == 2 and "cannot read config" in missing.stderr
+
+
+def test_default_yaml_documents_every_key():
+    """configs/default.yaml is the reference: it must state exactly the built-in defaults."""
+    import yaml
+
+    from conftest import ROOT
+    documented = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
+    assert documented == config_mod.DEFAULTS

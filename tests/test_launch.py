@@ -1,0 +1,37 @@
+"""Launch helpers: argument handling and the commands they would run (--dry-run)."""
+
+import subprocess
+
+from conftest import ROOT
+
+
+def launch(script, *args):
+    return subprocess.run(["bash", str(ROOT / "launch" / script), *args], capture_output=True, text=True)
+
+
+def test_mpirun_dry_run():
+    result = launch("mpirun.sh", "-n", "4", "--oversubscribe", "--dry-run", "--", "python", "train.py", "--lr", "0.1")
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.split()
+    assert words[0].endswith("mpirun") and words[1:3] == ["-n", "4"]
+    assert "--oversubscribe" in words and words[-4:] == ["python", "train.py", "--lr", "0.1"]
+
+
+def test_torchrun_dry_run():
+    result = launch("torchrun.sh", "--nproc", "2", "--dry-run", "--", "train.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["torchrun", "--standalone", "--nproc_per_node", "2", "train.py"]
+
+
+def test_bad_arguments_are_one_line():
+    for script, args in (("mpirun.sh", ["--", "python", "x.py"]), ("mpirun.sh", ["-n", "zero", "--", "x"]),
+                         ("mpirun.sh", ["-n", "2"]), ("torchrun.sh", ["--bogus"]), ("torchrun.sh", ["--nproc", "2"])):
+        result = launch(script, *args)
+        assert result.returncode == 2, (script, args)
+        assert len(result.stderr.strip().splitlines()) == 1 and script in result.stderr
+
+
+def test_help():
+    for script in ("mpirun.sh", "torchrun.sh"):
+        result = launch(script, "--help")
+        assert result.returncode == 0 and "--dry-run" in result.stdout
