@@ -74,14 +74,15 @@ def main() -> None:
         flush_ns_per_row = (timer() - started) / max(flushed, 1) * 1e9
         collector.close()
 
-    nvtx_state = "a tool is attached" if not type(nvtx.get_domain("distprof")).__name__.startswith("Dummy") \
-        else "no tool attached (NVTX calls are no-ops, as outside nsys)"
+    tool_attached = not type(nvtx.get_domain("distprof")).__name__.startswith("Dummy")
+    nvtx_state = "a tool is attached" if tool_attached else "no tool attached (NVTX calls are no-ops, as outside nsys)"
     print(f"NVTX: {nvtx_state}; best of {args.rounds} rounds x {args.per_round} ranges; rows pending {rows_before}")
     for name, ns in best.items():
         print(f"  {name:<17} {ns:8.0f} ns per range")
     print(f"  flush to SQLite  {flush_ns_per_row:8.0f} ns per row (once per step, not per range)")
     ratio = best["distprof.phase"] / best["nvtx.annotate"]
-    print(f"ratio distprof.phase / nvtx.annotate = {ratio:.2f}  (target <= 1.00: {'met' if ratio <= 1.0 else 'NOT met'})")
+    verdict = "met" if ratio <= 1.0 else "NOT met"
+    print(f"ratio distprof.phase / nvtx.annotate = {ratio:.2f}  (target <= 1.00: {verdict})")
     print(f"ratio distprof.phase / empty with    = {best['distprof.phase'] / best['empty with']:.2f}")
     print(f"ratio phase+NVTX calls / nvtx.annotate = {best['phase+NVTX calls'] / best['nvtx.annotate']:.2f}"
           "  (the path taken under nsys, where annotate's own calls also do real work)")

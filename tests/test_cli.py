@@ -4,7 +4,6 @@ import json
 import sqlite3
 
 import pytest
-
 from conftest import run_cli
 
 

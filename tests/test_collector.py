@@ -9,12 +9,11 @@ import time
 
 import numpy as np
 import pytest
+from conftest import run_cli
 
 import distprof
 from distprof import events as ev
 from distprof.sources import native
-
-from conftest import run_cli
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,7 @@
 import pytest
+from conftest import run_cli
 
 from distprof import config as config_mod
-
-from conftest import run_cli
 
 
 def write(tmp_path, text):
@@ -60,7 +59,6 @@ def test_cli_reports_bad_config_in_one_line(tmp_path):
 def test_default_yaml_documents_every_key():
     """configs/default.yaml is the reference: it must state exactly the built-in defaults."""
     import yaml
-
     from conftest import ROOT
     documented = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
     assert documented == config_mod.DEFAULTS
