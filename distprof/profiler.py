@@ -11,6 +11,7 @@ from pathlib import Path
 from . import annotate, clock, gather
 from . import config as config_mod
 from . import events as ev
+from . import schedule as schedule_mod
 from .collector import Collector, clock_ns
 from .sources import native
 
@@ -19,7 +20,20 @@ class Profiler:
     """Profile one rank of a job; every rank of the job makes its own Profiler."""
 
     def __init__(self, config: str | Path | dict | None = None, out: str | Path | None = None,
-                 quiet: bool = False, **overrides) -> None:
+                 quiet: bool = False, schedule=None, on_trace_ready=None, timer_only: bool = False,
+                 batch_size: int | None = None, **overrides) -> None:
+        """``schedule``: None (record every step), ``(start, end)``, a dict of
+        ``skip_first/wait/warmup/active/repeat``, or a callable step -> schedule.State.
+        ``on_trace_ready(prof)`` fires after each recorded cycle. ``timer_only``: no tracing,
+        only the benchmark figures (reader_cost, batch_cost, ips; samples/s with ``batch_size``)."""
+        self.schedule = schedule_mod.resolve(schedule)
+        self.on_trace_ready = on_trace_ready
+        self.timer_only = timer_only
+        self.batch_size = batch_size
+        self.step_num = 0
+        self.batch_ns: list[int] = []
+        self.reader_ns: list[int] = []
+        self._reader_in_step = 0
         if isinstance(config, dict):
             self.config = config_mod.load(None, config)
         else:
@@ -39,15 +53,30 @@ class Profiler:
         self._comm = gather.mpi_world()
         self.rank, self.world_size, self.rank_from = gather.detect_world()
         annotate.set_nvtx(self.config["collector"]["nvtx"])
-        if self.config["collector"]["enabled"]:
+        if self.config["collector"]["enabled"] and not self.timer_only:
             self.collector = Collector(self.rank_file(self.rank), self.rank, self.world_size)
             self._clock_sample("start")
-            self.collector.activate()
+            self._follow_schedule()
         self._begin_step(clock_ns())
         return self
 
+    def state(self, step: int | None = None) -> schedule_mod.State:
+        """Schedule state of a step (the current one by default)."""
+        step = self.step_num if step is None else step
+        return schedule_mod.State.RECORD if self.schedule is None else self.schedule(step)
+
+    def _follow_schedule(self) -> None:
+        if self.state() in schedule_mod.RECORDING:
+            self.collector.activate()
+        else:
+            self.collector.deactivate()
+
     def __exit__(self, exc_type, exc, traceback) -> None:
         self._end_step_nvtx()
+        if self.timer_only:
+            if exc_type is None:
+                self.summary = self._aggregate_timers()
+            return
         if self.collector is None:
             return
         self.collector.deactivate()
@@ -63,13 +92,24 @@ class Profiler:
 
     # -- steps and data loading ------------------------------------------------------------
     def step(self) -> None:
-        """Close the current ProfileStep (and write it to disk), open the next."""
+        """Close the current ProfileStep (and write it to disk when recorded), open the next."""
         now = clock_ns()
         self._end_step_nvtx()
+        if self.timer_only:
+            self.batch_ns.append(now - self._step_start)
+            self.reader_ns.append(self._reader_in_step)
+            self._reader_in_step = 0
+        elif self.collector is not None:
+            state = self.state()
+            if state in schedule_mod.RECORDING:
+                self.collector.record(ev.PROFILE_STEP, ev.PHASE, ev.RANGE, self._step_start, now)
+                self.collector.flush()
+            self.collector.step = self.step_num + 1
+            if state is schedule_mod.State.RECORD_AND_RETURN and self.on_trace_ready is not None:
+                self.on_trace_ready(self)
+        self.step_num += 1
         if self.collector is not None:
-            self.collector.record(ev.PROFILE_STEP, ev.PHASE, ev.RANGE, self._step_start, now)
-            self.collector.flush()
-            self.collector.step += 1
+            self._follow_schedule()
         self._begin_step(now)
 
     def loader(self, iterable: Iterable) -> Iterator:
@@ -79,11 +119,13 @@ class Profiler:
         while True:
             timed = annotate.phase(name)
             timed.__enter__()
+            started = clock_ns()
             try:
                 item = next(iterator)
             except StopIteration:
                 timed.cancel()  # the call that found the end is not a load
                 return
+            self._reader_in_step += clock_ns() - started
             timed.__exit__(None, None, None)
             yield item
 
@@ -98,6 +140,25 @@ class Profiler:
             self._step_range = None
 
     # -- clocks and aggregation ------------------------------------------------------------
+    def _aggregate_timers(self) -> dict | None:
+        """timer_only: the benchmark figures of every rank, gathered to rank 0."""
+        from .analyses import benchmark
+        from .reports import export, text
+        own = {"rank": self.rank, **benchmark.perf_summary(self.batch_ns, self.reader_ns, self.batch_size)}
+        if self._comm is not None:
+            ranks = gather.gather_to_root(self._comm, own)
+        else:
+            ranks = [own] if self.rank == 0 else None
+        if ranks is None:
+            return None
+        summary = {"world_size": self.world_size, "source": "distprof (timer only)",
+                   "benchmark": benchmark.across_ranks(ranks), "warnings": []}
+        export.write_json(summary, self.out)
+        if not self.quiet:
+            sys.stdout.write(text.render_benchmark(summary))
+            sys.stdout.flush()
+        return summary
+
     def _clock_sample(self, phase: str) -> None:
         if self._comm is not None and self.world_size > 1:
             offset_ns, rtt_ns = clock.pingpong(self._comm, self.config["clock"]["pingpong_samples"])

@@ -12,13 +12,19 @@ SUMMARY_FILE = "summary.json"
 
 
 def write_summary(summary: dict, out: str | Path) -> Path:
+    """summary.json and ranks.csv in ``out``."""
+    path = write_json(summary, out)
+    write_csv(summary, Path(out) / "ranks.csv")
+    return path
+
+
+def write_json(summary: dict, out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / SUMMARY_FILE
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=1, sort_keys=False) + "\n")
     tmp.replace(path)  # a reader never sees half a file
-    write_csv(summary, out / "ranks.csv")
     return path
 
 

@@ -63,3 +63,23 @@ def render(summary: dict, unit: str = "ms") -> str:
 def extra_sections(summary: dict, unit: str) -> list[str]:
     """Sections after the Distributed Summary (diagnosis, other summaries) when present."""
     return []
+
+
+def render_benchmark(summary: dict, unit: str = "ms") -> str:
+    """The Perf Summary of a timer_only run: reader_cost, batch_cost, ips, Reader Ratio."""
+    scale = UNITS[unit]
+    bench = summary["benchmark"]
+    rows = []
+    for rank in bench["ranks"]:
+        batch, reader, ips = rank["batch_cost"] or {}, rank["reader_cost"] or {}, rank["ips"]
+        rows.append([rank["rank"], rank["steps"],
+                     *(_value("x_ns", batch.get(k), scale) for k in ("avg_ns", "max_ns", "min_ns")),
+                     *(_value("x_ns", reader.get(k), scale) for k in ("avg_ns", "max_ns", "min_ns")),
+                     "-" if ips["avg"] is None else f"{ips['avg']:.2f}",
+                     "-" if rank["reader_ratio"] is None else f"{100 * rank['reader_ratio']:.1f}%"])
+    unit_label = bench["ranks"][0]["ips"]["unit"] if bench["ranks"] else "steps/s"
+    table = tabulate(rows, headers=["Rank", "Steps", f"batch avg ({unit})", "max", "min", f"reader avg ({unit})",
+                                    "max", "min", f"ips ({unit_label})", "Reader Ratio"],
+                     tablefmt="simple", disable_numparse=True)
+    width = max(len(line) for line in table.splitlines())
+    return "\n".join([_banner("Perf Summary", width), table]) + "\n"
