@@ -58,19 +58,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return subprocess.call(command)
 
 
-def merge_files(paths: list[Path], config: dict) -> dict:
-    """Read every input one at a time, keep only its compact per-rank results, combine."""
+def merge_files(paths: list[Path], config: dict, comm=None) -> dict | None:
+    """Read every input one at a time, keep only its compact per-rank results, combine.
+
+    Under ``mpirun -n K distprof merge ...`` (``comm`` = COMM_WORLD) the files are spread over
+    the K workers by size; each reduces its share one file at a time and rank 0 combines.
+    Results are put back in input order, so the output equals a single-process merge.
+    Returns the summary on rank 0 and None on the other workers.
+    """
     from . import gather, sources
-    results, warnings = [], []
-    for path in paths:
+    worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
+    mine = gather.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
+    reduced, warnings = [], []
+    for index in mine:
         try:
-            traces = sources.read(path, config)
+            traces = sources.read(paths[index], config)
         except SourceError as error:
-            warnings.append(f"skipped {error}")
+            warnings.append((index, f"skipped {error}"))
             print(f"distprof: warning: skipped {error}", file=sys.stderr)
             continue
-        results += [gather.reduce_rank(trace, config) for trace in traces]
+        reduced += [(index, position, gather.reduce_rank(trace, config)) for position, trace in enumerate(traces)]
         del traces  # bound memory by one file's events
+    if comm is not None and workers > 1:
+        parts = comm.gather((reduced, warnings), root=0)
+        if worker != 0:
+            return None
+        reduced = [item for part in parts for item in part[0]]
+        warnings = [item for part in parts for item in part[1]]
+    results = [result for _, _, result in sorted(reduced, key=lambda item: item[:2])]
+    warnings = [text for _, text in sorted(warnings)]
     if not results:
         raise SourceError("no readable rank file among the inputs" + (f": {warnings[0]}" if warnings else ""))
     world_size = max((r["meta"].get("world_size") or 0) for r in results) or None
@@ -86,7 +102,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     paths = sources.expand(args.inputs)
     if not paths:
         raise SourceError(f"{' '.join(args.inputs)}: no input files found")
-    summary = merge_files(paths, config)
+    from .gather import mpi_world
+    summary = merge_files(paths, config, comm=mpi_world())
+    if summary is None:  # an MPI worker other than rank 0: its results went to rank 0
+        return 0
     out = Path(args.out)
     export.write_summary(summary, out)
     sys.stdout.write(text.render(summary, args.unit))

@@ -171,3 +171,16 @@ def results_from_files(profiler, own_result: dict) -> list[dict] | None:
                 results[rank] = reduce_rank(native.read(path, profiler.config)[0], profiler.config)
         time.sleep(0.05)
     return list(results.values())
+
+
+def assign_files(sizes: list[int], workers: int) -> list[list[int]]:
+    """Spread files over workers so each gets about the same bytes: largest first, each to the
+    least loaded worker. Returns, per worker, its file indices in input order."""
+    import heapq
+    load = [(0, worker) for worker in range(workers)]
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    for index in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        total, worker = heapq.heappop(load)
+        shares[worker].append(index)
+        heapq.heappush(load, (total + sizes[index], worker))
+    return [sorted(share) for share in shares]

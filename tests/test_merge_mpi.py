@@ -1,0 +1,37 @@
+"""`mpirun -n K distprof merge`: files spread over MPI workers give the single-process result."""
+
+import json
+import subprocess
+import sys
+
+from conftest import run_cli
+
+from distprof.cli import find_mpirun
+from distprof.gather import assign_files
+
+
+def test_assign_files_balances_bytes_and_keeps_order():
+    shares = assign_files([100, 10, 60, 50, 5], 2)
+    assert sorted(i for share in shares for i in share) == [0, 1, 2, 3, 4]
+    assert all(share == sorted(share) for share in shares)
+    loads = [sum([100, 10, 60, 50, 5][i] for i in share) for share in shares]
+    assert max(loads) - min(loads) <= 10
+    assert assign_files([1, 2], 4)[2:] == [[], []]
+
+
+def test_two_workers_equal_one(demo_overlap, tmp_path):
+    inputs = [str(demo_overlap / f"rank{r}.sqlite") for r in range(4)]
+    bad = tmp_path / "rank9.sqlite"
+    bad.write_text("garbage")
+    inputs.append(str(bad))
+    single = run_cli("merge", *inputs, "-o", str(tmp_path / "one"))
+    assert single.returncode == 0, single.stderr
+    command = [find_mpirun(), "-n", "2", "--oversubscribe", "--allow-run-as-root",
+               sys.executable, "-m", "distprof", "merge", *inputs, "-o", str(tmp_path / "two")]
+    double = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert double.returncode == 0, double.stderr[-2000:]
+    one = json.loads((tmp_path / "one" / "summary.json").read_text())
+    two = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert one == two
+    assert any("rank9.sqlite" in w for w in two["warnings"])
+    assert double.stdout.count("Distributed Summary") == 1  # only rank 0 reports
