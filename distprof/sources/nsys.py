@@ -1,0 +1,704 @@
+"""Reader of Nsight Systems exports (``nsys export --type sqlite``): one ``RankTrace`` per profiled
+process that ran CUDA work (or, in a report without any, per process with NVTX ranges).
+
+What this reader decides, and why (see ``data/nsys/SCHEMA.md`` for the schema facts):
+
+* **Tables are optional.** Newer nsys creates only tables that have data, so a missing kernel,
+  memcpy, memset, runtime or NVTX table means "no such events". The metadata table is
+  ``META_DATA_EXPORT`` (>= 2024.5), ``EXPORT_META_DATA`` (2022.2) or absent (2020). Only the
+  columns read here must exist; extra columns (newer versions, user ``ALTER TABLE``) are ignored.
+* **Processes are ranks.** One report may hold several ranks (torchrun under one nsys), so rows
+  are split by process: ``pid = (globalTid >> 24) & 0xFFFFFF``. Stream and correlation ids repeat
+  across processes, so a lane is (pid, device, stream) and a kernel joins its launching runtime
+  call on (pid, correlationId). Processes without CUDA work in a report that has some (data
+  loader workers, the torchrun agent) are not ranks; they are named in a warning.
+* **Rank numbers.** A report with one rank process takes its rank from the captured environment
+  (``RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``SLURM_PROCID``, in that order; from
+  ``META_DATA_CAPTURE`` rows ``KEY="value"``, else the ``DeviceEnvironment`` of
+  ``TARGET_INFO_SYSTEM_ENV``), else from an NVTX thread name ``MPI Rank N`` (2022.2 MPI tracing),
+  else it is left ``None`` so the merge numbers it by sorted file name. In a report with several
+  rank processes the captured environment is the launcher's (``PROCESS_0`` is torchrun) and is
+  not used: ranks are left ``None`` and the traces are returned ordered by (device, pid), so the
+  merge numbers them in device order (node-major across several such reports, as torchrun does).
+* **Names and categories.** Kernel name = ``StringIds[shortName]`` (else ``demangledName``);
+  COMMUNICATION when it starts with one of ``communication.kernel_prefixes``, else COMPUTE.
+  memcpy/memset are MEMORY. NVTX push/pop and start/end ranges (event types 59, 60 and their
+  NVTXT twins 70, 71) are named ``COALESCE(text, StringIds[textId])``; their domain comes from the
+  event-type-75 row with the same ``domainId`` in the same process (missing rows = unnamed domain).
+  Domain ``NCCL`` and ``MPI`` ranges are host-side communication calls (kind ``comm_op``,
+  COMMUNICATION; ``MPI_Init``/``MPI_Finalize`` are USER). Domain ``distprof`` ranges are PHASEs,
+  except NVTX category 2 = COMMUNICATION and 3 = USER. Ranges named ``ProfileStep#N`` or
+  ``ProfilerStep#N`` (any domain) are the steps: name ``ProfileStep``, PHASE, ``step`` = N. All
+  other ranges are USER. Marks (type 34) are instants (``end_ns == start_ns``).
+* **Step and phase of GPU work.** A GPU op belongs to the innermost phase range (and the step
+  range) on the thread of its launching runtime call that contains that call, as the
+  ``nvtx_gpu_proj`` recipes do. On the GPU, a step is the span of the GPU ops launched inside
+  its CPU range (as the PyTorch profiler and HTA show it), so ProfileStep rows carry those
+  GPU-projected bounds; a step that launched nothing keeps its CPU bounds. Only runtime calls
+  that launched a GPU op are kept (kind ``runtime``), to keep memory near the GPU op count.
+* **Clocks.** Events stay on the file's clock (ns since session start, or UTC when the export
+  was normalized: ``EXPORT_PARAM_TIME_NORMALIZE='true'`` or values above 1e18).
+  ``clock_offset_ns`` = ``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` puts them on UTC; 0 when
+  already normalized, or when the table is absent (with a warning: such a file cannot be
+  aligned with others in absolute time).
+* **Speed.** Integer columns are packed by SQLite (one ``group_concat`` per column and chunk of
+  rows) and parsed by numpy, in a few threads (sqlite3 releases the GIL while it steps), which
+  avoids one Python tuple per row. Nothing loops in Python per event.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import events as ev
+from ..config import DEFAULTS
+from ..events import RankTrace, SourceError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+NVTX_TABLE = "NVTX_EVENTS"
+STRINGS_TABLE = "StringIds"
+SESSION_START_TABLE = "TARGET_INFO_SESSION_START_TIME"
+META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # >= 2024.5, 2022.2
+NSYS_TABLES = (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE, NVTX_TABLE, STRINGS_TABLE,
+               SESSION_START_TABLE, *META_TABLES)
+
+RANK_ENV_KEYS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE = 34, 39, 75
+NVTX_RANGE_TYPES = (59, 60, 70, 71)   # push/pop, start/end, and their NVTXT variants
+LEGACY_RUNTIME_CLASS = 67             # 2022.2 writes each CUDA call twice; this is the extra copy
+DISTPROF_DOMAIN = "distprof"
+DISTPROF_CATEGORY = {2: ev.COMMUNICATION, 3: ev.USER}   # NVTX category -> category; else PHASE
+COMMUNICATION_DOMAINS = ("NCCL", "MPI")
+NON_COMMUNICATION_CALLS = ("MPI_Init", "MPI_Init_thread", "MPI_Finalize")
+STEP_NAME = re.compile(r"^Profiler?Step#(\d+)$")
+MPI_RANK_THREAD = re.compile(r"^MPI Rank (\d+)$")
+NORMALIZED_NS = 10**18                # timestamps above this are already UTC epoch ns
+MEMCPY_KINDS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+                4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
+                8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device",
+                12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
+MEMSET_NAME = "[CUDA memset]"
+UNNAMED = "(unnamed)"
+
+CHUNK_ROWS = 1 << 16                  # rows packed per query: bounds the size of one packed string
+MAX_WORKERS = 4
+TEXT_SEPARATOR = "\x1f"               # NVTX and StringIds texts are C strings: no control chars expected
+_PID_MASK = 0xFFFFFF
+
+_KIND_CODE = {kind: code for code, kind in enumerate(ev.KINDS)}
+_CATEGORY_CODE = {category: code for code, category in enumerate(ev.CATEGORIES)}
+_LANE_KIND_CODE = {lane_kind: code for code, lane_kind in enumerate(ev.LANE_KINDS)}
+
+
+def read(path: str | Path, config: dict) -> list[RankTrace]:
+    """Read one nsys SQLite export; one RankTrace per rank process, ordered by (device, pid).
+
+    Raises SourceError (one line naming the file) for anything that is not a readable export
+    with CUDA activity or NVTX ranges.
+    """
+    path = Path(path)
+    _check_header(path)
+    try:
+        with _Export(path) as export:
+            return _read_export(export, config)
+    except sqlite3.Error as error:
+        raise SourceError(f"{path}: corrupt or truncated SQLite file ({_one_line(error)})") from None
+
+
+# -- file access ------------------------------------------------------------------------------
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _check_header(path: Path) -> None:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_MAGIC))
+    except OSError as error:
+        raise SourceError(f"{path}: cannot read ({error.strerror or error})") from None
+    if head != SQLITE_MAGIC:
+        hint = (" (export the report first: nsys export --type sqlite)"
+                if path.suffix in (".nsys-rep", ".qdrep") else "")
+        raise SourceError(f"{path}: not a SQLite file, so not an nsys SQLite export{hint}")
+
+
+class _Export:
+    """An open export: which tables and columns it has, and fast columnar reads of them."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._uri = path.resolve().as_uri() + "?mode=ro"
+        self.connection = self._connect()
+        self._local = threading.local()
+        self._worker_connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self.tables = {row[0] for row in self.connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self._columns: dict[str, set[str]] = {}
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+
+    def __enter__(self) -> _Export:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+        for connection in [self.connection, *self._worker_connections]:
+            connection.close()
+
+    def columns(self, table: str) -> set[str]:
+        if table not in self._columns:
+            self._columns[table] = ({row[1] for row in self.connection.execute(f"PRAGMA table_info({table})")}
+                                    if table in self.tables else set())
+        return self._columns[table]
+
+    def column(self, table: str, name: str, default: str, alias: str = "t") -> str:
+        """SQL for a column that may be absent or NULL in some versions."""
+        return f"IFNULL({alias}.{name}, {default})" if name in self.columns(table) else default
+
+    def _thread_connection(self) -> sqlite3.Connection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = self._local.connection = self._connect()
+            with self._lock:
+                self._worker_connections.append(connection)
+        return connection
+
+    def scan(self, table: str, int_exprs: list[str], text_expr: str | None = None, join: str = "",
+             where: str = "") -> tuple[list[np.ndarray], np.ndarray | None, np.ndarray | None]:
+        """Integer columns (SQL expressions over alias ``t``) of every row, in rowid order, and
+        optionally one text column as (codes, distinct values).
+
+        Rows are read in rowid chunks; per chunk SQLite returns one comma-joined string per
+        column, which numpy parses in C. Every expression must be non-NULL (wrap with IFNULL).
+        """
+        empty = [np.empty(0, np.int64) for _ in int_exprs]
+        no_text = (np.empty(0, np.int64), np.empty(0, object)) if text_expr else (None, None)
+        if table not in self.tables:
+            return empty, *no_text
+        low, high = self.connection.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+        if low is None:
+            return empty, *no_text
+        aggregates = [f"group_concat({expr})" for expr in int_exprs]
+        if text_expr:
+            aggregates.append(f"group_concat({text_expr}, char({ord(TEXT_SEPARATOR)}))")
+        condition = f" AND ({where})" if where else ""
+        base = f"FROM {table} AS t {join} WHERE t.rowid > ? AND t.rowid <= ?{condition}"
+        sql = f"SELECT {', '.join(aggregates)}, count(*) {base}"
+        text_sql = f"SELECT {text_expr} {base} ORDER BY t.rowid" if text_expr else ""
+        bounds = [(start, min(start + CHUNK_ROWS, high)) for start in range(low - 1, high, CHUNK_ROWS)]
+
+        def run(bound: tuple[int, int], connection: sqlite3.Connection | None = None):
+            connection = connection or self._thread_connection()
+            row = connection.execute(sql, bound).fetchone()
+            return self._parse_chunk(table, int_exprs, row, text_sql, bound, connection)
+
+        workers = min(MAX_WORKERS, os.cpu_count() or 1)
+        if workers > 1 and len(bounds) > 1:  # sqlite3 releases the GIL while SQLite runs a query
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="distprof-nsys")
+            chunks = [chunk for chunk in self._pool.map(run, bounds) if chunk is not None]
+        else:
+            chunks = [chunk for bound in bounds if (chunk := run(bound, self.connection)) is not None]
+        if not chunks:
+            return empty, *no_text
+        ints = [np.concatenate([chunk[0][i] for chunk in chunks]) for i in range(len(int_exprs))]
+        if not text_expr:
+            return ints, None, None
+        # distinct texts of all chunks, then one factorize of those: codes stay vectorized
+        offsets = np.cumsum([0] + [len(chunk[2]) for chunk in chunks[:-1]])
+        all_uniques = np.concatenate([chunk[2] for chunk in chunks])
+        remap, uniques = pd.factorize(all_uniques)
+        codes = np.concatenate([remap[offset + chunk[1]] for offset, chunk in zip(offsets, chunks)])
+        return ints, codes.astype(np.int64), np.asarray(uniques, dtype=object)
+
+    def _parse_chunk(self, table, int_exprs, row, text_sql, bound, connection):
+        count = row[-1]
+        if not count:
+            return None
+        ints = []
+        for expr, packed in zip(int_exprs, row):
+            values = np.fromstring(packed or "", dtype=np.int64, sep=",")
+            if values.size != count:
+                raise SourceError(f"{self.path}: {table} has non-integer or NULL values in {expr}")
+            ints.append(values)
+        if not text_sql:
+            return ints, None, None
+        texts = row[len(int_exprs)].split(TEXT_SEPARATOR)
+        if len(texts) != count:  # a text containing the separator: fetch this chunk's texts as rows
+            texts = [text for (text,) in connection.execute(text_sql, bound)]
+        codes, uniques = pd.factorize(np.array(texts, dtype=object))
+        return ints, codes, np.asarray(uniques, dtype=object)
+
+    def strings(self, ids: np.ndarray) -> dict[int, str]:
+        """StringIds values of the given ids (ids without a row are left out)."""
+        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        found: dict[int, str] = {}
+        if STRINGS_TABLE not in self.tables or not ids.size:
+            return found
+        for start in range(0, ids.size, 10_000):  # one query per batch of ids
+            batch = ",".join(str(int(i)) for i in ids[start:start + 10_000])
+            found.update(self.connection.execute(f"SELECT id, value FROM {STRINGS_TABLE} WHERE id IN ({batch})"))
+        return found
+
+    def rows(self, sql: str) -> list[tuple]:
+        return self.connection.execute(sql).fetchall()
+
+
+# -- reading the parts of an export -------------------------------------------------------------
+
+def _metadata(export: _Export) -> dict[str, str]:
+    table = next((t for t in META_TABLES if t in export.tables), None)
+    return dict(export.rows(f"SELECT name, value FROM {table}")) if table else {}
+
+
+def _captured_env(export: _Export) -> dict[str, str]:
+    """Environment of the profiled launch: META_DATA_CAPTURE rows ``KEY="value"`` (>= 2024.5),
+    over the ``DeviceEnvironment`` of TARGET_INFO_SYSTEM_ENV (NUL-separated in 2022.2, ';' later)."""
+    env: dict[str, str] = {}
+    if {"name", "value"} <= export.columns("TARGET_INFO_SYSTEM_ENV"):
+        for (value,) in export.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'"):
+            text = str(value or "")
+            for item in text.split("\0") if "\0" in text else text.split(";"):
+                key, sep, val = item.partition("=")
+                if sep:
+                    env[key.strip()] = val
+    if {"name", "value"} <= export.columns("META_DATA_CAPTURE"):
+        for (item,) in export.rows("SELECT value FROM META_DATA_CAPTURE WHERE name LIKE '%:ENVIRONMENT_VARIABLE'"):
+            key, sep, val = str(item or "").partition("=")
+            if sep:
+                env[key.strip()] = val[1:-1] if len(val) >= 2 and val[0] == val[-1] == '"' else val
+    return env
+
+
+def _env_rank(env: dict[str, str]) -> tuple[str, int] | None:
+    for key in RANK_ENV_KEYS:
+        value = env.get(key, "").strip()
+        if value.lstrip("-").isdigit():
+            return key, int(value)
+    return None
+
+
+def _session_start(export: _Export) -> int | None:
+    if "utcEpochNs" not in export.columns(SESSION_START_TABLE):
+        return None
+    row = export.connection.execute(f"SELECT utcEpochNs FROM {SESSION_START_TABLE} "
+                                    "WHERE utcEpochNs IS NOT NULL LIMIT 1").fetchone()
+    return int(row[0]) if row else None
+
+
+def _gpu_columns(export: _Export, table: str, extra: str) -> list[np.ndarray]:
+    """start, end, device, stream, correlation id, pid and one table-specific column."""
+    start, end, device, stream, correlation, global_pid, last = export.scan(table, [
+        "t.start", "t.end", "t.deviceId", "t.streamId", export.column(table, "correlationId", "-1"),
+        export.column(table, "globalPid", "0"), extra])[0]
+    return [start, end, device, stream, correlation, (global_pid >> 24) & _PID_MASK, last]
+
+
+def read_kernels(export: _Export, comm_prefixes: tuple[str, ...]) -> dict:
+    """The kernel table as columns: names resolved (shortName, else demangledName) and
+    classified once per distinct name, then spread to rows by code."""
+    start, end, device, stream, correlation, pid, short_ids = _gpu_columns(export, KERNEL_TABLE, "t.shortName")
+    name_codes, distinct_ids = pd.factorize(short_ids)
+    found = export.strings(distinct_ids)
+    missing = [int(i) for i in distinct_ids if int(i) not in found]
+    if missing and "demangledName" in export.columns(KERNEL_TABLE):
+        pairs = dict(export.rows(f"SELECT shortName, min(demangledName) FROM {KERNEL_TABLE} "
+                                 f"WHERE shortName IN ({','.join(map(str, missing))}) GROUP BY shortName"))
+        demangled = export.strings(np.array(list(pairs.values()), dtype=np.int64))
+        found.update({short: demangled[long] for short, long in pairs.items() if long in demangled})
+    names = np.array([found.get(int(i), f"(kernel name #{int(i)} missing)") for i in distinct_ids], dtype=object)
+    is_comm = np.array([name.startswith(comm_prefixes) for name in names], dtype=bool)
+    category = np.where(is_comm, _CATEGORY_CODE[ev.COMMUNICATION], _CATEGORY_CODE[ev.COMPUTE]).astype(np.int8)
+    return {"kind": np.full(start.size, _KIND_CODE[ev.KERNEL], np.int8), "category": category[name_codes],
+            "name": name_codes.astype(np.int64), "names": names, "start": start, "end": end, "device": device,
+            "lane": stream, "pid": pid, "correlation_id": correlation}
+
+
+def _read_memory_ops(export: _Export) -> list[dict]:
+    parts = []
+    if MEMCPY_TABLE in export.tables:
+        copy_kind = export.column(MEMCPY_TABLE, "copyKind", "0")
+        start, end, device, stream, correlation, pid, kinds = _gpu_columns(export, MEMCPY_TABLE, copy_kind)
+        codes, distinct = pd.factorize(kinds)
+        labels = [MEMCPY_KINDS.get(int(k), f"kind {int(k)}") for k in distinct]
+        names = np.array([f"[CUDA memcpy {label}]" for label in labels], dtype=object)
+        parts.append({"kind": np.full(start.size, _KIND_CODE[ev.MEMCPY], np.int8), "name": codes.astype(np.int64),
+                      "names": names, "start": start, "end": end, "device": device, "lane": stream, "pid": pid,
+                      "correlation_id": correlation})
+    if MEMSET_TABLE in export.tables:
+        start, end, device, stream, correlation, pid, _ = _gpu_columns(export, MEMSET_TABLE, "0")
+        parts.append({"kind": np.full(start.size, _KIND_CODE[ev.MEMSET], np.int8),
+                      "name": np.zeros(start.size, np.int64), "names": np.array([MEMSET_NAME], dtype=object),
+                      "start": start, "end": end, "device": device, "lane": stream, "pid": pid,
+                      "correlation_id": correlation})
+    for part in parts:
+        part["category"] = np.full(part["start"].size, _CATEGORY_CODE[ev.MEMORY], np.int8)
+    return parts
+
+
+def _concat_parts(parts: list[dict]) -> dict:
+    """Concatenate column dicts whose ``name`` codes index their own ``names``: one name table."""
+    offsets = np.cumsum([0] + [len(p["names"]) for p in parts[:-1]])
+    all_names = np.concatenate([p["names"] for p in parts]) if parts else np.empty(0, object)
+    remap, names = pd.factorize(all_names)
+    merged = {"names": np.asarray(names, dtype=object)}
+    for key in parts[0] if parts else ():
+        if key == "names":
+            continue
+        values = [remap[offset + p[key]] if key == "name" else p[key] for offset, p in zip(offsets, parts)]
+        merged[key] = np.concatenate(values)
+    return merged
+
+
+def _launch_calls(export: _Export, gpu: dict) -> tuple[dict, np.ndarray]:
+    """The runtime calls that launched GPU ops (one per process and correlation id; 2022.2's
+    duplicate eventClass-67 copy is dropped), and for each GPU op the index of its call or -1."""
+    start, end, global_tid, correlation, event_class, name_ids = export.scan(RUNTIME_TABLE, [
+        "t.start", "t.end", export.column(RUNTIME_TABLE, "globalTid", "0"),
+        export.column(RUNTIME_TABLE, "correlationId", "-1"), export.column(RUNTIME_TABLE, "eventClass", "0"),
+        export.column(RUNTIME_TABLE, "nameId", "0")])[0]
+    call_key = (((global_tid >> 24) & _PID_MASK) << 32) | (correlation & 0xFFFFFFFF)
+    # one sort: per key, the preferred (non-legacy) copy comes first
+    order = np.argsort((call_key << 1) | (event_class == LEGACY_RUNTIME_CLASS))
+    order = order[correlation[order] >= 0]
+    sorted_keys = call_key[order]
+    first = np.ones(sorted_keys.size, dtype=bool)
+    first[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    unique_keys, unique_rows = sorted_keys[first], order[first]
+    del order, sorted_keys, first, call_key
+
+    op_key = (gpu["pid"] << 32) | (gpu["correlation_id"] & 0xFFFFFFFF)
+    launch_row = np.full(op_key.size, -1, np.int64)
+    if unique_keys.size:
+        position = np.minimum(np.searchsorted(unique_keys, op_key), unique_keys.size - 1)
+        matched = (unique_keys[position] == op_key) & (gpu["correlation_id"] >= 0)
+        launch_row[matched] = unique_rows[position[matched]]
+    used = np.zeros(start.size, dtype=bool)
+    used[launch_row[launch_row >= 0]] = True
+    used_rows = np.flatnonzero(used)
+    call_index = np.cumsum(used) - 1                      # runtime row -> index among used rows
+    op_launch = np.where(launch_row >= 0, call_index[np.maximum(launch_row, 0)], -1) if start.size else launch_row
+
+    name_codes, distinct_ids = pd.factorize(name_ids[used_rows])
+    found = export.strings(distinct_ids)
+    names = np.array([found.get(int(i), f"(runtime call #{int(i)})") for i in distinct_ids], dtype=object)
+    calls = {"kind": np.full(used_rows.size, _KIND_CODE[ev.RUNTIME], np.int8),
+             "category": np.full(used_rows.size, _CATEGORY_CODE[ev.RUNTIME_CAT], np.int8),
+             "name": name_codes.astype(np.int64), "names": names, "start": start[used_rows], "end": end[used_rows],
+             "device": np.full(used_rows.size, -1, np.int64), "thread": global_tid[used_rows],
+             "pid": (global_tid[used_rows] >> 24) & _PID_MASK, "correlation_id": correlation[used_rows]}
+    return calls, op_launch
+
+
+def _read_nvtx(export: _Export) -> dict:
+    """NVTX ranges and marks with their domain name, classified into kind/category/name/step."""
+    table = NVTX_TABLE
+    has_strings = STRINGS_TABLE in export.tables and "textId" in export.columns(table)
+    text = export.column(table, "text", "NULL")
+    text_expr = f"COALESCE({text}, s.value, '')" if has_strings else f"COALESCE({text}, '')"
+    join = f"LEFT JOIN {STRINGS_TABLE} AS s ON s.id = t.textId" if has_strings else ""
+    types = ",".join(map(str, (NVTX_MARK, *NVTX_RANGE_TYPES)))
+    (start, end, event_type, global_tid, domain_id, nvtx_category), name_codes, names = export.scan(
+        table, ["t.start", "IFNULL(t.end, t.start)", "t.eventType", export.column(table, "globalTid", "0"),
+                export.column(table, "domainId", "0"), export.column(table, "category", "-1")],
+        text_expr=text_expr, join=join, where=f"t.eventType IN ({types})")
+    names = np.where(names == "", UNNAMED, names) if names.size else names
+    pid = (global_tid >> 24) & _PID_MASK
+    is_mark = event_type == NVTX_MARK
+    end = np.where(is_mark, start, end)
+
+    # domain of each row: the type-75 row with the same domainId in the same process
+    domain_rows = export.rows(f"SELECT IFNULL(globalTid, 0), IFNULL(domainId, 0), text FROM {table} "
+                              f"WHERE eventType = {NVTX_DOMAIN_CREATE}") if table in export.tables else []
+    domain_names = np.array([""] + [str(name or "") for *_, name in domain_rows], dtype=object)
+    domain_keys = np.array([(((gtid >> 24) & _PID_MASK) << 32) | (did & 0xFFFFFFFF) for gtid, did, _ in domain_rows],
+                           dtype=np.int64)
+    key_order = np.argsort(domain_keys, kind="stable")
+    sorted_keys = domain_keys[key_order]
+    row_key = (pid << 32) | (domain_id & 0xFFFFFFFF)
+    position = np.minimum(np.searchsorted(sorted_keys, row_key), max(sorted_keys.size - 1, 0))
+    known = (sorted_keys.size > 0) & (domain_id != 0)
+    if sorted_keys.size:
+        known &= sorted_keys[position] == row_key
+    domain_code = np.where(known, 1 + key_order[position] if sorted_keys.size else 0, 0)
+    domain = domain_names[domain_code] if start.size else np.empty(0, object)
+
+    # per distinct name, then spread to rows
+    step_of_name = (pd.Series(names, dtype=object).str.extract(STEP_NAME)[0].astype(float)
+                    .fillna(-1).astype(np.int64).to_numpy() if names.size else np.empty(0, np.int64))
+    setup_call = np.isin(names, NON_COMMUNICATION_CALLS)
+    category = np.full(start.size, _CATEGORY_CODE[ev.USER], np.int8)
+    in_comm_domain = np.isin(domain, COMMUNICATION_DOMAINS) & ~setup_call[name_codes]
+    category[in_comm_domain] = _CATEGORY_CODE[ev.COMMUNICATION]
+    in_distprof = domain == DISTPROF_DOMAIN
+    category[in_distprof] = _CATEGORY_CODE[ev.PHASE]
+    for nvtx_value, mapped in DISTPROF_CATEGORY.items():
+        category[in_distprof & (nvtx_category == nvtx_value)] = _CATEGORY_CODE[mapped]
+    step = step_of_name[name_codes] if start.size else np.empty(0, np.int64)
+    step = np.where(is_mark, -1, step)
+    is_step = step >= 0
+    category[is_step] = _CATEGORY_CODE[ev.PHASE]
+    names = np.append(names, ev.PROFILE_STEP)
+    name_codes = np.where(is_step, names.size - 1, name_codes)
+    kind = np.where(is_mark, _KIND_CODE[ev.MARK],
+                    np.where(category == _CATEGORY_CODE[ev.COMMUNICATION], _KIND_CODE[ev.COMM_OP],
+                             _KIND_CODE[ev.RANGE])).astype(np.int8)
+    domain_counts = pd.Series(np.where(domain == "", "(default)", domain)).groupby(pid).value_counts()
+    return {"kind": kind, "category": category, "name": name_codes, "names": names, "start": start, "end": end,
+            "device": np.full(start.size, -1, np.int64), "thread": global_tid, "pid": pid,
+            "correlation_id": np.full(start.size, -1, np.int64), "step": step, "is_step": is_step,
+            "domain_counts": domain_counts}
+
+
+def _mpi_thread_ranks(export: _Export) -> dict[int, int]:
+    """pid -> N from NVTX thread names 'MPI Rank N' (2022.2 MPI tracing names the main thread)."""
+    if NVTX_TABLE not in export.tables:
+        return {}
+    has_strings = STRINGS_TABLE in export.tables and "textId" in export.columns(NVTX_TABLE)
+    text = (f"COALESCE(t.text, (SELECT value FROM {STRINGS_TABLE} WHERE id = t.textId))"
+            if has_strings else "t.text")
+    ranks = {}
+    for global_tid, name in export.rows(f"SELECT IFNULL(t.globalTid, 0), {text} FROM {NVTX_TABLE} AS t "
+                                        f"WHERE t.eventType = {NVTX_THREAD_NAME}"):
+        match = MPI_RANK_THREAD.match(str(name or ""))
+        if match:
+            ranks[(global_tid >> 24) & _PID_MASK] = int(match.group(1))
+    return ranks
+
+
+# -- nesting ----------------------------------------------------------------------------------------
+
+def innermost_enclosing(range_thread: np.ndarray, range_start: np.ndarray, range_end: np.ndarray,
+                        query_thread: np.ndarray, query_start: np.ndarray, query_end: np.ndarray) -> np.ndarray:
+    """For each query interval, the index of the innermost range on the same thread that
+    contains it (``start <= query_start`` and ``query_end <= end``), or -1.
+
+    Ranges are assumed to nest per thread, as push/pop ranges do. Two sorted sweeps, no loop:
+    the first gives the nesting depth of every range and query (ranges open at that instant, on
+    that thread); the innermost range containing a query is then the last range that started
+    before it on the same thread at the query's depth (or, when the query outlives that range,
+    the enclosing depth). A returned range always contains its query; with ranges that cross
+    each other (start/end ranges can) a query may get -1 or an outer range.
+    """
+    n, m = range_start.size, query_start.size
+    result = np.full(m, -1, np.int64)
+    if n == 0 or m == 0:
+        return result
+    # sweep 1: at equal times, ends before starts before queries (ranges are half-open for
+    # depth); starts at one time, outer (longer) range first
+    thread = np.concatenate([range_thread, range_thread, query_thread])
+    time = np.concatenate([range_start, range_end, query_start])
+    order_at_tie = np.concatenate([np.ones(n, np.int8), np.zeros(n, np.int8), np.full(m, 2, np.int8)])
+    outer_first = np.concatenate([-range_end, np.zeros(n + m, np.int64)])
+    order = np.lexsort((outer_first, order_at_tie, time, thread))
+    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64), np.zeros(m, np.int64)])
+    depth = np.empty(2 * n + m, np.int64)
+    depth[order] = np.cumsum(delta[order])
+    range_depth, query_depth = depth[:n], depth[2 * n:]
+
+    # sweep 2: per (thread, depth), the last range start at or before each query. A query that
+    # outlives that range (it crosses the range's end) tries the enclosing depth: one pass per
+    # nesting level, over the queries still open, never per event.
+    pending = np.flatnonzero(query_depth > 0)
+    depth_now = query_depth.copy()
+    while pending.size:
+        order = np.lexsort((np.concatenate([np.zeros(n, np.int8), np.ones(pending.size, np.int8)]),
+                            np.concatenate([range_start, query_start[pending]]),
+                            np.concatenate([range_depth, depth_now[pending]]),
+                            np.concatenate([range_thread, query_thread[pending]])))
+        is_range = order < n
+        last_range = np.maximum.accumulate(np.where(is_range, np.arange(order.size), -1))
+        query = pending[order[~is_range] - n]
+        candidate_at = last_range[~is_range]
+        candidate = np.where(candidate_at >= 0, order[np.maximum(candidate_at, 0)], -1)
+        safe = np.maximum(candidate, 0)
+        same_level = ((candidate >= 0) & (range_thread[safe] == query_thread[query])
+                      & (range_depth[safe] == depth_now[query]))
+        contains = same_level & (range_start[safe] <= query_start[query]) & (query_end[query] <= range_end[safe])
+        result[query[contains]] = candidate[contains]
+        pending = query[same_level & ~contains]
+        depth_now[pending] -= 1
+        pending = pending[depth_now[pending] > 0]
+    return result
+
+
+# -- assembling rank traces ---------------------------------------------------------------------------
+
+def _read_export(export: _Export, config: dict) -> list[RankTrace]:
+    path = export.path
+    if not export.tables & set(NSYS_TABLES):
+        raise SourceError(f"{path}: SQLite file but not an nsys export (none of the tables "
+                          f"{KERNEL_TABLE}, {NVTX_TABLE}, {STRINGS_TABLE}, META_DATA_EXPORT)")
+    communication = config.get("communication", DEFAULTS["communication"])
+    prefixes = tuple(communication.get("kernel_prefixes", DEFAULTS["communication"]["kernel_prefixes"]))
+    warnings: list[str] = []
+
+    gpu = _concat_parts([read_kernels(export, prefixes), *_read_memory_ops(export)])
+    calls, op_launch = _launch_calls(export, gpu)
+    nvtx = _read_nvtx(export)
+    gpu, op_launch = _drop_reversed(gpu, op_launch, warnings, path, "GPU ops")
+    nvtx, _ = _drop_reversed(nvtx, None, warnings, path, "NVTX ranges")
+    phase_names = _assign_phases_and_steps(gpu, calls, op_launch, nvtx)
+    del op_launch
+
+    metadata = _metadata(export)
+    normalized = metadata.get("EXPORT_PARAM_TIME_NORMALIZE", "").lower() == "true" or any(
+        part["start"].size and part["start"].max() > NORMALIZED_NS for part in (gpu, nvtx))
+    session_start = _session_start(export)
+    clock_offset = 0 if normalized or session_start is None else session_start
+    if session_start is None and not normalized:
+        warnings.append(f"{path}: no {SESSION_START_TABLE}: timestamps are relative to the session start "
+                        "and cannot be aligned with other files in absolute time")
+
+    # which processes are ranks, and their main device
+    gpu_pids = np.sort(pd.unique(gpu["pid"]))
+    nvtx_range_pids = np.sort(pd.unique(nvtx["pid"][nvtx["kind"] != _KIND_CODE[ev.MARK]]))
+    rank_pids = gpu_pids if gpu_pids.size else nvtx_range_pids
+    if not rank_pids.size:
+        raise SourceError(f"{path}: no CUDA activity (kernels, memcpy, memset) and no NVTX ranges in this report")
+    others = np.setdiff1d(nvtx_range_pids, rank_pids)
+    if others.size:
+        warnings.append(f"{path}: process(es) {', '.join(map(str, others))} have NVTX ranges but no CUDA "
+                        "activity; not counted as ranks")
+    devices: dict[int, int | None] = {}
+    for pid in rank_pids:  # one pass per process (a handful), not per event
+        on_gpu = gpu["device"][gpu["pid"] == pid]
+        on_gpu = on_gpu[on_gpu >= 0]
+        devices[int(pid)] = int(np.bincount(on_gpu).argmax()) if on_gpu.size else None
+    domain_counts = nvtx["domain_counts"]
+
+    lane_kind_gpu, lane_kind_host = _LANE_KIND_CODE[ev.GPU_STREAM], _LANE_KIND_CODE[ev.HOST_THREAD]
+    rows = _concat_parts([_event_columns(gpu, gpu["lane"], lane_kind_gpu),
+                          _event_columns(calls, calls["thread"] & _PID_MASK, lane_kind_host),
+                          _event_columns(nvtx, nvtx["thread"] & _PID_MASK, lane_kind_host)])
+    del gpu, calls, nvtx  # only the event rows are needed from here on
+    file_facts = {"nsys_version": metadata.get("EXPORT_PRODUCT_VERSION"),
+                  "schema_version": metadata.get("EXPORT_SCHEMA_VERSION"),
+                  "time_normalized": bool(normalized), "session_start_utc_ns": session_start,
+                  "processes_in_report": len(devices)}
+    return _rank_traces(export, rows, phase_names, devices, domain_counts, clock_offset, warnings, file_facts)
+
+
+def _assign_phases_and_steps(gpu: dict, calls: dict, op_launch: np.ndarray, nvtx: dict) -> np.ndarray:
+    """Set ``phase`` (codes into the returned names; 0 = none) and ``step`` of every GPU op,
+    launch call and NVTX row, and move ProfileStep rows to their GPU-projected bounds."""
+    is_range = (nvtx["kind"] != _KIND_CODE[ev.MARK]) & (nvtx["end"] > nvtx["start"])
+    phase_rows = np.flatnonzero(is_range & (nvtx["category"] == _CATEGORY_CODE[ev.PHASE]) & ~nvtx["is_step"])
+    step_rows = np.flatnonzero(is_range & nvtx["is_step"])
+    # queries: the launch calls, then the NVTX rows themselves (a phase range is its own phase)
+    query = [np.concatenate([calls[key], nvtx[key]]) for key in ("thread", "start", "end")]
+    n_calls = calls["start"].size
+
+    def enclosing(rows: np.ndarray) -> np.ndarray:
+        """Row of the innermost enclosing range among ``rows``, or -1."""
+        found = innermost_enclosing(nvtx["thread"][rows], nvtx["start"][rows], nvtx["end"][rows], *query)
+        return np.where(found >= 0, rows[np.maximum(found, 0)], -1) if rows.size else found
+
+    phase_row, step_row = enclosing(phase_rows), enclosing(step_rows)
+    # phase codes index the distinct phase names; code 0 is "" (no enclosing phase)
+    phase_of_row = np.zeros(nvtx["start"].size + 1, np.int64)      # last slot: row -1
+    codes, phase_names = pd.factorize(np.concatenate([[""], nvtx["names"][nvtx["name"][phase_rows]]]))
+    phase_of_row[phase_rows] = codes[1:]
+    step_of_row = np.append(nvtx["step"], -1)
+    query_phase, query_step = phase_of_row[phase_row], step_of_row[step_row]
+    calls["phase"], nvtx["phase"] = query_phase[:n_calls], query_phase[n_calls:]
+    calls["step"], nvtx["step"] = query_step[:n_calls], query_step[n_calls:]
+
+    launched = op_launch >= 0
+    launch_at = np.maximum(op_launch, 0)
+    none = np.full(op_launch.size, -1, np.int64)
+    gpu["phase"] = np.where(launched, calls["phase"][launch_at], 0) if n_calls else none + 1
+    gpu["step"] = np.where(launched, calls["step"][launch_at], -1) if n_calls else none
+    op_step_row = np.where(launched, step_row[:n_calls][launch_at], -1) if n_calls else none
+
+    # on the GPU a step spans the GPU ops launched inside its CPU range
+    has_step = op_step_row >= 0
+    if has_step.any():
+        first = np.full(nvtx["start"].size, np.iinfo(np.int64).max)
+        last = np.full(nvtx["start"].size, np.iinfo(np.int64).min)
+        np.minimum.at(first, op_step_row[has_step], gpu["start"][has_step])
+        np.maximum.at(last, op_step_row[has_step], gpu["end"][has_step])
+        projected = last > np.iinfo(np.int64).min
+        nvtx["start"] = np.where(projected, first, nvtx["start"])
+        nvtx["end"] = np.where(projected, last, nvtx["end"])
+    return np.asarray(phase_names, dtype=object)
+
+
+def _drop_reversed(columns: dict, op_launch: np.ndarray | None, warnings: list[str], path: Path, what: str):
+    """Rows ending before they start (seen in cut or damaged files) cannot be intervals: drop them."""
+    bad = columns["end"] < columns["start"]
+    if not bad.any():
+        return columns, op_launch
+    warnings.append(f"{path}: ignored {int(bad.sum())} {what} that end before they start")
+    keep = ~bad
+    cleaned = {key: (value[keep] if isinstance(value, np.ndarray) and value.shape == bad.shape and key != "names"
+                     else value) for key, value in columns.items()}
+    return cleaned, (op_launch[keep] if op_launch is not None else None)
+
+
+def _event_columns(part: dict, lane: np.ndarray, lane_kind: int) -> dict:
+    columns = {key: part[key] for key in ("kind", "category", "name", "names", "start", "end", "device", "pid",
+                                          "correlation_id", "step", "phase")}
+    return {**columns, "lane": lane, "lane_kind": np.full(lane.size, lane_kind, np.int8)}
+
+
+def _rank_traces(export: _Export, rows: dict, phase_names: np.ndarray, devices: dict[int, int | None],
+                 domain_counts: pd.Series, clock_offset: int, warnings: list[str], file_facts: dict) -> list[RankTrace]:
+    """One RankTrace per rank process, ordered by (device, pid); rank numbers as the module says."""
+    path = export.path
+    ordered = sorted(devices, key=lambda p: (devices[p] is None, devices[p] or 0, p))
+    env_rank = _env_rank(_captured_env(export))
+    mpi_ranks = _mpi_thread_ranks(export)
+    several = len(ordered) > 1
+    if several and env_rank:
+        warnings.append(f"{path}: report holds {len(ordered)} rank processes; the captured {env_rank[0]}="
+                        f"{env_rank[1]} is the launcher's and is not used (ranks follow device order)")
+    names = rows.pop("names")
+    traces = []
+    for index, pid in enumerate(ordered):  # one pass per process
+        if not several and env_rank:
+            rank, rank_from = env_rank[1], f"env {env_rank[0]}"
+        elif pid in mpi_ranks:
+            rank, rank_from = mpi_ranks[pid], "NVTX thread name 'MPI Rank N'"
+        elif several:
+            rank, rank_from = None, "device order" if devices[pid] is not None else "pid order"
+        else:
+            rank, rank_from = None, "file order"
+        mine = rows["pid"] == pid if several else slice(None)
+        column = {key: values[mine] for key, values in rows.items()}
+        name = pd.Categorical.from_codes(column["name"], categories=names)
+        phase = pd.Categorical.from_codes(column["phase"], categories=phase_names)
+        if several:
+            name, phase = name.remove_unused_categories(), phase.remove_unused_categories()
+        events = ev.make_events(
+            kind=pd.Categorical.from_codes(column["kind"], categories=ev.KINDS),
+            category=pd.Categorical.from_codes(column["category"], categories=ev.CATEGORIES),
+            lane_kind=pd.Categorical.from_codes(column["lane_kind"], categories=ev.LANE_KINDS),
+            name=name, phase=phase, start_ns=column["start"], end_ns=column["end"], device=column["device"],
+            lane=column["lane"], pid=column["pid"], correlation_id=column["correlation_id"], step=column["step"],
+            rank=-1 if rank is None else rank)
+        del column, name, phase
+        pid_domains = domain_counts[domain_counts.index.get_level_values(0) == pid]
+        meta = {**file_facts, "nvtx_domains": {str(domain): int(count)
+                                               for (_, domain), count in pid_domains.items()}}
+        traces.append(RankTrace(events=events, rank=rank, source="nsys", source_file=str(path), pid=int(pid),
+                                device=devices[pid], clock_offset_ns=int(clock_offset), rank_from=rank_from,
+                                warnings=list(warnings) if index == 0 else [], meta=meta))
+    return traces
