@@ -160,6 +160,29 @@ def test_step_without_gpu_work_keeps_cpu_bounds(tmp_path, config):
     assert distributed.rank_summary(trace.events, config)["window_ns"] == 1_000 + 2_500
 
 
+def test_distprof_profiler_steps_are_numbered_in_order(tmp_path, config):
+    """distprof.Profiler emits start/end ranges named 'ProfileStep' (no number), category PHASE."""
+    export = fx.NsysExport()
+    for step in range(3):
+        base = step * 10_000
+        export.range(6, base, base + 10_000, "ProfileStep", domain="distprof", category=1, event_type=60)
+        export.range(6, base + 100, base + 5_000, "forward", domain="distprof", category=1)
+        export.kernel(6, 0, 7, base + 2_000, base + 9_000, "gemm", launch=(base + 200, base + 300))
+    export.range(7, 0, 5, "ProfileStep", domain="other")                 # same name elsewhere: a step too
+    export.kernel(7, 1, 7, 0, 10, "gemm", launch=(1, 2))
+    traces = nsys.read(write(export, tmp_path), config)
+    events = traces[0].events
+    steps = events[events["name"] == ev.PROFILE_STEP]
+    assert values(steps, "step", "start_ns", "end_ns", "category") == [
+        [0, 2_000, 9_000, ev.PHASE], [1, 12_000, 19_000, ev.PHASE], [2, 22_000, 29_000, ev.PHASE]]
+    assert rows(events, ev.KERNEL)["step"].tolist() == [0, 1, 2]
+    assert values(events[events["name"] == "forward"], "step", "phase") == [[0, "forward"], [1, "forward"],
+                                                                            [2, "forward"]]
+    other = traces[1].events
+    assert values(other[other["kind"] == ev.RANGE], "name", "category", "step", "end_ns") == [
+        [ev.PROFILE_STEP, ev.PHASE, 0, 10]]
+
+
 def test_memcpy_and_memset_are_memory(tmp_path, config):
     export = fx.NsysExport()
     export.memcpy(9, 0, 7, 100, 200, launch=(10, 20))

@@ -29,13 +29,19 @@ What this reader decides, and why (see ``data/nsys/SCHEMA.md`` for the schema fa
   COMMUNICATION; ``MPI_Init``/``MPI_Finalize`` are USER). Domain ``distprof`` ranges are PHASEs,
   except NVTX category 2 = COMMUNICATION and 3 = USER. Ranges named ``ProfileStep#N`` or
   ``ProfilerStep#N`` (any domain) are the steps: name ``ProfileStep``, PHASE, ``step`` = N. All
-  other ranges are USER. Marks (type 34) are instants (``end_ns == start_ns``).
+  other ranges are USER. distprof's own profiler marks steps with ranges named plain
+  ``ProfileStep`` (in its domain), from step 0: such ranges are numbered in start order within
+  their process. Marks (type 34) are instants (``end_ns == start_ns``).
 * **Step and phase of GPU work.** A GPU op belongs to the innermost phase range (and the step
   range) on the thread of its launching runtime call that contains that call, as the
-  ``nvtx_gpu_proj`` recipes do. On the GPU, a step is the span of the GPU ops launched inside
-  its CPU range (as the PyTorch profiler and HTA show it), so ProfileStep rows carry those
-  GPU-projected bounds; a step that launched nothing keeps its CPU bounds. Only runtime calls
+  ``nvtx_gpu_proj`` recipes do; NVTX rows and launch calls get the innermost phase and step
+  around them on their own thread (a phase range is its own phase). On the GPU, a step is the
+  span of the GPU ops launched inside its CPU range (as the PyTorch profiler and HTA show it),
+  so ProfileStep rows carry those GPU-projected bounds; a step that launched nothing keeps its
+  CPU bounds. Only runtime calls
   that launched a GPU op are kept (kind ``runtime``), to keep memory near the GPU op count.
+  Host rows (runtime calls, NVTX) have ``device`` -1 and ``lane`` = thread id. The events'
+  ``rank`` column is the trace's rank, or -1 while it is unknown.
 * **Clocks.** Events stay on the file's clock (ns since session start, or UTC when the export
   was normalized: ``EXPORT_PARAM_TIME_NORMALIZE='true'`` or values above 1e18).
   ``clock_offset_ns`` = ``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` puts them on UTC; 0 when
@@ -452,6 +458,13 @@ def _read_nvtx(export: _Export) -> dict:
     for nvtx_value, mapped in DISTPROF_CATEGORY.items():
         category[in_distprof & (nvtx_category == nvtx_value)] = _CATEGORY_CODE[mapped]
     step = step_of_name[name_codes] if start.size else np.empty(0, np.int64)
+    # distprof's profiler names its step ranges plain "ProfileStep", one per step from step 0:
+    # number them in start order within their process (in any domain: the analyses take every
+    # range of that name as a step)
+    own_step = np.isin(names, [ev.PROFILE_STEP])[name_codes] if start.size else is_mark
+    own_rows = np.flatnonzero(own_step & ~is_mark)
+    own_rows = own_rows[np.lexsort((start[own_rows], pid[own_rows]))]
+    step[own_rows] = np.arange(own_rows.size) - np.searchsorted(pid[own_rows], pid[own_rows], side="left")
     step = np.where(is_mark, -1, step)
     is_step = step >= 0
     category[is_step] = _CATEGORY_CODE[ev.PHASE]
