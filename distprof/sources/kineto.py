@@ -1,0 +1,553 @@
+"""Reader for PyTorch profiler (Kineto) Chrome traces: ``.json`` or ``.json.gz``, one rank per file.
+
+What the format holds (Kineto ``output_json.cpp`` and the real traces in ``data/kineto``):
+``traceEvents`` of complete events (``ph`` "X") with ``ts``/``dur`` in microseconds. Newer
+PyTorch writes ``ts`` relative to ``baseTimeNanoseconds`` with exactly three decimals (whole
+nanoseconds); older PyTorch writes integer microseconds since the epoch. GPU events sit in a
+pseudo-process whose pid is the device index and whose tid is the stream; their ``args`` carry
+``device``, ``stream`` and ``correlation``, which equals the ``correlation`` of the
+``cuda_runtime``/``cuda_driver`` call that launched them.
+
+Mapping to the event table (``distprof.events``):
+
+==========================================  ======================================================
+``cat``                                     row
+==========================================  ======================================================
+kernel                                      kernel; COMMUNICATION if the name starts with one of
+                                            ``communication.kernel_prefixes``, else COMPUTE
+gpu_memcpy / gpu_memset                     memcpy / memset, MEMORY
+cuda_runtime / cuda_driver                  runtime, RUNTIME (kept: they join kernels to the CPU)
+cpu_op / user_annotation / python_function  range, USER, on the host thread
+gpu_user_annotation                         range, USER, on the GPU stream
+``ProfilerStep#N``                          range ``ProfileStep``, PHASE, ``step`` = N, bounded by
+                                            the GPU work launched inside it (see below); the
+                                            original CPU range stays as a USER row
+anything else (Trace spans, flows, ...)     skipped (counted in ``meta["skipped_categories"]``)
+==========================================  ======================================================
+
+GPU rows get the *host* process pid (not Kineto's device pseudo-pid) so that all lanes of a rank
+share one process key. A GPU row's ``step`` is the ProfilerStep whose CPU range holds its
+launching call (any thread of the process). A step's GPU window is the span of the kernels,
+memcpys and memsets launched in it; a step that launched nothing keeps its CPU bounds.
+
+Timestamps become integer nanoseconds *as written*: integers exactly; floats through an
+integer/fraction split that is exact for three-decimal text below 2**43 µs (101 days: always
+so for relative Kineto time); anything else (numbers in strings, larger fractional values)
+through ``decimal`` on the text itself, re-decoding the file with numbers kept as text. Digits
+below the nanosecond are rounded to nearest.
+
+Clock: ``clock_offset_ns`` = ``baseTimeNanoseconds`` when present (Kineto's definition:
+absolute = base + ts), else 0, since older traces already write microseconds since the epoch.
+
+Speed: ``msgspec`` decodes straight into small typed structs holding only the fields read here
+(the rest of each event, mostly ``args``, is skipped without creating Python objects); columns
+are then pulled out with C-level ``map``/``attrgetter`` and everything after is numpy. Without
+``msgspec`` the stdlib ``json`` gives the same result, slower.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import re
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal, InvalidOperation
+from itertools import compress, repeat
+from operator import attrgetter, eq, is_not, methodcaller
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+import pandas as pd
+
+from .. import events as ev
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - exercised only where msgspec is absent
+    msgspec = None
+
+# classes of Kineto categories (lower-cased ``cat``)
+_KERNEL, _MEMCPY, _MEMSET, _RUNTIME, _HOST_RANGE, _GPU_RANGE, _DROP = range(7)
+_CATEGORY_CLASS = {
+    "kernel": _KERNEL,
+    "gpu_memcpy": _MEMCPY, "memcpy": _MEMCPY,
+    "gpu_memset": _MEMSET, "memset": _MEMSET,
+    "cuda_runtime": _RUNTIME, "cuda_driver": _RUNTIME, "runtime": _RUNTIME,
+    "cpu_op": _HOST_RANGE, "operator": _HOST_RANGE, "user_annotation": _HOST_RANGE,
+    "python_function": _HOST_RANGE,
+    "gpu_user_annotation": _GPU_RANGE,
+}
+_GPU_WORK = (_KERNEL, _MEMCPY, _MEMSET)
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+# Below this many µs, a float parsed from text with <= 3 decimals lies within 0.49 ns of the
+# text's value, so the integer/fraction split recovers the exact nanosecond (see _us_to_ns).
+_EXACT_FLOAT_LIMIT_US = 2.0 ** 43
+_INT_US_LIMIT = (2 ** 63 - 1) // 1000
+_NO_TRACE_EVENTS = "JSON without a 'traceEvents' list, not a PyTorch profiler trace"
+
+# field -> JSON key, for the stdlib fallback (msgspec structs carry the same names as attributes)
+_ARG_KEYS = {"stream": "stream", "device": "device", "correlation": "correlation",
+             "collective": "Collective name", "in_nelems": "In msg nelems",
+             "out_nelems": "Out msg nelems", "group_size": "Group size"}
+
+if msgspec is not None:
+    class _Args(msgspec.Struct, gc=False):
+        """The args read here; every other key is skipped by the decoder."""
+        stream: Any = None
+        device: Any = None
+        correlation: Any = None
+        collective: Any = msgspec.field(name="Collective name", default=None)
+        in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+        out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+        group_size: Any = msgspec.field(name="Group size", default=None)
+
+    def _decoder(time_type):
+        """A decoder of the trace into structs; ``ts``/``dur`` decode as ``time_type``."""
+        event = msgspec.defstruct("_Event", [
+            ("ph", Any, None), ("cat", Any, None), ("name", Any, ""), ("pid", Any, None), ("tid", Any, None),
+            ("ts", time_type, None), ("dur", time_type, None), ("args", Union[_Args, None], None),  # noqa: UP007
+        ], gc=False)
+        trace = msgspec.defstruct("_Trace", [
+            ("traceEvents", list[event]), ("distributedInfo", Any, None), ("baseTimeNanoseconds", Any, None),
+            ("deviceProperties", Any, None),
+        ], gc=False)
+        return msgspec.json.Decoder(trace)
+
+    _FAST_DECODER = _decoder(Union[int, float, str, None])  # noqa: UP007
+    _EXACT_DECODER = _decoder(Union[int, Decimal, None])  # noqa: UP007 - numbers keep their text
+    _EMPTY_ARGS = _Args()
+
+
+class _NeedText(Exception):
+    """Parsed floats cannot be converted to ns exactly: decode again keeping the number text."""
+
+
+class _Document:
+    """The parts of a trace file that the reader uses, however it was decoded."""
+
+    def __init__(self, events: list, info: dict, structs: bool) -> None:
+        self.events = events
+        self.info = info          # distributedInfo, baseTimeNanoseconds, deviceProperties
+        self.structs = structs    # events are msgspec structs (attributes) or dicts (keys)
+
+    def field(self, items, name: str) -> list:
+        """One field of many events, iterated in C (map + attrgetter/methodcaller)."""
+        get = attrgetter(name) if self.structs else methodcaller("get", name)
+        return list(map(get, items))
+
+    def arg(self, args: list, name: str) -> list:
+        get = attrgetter(name) if self.structs else methodcaller("get", _ARG_KEYS[name])
+        return list(map(get, args))
+
+    def args(self, items) -> list:
+        """The args of many events; an empty one where absent or not an object."""
+        values = self.field(items, "args")
+        kind = _Args if self.structs else dict
+        empty = _EMPTY_ARGS if self.structs else {}
+        ok = list(map(isinstance, values, repeat(kind)))
+        if all(ok):
+            return values
+        return [value if good else empty for value, good in zip(values, ok)]
+
+
+def read(path: Path, config: dict) -> list[ev.RankTrace]:
+    """Read one Kineto trace file as one rank. Raises SourceError with one line on bad input."""
+    path = Path(path)
+    with _gc_paused():
+        try:
+            return [_convert(path, _load(path, exact_text=False), config)]
+        except _NeedText:
+            return [_convert(path, _load(path, exact_text=True), config)]
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Decoding creates millions of acyclic objects; the cyclic collector would rescan them
+    over and over as they are created. Restored on exit."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+# ---------------------------------------------------------------------------- loading
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise ev.SourceError(f"{path}: cannot read ({error.strerror or error})") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as error:
+            raise ev.SourceError(f"{path}: corrupt or truncated gzip ({error})") from None
+    if not data or data.isspace():
+        raise ev.SourceError(f"{path}: empty file, not a Kineto trace")
+    return data
+
+
+def _load(path: Path, exact_text: bool) -> _Document:
+    """Decode the file; with ``exact_text`` non-integer numbers come back as Decimal."""
+    data = _read_bytes(path)
+    if msgspec is not None:
+        decoder = _EXACT_DECODER if exact_text else _FAST_DECODER
+        try:
+            trace = decoder.decode(data)
+        except msgspec.DecodeError as error:
+            if isinstance(error, msgspec.ValidationError):
+                raise ev.SourceError(f"{path}: {_validation_message(str(error))}") from None
+            raise ev.SourceError(f"{path}: not valid JSON ({str(error).removeprefix('JSON is malformed: ')})") \
+                from None
+        info = {"distributedInfo": trace.distributedInfo, "baseTimeNanoseconds": trace.baseTimeNanoseconds,
+                "deviceProperties": trace.deviceProperties}
+        return _Document(trace.traceEvents, info, structs=True)
+    try:  # pragma: no cover - stdlib fallback
+        document = json.loads(data, parse_float=Decimal) if exact_text else json.loads(data)
+    except (ValueError, UnicodeDecodeError) as error:  # pragma: no cover
+        where = f" at line {error.lineno} column {error.colno}" if hasattr(error, "lineno") else ""
+        raise ev.SourceError(f"{path}: not valid JSON ({getattr(error, 'msg', error)}{where})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):  # pragma: no cover
+        raise ev.SourceError(f"{path}: {_NO_TRACE_EVENTS}")
+    events = document["traceEvents"]  # pragma: no cover
+    if not all(map(isinstance, events, repeat(dict))):  # pragma: no cover
+        raise ev.SourceError(f"{path}: 'traceEvents' holds entries that are not JSON objects")
+    return _Document(events, document, structs=False)  # pragma: no cover
+
+
+def _validation_message(message: str) -> str:
+    """msgspec's schema message, phrased for a user who gave the wrong file."""
+    top_level = " - at `" not in message or message.endswith("- at `$`")
+    if top_level or message.endswith("- at `$.traceEvents`"):  # not an object, or no traceEvents list
+        return _NO_TRACE_EVENTS
+    return f"unexpected trace content: {message}"
+
+
+# ---------------------------------------------------------------------------- numbers
+
+def _us_to_ns(values: list) -> np.ndarray:
+    """Microsecond numbers as decoded (int, float, text or Decimal) to int64 ns, as written.
+
+    Floats: with x = fl(v) for a text v of <= 3 decimals and |v| < 2**43, |x - v| <= 2**-11 µs,
+    so trunc(x) = trunc(v), x - trunc(x) is exact, and 1000 * frac is within 0.49 ns of the
+    integer, which rint recovers. Naive rint(1000 * x) is not exact there (one more rounding).
+    """
+    if not values:
+        return np.empty(0, np.int64)
+    kinds = set(map(type, values))
+    if kinds <= {int}:
+        try:
+            whole = np.array(values, dtype=np.int64)
+        except OverflowError:
+            raise ev.SourceError("timestamp out of range") from None
+        if np.abs(whole).max() > _INT_US_LIMIT:
+            raise ev.SourceError("timestamp out of range")
+        return whole * 1000
+    if kinds <= {int, float}:
+        floats = np.array(values, dtype=np.float64)
+        if not (np.abs(floats) < _EXACT_FLOAT_LIMIT_US).all():
+            raise _NeedText
+        whole = np.trunc(floats)
+        return whole.astype(np.int64) * 1000 + np.rint((floats - whole) * 1000).astype(np.int64)
+    if float in kinds:
+        raise _NeedText  # floats next to text: keep every number as text
+    try:
+        nanos = list(map(round, map(Decimal.scaleb, map(Decimal, values), repeat(3))))
+        return np.array(nanos, dtype=np.int64)
+    except (InvalidOperation, ValueError, TypeError):
+        bad = next(value for value in values if not _is_number(value))
+        raise ev.SourceError(f"timestamp {bad!r} is not a number") from None
+    except OverflowError:
+        raise ev.SourceError("timestamp out of range") from None
+
+
+def _is_number(value) -> bool:
+    try:
+        return not isinstance(value, bool) and Decimal(value).is_finite()
+    except (InvalidOperation, ValueError, TypeError):
+        return False
+
+
+def _int_column(values: list, default: int = -1) -> np.ndarray:
+    """Integer ids (pid, tid, stream, device, correlation) from JSON values; text such as
+    'stream 7' gives its number, anything else the default. Loops only over distinct values."""
+    if not values:
+        return np.empty(0, np.int64)
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+    codes, uniques = pd.factorize(np.array(values, dtype=object))
+    mapped = np.array([_to_int(value, default) for value in uniques] + [default], dtype=np.int64)
+    return mapped[codes]  # code -1 (None) picks the trailing default
+
+
+def _to_int(value, default: int) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value if -2 ** 63 <= value < 2 ** 63 else default
+    if isinstance(value, (float, Decimal)) and value == value and value == int(value):
+        return int(value)
+    if isinstance(value, str):
+        match = re.search(r"-?\d+", value)
+        if match:
+            return int(match.group())
+    return default
+
+
+# ---------------------------------------------------------------------------- conversion
+
+def _convert(path: Path, document: _Document, config: dict) -> ev.RankTrace:
+    try:
+        return _build(path, document, config)
+    except ev.SourceError as error:
+        message = str(error)
+        raise ev.SourceError(message if message.startswith(f"{path}:") else f"{path}: {message}") from None
+
+
+def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
+    # complete events of the known categories
+    complete = list(compress(doc.events, map(eq, doc.field(doc.events, "ph"), repeat("X"))))
+    cats = np.array(doc.field(complete, "cat"), dtype=object)
+    cat_codes, cat_uniques = pd.factorize(cats)
+    class_of = np.array([_CATEGORY_CLASS.get(str(cat).lower(), _DROP) for cat in cat_uniques] + [_DROP],
+                        dtype=np.int8)
+    classes = class_of[cat_codes]
+    keep = classes != _DROP
+    skipped = {str(cat): int(count) for cat, count in pd.Series(cats[~keep].astype(str)).value_counts().items()}
+    rows = list(compress(complete, keep.tolist()))
+    classes = classes[keep]
+    del complete, cats, cat_codes
+    if not rows:
+        raise ev.SourceError("no CPU or GPU events in the trace (only metadata or unknown categories)")
+
+    start_raw = doc.field(rows, "ts")
+    if None in set(start_raw):  # malformed rows without a time: skip them
+        has_ts = list(map(is_not, start_raw, repeat(None)))
+        rows, classes = list(compress(rows, has_ts)), classes[np.array(has_ts)]
+        start_raw = list(compress(start_raw, has_ts))
+        skipped["(no ts)"] = len(has_ts) - len(rows)
+    start_ns = _us_to_ns(start_raw)
+    durations = doc.field(rows, "dur")
+    if None in set(durations):
+        durations = [0 if value is None else value for value in durations]
+    dur_ns = _us_to_ns(durations)
+    negative = int((dur_ns < 0).sum())
+    end_ns = start_ns + np.maximum(dur_ns, 0)
+    del start_raw, durations, dur_ns
+
+    name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
+    pid = _int_column(doc.field(rows, "pid"))
+    tid = _int_column(doc.field(rows, "tid"))
+
+    gpu = np.isin(classes, (*_GPU_WORK, _GPU_RANGE))
+    linked = np.isin(classes, (*_GPU_WORK, _RUNTIME))
+    lane = tid.copy()
+    device = np.full(len(rows), -1, np.int64)
+    correlation = np.full(len(rows), -1, np.int64)
+    if linked.any() or gpu.any():
+        needs_args = gpu | linked
+        args = doc.args(compress(rows, needs_args.tolist()))
+        where = np.flatnonzero(needs_args)
+        correlation[where] = np.where(linked[where], _int_column(doc.arg(args, "correlation")), -1)
+        gpu_args = list(compress(args, gpu[where].tolist()))
+        stream = _int_column(doc.arg(gpu_args, "stream"))
+        lane[gpu] = np.where(stream >= 0, stream, tid[gpu])
+        dev = _int_column(doc.arg(gpu_args, "device"))
+        device[gpu] = np.where(dev >= 0, dev, pid[gpu])
+    kernel_args = doc.args(compress(rows, (classes == _KERNEL).tolist()))
+    del rows
+
+    # ProfilerStep#N ranges: the CPU bounds of the steps, and the process that owns them
+    step_of_name = np.array([_step_number(name) for name in name_uniques] + [-1], dtype=np.int64)
+    step_rows = np.flatnonzero((classes == _HOST_RANGE) & (step_of_name[name_codes] >= 0))
+    step_rows = step_rows[np.argsort(start_ns[step_rows], kind="stable")]
+    step_numbers = step_of_name[name_codes[step_rows]]
+    step_start, step_end, step_pid = start_ns[step_rows], end_ns[step_rows], pid[step_rows]
+    host_pid = _main_pid(pid, classes, step_pid)
+
+    # host rows: the step whose CPU range holds their start, on the step's process;
+    # GPU work: the step of its launching runtime call (joined on correlation id)
+    step = np.full(len(classes), -1, np.int64)
+    host = ~gpu
+    step[host] = _step_at(start_ns[host], pid[host], step_start, step_end, step_pid, step_numbers)
+    step[step_rows] = step_numbers
+    work = np.flatnonzero(np.isin(classes, _GPU_WORK))
+    runtime = np.flatnonzero(classes == _RUNTIME)
+    launch = _launch_rows(correlation[work], correlation[runtime])
+    step[work] = np.where(launch >= 0, step[runtime[np.maximum(launch, 0)]] if runtime.size else -1, -1)
+    if host_pid is not None:
+        pid[gpu] = host_pid
+    gpu_start, gpu_end = _step_gpu_bounds(step_numbers, step[work], start_ns[work], end_ns[work],
+                                          step_start, step_end)
+
+    # kind / category / lane kind as category codes
+    kind = np.full(len(classes), ev.KINDS.index(ev.RANGE), np.int64)
+    for cls, value in ((_KERNEL, ev.KERNEL), (_MEMCPY, ev.MEMCPY), (_MEMSET, ev.MEMSET), (_RUNTIME, ev.RUNTIME)):
+        kind[classes == cls] = ev.KINDS.index(value)
+    category = np.full(len(classes), ev.CATEGORIES.index(ev.USER), np.int64)
+    category[np.isin(classes, (_MEMCPY, _MEMSET))] = ev.CATEGORIES.index(ev.MEMORY)
+    category[classes == _RUNTIME] = ev.CATEGORIES.index(ev.RUNTIME_CAT)
+    prefixes = tuple(config.get("communication", {}).get("kernel_prefixes", ["nccl"]))
+    comm_name = np.array([name.startswith(prefixes) for name in name_uniques] + [False], dtype=bool)
+    is_kernel = classes == _KERNEL
+    category[is_kernel] = np.where(comm_name[name_codes[is_kernel]], ev.CATEGORIES.index(ev.COMMUNICATION),
+                                   ev.CATEGORIES.index(ev.COMPUTE))
+    lane_kind = np.where(gpu, ev.LANE_KINDS.index(ev.GPU_STREAM), ev.LANE_KINDS.index(ev.HOST_THREAD))
+
+    # append one ProfileStep row per step (the CPU ProfilerStep#N rows stay as USER ranges)
+    n_steps = step_rows.size
+    if ev.PROFILE_STEP not in name_uniques:
+        name_uniques = [*name_uniques, ev.PROFILE_STEP]
+    profile_step_code = name_uniques.index(ev.PROFILE_STEP)
+    columns = {
+        "kind": np.concatenate([kind, np.full(n_steps, ev.KINDS.index(ev.RANGE))]),
+        "category": np.concatenate([category, np.full(n_steps, ev.CATEGORIES.index(ev.PHASE))]),
+        "name": np.concatenate([name_codes, np.full(n_steps, profile_step_code)]),
+        "start_ns": np.concatenate([start_ns, gpu_start]),
+        "end_ns": np.concatenate([end_ns, gpu_end]),
+        "device": np.concatenate([device, np.full(n_steps, -1, np.int64)]),
+        "lane": np.concatenate([lane, tid[step_rows]]),
+        "lane_kind": np.concatenate([lane_kind, np.full(n_steps, ev.LANE_KINDS.index(ev.HOST_THREAD))]),
+        "pid": np.concatenate([pid, step_pid]),
+        "correlation_id": np.concatenate([correlation, np.full(n_steps, -1, np.int64)]),
+        "step": np.concatenate([step, step_numbers]),
+    }
+    for column, allowed in (("kind", ev.KINDS), ("category", ev.CATEGORIES), ("lane_kind", ev.LANE_KINDS),
+                            ("name", name_uniques)):
+        columns[column] = pd.Categorical.from_codes(columns[column], categories=allowed)
+    rank, rank_from = _rank(doc.info.get("distributedInfo"), path)
+    table = ev.make_events(rank=-1 if rank is None else rank, phase="", **columns)
+
+    used = device[gpu & (device >= 0)]
+    main_device = int(np.bincount(used).argmax()) if used.size else None
+    warnings = [f"{path}: {negative} event(s) with negative duration, clamped to 0"] if negative else []
+    meta = _meta(doc, main_device, int(work.size - (launch >= 0).sum()), skipped)
+    meta["nccl_collectives"] = _collectives(doc, kernel_args)
+    return ev.RankTrace(events=table, rank=rank, source="kineto", source_file=str(path), pid=host_pid,
+                        device=main_device, clock_offset_ns=_to_int(doc.info.get("baseTimeNanoseconds"), 0),
+                        rank_from=rank_from, warnings=warnings, meta=meta)
+
+
+def _factorize_names(names: list) -> tuple[np.ndarray, list[str]]:
+    """Codes and distinct names as text (a missing or non-text name becomes its text or '')."""
+    codes, uniques = pd.factorize(np.array(names, dtype=object))
+    texts = ["" if value is None else value if isinstance(value, str) else str(value) for value in uniques]
+    if (codes < 0).any() or len(set(texts)) != len(texts):
+        texts.append("")
+        recoded, texts_unique = pd.factorize(np.array(texts, dtype=object))
+        return recoded[codes], list(texts_unique)  # code -1 picks the appended ''
+    return codes, texts
+
+
+def _step_number(name: str) -> int:
+    match = _STEP_NAME.match(name)
+    return int(match.group(1)) if match else -1
+
+
+def _main_pid(pid: np.ndarray, classes: np.ndarray, step_pid: np.ndarray) -> int | None:
+    """The training process: owner of the ProfilerSteps, else of most launches, else of most
+    host events; None for a GPU-only trace."""
+    for values in (step_pid, pid[classes == _RUNTIME], pid[np.isin(classes, (_HOST_RANGE, _RUNTIME))]):
+        if values.size:
+            unique, counts = np.unique(values, return_counts=True)
+            return int(unique[counts.argmax()])
+    return None
+
+
+def _step_at(times, pids, step_start, step_end, step_pid, step_numbers) -> np.ndarray:
+    """For each time, the number of the step whose [start, end) holds it on the same pid, else -1."""
+    if not step_start.size:
+        return np.full(times.size, -1, np.int64)
+    index = np.searchsorted(step_start, times, side="right") - 1
+    safe = np.maximum(index, 0)
+    inside = (index >= 0) & (times < step_end[safe]) & (pids == step_pid[safe])
+    return np.where(inside, step_numbers[safe], -1)
+
+
+def _launch_rows(work_correlation: np.ndarray, runtime_correlation: np.ndarray) -> np.ndarray:
+    """Position among the runtime rows of each GPU row's launching call (same correlation), or -1."""
+    if not runtime_correlation.size:
+        return np.full(work_correlation.size, -1, np.int64)
+    order = np.argsort(runtime_correlation, kind="stable")
+    ordered = runtime_correlation[order]
+    position = np.minimum(np.searchsorted(ordered, work_correlation), ordered.size - 1)
+    found = (ordered[position] == work_correlation) & (work_correlation >= 0)
+    return np.where(found, order[position], -1)
+
+
+def _step_gpu_bounds(step_numbers, work_step, work_start, work_end, step_start, step_end):
+    """Per step: [min start, max end] of the GPU work launched in it, else its CPU bounds."""
+    gpu_start, gpu_end = step_start.copy(), step_end.copy()
+    if not step_numbers.size or not work_step.size:
+        return gpu_start, gpu_end
+    order = np.argsort(step_numbers, kind="stable")
+    slot = np.minimum(np.searchsorted(step_numbers[order], work_step), order.size - 1)
+    valid = (work_step >= 0) & (step_numbers[order][slot] == work_step)
+    target = order[slot[valid]]
+    lowest = np.full(step_numbers.size, np.iinfo(np.int64).max)
+    highest = np.full(step_numbers.size, np.iinfo(np.int64).min)
+    np.minimum.at(lowest, target, work_start[valid])
+    np.maximum.at(highest, target, work_end[valid])
+    has_work = highest >= lowest
+    gpu_start[has_work], gpu_end[has_work] = lowest[has_work], highest[has_work]
+    return gpu_start, gpu_end
+
+
+def _rank(info, path: Path) -> tuple[int | None, str]:
+    """Rank from distributedInfo, else from the file name (rank-3, rank3, rank_3...), else None."""
+    if isinstance(info, dict) and info.get("rank") is not None:
+        rank = _to_int(info["rank"], -1)
+        if rank >= 0:
+            return rank, "distributedInfo"
+    for name in (path.name, path.parent.name):
+        matches = _RANK_IN_NAME.findall(name)
+        if matches:
+            return int(matches[-1]), "file name"
+    return None, "unknown"
+
+
+def _meta(doc: _Document, device: int | None, unlaunched: int, skipped: dict) -> dict:
+    """Compact facts about the file (they travel to rank 0 with the summary)."""
+    info = doc.info.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    meta = {"world_size": _to_int(info.get("world_size"), 0) or None, "backend": info.get("backend"),
+            "base_time_ns": _to_int(doc.info.get("baseTimeNanoseconds"), 0) or None,
+            "gpu_events_without_launch": unlaunched, "skipped_categories": skipped}
+    properties = doc.info.get("deviceProperties")
+    if device is not None and isinstance(properties, list):
+        meta["gpu_name"] = next((p.get("name") for p in properties if isinstance(p, dict) and p.get("id") == device),
+                                None)
+    return meta
+
+
+def _collectives(doc: _Document, kernel_args: list) -> dict:
+    """Per NCCL collective name (kernel args ``Collective name`` etc., as Kineto copies them from
+    ``record_param_comms``): count, elements in and out, group size."""
+    names = doc.arg(kernel_args, "collective")
+    summary: dict[str, dict] = {}
+    for index in compress(range(len(names)), map(is_not, names, repeat(None))):  # collective kernels: few
+        args = kernel_args[index]
+        entry = summary.setdefault(str(names[index]), {"count": 0, "in_msg_nelems": 0, "out_msg_nelems": 0,
+                                                       "group_size": None})
+        entry["count"] += 1
+        entry["in_msg_nelems"] += max(_to_int(doc.arg([args], "in_nelems")[0], 0), 0)
+        entry["out_msg_nelems"] += max(_to_int(doc.arg([args], "out_nelems")[0], 0), 0)
+        group = _to_int(doc.arg([args], "group_size")[0], -1)
+        if group > 0:
+            entry["group_size"] = max(entry["group_size"] or 0, group)
+    return summary
+
+
+__all__ = ["read"]

@@ -1,0 +1,381 @@
+"""Kineto (PyTorch profiler) traces: exact figures on synthetic traces with known intervals, exact
+time conversion, rank detection, bad files, and the real traces in ../shared/data/kineto."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import kineto_fixtures as kf
+import numpy as np
+import pytest
+
+from distprof import config as config_mod
+from distprof import events as ev
+from distprof import gather, sources
+from distprof.sources import kineto
+
+
+def config(window: str = "steps", **overrides) -> dict:
+    return config_mod.load(overrides={"window": window, **overrides})
+
+
+def read_one(path: Path, cfg: dict | None = None) -> ev.RankTrace:
+    traces = sources.read(path, cfg or config())
+    assert len(traces) == 1
+    return traces[0]
+
+
+def figures(trace: ev.RankTrace, window: str) -> dict:
+    result = gather.reduce_rank(trace, config(window))
+    keys = ("window_ns", "communication_ns", "computation_ns", "overlap_ns", "exposed_communication_ns", "idle_ns")
+    return {key: result[key] for key in keys}
+
+
+STEPS_FIGURES = {"window_ns": 183_000, "communication_ns": 70_000, "computation_ns": 90_000,
+                 "overlap_ns": 20_000, "exposed_communication_ns": 50_000, "idle_ns": 43_000}
+ALL_FIGURES = {"window_ns": 329_000, "communication_ns": 95_000, "computation_ns": 100_000,
+               "overlap_ns": 25_000, "exposed_communication_ns": 70_000, "idle_ns": 159_000}
+
+
+# ------------------------------------------------------------------ known intervals
+
+@pytest.mark.parametrize("time_format", kf.TIME_FORMATS)
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_overlap_figures_exact_in_both_windows(tmp_path, time_format, suffix):
+    path = kf.overlap_trace(time_format=time_format).write(tmp_path / f"rank0{suffix}")
+    trace = read_one(path)
+    assert figures(trace, "steps") == STEPS_FIGURES
+    assert figures(trace, "all") == ALL_FIGURES
+    result = gather.reduce_rank(trace, config("all"))
+    assert result["overlap_ratio"] == 25_000 / 95_000
+    assert result["comm_lanes"] == ["cuda:0/stream 13"]
+    assert result["compute_lanes"] == ["cuda:0/stream 7"]
+
+
+@pytest.mark.parametrize("time_format", ["us3", "str"])
+def test_figures_exact_far_from_zero_with_sub_microsecond_origin(tmp_path, time_format):
+    # 4458676522690.655 µs: the magnitude of the real nccl trace, where rint(x * 1000) is off by 1 ns
+    origin = 4_458_676_522_690_655
+    path = kf.overlap_trace(time_format=time_format, origin_ns=origin).write(tmp_path / "t.json")
+    trace = read_one(path)
+    assert figures(trace, "steps") == STEPS_FIGURES
+    assert figures(trace, "all") == ALL_FIGURES
+    assert trace.events["start_ns"].min() == origin + 1_000
+
+
+def test_epoch_microseconds_with_fractions_are_exact(tmp_path):
+    # beyond 2**43 µs a float cannot hold the ns: the reader must fall back to the text itself
+    origin = 1_682_725_898_236_567_123  # ns since the epoch
+    path = kf.overlap_trace(origin_ns=origin, base_time_ns=None).write(tmp_path / "t.json.gz")
+    trace = read_one(path)
+    assert figures(trace, "all") == ALL_FIGURES
+    assert trace.events["start_ns"].min() == origin + 1_000
+    assert trace.clock_offset_ns == 0
+
+
+def test_step_windows_are_gpu_projected(tmp_path):
+    trace = read_one(kf.overlap_trace().write(tmp_path / "t.json"))
+    markers = gather.reduce_rank(trace, config())["step_bounds"]
+    assert markers == {"step": [1, 2], "start_ns": [2_000, 110_000], "end_ns": [80_000, 215_000]}
+    table = trace.events
+    cpu_steps = table[table["name"].astype(str).str.startswith("ProfilerStep#")]
+    assert cpu_steps["start_ns"].tolist() == [1_000, 100_000]
+    assert set(cpu_steps["category"].astype(str)) == {ev.USER}
+
+
+def test_kernel_step_comes_from_launching_call_on_any_thread(tmp_path):
+    table = read_one(kf.overlap_trace().write(tmp_path / "t.json")).events
+    gpu = table[table["lane_kind"] == ev.GPU_STREAM].sort_values("start_ns")
+    assert gpu["start_ns"].tolist() == [2_000, 10_000, 35_000, 50_000, 110_000, 140_000, 205_000, 300_000, 305_000]
+    assert gpu["step"].tolist() == [1, 1, 1, 1, 2, 2, 2, -1, -1]  # 110_000 was launched from tid 777
+    runtime = table[table["kind"] == ev.RUNTIME]
+    assert (runtime["correlation_id"] > 0).all()
+    assert set(gpu["correlation_id"]) <= set(runtime["correlation_id"])
+
+
+def test_step_without_gpu_work_keeps_cpu_bounds(tmp_path):
+    trace = kf.overlap_trace()
+    trace.step(3, 400_000, 450_000)
+    markers = gather.reduce_rank(read_one(trace.write(tmp_path / "t.json")), config())["step_bounds"]
+    assert markers["start_ns"][-1] == 400_000 and markers["end_ns"][-1] == 450_000
+
+
+def test_event_mapping(tmp_path):
+    trace = kf.overlap_trace(pid=555, device=3, base_time_ns=1_711_964_646_000_000_000)
+    trace.gpu_annotation("## backward ##", 110_000, 150_000, stream=7)
+    trace.kernel(kf.GEMM, 400_000, 401_000, stream=7, launch_ns=399_000, launch_cat="cuda_driver")
+    result = read_one(trace.write(tmp_path / "t.json"))
+    table = result.events
+    assert result.pid == 555 and result.device == 3 and result.source == "kineto"
+    assert result.clock_offset_ns == 1_711_964_646_000_000_000
+    assert set(table["pid"]) == {555}  # GPU rows carry the host process, not Kineto's device pid
+    kernels = table[table["kind"] == ev.KERNEL]
+    assert set(kernels["device"]) == {3} and set(kernels["lane"]) == {7, 13}
+    assert set(kernels[kernels["lane"] == 13]["category"].astype(str)) == {ev.COMMUNICATION}
+    assert set(kernels[kernels["lane"] == 7]["category"].astype(str)) == {ev.COMPUTE}
+    memcpy = table[table["kind"] == ev.MEMCPY]
+    assert memcpy["category"].astype(str).tolist() == [ev.MEMORY]
+    annotation = table[table["name"] == "## backward ##"]
+    assert annotation["lane_kind"].astype(str).tolist() == [ev.GPU_STREAM]
+    assert annotation["lane"].tolist() == [7] and annotation["category"].astype(str).tolist() == [ev.USER]
+    host = table[table["name"] == "aten::mm"]
+    assert host["lane_kind"].astype(str).tolist() == [ev.HOST_THREAD] and host["lane"].tolist() == [555]
+    assert (table[table["kind"] == ev.RUNTIME]["category"] == ev.RUNTIME_CAT).all()
+    assert table[table["start_ns"] == 400_000]["step"].tolist() == [-1]
+    assert result.meta["skipped_categories"] == {"Trace": 1}
+
+
+def test_communication_prefixes_come_from_config(tmp_path):
+    path = kf.overlap_trace().write(tmp_path / "t.json")
+    table = read_one(path, config(communication={"kernel_prefixes": ["ncclKernel"]})).events
+    comm = table[table["category"] == ev.COMMUNICATION]
+    assert comm["name"].astype(str).tolist() == [kf.NCCL_SENDRECV]  # ncclDevKernel_ is compute now
+
+
+def test_nccl_collective_args_summarised(tmp_path):
+    trace = kf.overlap_trace()
+    trace.kernel(kf.NCCL_ALLREDUCE, 500_000, 501_000, stream=13, launch_ns=499_000,
+                 args={"Collective name": "allreduce", "In msg nelems": 10, "Out msg nelems": 10,
+                       "Group size": 8, "dtype": "Float"})
+    meta = read_one(trace.write(tmp_path / "t.json")).meta
+    assert meta["nccl_collectives"] == {"allreduce": {"count": 1, "in_msg_nelems": 10, "out_msg_nelems": 10,
+                                                      "group_size": 8}}
+    assert meta["world_size"] == 2 and meta["backend"] == "nccl"
+
+
+def test_stdlib_fallback_gives_the_same_table(tmp_path, monkeypatch):
+    paths = [kf.overlap_trace().write(tmp_path / "a.json"),
+             kf.overlap_trace(origin_ns=1_682_725_898_236_567_123, base_time_ns=None).write(tmp_path / "b.json")]
+    fast = [read_one(path) for path in paths]
+    monkeypatch.setattr(kineto, "msgspec", None)
+    for path, expected in zip(paths, fast):
+        slow = read_one(path)
+        assert slow.events.equals(expected.events)
+        assert (slow.rank, slow.pid, slow.device, slow.clock_offset_ns) == \
+            (expected.rank, expected.pid, expected.device, expected.clock_offset_ns)
+
+
+# ------------------------------------------------------------------ exact microseconds -> ns
+
+def test_us_to_ns_examples():
+    assert kineto._us_to_ns([1.001, 0.1, 0, 5, 2.5]).tolist() == [1001, 100, 0, 5000, 2500]
+    assert kineto._us_to_ns(["1.001", "0.1", "1e3", "-0.5", 7]).tolist() == [1001, 100, 1_000_000, -500, 7000]
+    assert kineto._us_to_ns([4458676522690.655]).tolist() == [4458676522690655]
+    assert kineto._us_to_ns([Decimal("1682725898236567.123")]).tolist() == [1682725898236567123]
+    with pytest.raises(kineto._NeedText):
+        kineto._us_to_ns([1682725898236567.2])  # a float this large no longer holds the ns
+    with pytest.raises(ev.SourceError, match="not a number"):
+        kineto._us_to_ns(["12", "abc"])
+
+
+def test_us_to_ns_matches_decimal_on_random_three_decimal_text():
+    rng = np.random.default_rng(7)
+    ns = np.concatenate([rng.integers(0, 10**12, 20_000),  # up to 11 days
+                         rng.integers(4_400 * 10**12, 4_500 * 10**12, 20_000),  # the real nccl trace's range
+                         rng.integers(2**43 * 1000 - 10**15, 2**43 * 1000, 20_000)])  # up to the limit
+    texts = [kf.us_text(int(value)) for value in ns]
+    floats = [float(text) for text in texts]  # what a JSON decoder hands over
+    assert (kineto._us_to_ns(floats) == ns).all()
+    assert (kineto._us_to_ns(texts) == ns).all()
+    naive = np.rint(np.array(floats) * 1000).astype(np.int64)
+    assert (naive != ns).any()  # the trap the split avoids
+
+
+def test_times_written_as_strings_read_exactly(tmp_path):
+    trace = kf.KinetoTrace(time_format="str")
+    trace.cpu_op("aten::add", 1_001, 1_101)
+    table = read_one(trace.write(tmp_path / "t.json")).events
+    row = table[table["name"] == "aten::add"]
+    assert row["start_ns"].tolist() == [1001] and row["end_ns"].tolist() == [1101]
+
+
+# ------------------------------------------------------------------ ranks
+
+@pytest.mark.parametrize("name,rank", [("trace_rank-3.json", 3), ("rank3.json", 3),
+                                       ("job_rank_12.pt.trace.json.gz", 12), ("RANK.5.json", 5)])
+def test_rank_from_file_name(tmp_path, name, rank):
+    trace = read_one(kf.overlap_trace(rank=None).write(tmp_path / name))
+    assert (trace.rank, trace.rank_from) == (rank, "file name")
+
+
+def test_rank_order_distributed_info_then_name_then_unknown(tmp_path):
+    info = read_one(kf.overlap_trace(rank=1).write(tmp_path / "rank-5.json"))
+    assert (info.rank, info.rank_from) == (1, "distributedInfo")
+    folder = tmp_path / "rank7"
+    folder.mkdir()
+    in_folder = read_one(kf.overlap_trace(rank=None).write(folder / "host.pt.trace.json"))
+    assert (in_folder.rank, in_folder.rank_from) == (7, "file name")
+    unknown = read_one(kf.overlap_trace(rank=None).write(tmp_path / "worker.json"))
+    assert (unknown.rank, unknown.rank_from) == (None, "unknown")
+    results = [gather.reduce_rank(t, config()) for t in (unknown, info)]
+    gather.assign_ranks(results)  # the merge numbers unknown ranks by input order
+    assert [(r["rank"], r["rank_from"]) for r in results] == [(0, "input order"), (1, "distributedInfo")]
+
+
+# ------------------------------------------------------------------ bad input
+
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    good = kf.overlap_trace().write(tmp_path / "good.json.gz").read_bytes()
+    files = {
+        "not valid JSON": ("notjson.json", b"hello, this is not json"),
+        "corrupt or truncated gzip": ("truncated.json.gz", good[: len(good) // 2]),
+        "not valid JSON ": ("cut.json", kf.overlap_trace().text().encode()[:5000]),
+        "traceEvents": ("other.json", json.dumps({"foo": 1}).encode()),
+        "traceEvents ": ("list.json", b"[1, 2, 3]"),
+        "no CPU or GPU events": ("meta_only.json", json.dumps({"traceEvents": [
+            {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "x"}}]}).encode()),
+        "no CPU or GPU events ": ("empty_events.json", b'{"traceEvents": []}'),
+        "empty file": ("empty.json", b"   \n"),
+        "not a number": ("badts.json", json.dumps({"traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": "soon", "dur": 1}]}).encode()),
+        "unexpected trace content": ("badtype.json", json.dumps({"traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": [1], "dur": 1}]}).encode()),
+    }
+    out = {}
+    for problem, (name, data) in files.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        out[problem] = path
+    return out
+
+
+def test_bad_files_give_one_line_naming_the_file(tmp_path):
+    for problem, path in _bad_files(tmp_path).items():
+        with pytest.raises(ev.SourceError) as caught:
+            sources.read(path, config())
+        message = str(caught.value)
+        assert message.startswith(f"{path}: "), message
+        assert problem.strip() in message, message
+        assert "\n" not in message
+
+
+# ------------------------------------------------------------------ real traces
+
+REAL_FILES = sorted(kf.KINETO_DATA.glob("*/*.json.gz")) if kf.KINETO_DATA.is_dir() else []
+
+
+def real(folder: str) -> list[Path]:
+    files = sorted((kf.KINETO_DATA / folder).glob("*.json.gz"))
+    if not files:
+        pytest.skip(f"real traces absent: {kf.KINETO_DATA / folder}")
+    return files
+
+
+def lanes(result: dict, key: str) -> set[int]:
+    return {int(label.rsplit(" ", 1)[1]) for label in result[key]}
+
+
+def test_real_trace_filter_2rank():
+    results = [gather.reduce_rank(read_one(path), config()) for path in real("hta_trace_filter_2rank")]
+    assert [(r["rank"], r["rank_from"], r["device"], r["steps"]) for r in results] == \
+        [(0, "distributedInfo", 0, 2), (1, "distributedInfo", 1, 2)]
+    for result in results:
+        assert lanes(result, "comm_lanes") == {84, 203}
+        assert lanes(result, "compute_lanes") == {7, 23}
+        assert result["step_bounds"]["step"] == [551, 552]
+        assert result["meta"]["world_size"] == 128
+        assert result["clock_offset_ns"] == 0
+
+
+def test_real_nccl_parser_config():
+    (path,) = real("hta_nccl_parser_config_1of2")
+    trace = read_one(path)
+    result = gather.reduce_rank(trace, config())
+    assert result["steps"] == 3 and result["step_bounds"]["step"] == [4, 5, 6]
+    assert lanes(result, "comm_lanes") == {40} and lanes(result, "compute_lanes") == {7}
+    comm = trace.events[trace.events["category"] == ev.COMMUNICATION]
+    assert {kind for kind in comm["name"].astype(str).str.extract(r"^ncclKernel_([A-Za-z]+)")[0]} == \
+        {"AllReduce", "Broadcast"}
+    assert trace.clock_offset_ns == 1_711_964_646_000_000_000
+    assert trace.meta["nccl_collectives"]["allreduce"]["count"] == 15
+    assert trace.meta["nccl_collectives"]["broadcast"]["count"] == 6
+    assert (trace.events["lane_kind"] == ev.GPU_STREAM).sum() > 0
+    annotations = trace.events[(trace.events["kind"] == ev.RANGE) & (trace.events["lane_kind"] == ev.GPU_STREAM)]
+    assert len(annotations) == 30  # gpu_user_annotation rows
+
+
+def test_real_negative_queue():
+    (path,) = real("hta_negative_queue_1of16")
+    result = gather.reduce_rank(read_one(path), config())
+    assert (result["rank"], result["steps"], result["meta"]["world_size"]) == (0, 5, 16)
+    assert lanes(result, "comm_lanes") == {84, 285, 363}
+    assert lanes(result, "compute_lanes") == {7, 27}
+
+
+def test_real_trace_diff_control():
+    (path,) = real("hta_trace_diff_control_1of8")
+    trace = read_one(path)
+    result = gather.reduce_rank(trace, config())
+    assert (result["rank"], result["device"], result["steps"], result["meta"]["world_size"]) == (3, 3, 6, 8)
+    assert lanes(result, "comm_lanes") == {21} and lanes(result, "compute_lanes") == {7, 20}
+    comm = trace.events[trace.events["category"] == ev.COMMUNICATION]["name"].astype(str)
+    assert set(comm.str.extract(r"^ncclKernel_([A-Za-z]+)")[0]) == {"AllReduce", "SendRecv"}
+
+
+# HTA's get_comm_comp_overlap, per rank: |∪comm ∩ ∪comp| / |∪comm| over the GPU events (events
+# with an args.stream), comm = name matches ^nccl.*Kernel, comp = HTA's "computation" kernel
+# type: not comm, not memory (^Memcpy|^Memset|^dma) and not matching
+# (^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync). Computed here deliberately plainly: stdlib json
+# with Decimal numbers, Python sorting and two-pointer sweeps, no numpy, nothing shared with
+# distprof. (HTA itself also rounds fractional µs and drops the last step's kernels when loading;
+# the definition is what is compared.)
+_HTA_COMM = re.compile(r"^nccl.*Kernel")
+_HTA_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+_HTA_MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+
+
+def _merge(intervals):
+    merged = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def _intersection_length(a, b):
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        low, high = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, high - low)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def reference_overlap(path: Path) -> tuple[int, int]:
+    """(|∪comm|, |∪comm ∩ ∪comp|) in ns, the HTA definition, the slow obvious way."""
+    with gzip.open(path, "rt") as handle:
+        document = json.load(handle, parse_float=Decimal)
+    comm, comp = [], []
+    for event in document["traceEvents"]:
+        args = event.get("args") or {}
+        if event.get("ph") != "X" or event.get("cat") == "Trace" or not isinstance(args.get("stream"), int):
+            continue
+        start = Decimal(event["ts"]) * 1000
+        end = start + Decimal(event["dur"]) * 1000
+        assert start == int(start) and end == int(end)
+        name = event["name"]
+        if _HTA_COMM.match(name):
+            comm.append((int(start), int(end)))
+        elif not _HTA_MEMORY.match(name) and not _HTA_NOT_COMPUTE.match(name):
+            comp.append((int(start), int(end)))
+    comm_set, comp_set = _merge(comm), _merge(comp)
+    return sum(end - start for start, end in comm_set), _intersection_length(comm_set, comp_set)
+
+
+@pytest.mark.skipif(not REAL_FILES, reason="real Kineto traces absent")
+@pytest.mark.parametrize("path", REAL_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_overlap_ratio_equals_hta_definition(path):
+    communication, overlap = reference_overlap(path)
+    result = gather.reduce_rank(read_one(path, config("all")), config("all"))
+    assert result["communication_ns"] == communication
+    assert result["overlap_ns"] == overlap
+    assert result["overlap_ratio"] == pytest.approx(overlap / communication, rel=0, abs=1e-12)
