@@ -109,6 +109,25 @@ def gather_to_root(comm, result: dict) -> list[dict] | None:
     return comm.gather(result, root=0)
 
 
+def torch_group_initialized() -> bool:
+    """True when the job imported torch.distributed and initialized its default process group
+    (looked up in sys.modules: a job without torch never imports it here)."""
+    import sys
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
+def gather_torch(result: dict) -> list[dict] | None:
+    """torch.distributed gather_object of the compact per-rank results over the job's default
+    process group (gloo or NCCL; with NCCL, torch.cuda.set_device must name this rank's GPU);
+    rank 0 gets the list, others None."""
+    import torch.distributed as dist
+    rank = dist.get_rank()
+    results = [None] * dist.get_world_size() if rank == 0 else None
+    dist.gather_object(result, results, dst=0)
+    return results
+
+
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID")
 _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", "SLURM_NTASKS")
 _MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")

@@ -147,6 +147,8 @@ class Profiler:
         own = {"rank": self.rank, **benchmark.perf_summary(self.batch_ns, self.reader_ns, self.batch_size)}
         if self._comm is not None:
             ranks = gather.gather_to_root(self._comm, own)
+        elif gather.torch_group_initialized():
+            ranks = gather.gather_torch(own)
         else:
             ranks = [own] if self.rank == 0 else None
         if ranks is None:
@@ -170,6 +172,8 @@ class Profiler:
         result = gather.reduce_rank(traces[0], self.config)
         if self._comm is not None:
             results = gather.gather_to_root(self._comm, result)
+        elif gather.torch_group_initialized():  # torchrun: the job's own process group
+            results = gather.gather_torch(result)
         elif self.world_size > 1:
             results = gather.results_from_files(self, result)
         else:
