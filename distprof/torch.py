@@ -1,0 +1,341 @@
+"""PyTorch integration: phases and DDP communication recorded without editing the training loop.
+
+``instrument(model, optimizer)`` installs hooks that feed the same collector and NVTX domain as
+``distprof.phase``/``distprof.comm``:
+
+- **forward**: forward pre/post hooks on the top module (the post hook always runs, even when
+  forward raises, so the range is closed).
+- **backward**: starts when the gradient of the first model output is computed (a tensor hook
+  on each output that requires grad) and ends when autograd finishes that backward pass (a
+  callback queued on autograd's execution engine, the mechanism DDP itself uses to finalize
+  gradients). Module full backward hooks are not used: on a top module whose inputs need no
+  grad they fire when backward *starts*, not when it ends. The callback is queued before DDP's
+  own one, so the backward phase ends before DDP waits for the last allreduce: that wait is
+  exposed communication, not computation. The range is drawn on the lane of the thread that
+  ran forward (on CUDA, autograd runs nodes on device threads; the training thread is the lane
+  the analysis compares with communication).
+- **optimizer**: optimizer step pre/post hooks.
+- **DDP communication**: a DDP comm hook records each gradient bucket's collective from issue
+  to completion (the future's ``then`` callback) on a lane of its own, ``DDP comm``, the way a
+  GPU communication stream is a lane of its own; so real overlap with backward shows up even
+  with gloo on CPU. On NCCL the future completes when the collective is enqueued on the GPU,
+  so there the host lane shows issue to enqueue; take GPU overlap from nsys or Kineto kernels.
+
+Intervals that start on one thread and end on another (bucket allreduces, backward on CUDA)
+do not fit a per-thread ``with`` range: :class:`Lane` records them from explicit clock values
+(``distprof.collector.clock_ns``) and emits NVTX start/end ranges, which may end on any thread.
+
+On CUDA, each phase is also timed on the GPU with CUDA events on the current stream; the
+events are read without synchronizing (``Event.query``) and the totals are available from
+:meth:`Instrumentation.gpu_time_ns`. Without a GPU that path is off. (Not exercised by the
+tests: the test machines have no GPU.)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as error:  # torch is the optional extra `distprof[torch]`
+    raise ImportError("distprof.torch needs PyTorch: pip install 'distprof[torch]'") from error
+
+from nvtx._lib import DummyDomain as _DummyDomain
+
+from . import annotate
+from . import events as ev
+from .collector import clock_ns
+
+__all__ = ["instrument", "Instrumentation", "Lane", "FORWARD", "BACKWARD", "OPTIMIZER", "DDP_LANE"]
+
+FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+DDP_LANE = "DDP comm"
+# Synthetic lane ids start above any Linux thread id (pid_max is at most 2**22), so they never
+# collide with a real thread's lane; every rank numbers its lanes in creation order, so the
+# same lane has the same id on every rank (collectives are matched per lane).
+_SYNTHETIC_LANE_BASE = 1 << 30
+_lane_ids = itertools.count(_SYNTHETIC_LANE_BASE)
+_lanes_by_name: dict[str, int] = {}
+_lanes_lock = threading.Lock()
+
+
+def _nvtx_domain():
+    """The NVTX domain to start/end ranges in, or None when NVTX is off or no tool listens."""
+    domain = annotate._active_domain
+    if isinstance(domain, _DummyDomain) or not hasattr(domain, "start_range"):
+        return None
+    return domain
+
+
+class Lane:
+    """A timeline lane for intervals measured by start/end clock values, e.g. an allreduce
+    issued on the training thread and completed in a callback on a communication thread.
+
+    ``Lane("DDP comm")`` gets a synthetic lane id (its name goes to the native file's thread
+    table); ``Lane.of_thread()`` is the calling thread's own lane. Rows go to the active
+    collector, so they follow the Profiler's schedule like every other range.
+    """
+
+    __slots__ = ("id", "name")
+
+    def __init__(self, name: str, lane_id: int | None = None) -> None:
+        if lane_id is None:
+            with _lanes_lock:
+                lane_id = _lanes_by_name.get(name)
+                if lane_id is None:
+                    lane_id = _lanes_by_name[name] = next(_lane_ids)
+        self.id = lane_id
+        self.name = name
+        annotate.THREAD_NAMES[lane_id] = name
+
+    @classmethod
+    def of_thread(cls) -> Lane:
+        """The calling thread's lane (its OS thread id, as ``distprof.phase`` uses)."""
+        return cls(threading.current_thread().name, threading.get_native_id())
+
+    def record(self, name: str, start_ns: int, end_ns: int, category: str = ev.COMMUNICATION) -> None:
+        """Add one finished interval (``collector.clock_ns`` values) to this lane."""
+        append = annotate._state.append
+        if append is not None:
+            name_id, _ = annotate._descriptor(name, category, _kind(category))
+            append((start_ns, end_ns, self.id, name_id))  # atomic under the GIL, like Range.__exit__
+
+    def start(self, name: str, category: str = ev.COMMUNICATION) -> tuple:
+        """Open an interval now; pass the token to :meth:`end`, on any thread."""
+        name_id, attributes = annotate._descriptor(name, category, _kind(category))
+        domain = _nvtx_domain()
+        handle = domain.start_range(attributes) if domain is not None else None
+        return (clock_ns(), name_id, domain, handle)
+
+    def end(self, token: tuple) -> None:
+        """Close an interval opened by :meth:`start` and record it."""
+        end_ns = clock_ns()
+        start_ns, name_id, domain, handle = token
+        if handle is not None:
+            domain.end_range(handle)
+        append = annotate._state.append
+        if append is not None:
+            append((start_ns, end_ns, self.id, name_id))
+
+
+def _kind(category: str) -> str:
+    return ev.COMM_OP if category == ev.COMMUNICATION else ev.RANGE
+
+
+def _tensors_needing_grad(output: Any) -> list[torch.Tensor]:
+    """The tensors of a forward output (tensor, sequence, mapping) that backward flows into."""
+    if isinstance(output, torch.Tensor):
+        return [output] if output.requires_grad else []
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        return [t for item in output for t in _tensors_needing_grad(item)]
+    return []
+
+
+class _GpuTimer:
+    """Phase GPU time from CUDA events on the current stream, read without synchronizing."""
+
+    def __init__(self) -> None:
+        self.total_ns: dict[str, int] = {}
+        self.count: dict[str, int] = {}
+        self._open: dict[str, torch.cuda.Event] = {}
+        self._pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+
+    def begin(self, phase: str) -> None:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self._open[phase] = event
+
+    def end(self, phase: str) -> None:
+        start = self._open.pop(phase, None)
+        if start is not None:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._pending.append((phase, start, event))
+
+    def collect(self, wait: bool = False) -> None:
+        """Add the phases whose end event has completed (all of them with ``wait``)."""
+        still = []
+        for phase, start, end in self._pending:  # a handful per step
+            if wait:
+                end.synchronize()
+            elif not end.query():
+                still.append((phase, start, end))
+                continue
+            self.total_ns[phase] = self.total_ns.get(phase, 0) + int(start.elapsed_time(end) * 1e6)
+            self.count[phase] = self.count.get(phase, 0) + 1
+        self._pending = still
+
+
+class Instrumentation:
+    """The hooks installed by :func:`instrument`; ``remove()`` (or leaving ``with``) takes them off."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                 profiler=None, comm_hook: tuple[object, Callable] | None = None,
+                 comm_name: str = "allreduce", gpu_timing: bool | None = None) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.profiler = profiler
+        self.comm_name = comm_name
+        self.comm_lane: Lane | None = None
+        self._handles: list = []
+        self._train_lane = Lane.of_thread()
+        self._backward: tuple | None = None  # the open backward interval's token
+        if gpu_timing is None:
+            gpu_timing = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
+        self._gpu = _GpuTimer() if gpu_timing else None
+        self._install_phases()
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            self._install_comm_hook(comm_hook)
+        elif comm_hook is not None:
+            raise ValueError("comm_hook is for DistributedDataParallel models; this model is "
+                             f"{type(model).__name__}")
+
+    # -- forward and backward --------------------------------------------------------------
+    def _install_phases(self) -> None:
+        model = self.model
+        self._handles.append(model.register_forward_pre_hook(self._forward_begins))
+        self._handles.append(model.register_forward_hook(self._forward_ends, always_call=True))
+        if self.optimizer is not None:
+            self._handles.append(self.optimizer.register_step_pre_hook(self._step_begins))
+            self._handles.append(self.optimizer.register_step_post_hook(self._step_ends))
+
+    def _forward_begins(self, module, args) -> None:
+        if self._backward is not None:  # the last backward raised: its end callback never ran
+            _, _, domain, handle = self._backward
+            if handle is not None:
+                domain.end_range(handle)
+            self._backward = None
+        if threading.get_native_id() != self._train_lane.id:
+            self._train_lane = Lane.of_thread()
+        annotate.phase(FORWARD).__enter__()
+        if self._gpu is not None:
+            self._gpu.begin(FORWARD)
+
+    def _forward_ends(self, module, args, output) -> None:
+        if self._gpu is not None:
+            self._gpu.end(FORWARD)
+        annotate.phase(FORWARD).__exit__(None, None, None)
+        if torch.is_grad_enabled():
+            for tensor in _tensors_needing_grad(output):
+                tensor.register_hook(self._backward_begins)
+
+    def _backward_begins(self, grad: torch.Tensor) -> None:
+        """Gradient of a model output is ready: the model's backward starts (first output only)."""
+        if self._backward is not None:
+            return
+        self._backward = self._train_lane.start(BACKWARD, ev.PHASE)
+        if self._gpu is not None:
+            self._gpu.begin(BACKWARD)
+        # runs when this backward pass is done, before callbacks queued later (DDP's finalize)
+        torch.autograd.Variable._execution_engine.queue_callback(self._backward_ends)
+
+    def _backward_ends(self) -> None:
+        token, self._backward = self._backward, None
+        if token is not None:
+            if self._gpu is not None:
+                self._gpu.end(BACKWARD)
+            self._train_lane.end(token)
+
+    # -- optimizer -------------------------------------------------------------------------
+    def _step_begins(self, optimizer, args, kwargs) -> None:
+        annotate.phase(OPTIMIZER).__enter__()
+        if self._gpu is not None:
+            self._gpu.begin(OPTIMIZER)
+
+    def _step_ends(self, optimizer, args, kwargs) -> None:
+        if self._gpu is not None:
+            self._gpu.end(OPTIMIZER)
+        annotate.phase(OPTIMIZER).__exit__(None, None, None)
+        if self._gpu is not None:
+            self._gpu.collect()
+            self._save_gpu_times()
+        if self.profiler is not None:
+            self.profiler.step()
+
+    # -- DDP communication -----------------------------------------------------------------
+    def _install_comm_hook(self, comm_hook: tuple[object, Callable] | None) -> None:
+        if comm_hook is None:
+            state, inner = self.model.process_group, _allreduce_mean
+        else:
+            state, inner = comm_hook
+        lane = self.comm_lane = Lane(DDP_LANE)
+        name = self.comm_name
+
+        # no annotations: DDP checks them against dist.GradBucket by identity, and
+        # `from __future__ import annotations` would turn them into strings
+        def distprof_comm_hook(state, bucket):
+            token = lane.start(name)
+            future = inner(state, bucket)
+
+            def completed(done):
+                lane.end(token)
+                return done.value()
+
+            return future.then(completed)
+
+        distprof_comm_hook.__qualname__ = f"distprof({getattr(inner, '__qualname__', 'comm_hook')})"
+        try:
+            self.model.register_comm_hook(state, distprof_comm_hook)
+        except RuntimeError as error:
+            raise RuntimeError("this DDP model already has a comm hook (DDP takes one): pass yours as "
+                               "distprof.torch.instrument(..., comm_hook=(state, hook)) instead") from error
+
+    # -- results ---------------------------------------------------------------------------
+    def gpu_time_ns(self, wait: bool = True) -> dict[str, dict[str, int]]:
+        """Per phase: total GPU time (ns) and count, from CUDA events; {} without GPU timing."""
+        if self._gpu is None:
+            return {}
+        self._gpu.collect(wait=wait)
+        return {phase: {"gpu_ns": total, "count": self._gpu.count[phase]}
+                for phase, total in self._gpu.total_ns.items()}
+
+    def _save_gpu_times(self) -> None:
+        """Keep the GPU totals in the rank file (distprof_meta key ``torch_gpu_phase_ns``)."""
+        collector = getattr(self.profiler, "collector", None)
+        if collector is not None and collector.active:
+            collector.set_meta(torch_gpu_phase_ns=json.dumps(self.gpu_time_ns(wait=False)))
+
+    def remove(self) -> None:
+        """Take the forward/backward/optimizer hooks off (DDP cannot unregister a comm hook:
+        it stays, and keeps recording while a collector is active)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self.profiler = None
+
+    def __enter__(self) -> Instrumentation:
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self.remove()
+
+
+def _allreduce_mean(process_group, bucket):
+    """PyTorch's default DDP reduction: divide by the group size, then allreduce (sum)."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    tensor = bucket.buffer()
+    tensor.div_(group.size())
+    return dist.all_reduce(tensor, group=group, async_op=True).get_future().then(lambda done: done.value()[0])
+
+
+def instrument(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, profiler=None,
+               *, comm_hook: tuple[object, Callable] | None = None, comm_name: str = "allreduce",
+               gpu_timing: bool | None = None) -> Instrumentation:
+    """Record forward, backward, optimizer and DDP bucket communication without touching the loop.
+
+    ``model``: the top module the loop calls (the DDP wrapper under DDP: its comm hook is then
+    registered). ``profiler``: a running ``distprof.Profiler``; every ``optimizer.step()`` then
+    ends a ProfileStep, so the loop needs no ``prof.step()``. ``comm_hook``: your own DDP comm
+    hook as ``(state, hook)``, timed instead of the default allreduce (DDP accepts one hook).
+    ``gpu_timing``: CUDA-event phase timing; default on when the model is on a GPU.
+    Use it as a context manager (or call ``remove()``) so no step is marked after the profiler ends.
+    """
+    return Instrumentation(model, optimizer, profiler, comm_hook=comm_hook, comm_name=comm_name,
+                           gpu_timing=gpu_timing)

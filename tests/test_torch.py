@@ -1,0 +1,209 @@
+"""PyTorch integration: distprof.torch.instrument in one process (a world-1 gloo group), and the
+example DDP job under a real torchrun with 2 ranks (overlap visible / overlap defeated)."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import ROOT
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+import distprof  # noqa: E402
+import distprof.torch as dtorch  # noqa: E402
+from distprof import events as ev  # noqa: E402
+from distprof import gather  # noqa: E402
+from distprof.sources import native  # noqa: E402
+
+LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK", "PMIX_RANK",
+               "RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS")
+
+
+@pytest.fixture
+def group(monkeypatch):
+    """A single-process gloo group, as torchrun with one rank would give."""
+    for var in LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def mlp(width=64, layers=3):
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
+
+
+def events_of(out):
+    return native.read(out / "rank0.sqlite", distprof.config.load())[0].events
+
+
+def counts(events):
+    return events.groupby("name", observed=True).size().to_dict()
+
+
+def test_ddp_phases_buckets_and_torch_gather(group, tmp_path, monkeypatch):
+    gathered = []
+    real_gather = gather.gather_torch
+    monkeypatch.setattr(gather, "gather_torch", lambda result: gathered.append(1) or real_gather(result))
+    model = mlp()
+    ddp = DistributedDataParallel(model, bucket_cap_mb=64 * 64 * 4 / 2**20)  # one bucket per weight
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    reference = mlp()
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    x = torch.randn(16, 64)
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof, dtorch.instrument(ddp, optimizer, profiler=prof) as inst:
+        for _ in range(3):
+            optimizer.zero_grad()
+            ddp(x).square().mean().backward()
+            optimizer.step()                       # ends the ProfileStep: no prof.step() in the loop
+    for _ in range(3):                             # the hooked allreduce keeps DDP's result
+        reference_optimizer.zero_grad()
+        reference(x).square().mean().backward()
+        reference_optimizer.step()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs)
+
+    events = events_of(tmp_path)
+    found = counts(events)
+    assert {k: found[k] for k in (ev.PROFILE_STEP, "forward", "backward", "optimizer")} == {
+        ev.PROFILE_STEP: 3, "forward": 3, "backward": 3, "optimizer": 3}
+    comm = events[events["category"] == ev.COMMUNICATION]
+    assert found["allreduce"] == len(comm) and len(comm) >= 3 * 2   # several buckets per step
+    assert set(comm["lane"]) == {inst.comm_lane.id} and set(comm["kind"]) == {ev.COMM_OP}
+    main = threading.get_native_id()
+    phases = events[events["name"].isin(["forward", "backward", "optimizer"])]
+    assert set(phases["lane"]) == {main}
+    for step in range(3):  # forward < backward < optimizer; backward ends before the last allreduce does
+        in_step = events[events["step"] == step].set_index("name", drop=False)
+        forward, backward, opt = (in_step.loc[n] for n in ("forward", "backward", "optimizer"))
+        assert forward["end_ns"] <= backward["start_ns"] <= backward["end_ns"] <= opt["start_ns"]
+        bucket = comm[comm["step"] == step]
+        assert bucket["start_ns"].min() >= backward["start_ns"] and bucket["end_ns"].max() <= opt["start_ns"]
+    import sqlite3
+    with sqlite3.connect(tmp_path / "rank0.sqlite") as db:
+        assert db.execute("SELECT name FROM distprof_threads WHERE tid = ?",
+                          (inst.comm_lane.id,)).fetchone() == (dtorch.DDP_LANE,)
+    assert gathered == [1] and prof.summary["ranks"][0]["steps"] == 3
+    assert prof.summary["ranks"][0]["communication_ns"] > 0
+    assert inst.gpu_time_ns() == {}  # CPU model: no CUDA events
+
+
+def test_plain_model_user_steps_and_removal(group, tmp_path):
+    model = mlp()
+    optimizer = torch.optim.Adam(model.parameters())
+    inst = dtorch.instrument(model, optimizer)
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        for _ in range(2):
+            out = model(torch.randn(4, 64))
+            (out[:2].sum() + out[2:].sum()).backward()
+            optimizer.step()
+            prof.step()
+        with pytest.raises(RuntimeError):         # forward raises: its range is still closed
+            model(torch.randn(4, 3))
+        with torch.no_grad():                     # no grad: forward only
+            model(torch.randn(4, 64))
+        inst.remove()
+        model(torch.randn(4, 64)).sum().backward()  # not recorded any more
+        prof.step()
+    found = counts(events_of(tmp_path))
+    assert found["forward"] == 4 and found["backward"] == 2 and found["optimizer"] == 2
+    assert "allreduce" not in found
+    with distprof.Profiler(out=tmp_path / "again", quiet=True) as prof:
+        with distprof.phase("forward"):           # the failed forward left no open range behind
+            pass
+        prof.step()
+    assert counts(events_of(tmp_path / "again"))["forward"] == 1
+
+
+def test_user_comm_hook_is_timed(group, tmp_path):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    calls = []
+
+    def my_hook(state, bucket):
+        calls.append(bucket.index())
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp = DistributedDataParallel(mlp())
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        with dtorch.instrument(ddp, None, comm_hook=(None, my_hook), comm_name="my_allreduce"):
+            ddp(torch.randn(8, 64)).sum().backward()
+            prof.step()
+    assert calls and counts(events_of(tmp_path))["my_allreduce"] == len(calls)
+    with pytest.raises(RuntimeError, match="comm_hook="):  # DDP takes one hook
+        dtorch.instrument(ddp, None)
+    with pytest.raises(ValueError):
+        dtorch.instrument(mlp(), None, comm_hook=(None, my_hook))
+
+
+def test_lane_records_intervals_across_threads(tmp_path, monkeypatch):
+    for var in LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    lane = dtorch.Lane("my async lane")
+    assert dtorch.Lane("my async lane").id == lane.id >= 1 << 30
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        token = lane.start("send")
+        finisher = threading.Thread(target=lambda: (time.sleep(0.002), lane.end(token)))
+        finisher.start()
+        finisher.join()
+        now = distprof.collector.clock_ns()
+        lane.record("planned", now - 1000, now, category=ev.USER)
+        prof.step()
+    events = events_of(tmp_path).set_index("name")
+    assert events.loc["send", "lane"] == lane.id and events.loc["send", "kind"] == ev.COMM_OP
+    assert events.loc["send", "end_ns"] - events.loc["send", "start_ns"] >= 2_000_000
+    assert events.loc["planned", "category"] == ev.USER and events.loc["planned", "lane"] == lane.id
+
+
+def test_distprof_imports_without_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import distprof\n"
+            "try:\n    import distprof.torch\nexcept ImportError as e:\n    print(e)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "distprof.torch needs PyTorch: pip install 'distprof[torch]'"
+
+
+# -- the example job under a real torchrun, 2 ranks on CPU (gloo) -------------------------------
+
+def torchrun(out, *args):
+    """launch/torchrun.sh with this interpreter's torchrun first on PATH."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env["PYTHONUNBUFFERED"] = "1"
+    result = subprocess.run(["bash", str(ROOT / "launch" / "torchrun.sh"), "--nproc", "2", "--",
+                             str(ROOT / "examples" / "torch_ddp.py"), "--out", str(out), "--steps", "4", *args],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert result.stdout.count("Distributed Summary") == 1, result.stdout  # printed by rank 0 only
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_torchrun_ddp_overlap_visible(tmp_path):
+    summary = torchrun(tmp_path, "--bucket-cap-mb", "1")
+    assert summary["world_size"] == 2 and summary["missing_ranks"] == []
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1]
+    for row in summary["ranks"]:
+        assert row["steps"] == 4
+        assert row["overlap_ratio"] > 0.2, row
+        assert row["comm_lanes"] != row["compute_lanes"]
+    placement = [c for c in summary["checks"] if c.get("check") == "stream_placement"]
+    assert all(c["status"] == "PASS" for c in placement), placement
+
+
+def test_torchrun_ddp_overlap_defeated(tmp_path):
+    summary = torchrun(tmp_path, "--no-overlap")
+    assert summary["world_size"] == 2 and summary["missing_ranks"] == []
+    for row in summary["ranks"]:
+        assert row["steps"] == 4 and row["communication_ns"] > 0
+        assert row["overlap_ratio"] < 0.05, row
+    placement = [c for c in summary["checks"] if c.get("check") == "stream_placement"]
+    if placement:  # the stream placement check: the allreduce shares the training thread
+        assert {c["status"] for c in placement} <= {"FAIL", "WARN"} and len(placement) == 2, placement
