@@ -253,11 +253,12 @@ def overlap_trace(rank: int | None = 0, time_format: str = "us3", origin_ns: int
 
 
 def synthetic_job(path: str | Path, events: int, rank: int = 0, time_format: str = "us3",
-                  seed: int = 0) -> Path:
+                  seed: int = 0) -> tuple[Path, int]:
     """A large realistic trace for benchmarks: DDP-like steps (forward kernels on stream 7
     launched from the main thread, backward kernels launched from the autograd thread, bucket
     allreduces on stream 13 overlapping the backward, a memcpy per step), about ``events`` trace
-    events in all (each kernel brings its cpu_op, runtime call and two flow events).
+    events in all (each kernel brings its cpu_op, runtime call and two flow events). Returns the
+    path and the number of trace events written.
 
     Written directly as text (no builder dicts) so that generating a million events is fast.
     """
@@ -329,7 +330,7 @@ def synthetic_job(path: str | Path, events: int, rank: int = 0, time_format: str
             f'"args": {{"name": "python3.11"}}}}' for p in (pid, device)]
     tail = (f'\n], "traceName": "rank{rank}.pt.trace.json", "displayTimeUnit": "ms", '
             f'"baseTimeNanoseconds": {base}}}\n')
-    return write_text(path, head + ",\n".join(meta + lines + flows) + tail)
+    return write_text(path, head + ",\n".join(meta + lines + flows) + tail), len(meta) + len(lines) + len(flows)
 
 
 _TEXT_FORMATS = {

@@ -161,28 +161,53 @@ def test_stdlib_fallback_gives_the_same_table(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ exact microseconds -> ns
 
+def ns(values: list) -> list[int]:
+    converted, missing = kineto._us_to_ns(values)
+    assert missing is None
+    return converted.tolist()
+
+
 def test_us_to_ns_examples():
-    assert kineto._us_to_ns([1.001, 0.1, 0, 5, 2.5]).tolist() == [1001, 100, 0, 5000, 2500]
-    assert kineto._us_to_ns(["1.001", "0.1", "1e3", "-0.5", 7]).tolist() == [1001, 100, 1_000_000, -500, 7000]
-    assert kineto._us_to_ns([4458676522690.655]).tolist() == [4458676522690655]
-    assert kineto._us_to_ns([Decimal("1682725898236567.123")]).tolist() == [1682725898236567123]
+    assert ns([1.001, 0.1, 0, 5, 2.5]) == [1001, 100, 0, 5000, 2500]
+    assert ns([3, 7]) == [3000, 7000]
+    assert ns(["1.001", "0.1", "1e3", "-0.5", 7]) == [1001, 100, 1_000_000, -500, 7000]
+    assert ns([4458676522690.655]) == [4458676522690655]
+    assert ns([Decimal("1682725898236567.123")]) == [1682725898236567123]
+    assert ns(["0.0005", "0.0015", "0.00049"]) == [0, 2, 0]  # below the ns: nearest, ties to even
+    converted, missing = kineto._us_to_ns([1.5, None, 2])
+    assert converted.tolist() == [1500, 0, 2000] and missing.tolist() == [False, True, False]
     with pytest.raises(kineto._NeedText):
         kineto._us_to_ns([1682725898236567.2])  # a float this large no longer holds the ns
+    with pytest.raises(kineto._NeedText):
+        kineto._us_to_ns([1.5, "2.5"])
     with pytest.raises(ev.SourceError, match="not a number"):
         kineto._us_to_ns(["12", "abc"])
 
 
+def test_missing_times(tmp_path):
+    document = kf.overlap_trace().document()
+    document["traceEvents"] += [{"ph": "X", "cat": "cpu_op", "name": "no time", "pid": 4242, "tid": 4242},
+                                {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": 4242, "tid": 4242, "ts": 500.0}]
+    result = read_one(kf.write_text(tmp_path / "t.json", kf.dumps(document)))
+    assert "no time" not in set(result.events["name"].astype(str))
+    assert result.meta["skipped_categories"]["(no ts)"] == 1
+    row = result.events[result.events["name"] == "no dur"]
+    assert row["start_ns"].tolist() == [500_000] and row["end_ns"].tolist() == [500_000]
+    assert figures(result, "steps") == STEPS_FIGURES
+
+
 def test_us_to_ns_matches_decimal_on_random_three_decimal_text():
     rng = np.random.default_rng(7)
-    ns = np.concatenate([rng.integers(0, 10**12, 20_000),  # up to 11 days
+    ns_of = ns
+    expected = np.concatenate([rng.integers(0, 10**12, 20_000),  # up to 11 days
                          rng.integers(4_400 * 10**12, 4_500 * 10**12, 20_000),  # the real nccl trace's range
                          rng.integers(2**43 * 1000 - 10**15, 2**43 * 1000, 20_000)])  # up to the limit
-    texts = [kf.us_text(int(value)) for value in ns]
+    texts = [kf.us_text(int(value)) for value in expected]
     floats = [float(text) for text in texts]  # what a JSON decoder hands over
-    assert (kineto._us_to_ns(floats) == ns).all()
-    assert (kineto._us_to_ns(texts) == ns).all()
+    assert ns_of(floats) == expected.tolist()
+    assert ns_of(texts) == expected.tolist()
     naive = np.rint(np.array(floats) * 1000).astype(np.int64)
-    assert (naive != ns).any()  # the trap the split avoids
+    assert (naive != expected).any()  # the trap the split avoids
 
 
 def test_times_written_as_strings_read_exactly(tmp_path):

@@ -56,7 +56,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from itertools import compress, repeat
-from operator import attrgetter, eq, is_not, methodcaller
+from operator import attrgetter, eq, is_, is_not, methodcaller
 from pathlib import Path
 from typing import Any, Union
 
@@ -234,35 +234,40 @@ def _validation_message(message: str) -> str:
 
 # ---------------------------------------------------------------------------- numbers
 
-def _us_to_ns(values: list) -> np.ndarray:
-    """Microsecond numbers as decoded (int, float, text or Decimal) to int64 ns, as written.
+def _us_to_ns(values: list) -> tuple[np.ndarray, np.ndarray | None]:
+    """Microsecond numbers as decoded (int, float, text or Decimal) to int64 ns, as written, and
+    the mask of missing (None) values, which come out as 0 (None when nothing is missing).
 
     Floats: with x = fl(v) for a text v of <= 3 decimals and |v| < 2**43, |x - v| <= 2**-11 µs,
     so trunc(x) = trunc(v), x - trunc(x) is exact, and 1000 * frac is within 0.49 ns of the
     integer, which rint recovers. Naive rint(1000 * x) is not exact there (one more rounding).
     """
-    if not values:
-        return np.empty(0, np.int64)
-    kinds = set(map(type, values))
-    if kinds <= {int}:
-        try:
-            whole = np.array(values, dtype=np.int64)
-        except OverflowError:
-            raise ev.SourceError("timestamp out of range") from None
-        if np.abs(whole).max() > _INT_US_LIMIT:
+    try:
+        inferred = np.array(values)  # one C pass: int64 / float64 for plain numbers, else object or text
+    except (OverflowError, ValueError):
+        inferred = np.empty(0, dtype=object)
+    if inferred.dtype.kind == "i":
+        if inferred.size and np.abs(inferred).max() > _INT_US_LIMIT:
             raise ev.SourceError("timestamp out of range")
-        return whole * 1000
+        return inferred * 1000, None
+    if inferred.dtype.kind == "f":
+        if not (np.abs(inferred) < _EXACT_FLOAT_LIMIT_US).all():
+            raise _NeedText  # e.g. epoch microseconds with fractions: the float lost the ns
+        whole = np.trunc(inferred)
+        return whole.astype(np.int64) * 1000 + np.rint((inferred - whole) * 1000).astype(np.int64), None
+    kinds = set(map(type, values))  # the rare paths: missing values, text, Decimal, mixtures
+    missing = None
+    if type(None) in kinds:
+        missing = np.fromiter(map(is_, values, repeat(None)), dtype=bool, count=len(values))
+        values = [0 if value is None else value for value in values]
+        kinds = set(map(type, values))
     if kinds <= {int, float}:
-        floats = np.array(values, dtype=np.float64)
-        if not (np.abs(floats) < _EXACT_FLOAT_LIMIT_US).all():
-            raise _NeedText
-        whole = np.trunc(floats)
-        return whole.astype(np.int64) * 1000 + np.rint((floats - whole) * 1000).astype(np.int64)
+        return _us_to_ns(values)[0], missing
     if float in kinds:
         raise _NeedText  # floats next to text: keep every number as text
     try:
         nanos = list(map(round, map(Decimal.scaleb, map(Decimal, values), repeat(3))))
-        return np.array(nanos, dtype=np.int64)
+        return np.array(nanos, dtype=np.int64), missing
     except (InvalidOperation, ValueError, TypeError):
         bad = next(value for value in values if not _is_number(value))
         raise ev.SourceError(f"timestamp {bad!r} is not a number") from None
@@ -282,11 +287,12 @@ def _int_column(values: list, default: int = -1) -> np.ndarray:
     'stream 7' gives its number, anything else the default. Loops only over distinct values."""
     if not values:
         return np.empty(0, np.int64)
-    if set(map(type, values)) <= {int}:
-        try:
-            return np.array(values, dtype=np.int64)
-        except OverflowError:
-            pass
+    try:
+        inferred = np.array(values)
+        if inferred.dtype.kind == "i":
+            return inferred.astype(np.int64, copy=False)
+    except (OverflowError, ValueError):
+        pass
     codes, uniques = pd.factorize(np.array(values, dtype=object))
     mapped = np.array([_to_int(value, default) for value in uniques] + [default], dtype=np.int64)
     return mapped[codes]  # code -1 (None) picks the trailing default
@@ -332,20 +338,15 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     if not rows:
         raise ev.SourceError("no CPU or GPU events in the trace (only metadata or unknown categories)")
 
-    start_raw = doc.field(rows, "ts")
-    if None in set(start_raw):  # malformed rows without a time: skip them
-        has_ts = list(map(is_not, start_raw, repeat(None)))
-        rows, classes = list(compress(rows, has_ts)), classes[np.array(has_ts)]
-        start_raw = list(compress(start_raw, has_ts))
-        skipped["(no ts)"] = len(has_ts) - len(rows)
-    start_ns = _us_to_ns(start_raw)
-    durations = doc.field(rows, "dur")
-    if None in set(durations):
-        durations = [0 if value is None else value for value in durations]
-    dur_ns = _us_to_ns(durations)
+    start_ns, no_ts = _us_to_ns(doc.field(rows, "ts"))
+    if no_ts is not None:  # malformed rows without a time: skip them
+        has_ts = ~no_ts
+        rows, classes, start_ns = list(compress(rows, has_ts.tolist())), classes[has_ts], start_ns[has_ts]
+        skipped["(no ts)"] = int(no_ts.sum())
+    dur_ns, _ = _us_to_ns(doc.field(rows, "dur"))  # a missing dur is 0
     negative = int((dur_ns < 0).sum())
     end_ns = start_ns + np.maximum(dur_ns, 0)
-    del start_raw, durations, dur_ns
+    del dur_ns
 
     name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
     pid = _int_column(doc.field(rows, "pid"))
@@ -536,18 +537,23 @@ def _collectives(doc: _Document, kernel_args: list) -> dict:
     """Per NCCL collective name (kernel args ``Collective name`` etc., as Kineto copies them from
     ``record_param_comms``): count, elements in and out, group size."""
     names = doc.arg(kernel_args, "collective")
-    summary: dict[str, dict] = {}
-    for index in compress(range(len(names)), map(is_not, names, repeat(None))):  # collective kernels: few
-        args = kernel_args[index]
-        entry = summary.setdefault(str(names[index]), {"count": 0, "in_msg_nelems": 0, "out_msg_nelems": 0,
-                                                       "group_size": None})
-        entry["count"] += 1
-        entry["in_msg_nelems"] += max(_to_int(doc.arg([args], "in_nelems")[0], 0), 0)
-        entry["out_msg_nelems"] += max(_to_int(doc.arg([args], "out_nelems")[0], 0), 0)
-        group = _to_int(doc.arg([args], "group_size")[0], -1)
-        if group > 0:
-            entry["group_size"] = max(entry["group_size"] or 0, group)
-    return summary
+    present = list(map(is_not, names, repeat(None)))
+    if not any(present):
+        return {}
+    carrying = list(compress(kernel_args, present))
+    frame = pd.DataFrame({
+        "name": [str(name) for name in compress(names, present)],  # one per collective kernel
+        "in_msg_nelems": np.maximum(_int_column(doc.arg(carrying, "in_nelems"), 0), 0),
+        "out_msg_nelems": np.maximum(_int_column(doc.arg(carrying, "out_nelems"), 0), 0),
+        "group_size": _int_column(doc.arg(carrying, "group_size"), -1),
+    })
+    grouped = frame.groupby("name", sort=True).agg(
+        count=("name", "size"), in_msg_nelems=("in_msg_nelems", "sum"), out_msg_nelems=("out_msg_nelems", "sum"),
+        group_size=("group_size", "max"))
+    return {str(name): {"count": int(row["count"]), "in_msg_nelems": int(row["in_msg_nelems"]),
+                        "out_msg_nelems": int(row["out_msg_nelems"]),
+                        "group_size": int(row["group_size"]) if row["group_size"] > 0 else None}
+            for name, row in grouped.iterrows()}
 
 
 __all__ = ["read"]

@@ -1,0 +1,138 @@
+"""Load + Distributed Summary of one large PyTorch profiler (Kineto) trace with distprof, versus
+HTA's ``TraceAnalysis`` load + ``get_comm_comp_overlap()`` on the same file, measured in one run.
+Targets: distprof >= 10x faster than HTA, and a lower peak RSS.
+
+The trace is synthetic (tests/kineto_fixtures.synthetic_job): DDP-like steps with forward kernels
+launched from the main thread, backward kernels from the autograd thread, NCCL allreduces on a
+second stream, flows, ProfilerSteps, timestamps as PyTorch 2.x writes them (``--format us3``:
+microseconds with three decimals) or as older PyTorch did (``--format int``), gzipped.
+
+Each measurement runs in a fresh child process (so its peak RSS is its own): distprof
+``--rounds`` times (the slowest round is used for the ratio, to stay conservative on a shared
+machine), HTA once (it is slow). HTA (``pip install holistictraceanalysis``) is a benchmark-only
+dependency; without it the benchmark prints distprof's own figures.
+
+    python benchmarks/kineto_load.py [--events 1000000] [--format us3] [--rounds 3] [--no-hta]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import kineto_fixtures  # noqa: E402
+
+
+def peak_rss_mb() -> float:
+    """Peak RSS of this process so far. Linux's VmHWM starts afresh at exec, whereas ru_maxrss
+    keeps the high-water mark of the parent that forked the child (here: the trace generator)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB; macOS differs
+
+
+def child_distprof(path: str) -> dict:
+    from distprof import config as config_module
+    from distprof import gather, sources
+    config = config_module.load(overrides={"window": "all"})
+    baseline = peak_rss_mb()
+    started = time.perf_counter()
+    (trace,) = sources.read(path, config)
+    loaded = time.perf_counter()
+    result = gather.reduce_rank(trace, config)
+    done = time.perf_counter()
+    return {"seconds": done - started, "load_seconds": loaded - started, "summary_seconds": done - loaded,
+            "rows": len(trace.events), "overlap_pct": 100 * result["overlap_ratio"],
+            "peak_rss_mb": peak_rss_mb(), "import_rss_mb": baseline}
+
+
+def child_hta(path: str) -> dict:
+    import logging
+
+    from hta.trace_analysis import TraceAnalysis
+    logging.disable(logging.WARNING)  # HTA logs every parsing stage as a warning
+    baseline = peak_rss_mb()
+    started = time.perf_counter()
+    analysis = TraceAnalysis(trace_dir=str(Path(path).parent))
+    loaded = time.perf_counter()
+    overlap = analysis.get_comm_comp_overlap(visualize=False)
+    done = time.perf_counter()
+    return {"seconds": done - started, "load_seconds": loaded - started, "summary_seconds": done - loaded,
+            "overlap_pct": float(overlap["comp_comm_overlap_pctg"].iloc[0]),
+            "peak_rss_mb": peak_rss_mb(), "import_rss_mb": baseline}
+
+
+def run_child(tool: str, path: Path) -> dict:
+    command = [sys.executable, __file__, "--child", tool, str(path)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{tool} child failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--format", choices=("us3", "int"), default="us3")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-hta", action="store_true", help="skip HTA even when it is installed")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        tool, path = args.child
+        print(json.dumps(child_distprof(path) if tool == "distprof" else child_hta(path)))
+        return
+
+    with tempfile.TemporaryDirectory(prefix="distprof-kineto-bench-") as folder:
+        path = Path(folder) / "rank0.pt.trace.json.gz"
+        started = time.perf_counter()
+        path, events = kineto_fixtures.synthetic_job(path, args.events, time_format=args.format)
+        print(f"synthetic Kineto trace: {events:,} trace events, ts format {args.format}, "
+              f"{path.stat().st_size / 2**20:.1f} MiB gzipped, written in {time.perf_counter() - started:.1f} s")
+
+        rounds = [run_child("distprof", path) for _ in range(args.rounds)]
+        ours = max(rounds, key=lambda r: r["seconds"])
+        print(f"distprof load + Distributed Summary, {args.rounds} fresh processes:")
+        for index, r in enumerate(rounds):
+            print(f"  round {index + 1}: {r['seconds']:7.2f} s (load {r['load_seconds']:.2f} s, summary "
+                  f"{r['summary_seconds']:.2f} s), {events / r['seconds'] / 1e6:.2f} M events/s, "
+                  f"peak RSS {r['peak_rss_mb']:.0f} MiB")
+        print(f"  {ours['rows']:,} event rows; overlap ratio {ours['overlap_pct']:.4f} %; "
+              f"RSS after imports {ours['import_rss_mb']:.0f} MiB")
+
+        if args.no_hta or importlib.util.find_spec("hta") is None:
+            print("HTA (holistictraceanalysis) unavailable: no comparison "
+                  "(pip install holistictraceanalysis to compare)")
+            return
+        theirs = run_child("hta", path)
+        if "error" in theirs:
+            print(f"HTA failed on this trace, no comparison: {theirs['error']}")
+            return
+        print("HTA TraceAnalysis + get_comm_comp_overlap, 1 fresh process:")
+        print(f"  {theirs['seconds']:7.2f} s (load {theirs['load_seconds']:.2f} s, overlap "
+              f"{theirs['summary_seconds']:.2f} s), {events / theirs['seconds'] / 1e6:.3f} M events/s, "
+              f"peak RSS {theirs['peak_rss_mb']:.0f} MiB; overlap {theirs['overlap_pct']:.2f} %; "
+              f"RSS after imports {theirs['import_rss_mb']:.0f} MiB")
+        print(f"speed ratio HTA time / distprof slowest round: {theirs['seconds'] / ours['seconds']:.1f}x   "
+              f"(target >= 10x)")
+        print(f"peak RSS ratio distprof / HTA: {ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}   (target < 1)")
+        print("overlap: distprof is exact to the ns; HTA rounds fractional µs (ts up, end down) and leaves "
+              "out the kernels of the last ProfilerStep, so its percentage can differ slightly")
+
+
+if __name__ == "__main__":
+    main()
