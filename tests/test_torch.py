@@ -162,6 +162,37 @@ def test_lane_records_intervals_across_threads(tmp_path, monkeypatch):
     assert events.loc["planned", "category"] == ev.USER and events.loc["planned", "lane"] == lane.id
 
 
+def test_lane_nvtx_ranges_end_on_another_thread(monkeypatch):
+    """With an NVTX tool attached the lane starts an NVTX start/end range (not push/pop): it
+    may end on any thread. A stand-in domain records the calls (no tool is attached here)."""
+    from distprof import annotate
+
+    class Domain:
+        def __init__(self):
+            self.calls = []
+
+        def get_event_attributes(self, **attributes):
+            return attributes["message"]
+
+        def start_range(self, attributes):
+            self.calls.append(("start", attributes, threading.get_ident()))
+            return len(self.calls)
+
+        def end_range(self, handle):
+            self.calls.append(("end", handle, threading.get_ident()))
+
+    domain = Domain()
+    monkeypatch.setattr(annotate, "_active_domain", domain)
+    monkeypatch.setattr(annotate, "_descriptors", {})
+    lane = dtorch.Lane(dtorch.DDP_LANE)
+    token = lane.start("allreduce")
+    finisher = threading.Thread(target=lane.end, args=(token,))
+    finisher.start()
+    finisher.join()
+    (start, message, opener), (end, handle, closer) = domain.calls
+    assert (start, message, end, handle) == ("start", "allreduce", "end", 1) and opener != closer
+
+
 def test_distprof_imports_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import distprof\n"
