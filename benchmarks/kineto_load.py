@@ -130,8 +130,12 @@ def main() -> None:
         print(f"speed ratio HTA time / distprof slowest round: {theirs['seconds'] / ours['seconds']:.1f}x   "
               f"(target >= 10x)")
         print(f"peak RSS ratio distprof / HTA: {ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}   (target < 1)")
-        print("overlap: distprof is exact to the ns; HTA rounds fractional µs (ts up, end down) and leaves "
-              "out the kernels of the last ProfilerStep, so its percentage can differ slightly")
+        agree = round(ours["overlap_pct"], 2) == theirs["overlap_pct"]
+        print(f"overlap %: distprof {ours['overlap_pct']:.4f}, HTA {theirs['overlap_pct']:.2f} "
+              f"({'equal' if agree else 'different'} at HTA's 2 decimals)")
+        if not agree:
+            print("  HTA rounds fractional µs (start up, end down) and leaves out the last ProfilerStep's "
+                  "kernels; distprof is exact to the ns (--format int avoids the rounding)")
 
 
 if __name__ == "__main__":

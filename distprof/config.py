@@ -29,12 +29,17 @@ DEFAULTS: dict[str, Any] = {
     },
     "clock": {
         "pingpong_samples": 16,   # MPI ping-pong round trips per rank, at start and at stop
+        "align": True,            # refine offsets by the ends of matched collectives (--no-align: off)
+        "refine_min_collectives": 3,   # fewer matched collectives than this: keep the source's offset
     },
     "checks": {
         "overlap_warn_ratio": 0.10,   # separate comm lanes but overlap ratio below this: WARN
     },
     "skew": {
         "straggler_min_ns": 1_000_000,   # lateness below this (plus clock uncertainty) is noise
+        "straggler_min_step_fraction": 0.05,   # ... and below this share of the median step time
+        "straggler_min_late_share": 0.5,   # a straggler is late in at least this share of the steps
+        "max_rows": 200,    # per-collective and per-step rows kept in summary.json (plus aggregates)
     },
     "diagnosis": {
         "dataloader_share": 0.20,   # Dataloader above this share of ProfileStep: finding

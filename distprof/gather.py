@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import clock
 from . import events as ev
-from .analyses import distributed, skew
+from .analyses import diagnose, distributed, skew, streams
 
 RANK_KEYS = ("rank", "source", "source_file", "pid", "device", "rank_from")
 
@@ -20,6 +21,7 @@ def reduce_rank(trace: ev.RankTrace, config: dict) -> dict:
     result = {key: getattr(trace, key) for key in RANK_KEYS}
     result.update(distributed.rank_summary(trace.events, config))
     result.update(skew.rank_markers(trace.events, config))
+    result.update(diagnose.rank_gpu_gaps(trace.events, config))
     result["clock_offset_ns"] = int(trace.clock_offset_ns)
     result["clock_uncertainty_ns"] = int(trace.clock_uncertainty_ns)
     result["warnings"] = list(trace.warnings)
@@ -54,9 +56,35 @@ def _aligned(values: list[int], offset_ns: int) -> list[int]:
     return (np.asarray(values, dtype=np.int64) + offset_ns).tolist()
 
 
-def align(results: list[dict]) -> None:
-    """Put every rank's markers on the common clock (own clock + offset); raw values are kept."""
-    for result in results:
+def align(results: list[dict], config: dict | None = None) -> dict:
+    """Put every rank's markers on the common clock (own clock + offset); raw values are kept.
+
+    Collectives are matched across ranks first; unless ``clock.align`` is off (``--no-align``:
+    the sources' own offsets are used as they are), the offsets are refined by the ends of the
+    matched collectives (clock.refine_offsets) and written back to each result's
+    ``clock_offset_ns``/``clock_uncertainty_ns``. Returns the matching and, per rank, how its
+    offset was obtained.
+    """
+    ranks = [result["rank"] for result in results]
+    matching = skew.match_collectives([result["collectives"] for result in results], ranks)
+    clock_config = (config or {}).get("clock", {})
+    initial = [(int(r["clock_offset_ns"]), int(r["clock_uncertainty_ns"])) for r in results]
+    if clock_config.get("align", True) and len(results) > 1:
+        reference = int(np.argmax(matching.present.any(axis=1))) if matching.size else 0
+        refined = clock.refine_offsets(matching.end_ns, matching.present, [o for o, _ in initial],
+                                       [u for _, u in initial], reference=reference,
+                                       min_samples=int(clock_config.get("refine_min_collectives", 3)))
+    else:
+        reference = 0
+        method = "source offset (alignment off)" if len(results) > 1 else "single rank"
+        refined = [{"offset_ns": o, "uncertainty_ns": u, "method": method, "samples": 0,
+                    "correction_ns": None, "spread_ns": None} for o, u in initial]
+    alignment = []
+    for result, (offset0, uncertainty0), estimate in zip(results, initial, refined):
+        result["clock_offset_ns"] = estimate["offset_ns"]
+        result["clock_uncertainty_ns"] = estimate["uncertainty_ns"]
+        alignment.append({"rank": result["rank"], "source_offset_ns": offset0,
+                          "source_uncertainty_ns": uncertainty0, **estimate})
         offset = result["clock_offset_ns"]
         result["aligned"] = {
             "step_bounds": {**result["step_bounds"],
@@ -69,6 +97,8 @@ def align(results: list[dict]) -> None:
                             "start_ns": _aligned(result["collectives"]["start_ns"], offset),
                             "end_ns": _aligned(result["collectives"]["end_ns"], offset)},
         }
+    return {"matching": matching, "reference_rank": results[reference]["rank"] if results else None,
+            "alignment": alignment}
 
 
 SUMMARY_ROW_KEYS = ("rank", "source_file", "pid", "device", "rank_from", "window_ns", "steps",
@@ -88,19 +118,38 @@ def combine(results: list[dict], config: dict, source: str, world_size: int | No
     missing = sorted(set(range(world_size)) - {r["rank"] for r in results})
     if missing:
         warnings.append(f"partial result: no data for rank(s) {', '.join(map(str, missing))} of {world_size}")
-    align(results)
+    aligned = align(results, config)
+    matching = aligned["matching"]
+    warnings += matching.warnings
     rows = [{key: result.get(key) for key in SUMMARY_ROW_KEYS} for result in results]
+    uncertainties = [r["clock_uncertainty_ns"] for r in results]
+    steps = skew.step_skew([r["aligned"] for r in results], [r["rank"] for r in results], config)
+    step_ns = (steps["steps_summary"] or {}).get("duration_median_ns")
+    skew_summary = {
+        "aligned": bool(config.get("clock", {}).get("align", True)),
+        "reference_rank": aligned["reference_rank"], "alignment": aligned["alignment"],
+        "max_clock_uncertainty_ns": max(uncertainties, default=0),
+        "excluded_kinds": matching.excluded,
+        **skew.collective_skew(matching, [r["clock_offset_ns"] for r in results], uncertainties, config,
+                               step_ns=step_ns),
+        **steps,
+    }
+    for kind in skew_summary["kinds"]:  # matching counts next to the skew aggregates
+        kind.update({k: v for k, v in next((m for m in matching.kinds if m["name"] == kind["name"]), {}).items()
+                     if k not in kind})
+    checks = streams.stream_checks(results, config)
     summary = {
         "world_size": world_size,
         "source": source,
         "ranks": rows,
         "across_ranks": distributed.across_ranks(rows),
         "missing_ranks": missing,
-        "checks": [],
-        "skew": {},
-        "findings": [],
+        "checks": checks,
+        "skew": skew_summary,
+        "findings": diagnose.findings(results, checks, skew_summary, config),
         "warnings": warnings,
     }
+    summary["tables"] = summaries.merge_tables([r.get("tables") for r in results], [r["rank"] for r in results])
     return summary
 
 

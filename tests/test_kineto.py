@@ -404,3 +404,11 @@ def test_real_overlap_ratio_equals_hta_definition(path):
     assert result["communication_ns"] == communication
     assert result["overlap_ns"] == overlap
     assert result["overlap_ratio"] == pytest.approx(overlap / communication, rel=0, abs=1e-12)
+
+
+def test_unknown_or_missing_phase_falls_back_to_untagged_decoding(tmp_path):
+    document = kf.overlap_trace().document()
+    document["traceEvents"] += [{"ph": "Z", "name": "from the future", "pid": 1, "tid": 1, "ts": 1},
+                                {"name": "no phase", "pid": 1, "tid": 1, "ts": 1}]
+    trace = read_one(kf.write_text(tmp_path / "t.json", kf.dumps(document)))
+    assert figures(trace, "steps") == STEPS_FIGURES

@@ -8,6 +8,7 @@ columns travel to rank 0.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -62,5 +63,405 @@ def rank_markers(events: pd.DataFrame, config: dict) -> dict:
         "start_ns": comm["start_ns"].tolist(),
         "end_ns": comm["end_ns"].tolist(),
         "lane": labels[lane_codes.ravel()].tolist() if len(comm) else [],
+        "step": comm["step"].tolist(),  # matching anchor: the k-th allreduce *of step s*
     }
     return {"step_bounds": step_bounds, "phases": phases, "collectives": collectives}
+
+
+# -- matching collectives across ranks (rank 0, compact results only) ------------------------
+
+# point-to-point operations are not collectives: the k-th send of one rank has no partner
+# "k-th send" on another rank, so they are never matched (nor used for alignment)
+_POINT_TO_POINT = re.compile(r"send|recv", re.IGNORECASE)
+_INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+@dataclass
+class Matching:
+    """Collectives matched across ranks. Column j is one collective: the ``ordinal``-th of its
+    kind in its step, on every rank that takes part in that kind (``present``). Times are on
+    each rank's own clock; rows follow ``ranks``."""
+
+    ranks: np.ndarray
+    name: np.ndarray
+    step: np.ndarray
+    ordinal: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    present: np.ndarray
+    kinds: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return int(self.name.size)
+
+
+def _ordinal_in_group(*sorted_keys: np.ndarray) -> np.ndarray:
+    """Position of each row within its run of equal keys (rows already sorted by the keys)."""
+    n = sorted_keys[0].size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    opens = np.zeros(n, dtype=bool)
+    opens[0] = True
+    for key in sorted_keys:
+        opens[1:] |= key[1:] != key[:-1]
+    index = np.arange(n)
+    return index - np.maximum.accumulate(np.where(opens, index, 0))
+
+
+def _rank_list(ranks: np.ndarray, limit: int = 8) -> str:
+    shown = ", ".join(map(str, ranks[:limit].tolist()))
+    return shown + (f" (+{ranks.size - limit} more)" if ranks.size > limit else "")
+
+
+def match_collectives(collectives_by_rank: list[dict], ranks: list[int]) -> Matching:
+    """Match the k-th collective of each kind within each step across ranks.
+
+    The key of a collective is (kind, step, k); a key is matched when every rank that has that
+    kind at all has it. Where the counts of a kind in a step differ between ranks, the whole
+    (kind, step) group is left unmatched and named in a warning: which k-th matches which would
+    be a guess. Vectorized: one ``np.unique`` over all ranks' keys, no loop per collective.
+    """
+    n_ranks = len(ranks)
+    names_by_rank = [np.asarray(c["name"], dtype=str) for c in collectives_by_rank]
+    kind_table = np.unique(np.concatenate([*names_by_rank, np.empty(0, dtype=str)]))
+    point_to_point = np.array([bool(_POINT_TO_POINT.search(k)) for k in kind_table], dtype=bool)
+    keys, rows, starts, ends = [], [], [], []
+    for row, (collectives, names) in enumerate(zip(collectives_by_rank, names_by_rank)):
+        code = np.searchsorted(kind_table, names).astype(np.int64)
+        step = np.asarray(collectives.get("step") or np.full(names.size, -1), dtype=np.int64)
+        start = np.asarray(collectives["start_ns"], dtype=np.int64)
+        end = np.asarray(collectives["end_ns"], dtype=np.int64)
+        keep = ~point_to_point[code]
+        code, step, start, end = code[keep], step[keep], start[keep], end[keep]
+        order = np.lexsort((start, step, code))
+        code, step, start, end = code[order], step[order], start[order], end[order]
+        keys.append(np.stack([code, step, _ordinal_in_group(code, step)], axis=1))
+        rows.append(np.full(code.size, row, dtype=np.int64))
+        starts.append(start)
+        ends.append(end)
+    excluded = kind_table[point_to_point].tolist()
+    all_keys = np.concatenate(keys) if keys else np.zeros((0, 3), np.int64)
+    if all_keys.shape[0] == 0:
+        empty = np.zeros((n_ranks, 0), np.int64)
+        return Matching(np.asarray(ranks, np.int64), np.empty(0, object), np.empty(0, np.int64),
+                        np.empty(0, np.int64), empty, empty.copy(), empty.astype(bool), excluded=excluded)
+    all_rows, all_start, all_end = np.concatenate(rows), np.concatenate(starts), np.concatenate(ends)
+
+    unique_keys, inverse, counts = np.unique(all_keys, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    takes_part = np.zeros((n_ranks, kind_table.size), dtype=bool)
+    takes_part[all_rows, all_keys[:, 0]] = True
+    participants = takes_part.sum(axis=0)
+    on_all = counts == participants[unique_keys[:, 0]]
+    groups, group_of = np.unique(unique_keys[:, :2], axis=0, return_inverse=True)
+    group_of = group_of.reshape(-1)
+    group_bad = np.bincount(group_of, weights=~on_all, minlength=groups.shape[0]) > 0
+    matched_key = on_all & ~group_bad[group_of]
+    column = np.cumsum(matched_key) - 1
+    n_matched = int(matched_key.sum())
+
+    start_m = np.zeros((n_ranks, n_matched), np.int64)
+    end_m = np.zeros((n_ranks, n_matched), np.int64)
+    present = np.zeros((n_ranks, n_matched), dtype=bool)
+    chosen = matched_key[inverse]
+    cells = (all_rows[chosen], column[inverse[chosen]])
+    start_m[cells] = all_start[chosen]
+    end_m[cells] = all_end[chosen]
+    present[cells] = True
+
+    kinds, warnings = [], []
+    rank_numbers = np.asarray(ranks, np.int64)
+    for code, kind in enumerate(kind_table):  # one iteration per kind of collective
+        if point_to_point[code]:
+            continue
+        in_kind = groups[:, 0] == code
+        bad = groups[in_kind & group_bad]
+        info = {"name": str(kind), "ranks": int(participants[code]),
+                "matched": int((matched_key & (unique_keys[:, 0] == code)).sum()),
+                "steps": int(in_kind.sum()), "unmatched_steps": int(bad.shape[0])}
+        kinds.append(info)
+        if 0 < participants[code] < n_ranks:
+            warnings.append(f"collective {kind}: only rank(s) {_rank_list(rank_numbers[takes_part[:, code]])} "
+                            f"of {n_ranks} have it; matched among those")
+        if bad.shape[0]:
+            step = int(bad[0, 1])
+            in_group = (all_keys[:, 0] == code) & (all_keys[:, 1] == step)
+            per_rank = np.bincount(all_rows[in_group], minlength=n_ranks)[takes_part[:, code]]
+            part_ranks = rank_numbers[takes_part[:, code]]
+            usual = int(np.bincount(per_rank).argmax())
+            odd = per_rank != usual
+            detail = ", ".join(f"rank {r}: {c}" for r, c in zip(part_ranks[odd][:8].tolist(),
+                                                                 per_rank[odd][:8].tolist()))
+            if odd.sum() > 8:
+                detail += f" (+{int(odd.sum()) - 8} more)"
+            where = "outside steps" if step < 0 else f"step {step}"
+            warnings.append(f"collective {kind}: counts differ across ranks in {bad.shape[0]} of "
+                            f"{int(in_kind.sum())} step(s), e.g. {where}: {usual} on most ranks but "
+                            f"{detail}; those are left unmatched")
+    matched_keys = unique_keys[matched_key]
+    return Matching(rank_numbers, kind_table[matched_keys[:, 0]].astype(object), matched_keys[:, 1].copy(),
+                    matched_keys[:, 2].copy(), start_m, end_m, present, kinds, warnings, excluded)
+
+
+# -- skew on the aligned clock -------------------------------------------------------------
+
+def _masked_max(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    return np.where(present, values, _INT_MIN).max(axis=0)
+
+
+def _masked_min(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    return np.where(present, values, _INT_MAX).min(axis=0)
+
+
+def _masked_median(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Median per column over the present rows (float; values are made small first so the
+    float median is exact to the nanosecond)."""
+    base = _masked_min(values, present)
+    relative = np.where(present, (values - base).astype(np.float64), np.nan)
+    with np.errstate(all="ignore"):
+        return np.nanmedian(relative, axis=0) + base
+
+
+def _stats(values: np.ndarray) -> dict | None:
+    if values.size == 0:
+        return None
+    return {"median": int(round(float(np.median(values)))), "p90": int(round(float(np.percentile(values, 90)))),
+            "max": int(values.max())}
+
+
+def _top(score: np.ndarray, limit: int) -> np.ndarray:
+    """Indices of the ``limit`` largest scores, in their original order."""
+    if score.size <= limit:
+        return np.arange(score.size)
+    return np.sort(np.argsort(-score, kind="stable")[:limit])
+
+
+def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
+                    step_ns: int | None = None) -> dict:
+    """Per-collective arrival/end skew, waits, the sync/transfer split and the straggler.
+
+    ``offsets``/``uncertainties`` are the final per-rank clock offsets (rows of ``matching``);
+    ``step_ns`` the median step duration, when there are steps.
+
+    Lateness of a rank in a collective = its aligned start − the median start over the ranks
+    (the median, so a second straggler does not hide the first); it counts when above
+    ``uncertainty(rank) + median uncertainty + skew.straggler_min_ns``. A rank's lateness in a
+    step is the sum of its counted lateness over the step's collectives (without steps, each
+    collective is its own unit). The straggler is late, by more than that threshold and more
+    than ``skew.straggler_min_step_fraction`` of the median step time, in at least
+    ``skew.straggler_min_late_share`` of the steps (a quantile, so a slow first step or one
+    hiccup does not make a straggler); among such ranks, the one with the largest total
+    lateness. None when no rank is. The sync/transfer split (transfer = shortest duration
+    across ranks, sync = the rest of each rank's duration) uses durations only, so it needs no
+    alignment; it is compared with the aligned waits and disagreements are counted.
+    """
+    cfg = config["skew"]
+    ranks = matching.ranks
+    n_ranks, n = matching.start_ns.shape
+    offsets = np.asarray(offsets, np.int64)
+    unc = np.asarray(uncertainties, np.int64)
+    result = {"matched": n, "kinds": [], "collectives": [], "collectives_total": n, "ranks": [],
+              "straggler": None, "notes": []}
+    if n == 0 or n_ranks < 2:
+        return result
+    present = matching.present
+    start = matching.start_ns + offsets[:, None]
+    end = matching.end_ns + offsets[:, None]
+    first, last = _masked_min(start, present), _masked_max(start, present)
+    arrival_skew = last - first
+    end_skew = _masked_max(end, present) - _masked_min(end, present)
+    last_row = np.where(present, start, _INT_MIN).argmax(axis=0)
+    first_row = np.where(present, start, _INT_MAX).argmin(axis=0)
+    wait = np.where(present, last[None, :] - start, 0)
+    duration = np.where(present, matching.end_ns - matching.start_ns, 0)
+    transfer = _masked_min(duration, present)
+    sync = np.where(present, duration - transfer[None, :], 0)
+    median_start = _masked_median(start, present)
+    lateness = np.where(present, (start - first[None, :]) - (median_start - first)[None, :], 0.0)
+    lateness = np.round(lateness).astype(np.int64)
+
+    threshold = unc + int(np.median(unc)) + int(cfg["straggler_min_ns"])
+    late = present & (lateness > threshold[:, None])
+    is_last = present & (np.arange(n_ranks)[:, None] == last_row[None, :]) & (arrival_skew > 0)
+    last_count = is_last.sum(axis=1)
+    late_last = (is_last & late).sum(axis=1)
+    total_lateness = np.where(late, lateness, 0).sum(axis=1)
+    split_tolerance = 2 * int(unc.max()) + int(cfg["straggler_min_ns"])
+    split_diff = np.abs(sync - wait).max(axis=0)
+    split_agrees = split_diff <= split_tolerance
+
+    # lateness per rank and unit of persistence: steps (when collectives span several), else
+    # single collectives
+    unique_steps, unit_of = np.unique(matching.step, return_inverse=True)
+    by_step = unique_steps.size >= 2
+    if not by_step:
+        unit_of = np.arange(n)
+    n_units = int(unit_of.max()) + 1
+    per_unit = np.zeros((n_ranks, n_units), np.int64)
+    np.add.at(per_unit, (np.nonzero(late)[0], unit_of[np.nonzero(late)[1]]), lateness[late])
+    unit_threshold = threshold.astype(np.float64)
+    if by_step and step_ns:
+        unit_threshold = np.maximum(unit_threshold, float(cfg["straggler_min_step_fraction"]) * step_ns)
+    late_units = (per_unit > unit_threshold[:, None]).sum(axis=1)
+    typical = np.quantile(per_unit, 1.0 - float(cfg["straggler_min_late_share"]), axis=1,
+                          method="lower")  # late by at least this in that share of the units
+
+    order = np.argsort(median_start, kind="stable")  # index = time order of the collectives
+    index = np.empty(n, np.int64)
+    index[order] = np.arange(n)
+    rank_of = ranks.tolist()
+    shown = order[_top(arrival_skew[order], int(cfg["max_rows"]))]
+    result["collectives"] = [{
+        "index": int(index[j]), "name": str(matching.name[j]), "step": int(matching.step[j]),
+        "ordinal": int(matching.ordinal[j]), "start_ns": int(round(float(median_start[j]))),
+        "arrival_skew_ns": int(arrival_skew[j]), "end_skew_ns": int(end_skew[j]),
+        "first_rank": rank_of[first_row[j]], "last_rank": rank_of[last_row[j]],
+        "last_lateness_ns": int(lateness[last_row[j], j]),
+        "above_uncertainty": bool(arrival_skew[j] > unc[first_row[j]] + unc[last_row[j]]),
+        "transfer_ns": int(transfer[j]), "max_sync_ns": int(sync[present[:, j], j].max()),
+        "split_agrees": bool(split_agrees[j]),
+        "wait_ns_by_rank": {str(rank_of[r]): int(wait[r, j]) for r in np.flatnonzero(present[:, j])},
+    } for j in shown]
+    result["collectives_shown"] = len(result["collectives"])
+
+    for kind in np.unique(matching.name):  # aggregates per kind of collective
+        cols = matching.name == kind
+        rows = present[:, cols].any(axis=1)
+        result["kinds"].append({
+            "name": str(kind), "matched": int(cols.sum()),
+            "arrival_skew_ns": _stats(arrival_skew[cols]), "end_skew_ns": _stats(end_skew[cols]),
+            "transfer_ns_total": int(transfer[cols].sum()),
+            "wait_ns_by_rank": {str(rank_of[r]): int(wait[r, cols].sum()) for r in np.flatnonzero(rows)},
+            "sync_ns_by_rank": {str(rank_of[r]): int(sync[r, cols].sum()) for r in np.flatnonzero(rows)},
+            "split_disagreements": int((~split_agrees[cols]).sum()),
+        })
+        disagree = ~split_agrees[cols]
+        if disagree.mean() > 0.25:
+            result["notes"].append(
+                f"{kind}: the aligned waits and the sync/transfer split disagree on {int(disagree.sum())} of "
+                f"{int(cols.sum())} collectives (median gap {np.median(split_diff[cols][disagree]) / 1e6:.2f} ms): "
+                "collective ends do not coincide or the clocks are misaligned; the split needs no alignment")
+
+    result["ranks"] = [{"rank": rank_of[r], "last_count": int(last_count[r]), "late_count": int(late_last[r]),
+                        "late_collectives": int(late[r].sum()), "late_steps" if by_step else "late_units":
+                        int(late_units[r]), "total_lateness_ns": int(total_lateness[r]),
+                        "wait_ns": int(wait[r].sum()), "sync_ns": int(sync[r].sum()),
+                        "threshold_ns": int(threshold[r])} for r in range(n_ranks)]
+    candidates = typical > unit_threshold
+    if candidates.any():
+        r = int(np.argmax(np.where(candidates, total_lateness, -1)))
+        result["straggler"] = {
+            "rank": rank_of[r], "late_count": int(late_last[r]), "total_lateness_ns": int(total_lateness[r]),
+            "late_collectives": int(late[r].sum()), "matched": n,
+            "late_steps": int(late_units[r]) if by_step else None, "steps": n_units if by_step else None,
+            "lateness_per_step_ns": int(total_lateness[r] // n_units) if by_step else None,
+            "median_lateness_per_step_ns": int(np.median(per_unit[r])) if by_step else None,
+            "mean_lateness_ns": int(total_lateness[r] // max(int(late[r].sum()), 1)),
+            "threshold_ns": int(round(float(unit_threshold[r]))),
+            "most_often_last_rank": rank_of[int(np.argmax(late_last))],
+        }
+    return result
+
+
+def _dense(keys_by_rank: list[np.ndarray], values_by_rank: list[dict[str, np.ndarray]]):
+    """Unique keys over all ranks and, per value name, a (ranks, keys) matrix plus presence."""
+    width = keys_by_rank[0].shape[1] if keys_by_rank else 1
+    all_keys = np.concatenate(keys_by_rank) if keys_by_rank else np.zeros((0, width), np.int64)
+    unique_keys, inverse = np.unique(all_keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    rows = np.concatenate([np.full(k.shape[0], i) for i, k in enumerate(keys_by_rank)]).astype(np.int64)
+    present = np.zeros((len(keys_by_rank), unique_keys.shape[0]), dtype=bool)
+    present[rows, inverse] = True
+    matrices = {}
+    for name in (values_by_rank[0] if values_by_rank else {}):
+        matrix = np.zeros(present.shape, np.int64)
+        matrix[rows, inverse] = np.concatenate([v[name] for v in values_by_rank])
+        matrices[name] = matrix
+    return unique_keys, present, matrices
+
+
+def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> dict:
+    """Per step and phase: start/end spread across ranks (aligned clock), step-time imbalance
+    (max/median of the ranks' step durations), and per phase the rank that spends the most in
+    it. Steps are matched by their index; ``skew.max_rows`` steps are listed (those where the
+    slowest rank loses the most against the median), the aggregates cover all."""
+    limit = int(config["skew"]["max_rows"])
+    rank_of = list(ranks)
+    result = {"steps": [], "steps_summary": None, "phases": []}
+    if not aligned_by_rank:
+        return result
+    step_keys = [np.asarray(a["step_bounds"]["step"], np.int64)[:, None] for a in aligned_by_rank]
+    steps, present, m = _dense(step_keys, [{"start": np.asarray(a["step_bounds"]["start_ns"], np.int64),
+                                            "end": np.asarray(a["step_bounds"]["end_ns"], np.int64)}
+                                           for a in aligned_by_rank])
+    steps = steps[:, 0] if steps.size else np.zeros(0, np.int64)
+
+    phase_names = np.unique(np.concatenate([np.asarray(a["phases"]["name"], dtype=str) for a in aligned_by_rank]
+                                           + [np.empty(0, dtype=str)]))
+    phase_keys = [np.stack([np.asarray(a["phases"]["step"], np.int64),
+                            np.searchsorted(phase_names, np.asarray(a["phases"]["name"], dtype=str))], axis=1)
+                  .reshape(-1, 2).astype(np.int64) for a in aligned_by_rank]
+    pkeys, ppresent, pm = _dense(phase_keys, [{"start": np.asarray(a["phases"]["start_ns"], np.int64),
+                                               "end": np.asarray(a["phases"]["end_ns"], np.int64),
+                                               "busy": np.asarray(a["phases"]["busy_ns"], np.int64)}
+                                              for a in aligned_by_rank])
+    if pkeys.shape[0]:
+        p_start_spread = _masked_max(pm["start"], ppresent) - _masked_min(pm["start"], ppresent)
+        p_end_spread = _masked_max(pm["end"], ppresent) - _masked_min(pm["end"], ppresent)
+        p_busy_med = _masked_median(pm["busy"], ppresent)
+        p_busy_max_row = np.where(ppresent, pm["busy"], _INT_MIN).argmax(axis=0)
+        for code, name in enumerate(phase_names):  # aggregates per phase name
+            cols = pkeys[:, 1] == code
+            totals = np.where(ppresent[:, cols], pm["busy"][:, cols], 0).sum(axis=1)
+            has = ppresent[:, cols].any(axis=1)
+            median_total = float(np.median(totals[has]))
+            worst = int(np.argmax(np.where(has, totals, -1)))
+            result["phases"].append({
+                "name": str(name), "steps": int(cols.sum()),
+                "start_spread_ns": _stats(p_start_spread[cols]), "end_spread_ns": _stats(p_end_spread[cols]),
+                "busy_total_median_ns": int(round(median_total)), "busy_total_max_ns": int(totals[worst]),
+                "busy_total_max_rank": rank_of[worst],
+                "busy_imbalance": float(totals[worst] / median_total) if median_total > 0 else None,
+                "busy_ns_by_rank": {str(rank_of[r]): int(totals[r]) for r in np.flatnonzero(has)},
+            })
+    if steps.size == 0:
+        return result
+
+    start_spread = _masked_max(m["start"], present) - _masked_min(m["start"], present)
+    end_spread = _masked_max(m["end"], present) - _masked_min(m["end"], present)
+    duration = m["end"] - m["start"]
+    median_duration = _masked_median(duration, present)
+    max_duration = _masked_max(duration, present)
+    slowest = np.where(present, duration, _INT_MIN).argmax(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        imbalance = np.where(median_duration > 0, max_duration / median_duration, np.nan)
+    shown = _top((max_duration - median_duration).astype(np.float64), limit)
+    rows = []
+    for j in shown:  # at most skew.max_rows steps
+        row = {"step": int(steps[j]), "ranks": int(present[:, j].sum()),
+               "start_spread_ns": int(start_spread[j]), "end_spread_ns": int(end_spread[j]),
+               "duration_median_ns": int(round(float(median_duration[j]))), "duration_max_ns": int(max_duration[j]),
+               "slowest_rank": rank_of[slowest[j]],
+               "imbalance": None if np.isnan(imbalance[j]) else float(imbalance[j]), "phases": []}
+        for k in np.flatnonzero(pkeys[:, 0] == steps[j]) if pkeys.shape[0] else []:
+            row["phases"].append({"name": str(phase_names[pkeys[k, 1]]),
+                                  "start_spread_ns": int(p_start_spread[k]), "end_spread_ns": int(p_end_spread[k]),
+                                  "busy_median_ns": int(round(float(p_busy_med[k]))),
+                                  "busy_max_ns": int(pm["busy"][p_busy_max_row[k], k]),
+                                  "busy_max_rank": rank_of[p_busy_max_row[k]]})
+        rows.append(row)
+    result["steps"] = rows
+    finite = ~np.isnan(imbalance)
+    worst_step = int(np.nanargmax(imbalance)) if finite.any() else None
+    result["steps_summary"] = {
+        "count": int(steps.size), "shown": len(rows),
+        "imbalance": None if worst_step is None else {
+            "median": float(np.median(imbalance[finite])), "max": float(imbalance[worst_step]),
+            "max_step": int(steps[worst_step]), "max_rank": rank_of[slowest[worst_step]]},
+        "start_spread_ns": _stats(start_spread), "end_spread_ns": _stats(end_spread),
+        "duration_median_ns": int(round(float(np.median(median_duration)))),
+    }
+    return result

@@ -106,20 +106,33 @@ if msgspec is not None:
         out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
         group_size: Any = msgspec.field(name="Group size", default=None)
 
-    def _decoder(time_type):
-        """A decoder of the trace into structs; ``ts``/``dur`` decode as ``time_type``."""
-        event = msgspec.defstruct("_Event", [
-            ("ph", Any, None), ("cat", Any, None), ("name", Any, ""), ("pid", Any, None), ("tid", Any, None),
-            ("ts", time_type, None), ("dur", time_type, None), ("args", Union[_Args, None], None),  # noqa: UP007
-        ], gc=False)
+    # Every phase of the Chrome trace event format except X: decoded as empty structs, so that
+    # flows, metadata and instants (a third of a real trace) cost next to nothing.
+    _OTHER_PHASES = "BEiICbnesSTpFtfPNODMVvRc()"
+
+    def _decoder(time_type, tagged: bool):
+        """A decoder of the trace into structs, ``ts``/``dur`` decoded as ``time_type``. Tagged:
+        a union on ``ph`` where only X events carry fields (unknown phases fail: use untagged)."""
+        fields = [("cat", Any, None), ("name", Any, ""), ("pid", Any, None), ("tid", Any, None),
+                  ("ts", time_type, None), ("dur", time_type, None),
+                  ("args", Union[_Args, None], None)]  # noqa: UP007 - msgspec needs a runtime type
+        if tagged:
+            complete = msgspec.defstruct("_Complete", fields, gc=False, tag_field="ph", tag="X")
+            others = [msgspec.defstruct(f"_Phase{index}", [], gc=False, tag_field="ph", tag=phase)
+                      for index, phase in enumerate(_OTHER_PHASES)]
+            event = Union[tuple([complete, *others])]  # noqa: UP007
+        else:
+            complete = None
+            event = msgspec.defstruct("_Event", [("ph", Any, None), *fields], gc=False)
         trace = msgspec.defstruct("_Trace", [
             ("traceEvents", list[event]), ("distributedInfo", Any, None), ("baseTimeNanoseconds", Any, None),
             ("deviceProperties", Any, None),
         ], gc=False)
-        return msgspec.json.Decoder(trace)
+        return msgspec.json.Decoder(trace), complete
 
-    _FAST_DECODER = _decoder(Union[int, float, str, None])  # noqa: UP007
-    _EXACT_DECODER = _decoder(Union[int, Decimal, None])  # noqa: UP007 - numbers keep their text
+    _DECODERS = {(exact, tagged): _decoder(Union[int, Decimal, None] if exact else  # noqa: UP007
+                                           Union[int, float, str, None], tagged)  # noqa: UP007
+                 for exact in (False, True) for tagged in (True, False)}
     _EMPTY_ARGS = _Args()
 
 
@@ -130,10 +143,17 @@ class _NeedText(Exception):
 class _Document:
     """The parts of a trace file that the reader uses, however it was decoded."""
 
-    def __init__(self, events: list, info: dict, structs: bool) -> None:
+    def __init__(self, events: list, info: dict, structs: bool, complete_type=None) -> None:
         self.events = events
         self.info = info          # distributedInfo, baseTimeNanoseconds, deviceProperties
         self.structs = structs    # events are msgspec structs (attributes) or dicts (keys)
+        self.complete_type = complete_type  # the struct of X events when decoded as a tagged union
+
+    def complete_events(self) -> list:
+        """The complete ("X") events."""
+        if self.complete_type is not None:
+            return list(compress(self.events, map(isinstance, self.events, repeat(self.complete_type))))
+        return list(compress(self.events, map(eq, self.field(self.events, "ph"), repeat("X"))))
 
     def field(self, items, name: str) -> list:
         """One field of many events, iterated in C (map + attrgetter/methodcaller)."""
@@ -162,7 +182,8 @@ def read(path: Path, config: dict) -> list[ev.RankTrace]:
         try:
             return [_convert(path, _load(path, exact_text=False), config)]
         except _NeedText:
-            return [_convert(path, _load(path, exact_text=True), config)]
+            pass  # decode again outside the handler, once the first document is released
+        return [_convert(path, _load(path, exact_text=True), config)]
 
 
 @contextmanager
@@ -200,28 +221,31 @@ def _load(path: Path, exact_text: bool) -> _Document:
     """Decode the file; with ``exact_text`` non-integer numbers come back as Decimal."""
     data = _read_bytes(path)
     if msgspec is not None:
-        decoder = _EXACT_DECODER if exact_text else _FAST_DECODER
-        try:
-            trace = decoder.decode(data)
-        except msgspec.DecodeError as error:
-            if isinstance(error, msgspec.ValidationError):
-                raise ev.SourceError(f"{path}: {_validation_message(str(error))}") from None
-            raise ev.SourceError(f"{path}: not valid JSON ({str(error).removeprefix('JSON is malformed: ')})") \
-                from None
+        for tagged in (True, False):  # untagged only when some event has no or an unknown "ph"
+            decoder, complete_type = _DECODERS[exact_text, tagged]
+            try:
+                trace = decoder.decode(data)
+                break
+            except msgspec.ValidationError as error:
+                if not tagged:
+                    raise ev.SourceError(f"{path}: {_validation_message(str(error))}") from None
+            except msgspec.DecodeError as error:
+                raise ev.SourceError(f"{path}: not valid JSON ({str(error).removeprefix('JSON is malformed: ')})") \
+                    from None
         info = {"distributedInfo": trace.distributedInfo, "baseTimeNanoseconds": trace.baseTimeNanoseconds,
                 "deviceProperties": trace.deviceProperties}
-        return _Document(trace.traceEvents, info, structs=True)
-    try:  # pragma: no cover - stdlib fallback
+        return _Document(trace.traceEvents, info, structs=True, complete_type=complete_type)
+    try:  # stdlib fallback
         document = json.loads(data, parse_float=Decimal) if exact_text else json.loads(data)
-    except (ValueError, UnicodeDecodeError) as error:  # pragma: no cover
+    except (ValueError, UnicodeDecodeError) as error:
         where = f" at line {error.lineno} column {error.colno}" if hasattr(error, "lineno") else ""
         raise ev.SourceError(f"{path}: not valid JSON ({getattr(error, 'msg', error)}{where})") from None
-    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):  # pragma: no cover
+    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
         raise ev.SourceError(f"{path}: {_NO_TRACE_EVENTS}")
-    events = document["traceEvents"]  # pragma: no cover
-    if not all(map(isinstance, events, repeat(dict))):  # pragma: no cover
+    events = document["traceEvents"]
+    if not all(map(isinstance, events, repeat(dict))):
         raise ev.SourceError(f"{path}: 'traceEvents' holds entries that are not JSON objects")
-    return _Document(events, document, structs=False)  # pragma: no cover
+    return _Document(events, document, structs=False)
 
 
 def _validation_message(message: str) -> str:
@@ -245,6 +269,8 @@ def _us_to_ns(values: list) -> tuple[np.ndarray, np.ndarray | None]:
     try:
         inferred = np.array(values)  # one C pass: int64 / float64 for plain numbers, else object or text
     except (OverflowError, ValueError):
+        inferred = np.empty(0, dtype=object)
+    if inferred.ndim != 1:  # nested lists (possible without msgspec's typing): the checked path
         inferred = np.empty(0, dtype=object)
     if inferred.dtype.kind == "i":
         if inferred.size and np.abs(inferred).max() > _INT_US_LIMIT:
@@ -289,7 +315,7 @@ def _int_column(values: list, default: int = -1) -> np.ndarray:
         return np.empty(0, np.int64)
     try:
         inferred = np.array(values)
-        if inferred.dtype.kind == "i":
+        if inferred.dtype.kind == "i" and inferred.ndim == 1:
             return inferred.astype(np.int64, copy=False)
     except (OverflowError, ValueError):
         pass
@@ -324,7 +350,7 @@ def _convert(path: Path, document: _Document, config: dict) -> ev.RankTrace:
 
 def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     # complete events of the known categories
-    complete = list(compress(doc.events, map(eq, doc.field(doc.events, "ph"), repeat("X"))))
+    complete = doc.complete_events()
     cats = np.array(doc.field(complete, "cat"), dtype=object)
     cat_codes, cat_uniques = pd.factorize(cats)
     class_of = np.array([_CATEGORY_CLASS.get(str(cat).lower(), _DROP) for cat in cat_uniques] + [_DROP],
@@ -468,13 +494,18 @@ def _main_pid(pid: np.ndarray, classes: np.ndarray, step_pid: np.ndarray) -> int
 
 
 def _step_at(times, pids, step_start, step_end, step_pid, step_numbers) -> np.ndarray:
-    """For each time, the number of the step whose [start, end) holds it on the same pid, else -1."""
-    if not step_start.size:
-        return np.full(times.size, -1, np.int64)
-    index = np.searchsorted(step_start, times, side="right") - 1
-    safe = np.maximum(index, 0)
-    inside = (index >= 0) & (times < step_end[safe]) & (pids == step_pid[safe])
-    return np.where(inside, step_numbers[safe], -1)
+    """For each time, the number of the step whose [start, end) holds it on the same pid, else -1.
+    Steps are sorted by start; one searchsorted per process that has steps (one, in practice)."""
+    out = np.full(times.size, -1, np.int64)
+    for process in np.unique(step_pid):
+        mine = step_pid == process
+        starts, ends, numbers = step_start[mine], step_end[mine], step_numbers[mine]
+        rows = np.flatnonzero(pids == process)
+        index = np.searchsorted(starts, times[rows], side="right") - 1
+        safe = np.maximum(index, 0)
+        inside = (index >= 0) & (times[rows] < ends[safe])
+        out[rows] = np.where(inside, numbers[safe], -1)
+    return out
 
 
 def _launch_rows(work_correlation: np.ndarray, runtime_correlation: np.ndarray) -> np.ndarray:

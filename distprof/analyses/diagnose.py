@@ -1,0 +1,224 @@
+"""Diagnosis: turn the checks, the skew and per-rank figures into ordered findings.
+
+Each finding says what costs time, how much (``cost_ns``: time of the analysed window lost on
+the worst affected rank, so findings of different kinds compare), how sure we are
+(``severity`` from that cost's share of the window: high ≥ 20%, medium ≥ 5%, else low) and
+what to change. Findings come ordered by cost. One per-rank reduction lives here too
+(``rank_gpu_gaps``), run next to the rank's events like the other reductions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import events as ev
+from . import intervals as iv
+from .distributed import analysis_window, is_gpu_trace
+
+HIGH_SHARE, MEDIUM_SHARE = 0.20, 0.05
+_GPU_WORK = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
+
+
+def severity(cost_ns: int, window_ns: int) -> str:
+    """high / medium / low by the share of the window the problem costs."""
+    share = cost_ns / window_ns if window_ns else 0.0
+    return "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def _pct(part: float, whole: float | None) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+# -- per rank: host-bound GPU gaps ---------------------------------------------------------
+
+def rank_gpu_gaps(events: pd.DataFrame, config: dict) -> dict:
+    """Idle gaps between GPU work on each device, and the host-bound part of them.
+
+    A gap is the time between two busy periods of a device (all its streams together) inside
+    the analysis window. It is host-bound when the kernel that ends it was launched (its
+    runtime call, joined on pid and correlation id) at or after the gap began: the GPU had
+    nothing queued and waited for the CPU (MegEngine profiler guide). Kernels whose launch is
+    unknown are not counted as host-bound. ``{"gpu_gaps": None}`` on host-only traces.
+    """
+    if not len(events) or not is_gpu_trace(events):
+        return {"gpu_gaps": None}
+    window = analysis_window(events, config["window"])
+    kind = events["kind"].to_numpy()
+    work = events[np.isin(kind, _GPU_WORK)]
+    runtime = events[(kind == ev.RUNTIME) & (events["correlation_id"].to_numpy() >= 0)]
+    launch = (runtime[["pid", "correlation_id", "start_ns"]]
+              .drop_duplicates(["pid", "correlation_id"])
+              .rename(columns={"start_ns": "launch_ns"}))
+    work = work[["pid", "device", "correlation_id", "start_ns", "end_ns"]].merge(
+        launch, on=["pid", "correlation_id"], how="left")
+    devices, totals = [], {"gaps": 0, "idle_ns": 0, "host_bound_gaps": 0, "host_bound_ns": 0, "busy_ns": 0}
+    for device in np.unique(work["device"].to_numpy()):  # one iteration per device
+        rows = work[work["device"].to_numpy() == device].sort_values("start_ns", kind="stable")
+        start, end = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
+        launch_ns = rows["launch_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+        reach = np.maximum.accumulate(end)
+        opens = np.flatnonzero(start[1:] > reach[:-1]) + 1  # work that ends an idle gap
+        gap_start, gap_end = reach[opens - 1], start[opens]
+        host_bound = launch_ns[opens] >= gap_start  # NaN (launch unknown) compares False
+        idle = iv.intersect(iv.union(gap_start, gap_end), window)
+        bound = iv.intersect(iv.union(gap_start[host_bound], gap_end[host_bound]), window)
+        row = {"device": int(device), "gaps": int(opens.size), "idle_ns": iv.total(idle),
+               "host_bound_gaps": int(host_bound.sum()), "host_bound_ns": iv.total(bound),
+               "busy_ns": iv.total(iv.intersect(iv.union(start, end), window)),
+               "launch_known": float(np.mean(~np.isnan(launch_ns[opens]))) if opens.size else None}
+        devices.append(row)
+        for key in totals:
+            totals[key] += row[key]
+    return {"gpu_gaps": {**totals, "window_ns": iv.total(window), "devices": devices}}
+
+
+# -- findings at rank 0 --------------------------------------------------------------------
+
+def _finding(name: str, cost_ns: int, window_ns: int, ranks: list[int], message: str, advice: str,
+             **evidence) -> dict:
+    return {"finding": name, "severity": severity(cost_ns, window_ns), "cost_ns": int(cost_ns),
+            "ranks": ranks, "message": message, "advice": advice, "evidence": evidence}
+
+
+def _placement_findings(results: list[dict], checks: list[dict], window_ns: int) -> list[dict]:
+    out = []
+    by_rank = {r["rank"]: r for r in results}
+    for status, name in (("FAIL", "serialized_communication"), ("WARN", "unoverlapped_communication")):
+        rows = [c for c in checks if c["status"] == status]
+        if not rows:
+            continue
+        exposed = {c["rank"]: by_rank[c["rank"]].get("exposed_communication_ns") or 0 for c in rows}
+        worst = max(exposed, key=exposed.get)
+        ranks = sorted(exposed)
+        share = f"{len(ranks)}/{len(results)} ranks"
+        worst_row = next(c for c in rows if c["rank"] == worst)
+        lanes = ", ".join(worst_row["shared_lanes"] or worst_row["comm_lanes"])
+        if status == "FAIL":
+            what = ", ".join(worst_row["kinds"]) or "communication"
+            word = "thread" if lanes.startswith("thread") else "stream"
+            message = (f"serialized communication on {share}: {what} on the compute {word} "
+                       f"({lanes} on rank {worst}); exposed communication {_ms(exposed[worst])} "
+                       f"({_pct(exposed[worst], by_rank[worst].get('window_ns'))} of the window) on rank {worst}")
+        else:
+            ratio = worst_row.get("overlap_ratio") or 0.0
+            message = (f"communication barely overlaps computation on {share}: overlap {100 * ratio:.1f}% "
+                       f"on rank {worst} ({lanes}), exposed communication {_ms(exposed[worst])} "
+                       f"({_pct(exposed[worst], by_rank[worst].get('window_ns'))} of the window)")
+        out.append(_finding(name, exposed[worst], window_ns, ranks, message, worst_row["advice"],
+                            worst_rank=worst, exposed_communication_ns_by_rank={str(k): v for k, v in exposed.items()},
+                            lanes=worst_row["shared_lanes"] or worst_row["comm_lanes"]))
+    return out
+
+
+def _straggler_finding(skew: dict, window_ns: int) -> list[dict]:
+    straggler = skew.get("straggler")
+    if not straggler:
+        return []
+    rank = straggler["rank"]
+    per_step = straggler.get("lateness_per_step_ns")
+    when = (f"late in {straggler['late_steps']}/{straggler['steps']} steps, {_ms(per_step)} per step"
+            if per_step is not None else f"late in {straggler['late_collectives']} collectives")
+    message = (f"straggler: rank {rank} arrives last at {straggler['late_count']} of {straggler['matched']} "
+               f"collectives, {when} (total {_ms(straggler['total_lateness_ns'])} that the other ranks wait)")
+    phase = _straggler_phase(skew, rank)
+    if phase:
+        message += f"; it spends {_ms(phase[1])} per step more than the median rank in {phase[0]}"
+    advice = ("find what makes this rank slower: its phase times above, its host (CPU binding, "
+              "throttling, other jobs), its data shard (sizes, loader workers); balance the work or "
+              "move the rank")
+    return [_finding("straggler", straggler["total_lateness_ns"], window_ns, [rank], message, advice,
+                     **straggler, slow_phase=phase[0] if phase else None,
+                     slow_phase_extra_ns=phase[1] if phase else None)]
+
+
+def _straggler_phase(skew: dict, rank: int) -> tuple[str, int] | None:
+    """The phase where the straggler spends the most time above the median rank, per step."""
+    best = None
+    for phase in skew.get("phases") or []:
+        mine = (phase.get("busy_ns_by_rank") or {}).get(str(rank))
+        if mine is None or not phase["steps"]:
+            continue
+        extra = (mine - phase["busy_total_median_ns"]) / phase["steps"]
+        if extra > 0 and (best is None or extra > best[1]):
+            best = (phase["name"], int(extra))
+    return best
+
+
+def _gpu_gap_findings(results: list[dict], config: dict, window_ns: int) -> list[dict]:
+    limit = float(config["diagnosis"]["gpu_idle_share"])
+    hit = {}
+    for result in results:
+        gaps = result.get("gpu_gaps")
+        if gaps and gaps["window_ns"] and gaps["host_bound_ns"] / gaps["window_ns"] > limit:
+            hit[result["rank"]] = gaps
+    if not hit:
+        return []
+    worst = max(hit, key=lambda r: hit[r]["host_bound_ns"])
+    gaps = hit[worst]
+    message = (f"host-bound GPU on {len(hit)}/{len(results)} ranks: the GPU waits for kernel launches "
+               f"{_ms(gaps['host_bound_ns'])} ({100 * gaps['host_bound_ns'] / gaps['window_ns']:.0f}% of the window, "
+               f"{gaps['host_bound_gaps']} gaps) on rank {worst}")
+    advice = ("the CPU does not launch work fast enough: remove host syncs in the loop (.item(), .cpu(), "
+              "prints), fuse small kernels or use CUDA graphs / torch.compile, raise the batch size")
+    return [_finding("host_bound_gpu", gaps["host_bound_ns"], window_ns, sorted(hit), message, advice,
+                     worst_rank=worst, host_bound_ns_by_rank={str(r): g["host_bound_ns"] for r, g in hit.items()},
+                     host_bound_gaps=gaps["host_bound_gaps"], gaps=gaps["gaps"], idle_ns=gaps["idle_ns"])]
+
+
+def rank_dataloader_share(result: dict, phase_name: str) -> dict | None:
+    """Dataloader time over ProfileStep time of one rank (own clock), and the steps above it."""
+    bounds, phases = result.get("step_bounds") or {}, result.get("phases") or {}
+    steps = np.asarray(bounds.get("step", []), np.int64)
+    if steps.size == 0:
+        return None
+    durations = np.asarray(bounds["end_ns"], np.int64) - np.asarray(bounds["start_ns"], np.int64)
+    is_loader = np.asarray(phases.get("name", []), dtype=object) == phase_name
+    loader_steps = np.asarray(phases.get("step", []), np.int64)[is_loader]
+    loader_busy = np.asarray(phases.get("busy_ns", []), np.int64)[is_loader]
+    order = np.argsort(steps)
+    position = np.clip(np.searchsorted(steps[order], loader_steps), 0, steps.size - 1)
+    known = steps[order][position] == loader_steps
+    busy = np.zeros(steps.size, np.int64)
+    np.add.at(busy, order[position[known]], loader_busy[known])
+    total = int(durations.sum())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_step = np.where(durations > 0, busy / np.maximum(durations, 1), 0.0)
+    return {"dataloader_ns": int(busy.sum()), "steps_ns": total, "share": busy.sum() / total if total else 0.0,
+            "per_step_share": per_step, "steps": steps}
+
+
+def _dataloader_findings(results: list[dict], config: dict, window_ns: int) -> list[dict]:
+    limit = float(config["diagnosis"]["dataloader_share"])
+    name = config["phases"]["dataloader"]
+    hit = {}
+    for result in results:
+        share = rank_dataloader_share(result, name)
+        if share and share["share"] > limit:
+            hit[result["rank"]] = share
+    if not hit:
+        return []
+    worst = max(hit, key=lambda r: hit[r]["dataloader_ns"])
+    share = hit[worst]
+    above = int((share["per_step_share"] > limit).sum())
+    message = (f"dataloader-bound on {len(hit)}/{len(results)} ranks: {name} takes {100 * share['share']:.0f}% "
+               f"of ProfileStep on rank {worst} ({_ms(share['dataloader_ns'])}; {above}/{share['steps'].size} steps "
+               f"above {100 * limit:.0f}%)")
+    advice = ("load ahead of the step: more DataLoader workers, pin_memory and prefetch_factor, "
+              "cheaper decoding/augmentation or preprocessed data")
+    return [_finding("dataloader_bound", share["dataloader_ns"], window_ns, sorted(hit), message, advice,
+                     worst_rank=worst, share_by_rank={str(r): float(s["share"]) for r, s in hit.items()},
+                     steps_above=above)]
+
+
+def findings(results: list[dict], checks: list[dict], skew: dict, config: dict) -> list[dict]:
+    """All findings, costliest first."""
+    windows = [r.get("window_ns") or 0 for r in results]
+    window_ns = int(np.median(windows)) if windows else 0
+    out = (_placement_findings(results, checks, window_ns) + _straggler_finding(skew, window_ns)
+           + _gpu_gap_findings(results, config, window_ns) + _dataloader_findings(results, config, window_ns))
+    return sorted(out, key=lambda f: -f["cost_ns"])

@@ -1,0 +1,241 @@
+"""Collective matching, clock refinement, cross-rank skew and the straggler, on traces whose
+true timing is known by construction."""
+
+import time
+
+import numpy as np
+import pytest
+
+from distprof import clock, gather
+from distprof import config as config_mod
+from distprof import events as ev
+from distprof.analyses import skew
+
+CONFIG = config_mod.load()
+MS = 1_000_000
+STEP_NS = 100 * MS
+SHIFTS = (0, 37 * MS, -12 * MS, 50 * MS)  # each rank's clock minus the true time
+
+
+def job(ranks: int = 4, steps: int = 6, straggler: tuple[int, int] | None = None, shifts=(0, 0, 0, 0),
+        jitter_ns: int = 200_000, offsets=None, collectives: int = 3, seed: int = 1) -> list[dict]:
+    """A data-parallel job on the true clock, recorded on each rank's own (shifted) clock.
+
+    Step s runs [s*100 ms, (s+1)*100 ms). Each rank: forward from 5 ms (30 ms, plus the delay
+    on the straggler), then ``collectives`` allreduces on a comm thread; the k-th arrives at
+    40 ms + 25 ms*k (+ a jitter of up to ``jitter_ns``; the straggler's first one also + its
+    delay) and all of them end together, 2 ms after the last arrival (everyone waits for the
+    last). So the straggler is late once per step, by its delay.
+    """
+    rng = np.random.default_rng(seed)
+    delay = np.zeros(ranks, np.int64)
+    if straggler:
+        delay[straggler[0]] = straggler[1]
+    rows = {r: [] for r in range(ranks)}
+    for s in range(steps):
+        base = s * STEP_NS
+        arrivals = base + 40 * MS + 25 * MS * np.arange(collectives)[None, :] \
+            + rng.integers(0, jitter_ns + 1, size=(ranks, collectives))
+        arrivals[:, 0] += delay
+        ends = arrivals.max(axis=0) + 2 * MS
+        for r in range(ranks):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, base, base + STEP_NS, 1, s),
+                        (ev.RANGE, ev.PHASE, "Dataloader", base, base + 5 * MS, 1, s),
+                        (ev.RANGE, ev.PHASE, "forward", base + 5 * MS, base + 35 * MS + delay[r], 1, s),
+                        (ev.RANGE, ev.PHASE, "backward", base + 35 * MS + delay[r], base + 90 * MS, 1, s)]
+            rows[r] += [(ev.COMM_OP, ev.COMMUNICATION, "allreduce", arrivals[r, k], ends[k], 2, s)
+                        for k in range(collectives)]
+    results = []
+    for r in range(ranks):
+        kind, category, name, start, end, lane, step = (np.array(c, dtype=object) for c in zip(*rows[r]))
+        shift = shifts[r % len(shifts)]
+        events = ev.make_events(kind=kind, category=category, name=name, rank=r, step=step.astype(np.int64),
+                                start_ns=start.astype(np.int64) + shift, end_ns=end.astype(np.int64) + shift,
+                                lane=lane.astype(np.int64))
+        offset = 0 if offsets is None else offsets[r]
+        results.append(gather.reduce_rank(ev.RankTrace(events=events, rank=r, clock_offset_ns=offset), CONFIG))
+    return results
+
+
+def summarize(results, config=CONFIG) -> dict:
+    return gather.combine(results, config, source="test", world_size=len(results))
+
+
+def comparable(summary: dict) -> dict:
+    """The skew figures that must not depend on the clocks (absolute times and offsets removed)."""
+    skew_part = {k: v for k, v in summary["skew"].items() if k not in ("alignment",)}
+    skew_part["collectives"] = [{k: v for k, v in c.items() if k != "start_ns"} for c in skew_part["collectives"]]
+    ranks = [{k: v for k, v in r.items() if k not in ("clock_offset_ns",)} for r in summary["ranks"]]
+    return {"skew": skew_part, "ranks": ranks, "findings": summary["findings"], "checks": summary["checks"]}
+
+
+# -- matching ------------------------------------------------------------------------------
+
+def test_kth_collective_of_each_kind_in_each_step_matches():
+    collectives = [
+        {"name": ["allreduce", "broadcast", "allreduce"], "start_ns": [10, 20, 30], "end_ns": [15, 25, 35],
+         "step": [0, 0, 0]},
+        {"name": ["broadcast", "allreduce", "allreduce"], "start_ns": [21, 11, 31], "end_ns": [26, 16, 36],
+         "step": [0, 0, 0]},
+    ]
+    m = skew.match_collectives(collectives, [0, 1])
+    assert m.size == 3 and not m.warnings
+    got = sorted(zip(m.name.tolist(), m.ordinal.tolist(), m.start_ns[0].tolist(), m.start_ns[1].tolist()))
+    assert got == [("allreduce", 0, 10, 11), ("allreduce", 1, 30, 31), ("broadcast", 0, 20, 21)]
+    assert m.present.all()
+
+
+def test_count_mismatch_is_a_warning_naming_the_ranks_not_a_guess():
+    full = {"name": ["allreduce"] * 4, "start_ns": [0, 10, 100, 110], "end_ns": [5, 15, 105, 115],
+            "step": [0, 0, 1, 1]}
+    short = {"name": ["allreduce"] * 3, "start_ns": [0, 10, 100], "end_ns": [5, 15, 105], "step": [0, 0, 1]}
+    m = skew.match_collectives([full, full, short], [0, 1, 2])
+    # step 1 differs (2, 2, 1): none of it is matched; step 0 is
+    assert m.size == 2 and m.step.tolist() == [0, 0]
+    [warning] = m.warnings
+    assert "allreduce" in warning and "step 1" in warning and "rank 2: 1" in warning and "2 on most ranks" in warning
+
+
+def test_point_to_point_is_not_matched():
+    c = {"name": ["SendRecv", "AllReduce"], "start_ns": [0, 10], "end_ns": [5, 15], "step": [0, 0]}
+    m = skew.match_collectives([c, c], [0, 1])
+    assert m.name.tolist() == ["AllReduce"] and m.excluded == ["SendRecv"]
+
+
+# -- clock refinement ----------------------------------------------------------------------
+
+def test_refine_recovers_unknown_offsets_from_collective_ends():
+    true_ends = np.arange(12) * 1000 + 10_000
+    shifts = np.array([0, 5_000, -7_000])
+    own_ends = true_ends[None, :] + shifts[:, None]
+    out = clock.refine_offsets(own_ends, np.ones(own_ends.shape, bool), [0, 0, 0], [0, 0, 0])
+    assert [o["offset_ns"] for o in out] == [0, -5_000, 7_000]
+    assert [o["uncertainty_ns"] for o in out] == [0, 0, 0]
+    assert [o["method"] for o in out] == ["reference", "collective ends", "collective ends"]
+
+
+def ends_with_diffs(diffs) -> np.ndarray:
+    """Ends of two ranks such that reference end − rank end = diffs."""
+    diffs = np.asarray(diffs, np.int64)
+    return np.stack([np.zeros(diffs.size, np.int64), -diffs])
+
+
+def test_refine_spread_is_the_mad_and_few_samples_keep_the_source():
+    ends = ends_with_diffs([0, 10, 10, 10, 10, 10, 10, 10, 10, 12, 1000])  # one outlier each side
+    [_, out] = clock.refine_offsets(ends, np.ones(ends.shape, bool), [0, 0], [0, 0])
+    assert out["correction_ns"] == 10 and out["spread_ns"] == 0 and out["uncertainty_ns"] == 0
+    assert out["offset_ns"] == 10 and out["samples"] == 11
+    [_, few] = clock.refine_offsets(ends[:, :2], np.ones((2, 2), bool), [0, 123], [0, 9])
+    assert few["offset_ns"] == 123 and few["uncertainty_ns"] == 9 and "too few" in few["method"]
+    [_, small] = clock.refine_offsets(ends_with_diffs([4, 10, 14]), np.ones((2, 3), bool), [0, 0], [0, 0])
+    assert small["correction_ns"] == 10 and small["spread_ns"] == 5  # below 10 samples: half the range
+    assert small["uncertainty_ns"] == 5
+
+
+def test_refine_narrows_a_known_bound_and_keeps_it_when_ends_disagree():
+    ends = np.stack([np.zeros(12, np.int64), np.full(12, -300)])  # ends say: offset 300 ns
+    [_, narrowed] = clock.refine_offsets(ends, np.ones(ends.shape, bool), [0, 100], [0, 500])
+    # source: 100 ± 500; ends: 300 ± 0, inside that bound -> 300 exactly
+    assert narrowed["offset_ns"] == 300 and narrowed["uncertainty_ns"] == 0
+    assert narrowed["correction_ns"] == 200
+    [_, kept] = clock.refine_offsets(ends, np.ones(ends.shape, bool), [0, 100], [0, 50])
+    assert kept["offset_ns"] == 100 and kept["uncertainty_ns"] == 50 and "disagree" in kept["method"]
+
+
+# -- skew and straggler --------------------------------------------------------------------
+
+def test_straggler_by_construction():
+    summary = summarize(job(straggler=(2, 20 * MS)))
+    straggler = summary["skew"]["straggler"]
+    assert straggler["rank"] == 2 and straggler["late_steps"] == 6 and straggler["steps"] == 6
+    assert straggler["late_count"] == 6  # last at the first allreduce of every step
+    # true lateness per step: 20 ms minus the median of the others' jitter (< 0.2 ms)
+    assert 19.7 * MS < straggler["lateness_per_step_ns"] <= 20.2 * MS
+    rows = {c["index"]: c for c in summary["skew"]["collectives"]}
+    first = rows[0]
+    assert first["last_rank"] == 2 and first["step"] == 0 and first["ordinal"] == 0
+    assert 19.8 * MS <= first["arrival_skew_ns"] <= 20.2 * MS
+    assert first["end_skew_ns"] == 0
+    assert first["wait_ns_by_rank"]["2"] == 0 and first["wait_ns_by_rank"]["0"] >= 19.8 * MS
+    # the sync/transfer split agrees with the aligned waits when ends coincide
+    assert first["transfer_ns"] == 2 * MS and first["split_agrees"]
+    assert first["max_sync_ns"] == first["arrival_skew_ns"]
+    [finding] = [f for f in summary["findings"] if f["finding"] == "straggler"]
+    assert finding["ranks"] == [2] and "forward" in finding["message"]
+
+
+def test_identical_work_names_no_straggler():
+    summary = summarize(job())
+    assert summary["skew"]["straggler"] is None
+    assert all(f["finding"] != "straggler" for f in summary["findings"])
+
+
+@pytest.mark.parametrize("straggler", [None, (1, 20 * MS)])
+def test_clock_shifts_do_not_change_skew(straggler):
+    """Each rank's clock off by a different constant (up to 50 ms), the offsets unknown (0) or
+    wrong: the same skew, straggler and summary figures as on one clock."""
+    reference = summarize(job(straggler=straggler))
+    shifted = summarize(job(straggler=straggler, shifts=SHIFTS))
+    assert comparable(shifted) == comparable(reference)
+    wrong = summarize(job(straggler=straggler, shifts=SHIFTS, offsets=[0, 3 * MS, 7 * MS, -9 * MS]))
+    assert comparable(wrong) == comparable(reference)
+    offsets = [r["clock_offset_ns"] for r in shifted["ranks"]]
+    assert offsets == [-s for s in SHIFTS]  # ends coincide exactly: the shifts are recovered
+    assert shifted["skew"]["max_clock_uncertainty_ns"] == 0
+    assert {a["method"] for a in shifted["skew"]["alignment"][1:]} == {"collective ends"}
+
+
+def test_no_align_keeps_the_source_offsets_and_shows_the_false_straggler():
+    no_align = config_mod.load(None, {"clock": {"align": False}})
+    summary = summarize(job(shifts=SHIFTS), no_align)
+    assert [r["clock_offset_ns"] for r in summary["ranks"]] == [0, 0, 0, 0]
+    assert summary["skew"]["aligned"] is False
+    assert summary["skew"]["straggler"]["rank"] == 3  # its clock is 50 ms ahead: it looks late
+
+
+def test_step_skew_spread_and_imbalance():
+    results = job(straggler=(2, 20 * MS), shifts=SHIFTS)
+    # rank 3's steps end 10 ms later than the others' (on the true clock)
+    results[3]["step_bounds"]["end_ns"] = [e + 10 * MS for e in results[3]["step_bounds"]["end_ns"]]
+    summary = summarize(results)
+    steps = summary["skew"]["steps"]
+    assert [s["step"] for s in steps] == list(range(6))
+    assert all(s["start_spread_ns"] == 0 and s["end_spread_ns"] == 10 * MS for s in steps)
+    assert all(s["slowest_rank"] == 3 and s["imbalance"] == pytest.approx(1.1) for s in steps)
+    forward = next(p for p in steps[0]["phases"] if p["name"] == "forward")
+    assert forward["busy_max_rank"] == 2 and forward["busy_max_ns"] == 50 * MS
+    assert forward["busy_median_ns"] == 30 * MS
+    phases = {p["name"]: p for p in summary["skew"]["phases"]}
+    assert phases["forward"]["busy_total_max_rank"] == 2 and phases["forward"]["steps"] == 6
+
+
+def test_rows_are_capped_and_aggregates_cover_all():
+    capped = config_mod.load(None, {"skew": {"max_rows": 4}})
+    summary = summarize(job(straggler=(2, 20 * MS), steps=6), capped)
+    sk = summary["skew"]
+    assert sk["collectives_total"] == 18 and len(sk["collectives"]) == 4 == sk["collectives_shown"]
+    assert sk["kinds"][0]["matched"] == 18 and len(sk["steps"]) == 4 and sk["steps_summary"]["count"] == 6
+    # the rows kept are those with the largest arrival skew: the straggler's
+    assert all(c["ordinal"] == 0 and c["last_rank"] == 2 for c in sk["collectives"])
+
+
+def test_scale_is_vectorized():
+    """256 ranks × 2,000 collectives: matching, alignment and skew stay well under seconds."""
+    ranks, n = 256, 2_000
+    rng = np.random.default_rng(0)
+    arrivals = np.arange(n)[None, :] * 10 * MS + rng.integers(0, 50_000, size=(ranks, n))
+    arrivals[7, ::10] += 5 * MS  # rank 7 late by 5 ms at the first collective of every step
+    ends = arrivals.max(axis=0) + 100_000
+    shifts = rng.integers(-50 * MS, 50 * MS, size=ranks)
+    collectives = [{"name": ["AllReduce"] * n, "start_ns": (arrivals[r] + shifts[r]).tolist(),
+                    "end_ns": (ends + shifts[r]).tolist(), "step": (np.arange(n) // 10).tolist()}
+                   for r in range(ranks)]
+    began = time.perf_counter()
+    m = skew.match_collectives(collectives, list(range(ranks)))
+    refined = clock.refine_offsets(m.end_ns, m.present, np.zeros(ranks), np.zeros(ranks))
+    offsets = [o["offset_ns"] for o in refined]
+    out = skew.collective_skew(m, offsets, [o["uncertainty_ns"] for o in refined], CONFIG)
+    elapsed = time.perf_counter() - began
+    assert offsets == (shifts[0] - shifts).tolist()
+    assert out["straggler"]["rank"] == 7 and out["straggler"]["late_steps"] == 200
+    assert elapsed < 10, elapsed

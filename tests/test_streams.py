@@ -1,0 +1,100 @@
+"""Stream placement check on traces whose lanes are known by construction."""
+
+import numpy as np
+
+from distprof import config as config_mod
+from distprof import events as ev
+from distprof import gather
+from distprof.analyses import streams
+
+CONFIG = config_mod.load()
+
+
+def host_rank(comm_lane: int, rank: int = 0):
+    """One step [0, 100): compute phases on thread 1, two allreduces on ``comm_lane``.
+
+    On thread 2 they run [10, 30) and [40, 60), inside forward [0, 50): overlap 40 of 40.
+    On thread 1 they run after backward, [70, 80) and [80, 90): serialized.
+    """
+    comm = [(10, 30), (40, 60)] if comm_lane == 2 else [(70, 80), (80, 90)]
+    rows = [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, 0, 100, 1),
+            (ev.RANGE, ev.PHASE, "forward", 0, 50, 1),
+            (ev.RANGE, ev.PHASE, "backward", 50, 70, 1),
+            (ev.RANGE, ev.PHASE, "optimizer", 90, 100, 1)]
+    rows += [(ev.COMM_OP, ev.COMMUNICATION, "allreduce", s, e, comm_lane) for s, e in comm]
+    kind, category, name, start, end, lane = (np.array(c, dtype=object) for c in zip(*rows))
+    events = ev.make_events(kind=kind, category=category, name=name, start_ns=start.astype(np.int64),
+                            end_ns=end.astype(np.int64), lane=lane.astype(np.int64), step=0, rank=rank)
+    return gather.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
+
+
+def gpu_rank(nccl_stream: int, nccl_start: int = 300):
+    """Compute kernels on stream 7 over [0, 400) and [450, 900); one AllReduce kernel of 100 ns
+    on ``nccl_stream`` starting at ``nccl_start``."""
+    rows = [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, 0, 1000, 1, ev.HOST_THREAD),
+            (ev.KERNEL, ev.COMPUTE, "gemm", 0, 400, 7, ev.GPU_STREAM),
+            (ev.KERNEL, ev.COMPUTE, "gemm", 450, 900, 7, ev.GPU_STREAM),
+            (ev.KERNEL, ev.COMMUNICATION, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", nccl_start,
+             nccl_start + 100, nccl_stream, ev.GPU_STREAM)]
+    kind, category, name, start, end, lane, lane_kind = (np.array(c, dtype=object) for c in zip(*rows))
+    events = ev.make_events(kind=kind, category=category, name=name, start_ns=start.astype(np.int64),
+                            end_ns=end.astype(np.int64), lane=lane.astype(np.int64), lane_kind=lane_kind,
+                            device=0, step=0)
+    return gather.reduce_rank(ev.RankTrace(events=events, rank=0, device=0), CONFIG)
+
+
+def test_comm_on_the_compute_thread_fails_and_names_kind_and_lane():
+    [row] = streams.rank_stream_checks(host_rank(comm_lane=1), CONFIG)
+    assert row["status"] == "FAIL" and row["check"] == "stream_placement"
+    assert row["message"] == ("allreduce runs on the compute thread (thread 1): "
+                              "communication is serialized with computation")
+    assert row["comm_lanes"] == ["thread 1"] and row["compute_lanes"] == ["thread 1"]
+    assert row["shared_lanes"] == ["thread 1"] and row["shared_communication_ns"] == 20
+    assert row["exposed_communication_ns"] == 20 and row["device"] is None
+    assert "dedicated" in row["advice"]
+
+
+def test_comm_on_its_own_thread_passes():
+    [row] = streams.rank_stream_checks(host_rank(comm_lane=2), CONFIG)
+    assert row["status"] == "PASS", row["message"]
+    assert row["comm_lanes"] == ["thread 2"] and row["compute_lanes"] == ["thread 1"]
+    assert row["overlap_ratio"] == 1.0
+
+
+def test_nccl_on_the_compute_stream_fails():
+    [row] = streams.rank_stream_checks(gpu_rank(nccl_stream=7), CONFIG)
+    assert row["status"] == "FAIL" and row["device"] == 0
+    assert row["message"].startswith("AllReduce runs on the compute stream (cuda:0/stream 7)")
+    assert row["kinds"] == ["AllReduce"]
+
+
+def test_separate_stream_without_overlap_warns():
+    # the AllReduce runs [900, 1000), after the last gemm: it hides behind nothing
+    result = gpu_rank(nccl_stream=13, nccl_start=900)
+    [row] = streams.rank_stream_checks(result, CONFIG)
+    assert row["status"] == "WARN" and row["overlap_ratio"] == 0.0
+    assert row["message"].startswith("separate stream, but communication does not overlap computation")
+    # [400, 500): half of it under the second gemm; 50% is under a 60% threshold
+    [row] = streams.rank_stream_checks(gpu_rank(nccl_stream=13, nccl_start=400),
+                                       config_mod.load(None, {"checks": {"overlap_warn_ratio": 0.6}}))
+    assert row["status"] == "WARN" and row["overlap_ratio"] == 0.5
+
+
+def test_separate_stream_with_overlap_passes():
+    [row] = streams.rank_stream_checks(gpu_rank(nccl_stream=13), CONFIG)
+    assert row["status"] == "PASS" and row["comm_lanes"] == ["cuda:0/stream 13"]
+
+
+def test_rank_without_communication_is_not_applicable():
+    events = ev.make_events(kind=ev.RANGE, category=ev.PHASE, name=np.array(["ProfileStep", "forward"], object),
+                            start_ns=np.array([0, 0]), end_ns=np.array([10, 5]), step=0)
+    [row] = streams.rank_stream_checks(gather.reduce_rank(ev.RankTrace(events=events, rank=3), CONFIG), CONFIG)
+    assert row["status"] == "N/A" and row["rank"] == 3 and "no communication" in row["message"]
+
+
+def test_every_rank_gets_a_row_in_the_summary():
+    results = [host_rank(comm_lane=1, rank=0), host_rank(comm_lane=2, rank=1)]
+    summary = gather.combine(results, CONFIG, source="test")
+    assert [(c["rank"], c["status"]) for c in summary["checks"]] == [(0, "FAIL"), (1, "PASS")]
+    assert summary["findings"][0]["finding"] == "serialized_communication"
+    assert summary["findings"][0]["ranks"] == [0]
