@@ -259,12 +259,13 @@ def insert_rows(connection: sqlite3.Connection, table: str, rows: list[dict]) ->
 
 def bulk_kernels(path: str | Path, count: int, schema: str = "2026.2", processes: int = 1,
                  streams: tuple[int, ...] = (7, 15), nccl_every: int = 8, step_every: int = 1000,
-                 kernel_ns: int = 5_000, gap_ns: int = 1_000) -> Path:
+                 kernel_ns: int = 5_000, gap_ns: int = 1_000, rank: int = 0) -> Path:
     """A large export written by SQL (no Python row loop): ``count`` kernels per process, each
     launched by its own runtime call, NCCL kernels (every ``nccl_every``-th) on the second
-    stream, one ProfileStep NVTX range per ``step_every`` kernels. For benchmarks."""
+    stream, one ProfileStep NVTX range per ``step_every`` kernels; env RANK=``rank`` when there
+    is one process. For benchmarks."""
     path = Path(path)
-    export = NsysExport(schema=schema, env={"RANK": "0"} if processes == 1 else {})
+    export = NsysExport(schema=schema, env={"RANK": str(rank)} if processes == 1 else {})
     names = ["volta_sgemm_128x64_nn", "elementwise_kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"]
     for name in names:
         export.string_id(name)

@@ -100,6 +100,7 @@ UNNAMED = "(unnamed)"
 
 CHUNK_ROWS = 1 << 16                  # rows packed per query: bounds the size of one packed string
 MAX_WORKERS = 4
+MMAP_BYTES = 1 << 31                  # SQLite caps this at its compile-time maximum (2 GB by default)
 TEXT_SEPARATOR = "\x1f"               # NVTX and StringIds texts are C strings: no control chars expected
 _PID_MASK = 0xFFFFFF
 
@@ -121,6 +122,23 @@ def read(path: str | Path, config: dict) -> list[RankTrace]:
             return _read_export(export, config)
     except sqlite3.Error as error:
         raise SourceError(f"{path}: corrupt or truncated SQLite file ({_one_line(error)})") from None
+
+
+def read_kernel_table(path: str | Path, config: dict) -> dict:
+    """Only the kernel table, as columns (start, end, device, lane, pid, correlation_id, name
+    codes into ``names``, category codes): the ingest path that benchmarks/nsys_ingest.py times."""
+    path = Path(path)
+    _check_header(path)
+    try:
+        with _Export(path) as export:
+            return _read_kernels(export, _comm_prefixes(config))
+    except sqlite3.Error as error:
+        raise SourceError(f"{path}: corrupt or truncated SQLite file ({_one_line(error)})") from None
+
+
+def _comm_prefixes(config: dict) -> tuple[str, ...]:
+    communication = config.get("communication", DEFAULTS["communication"])
+    return tuple(communication.get("kernel_prefixes", DEFAULTS["communication"]["kernel_prefixes"]))
 
 
 # -- file access ------------------------------------------------------------------------------
@@ -157,7 +175,9 @@ class _Export:
         self._columns: dict[str, set[str]] = {}
 
     def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+        connection = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+        connection.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # pages read in place, not copied
+        return connection
 
     def __enter__(self) -> _Export:
         return self
@@ -317,7 +337,7 @@ def _gpu_columns(export: _Export, table: str, extra: str) -> list[np.ndarray]:
     return [start, end, device, stream, correlation, (global_pid >> 24) & _PID_MASK, last]
 
 
-def read_kernels(export: _Export, comm_prefixes: tuple[str, ...]) -> dict:
+def _read_kernels(export: _Export, comm_prefixes: tuple[str, ...]) -> dict:
     """The kernel table as columns: names resolved (shortName, else demangledName) and
     classified once per distinct name, then spread to rows by code."""
     start, end, device, stream, correlation, pid, short_ids = _gpu_columns(export, KERNEL_TABLE, "t.shortName")
@@ -559,11 +579,10 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
     if not export.tables & set(NSYS_TABLES):
         raise SourceError(f"{path}: SQLite file but not an nsys export (none of the tables "
                           f"{KERNEL_TABLE}, {NVTX_TABLE}, {STRINGS_TABLE}, META_DATA_EXPORT)")
-    communication = config.get("communication", DEFAULTS["communication"])
-    prefixes = tuple(communication.get("kernel_prefixes", DEFAULTS["communication"]["kernel_prefixes"]))
+    prefixes = _comm_prefixes(config)
     warnings: list[str] = []
 
-    gpu = _concat_parts([read_kernels(export, prefixes), *_read_memory_ops(export)])
+    gpu = _concat_parts([_read_kernels(export, prefixes), *_read_memory_ops(export)])
     calls, op_launch = _launch_calls(export, gpu)
     nvtx = _read_nvtx(export)
     gpu, op_launch = _drop_reversed(gpu, op_launch, warnings, path, "GPU ops")
