@@ -116,11 +116,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .reports import export, text
     summary = export.read_summary(args.summary)
-    sys.stdout.write(text.render(summary, args.unit))
+    sys.stdout.write(text.render(summary, args.unit, sorted_by=args.sorted_by, top=args.top or None, rank=args.rank))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .reports import tables
     parser = argparse.ArgumentParser(prog="distprof", description="Where the time goes across ranks.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -147,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="print the tables of a summary.json")
     report.add_argument("summary", help="summary.json or the directory holding it")
     report.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
+    report.add_argument("--sorted-by", choices=tables.SORT_KEYS, default="cpu_total",
+                        help="order of the Kernel / Memory / UserDefined tables (default cpu_total)")
+    report.add_argument("--top", type=int, default=20, help="rows of those tables (default 20; 0: all)")
+    report.add_argument("--rank", type=int, default=None, help="that rank's own tables instead of all ranks'")
     report.set_defaults(func=cmd_report)
     return parser
 

@@ -149,7 +149,6 @@ def combine(results: list[dict], config: dict, source: str, world_size: int | No
         "findings": diagnose.findings(results, checks, skew_summary, config),
         "warnings": warnings,
     }
-    summary["tables"] = summaries.merge_tables([r.get("tables") for r in results], [r["rank"] for r in results])
     return summary
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from . import tables
+
 UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _COLUMNS = (("window_ns", "ProfileStep"), ("communication_ns", "Communication"),
             ("computation_ns", "Computation"), ("overlap_ns", "Overlap"),
@@ -46,7 +48,7 @@ def lanes_table(summary: dict) -> str:
                     tablefmt="simple", disable_numparse=True)
 
 
-def render(summary: dict, unit: str = "ms") -> str:
+def render(summary: dict, unit: str = "ms", **table_options) -> str:
     """The whole text report of a summary."""
     table = distributed_table(summary, unit)
     width = max(len(line) for line in table.splitlines())
@@ -55,6 +57,7 @@ def render(summary: dict, unit: str = "ms") -> str:
              table, "", lanes_table(summary)]
     for section in extra_sections(summary, unit):
         parts += ["", section]
+    parts += [part for section in tables.sections(summary, unit, **table_options) for part in ("", section)]
     if summary.get("warnings"):
         parts += ["", _banner("Warnings", width), *(f"! {w}" for w in summary["warnings"])]
     return "\n".join(parts) + "\n"

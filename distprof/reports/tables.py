@@ -1,0 +1,177 @@
+"""Text rendering of the summary tables (Device, Overview, Model, Kernel, Memory Manipulation,
+UserDefined) in the layout of the Paddle profiler, from ``summary["tables"]``.
+
+Only the by-name tables (Kernel, Memory, UserDefined) are reordered by ``--sorted-by`` and cut
+by ``--top``; Device, Overview and Model keep their fixed order, as in Paddle.
+"""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+SORT_KEYS = ("cpu_total", "cpu_avg", "cpu_max", "cpu_min", "gpu_total", "gpu_avg", "gpu_max", "gpu_min",
+             "calls", "name")
+NAME_WIDTH = 64
+
+
+def _time(value, scale: int) -> str:
+    return "-" if value is None else f"{value / scale:.2f}"
+
+
+def _ratio(value) -> str:
+    return "-" if value is None else f"{100 * value:.2f}"
+
+
+def _name(name: str, width: int = NAME_WIDTH) -> str:
+    """Long (templated C++) kernel names cut to a readable width."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _banner(title: str, table: str) -> str:
+    width = max((len(line) for line in table.splitlines()), default=len(title) + 20)
+    return f"{title:-^{max(width, len(title) + 20)}}"
+
+
+def _section(title: str, table: str, notes: list[str] = ()) -> str:
+    return "\n".join([_banner(title, table), table, *notes])
+
+
+def select(summary: dict, rank: int | None = None) -> dict | None:
+    """The tables to show: merged across ranks, or one rank's own (``rank``)."""
+    tables = summary.get("tables")
+    if not tables:
+        return None
+    if rank is None and len(tables.get("by_rank", [])) == 1:
+        return tables["by_rank"][0]  # one rank: show its own tables (per-device rows)
+    if rank is None:
+        return tables.get("merged")
+    for entry in tables.get("by_rank", []):
+        if entry["rank"] == rank:
+            return entry
+    from ..events import SourceError
+    known = ", ".join(str(e["rank"]) for e in tables.get("by_rank", []))
+    raise SourceError(f"--rank {rank}: no such rank in the summary (ranks: {known})")
+
+
+def sort_rows(rows: list[dict], sorted_by: str) -> list[dict]:
+    """Order by-name rows: a ``cpu_X``/``gpu_X`` key orders by the table's own X (its only time
+    measure), ``calls`` by calls, ``name`` alphabetically; ties keep the stored order."""
+    if sorted_by not in SORT_KEYS:
+        raise ValueError(f"--sorted-by must be one of {', '.join(SORT_KEYS)}")
+    if sorted_by == "name":
+        return sorted(rows, key=lambda r: str(r.get("name", "")))
+    column = "calls" if sorted_by == "calls" else sorted_by.split("_", 1)[1] + "_ns"
+    return sorted(rows, key=lambda r: -(r.get(column) if r.get(column) is not None else float("-inf")))
+
+
+def device_table(device: list[dict], merged: bool) -> str:
+    if merged:
+        rows = [[d["device"], _ratio(d["mean"]), f"{_ratio(d['min'])} (rank {d['min_rank']})",
+                 f"{_ratio(d['max'])} (rank {d['max_rank']})"] for d in device]
+        return tabulate(rows, headers=["Device", "Utilization (%) mean", "min", "max"], tablefmt="simple",
+                        disable_numparse=True)
+    rows = [[d["device"], _ratio(d["utilization"])] for d in device]
+    return tabulate(rows, headers=["Device", "Utilization (%)"], tablefmt="simple", disable_numparse=True)
+
+
+def overview_table(overview: list[dict], scale: int, unit: str) -> str:
+    rows = []
+    for side, title in (("cpu", "CPU"), ("gpu", "GPU")):
+        part = [r for r in overview if r["side"] == side]
+        for r in part:
+            indent = "" if r["type"] in ("ProfileStep", "GPU busy") else "  "
+            rows.append([indent + r["type"], title, r["calls"], _time(r["total_ns"], scale), _ratio(r["ratio"])])
+    return tabulate(rows, headers=["Event type", "Side", "Calls", f"Time ({unit}, union)", "Ratio (%)"],
+                    tablefmt="simple", disable_numparse=True)
+
+
+def _five(row: dict, side: str, scale: int) -> str:
+    return " / ".join([_time(row.get(f"{side}_total_ns"), scale), _time(row.get(f"{side}_avg_ns"), scale),
+                       _time(row.get(f"{side}_max_ns"), scale), _time(row.get(f"{side}_min_ns"), scale),
+                       _ratio(row.get(f"{side}_ratio"))])
+
+
+def _max_rank(values: list | None, ranks: list[int]) -> str:
+    pairs = [(v, -r) for v, r in zip(values or [], ranks) if v is not None]
+    return "-" if not pairs else str(-max(pairs)[1])   # ties: the lowest rank
+
+
+def model_table(model: list[dict], scale: int, ranks: list[int] | None) -> str:
+    has_gpu = any(r.get("gpu_total_ns") is not None for r in model)
+    headers = ["Name", "Calls", "CPU Total / Avg / Max / Min / Ratio(%)"]
+    if has_gpu:
+        headers.append("GPU Total / Avg / Max / Min / Ratio(%)")
+    if ranks and len(ranks) > 1:
+        headers.append("Max CPU at rank")
+    rows = []
+    for r in model:
+        row = [("" if r["name"] == "ProfileStep" else "  ") + r["name"], "-" if r["calls"] is None else r["calls"],
+               _five(r, "cpu", scale)]
+        if has_gpu:
+            row.append(_five(r, "gpu", scale))
+        if ranks and len(ranks) > 1:
+            row.append(_max_rank(r.get("cpu_total_ns_by_rank"), ranks))
+        rows.append(row)
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def by_name_table(table: dict, scale: int, sorted_by: str, top: int | None, side: str, merged: bool,
+                  keys=("name",)) -> tuple[str, list[str]]:
+    """Kernel / Memory / UserDefined: rows sorted and cut, and the notes saying what was left out."""
+    rows = sort_rows(table["rows"], sorted_by)
+    shown = rows if not top else rows[:top]
+    headers = [k.capitalize() for k in keys] + ["Calls", f"{side} Total / Avg / Max / Min / Ratio(%)"]
+    if merged:
+        headers += ["Ranks", "Max at rank"]
+    out = []
+    for r in shown:
+        line = [_name(str(r[k])) for k in keys] + [r["calls"], " / ".join(
+            [_time(r["total_ns"], scale), _time(r["avg_ns"], scale), _time(r["max_ns"], scale),
+             _time(r["min_ns"], scale), _ratio(r.get("ratio"))])]
+        if merged:
+            line += [r.get("ranks", "-"), r.get("max_rank", "-")]
+        out.append(line)
+    notes = []
+    if len(shown) < len(rows):
+        notes.append(f"({len(rows) - len(shown)} more rows; --top 0 shows all {len(rows)})")
+    dropped = table.get("dropped") or {}
+    if dropped.get("rows"):
+        notes.append(f"({dropped['rows']} smaller rows not stored: {dropped['calls']} calls, "
+                     f"{dropped['total_ns'] / scale:.2f} total)")
+    return tabulate(out, headers=headers, tablefmt="simple", disable_numparse=True), notes
+
+
+def sections(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top: int | None = 20,
+             rank: int | None = None) -> list[str]:
+    """The summary-table sections of a summary, each a titled text block (empty tables left out)."""
+    tables = select(summary, rank)
+    if not tables:
+        return []
+    scale = UNITS[unit]
+    merged = rank is None and len((summary.get("tables") or {}).get("ranks", [])) > 1
+    ranks = (summary.get("tables") or {}).get("ranks") if merged else None
+    scope = "all ranks" if merged else f"rank {rank if rank is not None else tables.get('rank', 0)}"
+    out = []
+    if tables.get("device"):
+        out.append(_section(f"Device Summary ({scope})", device_table(tables["device"], merged)))
+    if tables.get("overview"):
+        out.append(_section(f"Overview Summary ({scope})", overview_table(tables["overview"], scale, unit),
+                            [f"Time unit: {unit}; a type's time is the union of its intervals in the window"]))
+    if tables.get("model"):
+        out.append(_section(f"Model Summary ({scope})", model_table(tables["model"], scale, ranks),
+                            [f"Time unit: {unit}; ratios are of ProfileStep; GPU time per step"]))
+    for key, title, side, keys in (("kernel", "Kernel Summary", "GPU", ("name",)),
+                                   ("memory", "Memory Manipulation Summary", "GPU", ("kind", "name")),
+                                   ("user", "UserDefined Summary", "CPU", ("name",))):
+        table = tables.get(key)
+        if table and table["rows"]:
+            text, notes = by_name_table(table, scale, sorted_by, top, side, merged, keys)
+            out.append(_section(f"{title} ({scope})", text, [f"Time unit: {unit}", *notes]))
+    return out
+
+
+def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top: int | None = 20,
+           rank: int | None = None) -> str:
+    """All summary tables as one text block ("" when the summary has none)."""
+    return "\n\n".join(sections(summary, unit, sorted_by, top, rank))

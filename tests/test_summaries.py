@@ -1,0 +1,208 @@
+"""Summary tables (Device, Overview, Model, Kernel, Memory, UserDefined) on a trace whose
+intervals are known by construction, merged across ranks, rendered as text; and on the demo."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from distprof import config as config_mod
+from distprof import events as ev
+from distprof.analyses import summaries
+from distprof.reports import tables
+
+CONFIG = config_mod.load()
+HOST, COMM, STREAM, NCCL_STREAM = 1, 2, 7, 15
+
+
+def gpu_rank():
+    """Two 100 ns steps on a GPU rank: main thread (lane 1), comm thread (2), streams 7 and 15.
+
+    Step 0: Dataloader [0,10) forward [10,40) backward [40,80) optimizer [85,95);
+    step 1: Dataloader [100,105) forward [105,135) backward [135,185) optimizer.step [190,198).
+    Kernels (launched from the phase in ``phase``): gemm [15,35) [45,75) [110,130), relu [140,150),
+    nccl [60,90) [160,180); memcpy [2,6) in Dataloader; memset [101,102) outside any phase; a gemm
+    at [250,260) after the last step. USER ranges my_range [20,30) [120,125), other [150,190).
+    """
+    rows = [  # kind, category, name, start, end, lane, step, phase, correlation id
+        (ev.RANGE, ev.PHASE, ev.PROFILE_STEP, 0, 100, HOST, 0, "", -1),
+        (ev.RANGE, ev.PHASE, ev.PROFILE_STEP, 100, 200, HOST, 1, "", -1),
+        (ev.RANGE, ev.PHASE, "Dataloader", 0, 10, HOST, 0, "", -1),
+        (ev.RANGE, ev.PHASE, "forward", 10, 40, HOST, 0, "", -1),
+        (ev.RANGE, ev.PHASE, "backward", 40, 80, HOST, 0, "", -1),
+        (ev.RANGE, ev.PHASE, "optimizer", 85, 95, HOST, 0, "", -1),
+        (ev.RANGE, ev.PHASE, "Dataloader", 100, 105, HOST, 1, "", -1),
+        (ev.RANGE, ev.PHASE, "forward", 105, 135, HOST, 1, "", -1),
+        (ev.RANGE, ev.PHASE, "backward", 135, 185, HOST, 1, "", -1),
+        (ev.RANGE, ev.PHASE, "optimizer.step", 190, 198, HOST, 1, "", -1),
+        (ev.RANGE, ev.USER, "my_range", 20, 30, HOST, 0, "", -1),
+        (ev.RANGE, ev.USER, "my_range", 120, 125, HOST, 1, "", -1),
+        (ev.RANGE, ev.USER, "other", 150, 190, HOST, 1, "", -1),
+        (ev.COMM_OP, ev.COMMUNICATION, "allreduce", 60, 90, COMM, 0, "", -1),
+        (ev.RUNTIME, ev.RUNTIME_CAT, "cudaLaunchKernel", 12, 14, HOST, 0, "forward", 1),
+        (ev.RUNTIME, ev.RUNTIME_CAT, "cudaLaunchKernel", 42, 44, HOST, 0, "backward", 2),
+        (ev.RUNTIME, ev.RUNTIME_CAT, "cudaLaunchKernel", 107, 108, HOST, 1, "forward", 3),
+        (ev.RUNTIME, ev.RUNTIME_CAT, "cudaLaunchKernel", 137, 139, HOST, 1, "backward", 4),
+        (ev.KERNEL, ev.COMPUTE, "gemm", 15, 35, STREAM, 0, "forward", 1),
+        (ev.KERNEL, ev.COMPUTE, "gemm", 45, 75, STREAM, 0, "backward", 2),
+        (ev.KERNEL, ev.COMPUTE, "gemm", 110, 130, STREAM, 1, "forward", 3),
+        (ev.KERNEL, ev.COMPUTE, "relu", 140, 150, STREAM, 1, "backward", 4),
+        (ev.KERNEL, ev.COMMUNICATION, "ncclDevKernel_AllReduce", 60, 90, NCCL_STREAM, 0, "backward", -1),
+        (ev.KERNEL, ev.COMMUNICATION, "ncclDevKernel_AllReduce", 160, 180, NCCL_STREAM, 1, "backward", -1),
+        (ev.MEMCPY, ev.MEMORY, "Memcpy HtoD", 2, 6, STREAM, 0, "Dataloader", -1),
+        (ev.MEMSET, ev.MEMORY, "Memset", 101, 102, STREAM, 1, "", -1),
+        (ev.KERNEL, ev.COMPUTE, "gemm", 250, 260, STREAM, -1, "", -1),
+    ]
+    kind, category, name, start, end, lane, step, phase, corr = (np.array(c, dtype=object) for c in zip(*rows))
+    on_gpu = np.isin(kind, (ev.KERNEL, ev.MEMCPY, ev.MEMSET))
+    return ev.make_events(kind=kind, category=category, name=name, start_ns=start.astype(np.int64),
+                          end_ns=end.astype(np.int64), lane=lane.astype(np.int64), step=step.astype(np.int64),
+                          phase=phase, correlation_id=corr.astype(np.int64), pid=10,
+                          lane_kind=np.where(on_gpu, ev.GPU_STREAM, ev.HOST_THREAD), device=np.where(on_gpu, 0, -1))
+
+
+def host_rank():
+    """The same two steps with only the host ranges (no GPU rows)."""
+    events = gpu_rank()
+    return events[events["lane_kind"] == ev.HOST_THREAD].reset_index(drop=True)
+
+
+def by(rows, key, value):
+    return next(r for r in rows if r[key] == value)
+
+
+def test_device_summary():
+    device = summaries.rank_tables(gpu_rank(), CONFIG)["device"]
+    assert by(device, "device", "GPU0") == {"device": "GPU0", "kind": "gpu", "busy_ns": 115, "elapsed_ns": 200,
+                                            "utilization": 115 / 200}
+    assert by(device, "device", "thread 1")["busy_ns"] == 188   # [0,80) [85,95) [100,198)
+    assert by(device, "device", "thread 2")["busy_ns"] == 30
+    assert not any(d["kind"] == "cpu_process" for d in device)
+    meta = {"process_cpu_ns": 300, "elapsed_ns": 200}
+    cpu = by(summaries.rank_tables(gpu_rank(), CONFIG, meta)["device"], "kind", "cpu_process")
+    assert cpu["utilization"] == 1.5   # CPU time over all cores / wall time, as in Paddle
+
+
+def test_overview_summary_unions_within_a_type():
+    overview = {(r["side"], r["type"]): (r["calls"], r["total_ns"])
+                for r in summaries.rank_tables(gpu_rank(), CONFIG)["overview"]}
+    assert overview == {
+        ("cpu", "ProfileStep"): (2, 200), ("cpu", "Phase"): (8, 183), ("cpu", "Communication"): (1, 30),
+        ("cpu", "UserDefined"): (3, 55), ("cpu", "Runtime"): (4, 7),
+        ("gpu", "GPU busy"): (8, 120), ("gpu", "Kernel"): (4, 80), ("gpu", "Communication kernel"): (2, 50),
+        ("gpu", "Memcpy"): (1, 4), ("gpu", "Memset"): (1, 1)}
+
+
+def test_model_summary_cpu_and_gpu():
+    model = {r["name"]: r for r in summaries.rank_tables(gpu_rank(), CONFIG)["model"]}
+    assert list(model) == list(summaries.MODEL_ROWS)
+    cpu = {n: (r["calls"], r["cpu_total_ns"], r["cpu_avg_ns"], r["cpu_max_ns"], r["cpu_min_ns"])
+           for n, r in model.items()}
+    assert cpu == {"ProfileStep": (2, 200, 100, 100, 100), "Dataloader": (2, 15, 7.5, 10, 5),
+                   "Forward": (2, 60, 30, 30, 30), "Backward": (2, 90, 45, 50, 40),
+                   "Optimization": (2, 18, 9, 10, 8), "Others": (None, 17, None, None, None)}
+    assert model["Backward"]["cpu_ratio"] == 90 / 200
+    # GPU: one call per step; ProfileStep = every GPU op of the steps (the gemm at 250 is outside)
+    gpu = {n: (r["gpu_calls"], r["gpu_total_ns"], r["gpu_avg_ns"], r["gpu_max_ns"], r["gpu_min_ns"])
+           for n, r in model.items()}
+    assert gpu == {"ProfileStep": (2, 135, 67.5, 84, 51), "Dataloader": (1, 4, 4, 4, 4),
+                   "Forward": (2, 40, 20, 20, 20), "Backward": (2, 90, 45, 60, 30),
+                   "Optimization": (0, 0, None, None, None), "Others": (1, 1, 1, 1, 1)}
+    assert sum(model[n]["gpu_ratio"] for n in summaries.MODEL_ROWS[1:]) == pytest.approx(1.0)
+
+
+def test_model_summary_without_gpu_or_steps():
+    model = {r["name"]: r for r in summaries.rank_tables(host_rank(), CONFIG)["model"]}
+    assert model["Forward"]["gpu_total_ns"] is None and model["Forward"]["cpu_total_ns"] == 60
+    no_steps = host_rank()
+    no_steps = no_steps[no_steps["name"] != ev.PROFILE_STEP].reset_index(drop=True)
+    model = {r["name"]: r for r in summaries.rank_tables(no_steps, CONFIG)["model"]}
+    assert "ProfileStep" not in model
+    assert model["Others"]["cpu_total_ns"] == 198 - (15 + 60 + 90 + 18)   # whole trace [0,198)
+
+
+def test_kernel_memory_user_tables():
+    result = summaries.rank_tables(gpu_rank(), CONFIG)
+    kernel = result["kernel"]
+    rows = [(r["name"], r["calls"], r["total_ns"], r["max_ns"], r["min_ns"], r["category"]) for r in kernel["rows"]]
+    assert rows == [
+        ("gemm", 3, 70, 30, 20, "COMPUTE"), ("ncclDevKernel_AllReduce", 2, 50, 30, 20, "COMMUNICATION"),
+        ("relu", 1, 10, 10, 10, "COMPUTE")]
+    assert kernel["rows"][0]["avg_ns"] == pytest.approx(70 / 3) and kernel["rows"][0]["ratio"] == 70 / 130
+    assert [(r["kind"], r["name"], r["total_ns"], r["ratio"]) for r in result["memory"]["rows"]] == [
+        ("memcpy", "Memcpy HtoD", 4, 0.8), ("memset", "Memset", 1, 0.2)]
+    assert [(r["name"], r["calls"], r["total_ns"], r["avg_ns"], r["ratio"]) for r in result["user"]["rows"]] == [
+        ("other", 1, 40, 40.0, 0.2), ("my_range", 2, 15, 7.5, 15 / 200)]
+    assert result["steps"] == {"step": [0, 1], "duration_ns": [100, 100]}
+    assert result["span_ns"] == [0, 260]
+    cut = summaries.rank_tables(gpu_rank(), CONFIG, max_rows=1)["kernel"]
+    assert [r["name"] for r in cut["rows"]] == ["gemm"]
+    assert cut["dropped"] == {"rows": 2, "calls": 3, "total_ns": 60}
+
+
+def test_empty_rank():
+    result = summaries.rank_tables(ev.empty_events(), CONFIG)
+    assert result["kernel"]["rows"] == [] and result["device"] == [] and result["span_ns"] is None
+    json.dumps(result)
+
+
+def test_merge_across_ranks():
+    tables_0 = summaries.rank_tables(gpu_rank(), CONFIG)
+    tables_1 = summaries.rank_tables(host_rank(), CONFIG)
+    merged_all = summaries.merge_tables([tables_0, tables_1, None], [0, 1, 2])
+    json.dumps(merged_all)  # goes to summary.json as is
+    assert merged_all["ranks"] == [0, 1]
+    merged = merged_all["merged"]
+    model = {r["name"]: r for r in merged["model"]}
+    assert model["Backward"]["cpu_total_ns"] == 180 and model["Backward"]["calls"] == 4
+    assert model["Backward"]["cpu_avg_ns"] == 45 and model["Backward"]["cpu_max_ns"] == 50
+    assert model["Backward"]["cpu_total_ns_by_rank"] == [90, 90]
+    assert model["Backward"]["gpu_total_ns"] == 90 and model["Backward"]["gpu_total_ns_by_rank"] == [90, None]
+    assert model["ProfileStep"]["cpu_ratio"] == 1.0 and model["Others"]["cpu_total_ns"] == 34
+    gemm = by(merged["kernel"]["rows"], "name", "gemm")
+    assert (gemm["calls"], gemm["total_ns"], gemm["ranks"], gemm["max_rank"]) == (3, 70, 1, 0)
+    gpu = by(merged["device"], "kind", "gpu")
+    assert gpu["utilization_by_rank"] == [0.575, None] and gpu["mean"] == 0.575
+    thread = by(merged["device"], "kind", "host_thread")
+    assert thread["utilization_by_rank"] == [0.94, 0.94]
+    phase = by(merged["overview"], "type", "Phase")
+    assert phase["total_ns"] == 366 and phase["total_ns_by_rank"] == [183, 183] and phase["ratio"] == 366 / 400
+    assert merged["steps"]["median_ns"] == [100, 100] and merged["steps"]["mean_ns_by_rank"] == [100.0, 100.0]
+    assert merged_all["by_rank"][0]["kernel"]["rows"][0]["name"] == "gemm"
+
+
+def test_text_tables_sorted_and_cut():
+    summary = {"tables": summaries.merge_tables([summaries.rank_tables(gpu_rank(), CONFIG)], [0])}
+    text = tables.render(summary, unit="ns", sorted_by="calls", top=2)
+    for title in ("Device Summary", "Overview Summary", "Model Summary", "Kernel Summary",
+                  "Memory Manipulation Summary", "UserDefined Summary"):
+        assert title in text
+    kernel = text.split("Kernel Summary")[1].split("Memory Manipulation")[0]
+    assert kernel.index("gemm") < kernel.index("ncclDevKernel_AllReduce")
+    assert "relu" not in kernel and "1 more rows" in kernel
+    assert "200.00 / 100.00 / 100.00 / 100.00 / 100.00" in text  # ProfileStep in ns
+    by_name = tables.render(summary, sorted_by="name", top=0)
+    kernel = by_name.split("Kernel Summary")[1].split("Memory Manipulation")[0]
+    assert kernel.index("gemm") < kernel.index("ncclDevKernel") < kernel.index("relu")
+    assert tables.render({"ranks": []}) == ""
+
+
+def test_demo_tables_agree_with_distributed_summary(demo_overlap):
+    summary = json.loads((demo_overlap / "summary.json").read_text())
+    merged = summary["tables"]["merged"]
+    windows = [r["window_ns"] for r in summary["ranks"]]
+    model = {r["name"]: r for r in merged["model"]}
+    assert model["ProfileStep"]["cpu_total_ns_by_rank"] == windows   # steps are back to back
+    assert model["ProfileStep"]["calls"] == sum(r["steps"] for r in summary["ranks"])
+    comm = by(merged["overview"], "type", "Communication")
+    assert comm["total_ns_by_rank"] == [r["communication_ns"] for r in summary["ranks"]]
+    assert {"Dataloader", "Forward", "Backward", "Optimization"} <= {n for n, r in model.items() if r["calls"]}
+    assert len(summary["tables"]["by_rank"]) == summary["world_size"]
+    result = run_cli("report", str(demo_overlap), "--sorted-by", "cpu_avg", "--top", "3", "--unit", "us")
+    assert result.returncode == 0, result.stderr
+    assert "Model Summary (all ranks)" in result.stdout and "Forward" in result.stdout
+    one = run_cli("report", str(demo_overlap), "--rank", "1")
+    assert one.returncode == 0 and "Model Summary (rank 1)" in one.stdout
+    bad = run_cli("report", str(demo_overlap), "--rank", "99")
+    assert bad.returncode == 2 and "no such rank" in bad.stderr
