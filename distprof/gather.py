@@ -11,7 +11,7 @@ import numpy as np
 
 from . import clock
 from . import events as ev
-from .analyses import diagnose, distributed, skew, streams
+from .analyses import diagnose, distributed, skew, streams, summaries
 
 RANK_KEYS = ("rank", "source", "source_file", "pid", "device", "rank_from")
 
@@ -26,6 +26,7 @@ def reduce_rank(trace: ev.RankTrace, config: dict) -> dict:
     result["clock_uncertainty_ns"] = int(trace.clock_uncertainty_ns)
     result["warnings"] = list(trace.warnings)
     result["meta"] = dict(trace.meta)
+    result["tables"] = summaries.rank_tables(trace.events, config, trace.meta)
     return result
 
 
@@ -149,6 +150,7 @@ def combine(results: list[dict], config: dict, source: str, world_size: int | No
         "findings": diagnose.findings(results, checks, skew_summary, config),
         "warnings": warnings,
     }
+    summary["tables"] = summaries.merge_tables([r.get("tables") for r in results], [r["rank"] for r in results])
     return summary
 
 
