@@ -64,8 +64,75 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
 
 
 def extra_sections(summary: dict, unit: str) -> list[str]:
-    """Sections after the Distributed Summary (diagnosis, other summaries) when present."""
-    return []
+    """Sections after the Distributed Summary: the Diagnosis (findings first, costliest on top,
+    then the check table, the collectives that waited the most and the straggler line), when
+    the summary has one. Big jobs print counts and the non-PASS rows, not one row per rank."""
+    checks, skew, findings = summary.get("checks"), summary.get("skew") or {}, summary.get("findings")
+    if not checks and not skew and not findings:
+        return []
+    scale = UNITS[unit]
+
+    def t(ns) -> str:
+        return "-" if ns is None else f"{ns / scale:.2f} {unit}"
+
+    lines = ["Findings (costliest first):" if findings else "Findings: none."]
+    for number, finding in enumerate(findings or [], 1):
+        lines.append(f"  {number}. {finding['severity'].upper():<6} {finding['message']}")
+        lines.append(f"     {'':<6} -> {finding['advice']}")
+
+    checks = checks or []
+    shown = checks if len(checks) <= 16 else [c for c in checks if c["status"] != "PASS"][:16]
+    if checks:
+        counts = {}
+        for check in checks:
+            counts[check["status"]] = counts.get(check["status"], 0) + 1
+        lines += ["", "Checks: " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
+                  + (f" (showing {len(shown)} of {len(checks)} rows: not PASS)" if len(shown) < len(checks) else "")]
+        rows = [[c["rank"], "-" if c["device"] is None else c["device"], c["check"], c["status"],
+                 ", ".join(c["comm_lanes"]) or "-", ", ".join(c["compute_lanes"]) or "-", c["message"]]
+                for c in shown]
+        if rows:
+            lines.append(tabulate(rows, headers=["Rank", "Device", "Check", "Status", "Comm lanes",
+                                                 "Compute lanes", "Message"],
+                                  tablefmt="simple", disable_numparse=True))
+
+    if skew.get("matched"):
+        kinds = ", ".join(f"{k['name']} {k['matched']}" for k in skew.get("kinds", []))
+        methods: dict[str, int] = {}
+        for estimate in skew.get("alignment", []):
+            if estimate["method"] != "reference":
+                methods[estimate["method"]] = methods.get(estimate["method"], 0) + 1
+        clock_line = (f"clock uncertainty <= {t(skew.get('max_clock_uncertainty_ns'))}"
+                      + ("" if skew.get("aligned", True) else " (alignment off)") + "; offsets: "
+                      + "; ".join(f"{n} rank(s) {method}" for method, n in sorted(methods.items())))
+        lines += ["", f"Collectives: {skew['matched']} matched ({kinds}); {clock_line}"]
+        top = sorted(skew.get("collectives", []), key=lambda c: -c["arrival_skew_ns"])[:5]
+        rows = [[c["index"], c["step"], c["name"], t(c["arrival_skew_ns"]), t(c["end_skew_ns"]), c["last_rank"],
+                 t(c["last_lateness_ns"]), t(c["transfer_ns"]), t(c["max_sync_ns"])] for c in top]
+        lines.append(tabulate(rows, headers=["#", "Step", "Collective", "Arrival skew", "End skew", "Last rank",
+                                             "Its lateness", "Transfer", "Max sync"],
+                              tablefmt="simple", disable_numparse=True))
+    steps = skew.get("steps_summary")
+    if steps and steps.get("imbalance"):
+        imbalance = steps["imbalance"]
+        lines += ["", f"Steps: {steps['count']}, median {t(steps['duration_median_ns'])}; imbalance (max/median) "
+                      f"median {imbalance['median']:.2f}, worst {imbalance['max']:.2f} at step {imbalance['max_step']} "
+                      f"(rank {imbalance['max_rank']}); start spread median {t(steps['start_spread_ns']['median'])}"]
+    if skew.get("matched"):
+        straggler = skew.get("straggler")
+        if straggler:
+            per_step = (f"late in {straggler['late_steps']}/{straggler['steps']} steps, "
+                        f"{t(straggler['lateness_per_step_ns'])} per step" if straggler.get("steps")
+                        else f"late in {straggler['late_collectives']} collectives")
+            lines.append(f"Straggler: rank {straggler['rank']}, {per_step}, last at {straggler['late_count']} "
+                         f"collectives, total {t(straggler['total_lateness_ns'])} "
+                         f"(threshold {t(straggler['threshold_ns'])})")
+        else:
+            lines.append("Straggler: none (no rank late beyond the clock uncertainty and threshold "
+                         "in enough steps)")
+    lines += [f"note: {note}" for note in skew.get("notes", [])]
+    width = min(max(len(line) for text in lines for line in text.splitlines()), 150)
+    return [_banner("Diagnosis", width) + "\n" + "\n".join(lines)]
 
 
 def render_benchmark(summary: dict, unit: str = "ms") -> str:

@@ -1,0 +1,109 @@
+"""Findings (host-bound GPU, dataloader-bound, ordering) and the Diagnosis section, on traces
+whose gaps and shares are known by construction."""
+
+import json
+
+import numpy as np
+
+from distprof import config as config_mod
+from distprof import events as ev
+from distprof import gather
+from distprof.analyses import diagnose
+from distprof.reports import text
+
+CONFIG = config_mod.load()
+
+
+def gpu_events(launch_late: bool = True, pid: int = 10):
+    """Step [0, 1000). Device 0: kernels [0, 100) and [100, 200) back to back, [300, 400),
+    [420, 500), [800, 900). Gaps: [200, 300) (next launch at 250: host-bound, if launch_late;
+    else launched at 50), [400, 420) (launched at 150: queued, not host-bound), [500, 800)
+    (launched at 700: host-bound). Host-bound = 100 + 300 = 400 of 1000."""
+    kernels = [(0, 100, 1, 0), (100, 200, 2, 10), (300, 400, 3, 250 if launch_late else 50),
+               (420, 500, 4, 150), (800, 900, 5, 700)]
+    rows = [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, 0, 1000, 1, ev.HOST_THREAD, -1, -1)]
+    for start, end, corr, launch in kernels:
+        rows.append((ev.KERNEL, ev.COMPUTE, "gemm", start, end, 7, ev.GPU_STREAM, 0, corr))
+        rows.append((ev.RUNTIME, ev.RUNTIME_CAT, "cudaLaunchKernel", launch, launch + 5, 1, ev.HOST_THREAD, -1, corr))
+    kind, category, name, start, end, lane, lane_kind, device, corr = (np.array(c, dtype=object) for c in zip(*rows))
+    return ev.make_events(kind=kind, category=category, name=name, start_ns=start.astype(np.int64),
+                          end_ns=end.astype(np.int64), lane=lane.astype(np.int64), lane_kind=lane_kind,
+                          device=device.astype(np.int64), correlation_id=corr.astype(np.int64), pid=pid, step=0)
+
+
+def test_host_bound_gaps_by_construction():
+    gaps = diagnose.rank_gpu_gaps(gpu_events(), CONFIG)["gpu_gaps"]
+    assert (gaps["gaps"], gaps["idle_ns"]) == (3, 420)
+    assert (gaps["host_bound_gaps"], gaps["host_bound_ns"]) == (2, 400)
+    assert gaps["window_ns"] == 1000 and gaps["devices"][0]["busy_ns"] == 480
+    queued = diagnose.rank_gpu_gaps(gpu_events(launch_late=False), CONFIG)["gpu_gaps"]
+    assert (queued["host_bound_gaps"], queued["host_bound_ns"]) == (1, 300)
+
+
+def test_host_only_trace_has_no_gpu_gaps():
+    events = ev.make_events(kind=ev.RANGE, category=ev.PHASE, name=np.array(["ProfileStep"], object),
+                            start_ns=np.array([0]), end_ns=np.array([10]), step=0)
+    assert diagnose.rank_gpu_gaps(events, CONFIG) == {"gpu_gaps": None}
+
+
+def test_host_bound_finding():
+    result = gather.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
+    assert result["gpu_gaps"]["host_bound_ns"] == 400  # reduce_rank computes it next to the events
+    [finding] = diagnose.findings([result], [], {}, CONFIG)
+    assert finding["finding"] == "host_bound_gpu" and finding["cost_ns"] == 400
+    assert finding["severity"] == "high" and "40% of the window" in finding["message"]
+    strict = config_mod.load(None, {"diagnosis": {"gpu_idle_share": 0.5}})
+    assert diagnose.findings([result], [], {}, strict) == []
+
+
+def host_result(rank: int, loader_ns: int):
+    """Two 100 ns steps; Dataloader takes ``loader_ns`` of each, forward the rest."""
+    rows = []
+    for s in range(2):
+        base = 100 * s
+        rows += [(ev.PROFILE_STEP, base, base + 100, s), ("Dataloader", base, base + loader_ns, s),
+                 ("forward", base + loader_ns, base + 100, s)]
+    name, start, end, step = (np.array(c, dtype=object) for c in zip(*rows))
+    events = ev.make_events(kind=ev.RANGE, category=ev.PHASE, name=name, start_ns=start.astype(np.int64),
+                            end_ns=end.astype(np.int64), step=step.astype(np.int64), rank=rank)
+    return gather.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
+
+
+def test_dataloader_bound_finding():
+    results = [host_result(0, 10), host_result(1, 30)]
+    share = diagnose.rank_dataloader_share(results[1], "Dataloader")
+    assert share["dataloader_ns"] == 60 and share["share"] == 0.3
+    [finding] = diagnose.findings(results, [], {}, CONFIG)
+    assert finding["finding"] == "dataloader_bound" and finding["ranks"] == [1]
+    assert finding["cost_ns"] == 60 and finding["evidence"]["steps_above"] == 2
+    assert "30% of ProfileStep on rank 1" in finding["message"]
+    assert diagnose.findings([host_result(0, 20)], [], {}, CONFIG) == []  # 20% is not above 20%
+
+
+def test_findings_are_ordered_by_cost_and_rendered():
+    gpu = gather.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
+    loader = host_result(1, 30)
+    summary = gather.combine([gpu, loader], CONFIG, source="test")
+    names = [f["finding"] for f in summary["findings"]]
+    assert names == ["host_bound_gpu", "dataloader_bound"]  # 400 ns before 60 ns
+    assert [f["cost_ns"] for f in summary["findings"]] == [400, 60]
+    json.dumps(summary)  # plain JSON types only
+    [section] = text.extra_sections(summary, "ns")
+    lines = section.splitlines()
+    assert "Diagnosis" in lines[0] and lines[1] == "Findings (costliest first):"
+    assert lines[2].startswith("  1. HIGH   host-bound GPU on 1/2 ranks")
+    assert "-> " in lines[3]
+    assert any(line.startswith("Checks: N/A 2") for line in lines)
+    report = text.render(summary, "ns")
+    assert report.index("Distributed Summary") < report.index("Diagnosis")
+
+
+def test_no_findings_reads_as_none():
+    summary = gather.combine([host_result(0, 5)], CONFIG, source="test")
+    [section] = text.extra_sections(summary, "ms")
+    assert "Findings: none." in section
+
+
+def test_severity_is_the_share_of_the_window():
+    assert [diagnose.severity(c, 100) for c in (20, 19, 5, 4)] == ["high", "medium", "medium", "low"]
+    assert diagnose.severity(5, 0) == "low"
