@@ -110,6 +110,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     export.write_summary(summary, out)
     sys.stdout.write(text.render(summary, args.unit))
     print(f"\nwrote {out / export.SUMMARY_FILE}")
+    if args.html:
+        from .reports import html
+        print(f"wrote {html.write_report(summary, out, args.unit)}")
     return 0
 
 
@@ -117,6 +120,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .reports import export, text
     summary = export.read_summary(args.summary)
     sys.stdout.write(text.render(summary, args.unit, sorted_by=args.sorted_by, top=args.top or None, rank=args.rank))
+    if args.html is not None:
+        from .reports import html
+        where = Path(args.html or (args.summary if Path(args.summary).is_dir() else Path(args.summary).parent))
+        print(f"wrote {html.write_report(summary, where, args.unit, args.sorted_by)}")
     return 0
 
 
@@ -143,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--window", choices=("steps", "all"), default=None,
                        help="analyse the ProfileStep window (default) or the whole trace")
     merge.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
+    merge.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
+                       help="also write OUT/report.html (default; --no-html to skip)")
     merge.set_defaults(func=cmd_merge)
 
     report = sub.add_parser("report", help="print the tables of a summary.json")
@@ -152,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="order of the Kernel / Memory / UserDefined tables (default cpu_total)")
     report.add_argument("--top", type=int, default=20, help="rows of those tables (default 20; 0: all)")
     report.add_argument("--rank", type=int, default=None, help="that rank's own tables instead of all ranks'")
+    report.add_argument("--html", nargs="?", const="", default=None, metavar="PATH",
+                        help="also write report.html (next to summary.json, or to PATH)")
     report.set_defaults(func=cmd_report)
     return parser
 

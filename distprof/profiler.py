@@ -181,8 +181,9 @@ class Profiler:
         if results is None:
             return None
         summary = gather.combine(results, self.config, source="distprof (live)", world_size=self.world_size)
-        from .reports import export, text
+        from .reports import export, html, text
         export.write_summary(summary, self.out)
+        html.write_report(summary, self.out)
         if not self.quiet:
             sys.stdout.write(text.render(summary))
             sys.stdout.flush()

@@ -1,0 +1,405 @@
+"""One self-contained ``report.html``: findings first, then the plots and the tables.
+
+Plots are drawn with matplotlib and inlined as SVG (text kept as text, no script, no font or
+image fetched), so the file opens offline, in a mail attachment or a CI artifact, and stays small
+(tens to a few hundred kB) where an interactive plotting library would add megabytes of
+JavaScript to every file. Only the summary (``summary.json``) is read: the report can be rebuilt
+at any time with ``distprof report OUT --html``.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+from pathlib import Path
+
+from . import tables as text_tables
+
+REPORT_FILE = "report.html"
+UNITS = text_tables.UNITS
+# colours of the stacked Distributed Summary bars (colour-blind safe, Okabe-Ito)
+COLOURS = {"computation only": "#009E73", "overlap": "#56B4E9", "exposed communication": "#D55E00",
+           "idle": "#BBBBBB"}
+KERNEL_ROWS = 50
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d232b}
+main{max-width:1280px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:22px;margin:8px 0 2px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dde3;
+padding-bottom:4px}h3{font-size:14px;margin:16px 0 6px}
+.meta{color:#5b6570;font-size:13px}
+.card{background:#fff;border:1px solid #dde2e8;border-radius:6px;padding:10px 14px;margin:8px 0}
+.finding{border-left:5px solid #888}.sev-high,.sev-critical{border-left-color:#c0392b}
+.sev-medium,.sev-warn,.sev-warning{border-left-color:#e67e22}.sev-low,.sev-info{border-left-color:#2e86c1}
+.badge{display:inline-block;font-size:11px;font-weight:600;text-transform:uppercase;padding:1px 6px;
+border-radius:3px;background:#eef1f4;margin-right:6px}
+.finding p{margin:4px 0}.advice{color:#1e5631}.evidence{font-size:12px;color:#5b6570}
+figure{margin:8px 0;background:#fff;border:1px solid #dde2e8;border-radius:6px;padding:6px}
+figure svg{width:100%;height:auto;display:block}figcaption{font-size:12px;color:#5b6570;padding:2px 6px}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;font-size:12.5px;background:#fff;margin:4px 0}
+th,td{border:1px solid #e1e5ea;padding:3px 8px;text-align:right;white-space:nowrap}
+th{background:#eef1f4;position:sticky;top:0}td.l,th.l{text-align:left}
+td.name{max-width:520px;overflow:hidden;text-overflow:ellipsis}
+tr.stat td{background:#fafbfc;font-style:italic}
+.PASS{color:#1e7d32;font-weight:600}.WARN{color:#c26a00;font-weight:600}.FAIL{color:#b71c1c;font-weight:600}
+ul.warn{font-size:13px;color:#7a4b00}
+"""
+
+
+# -- plots -------------------------------------------------------------------------------------
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
+                         "axes.spines.right": False})
+    return plt
+
+
+def _svg(fig) -> str:
+    """The figure as an inline <svg> element that scales with the page."""
+    plt = _pyplot()
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+    text = buffer.getvalue()
+    text = text[text.index("<svg"):]
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+    # drop the fixed size: the viewBox keeps the aspect ratio, CSS sets the width
+    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r"<svg\1", text, count=1)
+
+
+def _rank_ticks(ax, ranks: list[int], axis: str = "y") -> None:
+    """At most ~32 rank labels on an axis."""
+    step = max(1, len(ranks) // 32 + (len(ranks) % 32 > 0))
+    positions = list(range(0, len(ranks), step))
+    labels = [str(ranks[i]) for i in positions]
+    if axis == "y":
+        ax.set_yticks(positions, labels)
+    else:
+        ax.set_xticks(positions, labels)
+
+
+def distributed_bars(summary: dict, unit: str = "ms") -> str | None:
+    """Per rank, the window split into computation only, overlap, exposed communication and idle."""
+    rows = [r for r in summary.get("ranks", []) if r.get("window_ns")]
+    if not rows:
+        return None
+    plt = _pyplot()
+    scale = UNITS[unit]
+    ranks = [r["rank"] for r in rows]
+    parts = {
+        "computation only": [(r["computation_ns"] - r["overlap_ns"]) / scale for r in rows],
+        "overlap": [r["overlap_ns"] / scale for r in rows],
+        "exposed communication": [r["exposed_communication_ns"] / scale for r in rows],
+        "idle": [r["idle_ns"] / scale for r in rows],
+    }
+    height = min(1.2 + 0.28 * len(rows), 12)
+    fig, ax = plt.subplots(figsize=(11, height))
+    left = [0.0] * len(rows)
+    y = list(range(len(rows)))
+    for label, values in parts.items():
+        ax.barh(y, values, left=left, color=COLOURS[label], label=label, height=0.75 if len(rows) < 200 else 1.0)
+        left = [a + b for a, b in zip(left, values)]
+    _rank_ticks(ax, ranks)
+    ax.invert_yaxis()
+    ax.set_ylabel("rank")
+    ax.set_xlabel(f"time in the analysed window ({unit})")
+    ax.legend(ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    return _svg(fig)
+
+
+def _collectives(skew: dict) -> list[dict]:
+    rows = skew.get("collectives") if isinstance(skew, dict) else None
+    if isinstance(rows, dict):  # tolerate a nested layout {"collectives": {"collectives": [...]}}
+        rows = rows.get("collectives")
+    return [c for c in rows or [] if isinstance(c, dict) and c.get("wait_ns_by_rank")]
+
+
+def skew_heatmap(summary: dict, unit: str = "ms") -> str | None:
+    """Each rank's wait for the last arrival, per matched collective (columns in time order)."""
+    collectives = sorted(_collectives(summary.get("skew") or {}), key=lambda c: c.get("index", 0))
+    ranks = sorted({int(r) for c in collectives for r in c["wait_ns_by_rank"]})
+    if not collectives or len(ranks) < 2:
+        return None
+    import numpy as np
+    plt = _pyplot()
+    scale = UNITS[unit]
+    row_of = {r: i for i, r in enumerate(ranks)}
+    grid = np.full((len(ranks), len(collectives)), np.nan)
+    for j, collective in enumerate(collectives):  # at most skew.max_rows collectives are stored
+        for rank, wait in collective["wait_ns_by_rank"].items():
+            grid[row_of[int(rank)], j] = wait / scale
+    fig, ax = plt.subplots(figsize=(11, min(1.6 + 0.3 * len(ranks), 10)))
+    image = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap="magma_r", interpolation="nearest")
+    fig.colorbar(image, ax=ax, label=f"wait for the last rank ({unit})", fraction=0.04, pad=0.01)
+    _rank_ticks(ax, ranks)
+    ax.set_ylabel("rank")
+    names = sorted({c.get("name", "") for c in collectives})
+    xlabel = "collective, in time order" + (f" ({', '.join(names[:4])})" if names else "")
+    ax.set_xlabel(xlabel)
+    # one tick where each step's collectives begin (at most ~20 of them)
+    step_of = [c.get("step", -1) for c in collectives]
+    starts = [j for j in range(len(collectives)) if j == 0 or step_of[j] != step_of[j - 1]]
+    starts = starts[::max(1, len(starts) // 20 + (len(starts) % 20 > 0))]
+    ax.set_xticks(starts, [f"step {step_of[j]}" if step_of[j] >= 0 else "-" for j in starts])
+    return _svg(fig)
+
+
+def step_plot(summary: dict, unit: str = "ms") -> str | None:
+    """Step time across steps (min-max band and median over ranks) and per rank (mean, max)."""
+    steps = (((summary.get("tables") or {}).get("merged") or {}).get("steps")) or {}
+    if not steps.get("step"):
+        return None
+    plt = _pyplot()
+    scale = UNITS[unit]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4), gridspec_kw={"width_ratios": [3, 2]})
+    x = steps["step"]
+    left.fill_between(x, [v / scale for v in steps["min_ns"]], [v / scale for v in steps["max_ns"]],
+                      color="#56B4E9", alpha=0.35, label="fastest to slowest rank")
+    left.plot(x, [v / scale for v in steps["median_ns"]], color="#0072B2", marker="o", markersize=3,
+              label="median rank")
+    left.set_xlabel("step")
+    left.xaxis.get_major_locator().set_params(integer=True)
+    left.set_ylabel(f"step time ({unit})")
+    left.legend(frameon=False, fontsize=8)
+    left.set_ylim(bottom=0)
+    ranks = steps["ranks"]
+    mean = [0 if v is None else v / scale for v in steps["mean_ns_by_rank"]]
+    worst = [0 if v is None else v / scale for v in steps["max_ns_by_rank"]]
+    positions = list(range(len(ranks)))
+    right.bar(positions, mean, color="#009E73", label="mean")
+    right.scatter(positions, worst, color="#D55E00", marker="_", s=120, label="max", zorder=3)
+    _rank_ticks(right, ranks, axis="x")
+    right.set_xlabel("rank")
+    right.set_ylabel(f"step time ({unit})")
+    right.legend(frameon=False, fontsize=8, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    fig.tight_layout()
+    return _svg(fig)
+
+
+# -- HTML pieces ------------------------------------------------------------------------------
+
+def _e(value) -> str:
+    return html.escape("-" if value is None else str(value))
+
+
+def _table(headers: list[str], rows: list[list], left: int = 1, classes: list[str] | None = None) -> str:
+    """An HTML table; the first ``left`` columns are left aligned (names)."""
+    head = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(headers))
+    body = []
+    for k, row in enumerate(rows):
+        css = f' class="{classes[k]}"' if classes and classes[k] else ""
+        cells = []
+        for i, cell in enumerate(row):
+            text = _e(cell)
+            if i < left and len(text) > text_tables.NAME_WIDTH + 16:
+                cells.append(f'<td class="l name" title="{text}">{_e(str(cell)[:text_tables.NAME_WIDTH])}…</td>')
+            else:
+                cells.append(f'<td class="{"l" if i < left else ""}">{text}</td>')
+        body.append(f"<tr{css}>{''.join(cells)}</tr>")
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def _figure(svg: str | None, caption: str) -> str:
+    if not svg:
+        return ""
+    return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
+
+
+def findings_html(findings: list) -> str:
+    """Whatever the diagnosis produced: severity, finding, message, advice, evidence."""
+    if not findings:
+        return '<p class="meta">No findings: nothing stood out above the thresholds.</p>'
+    cards = []
+    for item in findings:
+        if not isinstance(item, dict):
+            cards.append(f'<div class="card finding"><p>{_e(item)}</p></div>')
+            continue
+        severity = str(item.get("severity") or item.get("level") or "info")
+        title = item.get("finding") or item.get("title") or item.get("kind") or "finding"
+        parts = [f'<span class="badge">{_e(severity)}</span><b>{_e(title)}</b>']
+        if item.get("ranks"):
+            ranks = item["ranks"] if isinstance(item["ranks"], list) else [item["ranks"]]
+            parts.append(f' <span class="meta">rank(s) {_e(", ".join(map(str, ranks[:16])))}</span>')
+        if item.get("cost_ns") is not None:
+            parts.append(f' <span class="meta">cost {item["cost_ns"] / 1e6:.2f} ms</span>')
+        body = [f"<p>{''.join(parts)}</p>"]
+        if item.get("message"):
+            body.append(f"<p>{_e(item['message'])}</p>")
+        if item.get("advice"):
+            body.append(f'<p class="advice">→ {_e(item["advice"])}</p>')
+        known = {"finding", "title", "kind", "severity", "level", "ranks", "cost_ns", "message", "advice"}
+        evidence = item.get("evidence")
+        extra = {k: v for k, v in item.items() if k not in known and k != "evidence"}
+        if isinstance(evidence, dict):
+            extra = {**evidence, **extra}
+        elif evidence is not None:
+            extra["evidence"] = evidence
+        if extra:
+            shown = "; ".join(f"{k}: {v}" for k, v in list(extra.items())[:12])
+            body.append(f'<p class="evidence">{_e(shown[:600])}</p>')
+        css = re.sub(r"[^a-z]", "", severity.lower())
+        cards.append(f'<div class="card finding sev-{css}">{"".join(body)}</div>')
+    return "".join(cards)
+
+
+def distributed_table_html(summary: dict, unit: str) -> str:
+    scale = UNITS[unit]
+    keys = ("window_ns", "communication_ns", "computation_ns", "overlap_ns", "exposed_communication_ns",
+            "overlap_ratio", "idle_ns")
+    titles = ["ProfileStep", "Communication", "Computation", "Overlap", "Exposed comm", "Overlap ratio", "Idle"]
+
+    def value(key, v):
+        if v is None:
+            return "-"
+        return f"{100 * v:.1f}%" if key == "overlap_ratio" else f"{v / scale:.2f}"
+
+    rows = [[r["rank"], r.get("steps", "-"), *(value(k, r.get(k)) for k in keys)] for r in summary.get("ranks", [])]
+    classes = [""] * len(rows)
+    across = summary.get("across_ranks") or {}
+    if len(rows) > 1 and across:
+        for stat in ("min", "median", "max"):
+            rows.append([stat, "", *(value(k, (across.get(k) or {}).get(stat)) for k in keys)])
+            classes.append("stat")
+        rows.append(["max at rank", "", *((across.get(k) or {}).get("max_rank", "-") for k in keys)])
+        classes.append("stat")
+    headers = ["Rank", "Steps", *(t if k == "overlap_ratio" else f"{t} ({unit})" for k, t in zip(keys, titles))]
+    return _table(headers, rows, classes=classes)
+
+
+def checks_html(checks: list) -> str:
+    if not checks:
+        return ""
+    rows = []
+    for c in checks:
+        if not isinstance(c, dict):
+            continue
+        status = str(c.get("status", ""))
+        rows.append(f'<tr><td class="l">{_e(c.get("check"))}</td><td>{_e(c.get("rank"))}</td>'
+                    f'<td class="{_e(status)}">{_e(status)}</td><td class="l">{_e(c.get("message"))}</td>'
+                    f'<td class="l">{_e(c.get("advice") or "")}</td></tr>')
+    head = "".join(f'<th class="l">{h}</th>' for h in ("Check", "Rank", "Status", "Message", "Advice"))
+    return f'<h2>Checks</h2><div class="scroll"><table><thead><tr>{head}</tr></thead>' \
+           f'<tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _five(row: dict, side: str, scale: int) -> list[str]:
+    return [text_tables._time(row.get(f"{side}_{k}_ns"), scale) for k in ("total", "avg", "max", "min")] + \
+        [text_tables._ratio(row.get(f"{side}_ratio"))]
+
+
+def summary_tables_html(summary: dict, unit: str, sorted_by: str = "cpu_total") -> str:
+    """Device, Overview, Model, Kernel, Memory Manipulation and UserDefined tables (all ranks)."""
+    tables = text_tables.select(summary)
+    if not tables:
+        return ""
+    scale = UNITS[unit]
+    ranks = (summary.get("tables") or {}).get("ranks") or []
+    merged = len(ranks) > 1
+    out = ["<h2>Summary tables" + (" (all ranks)" if merged else "") + f'</h2><p class="meta">time unit {unit}</p>']
+    if tables.get("device"):
+        if merged:
+            pct = text_tables._ratio
+            rows = [[d["device"], pct(d["mean"]), f"{pct(d['min'])} (rank {d['min_rank']})",
+                     f"{pct(d['max'])} (rank {d['max_rank']})"] for d in tables["device"]]
+            headers = ["Device", "Utilization (%) mean", "min", "max"]
+        else:
+            rows = [[d["device"], text_tables._ratio(d["utilization"])] for d in tables["device"]]
+            headers = ["Device", "Utilization (%)"]
+        out.append("<h3>Device Summary</h3>" + _table(headers, rows))
+    if tables.get("overview"):
+        rows = [[r["type"], r["side"].upper(), r["calls"], text_tables._time(r["total_ns"], scale),
+                 text_tables._ratio(r["ratio"])] for r in tables["overview"]]
+        out.append("<h3>Overview Summary</h3>" + _table(["Event type", "Side", "Calls", f"Time ({unit}, union)",
+                                                          "Ratio (%)"], rows, left=2))
+    if tables.get("model"):
+        has_gpu = any(r.get("gpu_total_ns") is not None for r in tables["model"])
+        headers = ["Name", "Calls", "CPU total", "avg", "max", "min", "ratio (%)"]
+        if has_gpu:
+            headers += ["GPU total", "avg", "max", "min", "ratio (%)"]
+        if merged:
+            headers.append("max CPU at rank")
+        rows = []
+        for r in tables["model"]:
+            row = [r["name"], r.get("calls"), *_five(r, "cpu", scale)]
+            if has_gpu:
+                row += _five(r, "gpu", scale)
+            if merged:
+                row.append(text_tables._max_rank(r.get("cpu_total_ns_by_rank"), ranks))
+            rows.append(row)
+        out.append("<h3>Model Summary</h3>" + _table(headers, rows))
+    for key, title, keys in (("kernel", "Kernel Summary", ("name",)),
+                             ("memory", "Memory Manipulation Summary", ("kind", "name")),
+                             ("user", "UserDefined Summary", ("name",))):
+        table = tables.get(key)
+        if not table or not table["rows"]:
+            continue
+        rows_in = text_tables.sort_rows(table["rows"], sorted_by)
+        headers = [k.capitalize() for k in keys] + ["Calls", "Total", "Avg", "Max", "Min", "Ratio (%)"]
+        if merged:
+            headers += ["Ranks", "Max at rank"]
+        rows = []
+        for r in rows_in[:KERNEL_ROWS]:
+            row = [r[k] for k in keys] + [r["calls"], *(text_tables._time(r[f"{s}_ns"], scale)
+                                                        for s in ("total", "avg", "max", "min")),
+                                          text_tables._ratio(r.get("ratio"))]
+            if merged:
+                row += [r.get("ranks"), r.get("max_rank")]
+            rows.append(row)
+        note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
+            if len(rows_in) > KERNEL_ROWS else ""
+        out.append(f"<h3>{title}</h3>" + _table(headers, rows, left=len(keys)) + note)
+    return "".join(out)
+
+
+def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str:
+    """The whole report as one HTML string."""
+    world = summary.get("world_size")
+    head = (f"<h1>distprof report</h1><p class=\"meta\">world size {_e(world)} · source {_e(summary.get('source'))}"
+            f" · {len(summary.get('ranks', []))} rank(s) with data · time unit {unit}</p>")
+    if summary.get("missing_ranks"):
+        head += f'<p class="meta">missing ranks: {_e(", ".join(map(str, summary["missing_ranks"])))}</p>'
+    body = [head, "<h2>Findings</h2>", findings_html(summary.get("findings") or [])]
+    body += ["<h2>Distributed Summary</h2>",
+             _figure(distributed_bars(summary, unit),
+                     "Each rank's analysed window: computation that nothing hides (green), computation overlapped "
+                     "by communication (blue), communication nobody hid (red), idle (grey)."),
+             distributed_table_html(summary, unit)]
+    heatmap = skew_heatmap(summary, unit)
+    if heatmap:
+        skew = summary.get("skew") or {}
+        shown, total = skew.get("collectives_shown"), skew.get("collectives_total")
+        count = f" ({shown} of {total} matched collectives, those with the largest skew)" \
+            if shown and total and shown < total else ""
+        body += ["<h2>Arrival skew</h2>",
+                 _figure(heatmap, "Per collective and rank: the time from this rank's arrival to the last "
+                                  f"rank's arrival{count}. A row that stays light is the rank the others wait for.")]
+    steps = step_plot(summary, unit)
+    if steps:
+        body += ["<h2>Step time</h2>",
+                 _figure(steps, "Left: ProfileStep duration per step (band: fastest to slowest rank). "
+                                "Right: each rank's mean step time (bar) and its slowest step (mark).")]
+    body.append(checks_html(summary.get("checks") or []))
+    body.append(summary_tables_html(summary, unit, sorted_by))
+    if summary.get("warnings"):
+        body.append("<h2>Warnings</h2><ul class=\"warn\">" +
+                    "".join(f"<li>{_e(w)}</li>" for w in summary["warnings"]) + "</ul>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>distprof report</title><style>{_CSS}</style></head><body><main>"
+            + "".join(body) + "</main></body></html>\n")
+
+
+def write_report(summary: dict, out: str | Path, unit: str = "ms", sorted_by: str = "cpu_total") -> Path:
+    """Write ``report.html`` into a directory (or to the given ``.html`` path); returns the path."""
+    out = Path(out)
+    path = out if out.suffix in (".html", ".htm") else out / REPORT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(render(summary, unit, sorted_by), encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,121 @@
+"""report.html: one self-contained file with the plots and the tables, nothing fetched; rendered in
+headless Chromium when it is installed (Debian's `chromium`)."""
+
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import pytest
+from conftest import run_cli
+from test_summaries import CONFIG, gpu_rank, host_rank
+
+from distprof import events as ev
+from distprof import gather
+from distprof.reports import html
+
+
+class Page(HTMLParser):
+    """Tags, external references and table headers of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: dict[str, int] = {}
+        self.external: list[str] = []
+        self.headers: list[str] = []
+        self.sections: list[str] = []
+        self._in = None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        for name, value in attrs:
+            if name in ("src", "href", "xlink:href", "data", "action") and value and \
+                    re.match(r"\s*(https?:)?//", value):
+                self.external.append(f"{tag} {name}={value}")
+        if tag in ("script", "link", "iframe", "object", "embed"):
+            self.external.append(tag)
+        self._in = tag
+
+    def handle_endtag(self, tag):
+        self._in = None
+
+    def handle_data(self, data):
+        if self._in == "th":
+            self.headers.append(data.strip())
+        elif self._in in ("h2", "h3"):
+            self.sections.append(data.strip())
+
+
+def parse(text: str) -> Page:
+    page = Page()
+    page.feed(text)
+    assert not page.external, page.external
+    assert not re.search(r"url\(\s*['\"]?\s*(https?:)?//|@import", text), "CSS fetches something"
+    return page
+
+
+def two_rank_summary() -> dict:
+    results = [gather.reduce_rank(ev.RankTrace(events=gpu_rank(), rank=0, source_file="r0", pid=10), CONFIG),
+               gather.reduce_rank(ev.RankTrace(events=host_rank(), rank=1, source_file="r1", pid=11), CONFIG)]
+    summary = gather.combine(results, CONFIG, source="synthetic", world_size=2)
+    summary["findings"] = [{"finding": "straggler", "severity": "high", "cost_ns": 5_000_000, "ranks": [1],
+                            "message": "rank 1 <arrives> last", "advice": "balance the data",
+                            "evidence": {"late_steps": 2}}, "a finding that is only text"]
+    summary["skew"] = {"collectives": [{"index": i, "name": "allreduce", "step": i // 2,
+                                        "wait_ns_by_rank": {"0": 1_000_000 * i, "1": 0}} for i in range(4)]}
+    return summary
+
+
+def test_report_has_plots_tables_and_findings(tmp_path):
+    path = html.write_report(two_rank_summary(), tmp_path)
+    assert path == tmp_path / "report.html"
+    text = path.read_text()
+    page = parse(text)
+    assert page.tags["svg"] == 3          # Distributed Summary bars, skew heatmap, step time
+    assert page.sections[:2] == ["Findings", "Distributed Summary"]   # findings first
+    for section in ("Arrival skew", "Step time", "Device Summary", "Overview Summary", "Model Summary",
+                    "Kernel Summary", "Memory Manipulation Summary", "UserDefined Summary"):
+        assert section in page.sections
+    assert "rank 1 &lt;arrives&gt; last" in text and "balance the data" in text and "late_steps: 2" in text
+    assert "a finding that is only text" in text
+    assert "GPU total" in page.headers and "Overlap ratio" in page.headers
+    assert "ncclDevKernel_AllReduce" in text and "Memcpy HtoD" in text
+    assert "<metadata>" not in text and 'width="' not in text.split("<svg", 1)[1].split(">", 1)[0]
+
+
+def test_report_without_skew_steps_or_gpu(tmp_path):
+    summary = two_rank_summary()
+    summary.update(findings=[], skew={}, checks=[])
+    summary["tables"]["merged"]["steps"]["step"] = []
+    page = parse(html.render(summary))
+    assert page.tags["svg"] == 1 and "Arrival skew" not in page.sections and "Step time" not in page.sections
+    assert "Findings" in page.sections
+
+
+def test_demo_report_cli(demo_overlap, tmp_path):
+    """The live demo writes report.html; `report --html PATH` rewrites it; no network needed."""
+    assert (demo_overlap / "report.html").exists()
+    target = tmp_path / "again.html"
+    result = run_cli("report", str(demo_overlap), "--html", str(target))
+    assert result.returncode == 0, result.stderr
+    text = target.read_text()
+    page = parse(text)
+    assert page.tags["svg"] >= 3 and page.tags["table"] >= 5
+    assert "Model Summary" in page.sections and "Forward" in text
+    assert len(text) < 1_000_000
+
+
+def test_chromium_renders_report(demo_overlap, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    shot = tmp_path / "report.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--no-first-run", "--hide-scrollbars",
+                    f"--screenshot={shot}", "--window-size=1400,2400",
+                    (demo_overlap / "report.html").as_uri()], capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20_000
+    import matplotlib.image
+    pixels = matplotlib.image.imread(shot)
+    assert pixels.shape[:2] == (2400, 1400)
+    assert pixels[..., :3].std() > 0.05          # not a blank page: plots and tables were drawn
