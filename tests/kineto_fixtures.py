@@ -274,7 +274,10 @@ def synthetic_job(path: str | Path, events: int, rank: int = 0, time_format: str
     now = 1_000_000  # ns on the trace axis
     step = 0
     kernels_per_step = 100
-    per_step = kernels_per_step * 5 + 12  # kernel + cpu_op + runtime + 2 flows, plus bucket ops
+    buckets = kernels_per_step // 2 // 10
+    # per kernel: cpu_op, runtime, kernel, 2 flows; per bucket: annotation, runtime, NCCL kernel;
+    # per step: the step range, the memcpy and its runtime call
+    per_step = kernels_per_step * 5 + buckets * 3 + 3
     steps = max(1, events // per_step)
 
     def x(cat, name, p, t, start, end, args):
@@ -286,6 +289,12 @@ def synthetic_job(path: str | Path, events: int, rank: int = 0, time_format: str
         gpu_free = {7: now + 20_000, 13: now}
         x("user_annotation", f"ProfilerStep#{step}", pid, main_tid, step_start, step_start + 1, "")
         step_line = len(lines) - 1
+        correlation += 1  # the batch goes to the GPU first
+        x("cuda_runtime", "cudaMemcpyAsync", pid, main_tid, now + 1_000, now + 4_000,
+          f'"External id": {correlation}, "cbid": 41, "correlation": {correlation}')
+        x("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", device, 7, now + 2_000, now + 12_000,
+          f'"External id": {correlation}, "device": {device}, "context": 1, "stream": 7, '
+          f'"correlation": {correlation}, "bytes": 1048576, "memory bandwidth (GB/s)": 104.8576')
         cpu = now + 5_000
         for k in range(kernels_per_step):
             backward = k >= kernels_per_step // 2
