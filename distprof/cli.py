@@ -38,6 +38,8 @@ def demo_command(args: argparse.Namespace, ranks: int, mpirun: str) -> list[str]
         command += ["--straggler", args.straggler]
     if args.config:
         command += ["--config", str(args.config)]
+    if getattr(args, "no_align", False):
+        command.append("--no-align")
     return command
 
 
@@ -97,8 +99,10 @@ def merge_files(paths: list[Path], config: dict, comm=None) -> dict | None:
 def cmd_merge(args: argparse.Namespace) -> int:
     from . import sources
     from .reports import export, text
-    overrides = {"window": args.window} if args.window else None
-    config = config_mod.load(args.config, overrides)
+    overrides = {"window": args.window} if args.window else {}
+    if args.no_align:
+        overrides["clock"] = {"align": False}
+    config = config_mod.load(args.config, overrides or None)
     paths = sources.expand(args.inputs)
     if not paths:
         raise SourceError(f"{' '.join(args.inputs)}: no input files found")
@@ -127,6 +131,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+NO_ALIGN_HELP = ("keep the sources' clock offsets (MPI ping-pong, nsys session start, Kineto base time); "
+                 "do not refine them by the ends of matched collectives")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .reports import tables
     parser = argparse.ArgumentParser(prog="distprof", description="Where the time goes across ranks.")
@@ -141,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="distprof_out", help="output directory (default distprof_out/)")
     demo.add_argument("--config", default=None, help="YAML config file")
     demo.add_argument("--dry-run", action="store_true", help="print the mpirun command and exit")
+    demo.add_argument("--no-align", action="store_true", help=NO_ALIGN_HELP)
     demo.set_defaults(func=cmd_demo)
 
     merge = sub.add_parser("merge", help="merge per-rank files (distprof, nsys .sqlite, Kineto .json[.gz])")
@@ -150,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--window", choices=("steps", "all"), default=None,
                        help="analyse the ProfileStep window (default) or the whole trace")
     merge.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
+    merge.add_argument("--no-align", action="store_true", help=NO_ALIGN_HELP)
     merge.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                        help="also write OUT/report.html (default; --no-html to skip)")
     merge.set_defaults(func=cmd_merge)

@@ -80,7 +80,8 @@ def train(args: argparse.Namespace) -> dict | None:
                for i in range(layers)]  # same init on every rank
     lr = 0.01
     comm_thread = CommThread(comm) if mode == "overlap" else None
-    profiler = distprof.Profiler(config=args.config, out=args.out)
+    overrides = {"clock": {"align": False}} if args.no_align else {}
+    profiler = distprof.Profiler(config=args.config, out=args.out, **overrides)
     with profiler as prof:
         for x, target in prof.loader(synthetic_batches(rng, batch, width, steps)):
             with distprof.phase("forward"):
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--straggler", default=None)
     parser.add_argument("--out", default="distprof_out")
     parser.add_argument("--config", default=None)
+    parser.add_argument("--no-align", action="store_true", help="keep the ping-pong clock offsets as they are")
     train(parser.parse_args(argv))
     return 0
 
