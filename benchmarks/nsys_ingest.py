@@ -18,6 +18,7 @@ import argparse
 import gc
 import json
 import os
+import pickle
 import resource
 import sqlite3
 import subprocess
@@ -89,8 +90,9 @@ def merge_child(paths: list[str]) -> None:
             results.append(gather.reduce_rank(trace, config))
             del trace
         gc.collect()
+    results_mb = len(pickle.dumps(results)) / 2**20  # what would travel to rank 0
     summary = gather.combine(results, config, source="nsys")
-    print(json.dumps({"peak_rss_mb": peak_rss_mb(), "ranks": len(summary["ranks"])}))
+    print(json.dumps({"peak_rss_mb": peak_rss_mb(), "ranks": len(summary["ranks"]), "results_mb": results_mb}))
 
 
 def merge_peak(paths: list[Path]) -> dict:
@@ -149,7 +151,9 @@ def main() -> None:
         many = merge_peak(paths)
         print(f"merge peak RSS ({args.merge_kernels:,} kernels per file, one file at a time):")
         print(f"  1 file   {one['peak_rss_mb']:7.0f} MiB")
-        print(f"  {args.files} files  {many['peak_rss_mb']:7.0f} MiB   ({many['ranks']} ranks in the summary)")
+        print(f"  {args.files} files  {many['peak_rss_mb']:7.0f} MiB   ({many['ranks']} ranks in the summary; "
+              f"the kept per-rank results pickle to {many['results_mb']:.0f} MiB, "
+              f"{one['results_mb']:.1f} MiB for one rank)")
         print(f"  ratio {args.files} files / 1 file: {many['peak_rss_mb'] / one['peak_rss_mb']:.2f}   (target ~1)")
 
 
