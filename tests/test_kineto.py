@@ -377,7 +377,7 @@ def _intersection_length(a, b):
 
 def reference_overlap(path: Path) -> tuple[int, int]:
     """(|∪comm|, |∪comm ∩ ∪comp|) in ns, the HTA definition, the slow obvious way."""
-    with gzip.open(path, "rt") as handle:
+    with (gzip.open(path, "rt") if path.name.endswith(".gz") else open(path)) as handle:
         document = json.load(handle, parse_float=Decimal)
     comm, comp = [], []
     for event in document["traceEvents"]:
@@ -412,3 +412,24 @@ def test_unknown_or_missing_phase_falls_back_to_untagged_decoding(tmp_path):
                                 {"name": "no phase", "pid": 1, "tid": 1, "ts": 1}]
     trace = read_one(kf.write_text(tmp_path / "t.json", kf.dumps(document)))
     assert figures(trace, "steps") == STEPS_FIGURES
+
+
+@pytest.mark.parametrize("time_format", kf.TIME_FORMATS)
+def test_synthetic_overlap_ratio_equals_hta_definition(tmp_path, time_format):
+    path = kf.overlap_trace(time_format=time_format, origin_ns=0 if time_format in ("int", "float") else 7_777)
+    path = path.write(tmp_path / "t.json")
+    communication, overlap = reference_overlap(path)
+    assert (communication, overlap) == (95_000, 25_000)
+    result = gather.reduce_rank(read_one(path, config("all")), config("all"))
+    assert (result["communication_ns"], result["overlap_ns"]) == (communication, overlap)
+
+
+def test_two_ranks_merge(tmp_path):
+    traces = [read_one(kf.overlap_trace(rank=rank, device=rank, pid=100 + rank).write(tmp_path / f"r{rank}.json.gz"))
+              for rank in (1, 0)]
+    cfg = config()
+    summary = gather.combine([gather.reduce_rank(trace, cfg) for trace in traces], cfg, source="kineto")
+    assert [row["rank"] for row in summary["ranks"]] == [0, 1]
+    assert [row["device"] for row in summary["ranks"]] == [0, 1]
+    assert summary["across_ranks"]["overlap_ns"]["max"] == 20_000
+    assert summary["missing_ranks"] == []
