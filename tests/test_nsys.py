@@ -346,15 +346,16 @@ def test_nvtx_only_report_is_one_host_rank(tmp_path, config):
 
 # -- bad input --------------------------------------------------------------------------------------
 
-def assert_one_line_error(path: Path, config: dict, *words: str) -> str:
-    for reader in (nsys.read, sources.read):
+def assert_one_line_error(path: Path, config: dict, *words: str) -> None:
+    """The nsys reader and the dispatch (which may catch it first) both give one line naming the
+    file; the reader's own line says what is wrong."""
+    for reader in (sources.read, nsys.read):
         with pytest.raises(ev.SourceError) as caught:
             reader(path, config)
         message = str(caught.value)
         assert str(path) in message and "\n" not in message
     for word in words:
         assert word in message
-    return message
 
 
 def test_not_sqlite(tmp_path, config):
@@ -377,6 +378,13 @@ def test_sqlite_but_not_nsys(tmp_path, config):
     assert_one_line_error(path, config, "not an nsys export")
 
 
+def test_table_without_its_columns(tmp_path, config):
+    path = tmp_path / "odd.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, finish INTEGER)")
+    assert_one_line_error(path, config, "CUPTI_ACTIVITY_KIND_KERNEL lacks column(s) end, deviceId, streamId, shortName")
+
+
 def test_truncated_export(tmp_path, config):
     export = fx.NsysExport()
     for i in range(3_000):
@@ -384,7 +392,7 @@ def test_truncated_export(tmp_path, config):
     path = write(export, tmp_path)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    assert_one_line_error(path, config)
+    assert_one_line_error(path, config, "corrupt or truncated SQLite file")
 
 
 def test_report_without_activity(tmp_path, config):

@@ -121,7 +121,7 @@ def read(path: str | Path, config: dict) -> list[RankTrace]:
         with _Export(path) as export:
             return _read_export(export, config)
     except sqlite3.Error as error:
-        raise SourceError(f"{path}: corrupt or truncated SQLite file ({_one_line(error)})") from None
+        raise _database_error(path, error) from None
 
 
 def read_kernel_table(path: str | Path, config: dict) -> dict:
@@ -133,7 +133,7 @@ def read_kernel_table(path: str | Path, config: dict) -> dict:
         with _Export(path) as export:
             return _read_kernels(export, _comm_prefixes(config))
     except sqlite3.Error as error:
-        raise SourceError(f"{path}: corrupt or truncated SQLite file ({_one_line(error)})") from None
+        raise _database_error(path, error) from None
 
 
 def _comm_prefixes(config: dict) -> tuple[str, ...]:
@@ -145,6 +145,13 @@ def _comm_prefixes(config: dict) -> tuple[str, ...]:
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
+
+
+def _database_error(path: Path, error: sqlite3.Error) -> SourceError:
+    text = _one_line(error)
+    if isinstance(error, sqlite3.DatabaseError) and ("malformed" in text or "not a database" in text):
+        return SourceError(f"{path}: corrupt or truncated SQLite file ({text})")
+    return SourceError(f"{path}: cannot read this nsys export ({text})")
 
 
 def _check_header(path: Path) -> None:
@@ -193,6 +200,12 @@ class _Export:
             self._columns[table] = ({row[1] for row in self.connection.execute(f"PRAGMA table_info({table})")}
                                     if table in self.tables else set())
         return self._columns[table]
+
+    def require(self, table: str, *names: str) -> None:
+        """A table that exists must have the columns every nsys version gave it."""
+        missing = [name for name in names if name not in self.columns(table)]
+        if table in self.tables and missing:
+            raise SourceError(f"{self.path}: {table} lacks column(s) {', '.join(missing)}; not an nsys export layout")
 
     def column(self, table: str, name: str, default: str, alias: str = "t") -> str:
         """SQL for a column that may be absent or NULL in some versions."""
@@ -331,6 +344,7 @@ def _session_start(export: _Export) -> int | None:
 
 def _gpu_columns(export: _Export, table: str, extra: str) -> list[np.ndarray]:
     """start, end, device, stream, correlation id, pid and one table-specific column."""
+    export.require(table, "start", "end", "deviceId", "streamId")
     start, end, device, stream, correlation, global_pid, last = export.scan(table, [
         "t.start", "t.end", "t.deviceId", "t.streamId", export.column(table, "correlationId", "-1"),
         export.column(table, "globalPid", "0"), extra])[0]
@@ -340,6 +354,7 @@ def _gpu_columns(export: _Export, table: str, extra: str) -> list[np.ndarray]:
 def _read_kernels(export: _Export, comm_prefixes: tuple[str, ...]) -> dict:
     """The kernel table as columns: names resolved (shortName, else demangledName) and
     classified once per distinct name, then spread to rows by code."""
+    export.require(KERNEL_TABLE, "start", "end", "deviceId", "streamId", "shortName")
     start, end, device, stream, correlation, pid, short_ids = _gpu_columns(export, KERNEL_TABLE, "t.shortName")
     name_codes, distinct_ids = pd.factorize(short_ids)
     found = export.strings(distinct_ids)
@@ -396,6 +411,7 @@ def _concat_parts(parts: list[dict]) -> dict:
 def _launch_calls(export: _Export, gpu: dict) -> tuple[dict, np.ndarray]:
     """The runtime calls that launched GPU ops (one per process and correlation id; 2022.2's
     duplicate eventClass-67 copy is dropped), and for each GPU op the index of its call or -1."""
+    export.require(RUNTIME_TABLE, "start", "end")
     start, end, global_tid, correlation, event_class, name_ids = export.scan(RUNTIME_TABLE, [
         "t.start", "t.end", export.column(RUNTIME_TABLE, "globalTid", "0"),
         export.column(RUNTIME_TABLE, "correlationId", "-1"), export.column(RUNTIME_TABLE, "eventClass", "0"),
@@ -436,6 +452,7 @@ def _launch_calls(export: _Export, gpu: dict) -> tuple[dict, np.ndarray]:
 def _read_nvtx(export: _Export) -> dict:
     """NVTX ranges and marks with their domain name, classified into kind/category/name/step."""
     table = NVTX_TABLE
+    export.require(table, "start", "eventType")
     has_strings = STRINGS_TABLE in export.tables and "textId" in export.columns(table)
     text = export.column(table, "text", "NULL")
     text_expr = f"COALESCE({text}, s.value, '')" if has_strings else f"COALESCE({text}, '')"
