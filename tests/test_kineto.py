@@ -433,3 +433,9 @@ def test_two_ranks_merge(tmp_path):
     assert [row["device"] for row in summary["ranks"]] == [0, 1]
     assert summary["across_ranks"]["overlap_ns"]["max"] == 20_000
     assert summary["missing_ranks"] == []
+
+
+def test_factorize_names_of_any_json_type():
+    codes, names = kineto._factorize_names(["a", None, 5, "a", "5", ["x"]])
+    assert [names[c] for c in codes] == ["a", "", "5", "a", "5", "['x']"]
+    assert len(names) == len(set(names))

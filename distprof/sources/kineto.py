@@ -55,7 +55,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
-from itertools import compress, repeat
+from itertools import compress, count, repeat
 from operator import attrgetter, eq, is_, is_not, methodcaller
 from pathlib import Path
 from typing import Any, Union
@@ -351,16 +351,15 @@ def _convert(path: Path, document: _Document, config: dict) -> ev.RankTrace:
 def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     # complete events of the known categories
     complete = doc.complete_events()
-    cats = np.array(doc.field(complete, "cat"), dtype=object)
-    cat_codes, cat_uniques = pd.factorize(cats)
-    class_of = np.array([_CATEGORY_CLASS.get(str(cat).lower(), _DROP) for cat in cat_uniques] + [_DROP],
-                        dtype=np.int8)
-    classes = class_of[cat_codes]
+    cat_codes, cat_uniques = _factorize(doc.field(complete, "cat"))
+    class_of = np.array([_CATEGORY_CLASS.get(str(cat).lower(), _DROP) for cat in cat_uniques], dtype=np.int8)
+    classes = class_of[cat_codes] if cat_codes.size else np.empty(0, np.int8)
     keep = classes != _DROP
-    skipped = {str(cat): int(count) for cat, count in pd.Series(cats[~keep].astype(str)).value_counts().items()}
+    dropped = np.bincount(cat_codes[~keep], minlength=len(cat_uniques))
+    skipped = {str(cat): int(n) for cat, n in zip(cat_uniques, dropped) if n}
     rows = list(compress(complete, keep.tolist()))
     classes = classes[keep]
-    del complete, cats, cat_codes
+    del complete, cat_codes
     if not rows:
         raise ev.SourceError("no CPU or GPU events in the trace (only metadata or unknown categories)")
 
@@ -467,15 +466,35 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
                         rank_from=rank_from, warnings=warnings, meta=meta)
 
 
+def _factorize(values: list) -> tuple[np.ndarray, list]:
+    """Codes (order of first appearance) and distinct values. A dict in C finds each value's
+    first position; dense codes follow without a sort: twice as fast as pandas.factorize here."""
+    try:
+        first: dict = {}
+        position = np.fromiter(map(first.setdefault, values, count()), dtype=np.int64, count=len(values))
+    except TypeError:  # unhashable JSON values (lists, objects): compare those as text
+        return _factorize(list(map(_hashable, values)))
+    own = np.flatnonzero(position == np.arange(len(values)))
+    dense = np.empty(len(values), np.int64)
+    dense[own] = np.arange(own.size)
+    return dense[position], list(map(values.__getitem__, own.tolist()))
+
+
+def _hashable(value):
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return str(value)
+
+
 def _factorize_names(names: list) -> tuple[np.ndarray, list[str]]:
     """Codes and distinct names as text (a missing or non-text name becomes its text or '')."""
-    codes, uniques = pd.factorize(np.array(names, dtype=object))
-    texts = ["" if value is None else value if isinstance(value, str) else str(value) for value in uniques]
-    if (codes < 0).any() or len(set(texts)) != len(texts):
-        texts.append("")
-        recoded, texts_unique = pd.factorize(np.array(texts, dtype=object))
-        return recoded[codes], list(texts_unique)  # code -1 picks the appended ''
-    return codes, texts
+    codes, uniques = _factorize(names)
+    if all(map(isinstance, uniques, repeat(str))):
+        return codes, uniques
+    recoded, texts = _factorize(["" if value is None else str(value) for value in uniques])
+    return recoded[codes] if codes.size else codes, texts
 
 
 def _step_number(name: str) -> int:
