@@ -60,6 +60,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return subprocess.call(command)
 
 
+def progress(items, desc: str):
+    """A progress bar over files on a terminal only: CI logs and pipes stay clean."""
+    from tqdm import tqdm
+    return tqdm(items, desc=desc, unit="file", leave=False, disable=not sys.stderr.isatty() or len(items) < 2)
+
+
 def merge_files(paths: list[Path], config: dict, comm=None) -> dict | None:
     """Read every input one at a time, keep only its compact per-rank results, combine.
 
@@ -72,7 +78,7 @@ def merge_files(paths: list[Path], config: dict, comm=None) -> dict | None:
     worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
     mine = gather.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
     reduced, warnings = [], []
-    for index in mine:
+    for index in progress(mine, "reading"):
         try:
             traces = sources.read(paths[index], config)
         except SourceError as error:
@@ -131,6 +137,58 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Merged Perfetto timeline: from an output directory (its summary.json names the rank files
+    and clock offsets) or from rank files (merged first, for the offsets); one file at a time."""
+    from . import sources
+    from .reports import export, perfetto
+    config = config_mod.load(args.config)
+    try:
+        ranks, steps = perfetto.parse_selection(args.ranks), perfetto.parse_selection(args.steps)
+    except ValueError as error:
+        raise config_mod.ConfigError(f"--ranks/--steps: {error}") from None
+    first = Path(args.inputs[0])
+    from_summary = len(args.inputs) == 1 and (first.is_dir() and (first / export.SUMMARY_FILE).exists()
+                                              or first.name == export.SUMMARY_FILE)
+    if from_summary:
+        summary = export.read_summary(first)
+        base = first if first.is_dir() else first.parent
+        paths = []
+        for name in dict.fromkeys(str(r["source_file"]) for r in summary["ranks"] if r.get("source_file")):
+            path = Path(name) if Path(name).exists() else base / Path(name).name  # a moved output dir
+            if not path.exists():
+                raise SourceError(f"{name}: rank file named in {first} not found")
+            paths.append((name, path))
+    else:
+        found = sources.expand(args.inputs)
+        if not found:
+            raise SourceError(f"{' '.join(args.inputs)}: no input files found")
+        summary = merge_files(found, config)
+        paths = [(str(p), p) for p in found]
+    out = Path(args.out) if args.out else (base / perfetto.TRACE_FILE if from_summary else Path(perfetto.TRACE_FILE))
+    rows = perfetto.rank_map(summary)
+    by_rank = {r["rank"]: r for r in summary["ranks"]}
+    meta = {"world_size": summary.get("world_size"), "source": summary.get("source"),
+            "ranks_filter": args.ranks, "steps_filter": args.steps}
+    with perfetto.TraceWriter(out, perfetto.origin_from_summary(summary), meta) as writer:
+        for name, path in progress(paths, "writing trace"):
+            try:
+                traces = sources.read(path, config)
+            except SourceError as error:
+                print(f"distprof: warning: skipped {error}", file=sys.stderr)
+                continue
+            for trace in traces:
+                row = rows.get((name, trace.pid)) or next(
+                    (r for r in summary["ranks"] if r.get("source_file") == name and r["rank"] == trace.rank), None)
+                if row is None or (ranks is not None and row["rank"] not in ranks):
+                    continue
+                writer.add_rank(trace.events, row["rank"], int(by_rank[row["rank"]].get("clock_offset_ns") or 0),
+                                label=f"{Path(name).name}, pid {trace.pid}", steps=steps)
+            del traces  # bound memory by one file's events
+    print(f"wrote {out} ({len(writer.ranks)} rank(s), {writer.events} trace events)")
+    return 0
+
+
 NO_ALIGN_HELP = ("keep the sources' clock offsets (MPI ping-pong, nsys session start, Kineto base time); "
                  "do not refine them by the ends of matched collectives")
 
@@ -174,6 +232,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--html", nargs="?", const="", default=None, metavar="PATH",
                         help="also write report.html (next to summary.json, or to PATH)")
     report.set_defaults(func=cmd_report)
+
+    trace = sub.add_parser("trace", help="write a merged Perfetto / Chrome trace of all ranks (trace.json.gz)")
+    trace.add_argument("inputs", nargs="+", help="an output directory (or its summary.json), or rank files")
+    trace.add_argument("-o", "--out", default=None,
+                       help="output file (default: trace.json.gz in the output directory, else here)")
+    trace.add_argument("--ranks", default=None, metavar="LIST", help="only these ranks, e.g. 0,2,4-7")
+    trace.add_argument("--steps", default=None, metavar="LIST", help="only these steps, e.g. 1-3")
+    trace.add_argument("--config", default=None, help="YAML config file")
+    trace.set_defaults(func=cmd_trace)
     return parser
 
 

@@ -1,0 +1,198 @@
+"""Merged timeline: all ranks in one Chrome-trace / Perfetto JSON (``trace.json.gz``).
+
+Layout: one process per rank (``pid`` = rank), one track per lane (host thread or GPU stream),
+on the aligned clock (each rank's own timestamps + its ``clock_offset_ns`` from the summary),
+relative to one origin so microsecond timestamps keep nanosecond digits. Slices carry their
+category as ``cat`` and a colour (``cname``); a flow arrow goes from each launching runtime call
+to its kernel/memcpy/memset where the source knows the correlation id. Ranks are written one at a
+time, so memory stays at one rank's events.
+
+Serialization is vectorized (pandas ``to_json`` per rank), not a Python loop per event.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import events as ev
+from ..analyses.distributed import lane_label
+
+TRACE_FILE = "trace.json.gz"
+# catapult's reserved colour names (Chrome's trace viewer); Perfetto also filters by ``cat``
+CNAME = {ev.COMPUTE: "thread_state_running", ev.COMMUNICATION: "terrible", ev.MEMORY: "thread_state_iowait",
+         ev.PHASE: "rail_response", ev.USER: "thread_state_runnable", ev.RUNTIME_CAT: "generic_work"}
+STEP_CNAME = "grey"
+_GPU_KINDS = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
+
+
+def parse_selection(text: str | None) -> set[int] | None:
+    """'0,2,5-7' -> {0, 2, 5, 6, 7}; None or '' -> None (everything)."""
+    if not text:
+        return None
+    chosen: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        low, sep, high = part.partition("-")
+        try:
+            if sep:
+                chosen.update(range(int(low), int(high) + 1))
+            else:
+                chosen.add(int(part))
+        except ValueError:
+            raise ValueError(f"expected numbers and ranges like 0,2,5-7, got {text!r}") from None
+    return chosen
+
+
+def lanes(events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The distinct lanes of a rank (host threads first, then GPU streams by device) and, per
+    event, the index of its lane; a lane is (pid, device, lane, lane_kind)."""
+    keys = ["lane_kind", "pid", "device", "lane"]
+    frame = events[keys].astype({"lane_kind": str})
+    frame = frame.assign(order=np.where(frame["lane_kind"] == ev.GPU_STREAM, 1, 0))
+    table = frame.drop_duplicates(keys).sort_values(["order", "device", "pid", "lane"], kind="stable")
+    table = table.reset_index(drop=True)
+    index = frame.merge(table.reset_index()[[*keys, "index"]], on=keys, how="left")["index"].to_numpy()
+    return table, index
+
+
+def _lines(frame: pd.DataFrame) -> str:
+    if not len(frame):
+        return ""
+    return frame.to_json(orient="records", lines=True, double_precision=3, force_ascii=True).rstrip("\n")
+
+
+def _with_args(main: str, args: pd.DataFrame) -> str:
+    """Splice a JSON ``args`` object into each JSON line (both per row, in the same order)."""
+    if not main:
+        return ""
+    left = pd.Series(main.split("\n")).str[:-1]
+    right = pd.Series(_lines(args).split("\n"))
+    return "\n".join((left + ',"args":' + right + "}").tolist())
+
+
+def rank_records(events: pd.DataFrame, rank: int, offset_ns: int, origin_ns: int, label: str = "",
+                 steps: set[int] | None = None, first_flow_id: int = 1) -> tuple[str, int]:
+    """Chrome-trace JSON lines of one rank (metadata, slices, instants, flows) and the next free
+    flow id. ``origin_ns`` is on the aligned clock; ``steps`` keeps only those steps' events."""
+    if steps is not None:
+        events = events[events["step"].isin(sorted(steps)).to_numpy()]
+    table, lane_index = lanes(events)
+    tid = lane_index + 1
+    meta = [{"ph": "M", "ts": 0, "pid": rank, "tid": 0, "name": "process_name",
+             "args": {"name": f"rank {rank}" + (f" ({label})" if label else "")}},
+            {"ph": "M", "ts": 0, "pid": rank, "tid": 0, "name": "process_sort_index", "args": {"sort_index": rank}}]
+    for i, lane in enumerate(table.itertuples(index=False)):  # one iteration per lane
+        meta += [{"ph": "M", "ts": 0, "pid": rank, "tid": i + 1, "name": "thread_name",
+                  "args": {"name": lane_label(lane.lane_kind, int(lane.device), int(lane.lane))}},
+                 {"ph": "M", "ts": 0, "pid": rank, "tid": i + 1, "name": "thread_sort_index",
+                  "args": {"sort_index": i}}]
+    parts = [json.dumps(m, separators=(",", ":")) for m in meta]
+
+    start = events["start_ns"].to_numpy() + (offset_ns - origin_ns)
+    duration = events["end_ns"].to_numpy() - events["start_ns"].to_numpy()
+    category = events["category"].astype(str).to_numpy()
+    names = events["name"].astype(str).to_numpy()
+    cname = pd.Series(category).map(CNAME).fillna("generic_work").to_numpy()
+    cname = np.where(names == ev.PROFILE_STEP, STEP_CNAME, cname)
+    kind = events["kind"].astype(str).to_numpy()
+    instant = (duration == 0) | (kind == ev.MARK)
+    slices = pd.DataFrame({"name": names, "cat": category, "ph": np.where(instant, "i", "X"),
+                           "ts": start / 1000.0, "dur": duration / 1000.0, "pid": rank, "tid": tid,
+                           "cname": cname})
+    args = pd.DataFrame({"kind": kind, "step": events["step"].to_numpy(),
+                         "phase": events["phase"].astype(str).to_numpy(),
+                         "correlation_id": events["correlation_id"].to_numpy()})
+    x, i = ~instant, instant
+    parts.append(_with_args(_lines(slices[x]), args[x]))
+    parts.append(_with_args(_lines(slices[i].drop(columns="dur").assign(s="t")), args[i]))
+
+    flows, next_id = flow_records(events, tid, start, rank, first_flow_id)
+    parts.append(flows)
+    return "\n".join(p for p in parts if p), next_id
+
+
+def flow_records(events: pd.DataFrame, tid: np.ndarray, start: np.ndarray, rank: int,
+                 first_id: int) -> tuple[str, int]:
+    """Flow start ('s') on the launching runtime call and flow end ('f', bound to the enclosing
+    slice) on the GPU op, joined on (pid, correlation_id)."""
+    kind = events["kind"].to_numpy()
+    corr = events["correlation_id"].to_numpy()
+    pid = events["pid"].to_numpy()
+    rows = np.arange(len(events))
+    launch = pd.DataFrame({"pid": pid, "corr": corr, "row": rows})[(kind == ev.RUNTIME) & (corr >= 0)]
+    launch = launch.drop_duplicates(["pid", "corr"])
+    ops = pd.DataFrame({"pid": pid, "corr": corr, "row": rows})[np.isin(kind, _GPU_KINDS) & (corr >= 0)]
+    pairs = launch.merge(ops, on=["pid", "corr"], suffixes=("_launch", "_op"))
+    if not len(pairs):
+        return "", first_id
+    ids = first_id + np.arange(len(pairs))
+    a, b = pairs["row_launch"].to_numpy(), pairs["row_op"].to_numpy()
+    common = {"name": "launch", "cat": "launch", "id": ids, "pid": rank}
+    begin = pd.DataFrame({**common, "ph": "s", "ts": start[a] / 1000.0, "tid": tid[a]})
+    end = pd.DataFrame({**common, "ph": "f", "bp": "e", "ts": start[b] / 1000.0, "tid": tid[b]})
+    return _lines(begin) + "\n" + _lines(end), int(ids[-1]) + 1
+
+
+class TraceWriter:
+    """Streams ranks into one gzip'd Chrome-trace JSON file: ``add_rank`` per rank, then ``close``."""
+
+    def __init__(self, path: str | Path, origin_ns: int | None, metadata: dict | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(self.path.name + ".tmp")
+        self._file = gzip.open(self._tmp, "wt", encoding="ascii", compresslevel=6)
+        self._file.write('{"displayTimeUnit":"ms","traceEvents":[\n')
+        self.origin_ns = origin_ns
+        self.metadata = dict(metadata or {})
+        self._first = True
+        self._next_flow = 1
+        self.ranks: list[int] = []
+        self.events = 0
+
+    def add_rank(self, events: pd.DataFrame, rank: int, offset_ns: int = 0, label: str = "",
+                 steps: set[int] | None = None) -> None:
+        if self.origin_ns is None:  # no summary spans: the first rank written sets the origin
+            self.origin_ns = int(events["start_ns"].min()) + offset_ns if len(events) else 0
+        text, self._next_flow = rank_records(events, rank, offset_ns, self.origin_ns, label, steps,
+                                             self._next_flow)
+        if text:
+            self._file.write(("" if self._first else ",\n") + text.replace("\n", ",\n"))
+            self._first = False
+            self.events += text.count("\n") + 1
+        self.ranks.append(rank)
+
+    def close(self) -> Path:
+        meta = {**self.metadata, "origin_ns": self.origin_ns, "ranks": self.ranks,
+                "clock": "aligned (own clock + clock_offset_ns), relative to origin_ns"}
+        self._file.write('\n],"otherData":' + json.dumps(meta) + "}\n")
+        self._file.close()
+        self._tmp.replace(self.path)
+        return self.path
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._file.close()
+            self._tmp.unlink(missing_ok=True)
+
+
+def origin_from_summary(summary: dict) -> int | None:
+    """Earliest aligned event time over the ranks (own span start + offset), from the tables."""
+    spans = {e["rank"]: e.get("span_ns") for e in (summary.get("tables") or {}).get("by_rank", [])}
+    offsets = {r["rank"]: r.get("clock_offset_ns") or 0 for r in summary.get("ranks", [])}
+    starts = [span[0] + offsets.get(rank, 0) for rank, span in spans.items() if span]
+    return min(starts) if starts else None
+
+
+def rank_map(summary: dict) -> dict[tuple[str, int | None], dict]:
+    """(source file, pid) -> the summary row of that rank (rank number, clock offset)."""
+    return {(str(r.get("source_file")), r.get("pid")): r for r in summary.get("ranks", [])}
