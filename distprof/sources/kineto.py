@@ -453,8 +453,10 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     for column, allowed in (("kind", ev.KINDS), ("category", ev.CATEGORIES), ("lane_kind", ev.LANE_KINDS),
                             ("name", name_uniques)):
         columns[column] = pd.Categorical.from_codes(columns[column], categories=allowed)
+    # Kineto has no distprof phases: every row's phase is "" (given as a category, no per-row text)
+    columns["phase"] = pd.Categorical.from_codes(np.zeros(len(columns["step"]), np.int8), categories=[""])
     rank, rank_from = _rank(doc.info.get("distributedInfo"), path)
-    table = ev.make_events(rank=-1 if rank is None else rank, phase="", **columns)
+    table = ev.make_events(rank=-1 if rank is None else rank, **columns)
 
     used = device[gpu & (device >= 0)]
     main_device = int(np.bincount(used).argmax()) if used.size else None
