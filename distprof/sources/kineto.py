@@ -40,9 +40,10 @@ Clock: ``clock_offset_ns`` = ``baseTimeNanoseconds`` when present (Kineto's defi
 absolute = base + ts), else 0, since older traces already write microseconds since the epoch.
 
 Speed: ``msgspec`` decodes straight into small typed structs holding only the fields read here
-(the rest of each event, mostly ``args``, is skipped without creating Python objects); columns
-are then pulled out with C-level ``map``/``attrgetter`` and everything after is numpy. Without
-``msgspec`` the stdlib ``json`` gives the same result, slower.
+(the rest of each event, mostly ``args``, is skipped without creating Python objects), as a union
+tagged by ``ph`` so that flows and metadata become empty structs; columns are then pulled out
+with C-level ``map``/``attrgetter`` and everything after is numpy. Without ``msgspec`` the
+stdlib ``json`` gives the same result, slower. The cyclic GC is paused while reading.
 """
 
 from __future__ import annotations
@@ -396,7 +397,7 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     del rows
 
     # ProfilerStep#N ranges: the CPU bounds of the steps, and the process that owns them
-    step_of_name = np.array([_step_number(name) for name in name_uniques] + [-1], dtype=np.int64)
+    step_of_name = np.array([_step_number(name) for name in name_uniques], dtype=np.int64)
     step_rows = np.flatnonzero((classes == _HOST_RANGE) & (step_of_name[name_codes] >= 0))
     step_rows = step_rows[np.argsort(start_ns[step_rows], kind="stable")]
     step_numbers = step_of_name[name_codes[step_rows]]
@@ -426,7 +427,7 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     category[np.isin(classes, (_MEMCPY, _MEMSET))] = ev.CATEGORIES.index(ev.MEMORY)
     category[classes == _RUNTIME] = ev.CATEGORIES.index(ev.RUNTIME_CAT)
     prefixes = tuple(config.get("communication", {}).get("kernel_prefixes", ["nccl"]))
-    comm_name = np.array([name.startswith(prefixes) for name in name_uniques] + [False], dtype=bool)
+    comm_name = np.array([name.startswith(prefixes) for name in name_uniques], dtype=bool)
     is_kernel = classes == _KERNEL
     category[is_kernel] = np.where(comm_name[name_codes[is_kernel]], ev.CATEGORIES.index(ev.COMMUNICATION),
                                    ev.CATEGORIES.index(ev.COMPUTE))
