@@ -1,0 +1,82 @@
+"""The Diagnosis on real 4-rank MPI demo runs: serialized communication fails the stream
+placement check, the comm thread passes it, and an injected straggler is named.
+
+Two runs of their own (serial; straggler), plus the shared overlap run of conftest. The
+stream placement checks do not depend on timing and are always asserted. The straggler
+figures do: on a machine whose load is far above its cores (other jobs starve whole ranks for
+tens of milliseconds, which is a real straggler in the data), those assertions are skipped,
+saying so; failures print the per-rank skew rows to show why.
+"""
+
+import json
+import os
+
+import pytest
+from conftest import run_cli
+
+MS = 1_000_000
+
+
+def load_before() -> float:
+    return os.getloadavg()[0]
+
+
+def skip_if_overloaded(load: float) -> None:
+    """Timing assertions need the machine mostly to the job: skip them above 2 runnable
+    tasks per core (1-minute load average, taken before the run)."""
+    cores = os.cpu_count() or 1
+    if load > 2 * cores:
+        pytest.skip(f"machine overloaded (load {load:.1f} on {cores} cores): straggler timing not asserted")
+
+
+def read(out) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def skew_context(summary: dict) -> str:
+    steps = summary["skew"].get("steps_summary") or {}
+    return f"median step {steps.get('duration_median_ns')} ns; ranks {summary['skew'].get('ranks')}"
+
+
+def test_overlap_run_passes_and_names_no_straggler(demo_overlap):
+    summary = read(demo_overlap)
+    assert [(c["rank"], c["status"]) for c in summary["checks"]] == [(r, "PASS") for r in range(4)]
+    assert summary["skew"]["matched"] == 6 * 4  # 4 allreduces per step, all matched
+    assert all(f["finding"] != "serialized_communication" for f in summary["findings"])
+    for rank in summary["ranks"]:  # ping-pong offsets, narrowed by collective ends: microseconds
+        assert rank["clock_uncertainty_ns"] < 1 * MS, rank
+    skip_if_overloaded(load_before())
+    assert summary["skew"]["straggler"] is None, skew_context(summary)
+    assert all(f["finding"] != "straggler" for f in summary["findings"])
+
+
+def test_serial_run_fails_on_every_rank(tmp_path):
+    result = run_cli("demo", "--comm", "serial", "--steps", "6", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = read(tmp_path)
+    rows = summary["checks"]
+    assert [(c["rank"], c["status"]) for c in rows] == [(r, "FAIL") for r in range(4)]
+    for row in rows:
+        assert row["message"].startswith(f"allreduce runs on the compute thread ({row['comm_lanes'][0]})")
+        assert row["shared_lanes"] == row["comm_lanes"] == row["compute_lanes"]
+    first = summary["findings"][0]
+    assert first["finding"] == "serialized_communication" and first["ranks"] == [0, 1, 2, 3]
+    diagnosis = result.stdout[result.stdout.index("Diagnosis"):]
+    assert "serialized communication on 4/4 ranks" in diagnosis and "FAIL 4" in diagnosis
+
+
+def test_straggler_run_names_rank_2(tmp_path):
+    load = load_before()
+    result = run_cli("demo", "--straggler", "2:50", "--steps", "8", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = read(tmp_path)
+    assert [c["status"] for c in summary["checks"]] == ["PASS"] * 4
+    assert "Diagnosis" in result.stdout and "Straggler:" in result.stdout
+    skip_if_overloaded(load)
+    straggler = summary["skew"]["straggler"]
+    assert straggler is not None and straggler["rank"] == 2, skew_context(summary)
+    assert 35 * MS <= straggler["lateness_per_step_ns"] <= 80 * MS, (straggler, skew_context(summary))
+    assert straggler["late_steps"] >= 6
+    finding = next(f for f in summary["findings"] if f["finding"] == "straggler")
+    assert finding["ranks"] == [2] and finding["evidence"]["slow_phase"] == "forward"
+    assert "Straggler: rank 2" in result.stdout
