@@ -81,11 +81,14 @@ def align(results: list[dict], config: dict | None = None) -> dict:
         refined = [{"offset_ns": o, "uncertainty_ns": u, "method": method, "samples": 0,
                     "correction_ns": None, "spread_ns": None} for o, u in initial]
     alignment = []
-    for result, (offset0, uncertainty0), estimate in zip(results, initial, refined):
+    for row, (result, (offset0, uncertainty0), estimate) in enumerate(zip(results, initial, refined)):
         result["clock_offset_ns"] = estimate["offset_ns"]
         result["clock_uncertainty_ns"] = estimate["uncertainty_ns"]
+        # verified: the offset rests on something (reference, collective ends, a source bound);
+        # an unrefined offset from a source that states no bound (nsys, Kineto) is not
+        verified = row == reference or uncertainty0 > 0 or estimate["correction_ns"] is not None
         alignment.append({"rank": result["rank"], "source_offset_ns": offset0,
-                          "source_uncertainty_ns": uncertainty0, **estimate})
+                          "source_uncertainty_ns": uncertainty0, **estimate, "verified": verified})
         offset = result["clock_offset_ns"]
         result["aligned"] = {
             "step_bounds": {**result["step_bounds"],
@@ -132,7 +135,7 @@ def combine(results: list[dict], config: dict, source: str, world_size: int | No
         "max_clock_uncertainty_ns": max(uncertainties, default=0),
         "excluded_kinds": matching.excluded,
         **skew.collective_skew(matching, [r["clock_offset_ns"] for r in results], uncertainties, config,
-                               step_ns=step_ns),
+                               step_ns=step_ns, verified=[a["verified"] for a in aligned["alignment"]]),
         **steps,
     }
     for kind in skew_summary["kinds"]:  # matching counts next to the skew aggregates

@@ -185,12 +185,20 @@ def test_clock_shifts_do_not_change_skew(straggler):
     assert {a["method"] for a in shifted["skew"]["alignment"][1:]} == {"collective ends"}
 
 
-def test_no_align_keeps_the_source_offsets_and_shows_the_false_straggler():
+def test_no_align_keeps_the_source_offsets_and_names_no_unverified_straggler():
     no_align = config_mod.load(None, {"clock": {"align": False}})
     summary = summarize(job(shifts=SHIFTS), no_align)
     assert [r["clock_offset_ns"] for r in summary["ranks"]] == [0, 0, 0, 0]
     assert summary["skew"]["aligned"] is False
-    assert summary["skew"]["straggler"]["rank"] == 3  # its clock is 50 ms ahead: it looks late
+    # rank 3's clock is 50 ms ahead: it looks late, but nothing vouches for its offset
+    assert summary["skew"]["straggler"] is None
+    [note] = [n for n in summary["skew"]["notes"] if "unverified" in n]
+    assert note.startswith("rank 3 looks late in 6 of 6 steps")
+    # a source that states a bound (ping-pong) is trusted as it is
+    results = job(straggler=(1, 20 * MS))
+    for result in results:
+        result["clock_uncertainty_ns"] = 0 if result["rank"] == 0 else 10_000
+    assert summarize(results, no_align)["skew"]["straggler"]["rank"] == 1
 
 
 def test_step_skew_spread_and_imbalance():

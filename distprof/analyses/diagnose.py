@@ -27,7 +27,11 @@ def severity(cost_ns: int, window_ns: int) -> str:
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
+    """A duration with a unit that keeps it readable (1.2 s, 45.3 ms, 15.0 us, 80 ns)."""
+    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.{2 if unit == 's' else 1}f} {unit}"
+    return f"{ns:.0f} ns"
 
 
 def _pct(part: float, whole: float | None) -> str:

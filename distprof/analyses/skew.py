@@ -240,7 +240,7 @@ def _top(score: np.ndarray, limit: int) -> np.ndarray:
 
 
 def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
-                    step_ns: int | None = None) -> dict:
+                    step_ns: int | None = None, verified=None) -> dict:
     """Per-collective arrival/end skew, waits, the sync/transfer split and the straggler.
 
     ``offsets``/``uncertainties`` are the final per-rank clock offsets (rows of ``matching``);
@@ -254,7 +254,9 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     than ``skew.straggler_min_step_fraction`` of the median step time, in at least
     ``skew.straggler_min_late_share`` of the steps (so a slow first step, or the random delays
     of a busy machine, do not make a straggler); among such ranks, the one with the largest
-    total lateness. None when no rank is. The sync/transfer split (transfer = shortest duration
+    total lateness. None when no rank is, and when that rank's clock offset is not
+    ``verified`` (neither refined nor bounded: its lateness may be its clock; a note says so).
+    The sync/transfer split (transfer = shortest duration
     across ranks, sync = the rest of each rank's duration) uses durations only, so it needs no
     alignment; it is compared with the aligned waits and disagreements are counted.
     """
@@ -350,8 +352,15 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
                         "threshold_ns": int(threshold[r])} for r in range(n_ranks)]
     # random delays make some rank late in some steps; a straggler is late in most of them
     candidates = late_units >= np.ceil(float(cfg["straggler_min_late_share"]) * n_units - 1e-9)
-    if candidates.any():
-        r = int(np.argmax(np.where(candidates, total_lateness, -1)))
+    verified = np.ones(n_ranks, bool) if verified is None else np.asarray(verified, bool)
+    r = int(np.argmax(np.where(candidates, total_lateness, -1)))
+    if candidates.any() and not verified[r]:
+        result["notes"].append(
+            f"rank {rank_of[r]} looks late in {int(late_units[r])} of {n_units} "
+            f"{'steps' if by_step else 'collectives'} (total {total_lateness[r] / 1e6:.2f} ms), but its clock "
+            "offset is unverified (too few matched collectives to align it, no bound from its source): "
+            "not named a straggler")
+    elif candidates.any():
         result["straggler"] = {
             "rank": rank_of[r], "late_count": int(late_last[r]), "total_lateness_ns": int(total_lateness[r]),
             "late_collectives": int(late[r].sum()), "matched": n,

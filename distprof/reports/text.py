@@ -102,9 +102,12 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
         for estimate in skew.get("alignment", []):
             if estimate["method"] != "reference":
                 methods[estimate["method"]] = methods.get(estimate["method"], 0) + 1
+        unverified = [a["rank"] for a in skew.get("alignment", []) if not a.get("verified", True)]
         clock_line = (f"clock uncertainty <= {t(skew.get('max_clock_uncertainty_ns'))}"
-                      + ("" if skew.get("aligned", True) else " (alignment off)") + "; offsets: "
-                      + "; ".join(f"{n} rank(s) {method}" for method, n in sorted(methods.items())))
+                      + ("" if skew.get("aligned", True) else " (alignment off)")
+                      + (f", unverified for rank(s) {', '.join(map(str, unverified[:8]))}"
+                         + (" ..." if len(unverified) > 8 else "") if unverified else "")
+                      + "; offsets: " + "; ".join(f"{n} rank(s) {method}" for method, n in sorted(methods.items())))
         lines += ["", f"Collectives: {skew['matched']} matched ({kinds}); {clock_line}"]
         top = sorted(skew.get("collectives", []), key=lambda c: -c["arrival_skew_ns"])[:5]
         rows = [[c["index"], c["step"], c["name"], t(c["arrival_skew_ns"]), t(c["end_skew_ns"]), c["last_rank"],
