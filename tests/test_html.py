@@ -92,6 +92,13 @@ def test_report_without_skew_steps_or_gpu(tmp_path):
     assert "Findings" in page.sections
 
 
+def test_missing_ranks_as_ranges():
+    assert html.rank_ranges([7, 2, 3, 4]) == "2-4, 7" and html.rank_ranges([]) == ""
+    summary = two_rank_summary()
+    summary["missing_ranks"] = list(range(2, 1000))
+    assert "998 missing rank(s): 2-999" in html.render(summary)
+
+
 def test_demo_report_cli(demo_overlap, tmp_path):
     """The live demo writes report.html; `report --html PATH` rewrites it; no network needed."""
     assert (demo_overlap / "report.html").exists()

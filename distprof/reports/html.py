@@ -37,7 +37,7 @@ border-radius:3px;background:#eef1f4;margin-right:6px}
 .finding p{margin:4px 0}.advice{color:#1e5631}.evidence{font-size:12px;color:#5b6570}
 figure{margin:8px 0;background:#fff;border:1px solid #dde2e8;border-radius:6px;padding:6px}
 figure svg{width:100%;height:auto;display:block}figcaption{font-size:12px;color:#5b6570;padding:2px 6px}
-.scroll{overflow-x:auto}
+.scroll{overflow-x:auto}.scroll.tall{max-height:560px;overflow-y:auto}
 table{border-collapse:collapse;font-size:12.5px;background:#fff;margin:4px 0}
 th,td{border:1px solid #e1e5ea;padding:3px 8px;text-align:right;white-space:nowrap}
 th{background:#eef1f4;position:sticky;top:0}td.l,th.l{text-align:left}
@@ -105,7 +105,7 @@ def distributed_bars(summary: dict, unit: str = "ms") -> str | None:
         ax.barh(y, values, left=left, color=COLOURS[label], label=label, height=0.75 if len(rows) < 200 else 1.0)
         left = [a + b for a, b in zip(left, values)]
     _rank_ticks(ax, ranks)
-    ax.invert_yaxis()
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # rank 0 on top, no empty margin
     ax.set_ylabel("rank")
     ax.set_xlabel(f"time in the analysed window ({unit})")
     ax.legend(ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
@@ -165,7 +165,7 @@ def step_plot(summary: dict, unit: str = "ms") -> str | None:
     left.set_xlabel("step")
     left.xaxis.get_major_locator().set_params(integer=True)
     left.set_ylabel(f"step time ({unit})")
-    left.legend(frameon=False, fontsize=8)
+    left.legend(frameon=False, fontsize=8, loc="best")
     left.set_ylim(bottom=0)
     ranks = steps["ranks"]
     mean = [0 if v is None else v / scale for v in steps["mean_ns_by_rank"]]
@@ -182,6 +182,20 @@ def step_plot(summary: dict, unit: str = "ms") -> str | None:
 
 
 # -- HTML pieces ------------------------------------------------------------------------------
+
+def rank_ranges(ranks: list[int]) -> str:
+    """[2, 3, 4, 7] -> '2-4, 7': a job of thousands of ranks stays one line."""
+    if not ranks:
+        return ""
+    out, ranks = [], sorted(ranks)
+    start = prev = ranks[0]
+    for rank in ranks[1:] + [None]:
+        if rank is not None and rank == prev + 1:
+            prev = rank
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = rank
+    return ", ".join(out)
 
 def _e(value) -> str:
     return html.escape("-" if value is None else str(value))
@@ -201,7 +215,9 @@ def _table(headers: list[str], rows: list[list], left: int = 1, classes: list[st
             else:
                 cells.append(f'<td class="{"l" if i < left else ""}">{text}</td>')
         body.append(f"<tr{css}>{''.join(cells)}</tr>")
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    tall = " tall" if len(rows) > 25 else ""  # long tables scroll inside the page, header kept
+    return (f'<div class="scroll{tall}"><table><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
 def _figure(svg: str | None, caption: str) -> str:
@@ -362,7 +378,8 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
     head = (f"<h1>distprof report</h1><p class=\"meta\">world size {_e(world)} · source {_e(summary.get('source'))}"
             f" · {len(summary.get('ranks', []))} rank(s) with data · time unit {unit}</p>")
     if summary.get("missing_ranks"):
-        head += f'<p class="meta">missing ranks: {_e(", ".join(map(str, summary["missing_ranks"])))}</p>'
+        missing = summary["missing_ranks"]
+        head += f'<p class="meta">{len(missing)} missing rank(s): {_e(rank_ranges(missing))}</p>'
     body = [head, "<h2>Findings</h2>", findings_html(summary.get("findings") or [])]
     body += ["<h2>Distributed Summary</h2>",
              _figure(distributed_bars(summary, unit),

@@ -94,7 +94,9 @@ def _five(row: dict, side: str, scale: int) -> str:
 
 def _max_rank(values: list | None, ranks: list[int]) -> str:
     pairs = [(v, -r) for v, r in zip(values or [], ranks) if v is not None]
-    return "-" if not pairs else str(-max(pairs)[1])   # ties: the lowest rank
+    if not pairs or not max(pairs)[0]:
+        return "-"
+    return str(-max(pairs)[1])   # ties: the lowest rank
 
 
 def model_table(model: list[dict], scale: int, ranks: list[int] | None) -> str:
