@@ -12,6 +12,7 @@ tid 0. Strings go through ``StringIds``.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ PRODUCT_VERSIONS = {"2022.2": ("2022.2.1.31", "2.9.1"), "2024.5": ("2024.5.1.113
 
 VM_ID = 1  # bits 48+ of every serialized id in the real files
 NVTX_MARK, NVTX_THREAD_NAME, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 34, 39, 59, 60, 75
-RUNTIME_CLASS, DRIVER_CLASS, LEGACY_RUNTIME_CLASS = 0, 1, 67
+RUNTIME_CLASS, LEGACY_RUNTIME_CLASS = 0, 67
 
 
 def ddl_available() -> bool:
@@ -51,6 +52,7 @@ def global_pid(pid: int) -> int:
     return global_tid(pid, 0)
 
 
+@functools.cache
 def create_statements(schema: str) -> dict[str, str]:
     """The CREATE TABLE statements of one nsys version, by table name, exactly as nsys wrote them."""
     text = (DDL_DIR / SCHEMAS[schema]).read_text()

@@ -44,6 +44,15 @@ def values(frame, *columns: str) -> list[list]:
             for row in frame[list(columns)].astype(object).values.tolist()]
 
 
+@pytest.mark.parametrize("schema", ALL_SCHEMAS)
+def test_fixture_tables_are_the_real_ddl(schema, tmp_path):
+    path = write(fx.NsysExport(schema=schema), tmp_path)
+    with sqlite3.connect(path) as connection:
+        created = dict(connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+    expected = {name: text.rstrip(";").rstrip() for name, text in fx.create_statements(schema).items()}
+    assert created == expected
+
+
 # -- Distributed Summary figures from the known timelines ----------------------------------------
 
 @pytest.mark.parametrize("schema", ALL_SCHEMAS)
@@ -113,7 +122,7 @@ def test_kernel_phase_is_the_innermost_phase_around_its_launch(tmp_path, config)
     export.range(pid, 1_000, 40_000, "forward", domain="distprof")
     export.range(pid, 5_000, 20_000, "attention", domain="distprof")
     export.range(pid, 6_000, 7_000, "my_user_range")                    # USER: not a phase
-    export.range(pid, 40_000, 90_000, "backward", domain="distprof", event_type=60)  # start/end range
+    export.range(pid, 40_000, 90_000, "backward", domain="distprof", event_type=fx.NVTX_START_END)  # start/end range
     export.range(pid, 41_000, 42_000, "allreduce_grads", domain="distprof", category=2)
     export.range(pid, 43_000, 44_000, "user_note", domain="distprof", category=3)
     launched = {
@@ -165,7 +174,7 @@ def test_distprof_profiler_steps_are_numbered_in_order(tmp_path, config):
     export = fx.NsysExport()
     for step in range(3):
         base = step * 10_000
-        export.range(6, base, base + 10_000, "ProfileStep", domain="distprof", category=1, event_type=60)
+        export.range(6, base, base + 10_000, "ProfileStep", domain="distprof", category=1, event_type=fx.NVTX_START_END)
         export.range(6, base + 100, base + 5_000, "forward", domain="distprof", category=1)
         export.kernel(6, 0, 7, base + 2_000, base + 9_000, "gemm", launch=(base + 200, base + 300))
     export.range(7, 0, 5, "ProfileStep", domain="other")                 # same name elsewhere: a step too
