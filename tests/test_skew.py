@@ -247,3 +247,15 @@ def test_scale_is_vectorized():
     assert offsets == (shifts[0] - shifts).tolist()
     assert out["straggler"]["rank"] == 7 and out["straggler"]["late_steps"] == 200
     assert elapsed < 10, elapsed
+
+
+def test_unique_rows_matches_numpy_on_packed_and_general_paths():
+    rng = np.random.default_rng(1)
+    small = rng.integers(-5, 5, size=(500, 3))
+    huge = np.array([[2**61, 1, 0], [-(2**61), 3, 2], [2**61, 1, 0]])  # spans too wide to pack
+    for keys in (small, huge, np.zeros((0, 2), np.int64)):
+        keys = keys.astype(np.int64)
+        got = skew._unique_rows(keys)
+        want = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1].reshape(-1))
+        assert np.array_equal(got[2], want[2])
