@@ -58,9 +58,7 @@ def work_masks(events: pd.DataFrame, config: dict) -> tuple[np.ndarray, np.ndarr
 
 def _lane_keys(events: pd.DataFrame) -> np.ndarray:
     """One int per (pid, device, lane): lane ids repeat across processes and devices."""
-    keys = events[["pid", "device", "lane"]].to_numpy()
-    _, inverse = np.unique(keys, axis=0, return_inverse=True)
-    return inverse.ravel()
+    return events.groupby(["pid", "device", "lane"], sort=True, observed=True).ngroup().to_numpy()
 
 
 def work_sets(events: pd.DataFrame, config: dict, window: iv.IntervalSet):
