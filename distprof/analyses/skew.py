@@ -366,8 +366,9 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
         if disagree.mean() > 0.25:
             result["notes"].append(
                 f"{kind}: the aligned waits and the sync/transfer split disagree on {int(disagree.sum())} of "
-                f"{int(cols.sum())} collectives (median gap {np.median(split_diff[cols][disagree]) / 1e6:.2f} ms): "
-                "collective ends do not coincide or the clocks are misaligned; the split needs no alignment")
+                f"{int(cols.sum())} collectives (median gap {np.median(split_diff[cols][disagree]) / 1e6:.2f} ms; "
+                f"median end skew {np.median(end_skew[cols]) / 1e6:.2f} ms): the ranks do not leave it together "
+                "(e.g. host threads resuming late) or the clocks are off; the split needs no clock")
 
     # late_units: steps in which the rank was late (collectives, when the trace has no steps)
     result["ranks"] = [{"rank": rank_of[r], "last_count": int(last_count[r]), "late_count": int(late_last[r]),
