@@ -19,8 +19,9 @@ RANK_KEYS = ("rank", "source", "source_file", "pid", "device", "rank_from")
 def reduce_rank(trace: ev.RankTrace, config: dict) -> dict:
     """Everything rank 0 needs from one rank, computed next to that rank's events."""
     result = {key: getattr(trace, key) for key in RANK_KEYS}
-    result.update(distributed.rank_summary(trace.events, config))
-    result.update(skew.rank_markers(trace.events, config))
+    lane_names = trace.meta.get("lane_names")
+    result.update(distributed.rank_summary(trace.events, config, lane_names))
+    result.update(skew.rank_markers(trace.events, config, lane_names))
     result.update(diagnose.rank_gpu_gaps(trace.events, config))
     result["clock_offset_ns"] = int(trace.clock_offset_ns)
     result["clock_uncertainty_ns"] = int(trace.clock_uncertainty_ns)

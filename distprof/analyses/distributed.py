@@ -20,11 +20,18 @@ FIGURES = ("window_ns", "communication_ns", "computation_ns", "overlap_ns",
            "exposed_communication_ns", "overlap_ratio", "idle_ns")
 
 
-def lane_label(lane_kind: str, device: int, lane: int) -> str:
-    """Human label of a lane: 'cuda:0/stream 7' or 'thread 4242'."""
+SYNTHETIC_LANE_BASE = 1 << 30  # lanes from here up are named lanes, not OS threads (e.g. 'DDP comm')
+
+
+def lane_label(lane_kind: str, device: int, lane: int, names: dict | None = None) -> str:
+    """Human label of a lane: 'cuda:0/stream 7', 'thread 4242', 'thread 4242 (MainThread)' when
+    the thread's name is known, or just the name of a synthetic lane ('DDP comm')."""
     if lane_kind == ev.GPU_STREAM:
         return f"cuda:{device}/stream {lane}"
-    return f"thread {lane}"
+    name = names.get(lane) if names else None
+    if name and lane >= SYNTHETIC_LANE_BASE:
+        return name
+    return f"thread {lane} ({name})" if name else f"thread {lane}"
 
 
 def analysis_window(events: pd.DataFrame, mode: str = "steps") -> iv.IntervalSet:
@@ -61,7 +68,7 @@ def _lane_keys(events: pd.DataFrame) -> np.ndarray:
     return events.groupby(["pid", "device", "lane"], sort=True, observed=True).ngroup().to_numpy()
 
 
-def work_sets(events: pd.DataFrame, config: dict, window: iv.IntervalSet):
+def work_sets(events: pd.DataFrame, config: dict, window: iv.IntervalSet, lane_names: dict | None = None):
     """Per-lane and total communication/computation interval sets inside the window."""
     comm_mask, compute_mask = work_masks(events, config)
     starts = events["start_ns"].to_numpy()
@@ -77,7 +84,7 @@ def work_sets(events: pd.DataFrame, config: dict, window: iv.IntervalSet):
         if not gpu:
             comp = iv.difference(comp, comm)  # time blocked in communication is not computation
         row = events.iloc[int(np.flatnonzero(on_lane)[0])]
-        lanes.append({"lane": lane_label(row["lane_kind"], int(row["device"]), int(row["lane"])),
+        lanes.append({"lane": lane_label(row["lane_kind"], int(row["device"]), int(row["lane"]), lane_names),
                       "device": int(row["device"]), "lane_kind": str(row["lane_kind"]),
                       "communication_ns": iv.total(comm), "computation_ns": iv.total(comp)})
         comm_parts.append(comm)
@@ -91,10 +98,11 @@ def _union_all(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
     return iv.union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
 
 
-def rank_summary(events: pd.DataFrame, config: dict) -> dict:
-    """The Distributed Summary figures of one rank, plus its lanes."""
+def rank_summary(events: pd.DataFrame, config: dict, lane_names: dict | None = None) -> dict:
+    """The Distributed Summary figures of one rank, plus its lanes (``lane_names``: thread names
+    by lane id, for the labels)."""
     window = analysis_window(events, config["window"])
-    comm_set, comp_set, lanes = work_sets(events, config, window)
+    comm_set, comp_set, lanes = work_sets(events, config, window, lane_names)
     window_ns = iv.total(window)
     communication_ns = iv.total(comm_set)
     computation_ns = iv.total(comp_set)

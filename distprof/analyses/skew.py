@@ -33,7 +33,7 @@ def _columns(frame: pd.DataFrame, **columns) -> dict:
             for key, col in columns.items()}
 
 
-def rank_markers(events: pd.DataFrame, config: dict) -> dict:
+def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = None) -> dict:
     """Step bounds, per-step phase bounds and the collectives of one rank (own clock)."""
     is_range = (events["kind"] == ev.RANGE).to_numpy()
     names = events["name"].astype(str).to_numpy()
@@ -57,7 +57,8 @@ def rank_markers(events: pd.DataFrame, config: dict) -> dict:
     kinds = np.array([collective_kind(str(c)) for c in comm["name"].cat.categories] or [""], dtype=object)
     lane_rows = comm[["lane_kind", "device", "lane"]].astype({"lane_kind": str})
     unique_lanes, lane_codes = np.unique(lane_rows.to_numpy().astype(str), axis=0, return_inverse=True)
-    labels = np.array([lane_label(k, int(d), int(lane)) for k, d, lane in unique_lanes] or [""], dtype=object)
+    labels = np.array([lane_label(k, int(d), int(lane), lane_names) for k, d, lane in unique_lanes] or [""],
+                      dtype=object)
     collectives = {
         "name": kinds[name_codes].tolist(),
         "start_ns": comm["start_ns"].tolist(),

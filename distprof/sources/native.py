@@ -25,6 +25,7 @@ def read(path: Path, config: dict) -> list[ev.RankTrace]:
                 "SELECT r.start_ns, r.end_ns, r.tid, r.step, n.name, n.category, n.kind "
                 "FROM distprof_ranges r JOIN distprof_names n ON n.id = r.name_id").fetchall()
             clock_rows = db.execute("SELECT phase, offset_ns, rtt_ns FROM distprof_clock").fetchall()
+            lane_names = dict(db.execute("SELECT tid, name FROM distprof_threads"))
     except sqlite3.DatabaseError as error:
         raise ev.SourceError(f"{path}: unreadable distprof file ({error})") from None
     warnings = []
@@ -49,7 +50,8 @@ def read(path: Path, config: dict) -> list[ev.RankTrace]:
     return [ev.RankTrace(events=events, rank=rank, source="native", source_file=str(path), pid=pid,
                          device=None, clock_offset_ns=offset_ns, clock_uncertainty_ns=uncertainty_ns,
                          rank_from="distprof file", warnings=warnings,
-                         meta={"world_size": int(meta.get("world_size", 0)), "hostname": meta.get("hostname", "")})]
+                         meta={"world_size": int(meta.get("world_size", 0)), "hostname": meta.get("hostname", ""),
+                               "lane_names": lane_names})]
 
 
 def _step_of(start: np.ndarray, end: np.ndarray, names: np.ndarray, flush_step: np.ndarray) -> np.ndarray:
