@@ -41,37 +41,11 @@ mpirun_bin="$("$python_bin" -c 'import os, sys; p = os.path.join(os.path.dirname
 # nsys expands %q{VAR} from each rank's environment: one report per rank, named by its rank
 profile=("$mpirun_bin" -n "$ranks" "${extra[@]}"
          "$nsys_bin" profile -t "$trace" -o "$out/rank%q{OMPI_COMM_WORLD_RANK}" --force-overwrite true "$@")
-merge=("$distprof_bin" merge)
-for ((rank = 0; rank < ranks; rank++)); do merge+=("$out/rank$rank.sqlite"); done
-merge+=(-o "$out/summary")
-
-export_rank() {  # sets export_cmd: export rank $1's report $2 to DIR/rank$1.sqlite
-  export_cmd=("$nsys_bin" export --type sqlite --force-overwrite true -o "$out/rank$1.sqlite" "$2")
-}
-
-if [[ $dry_run == 1 ]]; then
-  printf '%q ' "${profile[@]}"; echo
-  for ((rank = 0; rank < ranks; rank++)); do
-    export_rank "$rank" "$out/rank$rank.nsys-rep"
-    printf '%q ' "${export_cmd[@]}"; echo
-  done
-  printf '%q ' "${merge[@]}"; echo
-  exit 0
-fi
-
-command -v "$nsys_bin" >/dev/null || { echo "nsys_mpirun.sh: '$nsys_bin' not found (install Nsight Systems or set NSYS)" >&2; exit 127; }
-mkdir -p "$out"
+script=nsys_mpirun.sh
+ranks="$ranks"
+required=("$nsys_bin")
+# shellcheck source=launch/_nsys_export_merge.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_nsys_export_merge.sh"
 status=0
-"${profile[@]}" || status=$?
-for ((rank = 0; rank < ranks; rank++)); do
-  report="$out/rank$rank.nsys-rep"
-  [[ -f "$report" ]] || report="$out/rank$rank.qdrep"   # nsys before 2021.4
-  if [[ -f "$report" ]]; then
-    export_rank "$rank" "$report"
-    "${export_cmd[@]}" || echo "nsys_mpirun.sh: export of $report failed" >&2
-  else
-    echo "nsys_mpirun.sh: no report for rank $rank (the merge will list it as missing)" >&2
-  fi
-done
-"${merge[@]}"
+nsys_export_merge || status=$?
 exit "$status"

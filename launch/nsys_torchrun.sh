@@ -38,38 +38,11 @@ torchrun_bin="${TORCHRUN:-torchrun}"
 # nsys expands %q{RANK} from each worker's environment (torchrun sets RANK)
 profile=("$torchrun_bin" --standalone --nproc_per_node "$nproc" --no-python
          "$nsys_bin" profile -t "$trace" -o "$out/rank%q{RANK}" --force-overwrite true "$python_bin" "$@")
-merge=("$distprof_bin" merge)
-for ((rank = 0; rank < nproc; rank++)); do merge+=("$out/rank$rank.sqlite"); done
-merge+=(-o "$out/summary")
-
-export_rank() {  # sets export_cmd: export rank $1's report $2 to DIR/rank$1.sqlite
-  export_cmd=("$nsys_bin" export --type sqlite --force-overwrite true -o "$out/rank$1.sqlite" "$2")
-}
-
-if [[ $dry_run == 1 ]]; then
-  printf '%q ' "${profile[@]}"; echo
-  for ((rank = 0; rank < nproc; rank++)); do
-    export_rank "$rank" "$out/rank$rank.nsys-rep"
-    printf '%q ' "${export_cmd[@]}"; echo
-  done
-  printf '%q ' "${merge[@]}"; echo
-  exit 0
-fi
-
-command -v "$nsys_bin" >/dev/null || { echo "nsys_torchrun.sh: '$nsys_bin' not found (install Nsight Systems or set NSYS)" >&2; exit 127; }
-command -v "$torchrun_bin" >/dev/null || { echo "nsys_torchrun.sh: '$torchrun_bin' not found (pip install torch or set TORCHRUN)" >&2; exit 127; }
-mkdir -p "$out"
+script=nsys_torchrun.sh
+ranks="$nproc"
+required=("$nsys_bin" "$torchrun_bin")
+# shellcheck source=launch/_nsys_export_merge.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_nsys_export_merge.sh"
 status=0
-"${profile[@]}" || status=$?
-for ((rank = 0; rank < nproc; rank++)); do
-  report="$out/rank$rank.nsys-rep"
-  [[ -f "$report" ]] || report="$out/rank$rank.qdrep"   # nsys before 2021.4
-  if [[ -f "$report" ]]; then
-    export_rank "$rank" "$report"
-    "${export_cmd[@]}" || echo "nsys_torchrun.sh: export of $report failed" >&2
-  else
-    echo "nsys_torchrun.sh: no report for rank $rank (the merge will list it as missing)" >&2
-  fi
-done
-"${merge[@]}"
+nsys_export_merge || status=$?
 exit "$status"
