@@ -18,7 +18,8 @@ SHIFTS = (0, 37 * MS, -12 * MS, 50 * MS)  # each rank's clock minus the true tim
 
 
 def job(ranks: int = 4, steps: int = 6, straggler: tuple[int, int] | None = None, shifts=(0, 0, 0, 0),
-        jitter_ns: int = 200_000, offsets=None, collectives: int = 3, seed: int = 1) -> list[dict]:
+        jitter_ns: int = 200_000, offsets=None, collectives: int = 3, seed: int = 1,
+        more_delays: dict[int, int] | None = None) -> list[dict]:
     """A data-parallel job on the true clock, recorded on each rank's own (shifted) clock.
 
     Step s runs [s*100 ms, (s+1)*100 ms). Each rank: forward from 5 ms (30 ms, plus the delay
@@ -31,6 +32,8 @@ def job(ranks: int = 4, steps: int = 6, straggler: tuple[int, int] | None = None
     delay = np.zeros(ranks, np.int64)
     if straggler:
         delay[straggler[0]] = straggler[1]
+    for rank, extra in (more_delays or {}).items():
+        delay[rank] = extra
     rows = {r: [] for r in range(ranks)}
     for s in range(steps):
         base = s * STEP_NS
@@ -168,6 +171,16 @@ def test_identical_work_names_no_straggler():
     summary = summarize(job())
     assert summary["skew"]["straggler"] is None
     assert all(f["finding"] != "straggler" for f in summary["findings"])
+
+
+def test_two_ranks_late_alike_are_no_single_straggler():
+    """Starts 0, 0, 16, 20 ms: lateness from the median (8 ms) is 12 and 8 ms, a lead of 1.5."""
+    summary = summarize(job(straggler=(1, 20 * MS), more_delays={3: 16 * MS}))
+    assert summary["skew"]["straggler"] is None
+    assert any("rank 1 is late" in n and "rank 3 is late nearly as much" in n for n in summary["skew"]["notes"])
+    # with rank 3 only 8 ms late, rank 1 leads 16 ms to 4 ms: it is the straggler
+    summary = summarize(job(straggler=(1, 20 * MS), more_delays={3: 8 * MS}))
+    assert summary["skew"]["straggler"]["rank"] == 1
 
 
 @pytest.mark.parametrize("straggler", [None, (1, 20 * MS)])

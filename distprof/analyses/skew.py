@@ -276,7 +276,8 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     than ``skew.straggler_min_step_fraction`` of the median step time, in at least
     ``skew.straggler_min_late_share`` of the steps (so a slow first step, or the random delays
     of a busy machine, do not make a straggler); among such ranks, the one with the largest
-    total lateness. None when no rank is, and when that rank's clock offset is not
+    total lateness, if that is at least ``skew.straggler_min_lead`` times the next-latest
+    rank's (when two ranks are late about as much, the imbalance is spread, not one straggler). None when no rank is, and when that rank's clock offset is not
     ``verified`` (neither refined nor bounded: its lateness may be its clock; a note says so).
 
     The sync/transfer split (transfer = shortest duration across ranks, sync = the rest of
@@ -382,12 +383,21 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     candidates = late_units >= np.ceil(float(cfg["straggler_min_late_share"]) * n_units - 1e-9)
     verified = np.ones(n_ranks, bool) if verified is None else np.asarray(verified, bool)
     r = int(np.argmax(np.where(candidates, total_lateness, -1)))
+    others = np.delete(total_lateness, r)
+    runner_up = int(others.max()) if others.size else 0
+    stands_out = total_lateness[r] >= float(cfg["straggler_min_lead"]) * runner_up
     if candidates.any() and not verified[r]:
         result["notes"].append(
             f"rank {rank_of[r]} looks late in {int(late_units[r])} of {n_units} "
             f"{'steps' if by_step else 'collectives'} (total {total_lateness[r] / 1e6:.2f} ms), but its clock "
             "offset is unverified (too few matched collectives to align it, no bound from its source): "
             "not named a straggler")
+    elif candidates.any() and not stands_out:
+        second = rank_of[int(np.flatnonzero(np.arange(n_ranks) != r)[np.argmax(others)])]
+        result["notes"].append(
+            f"rank {rank_of[r]} is late in {int(late_units[r])} of {n_units} {'steps' if by_step else 'collectives'} "
+            f"(total {total_lateness[r] / 1e6:.2f} ms), but rank {second} is late nearly as much "
+            f"({runner_up / 1e6:.2f} ms): no single straggler; the delay is spread (uneven work, or a busy machine)")
     elif candidates.any():
         result["straggler"] = {
             "rank": rank_of[r], "late_count": int(late_last[r]), "total_lateness_ns": int(total_lateness[r]),
