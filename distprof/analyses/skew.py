@@ -278,7 +278,8 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     of a busy machine, do not make a straggler); among such ranks, the one with the largest
     total lateness, if that is at least ``skew.straggler_min_lead`` times the next-latest
     rank's (when two ranks are late about as much, the imbalance is spread, not one straggler).
-    None when no rank is, and when that rank's clock offset is not ``verified`` (neither refined nor bounded: its lateness may be its clock; a note says so).
+    None when no rank is, and when that rank's clock offset is not ``verified`` (neither
+    refined nor bounded: its lateness may be its clock; a note says so).
 
     The sync/transfer split (transfer = shortest duration across ranks, sync = the rest of
     each rank's duration) uses durations only, so it needs no alignment; it is compared with
