@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "skew": {
         "straggler_min_ns": 1_000_000,   # lateness below this (plus clock uncertainty) is noise
-        "straggler_min_step_fraction": 0.05,   # ... and below this share of the median step time
+        "straggler_min_step_fraction": 0.15,   # ... and below this share of the median step time
         "straggler_min_late_share": 0.75,   # a straggler is late in at least this share of the steps
         "straggler_min_lead": 2.0,   # ... and late in total at least this many times the next-latest rank
         "max_rows": 200,    # per-collective and per-step rows kept in summary.json (plus aggregates)

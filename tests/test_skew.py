@@ -174,12 +174,12 @@ def test_identical_work_names_no_straggler():
 
 
 def test_two_ranks_late_alike_are_no_single_straggler():
-    """Starts 0, 0, 16, 20 ms: lateness from the median (8 ms) is 12 and 8 ms, a lead of 1.5."""
-    summary = summarize(job(straggler=(1, 20 * MS), more_delays={3: 16 * MS}))
+    """Starts 0, 0, 24, 30 ms: lateness from the median (12 ms) is 18 and 12 ms, a lead of 1.5."""
+    summary = summarize(job(straggler=(1, 30 * MS), more_delays={3: 24 * MS}, collectives=1))
     assert summary["skew"]["straggler"] is None
     assert any("rank 1 is late" in n and "rank 3 is late nearly as much" in n for n in summary["skew"]["notes"])
-    # with rank 3 only 8 ms late, rank 1 leads 16 ms to 4 ms: it is the straggler
-    summary = summarize(job(straggler=(1, 20 * MS), more_delays={3: 8 * MS}))
+    # with rank 3 only 6 ms late, rank 1 leads 27 ms to 3 ms: it is the straggler
+    summary = summarize(job(straggler=(1, 30 * MS), more_delays={3: 6 * MS}, collectives=1))
     assert summary["skew"]["straggler"]["rank"] == 1
 
 

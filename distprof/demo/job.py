@@ -1,7 +1,7 @@
 """One rank of the demo job (started by ``distprof demo`` through mpirun).
 
 A numpy MLP trained data-parallel on synthetic data. Backward produces per-layer gradients
-that are summed across ranks with MPI Allreduce:
+that are summed across ranks with MPI Iallreduce (polled, so waiting ranks yield the CPU):
   overlap: each layer's allreduce is issued on a communication thread while backward goes
            on with the next layer (numpy matmul releases the GIL, so both really run);
   serial:  every allreduce runs after backward, on the main thread.
@@ -35,6 +35,17 @@ def synthetic_batches(rng: np.random.Generator, batch: int, width: int, steps: i
         yield x, np.tanh(x @ teacher)
 
 
+def allreduce(comm, grad: np.ndarray) -> None:
+    """Sum ``grad`` over the ranks in place. Non-blocking, polled with short sleeps: a blocking
+    MPI call spins on its core, and with more ranks than cores that spinning starves the other
+    ranks' compute and makes the ranks' timings jitter (a spurious straggler)."""
+    from mpi4py import MPI
+
+    request = comm.Iallreduce(MPI.IN_PLACE, grad, op=MPI.SUM)
+    while not request.Test():
+        time.sleep(0.0002)
+
+
 class CommThread:
     """Runs allreduces in order on its own thread, like DDP's communication stream."""
 
@@ -45,13 +56,12 @@ class CommThread:
         self.thread.start()
 
     def _run(self) -> None:
-        from mpi4py import MPI
         while True:
             grad = self.jobs.get()
             if grad is None:
                 return
             with distprof.comm("allreduce"):
-                self.comm.Allreduce(MPI.IN_PLACE, grad, op=MPI.SUM)
+                allreduce(self.comm, grad)
             self.jobs.task_done()
 
     def submit(self, grad: np.ndarray) -> None:
@@ -104,7 +114,7 @@ def train(args: argparse.Namespace) -> dict | None:
             else:
                 for grad in reversed(grads):
                     with distprof.comm("allreduce"):
-                        comm.Allreduce(MPI.IN_PLACE, grad, op=MPI.SUM)
+                        allreduce(comm, grad)
             with distprof.phase("optimizer"):
                 for w, grad in zip(weights, grads):
                     w -= lr * grad / world
