@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -30,26 +29,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import kineto_fixtures  # noqa: E402
-
-
-def peak_rss_mb() -> float:
-    """Peak RSS of this process so far. Linux's VmHWM starts afresh at exec, whereas ru_maxrss
-    keeps the high-water mark of the parent that forked the child (here: the trace generator)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB; macOS differs
+from _memory import peak_rss_mib  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def child_distprof(path: str) -> dict:
     from distprof import config as config_module
     from distprof import gather, sources
     config = config_module.load(overrides={"window": "all"})
-    baseline = peak_rss_mb()
+    baseline = peak_rss_mib()
     started = time.perf_counter()
     (trace,) = sources.read(path, config)
     loaded = time.perf_counter()
@@ -57,7 +44,7 @@ def child_distprof(path: str) -> dict:
     done = time.perf_counter()
     return {"seconds": done - started, "load_seconds": loaded - started, "summary_seconds": done - loaded,
             "rows": len(trace.events), "overlap_pct": 100 * result["overlap_ratio"],
-            "peak_rss_mb": peak_rss_mb(), "import_rss_mb": baseline}
+            "peak_rss_mb": peak_rss_mib(), "import_rss_mb": baseline}
 
 
 def child_hta(path: str) -> dict:
@@ -65,7 +52,7 @@ def child_hta(path: str) -> dict:
 
     from hta.trace_analysis import TraceAnalysis
     logging.disable(logging.WARNING)  # HTA logs every parsing stage as a warning
-    baseline = peak_rss_mb()
+    baseline = peak_rss_mib()
     started = time.perf_counter()
     analysis = TraceAnalysis(trace_dir=str(Path(path).parent))
     loaded = time.perf_counter()
@@ -73,7 +60,7 @@ def child_hta(path: str) -> dict:
     done = time.perf_counter()
     return {"seconds": done - started, "load_seconds": loaded - started, "summary_seconds": done - loaded,
             "overlap_pct": float(overlap["comp_comm_overlap_pctg"].iloc[0]),
-            "peak_rss_mb": peak_rss_mb(), "import_rss_mb": baseline}
+            "peak_rss_mb": peak_rss_mib(), "import_rss_mb": baseline}
 
 
 def run_child(tool: str, path: Path) -> dict:

@@ -48,6 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import nsys_fixtures as fx  # noqa: E402  (the real-DDL export writer lives with the tests)
+from _memory import peak_rss_mib  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 JOB_START_UTC_NS = 1_700_000_000_000_000_000  # true time of the job's t = 0
 COMPUTE_STREAM, NCCL_STREAM = 7, 15
@@ -196,15 +197,6 @@ def write_job(folder: Path, job: Job) -> list[Path]:
 
 
 # -- measuring a merge ----------------------------------------------------------------------------
-
-def peak_rss_mib() -> float:
-    """VmHWM of this process (kB in /proc/self/status)."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise OSError("no VmHWM in /proc/self/status")
-
 
 def worker_main(stats_dir: str, argv: list[str]) -> int:
     """One merge worker: ``distprof.cli.main(argv)``, then its own figures to stats_dir."""

@@ -19,7 +19,6 @@ import gc
 import json
 import os
 import pickle
-import resource
 import sqlite3
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from distprof.sources import nsys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import nsys_fixtures  # noqa: E402  (the synthetic-export writer lives with the tests)
+from _memory import peak_rss_mib  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 KERNEL_COLUMNS = "start, end, deviceId, streamId, correlationId, globalPid, shortName"
 
@@ -68,19 +68,6 @@ def best_of(rounds: int, *variants):
     return wall, cpu, counts
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process. VmHWM, because ru_maxrss survives exec on Linux and
-    would report the (large) benchmark parent that forked this child."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux/BSD: KiB
-
-
 def merge_child(paths: list[str]) -> None:
     """Child process: read and reduce each file in turn, keep the compact results only."""
     config = config_module.load()
@@ -92,7 +79,7 @@ def merge_child(paths: list[str]) -> None:
         gc.collect()
     results_mb = len(pickle.dumps(results)) / 2**20  # what would travel to rank 0
     summary = gather.combine(results, config, source="nsys")
-    print(json.dumps({"peak_rss_mb": peak_rss_mb(), "ranks": len(summary["ranks"]), "results_mb": results_mb}))
+    print(json.dumps({"peak_rss_mb": peak_rss_mib(), "ranks": len(summary["ranks"]), "results_mb": results_mb}))
 
 
 def merge_peak(paths: list[Path]) -> dict:

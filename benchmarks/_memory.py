@@ -1,0 +1,18 @@
+"""Peak memory of the calling process, for the benchmarks (imported as a sibling module)."""
+
+from __future__ import annotations
+
+import resource
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process in MiB. VmHWM, because on Linux ru_maxrss survives
+    fork+exec and would report the (large) benchmark parent that started this child."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB (macOS: bytes)
