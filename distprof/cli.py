@@ -114,7 +114,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if not paths:
         raise SourceError(f"{' '.join(args.inputs)}: no input files found")
     from .gather import mpi_world
-    summary = merge_files(paths, config, comm=mpi_world())
+    comm = mpi_world()
+    tasks = max(int(os.environ.get(v, "1") or 1) for v in ("SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
+    if tasks > 1 and (comm is None or comm.Get_size() == 1):
+        print(f"distprof: warning: launched as {tasks} tasks but MPI did not start a {tasks}-rank world: "
+              "every task merges every file (with srun, try --mpi=pmix)", file=sys.stderr)
+    summary = merge_files(paths, config, comm=comm)
     if summary is None:  # an MPI worker other than rank 0: its results went to rank 0
         return 0
     out = Path(args.out)

@@ -35,3 +35,14 @@ def test_two_workers_equal_one(demo_overlap, tmp_path):
     assert one == two
     assert any("rank9.sqlite" in w for w in two["warnings"])
     assert double.stdout.count("Distributed Summary") == 1  # only rank 0 reports
+
+
+def test_tasks_without_an_mpi_world_are_warned(demo_overlap, tmp_path):
+    """srun without PMI gives K independent processes: each would merge everything, silently."""
+    import os
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "PMIX"))}
+    env["SLURM_NTASKS"] = "3"
+    result = subprocess.run([sys.executable, "-m", "distprof", "merge", str(demo_overlap / "rank0.sqlite"),
+                             "-o", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "launched as 3 tasks but MPI did not start a 3-rank world" in result.stderr
