@@ -29,7 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import kineto_fixtures  # noqa: E402
-from _memory import peak_rss_mib  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported (tests import merge_scale)
+from _memory import peak_rss_mib  # noqa: E402
 
 
 def child_distprof(path: str) -> dict:

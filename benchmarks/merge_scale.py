@@ -48,7 +48,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import nsys_fixtures as fx  # noqa: E402  (the real-DDL export writer lives with the tests)
-from _memory import peak_rss_mib  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported (tests import merge_scale)
+from _memory import peak_rss_mib  # noqa: E402
 
 JOB_START_UTC_NS = 1_700_000_000_000_000_000  # true time of the job's t = 0
 COMPUTE_STREAM, NCCL_STREAM = 7, 15

@@ -34,7 +34,9 @@ from distprof.sources import nsys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import nsys_fixtures  # noqa: E402  (the synthetic-export writer lives with the tests)
-from _memory import peak_rss_mib  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported (tests import merge_scale)
+from _memory import peak_rss_mib  # noqa: E402
 
 KERNEL_COLUMNS = "start, end, deviceId, streamId, correlationId, globalPid, shortName"
 
