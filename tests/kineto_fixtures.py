@@ -1,7 +1,7 @@
 """Synthetic PyTorch profiler (Kineto) traces with known intervals, for tests and benchmarks.
 
 The layout follows what Kineto writes (``output_json.cpp``) and what the real traces in
-``../shared/data/kineto/`` hold: top-level ``schemaVersion``, ``deviceProperties``,
+``tests/data/kineto/`` hold: top-level ``schemaVersion``, ``deviceProperties``,
 ``distributedInfo``, ``traceEvents``, ``traceName``, ``displayTimeUnit``,
 ``baseTimeNanoseconds``; process/thread ``M`` metadata; ``X`` events with ``cat``; GPU events
 in the device pseudo-process (pid = device, tid = stream) with ``args.device``/``stream``/
@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-KINETO_DATA = Path(os.environ.get("DISTPROF_KINETO_DATA", REPO_ROOT.parent / "shared" / "data" / "kineto"))
+KINETO_DATA = Path(os.environ.get("DISTPROF_KINETO_DATA", REPO_ROOT / "tests" / "data" / "kineto"))
 
 TIME_FORMATS = ("us3", "int", "str", "float")
 _NUMBER = "@num@"   # placeholder prefix: the text after it is written as a bare JSON number

@@ -1,7 +1,7 @@
 """Synthetic Nsight Systems exports with known intervals, for tests and benchmarks.
 
 The tables are created by executing the real CREATE TABLE text that nsys wrote (copied verbatim
-into ``../shared/data/nsys/ddl/``), so a fixture has exactly the columns, NOT NULL constraints
+into ``tests/data/nsys/ddl/``), so a fixture has exactly the columns, NOT NULL constraints
 and quirks of that nsys version (e.g. the extra ``name`` column of the 2022.2 file). Only the
 tables a test needs are filled; a column the test does not set gets 0 / '' when it is NOT NULL
 and NULL otherwise.
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-NSYS_DATA = Path(os.environ.get("DISTPROF_NSYS_DATA", REPO_ROOT.parent / "shared" / "data" / "nsys"))
+NSYS_DATA = Path(os.environ.get("DISTPROF_NSYS_DATA", REPO_ROOT / "tests" / "data" / "nsys"))
 DDL_DIR = NSYS_DATA / "ddl"
 
 # schema label -> DDL file written by that nsys version
@@ -38,6 +38,27 @@ PRODUCT_VERSIONS = {"2022.2": ("2022.2.1.31", "2.9.1"), "2024.5": ("2024.5.1.113
 VM_ID = 1  # bits 48+ of every serialized id in the real files
 NVTX_MARK, NVTX_THREAD_NAME, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 34, 39, 59, 60, 75
 RUNTIME_CLASS, LEGACY_RUNTIME_CLASS = 0, 67
+
+
+def real_export(name: str) -> Path:
+    """A real nsys export from tests/data/nsys, kept there gzip-compressed (SQLite compresses 4-8x):
+    decompressed once per machine into a cache folder keyed by the archive's size and time."""
+    import gzip
+    import shutil
+    import tempfile
+    archive = NSYS_DATA / f"{name}.gz"
+    if not archive.is_file():
+        return NSYS_DATA / name  # an uncompressed copy (DISTPROF_NSYS_DATA pointing at a folder of .sqlite files)
+    stat = archive.stat()
+    cache = Path(tempfile.gettempdir()) / f"distprof-test-data-{stat.st_size}-{stat.st_mtime_ns}"
+    path = cache / name
+    if not path.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = cache / f"{name}.{os.getpid()}.part"
+        with gzip.open(archive, "rb") as source, open(partial, "wb") as target:
+            shutil.copyfileobj(source, target)
+        partial.replace(path)  # atomic: concurrent test processes never see half a file
+    return path
 
 
 def ddl_available() -> bool:

@@ -1,5 +1,5 @@
 """Kineto (PyTorch profiler) traces: exact figures on synthetic traces with known intervals, exact
-time conversion, rank detection, bad files, and the real traces in ../shared/data/kineto."""
+time conversion, rank detection, bad files, and the real traces in tests/data/kineto."""
 
 from __future__ import annotations
 

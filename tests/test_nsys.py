@@ -1,5 +1,5 @@
 """The nsys reader on synthetic exports built from the real DDL (exact figures by construction)
-and on the real exports in ../shared/data/nsys (facts stated in its README and SCHEMA.md)."""
+and on the real exports in tests/data/nsys (facts stated in its README and SCHEMA.md)."""
 
 from __future__ import annotations
 
@@ -462,7 +462,7 @@ def test_innermost_enclosing_prefers_inner_range_with_the_same_start():
 # -- real exports ---------------------------------------------------------------------------------------
 
 def real(name: str) -> Path:
-    path = fx.NSYS_DATA / name
+    path = fx.real_export(name)
     if not path.is_file():
         pytest.skip(f"real export {path} is absent")
     return path

@@ -7,7 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA, run_cli
+from conftest import run_cli
+from nsys_fixtures import real_export
 from test_summaries import CONFIG, gpu_rank, host_rank
 
 from distprof import sources
@@ -124,10 +125,10 @@ def test_demo_trace_cli(demo_overlap, tmp_path):
     assert bad.returncode == 2 and "--ranks" in bad.stderr
 
 
-NSYS_TWO_RANKS = SHARED_DATA / "nsys" / "nsysai_h100_2gpu_1s.sqlite"
+NSYS_TWO_RANKS = real_export("nsysai_h100_2gpu_1s.sqlite")
 
 
-@pytest.mark.skipif(not NSYS_TWO_RANKS.exists(), reason="shared nsys data not present")
+@pytest.mark.skipif(not NSYS_TWO_RANKS.exists(), reason="real nsys export not present")
 def test_real_nsys_flows(tmp_path):
     """A real two-process nsys report: launches joined to their kernels by correlation id."""
     path = tmp_path / "nsys.json.gz"
