@@ -36,16 +36,16 @@ from _memory import peak_rss_mib  # noqa: E402
 
 def child_distprof(path: str) -> dict:
     from distprof import config as config_module
-    from distprof import gather, sources
+    from distprof import pipeline, sources
     config = config_module.load(overrides={"window": "all"})
     baseline = peak_rss_mib()
     started = time.perf_counter()
     (trace,) = sources.read(path, config)
     loaded = time.perf_counter()
-    result = gather.reduce_rank(trace, config)
+    result = pipeline.reduce_rank(trace, config)
     done = time.perf_counter()
     return {"seconds": done - started, "load_seconds": loaded - started, "summary_seconds": done - loaded,
-            "rows": len(trace.events), "overlap_pct": 100 * result["overlap_ratio"],
+            "rows": len(trace.events), "overlap_pct": 100 * result.figures.overlap_ratio,
             "peak_rss_mb": peak_rss_mib(), "import_rss_mb": baseline}
 
 

@@ -242,22 +242,23 @@ def combine_child(count: int, paths: list[str]) -> None:
     job: unpickle ``count`` results (as MPI's gather does; copies of the reduced ones, renumbered)
     and combine them. Prints RSS before and after the results, the peak, and the times."""
     import pickle
+    from dataclasses import replace
 
     from distprof import config as config_module
-    from distprof import gather, sources
+    from distprof import pipeline, sources
     config = config_module.load()
     started = time.perf_counter()
-    blobs = [pickle.dumps(gather.reduce_rank(trace, config)) for path in paths for trace in sources.read(path, config)]
+    blobs = [pickle.dumps(pipeline.reduce_rank(trace, config))
+             for path in paths for trace in sources.read(path, config)]
     reduced_s = time.perf_counter() - started
     before = current_rss_mib()
     results = []
     for rank in range(count):
         result = pickle.loads(blobs[rank % len(blobs)])
-        result.update(rank=rank, source_file=f"rank{rank}.sqlite", pid=rank)
-        results.append(result)
+        results.append(replace(result, rank=rank, source_file=f"rank{rank}.sqlite", pid=rank))
     held = current_rss_mib()
     started = time.perf_counter()
-    summary = gather.combine(results, config, source="nsys", world_size=count)
+    summary = pipeline.combine(results, config, source="nsys", world_size=count).to_json()
     combine_s = time.perf_counter() - started
     print(json.dumps({"ranks": len(summary["ranks"]), "reduce_s_per_rank": reduced_s / len(blobs),
                       "result_pickle_mib": sum(map(len, blobs)) / len(blobs) / 2**20,
@@ -315,7 +316,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, job: Job, scale: list[int], base: Path) -> None:
-    from distprof.gather import assign_files
+    from distprof.transport import assign_files
     started = time.perf_counter()
     everything = write_job(base / "reports", job)
     by_rank = dict(zip(range(job.ranks), everything))

@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from distprof import config as config_module
-from distprof import gather, sources
+from distprof import pipeline, sources
 from distprof.sources import nsys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -76,11 +76,11 @@ def merge_child(paths: list[str]) -> None:
     results = []
     for path in paths:
         for trace in sources.read(path, config):
-            results.append(gather.reduce_rank(trace, config))
+            results.append(pipeline.reduce_rank(trace, config))
             del trace
         gc.collect()
     results_mb = len(pickle.dumps(results)) / 2**20  # what would travel to rank 0
-    summary = gather.combine(results, config, source="nsys")
+    summary = pipeline.combine(results, config, source="nsys").to_json()
     print(json.dumps({"peak_rss_mb": peak_rss_mib(), "ranks": len(summary["ranks"]), "results_mb": results_mb}))
 
 

@@ -68,39 +68,10 @@ def progress(items, desc: str):
 
 
 def merge_files(paths: list[Path], config: dict, comm=None) -> dict | None:
-    """Read every input one at a time, keep only its compact per-rank results, combine.
-
-    Under ``mpirun -n K distprof merge ...`` (``comm`` = COMM_WORLD) the files are spread over
-    the K workers by size; each reduces its share one file at a time and rank 0 combines.
-    Results are put back in input order, so the output equals a single-process merge.
-    Returns the summary on rank 0 and None on the other workers.
-    """
-    from . import gather, sources
-    worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
-    mine = gather.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
-    reduced, warnings = [], []
-    for index in progress(mine, "reading"):
-        try:
-            traces = sources.read(paths[index], config)
-        except SourceError as error:
-            warnings.append((index, f"skipped {error}"))
-            print(f"distprof: warning: skipped {error}", file=sys.stderr)
-            continue
-        reduced += [(index, position, gather.reduce_rank(trace, config)) for position, trace in enumerate(traces)]
-        del traces  # bound memory by one file's events
-    if comm is not None and workers > 1:
-        parts = comm.gather((reduced, warnings), root=0)
-        if worker != 0:
-            return None
-        reduced = [item for part in parts for item in part[0]]
-        warnings = [item for part in parts for item in part[1]]
-    results = [result for _, _, result in sorted(reduced, key=lambda item: item[:2])]
-    warnings = [text for _, text in sorted(warnings)]
-    if not results:
-        raise SourceError("no readable rank file among the inputs" + (f": {warnings[0]}" if warnings else ""))
-    world_size = max((r["meta"].get("world_size") or 0) for r in results) or None
-    kinds = sorted({r["source"] for r in results})
-    return gather.combine(results, config, source="+".join(kinds), world_size=world_size, warnings=warnings)
+    """summary.json's content of a merge (pipeline.merge_files); None on MPI workers other than 0."""
+    from . import pipeline
+    summary = pipeline.merge_files(paths, config, comm=comm)
+    return None if summary is None else summary.to_json()
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -113,7 +84,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     paths = sources.expand(args.inputs)
     if not paths:
         raise SourceError(f"{' '.join(args.inputs)}: no input files found")
-    from .gather import mpi_world
+    from .transport import mpi_world
     comm = mpi_world()
     tasks = max(int(os.environ.get(v, "1") or 1) for v in ("SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
     if tasks > 1 and (comm is None or comm.Get_size() == 1):

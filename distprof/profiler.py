@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from . import annotate, clock, gather
+from . import annotate, clock, pipeline, transport
 from . import config as config_mod
 from . import events as ev
 from . import schedule as schedule_mod
@@ -50,8 +50,8 @@ class Profiler:
 
     # -- session ---------------------------------------------------------------------------
     def __enter__(self) -> Profiler:
-        self._comm = gather.mpi_world()
-        self.rank, self.world_size, self.rank_from = gather.detect_world()
+        self._comm = transport.mpi_world()
+        self.rank, self.world_size, self.rank_from = transport.detect_world()
         annotate.set_nvtx(self.config["collector"]["nvtx"])
         if self.config["collector"]["enabled"] and not self.timer_only:
             self.collector = Collector(self.rank_file(self.rank), self.rank, self.world_size)
@@ -146,9 +146,9 @@ class Profiler:
         from .reports import export, text
         own = {"rank": self.rank, **benchmark.perf_summary(self.batch_ns, self.reader_ns, self.batch_size)}
         if self._comm is not None:
-            ranks = gather.gather_to_root(self._comm, own)
-        elif gather.torch_group_initialized():
-            ranks = gather.gather_torch(own)
+            ranks = transport.gather_to_root(self._comm, own)
+        elif transport.torch_group_initialized():
+            ranks = transport.gather_torch(own)
         else:
             ranks = [own] if self.rank == 0 else None
         if ranks is None:
@@ -169,18 +169,22 @@ class Profiler:
     def _aggregate(self) -> dict | None:
         """Reduce this rank's own file, gather to rank 0, combine there."""
         traces = native.read(self.rank_file(self.rank), self.config)
-        result = gather.reduce_rank(traces[0], self.config)
+        result = pipeline.reduce_rank(traces[0], self.config)
         if self._comm is not None:
-            results = gather.gather_to_root(self._comm, result)
-        elif gather.torch_group_initialized():  # torchrun: the job's own process group
-            results = gather.gather_torch(result)
+            results = transport.gather_to_root(self._comm, result)
+        elif transport.torch_group_initialized():  # torchrun: the job's own process group
+            results = transport.gather_torch(result)
         elif self.world_size > 1:
-            results = gather.results_from_files(self, result)
+            results = transport.results_from_files(
+                self.rank_file, self.world_size, self.config["collector"]["merge_timeout_s"], result,
+                lambda path: pipeline.reduce_rank(native.read(path, self.config)[0], self.config)) \
+                if self.rank == 0 else None
         else:
             results = [result]
         if results is None:
             return None
-        summary = gather.combine(results, self.config, source="distprof (live)", world_size=self.world_size)
+        summary = pipeline.combine(results, self.config, source="distprof (live)",
+                                   world_size=self.world_size).to_json()
         from .reports import export, html, text
         export.write_summary(summary, self.out)
         html.write_report(summary, self.out)

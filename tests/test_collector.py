@@ -151,7 +151,7 @@ def test_nvtx_off_still_records(tmp_path):
 
 
 def test_world_from_launcher_variables():
-    from distprof.gather import detect_world
+    from distprof.transport import detect_world
     assert detect_world({"RANK": "3", "WORLD_SIZE": "8"}) == (3, 8, "env RANK")
     assert detect_world({"SLURM_PROCID": "5", "SLURM_NTASKS": "6"}) == (5, 6, "env SLURM_PROCID")
     assert detect_world({}) == (0, 1, "single process")

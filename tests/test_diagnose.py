@@ -7,7 +7,7 @@ import numpy as np
 
 from distprof import config as config_mod
 from distprof import events as ev
-from distprof import gather
+from distprof import pipeline
 from distprof.analyses import diagnose
 from distprof.reports import text
 
@@ -47,8 +47,8 @@ def test_host_only_trace_has_no_gpu_gaps():
 
 
 def test_host_bound_finding():
-    result = gather.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
-    assert result["gpu_gaps"]["host_bound_ns"] == 400  # reduce_rank computes it next to the events
+    result = pipeline.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
+    assert result.gpu_gaps["host_bound_ns"] == 400  # reduce_rank computes it next to the events
     [finding] = diagnose.findings([result], [], {}, CONFIG)
     assert finding["finding"] == "host_bound_gpu" and finding["cost_ns"] == 400
     assert finding["severity"] == "high" and "40% of the window" in finding["message"]
@@ -66,7 +66,7 @@ def host_result(rank: int, loader_ns: int):
     name, start, end, step = (np.array(c, dtype=object) for c in zip(*rows))
     events = ev.make_events(kind=ev.RANGE, category=ev.PHASE, name=name, start_ns=start.astype(np.int64),
                             end_ns=end.astype(np.int64), step=step.astype(np.int64), rank=rank)
-    return gather.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
+    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
 
 
 def test_dataloader_bound_finding():
@@ -81,9 +81,9 @@ def test_dataloader_bound_finding():
 
 
 def test_findings_are_ordered_by_cost_and_rendered():
-    gpu = gather.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
+    gpu = pipeline.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
     loader = host_result(1, 30)
-    summary = gather.combine([gpu, loader], CONFIG, source="test")
+    summary = pipeline.combine([gpu, loader], CONFIG, source="test").to_json()
     names = [f["finding"] for f in summary["findings"]]
     assert names == ["host_bound_gpu", "dataloader_bound"]  # 400 ns before 60 ns
     assert [f["cost_ns"] for f in summary["findings"]] == [400, 60]
@@ -99,7 +99,7 @@ def test_findings_are_ordered_by_cost_and_rendered():
 
 
 def test_no_findings_reads_as_none():
-    summary = gather.combine([host_result(0, 5)], CONFIG, source="test")
+    summary = pipeline.combine([host_result(0, 5)], CONFIG, source="test").to_json()
     [section] = text.extra_sections(summary, "ms")
     assert "Findings: none." in section
 

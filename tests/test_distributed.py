@@ -1,11 +1,13 @@
 """Distributed Summary figures on traces whose intervals are known by construction."""
 
-import numpy as np
+from dataclasses import replace
 
+import numpy as np
+from result_views import rank_figures, rank_row  # noqa: F401
+
+from distprof import align, pipeline
 from distprof import config as config_mod
 from distprof import events as ev
-from distprof import gather
-from distprof.analyses import distributed
 
 CONFIG = config_mod.load()
 
@@ -55,7 +57,7 @@ def gpu_trace():
 
 
 def test_host_trace_figures():
-    figures = distributed.rank_summary(host_trace(), CONFIG)
+    figures = rank_figures(host_trace(), CONFIG)
     assert figures["window_ns"] == 200
     assert figures["steps"] == 2
     assert figures["communication_ns"] == 30 + 15 + 10
@@ -72,7 +74,7 @@ def test_host_trace_figures():
 
 
 def test_gpu_trace_uses_kernels_and_counts_streams_once():
-    figures = distributed.rank_summary(gpu_trace(), CONFIG)
+    figures = rank_figures(gpu_trace(), CONFIG)
     assert figures["window_ns"] == 1000
     assert figures["communication_ns"] == 300          # [300,600) over two streams, once
     assert figures["computation_ns"] == 850
@@ -85,7 +87,7 @@ def test_gpu_trace_uses_kernels_and_counts_streams_once():
 
 def test_window_all_takes_the_whole_trace():
     config = config_mod.load(None, {"window": "all"})
-    figures = distributed.rank_summary(gpu_trace(), config)
+    figures = rank_figures(gpu_trace(), config)
     assert figures["window_ns"] == 1100
     assert figures["computation_ns"] == 950
 
@@ -93,7 +95,7 @@ def test_window_all_takes_the_whole_trace():
 def test_no_steps_means_whole_trace_and_no_comm_means_no_ratio():
     events = ev.make_events(kind=ev.KERNEL, category=ev.COMPUTE, name=np.array(["k", "k"], dtype=object),
                             start_ns=np.array([10, 50]), end_ns=np.array([20, 60]), lane_kind=ev.GPU_STREAM)
-    figures = distributed.rank_summary(events, CONFIG)
+    figures = rank_figures(events, CONFIG)
     assert figures["window_ns"] == 50
     assert figures["computation_ns"] == 20
     assert figures["overlap_ratio"] is None
@@ -101,7 +103,7 @@ def test_no_steps_means_whole_trace_and_no_comm_means_no_ratio():
 
 
 def test_empty_rank():
-    figures = distributed.rank_summary(ev.empty_events(), CONFIG)
+    figures = rank_figures(ev.empty_events(), CONFIG)
     assert figures["window_ns"] == 0 and figures["communication_ns"] == 0
 
 
@@ -109,9 +111,9 @@ def test_across_ranks_and_combine():
     results = []
     for rank, shift in ((0, 0), (1, 1_000)):
         trace = ev.RankTrace(events=host_trace(shift), rank=rank, source_file=f"r{rank}")
-        results.append(gather.reduce_rank(trace, CONFIG))
-    results[1]["communication_ns"] = 99  # make rank 1 the max of one figure
-    summary = gather.combine(results, CONFIG, source="test", world_size=3)
+        results.append(pipeline.reduce_rank(trace, CONFIG))
+    results[1] = replace(results[1], figures=replace(results[1].figures, communication_ns=99))  # rank 1 the max
+    summary = pipeline.combine(results, CONFIG, source="test", world_size=3).to_json()
     assert [r["rank"] for r in summary["ranks"]] == [0, 1]
     comm = summary["across_ranks"]["communication_ns"]
     assert (comm["min"], comm["max"], comm["max_rank"], comm["median"]) == (55, 99, 1, 77)
@@ -127,15 +129,15 @@ def test_across_ranks_and_combine():
 
 
 def test_unknown_ranks_are_numbered_in_input_order():
-    results = [gather.reduce_rank(ev.RankTrace(events=host_trace(), rank=r, source_file=f"f{i}"), CONFIG)
+    results = [pipeline.reduce_rank(ev.RankTrace(events=host_trace(), rank=r, source_file=f"f{i}"), CONFIG)
                for i, r in enumerate((None, 0, None, 0))]
-    warnings = gather.assign_ranks(results)
-    assert [(r["source_file"], r["rank"]) for r in results] == [("f1", 0), ("f0", 1), ("f2", 2), ("f3", 3)]
+    results, warnings = align.assign_ranks(results)
+    assert [(r.source_file, r.rank) for r in results] == [("f1", 0), ("f0", 1), ("f2", 2), ("f3", 3)]
     assert len(warnings) == 1 and "f3" in warnings[0]
 
 
 def test_rank_markers_steps_phases_collectives():
-    result = gather.reduce_rank(ev.RankTrace(events=host_trace(), rank=0), CONFIG)
+    result = rank_row(pipeline.reduce_rank(ev.RankTrace(events=host_trace(), rank=0), CONFIG))
     assert result["step_bounds"] == {"step": [0, 1], "start_ns": [0, 100], "end_ns": [100, 200]}
     phases = result["phases"]
     rows = list(zip(phases["step"], phases["name"], phases["start_ns"], phases["end_ns"], phases["busy_ns"]))

@@ -11,7 +11,7 @@ from conftest import run_cli
 from test_summaries import CONFIG, gpu_rank, host_rank
 
 from distprof import events as ev
-from distprof import gather
+from distprof import pipeline
 from distprof.reports import html
 
 
@@ -55,9 +55,9 @@ def parse(text: str) -> Page:
 
 
 def two_rank_summary() -> dict:
-    results = [gather.reduce_rank(ev.RankTrace(events=gpu_rank(), rank=0, source_file="r0", pid=10), CONFIG),
-               gather.reduce_rank(ev.RankTrace(events=host_rank(), rank=1, source_file="r1", pid=11), CONFIG)]
-    summary = gather.combine(results, CONFIG, source="synthetic", world_size=2)
+    results = [pipeline.reduce_rank(ev.RankTrace(events=gpu_rank(), rank=0, source_file="r0", pid=10), CONFIG),
+               pipeline.reduce_rank(ev.RankTrace(events=host_rank(), rank=1, source_file="r1", pid=11), CONFIG)]
+    summary = pipeline.combine(results, CONFIG, source="synthetic", world_size=2).to_json()
     summary["findings"] = [{"finding": "straggler", "severity": "high", "cost_ns": 5_000_000, "ranks": [1],
                             "message": "rank 1 <arrives> last", "advice": "balance the data",
                             "evidence": {"late_steps": 2}}, "a finding that is only text"]

@@ -12,10 +12,11 @@ from pathlib import Path
 import kineto_fixtures as kf
 import numpy as np
 import pytest
+from result_views import rank_row
 
+from distprof import align, pipeline, sources
 from distprof import config as config_mod
 from distprof import events as ev
-from distprof import gather, sources
 from distprof.sources import kineto
 
 
@@ -30,7 +31,7 @@ def read_one(path: Path, cfg: dict | None = None) -> ev.RankTrace:
 
 
 def figures(trace: ev.RankTrace, window: str) -> dict:
-    result = gather.reduce_rank(trace, config(window))
+    result = rank_row(pipeline.reduce_rank(trace, config(window)))
     keys = ("window_ns", "communication_ns", "computation_ns", "overlap_ns", "exposed_communication_ns", "idle_ns")
     return {key: result[key] for key in keys}
 
@@ -50,7 +51,7 @@ def test_overlap_figures_exact_in_both_windows(tmp_path, time_format, suffix):
     trace = read_one(path)
     assert figures(trace, "steps") == STEPS_FIGURES
     assert figures(trace, "all") == ALL_FIGURES
-    result = gather.reduce_rank(trace, config("all"))
+    result = rank_row(pipeline.reduce_rank(trace, config("all")))
     assert result["overlap_ratio"] == 25_000 / 95_000
     assert result["comm_lanes"] == ["cuda:0/stream 13"]
     assert result["compute_lanes"] == ["cuda:0/stream 7"]
@@ -79,7 +80,7 @@ def test_epoch_microseconds_with_fractions_are_exact(tmp_path):
 
 def test_step_windows_are_gpu_projected(tmp_path):
     trace = read_one(kf.overlap_trace().write(tmp_path / "t.json"))
-    markers = gather.reduce_rank(trace, config())["step_bounds"]
+    markers = rank_row(pipeline.reduce_rank(trace, config()))["step_bounds"]
     assert markers == {"step": [1, 2], "start_ns": [2_000, 110_000], "end_ns": [80_000, 215_000]}
     table = trace.events
     cpu_steps = table[table["name"].astype(str).str.startswith("ProfilerStep#")]
@@ -100,7 +101,7 @@ def test_kernel_step_comes_from_launching_call_on_any_thread(tmp_path):
 def test_step_without_gpu_work_keeps_cpu_bounds(tmp_path):
     trace = kf.overlap_trace()
     trace.step(3, 400_000, 450_000)
-    markers = gather.reduce_rank(read_one(trace.write(tmp_path / "t.json")), config())["step_bounds"]
+    markers = rank_row(pipeline.reduce_rank(read_one(trace.write(tmp_path / "t.json")), config()))["step_bounds"]
     assert markers["start_ns"][-1] == 400_000 and markers["end_ns"][-1] == 450_000
 
 
@@ -236,9 +237,9 @@ def test_rank_order_distributed_info_then_name_then_unknown(tmp_path):
     assert (in_folder.rank, in_folder.rank_from) == (7, "file name")
     unknown = read_one(kf.overlap_trace(rank=None).write(tmp_path / "worker.json"))
     assert (unknown.rank, unknown.rank_from) == (None, "unknown")
-    results = [gather.reduce_rank(t, config()) for t in (unknown, info)]
-    gather.assign_ranks(results)  # the merge numbers unknown ranks by input order
-    assert [(r["rank"], r["rank_from"]) for r in results] == [(0, "input order"), (1, "distributedInfo")]
+    results = [pipeline.reduce_rank(t, config()) for t in (unknown, info)]
+    results, _ = align.assign_ranks(results)  # the merge numbers unknown ranks by input order
+    assert [(r.rank, r.rank_from) for r in results] == [(0, "input order"), (1, "distributedInfo")]
 
 
 # ------------------------------------------------------------------ bad input
@@ -295,7 +296,7 @@ def lanes(result: dict, key: str) -> set[int]:
 
 
 def test_real_trace_filter_2rank():
-    results = [gather.reduce_rank(read_one(path), config()) for path in real("hta_trace_filter_2rank")]
+    results = [rank_row(pipeline.reduce_rank(read_one(path), config())) for path in real("hta_trace_filter_2rank")]
     assert [(r["rank"], r["rank_from"], r["device"], r["steps"]) for r in results] == \
         [(0, "distributedInfo", 0, 2), (1, "distributedInfo", 1, 2)]
     for result in results:
@@ -309,7 +310,7 @@ def test_real_trace_filter_2rank():
 def test_real_nccl_parser_config():
     (path,) = real("hta_nccl_parser_config_1of2")
     trace = read_one(path)
-    result = gather.reduce_rank(trace, config())
+    result = rank_row(pipeline.reduce_rank(trace, config()))
     assert result["steps"] == 3 and result["step_bounds"]["step"] == [4, 5, 6]
     assert lanes(result, "comm_lanes") == {40} and lanes(result, "compute_lanes") == {7}
     comm = trace.events[trace.events["category"] == ev.COMMUNICATION]
@@ -325,7 +326,7 @@ def test_real_nccl_parser_config():
 
 def test_real_negative_queue():
     (path,) = real("hta_negative_queue_1of16")
-    result = gather.reduce_rank(read_one(path), config())
+    result = rank_row(pipeline.reduce_rank(read_one(path), config()))
     assert (result["rank"], result["steps"], result["meta"]["world_size"]) == (0, 5, 16)
     assert lanes(result, "comm_lanes") == {84, 285, 363}
     assert lanes(result, "compute_lanes") == {7, 27}
@@ -334,7 +335,7 @@ def test_real_negative_queue():
 def test_real_trace_diff_control():
     (path,) = real("hta_trace_diff_control_1of8")
     trace = read_one(path)
-    result = gather.reduce_rank(trace, config())
+    result = rank_row(pipeline.reduce_rank(trace, config()))
     assert (result["rank"], result["device"], result["steps"], result["meta"]["world_size"]) == (3, 3, 6, 8)
     assert lanes(result, "comm_lanes") == {21} and lanes(result, "compute_lanes") == {7, 20}
     comm = trace.events[trace.events["category"] == ev.COMMUNICATION]["name"].astype(str)
@@ -400,7 +401,7 @@ def reference_overlap(path: Path) -> tuple[int, int]:
 @pytest.mark.parametrize("path", REAL_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_real_overlap_ratio_equals_hta_definition(path):
     communication, overlap = reference_overlap(path)
-    result = gather.reduce_rank(read_one(path, config("all")), config("all"))
+    result = rank_row(pipeline.reduce_rank(read_one(path, config("all")), config("all")))
     assert result["communication_ns"] == communication
     assert result["overlap_ns"] == overlap
     assert result["overlap_ratio"] == pytest.approx(overlap / communication, rel=0, abs=1e-12)
@@ -420,7 +421,7 @@ def test_synthetic_overlap_ratio_equals_hta_definition(tmp_path, time_format):
     path = path.write(tmp_path / "t.json")
     communication, overlap = reference_overlap(path)
     assert (communication, overlap) == (95_000, 25_000)
-    result = gather.reduce_rank(read_one(path, config("all")), config("all"))
+    result = rank_row(pipeline.reduce_rank(read_one(path, config("all")), config("all")))
     assert (result["communication_ns"], result["overlap_ns"]) == (communication, overlap)
 
 
@@ -428,7 +429,7 @@ def test_two_ranks_merge(tmp_path):
     traces = [read_one(kf.overlap_trace(rank=rank, device=rank, pid=100 + rank).write(tmp_path / f"r{rank}.json.gz"))
               for rank in (1, 0)]
     cfg = config()
-    summary = gather.combine([gather.reduce_rank(trace, cfg) for trace in traces], cfg, source="kineto")
+    summary = pipeline.combine([pipeline.reduce_rank(trace, cfg) for trace in traces], cfg, source="kineto").to_json()
     assert [row["rank"] for row in summary["ranks"]] == [0, 1]
     assert [row["device"] for row in summary["ranks"]] == [0, 1]
     assert summary["across_ranks"]["overlap_ns"]["max"] == 20_000

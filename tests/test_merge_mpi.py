@@ -7,7 +7,7 @@ import sys
 from conftest import run_cli
 
 from distprof.cli import find_mpirun
-from distprof.gather import assign_files
+from distprof.transport import assign_files
 
 
 def test_assign_files_balances_bytes_and_keeps_order():

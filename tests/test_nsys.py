@@ -10,11 +10,11 @@ import nsys_fixtures as fx
 import numpy as np
 import pandas as pd
 import pytest
+from result_views import rank_figures, rank_row  # noqa: F401
 
 from distprof import config as config_module
 from distprof import events as ev
-from distprof import gather, sources
-from distprof.analyses import distributed
+from distprof import pipeline, sources
 from distprof.sources import nsys
 
 pytestmark = pytest.mark.skipif(not fx.ddl_available(), reason=f"nsys DDL folder {fx.DDL_DIR} is absent")
@@ -60,7 +60,7 @@ def test_nccl_on_separate_stream_gives_exact_overlap(schema, tmp_path, config):
     has_nvtx = fx.has_table(schema, "NVTX_EVENTS")   # the 2025.5 DDL (flameox) has no NVTX table
     path = write(fx.one_step_rank(fx.NsysExport(schema=schema), nvtx=has_nvtx), tmp_path)
     [trace] = nsys.read(path, config)
-    summary = distributed.rank_summary(trace.events, config)
+    summary = rank_figures(trace.events, config)
     # without ProfileStep ranges the window is the whole trace: launch calls from 3_000 on
     expected = fx.SEPARATE_STREAM_FIGURES if has_nvtx else {**fx.SEPARATE_STREAM_FIGURES, "window_ns": 37_000,
                                                             "idle_ns": 9_000}
@@ -73,7 +73,7 @@ def test_nccl_on_separate_stream_gives_exact_overlap(schema, tmp_path, config):
 def test_nccl_on_compute_stream_is_serialized(tmp_path, config):
     path = write(fx.one_step_rank(fx.NsysExport(), nccl_on_compute_stream=True), tmp_path)
     [trace] = nsys.read(path, config)
-    result = gather.reduce_rank(trace, config)
+    result = rank_row(pipeline.reduce_rank(trace, config))
     assert figures(result) == fx.SAME_STREAM_FIGURES
     assert result["comm_lanes"] == result["compute_lanes"] == ["cuda:0/stream 7"]
 
@@ -166,7 +166,7 @@ def test_step_without_gpu_work_keeps_cpu_bounds(tmp_path, config):
     [trace] = nsys.read(write(export, tmp_path), config)
     steps = trace.events[trace.events["name"] == ev.PROFILE_STEP]
     assert steps[["step", "start_ns", "end_ns"]].values.tolist() == [[0, 0, 1_000], [1, 1_500, 4_000]]
-    assert distributed.rank_summary(trace.events, config)["window_ns"] == 1_000 + 2_500
+    assert rank_figures(trace.events, config)["window_ns"] == 1_000 + 2_500
 
 
 def test_distprof_profiler_steps_are_numbered_in_order(tmp_path, config):
@@ -252,8 +252,8 @@ def test_two_ranks_in_one_report_split_by_process(tmp_path, config):
     assert traces[0].warnings == [f"{tmp_path / 'report.sqlite'}: process(es) 500 have NVTX ranges but no "
                                   "CUDA activity; not counted as ranks"]
     assert traces[1].warnings == []
-    results = [gather.reduce_rank(trace, config) for trace in traces]
-    summary = gather.combine(results, config, source="nsys")
+    results = [pipeline.reduce_rank(trace, config) for trace in traces]
+    summary = pipeline.combine(results, config, source="nsys").to_json()
     assert [(row["rank"], row["pid"], row["device"]) for row in summary["ranks"]] == [(0, 400, 0), (1, 300, 1)]
 
 
@@ -314,7 +314,7 @@ def test_normalized_export_needs_no_offset(schema, tmp_path, config):
     [trace] = nsys.read(write(export, tmp_path), config)
     assert trace.clock_offset_ns == 0
     assert trace.meta["time_normalized"] is True
-    assert figures(distributed.rank_summary(trace.events, config)) == fx.SEPARATE_STREAM_FIGURES
+    assert figures(rank_figures(trace.events, config)) == fx.SEPARATE_STREAM_FIGURES
 
 
 def test_missing_session_start_warns(tmp_path, config):
@@ -335,7 +335,7 @@ def test_only_tables_with_data_exist(tmp_path, config):
     export.kernel(1, 0, 7, 100, 200, "k", launch=(10, 20))
     export.kernel(1, 0, 15, 150, 250, "ncclKernel_AllReduce_RING_LL_Sum_float")
     [trace] = nsys.read(write(export, tmp_path), config)
-    summary = distributed.rank_summary(trace.events, config)
+    summary = rank_figures(trace.events, config)
     assert (summary["communication_ns"], summary["computation_ns"], summary["overlap_ns"]) == (100, 100, 50)
     assert trace.meta["nvtx_domains"] == {} and trace.meta["nsys_version"] is None
 
@@ -350,7 +350,7 @@ def test_nvtx_only_report_is_one_host_rank(tmp_path, config):
     events = trace.events
     assert dict(zip(events["name"].astype(str), events["category"].astype(str))) == {
         ev.PROFILE_STEP: ev.PHASE, "MPI_Allreduce": ev.COMMUNICATION, "MPI_Init": ev.USER}
-    assert distributed.rank_summary(events, config)["communication_ns"] == 500
+    assert rank_figures(events, config)["communication_ns"] == 500
 
 
 # -- bad input --------------------------------------------------------------------------------------
@@ -425,10 +425,10 @@ def test_merge_with_a_corrupt_and_a_missing_rank(tmp_path, config):
     results, warnings = [], []
     for path in sources.expand([str(tmp_path)]):   # one file at a time, only compact results kept
         try:
-            results += [gather.reduce_rank(trace, config) for trace in sources.read(path, config)]
+            results += [pipeline.reduce_rank(trace, config) for trace in sources.read(path, config)]
         except ev.SourceError as error:
             warnings.append(str(error))
-    summary = gather.combine(results, config, source="nsys", warnings=warnings)
+    summary = pipeline.combine(results, config, source="nsys", warnings=warnings).to_json()
     assert [row["rank"] for row in summary["ranks"]] == [0, 2]
     assert summary["missing_ranks"] == [1]
     assert summary["world_size"] == 3
@@ -479,7 +479,7 @@ def test_real_export_reads_and_reduces(name, config):
     assert traces
     for trace in traces:
         assert trace.source == "nsys" and len(rows(trace.events, ev.KERNEL)) > 0
-        gather.reduce_rank(trace, config)
+        pipeline.reduce_rank(trace, config)
 
 
 def test_real_two_ranks_in_one_report(config):

@@ -2,11 +2,12 @@
 true timing is known by construction."""
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from distprof import clock, gather
+from distprof import align, pipeline
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof.analyses import skew
@@ -56,12 +57,12 @@ def job(ranks: int = 4, steps: int = 6, straggler: tuple[int, int] | None = None
                                 start_ns=start.astype(np.int64) + shift, end_ns=end.astype(np.int64) + shift,
                                 lane=lane.astype(np.int64))
         offset = 0 if offsets is None else offsets[r]
-        results.append(gather.reduce_rank(ev.RankTrace(events=events, rank=r, clock_offset_ns=offset), CONFIG))
+        results.append(pipeline.reduce_rank(ev.RankTrace(events=events, rank=r, clock_offset_ns=offset), CONFIG))
     return results
 
 
 def summarize(results, config=CONFIG) -> dict:
-    return gather.combine(results, config, source="test", world_size=len(results))
+    return pipeline.combine(results, config, source="test", world_size=len(results)).to_json()
 
 
 def comparable(summary: dict) -> dict:
@@ -81,7 +82,7 @@ def test_kth_collective_of_each_kind_in_each_step_matches():
         {"name": ["broadcast", "allreduce", "allreduce"], "start_ns": [21, 11, 31], "end_ns": [26, 16, 36],
          "step": [0, 0, 0]},
     ]
-    m = skew.match_collectives(collectives, [0, 1])
+    m = align.match_collectives(collectives, [0, 1])
     assert m.size == 3 and not m.warnings
     got = sorted(zip(m.name.tolist(), m.ordinal.tolist(), m.start_ns[0].tolist(), m.start_ns[1].tolist()))
     assert got == [("allreduce", 0, 10, 11), ("allreduce", 1, 30, 31), ("broadcast", 0, 20, 21)]
@@ -92,7 +93,7 @@ def test_count_mismatch_is_a_warning_naming_the_ranks_not_a_guess():
     full = {"name": ["allreduce"] * 4, "start_ns": [0, 10, 100, 110], "end_ns": [5, 15, 105, 115],
             "step": [0, 0, 1, 1]}
     short = {"name": ["allreduce"] * 3, "start_ns": [0, 10, 100], "end_ns": [5, 15, 105], "step": [0, 0, 1]}
-    m = skew.match_collectives([full, full, short], [0, 1, 2])
+    m = align.match_collectives([full, full, short], [0, 1, 2])
     # step 1 differs (2, 2, 1): none of it is matched; step 0 is
     assert m.size == 2 and m.step.tolist() == [0, 0]
     [warning] = m.warnings
@@ -101,7 +102,7 @@ def test_count_mismatch_is_a_warning_naming_the_ranks_not_a_guess():
 
 def test_point_to_point_is_not_matched():
     c = {"name": ["SendRecv", "AllReduce"], "start_ns": [0, 10], "end_ns": [5, 15], "step": [0, 0]}
-    m = skew.match_collectives([c, c], [0, 1])
+    m = align.match_collectives([c, c], [0, 1])
     assert m.name.tolist() == ["AllReduce"] and m.excluded == ["SendRecv"]
 
 
@@ -111,7 +112,7 @@ def test_refine_recovers_unknown_offsets_from_collective_ends():
     true_ends = np.arange(12) * 1000 + 10_000
     shifts = np.array([0, 5_000, -7_000])
     own_ends = true_ends[None, :] + shifts[:, None]
-    out = clock.refine_offsets(own_ends, np.ones(own_ends.shape, bool), [0, 0, 0], [0, 0, 0])
+    out = align.refine_offsets(own_ends, np.ones(own_ends.shape, bool), [0, 0, 0], [0, 0, 0])
     assert [o["offset_ns"] for o in out] == [0, -5_000, 7_000]
     assert [o["uncertainty_ns"] for o in out] == [0, 0, 0]
     assert [o["method"] for o in out] == ["reference", "collective ends", "collective ends"]
@@ -125,23 +126,23 @@ def ends_with_diffs(diffs) -> np.ndarray:
 
 def test_refine_spread_is_the_mad_and_few_samples_keep_the_source():
     ends = ends_with_diffs([0, 10, 10, 10, 10, 10, 10, 10, 10, 12, 1000])  # one outlier each side
-    [_, out] = clock.refine_offsets(ends, np.ones(ends.shape, bool), [0, 0], [0, 0])
+    [_, out] = align.refine_offsets(ends, np.ones(ends.shape, bool), [0, 0], [0, 0])
     assert out["correction_ns"] == 10 and out["spread_ns"] == 0 and out["uncertainty_ns"] == 0
     assert out["offset_ns"] == 10 and out["samples"] == 11
-    [_, few] = clock.refine_offsets(ends[:, :2], np.ones((2, 2), bool), [0, 123], [0, 9])
+    [_, few] = align.refine_offsets(ends[:, :2], np.ones((2, 2), bool), [0, 123], [0, 9])
     assert few["offset_ns"] == 123 and few["uncertainty_ns"] == 9 and "too few" in few["method"]
-    [_, small] = clock.refine_offsets(ends_with_diffs([4, 10, 14]), np.ones((2, 3), bool), [0, 0], [0, 0])
+    [_, small] = align.refine_offsets(ends_with_diffs([4, 10, 14]), np.ones((2, 3), bool), [0, 0], [0, 0])
     assert small["correction_ns"] == 10 and small["spread_ns"] == 5  # below 10 samples: half the range
     assert small["uncertainty_ns"] == 5
 
 
 def test_refine_narrows_a_known_bound_and_keeps_it_when_ends_disagree():
     ends = np.stack([np.zeros(12, np.int64), np.full(12, -300)])  # ends say: offset 300 ns
-    [_, narrowed] = clock.refine_offsets(ends, np.ones(ends.shape, bool), [0, 100], [0, 500])
+    [_, narrowed] = align.refine_offsets(ends, np.ones(ends.shape, bool), [0, 100], [0, 500])
     # source: 100 ± 500; ends: 300 ± 0, inside that bound -> 300 exactly
     assert narrowed["offset_ns"] == 300 and narrowed["uncertainty_ns"] == 0
     assert narrowed["correction_ns"] == 200
-    [_, kept] = clock.refine_offsets(ends, np.ones(ends.shape, bool), [0, 100], [0, 50])
+    [_, kept] = align.refine_offsets(ends, np.ones(ends.shape, bool), [0, 100], [0, 50])
     assert kept["offset_ns"] == 100 and kept["uncertainty_ns"] == 50 and "disagree" in kept["method"]
 
 
@@ -209,15 +210,16 @@ def test_no_align_keeps_the_source_offsets_and_names_no_unverified_straggler():
     assert note.startswith("rank 3 looks late in 6 of 6 steps")
     # a source that states a bound (ping-pong) is trusted as it is
     results = job(straggler=(1, 20 * MS))
-    for result in results:
-        result["clock_uncertainty_ns"] = 0 if result["rank"] == 0 else 10_000
+    results = [replace(r, clock=replace(r.clock, uncertainty_ns=0 if r.rank == 0 else 10_000)) for r in results]
     assert summarize(results, no_align)["skew"]["straggler"]["rank"] == 1
 
 
 def test_step_skew_spread_and_imbalance():
     results = job(straggler=(2, 20 * MS), shifts=SHIFTS)
     # rank 3's steps end 10 ms later than the others' (on the true clock)
-    results[3]["step_bounds"]["end_ns"] = [e + 10 * MS for e in results[3]["step_bounds"]["end_ns"]]
+    bounds = results[3].markers.step_bounds
+    later = {**bounds, "end_ns": [e + 10 * MS for e in bounds["end_ns"]]}
+    results[3] = replace(results[3], markers=replace(results[3].markers, step_bounds=later))
     summary = summarize(results)
     steps = summary["skew"]["steps"]
     assert [s["step"] for s in steps] == list(range(6))
@@ -252,8 +254,8 @@ def test_scale_is_vectorized():
                     "end_ns": (ends + shifts[r]).tolist(), "step": (np.arange(n) // 10).tolist()}
                    for r in range(ranks)]
     began = time.perf_counter()
-    m = skew.match_collectives(collectives, list(range(ranks)))
-    refined = clock.refine_offsets(m.end_ns, m.present, np.zeros(ranks), np.zeros(ranks))
+    m = align.match_collectives(collectives, list(range(ranks)))
+    refined = align.refine_offsets(m.end_ns, m.present, np.zeros(ranks), np.zeros(ranks))
     offsets = [o["offset_ns"] for o in refined]
     out = skew.collective_skew(m, offsets, [o["uncertainty_ns"] for o in refined], CONFIG)
     elapsed = time.perf_counter() - began
@@ -268,7 +270,7 @@ def test_unique_rows_matches_numpy_on_packed_and_general_paths():
     huge = np.array([[2**61, 1, 0], [-(2**61), 3, 2], [2**61, 1, 0]])  # spans too wide to pack
     for keys in (small, huge, np.zeros((0, 2), np.int64)):
         keys = keys.astype(np.int64)
-        got = skew._unique_rows(keys)
+        got = align.unique_rows(keys)
         want = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1].reshape(-1))
         assert np.array_equal(got[2], want[2])

@@ -4,7 +4,7 @@ import numpy as np
 
 from distprof import config as config_mod
 from distprof import events as ev
-from distprof import gather
+from distprof import pipeline
 from distprof.analyses import streams
 
 CONFIG = config_mod.load()
@@ -25,7 +25,7 @@ def host_rank(comm_lane: int, rank: int = 0):
     kind, category, name, start, end, lane = (np.array(c, dtype=object) for c in zip(*rows))
     events = ev.make_events(kind=kind, category=category, name=name, start_ns=start.astype(np.int64),
                             end_ns=end.astype(np.int64), lane=lane.astype(np.int64), step=0, rank=rank)
-    return gather.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
+    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
 
 
 def gpu_rank(nccl_stream: int, nccl_start: int = 300):
@@ -40,7 +40,7 @@ def gpu_rank(nccl_stream: int, nccl_start: int = 300):
     events = ev.make_events(kind=kind, category=category, name=name, start_ns=start.astype(np.int64),
                             end_ns=end.astype(np.int64), lane=lane.astype(np.int64), lane_kind=lane_kind,
                             device=0, step=0)
-    return gather.reduce_rank(ev.RankTrace(events=events, rank=0, device=0), CONFIG)
+    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=0, device=0), CONFIG)
 
 
 def test_comm_on_the_compute_thread_fails_and_names_kind_and_lane():
@@ -88,13 +88,13 @@ def test_separate_stream_with_overlap_passes():
 def test_rank_without_communication_is_not_applicable():
     events = ev.make_events(kind=ev.RANGE, category=ev.PHASE, name=np.array(["ProfileStep", "forward"], object),
                             start_ns=np.array([0, 0]), end_ns=np.array([10, 5]), step=0)
-    [row] = streams.rank_stream_checks(gather.reduce_rank(ev.RankTrace(events=events, rank=3), CONFIG), CONFIG)
+    [row] = streams.rank_stream_checks(pipeline.reduce_rank(ev.RankTrace(events=events, rank=3), CONFIG), CONFIG)
     assert row["status"] == "N/A" and row["rank"] == 3 and "no communication" in row["message"]
 
 
 def test_every_rank_gets_a_row_in_the_summary():
     results = [host_rank(comm_lane=1, rank=0), host_rank(comm_lane=2, rank=1)]
-    summary = gather.combine(results, CONFIG, source="test")
+    summary = pipeline.combine(results, CONFIG, source="test").to_json()
     assert [(c["rank"], c["status"]) for c in summary["checks"]] == [(0, "FAIL"), (1, "PASS")]
     assert summary["findings"][0]["finding"] == "serialized_communication"
     assert summary["findings"][0]["ranks"] == [0]

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 import distprof  # noqa: E402
 import distprof.torch as dtorch  # noqa: E402
 from distprof import events as ev  # noqa: E402
-from distprof import gather  # noqa: E402
+from distprof import transport  # noqa: E402
 from distprof.sources import native  # noqa: E402
 
 LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK", "PMIX_RANK",
@@ -51,8 +51,8 @@ def counts(events):
 
 def test_ddp_phases_buckets_and_torch_gather(group, tmp_path, monkeypatch):
     gathered = []
-    real_gather = gather.gather_torch
-    monkeypatch.setattr(gather, "gather_torch", lambda result: gathered.append(1) or real_gather(result))
+    real_gather = transport.gather_torch
+    monkeypatch.setattr(transport, "gather_torch", lambda result: gathered.append(1) or real_gather(result))
     model = mlp()
     ddp = DistributedDataParallel(model, bucket_cap_mb=64 * 64 * 4 / 2**20)  # one bucket per weight
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)

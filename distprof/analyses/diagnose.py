@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
+from ..results import RankResult
 from . import intervals as iv
 from .distributed import analysis_window, is_gpu_trace
 
@@ -89,14 +90,14 @@ def _finding(name: str, cost_ns: int, window_ns: int, ranks: list[int], message:
             "ranks": ranks, "message": message, "advice": advice, "evidence": evidence}
 
 
-def _placement_findings(results: list[dict], checks: list[dict], window_ns: int) -> list[dict]:
+def _placement_findings(results: list[RankResult], checks: list[dict], window_ns: int) -> list[dict]:
     out = []
-    by_rank = {r["rank"]: r for r in results}
+    by_rank = {r.rank: r.figures for r in results}
     for status, name in (("FAIL", "serialized_communication"), ("WARN", "unoverlapped_communication")):
         rows = [c for c in checks if c["status"] == status]
         if not rows:
             continue
-        exposed = {c["rank"]: by_rank[c["rank"]].get("exposed_communication_ns") or 0 for c in rows}
+        exposed = {c["rank"]: by_rank[c["rank"]].exposed_communication_ns or 0 for c in rows}
         worst = max(exposed, key=exposed.get)
         ranks = sorted(exposed)
         share = f"{len(ranks)}/{len(results)} ranks"
@@ -107,12 +108,12 @@ def _placement_findings(results: list[dict], checks: list[dict], window_ns: int)
             word = "thread" if lanes.startswith("thread") else "stream"
             message = (f"serialized communication on {share}: {what} on the compute {word} "
                        f"({lanes} on rank {worst}); exposed communication {_ms(exposed[worst])} "
-                       f"({_pct(exposed[worst], by_rank[worst].get('window_ns'))} of the window) on rank {worst}")
+                       f"({_pct(exposed[worst], by_rank[worst].window_ns)} of the window) on rank {worst}")
         else:
             ratio = worst_row.get("overlap_ratio") or 0.0
             message = (f"communication barely overlaps computation on {share}: overlap {100 * ratio:.1f}% "
                        f"on rank {worst} ({lanes}), exposed communication {_ms(exposed[worst])} "
-                       f"({_pct(exposed[worst], by_rank[worst].get('window_ns'))} of the window)")
+                       f"({_pct(exposed[worst], by_rank[worst].window_ns)} of the window)")
         out.append(_finding(name, exposed[worst], window_ns, ranks, message, worst_row["advice"],
                             worst_rank=worst, exposed_communication_ns_by_rank={str(k): v for k, v in exposed.items()},
                             lanes=worst_row["shared_lanes"] or worst_row["comm_lanes"]))
@@ -153,13 +154,13 @@ def _straggler_phase(skew: dict, rank: int) -> tuple[str, int] | None:
     return best
 
 
-def _gpu_gap_findings(results: list[dict], config: dict, window_ns: int) -> list[dict]:
+def _gpu_gap_findings(results: list[RankResult], config: dict, window_ns: int) -> list[dict]:
     limit = float(config["diagnosis"]["gpu_idle_share"])
     hit = {}
     for result in results:
-        gaps = result.get("gpu_gaps")
+        gaps = result.gpu_gaps
         if gaps and gaps["window_ns"] and gaps["host_bound_ns"] / gaps["window_ns"] > limit:
-            hit[result["rank"]] = gaps
+            hit[result.rank] = gaps
     if not hit:
         return []
     worst = max(hit, key=lambda r: hit[r]["host_bound_ns"])
@@ -174,9 +175,9 @@ def _gpu_gap_findings(results: list[dict], config: dict, window_ns: int) -> list
                      host_bound_gaps=gaps["host_bound_gaps"], gaps=gaps["gaps"], idle_ns=gaps["idle_ns"])]
 
 
-def rank_dataloader_share(result: dict, phase_name: str) -> dict | None:
+def rank_dataloader_share(result: RankResult, phase_name: str) -> dict | None:
     """Dataloader time over ProfileStep time of one rank (own clock), and the steps above it."""
-    bounds, phases = result.get("step_bounds") or {}, result.get("phases") or {}
+    bounds, phases = result.markers.step_bounds, result.markers.phases
     steps = np.asarray(bounds.get("step", []), np.int64)
     if steps.size == 0:
         return None
@@ -196,14 +197,14 @@ def rank_dataloader_share(result: dict, phase_name: str) -> dict | None:
             "per_step_share": per_step, "steps": steps}
 
 
-def _dataloader_findings(results: list[dict], config: dict, window_ns: int) -> list[dict]:
+def _dataloader_findings(results: list[RankResult], config: dict, window_ns: int) -> list[dict]:
     limit = float(config["diagnosis"]["dataloader_share"])
     name = config["phases"]["dataloader"]
     hit = {}
     for result in results:
         share = rank_dataloader_share(result, name)
         if share and share["share"] > limit:
-            hit[result["rank"]] = share
+            hit[result.rank] = share
     if not hit:
         return []
     worst = max(hit, key=lambda r: hit[r]["dataloader_ns"])
@@ -219,9 +220,9 @@ def _dataloader_findings(results: list[dict], config: dict, window_ns: int) -> l
                      steps_above=above)]
 
 
-def findings(results: list[dict], checks: list[dict], skew: dict, config: dict) -> list[dict]:
+def findings(results: list[RankResult], checks: list[dict], skew: dict, config: dict) -> list[dict]:
     """All findings, costliest first."""
-    windows = [r.get("window_ns") or 0 for r in results]
+    windows = [r.figures.window_ns or 0 for r in results]
     window_ns = int(np.median(windows)) if windows else 0
     out = (_placement_findings(results, checks, window_ns) + _straggler_finding(skew, window_ns)
            + _gpu_gap_findings(results, config, window_ns) + _dataloader_findings(results, config, window_ns))

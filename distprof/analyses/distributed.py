@@ -14,24 +14,12 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
+from .. import lanes as lanes_mod
+from ..results import Lane, RankFigures
 from . import intervals as iv
 
 FIGURES = ("window_ns", "communication_ns", "computation_ns", "overlap_ns",
            "exposed_communication_ns", "overlap_ratio", "idle_ns")
-
-
-SYNTHETIC_LANE_BASE = 1 << 30  # lanes from here up are named lanes, not OS threads (e.g. 'DDP comm')
-
-
-def lane_label(lane_kind: str, device: int, lane: int, names: dict | None = None) -> str:
-    """Human label of a lane: 'cuda:0/stream 7', 'thread 4242', 'thread 4242 (MainThread)' when
-    the thread's name is known, or just the name of a synthetic lane ('DDP comm')."""
-    if lane_kind == ev.GPU_STREAM:
-        return f"cuda:{device}/stream {lane}"
-    name = names.get(lane) if names else None
-    if name and lane >= SYNTHETIC_LANE_BASE:
-        return name
-    return f"thread {lane} ({name})" if name else f"thread {lane}"
 
 
 def analysis_window(events: pd.DataFrame, mode: str = "steps") -> iv.IntervalSet:
@@ -63,33 +51,26 @@ def work_masks(events: pd.DataFrame, config: dict) -> tuple[np.ndarray, np.ndarr
     return comm, compute
 
 
-def _lane_keys(events: pd.DataFrame) -> np.ndarray:
-    """One int per (pid, device, lane): lane ids repeat across processes and devices."""
-    return events.groupby(["pid", "device", "lane"], sort=True, observed=True).ngroup().to_numpy()
-
-
 def work_sets(events: pd.DataFrame, config: dict, window: iv.IntervalSet, lane_names: dict | None = None):
-    """Per-lane and total communication/computation interval sets inside the window."""
+    """Total communication/computation interval sets inside the window, and the per-lane figures."""
     comm_mask, compute_mask = work_masks(events, config)
     starts = events["start_ns"].to_numpy()
     ends = events["end_ns"].to_numpy()
-    keys = _lane_keys(events) if len(events) else np.empty(0, np.int64)
+    keys, index = lanes_mod.lane_index(events)
     gpu = is_gpu_trace(events)
     lanes = []
     comm_parts, comp_parts = [], []
-    for key in np.unique(keys[comm_mask | compute_mask]):  # one iteration per lane, not per event
-        on_lane = keys == key
+    for position in np.unique(index[comm_mask | compute_mask]):  # one iteration per lane, not per event
+        on_lane = index == position
         comm = iv.covered_within(starts[on_lane & comm_mask], ends[on_lane & comm_mask], window)
         comp = iv.covered_within(starts[on_lane & compute_mask], ends[on_lane & compute_mask], window)
         if not gpu:
             comp = iv.difference(comp, comm)  # time blocked in communication is not computation
-        row = events.iloc[int(np.flatnonzero(on_lane)[0])]
-        lanes.append({"lane": lane_label(row["lane_kind"], int(row["device"]), int(row["lane"]), lane_names),
-                      "device": int(row["device"]), "lane_kind": str(row["lane_kind"]),
-                      "communication_ns": iv.total(comm), "computation_ns": iv.total(comp)})
+        key = keys[int(position)]
+        lanes.append(Lane(lanes_mod.label(key, lane_names), key.device, key.kind, iv.total(comm), iv.total(comp)))
         comm_parts.append(comm)
         comp_parts.append(comp)
-    return _union_all(comm_parts), _union_all(comp_parts), lanes
+    return _union_all(comm_parts), _union_all(comp_parts), tuple(lanes)
 
 
 def _union_all(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
@@ -98,8 +79,9 @@ def _union_all(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
     return iv.union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
 
 
-def rank_summary(events: pd.DataFrame, config: dict, lane_names: dict | None = None) -> dict:
-    """The Distributed Summary figures of one rank, plus its lanes (``lane_names``: thread names
+def rank_figures(events: pd.DataFrame, config: dict,
+                 lane_names: dict | None = None) -> tuple[RankFigures, tuple[Lane, ...]]:
+    """The Distributed Summary figures of one rank, and its lanes (``lane_names``: thread names
     by lane id, for the labels)."""
     window = analysis_window(events, config["window"])
     comm_set, comp_set, lanes = work_sets(events, config, window, lane_names)
@@ -109,19 +91,13 @@ def rank_summary(events: pd.DataFrame, config: dict, lane_names: dict | None = N
     overlap_ns = iv.total(iv.intersect(comm_set, comp_set))
     busy_ns = iv.total(iv.union_sets(comm_set, comp_set))
     steps = events[(events["kind"] == ev.RANGE) & (events["name"] == ev.PROFILE_STEP)]
-    return {
-        "window_ns": window_ns,
-        "steps": int(len(steps)),
-        "communication_ns": communication_ns,
-        "computation_ns": computation_ns,
-        "overlap_ns": overlap_ns,
-        "exposed_communication_ns": communication_ns - overlap_ns,
-        "overlap_ratio": (overlap_ns / communication_ns) if communication_ns else None,
-        "idle_ns": window_ns - busy_ns,
-        "comm_lanes": [lane["lane"] for lane in lanes if lane["communication_ns"] > 0],
-        "compute_lanes": [lane["lane"] for lane in lanes if lane["computation_ns"] > 0],
-        "lanes": lanes,
-    }
+    figures = RankFigures(
+        window_ns=window_ns, steps=int(len(steps)), communication_ns=communication_ns,
+        computation_ns=computation_ns, overlap_ns=overlap_ns,
+        exposed_communication_ns=communication_ns - overlap_ns,
+        overlap_ratio=(overlap_ns / communication_ns) if communication_ns else None,
+        idle_ns=window_ns - busy_ns)
+    return figures, lanes
 
 
 def across_ranks(rank_rows: list[dict], figures=FIGURES) -> dict:

@@ -8,13 +8,17 @@ columns travel to rank 0.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from .. import events as ev
-from .distributed import lane_label, work_masks
+from .. import lanes as lanes_mod
+from ..align import Matching, unique_rows
+from ..results import RankMarkers
+from .distributed import work_masks
+
+_INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 
@@ -33,7 +37,7 @@ def _columns(frame: pd.DataFrame, **columns) -> dict:
             for key, col in columns.items()}
 
 
-def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = None) -> dict:
+def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = None) -> RankMarkers:
     """Step bounds, per-step phase bounds and the collectives of one rank (own clock)."""
     is_range = (events["kind"] == ev.RANGE).to_numpy()
     names = events["name"].astype(str).to_numpy()
@@ -55,177 +59,16 @@ def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = N
     # name and lane labels are computed once per distinct value, then spread by code
     name_codes = comm["name"].cat.codes.to_numpy()
     kinds = np.array([collective_kind(str(c)) for c in comm["name"].cat.categories] or [""], dtype=object)
-    lane_rows = comm[["lane_kind", "device", "lane"]].astype({"lane_kind": str})
-    unique_lanes, lane_codes = np.unique(lane_rows.to_numpy().astype(str), axis=0, return_inverse=True)
-    labels = np.array([lane_label(k, int(d), int(lane), lane_names) for k, d, lane in unique_lanes] or [""],
-                      dtype=object)
+    keys, lane_of = lanes_mod.lane_index(events)
+    labels = lanes_mod.labels(keys, lane_names)
     collectives = {
         "name": kinds[name_codes].tolist(),
         "start_ns": comm["start_ns"].tolist(),
         "end_ns": comm["end_ns"].tolist(),
-        "lane": labels[lane_codes.ravel()].tolist() if len(comm) else [],
+        "lane": labels[lane_of[comm_mask]].tolist() if len(comm) else [],
         "step": comm["step"].tolist(),  # matching anchor: the k-th allreduce *of step s*
     }
-    return {"step_bounds": step_bounds, "phases": phases, "collectives": collectives}
-
-
-# -- matching collectives across ranks (rank 0, compact results only) ------------------------
-
-# point-to-point operations are not collectives: the k-th send of one rank has no partner
-# "k-th send" on another rank, so they are never matched (nor used for alignment)
-_POINT_TO_POINT = re.compile(r"send|recv", re.IGNORECASE)
-_INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-
-
-@dataclass
-class Matching:
-    """Collectives matched across ranks. Column j is one collective: the ``ordinal``-th of its
-    kind in its step, on every rank that takes part in that kind (``present``). Times are on
-    each rank's own clock; rows follow ``ranks``."""
-
-    ranks: np.ndarray
-    name: np.ndarray
-    step: np.ndarray
-    ordinal: np.ndarray
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    present: np.ndarray
-    kinds: list[dict] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    excluded: list[str] = field(default_factory=list)
-
-    @property
-    def size(self) -> int:
-        return int(self.name.size)
-
-
-def _ordinal_in_group(*sorted_keys: np.ndarray) -> np.ndarray:
-    """Position of each row within its run of equal keys (rows already sorted by the keys)."""
-    n = sorted_keys[0].size
-    if n == 0:
-        return np.zeros(0, np.int64)
-    opens = np.zeros(n, dtype=bool)
-    opens[0] = True
-    for key in sorted_keys:
-        opens[1:] |= key[1:] != key[:-1]
-    index = np.arange(n)
-    return index - np.maximum.accumulate(np.where(opens, index, 0))
-
-
-def _unique_rows(keys: np.ndarray):
-    """``np.unique(keys, axis=0, return_inverse=True, return_counts=True)`` for int64 rows, fast:
-    the columns are packed into one int64 when their ranges allow (a plain integer sort instead
-    of a lexicographic one on row views, ~10x faster), else the general path."""
-    if keys.shape[0] == 0:
-        return keys, np.zeros(0, np.int64), np.zeros(0, np.int64)
-    low = keys.min(axis=0)
-    spans = keys.max(axis=0) - low + 1
-    if float(np.prod(spans.astype(np.float64))) >= 2.0 ** 62:
-        unique, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
-        return unique, inverse.reshape(-1), counts
-    packed = np.zeros(keys.shape[0], np.int64)
-    for column in range(keys.shape[1]):  # one iteration per key column
-        packed = packed * spans[column] + (keys[:, column] - low[column])
-    unique_packed, inverse, counts = np.unique(packed, return_inverse=True, return_counts=True)
-    unique = np.empty((unique_packed.size, keys.shape[1]), np.int64)
-    rest = unique_packed
-    for column in reversed(range(keys.shape[1])):
-        rest, unique[:, column] = np.divmod(rest, spans[column])
-        unique[:, column] += low[column]
-    return unique, inverse.reshape(-1), counts
-
-
-def _rank_list(ranks: np.ndarray, limit: int = 8) -> str:
-    shown = ", ".join(map(str, ranks[:limit].tolist()))
-    return shown + (f" (+{ranks.size - limit} more)" if ranks.size > limit else "")
-
-
-def match_collectives(collectives_by_rank: list[dict], ranks: list[int]) -> Matching:
-    """Match the k-th collective of each kind within each step across ranks.
-
-    The key of a collective is (kind, step, k); a key is matched when every rank that has that
-    kind at all has it. Where the counts of a kind in a step differ between ranks, the whole
-    (kind, step) group is left unmatched and named in a warning: which k-th matches which would
-    be a guess. Vectorized: one ``np.unique`` over all ranks' keys, no loop per collective.
-    """
-    n_ranks = len(ranks)
-    names_by_rank = [np.asarray(c["name"], dtype=str) for c in collectives_by_rank]
-    kind_table = np.unique(np.concatenate([*names_by_rank, np.empty(0, dtype=str)]))
-    point_to_point = np.array([bool(_POINT_TO_POINT.search(k)) for k in kind_table], dtype=bool)
-    keys, rows, starts, ends = [], [], [], []
-    for row, (collectives, names) in enumerate(zip(collectives_by_rank, names_by_rank)):
-        code = np.searchsorted(kind_table, names).astype(np.int64)
-        step = np.asarray(collectives.get("step") or np.full(names.size, -1), dtype=np.int64)
-        start = np.asarray(collectives["start_ns"], dtype=np.int64)
-        end = np.asarray(collectives["end_ns"], dtype=np.int64)
-        keep = ~point_to_point[code]
-        code, step, start, end = code[keep], step[keep], start[keep], end[keep]
-        order = np.lexsort((start, step, code))
-        code, step, start, end = code[order], step[order], start[order], end[order]
-        keys.append(np.stack([code, step, _ordinal_in_group(code, step)], axis=1))
-        rows.append(np.full(code.size, row, dtype=np.int64))
-        starts.append(start)
-        ends.append(end)
-    excluded = kind_table[point_to_point].tolist()
-    all_keys = np.concatenate(keys) if keys else np.zeros((0, 3), np.int64)
-    if all_keys.shape[0] == 0:
-        empty = np.zeros((n_ranks, 0), np.int64)
-        return Matching(np.asarray(ranks, np.int64), np.empty(0, object), np.empty(0, np.int64),
-                        np.empty(0, np.int64), empty, empty.copy(), empty.astype(bool), excluded=excluded)
-    all_rows, all_start, all_end = np.concatenate(rows), np.concatenate(starts), np.concatenate(ends)
-
-    unique_keys, inverse, counts = _unique_rows(all_keys)
-    takes_part = np.zeros((n_ranks, kind_table.size), dtype=bool)
-    takes_part[all_rows, all_keys[:, 0]] = True
-    participants = takes_part.sum(axis=0)
-    on_all = counts == participants[unique_keys[:, 0]]
-    groups, group_of, _ = _unique_rows(unique_keys[:, :2])
-    group_bad = np.bincount(group_of, weights=~on_all, minlength=groups.shape[0]) > 0
-    matched_key = on_all & ~group_bad[group_of]
-    column = np.cumsum(matched_key) - 1
-    n_matched = int(matched_key.sum())
-
-    start_m = np.zeros((n_ranks, n_matched), np.int64)
-    end_m = np.zeros((n_ranks, n_matched), np.int64)
-    present = np.zeros((n_ranks, n_matched), dtype=bool)
-    chosen = matched_key[inverse]
-    cells = (all_rows[chosen], column[inverse[chosen]])
-    start_m[cells] = all_start[chosen]
-    end_m[cells] = all_end[chosen]
-    present[cells] = True
-
-    kinds, warnings = [], []
-    rank_numbers = np.asarray(ranks, np.int64)
-    for code, kind in enumerate(kind_table):  # one iteration per kind of collective
-        if point_to_point[code]:
-            continue
-        in_kind = groups[:, 0] == code
-        bad = groups[in_kind & group_bad]
-        info = {"name": str(kind), "ranks": int(participants[code]),
-                "matched": int((matched_key & (unique_keys[:, 0] == code)).sum()),
-                "steps": int(in_kind.sum()), "unmatched_steps": int(bad.shape[0])}
-        kinds.append(info)
-        if 0 < participants[code] < n_ranks:
-            warnings.append(f"collective {kind}: only rank(s) {_rank_list(rank_numbers[takes_part[:, code]])} "
-                            f"of {n_ranks} have it; matched among those")
-        if bad.shape[0]:
-            step = int(bad[0, 1])
-            in_group = (all_keys[:, 0] == code) & (all_keys[:, 1] == step)
-            per_rank = np.bincount(all_rows[in_group], minlength=n_ranks)[takes_part[:, code]]
-            part_ranks = rank_numbers[takes_part[:, code]]
-            usual = int(np.bincount(per_rank).argmax())
-            odd = per_rank != usual
-            detail = ", ".join(f"rank {r}: {c}" for r, c in zip(part_ranks[odd][:8].tolist(),
-                                                                 per_rank[odd][:8].tolist()))
-            if odd.sum() > 8:
-                detail += f" (+{int(odd.sum()) - 8} more)"
-            where = "outside steps" if step < 0 else f"step {step}"
-            warnings.append(f"collective {kind}: counts differ across ranks in {bad.shape[0]} of "
-                            f"{int(in_kind.sum())} step(s), e.g. {where}: {usual} on most ranks but "
-                            f"{detail}; those are left unmatched")
-    matched_keys = unique_keys[matched_key]
-    return Matching(rank_numbers, kind_table[matched_keys[:, 0]].astype(object), matched_keys[:, 1].copy(),
-                    matched_keys[:, 2].copy(), start_m, end_m, present, kinds, warnings, excluded)
+    return RankMarkers(step_bounds, phases, collectives)
 
 
 # -- skew on the aligned clock -------------------------------------------------------------
@@ -417,7 +260,7 @@ def _dense(keys_by_rank: list[np.ndarray], values_by_rank: list[dict[str, np.nda
     """Unique keys over all ranks and, per value name, a (ranks, keys) matrix plus presence."""
     width = keys_by_rank[0].shape[1] if keys_by_rank else 1
     all_keys = np.concatenate(keys_by_rank) if keys_by_rank else np.zeros((0, width), np.int64)
-    unique_keys, inverse, _ = _unique_rows(all_keys)
+    unique_keys, inverse, _ = unique_rows(all_keys)
     rows = np.concatenate([np.full(k.shape[0], i) for i, k in enumerate(keys_by_rank)]).astype(np.int64)
     present = np.zeros((len(keys_by_rank), unique_keys.shape[0]), dtype=bool)
     present[rows, inverse] = True

@@ -13,6 +13,7 @@ one device in all supported sources, so that is the device's too.
 from __future__ import annotations
 
 from .. import events as ev
+from ..results import RankResult
 
 CHECK = "stream_placement"
 PASS, WARN, FAIL, NA = "PASS", "WARN", "FAIL", "N/A"
@@ -35,50 +36,51 @@ def _lane_word(lane_kind: str) -> str:
     return "stream" if lane_kind == ev.GPU_STREAM else "thread"
 
 
-def rank_stream_checks(result: dict, config: dict) -> list[dict]:
+def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
     """One stream placement row per device of a rank's result (host-only: one row)."""
-    lanes = result.get("lanes") or []
-    devices = sorted({lane["device"] for lane in lanes}) or [result.get("device")]
+    lanes = result.lanes
+    figures = result.figures
+    devices = sorted({lane.device for lane in lanes}) or [result.device]
     warn_ratio = float(config["checks"]["overlap_warn_ratio"])
     rows = []
     for device in devices:
-        on_device = [lane for lane in lanes if lane["device"] == device]
-        comm = [lane for lane in on_device if lane["communication_ns"] > 0]
-        compute = [lane for lane in on_device if lane["computation_ns"] > 0]
-        shared = [lane for lane in comm if lane["computation_ns"] > 0]
-        row = {"check": CHECK, "rank": result["rank"],
+        on_device = [lane for lane in lanes if lane.device == device]
+        comm = [lane for lane in on_device if lane.communication_ns > 0]
+        compute = [lane for lane in on_device if lane.computation_ns > 0]
+        shared = [lane for lane in comm if lane.computation_ns > 0]
+        row = {"check": CHECK, "rank": result.rank,
                "device": None if device is None or device < 0 else int(device),
-               "status": PASS, "comm_lanes": [lane["lane"] for lane in comm],
-               "compute_lanes": [lane["lane"] for lane in compute], "shared_lanes": [lane["lane"] for lane in shared],
-               "shared_communication_ns": sum(lane["communication_ns"] for lane in shared),
-               "communication_ns": result.get("communication_ns"),
-               "exposed_communication_ns": result.get("exposed_communication_ns"),
-               "overlap_ratio": result.get("overlap_ratio"), "kinds": [], "message": "", "advice": ""}
+               "status": PASS, "comm_lanes": [lane.label for lane in comm],
+               "compute_lanes": [lane.label for lane in compute], "shared_lanes": [lane.label for lane in shared],
+               "shared_communication_ns": sum(lane.communication_ns for lane in shared),
+               "communication_ns": figures.communication_ns,
+               "exposed_communication_ns": figures.exposed_communication_ns,
+               "overlap_ratio": figures.overlap_ratio, "kinds": [], "message": "", "advice": ""}
         if not comm:
             row.update(status=NA, message="no communication recorded: nothing to place")
         elif not compute:
             row.update(status=NA, message="no computation recorded: nothing to overlap with")
         elif shared:
-            word = _lane_word(shared[0]["lane_kind"])
-            kinds = _kinds_on_lanes(result.get("collectives") or {}, set(row["shared_lanes"]))
+            word = _lane_word(shared[0].lane_kind)
+            kinds = _kinds_on_lanes(result.markers.collectives, set(row["shared_lanes"]))
             what = ", ".join(kinds) or "communication"
             verb = "runs" if len(kinds) <= 1 else "run"
             row.update(status=FAIL, kinds=kinds, advice=ADVICE_SERIALIZED,
                        message=f"{what} {verb} on the compute {word} ({', '.join(row['shared_lanes'])}): "
                                "communication is serialized with computation")
-        elif (result.get("overlap_ratio") or 0.0) < warn_ratio:
-            ratio = result.get("overlap_ratio") or 0.0
+        elif (figures.overlap_ratio or 0.0) < warn_ratio:
+            ratio = figures.overlap_ratio or 0.0
             row.update(status=WARN, advice=ADVICE_NO_OVERLAP,
-                       message=f"separate {_lane_word(comm[0]['lane_kind'])}, but communication does not "
+                       message=f"separate {_lane_word(comm[0].lane_kind)}, but communication does not "
                                f"overlap computation (overlap {100 * ratio:.1f}% < {100 * warn_ratio:.0f}%): "
                                "issued after the compute it could hide behind, or waits on it")
         else:
-            row["message"] = (f"communication on its own {_lane_word(comm[0]['lane_kind'])}; "
-                              f"{100 * (result.get('overlap_ratio') or 0.0):.1f}% of it overlaps computation")
+            row["message"] = (f"communication on its own {_lane_word(comm[0].lane_kind)}; "
+                              f"{100 * (figures.overlap_ratio or 0.0):.1f}% of it overlaps computation")
         rows.append(row)
     return rows
 
 
-def stream_checks(results: list[dict], config: dict) -> list[dict]:
+def stream_checks(results: list[RankResult], config: dict) -> list[dict]:
     """Stream placement rows of every rank, in rank order."""
     return [row for result in results for row in rank_stream_checks(result, config)]

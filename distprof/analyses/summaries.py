@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
+from .. import lanes as lanes_mod
 from . import intervals as iv
-from .distributed import analysis_window, lane_label
+from .distributed import analysis_window
 
 MODEL_ROWS = ("ProfileStep", "Dataloader", "Forward", "Backward", "Optimization", "Others")
 SORTABLE = ("kernel", "memory", "user")      # tables whose rows are ordered by --sorted-by
@@ -145,7 +146,8 @@ def device_table(events: pd.DataFrame, window: iv.IntervalSet, meta: dict | None
     for pid, lane in np.unique(lanes, axis=0) if len(lanes) else []:  # one iteration per host thread
         on = host & (events["pid"].to_numpy() == pid) & (events["lane"].to_numpy() == lane)
         busy = iv.total(iv.covered_within(starts[on], ends[on], window))
-        rows.append({"device": lane_label(ev.HOST_THREAD, -1, int(lane)), "kind": "host_thread", "busy_ns": busy,
+        key = lanes_mod.LaneKey(int(pid), -1, int(lane), ev.HOST_THREAD)
+        rows.append({"device": lanes_mod.label(key), "kind": "host_thread", "busy_ns": busy,
                      "elapsed_ns": window_ns, "utilization": busy / window_ns if window_ns else None})
     return rows
 

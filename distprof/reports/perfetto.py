@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
-from ..analyses.distributed import lane_label
+from .. import lanes as lanes_mod
 
 TRACE_FILE = "trace.json.gz"
 # catapult's reserved colour names (Chrome's trace viewer); Perfetto also filters by ``cat``
@@ -60,6 +60,11 @@ def lanes(events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     return table, index
 
 
+def _lane_label(lane) -> str:
+    """Label of a row of lanes()' table."""
+    return lanes_mod.label(lanes_mod.LaneKey(int(lane.pid), int(lane.device), int(lane.lane), str(lane.lane_kind)))
+
+
 def _lines(frame: pd.DataFrame) -> str:
     if not len(frame):
         return ""
@@ -88,7 +93,7 @@ def rank_records(events: pd.DataFrame, rank: int, offset_ns: int, origin_ns: int
             {"ph": "M", "ts": 0, "pid": rank, "tid": 0, "name": "process_sort_index", "args": {"sort_index": rank}}]
     for i, lane in enumerate(table.itertuples(index=False)):  # one iteration per lane
         meta += [{"ph": "M", "ts": 0, "pid": rank, "tid": i + 1, "name": "thread_name",
-                  "args": {"name": lane_label(lane.lane_kind, int(lane.device), int(lane.lane))}},
+                  "args": {"name": _lane_label(lane)}},
                  {"ph": "M", "ts": 0, "pid": rank, "tid": i + 1, "name": "thread_sort_index",
                   "args": {"sort_index": i}}]
     parts = [json.dumps(m, separators=(",", ":")) for m in meta]

@@ -1,0 +1,307 @@
+"""Alignment, one step of the pipeline: rank assignment, collective matching (kind x step x
+ordinal), clock-offset refinement by collective ends, and the aligned result.
+
+Runs at rank 0 on compact per-rank results (results.RankResult); returns new results, never
+changes the ones it is given.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .results import ClockEstimate, RankResult
+
+# -- matching collectives across ranks (rank 0, compact results only) ------------------------
+
+# point-to-point operations are not collectives: the k-th send of one rank has no partner
+# "k-th send" on another rank, so they are never matched (nor used for alignment)
+_POINT_TO_POINT = re.compile(r"send|recv", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Matching:
+    """Collectives matched across ranks. Column j is one collective: the ``ordinal``-th of its
+    kind in its step, on every rank that takes part in that kind (``present``). Times are on
+    each rank's own clock; rows follow ``ranks``."""
+
+    ranks: np.ndarray
+    name: np.ndarray
+    step: np.ndarray
+    ordinal: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    present: np.ndarray
+    kinds: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return int(self.name.size)
+
+
+def _ordinal_in_group(*sorted_keys: np.ndarray) -> np.ndarray:
+    """Position of each row within its run of equal keys (rows already sorted by the keys)."""
+    n = sorted_keys[0].size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    opens = np.zeros(n, dtype=bool)
+    opens[0] = True
+    for key in sorted_keys:
+        opens[1:] |= key[1:] != key[:-1]
+    index = np.arange(n)
+    return index - np.maximum.accumulate(np.where(opens, index, 0))
+
+
+def unique_rows(keys: np.ndarray):
+    """``np.unique(keys, axis=0, return_inverse=True, return_counts=True)`` for int64 rows, fast:
+    the columns are packed into one int64 when their ranges allow (a plain integer sort instead
+    of a lexicographic one on row views, ~10x faster), else the general path."""
+    if keys.shape[0] == 0:
+        return keys, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    low = keys.min(axis=0)
+    spans = keys.max(axis=0) - low + 1
+    if float(np.prod(spans.astype(np.float64))) >= 2.0 ** 62:
+        unique, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+        return unique, inverse.reshape(-1), counts
+    packed = np.zeros(keys.shape[0], np.int64)
+    for column in range(keys.shape[1]):  # one iteration per key column
+        packed = packed * spans[column] + (keys[:, column] - low[column])
+    unique_packed, inverse, counts = np.unique(packed, return_inverse=True, return_counts=True)
+    unique = np.empty((unique_packed.size, keys.shape[1]), np.int64)
+    rest = unique_packed
+    for column in reversed(range(keys.shape[1])):
+        rest, unique[:, column] = np.divmod(rest, spans[column])
+        unique[:, column] += low[column]
+    return unique, inverse.reshape(-1), counts
+
+
+def _rank_list(ranks: np.ndarray, limit: int = 8) -> str:
+    shown = ", ".join(map(str, ranks[:limit].tolist()))
+    return shown + (f" (+{ranks.size - limit} more)" if ranks.size > limit else "")
+
+
+def _kind_reports(kind_table, point_to_point, takes_part, participants, groups, group_bad, matched_key,
+                  unique_keys, all_keys, all_rows, rank_numbers) -> tuple[list[dict], list[str]]:
+    """Per kind of collective: how many matched, and warnings where ranks miss it or counts differ."""
+    n_ranks = rank_numbers.size
+    kinds, warnings = [], []
+    for code, kind in enumerate(kind_table):  # one iteration per kind of collective
+        if point_to_point[code]:
+            continue
+        in_kind = groups[:, 0] == code
+        bad = groups[in_kind & group_bad]
+        info = {"name": str(kind), "ranks": int(participants[code]),
+                "matched": int((matched_key & (unique_keys[:, 0] == code)).sum()),
+                "steps": int(in_kind.sum()), "unmatched_steps": int(bad.shape[0])}
+        kinds.append(info)
+        if 0 < participants[code] < n_ranks:
+            warnings.append(f"collective {kind}: only rank(s) {_rank_list(rank_numbers[takes_part[:, code]])} "
+                            f"of {n_ranks} have it; matched among those")
+        if bad.shape[0]:
+            step = int(bad[0, 1])
+            in_group = (all_keys[:, 0] == code) & (all_keys[:, 1] == step)
+            per_rank = np.bincount(all_rows[in_group], minlength=n_ranks)[takes_part[:, code]]
+            part_ranks = rank_numbers[takes_part[:, code]]
+            usual = int(np.bincount(per_rank).argmax())
+            odd = per_rank != usual
+            detail = ", ".join(f"rank {r}: {c}" for r, c in zip(part_ranks[odd][:8].tolist(),
+                                                                 per_rank[odd][:8].tolist()))
+            if odd.sum() > 8:
+                detail += f" (+{int(odd.sum()) - 8} more)"
+            where = "outside steps" if step < 0 else f"step {step}"
+            warnings.append(f"collective {kind}: counts differ across ranks in {bad.shape[0]} of "
+                            f"{int(in_kind.sum())} step(s), e.g. {where}: {usual} on most ranks but "
+                            f"{detail}; those are left unmatched")
+    return kinds, warnings
+
+
+def match_collectives(collectives_by_rank: list[dict], ranks: list[int]) -> Matching:
+    """Match the k-th collective of each kind within each step across ranks.
+
+    The key of a collective is (kind, step, k); a key is matched when every rank that has that
+    kind at all has it. Where the counts of a kind in a step differ between ranks, the whole
+    (kind, step) group is left unmatched and named in a warning: which k-th matches which would
+    be a guess. Vectorized: one ``np.unique`` over all ranks' keys, no loop per collective.
+    """
+    n_ranks = len(ranks)
+    names_by_rank = [np.asarray(c["name"], dtype=str) for c in collectives_by_rank]
+    kind_table = np.unique(np.concatenate([*names_by_rank, np.empty(0, dtype=str)]))
+    point_to_point = np.array([bool(_POINT_TO_POINT.search(k)) for k in kind_table], dtype=bool)
+    keys, rows, starts, ends = [], [], [], []
+    for row, (collectives, names) in enumerate(zip(collectives_by_rank, names_by_rank)):
+        code = np.searchsorted(kind_table, names).astype(np.int64)
+        step = np.asarray(collectives.get("step") or np.full(names.size, -1), dtype=np.int64)
+        start = np.asarray(collectives["start_ns"], dtype=np.int64)
+        end = np.asarray(collectives["end_ns"], dtype=np.int64)
+        keep = ~point_to_point[code]
+        code, step, start, end = code[keep], step[keep], start[keep], end[keep]
+        order = np.lexsort((start, step, code))
+        code, step, start, end = code[order], step[order], start[order], end[order]
+        keys.append(np.stack([code, step, _ordinal_in_group(code, step)], axis=1))
+        rows.append(np.full(code.size, row, dtype=np.int64))
+        starts.append(start)
+        ends.append(end)
+    excluded = kind_table[point_to_point].tolist()
+    all_keys = np.concatenate(keys) if keys else np.zeros((0, 3), np.int64)
+    if all_keys.shape[0] == 0:
+        empty = np.zeros((n_ranks, 0), np.int64)
+        return Matching(np.asarray(ranks, np.int64), np.empty(0, object), np.empty(0, np.int64),
+                        np.empty(0, np.int64), empty, empty.copy(), empty.astype(bool), excluded=excluded)
+    all_rows, all_start, all_end = np.concatenate(rows), np.concatenate(starts), np.concatenate(ends)
+
+    unique_keys, inverse, counts = unique_rows(all_keys)
+    takes_part = np.zeros((n_ranks, kind_table.size), dtype=bool)
+    takes_part[all_rows, all_keys[:, 0]] = True
+    participants = takes_part.sum(axis=0)
+    on_all = counts == participants[unique_keys[:, 0]]
+    groups, group_of, _ = unique_rows(unique_keys[:, :2])
+    group_bad = np.bincount(group_of, weights=~on_all, minlength=groups.shape[0]) > 0
+    matched_key = on_all & ~group_bad[group_of]
+    column = np.cumsum(matched_key) - 1
+    n_matched = int(matched_key.sum())
+
+    start_m = np.zeros((n_ranks, n_matched), np.int64)
+    end_m = np.zeros((n_ranks, n_matched), np.int64)
+    present = np.zeros((n_ranks, n_matched), dtype=bool)
+    chosen = matched_key[inverse]
+    cells = (all_rows[chosen], column[inverse[chosen]])
+    start_m[cells] = all_start[chosen]
+    end_m[cells] = all_end[chosen]
+    present[cells] = True
+
+    rank_numbers = np.asarray(ranks, np.int64)
+    kinds, warnings = _kind_reports(kind_table, point_to_point, takes_part, participants, groups, group_bad,
+                                    matched_key, unique_keys, all_keys, all_rows, rank_numbers)
+    matched_keys = unique_keys[matched_key]
+    return Matching(rank_numbers, kind_table[matched_keys[:, 0]].astype(object), matched_keys[:, 1].copy(),
+                    matched_keys[:, 2].copy(), start_m, end_m, present, kinds, warnings, excluded)
+
+
+
+# -- refinement by collective ends (pure; runs at rank 0 on the matched collectives) -------------
+
+FEW_SAMPLES = 10  # below this many matched collectives the spread is half the range, not the MAD
+
+
+def refine_offsets(ends: np.ndarray, present: np.ndarray, offsets, uncertainties,
+                   reference: int = 0, min_samples: int = 3) -> list[dict]:
+    """Refine per-rank clock offsets by the ends of matched collectives.
+
+    A collective ends nearly together on every rank (all wait for the last arrival), so after a
+    correct alignment the end of collective j on rank r equals its end on the reference rank.
+    ``ends`` is (ranks, collectives) on each rank's own clock, ``present`` marks the entries that
+    exist; ``offsets``/``uncertainties`` are the sources' estimates (ns to add; an uncertainty of
+    0 means the source gives no bound). Per rank: correction = median over shared collectives of
+    (reference end − rank end) after the initial offsets; spread = median absolute deviation
+    (half the range below ``FEW_SAMPLES`` samples). A known initial bound (ping-pong: half the
+    best RTT plus half the drift, a hard bound) is intersected with correction ± spread; if the
+    two disagree the hard bound wins. Returns one dict per row: offset_ns, uncertainty_ns,
+    method, samples, correction_ns, spread_ns.
+    """
+    ends = np.asarray(ends, dtype=np.int64)
+    present = np.asarray(present, dtype=bool)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    uncertainties = np.asarray(uncertainties, dtype=np.int64)
+    out = []
+    for row in range(ends.shape[0]):
+        initial = {"offset_ns": int(offsets[row]), "uncertainty_ns": int(uncertainties[row]),
+                   "samples": 0, "correction_ns": None, "spread_ns": None}
+        if row == reference:
+            out.append({**initial, "method": "reference"})
+            continue
+        shared = present[row] & present[reference]
+        samples = int(shared.sum())
+        initial["samples"] = samples
+        if samples < max(min_samples, 1):
+            out.append({**initial, "method": "source offset (too few matched collectives)"})
+            continue
+        diff = ((ends[reference, shared] + offsets[reference]) - (ends[row, shared] + offsets[row]))
+        correction = float(np.median(diff))
+        if samples >= FEW_SAMPLES:
+            spread = float(np.median(np.abs(diff - correction)))
+        else:
+            spread = float(diff.max() - diff.min()) / 2
+        bound = int(uncertainties[row])
+        if bound <= 0:  # the source gives no bound: trust the collectives
+            low, high, method = correction - spread, correction + spread, "collective ends"
+        else:
+            low, high = max(-bound, correction - spread), min(bound, correction + spread)
+            method = "source offset, narrowed by collective ends"
+            if low > high:  # disagree (correction_ns ± spread_ns says by how much): the hard bound wins
+                low, high = -bound, bound
+                method = "source offset (collective ends disagree)"
+        middle = (low + high) / 2
+        out.append({"offset_ns": int(offsets[row]) + int(round(middle)),
+                    "uncertainty_ns": int(round((high - low) / 2)), "method": method,
+                    "samples": samples, "correction_ns": int(round(correction)),
+                    "spread_ns": int(round(spread))})
+    return out
+
+
+# -- rank numbers and the aligned clock ------------------------------------------------------
+
+def assign_ranks(results: list[RankResult]) -> tuple[list[RankResult], list[str]]:
+    """Every result with a distinct rank, in rank order: known ranks stay, unknown ones get the
+    free numbers in input order. Also returns warnings for duplicates (the later one is renumbered)."""
+    warnings = []
+    taken: set[int] = set()
+    pending = []
+    out = list(results)
+    for position, result in enumerate(results):
+        if result.rank is None or result.rank in taken:
+            if result.rank is not None:
+                warnings.append(f"{result.source_file}: rank {result.rank} appears twice; renumbered")
+                out[position] = replace(result, rank_from="renumbered (duplicate)")
+            pending.append(position)
+        else:
+            taken.add(result.rank)
+    free = (r for r in range(len(results) + len(taken)) if r not in taken)
+    for position in pending:
+        result = out[position]
+        rank_from = "input order" if result.rank_from in ("unknown", None) else result.rank_from
+        out[position] = replace(result, rank=next(free), rank_from=rank_from)
+    return sorted(out, key=lambda r: r.rank), warnings
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Results on the common clock (their ``clock`` refined), the matching the refinement used,
+    and the rank whose clock is the reference."""
+
+    results: list[RankResult]
+    matching: Matching
+    reference_rank: int | None
+
+
+def align(results: list[RankResult], config: dict | None = None) -> Alignment:
+    """Match collectives across ranks and, unless ``clock.align`` is off (``--no-align``: the
+    sources' own offsets are used as they are), refine the offsets by the ends of the matched
+    collectives (refine_offsets). Each result's ``clock`` becomes the final estimate, with the
+    source's offset kept beside it; its markers stay on its own clock (``aligned_markers()``)."""
+    ranks = [result.rank for result in results]
+    matching = match_collectives([result.markers.collectives for result in results], ranks)
+    clock_config = (config or {}).get("clock", {})
+    initial = [(int(r.clock.offset_ns), int(r.clock.uncertainty_ns)) for r in results]
+    if clock_config.get("align", True) and len(results) > 1:
+        reference = int(np.argmax(matching.present.any(axis=1))) if matching.size else 0
+        refined = refine_offsets(matching.end_ns, matching.present, [o for o, _ in initial],
+                                 [u for _, u in initial], reference=reference,
+                                 min_samples=int(clock_config.get("refine_min_collectives", 3)))
+    else:
+        reference = 0
+        method = "source offset (alignment off)" if len(results) > 1 else "single rank"
+        refined = [{"offset_ns": o, "uncertainty_ns": u, "method": method, "samples": 0,
+                    "correction_ns": None, "spread_ns": None} for o, u in initial]
+    aligned = []
+    for row, (result, (offset0, uncertainty0), estimate) in enumerate(zip(results, initial, refined)):
+        # verified: the offset rests on something (reference, collective ends, a source bound);
+        # an unrefined offset from a source that states no bound (nsys, Kineto) is not
+        verified = row == reference or uncertainty0 > 0 or estimate["correction_ns"] is not None
+        clock = ClockEstimate(**estimate, source_offset_ns=offset0, source_uncertainty_ns=uncertainty0,
+                              verified=verified)
+        aligned.append(replace(result, clock=clock))
+    return Alignment(aligned, matching, results[reference].rank if results else None)

@@ -1,0 +1,117 @@
+"""The one path from sources to a Summary: ``reduce_rank`` (a rank's events -> RankResult, run
+where the events are) and ``combine`` (RankResults -> aligned, matched, analysed Summary, at rank
+0). ``distprof merge`` (merge_files), the live finish (Profiler) and later diff/whatif all call
+these; writing reports is the caller's job.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from . import align as align_mod
+from . import events as ev
+from . import transport
+from .analyses import diagnose, distributed, skew, streams, summaries
+from .results import ClockEstimate, RankResult, Summary
+
+
+def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
+    """Everything rank 0 needs from one rank, computed next to that rank's events."""
+    lane_names = trace.meta.get("lane_names")
+    figures, lanes = distributed.rank_figures(trace.events, config, lane_names)
+    return RankResult(
+        rank=trace.rank, source=trace.source, source_file=trace.source_file, pid=trace.pid, device=trace.device,
+        rank_from=trace.rank_from, figures=figures, lanes=lanes,
+        markers=skew.rank_markers(trace.events, config, lane_names),
+        gpu_gaps=diagnose.rank_gpu_gaps(trace.events, config)["gpu_gaps"],
+        tables=summaries.rank_tables(trace.events, config, trace.meta),
+        clock=ClockEstimate(offset_ns=int(trace.clock_offset_ns), uncertainty_ns=int(trace.clock_uncertainty_ns)),
+        warnings=tuple(trace.warnings), meta=dict(trace.meta))
+
+
+def _skew_summary(aligned: align_mod.Alignment, config: dict) -> dict:
+    """summary.json's ``skew``: alignment, per-collective and per-step skew on the common clock."""
+    results, matching = aligned.results, aligned.matching
+    ranks = [r.rank for r in results]
+    uncertainties = [r.clock.uncertainty_ns for r in results]
+    steps = skew.step_skew([r.aligned_markers().to_json() for r in results], ranks, config)
+    step_ns = (steps["steps_summary"] or {}).get("duration_median_ns")
+    out = {
+        "aligned": bool(config.get("clock", {}).get("align", True)),
+        "reference_rank": aligned.reference_rank, "alignment": [r.clock.to_json(r.rank) for r in results],
+        "max_clock_uncertainty_ns": max(uncertainties, default=0),
+        "excluded_kinds": matching.excluded,
+        **skew.collective_skew(matching, [r.clock.offset_ns for r in results], uncertainties, config,
+                               step_ns=step_ns, verified=[r.clock.verified for r in results]),
+        **steps,
+    }
+    for kind in out["kinds"]:  # matching counts next to the skew aggregates
+        kind.update({k: v for k, v in next((m for m in matching.kinds if m["name"] == kind["name"]), {}).items()
+                     if k not in kind})
+    return out
+
+
+def combine(results: list[RankResult], config: dict, source: str, world_size: int | None = None,
+            warnings: list[str] | None = None) -> Summary:
+    """The job-wide Summary from per-rank results: ranks numbered, clocks aligned, collectives
+    matched, checks, skew, findings and merged tables."""
+    warnings = list(warnings or [])
+    numbered, renumbered = align_mod.assign_ranks(results)
+    warnings += renumbered
+    for result in numbered:
+        warnings += result.warnings
+    world_size = world_size or (max((r.rank for r in numbered), default=-1) + 1)
+    missing = sorted(set(range(world_size)) - {r.rank for r in numbered})
+    if missing:
+        warnings.append(f"partial result: no data for rank(s) {', '.join(map(str, missing))} of {world_size}")
+    aligned = align_mod.align(numbered, config)
+    warnings += aligned.matching.warnings
+    final = aligned.results
+    skew_summary = _skew_summary(aligned, config)
+    checks = streams.stream_checks(final, config)
+    return Summary(
+        world_size=world_size, source=source, ranks=tuple(final),
+        across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
+        checks=checks, skew=skew_summary, findings=diagnose.findings(final, checks, skew_summary, config),
+        warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]))
+
+
+def _progress(items, desc: str):
+    """A progress bar over files on a terminal only: CI logs and pipes stay clean."""
+    from tqdm import tqdm
+    return tqdm(items, desc=desc, unit="file", leave=False, disable=not sys.stderr.isatty() or len(items) < 2)
+
+
+def merge_files(paths: list[Path], config: dict, comm=None) -> Summary | None:
+    """Read every input one at a time, keep only its compact per-rank results, combine.
+
+    Under ``mpirun -n K distprof merge ...`` (``comm`` = COMM_WORLD) the files are spread over
+    the K workers by size; each reduces its share one file at a time and rank 0 combines.
+    Results are put back in input order, so the output equals a single-process merge.
+    Returns the Summary on rank 0 and None on the other workers.
+    """
+    from . import sources
+    worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
+    mine = transport.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
+    reduced, warnings = [], []
+    for index in _progress(mine, "reading"):
+        try:
+            traces = sources.read(paths[index], config)
+        except ev.SourceError as error:
+            warnings.append((index, f"skipped {error}"))
+            print(f"distprof: warning: skipped {error}", file=sys.stderr)
+            continue
+        reduced += [(index, position, reduce_rank(trace, config)) for position, trace in enumerate(traces)]
+        del traces  # bound memory by one file's events
+    gathered = transport.gather_workers(comm, reduced, warnings)
+    if gathered is None:
+        return None
+    reduced, warnings = gathered
+    results = [result for _, _, result in sorted(reduced, key=lambda item: item[:2])]
+    warnings = [text for _, text in sorted(warnings)]
+    if not results:
+        raise ev.SourceError("no readable rank file among the inputs" + (f": {warnings[0]}" if warnings else ""))
+    world_size = max((r.meta.get("world_size") or 0) for r in results) or None
+    kinds = sorted({r.source for r in results})
+    return combine(results, config, source="+".join(kinds), world_size=world_size, warnings=warnings)

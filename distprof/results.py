@@ -1,0 +1,176 @@
+"""What travels between the stages (reduce_rank -> transport -> combine -> reports), as frozen
+dataclasses: a misspelt field is an AttributeError, not a silent None, and a stage derives a new
+object (``dataclasses.replace``) instead of changing one it was given.
+
+summary.json is written from :class:`Summary` in one place, :meth:`Summary.to_json`; its keys
+are documented in the README and only ever added to.
+
+Where a figure comes from: ``Summary.ranks[r].figures.overlap_ratio`` is set by
+``analyses.distributed.rank_figures``; a new per-rank figure (e.g. ``memory_ns``) is a field of
+:class:`RankFigures` computed there (and added to ``analyses.distributed.FIGURES`` when it should
+get min/median/max across ranks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+# per-rank figures in summary.json's rank rows, in their order there
+FIGURE_FIELDS = ("window_ns", "steps", "communication_ns", "computation_ns", "overlap_ns",
+                 "exposed_communication_ns", "overlap_ratio", "idle_ns")
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """The Distributed Summary of one rank over its analysed window (DESIGN "Metric definitions")."""
+
+    window_ns: int = 0
+    steps: int = 0
+    communication_ns: int = 0
+    computation_ns: int = 0
+    overlap_ns: int = 0
+    exposed_communication_ns: int = 0
+    overlap_ratio: float | None = None  # overlap / communication; None without communication
+    idle_ns: int = 0
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One lane (GPU stream or host thread) of a rank and the work it carried in the window."""
+
+    label: str                 # lanes.label(key, names): how reports and checks name it
+    device: int
+    lane_kind: str
+    communication_ns: int
+    computation_ns: int
+
+    def to_json(self) -> dict:
+        return {"lane": self.label, "device": self.device, "lane_kind": self.lane_kind,
+                "communication_ns": self.communication_ns, "computation_ns": self.computation_ns}
+
+
+def _shifted(columns: dict, offset_ns: int) -> dict:
+    """Column dict with its start_ns/end_ns moved by ``offset_ns`` (other columns shared)."""
+    return {**columns, **{key: (np.asarray(columns[key], dtype=np.int64) + offset_ns).tolist()
+                          for key in ("start_ns", "end_ns")}}
+
+
+@dataclass(frozen=True)
+class RankMarkers:
+    """What skew needs from a rank, on the rank's own clock, as plain column lists (picklable):
+    ``step_bounds`` (step, start_ns, end_ns), ``phases`` per step and name (step, name, start_ns,
+    end_ns, busy_ns) and ``collectives`` (name = kind, start_ns, end_ns, lane label, step)."""
+
+    step_bounds: dict
+    phases: dict
+    collectives: dict
+
+    def shifted(self, offset_ns: int) -> RankMarkers:
+        """The same markers on the common clock (own clock + offset)."""
+        return RankMarkers(_shifted(self.step_bounds, offset_ns), _shifted(self.phases, offset_ns),
+                           _shifted(self.collectives, offset_ns))
+
+    def to_json(self) -> dict:
+        return {"step_bounds": self.step_bounds, "phases": self.phases, "collectives": self.collectives}
+
+
+@dataclass(frozen=True)
+class ClockEstimate:
+    """A rank's clock offset (ns to add to its own timestamps) and how it was obtained.
+
+    From a source: ``method`` "source", the source's offset/uncertainty (uncertainty 0: the
+    source states no bound). After alignment (align.align): refined values, and the source's kept
+    in ``source_offset_ns``/``source_uncertainty_ns``; ``verified`` says whether anything
+    (reference rank, collective ends, a source bound) backs the offset.
+    """
+
+    offset_ns: int = 0
+    uncertainty_ns: int = 0
+    method: str = "source"
+    samples: int = 0
+    correction_ns: int | None = None
+    spread_ns: int | None = None
+    source_offset_ns: int | None = None
+    source_uncertainty_ns: int | None = None
+    verified: bool | None = None
+
+    def to_json(self, rank: int) -> dict:
+        """The entry of summary.json's skew.alignment for this rank."""
+        return {"rank": rank, "source_offset_ns": self.source_offset_ns,
+                "source_uncertainty_ns": self.source_uncertainty_ns, "offset_ns": self.offset_ns,
+                "uncertainty_ns": self.uncertainty_ns, "method": self.method, "samples": self.samples,
+                "correction_ns": self.correction_ns, "spread_ns": self.spread_ns, "verified": self.verified}
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """Everything rank 0 needs from one rank, made next to that rank's events (pipeline.reduce_rank).
+
+    ``rank`` is None until align.assign_ranks numbers it when the source could not tell.
+    """
+
+    rank: int | None
+    source: str
+    source_file: str | None
+    pid: int | None
+    device: int | None
+    rank_from: str
+    figures: RankFigures
+    lanes: tuple[Lane, ...]
+    markers: RankMarkers
+    gpu_gaps: dict | None       # analyses.diagnose.rank_gpu_gaps; None on host-only traces
+    tables: dict                # analyses.summaries.rank_tables
+    clock: ClockEstimate
+    warnings: tuple[str, ...] = ()
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def comm_lanes(self) -> list[str]:
+        return [lane.label for lane in self.lanes if lane.communication_ns > 0]
+
+    @property
+    def compute_lanes(self) -> list[str]:
+        return [lane.label for lane in self.lanes if lane.computation_ns > 0]
+
+    def aligned_markers(self) -> RankMarkers:
+        """Markers on the common clock (own clock + this result's clock offset)."""
+        return self.markers.shifted(int(self.clock.offset_ns))
+
+    def to_json(self) -> dict:
+        """The row of summary.json's ``ranks``."""
+        return {"rank": self.rank, "source_file": self.source_file, "pid": self.pid, "device": self.device,
+                "rank_from": self.rank_from, **asdict(self.figures),
+                "comm_lanes": self.comm_lanes, "compute_lanes": self.compute_lanes,
+                "lanes": [lane.to_json() for lane in self.lanes],
+                "clock_offset_ns": self.clock.offset_ns, "clock_uncertainty_ns": self.clock.uncertainty_ns}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The job-wide result (pipeline.combine): ranks in rank order plus what was computed across them.
+
+    ``checks``, ``skew``, ``findings`` and ``tables`` are already in their summary.json shape.
+    """
+
+    world_size: int
+    source: str
+    ranks: tuple[RankResult, ...]
+    across_ranks: dict
+    missing_ranks: list[int]
+    checks: list[dict]
+    skew: dict
+    findings: list[dict]
+    warnings: list[str]
+    tables: dict
+
+    def rank(self, rank: int) -> RankResult:
+        """The result of one rank by its number."""
+        return next(result for result in self.ranks if result.rank == rank)
+
+    def to_json(self) -> dict:
+        """summary.json's content: the one place it is written from."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["ranks"] = [result.to_json() for result in self.ranks]
+        return out
