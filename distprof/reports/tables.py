@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+from . import format
+
+UNITS = format.UNITS
 SORT_KEYS = ("cpu_total", "cpu_avg", "cpu_max", "cpu_min", "gpu_total", "gpu_avg", "gpu_max", "gpu_min",
              "calls", "name")
 NAME_WIDTH = 64
@@ -29,8 +31,9 @@ def _name(name: str, width: int = NAME_WIDTH) -> str:
 
 
 def _banner(title: str, table: str) -> str:
+    """A banner as wide as the table under it (at least the title and 20 dashes)."""
     width = max((len(line) for line in table.splitlines()), default=len(title) + 20)
-    return f"{title:-^{max(width, len(title) + 20)}}"
+    return format.banner(title, max(width, len(title) + 20))
 
 
 def _section(title: str, table: str, notes: list[str] = ()) -> str:
