@@ -136,14 +136,13 @@ def test_communication_prefixes_come_from_config(tmp_path):
     assert comm["name"].astype(str).tolist() == [kf.NCCL_SENDRECV]  # ncclDevKernel_ is compute now
 
 
-def test_nccl_collective_args_summarised(tmp_path):
+def test_distributed_info_in_meta(tmp_path):
     trace = kf.overlap_trace()
     trace.kernel(kf.NCCL_ALLREDUCE, 500_000, 501_000, stream=13, launch_ns=499_000,
                  args={"Collective name": "allreduce", "In msg nelems": 10, "Out msg nelems": 10,
                        "Group size": 8, "dtype": "Float"})
     meta = read_one(trace.write(tmp_path / "t.json")).meta
-    assert meta["nccl_collectives"] == {"allreduce": {"count": 1, "in_msg_nelems": 10, "out_msg_nelems": 10,
-                                                      "group_size": 8}}
+    assert "nccl_collectives" not in meta  # dropped: nothing read it (collectives come from the events)
     assert meta["world_size"] == 2 and meta["backend"] == "nccl"
 
 
@@ -316,8 +315,8 @@ def test_real_nccl_parser_config():
     assert {kind for kind in comm["name"].astype(str).str.extract(r"^ncclKernel_([A-Za-z]+)")[0]} == \
         {"AllReduce", "Broadcast"}
     assert trace.clock_offset_ns == 1_711_964_646_000_000_000
-    assert trace.meta["nccl_collectives"]["allreduce"]["count"] == 15
-    assert trace.meta["nccl_collectives"]["broadcast"]["count"] == 6
+    names = comm["name"].astype(str)
+    assert names.str.contains("AllReduce").sum() == 15 and names.str.contains("Broadcast").sum() == 6
     assert (trace.events["lane_kind"] == ev.GPU_STREAM).sum() > 0
     annotations = trace.events[(trace.events["kind"] == ev.RANGE) & (trace.events["lane_kind"] == ev.GPU_STREAM)]
     assert len(annotations) == 30  # gpu_user_annotation rows

@@ -15,7 +15,7 @@ from distprof import config as config_module
 from distprof import events as ev
 from distprof import gather, sources
 from distprof.analyses import distributed
-from distprof.sources import nsys
+from distprof.sources import joins, nsys
 
 pytestmark = pytest.mark.skipif(not fx.ddl_available(), reason=f"nsys DDL folder {fx.DDL_DIR} is absent")
 ALL_SCHEMAS = list(fx.SCHEMAS)
@@ -449,12 +449,12 @@ def test_innermost_enclosing_on_nested_ranges():
     q_thread = np.array([1, 1, 1, 1, 1, 2, 3, 1, 1])
     q_start = np.array([25, 40, 55, 70, 0, 5, 5, 29, 200])
     q_end = np.array([26, 41, 56, 71, 100, 6, 6, 31, 201])
-    found = nsys.innermost_enclosing(thread, start, end, q_thread, q_start, q_end)
+    found = joins.innermost_enclosing(thread, start, end, q_thread, q_start, q_end)
     assert found.tolist() == [2, 1, 0, 3, 0, 4, -1, 1, -1]
 
 
 def test_innermost_enclosing_prefers_inner_range_with_the_same_start():
-    found = nsys.innermost_enclosing(np.array([1, 1]), np.array([0, 0]), np.array([5, 10]),
+    found = joins.innermost_enclosing(np.array([1, 1]), np.array([0, 0]), np.array([5, 10]),
                                      np.array([1, 1]), np.array([1, 6]), np.array([2, 7]))
     assert found.tolist() == [0, 1]
 
