@@ -86,6 +86,12 @@ _CATEGORY_CLASS = {
 }
 _GPU_WORK = (_KERNEL, _MEMCPY, _MEMSET)
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+# record_function ranges that are the Model Summary's phases (others are USER ranges)
+_PHASE_NAME = re.compile(r"^(## *(forward|backward|optimi[sz]er|optimi[sz]er[._ ]step|data_?load(er|ing)?) *##"
+                         r"|Optimizer\.step#.*|enumerate\(DataLoader\)#.*)$", re.IGNORECASE)
+_HOST_COMM_ALWAYS = ("gloo:",)          # gloo worker-thread ranges: the real exchange, waiting included
+_HOST_COMM_CPU_ONLY = ("c10d::",)       # on GPU traces these only enqueue NCCL kernels
+_HOST_COMPUTE = ("aten::",)
 _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 # Below this many µs, a float parsed from text with <= 3 decimals lies within 0.49 ns of the
 # text's value, so the integer/fraction split recovers the exact nanosecond (see _us_to_ns).
@@ -369,6 +375,9 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     main_device = int(np.bincount(used).argmax()) if used.size else None
     warnings = [f"{path}: {negative} event(s) with negative duration, clamped to 0"] if negative else []
     meta = _meta(doc, main_device, int(steps["work"].size - (steps["launch"] >= 0).sum()), skipped)
+    # the GPU window of each step (span of the GPU work launched in it), next to the CPU step rows
+    meta["gpu_step_windows"] = {"step": steps["numbers"].tolist(), "start_ns": steps["gpu_start"].tolist(),
+                                "end_ns": steps["gpu_end"].tolist()}
     return ev.RankTrace(events=table, rank=rank, source="kineto", source_file=str(path), pid=steps["host_pid"],
                         device=main_device, clock_offset_ns=_to_int(doc.info.get("baseTimeNanoseconds"), 0),
                         rank_from=rank_from, warnings=warnings, meta=meta)
@@ -425,9 +434,10 @@ def _ids(doc: _Document, rows: list, classes: np.ndarray) -> dict:
 
 
 def _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict) -> dict:
-    """The ProfilerStep#N ranges, the step of every row (host rows: the step holding their start
-    on the step's process; GPU work: the step of its launching call), the launch join, the
-    training process, and each step's GPU window. Sets GPU rows' pid to the host pid."""
+    """The ProfilerStep#N ranges (CPU bounds: the step as the framework marks it), the step of
+    every row (host rows: the step holding their start on the step's process; GPU work: the step
+    of its launching call, else the step holding its start), the launch join, the training
+    process, each step's GPU window, and the host categories. Sets GPU rows' pid to the host pid."""
     pid, gpu = ids["pid"], ids["gpu"]
     step_of_name = np.array([_step_number(name) for name in name_uniques], dtype=np.int64)
     step_rows = np.flatnonzero((classes == _HOST_RANGE) & (step_of_name[name_codes] >= 0))
@@ -436,21 +446,82 @@ def _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict) -> di
     step_start, step_end, step_pid = start_ns[step_rows], end_ns[step_rows], pid[step_rows]
     host_pid = _main_pid(pid, classes, step_pid)
 
+    def step_at(rows: np.ndarray, process: np.ndarray) -> np.ndarray:
+        if not step_rows.size:
+            return np.full(rows.size, -1, np.int64)
+        found = innermost_enclosing(step_pid, step_start, step_end, process, start_ns[rows], start_ns[rows])
+        return np.where(found >= 0, step_numbers[np.maximum(found, 0)], -1)
+
     step = np.full(len(classes), -1, np.int64)
     host = np.flatnonzero(~gpu)
-    found = innermost_enclosing(step_pid, step_start, step_end, pid[host], start_ns[host], start_ns[host])
-    step[host] = np.where(found >= 0, step_numbers[np.maximum(found, 0)], -1) if step_rows.size else -1
+    step[host] = step_at(host, pid[host])
     step[step_rows] = step_numbers
     work = np.flatnonzero(np.isin(classes, _GPU_WORK))
     runtime = np.flatnonzero(classes == _RUNTIME)
     launch = launch_join(ids["correlation"][work], ids["correlation"][runtime])
-    step[work] = np.where(launch >= 0, step[runtime[np.maximum(launch, 0)]] if runtime.size else -1, -1)
+    by_time = step_at(work, np.full(work.size, step_pid[0] if step_pid.size else 0, np.int64))
+    step[work] = np.where(launch >= 0, step[runtime[np.maximum(launch, 0)]] if runtime.size else -1, by_time)
     if host_pid is not None:
         pid[gpu] = host_pid
-    gpu_start, gpu_end = _step_gpu_bounds(step_numbers, step[work], start_ns[work], end_ns[work],
-                                          step_start, step_end)
+    launched = launch >= 0
+    gpu_start, gpu_end = _step_gpu_bounds(step_numbers, np.where(launched, step[work], -1), start_ns[work],
+                                          end_ns[work], step_start, step_end)
+    host_category = _host_categories(classes, name_codes, name_uniques, bool((classes == _KERNEL).any()))
+    _demote_nested_phases(host_category, ids, start_ns, end_ns)
+    phase_row = _phases(host_category, start_ns, end_ns, ids, work, runtime, launch)
     return {"rows": step_rows, "numbers": step_numbers, "pid": step_pid, "step": step, "work": work,
-            "launch": launch, "host_pid": host_pid, "gpu_start": gpu_start, "gpu_end": gpu_end}
+            "launch": launch, "host_pid": host_pid, "start": step_start, "end": step_end,
+            "gpu_start": gpu_start, "gpu_end": gpu_end, "host_category": host_category,
+            "phase_row": phase_row}
+
+
+def _phases(host_category, start_ns, end_ns, ids: dict, work, runtime, launch) -> np.ndarray:
+    """Phase of every row as the row of its phase range (-1: none): host rows the innermost
+    PHASE range around them on their thread (a phase range is its own phase), GPU work the
+    phase of its launching call; GPU work whose launch is unknown has none."""
+    phase_rows = np.flatnonzero(host_category == ev.CATEGORIES.index(ev.PHASE))
+    host = np.flatnonzero(~ids["gpu"])
+    tid = ids["tid"]
+    found = innermost_enclosing(tid[phase_rows], start_ns[phase_rows], end_ns[phase_rows],
+                                tid[host], start_ns[host], end_ns[host])
+    phase_row = np.full(len(host_category), -1, np.int64)
+    phase_row[host] = np.where(found >= 0, phase_rows[np.maximum(found, 0)], -1) if phase_rows.size else -1
+    if runtime.size:
+        phase_row[work] = np.where(launch >= 0, phase_row[runtime[np.maximum(launch, 0)]], -1)
+    return phase_row
+
+
+def _host_categories(classes, name_codes, name_uniques, gpu_trace: bool) -> np.ndarray:
+    """Category codes of host ranges by name: gloo:* (and c10d::* on CPU-only traces)
+    COMMUNICATION, aten::* COMPUTE, the phase names PHASE, the rest USER; -1 for other rows."""
+    comm_prefixes = _HOST_COMM_ALWAYS + (() if gpu_trace else _HOST_COMM_CPU_ONLY)
+    by_name = np.full(len(name_uniques), ev.CATEGORIES.index(ev.USER), np.int64)
+    for index, name in enumerate(name_uniques):  # per distinct name, not per event
+        if name.startswith(comm_prefixes):
+            by_name[index] = ev.CATEGORIES.index(ev.COMMUNICATION)
+        elif name.startswith(_HOST_COMPUTE):
+            by_name[index] = ev.CATEGORIES.index(ev.COMPUTE)
+        elif _PHASE_NAME.match(name):
+            by_name[index] = ev.CATEGORIES.index(ev.PHASE)
+    return np.where(classes == _HOST_RANGE, by_name[name_codes] if name_codes.size else -1, -1)
+
+
+def _demote_nested_phases(category, ids, start_ns, end_ns) -> None:
+    """A phase range inside another phase range on the same thread is a USER range (one phase
+    per moment: ``Optimizer.step#`` inside ``## optimizer ##`` is not counted twice)."""
+    rows = np.flatnonzero(category == ev.CATEGORIES.index(ev.PHASE))
+    if rows.size < 2:
+        return
+    lane, start, end = ids["lane"][rows], start_ns[rows], end_ns[rows]
+    order = np.lexsort((-end, start, lane))
+    lane, start, end = lane[order], start[order], end[order]
+    # running max of ends, restarting per lane: later lanes are lifted above every earlier end
+    level = np.cumsum(np.concatenate([[0], (lane[1:] != lane[:-1]).astype(np.int64)]))
+    lift = level * (int(end.max()) - int(end.min()) + 1)
+    reach = np.maximum.accumulate(end - end.min() + lift) - lift + end.min()
+    inside = np.zeros(order.size, bool)
+    inside[1:] = (level[1:] == level[:-1]) & (reach[:-1] >= end[1:]) & (start[1:] < reach[:-1])
+    category[rows[order[inside]]] = ev.CATEGORIES.index(ev.USER)
 
 
 def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, steps: dict, config: dict):
@@ -459,7 +530,9 @@ def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, ste
     kind = np.full(len(classes), ev.KINDS.index(ev.RANGE), np.int64)
     for cls, value in ((_KERNEL, ev.KERNEL), (_MEMCPY, ev.MEMCPY), (_MEMSET, ev.MEMSET), (_RUNTIME, ev.RUNTIME)):
         kind[classes == cls] = ev.KINDS.index(value)
-    category = np.full(len(classes), ev.CATEGORIES.index(ev.USER), np.int64)
+    category = steps["host_category"].copy()
+    category[category < 0] = ev.CATEGORIES.index(ev.USER)
+    kind[category == ev.CATEGORIES.index(ev.COMMUNICATION)] = ev.KINDS.index(ev.COMM_OP)
     category[np.isin(classes, (_MEMCPY, _MEMSET))] = ev.CATEGORIES.index(ev.MEMORY)
     category[classes == _RUNTIME] = ev.CATEGORIES.index(ev.RUNTIME_CAT)
     prefixes = communication_prefixes(config)
@@ -477,8 +550,8 @@ def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, ste
         "kind": np.concatenate([kind, np.full(n_steps, ev.KINDS.index(ev.RANGE))]),
         "category": np.concatenate([category, np.full(n_steps, ev.CATEGORIES.index(ev.PHASE))]),
         "name": np.concatenate([name_codes, np.full(n_steps, profile_step_code)]),
-        "start_ns": np.concatenate([start_ns, steps["gpu_start"]]),
-        "end_ns": np.concatenate([end_ns, steps["gpu_end"]]),
+        "start_ns": np.concatenate([start_ns, steps["start"]]),
+        "end_ns": np.concatenate([end_ns, steps["end"]]),
         "device": np.concatenate([ids["device"], np.full(n_steps, -1, np.int64)]),
         "lane": np.concatenate([ids["lane"], ids["tid"][steps["rows"]]]),
         "lane_kind": np.concatenate([lane_kind, np.full(n_steps, ev.LANE_KINDS.index(ev.HOST_THREAD))]),
@@ -489,8 +562,12 @@ def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, ste
     for column, allowed in (("kind", ev.KINDS), ("category", ev.CATEGORIES), ("lane_kind", ev.LANE_KINDS),
                             ("name", name_uniques)):
         columns[column] = pd.Categorical.from_codes(columns[column], categories=allowed)
-    # Kineto has no distprof phases: every row's phase is "" (given as a category, no per-row text)
-    columns["phase"] = pd.Categorical.from_codes(np.zeros(len(columns["step"]), np.int8), categories=[""])
+    phase_row = np.concatenate([steps["phase_row"], np.full(n_steps, -1, np.int64)])
+    phase_name = np.where(phase_row >= 0, columns["name"].codes[np.maximum(phase_row, 0)], -1)
+    used, phase_code = np.unique(phase_name, return_inverse=True)
+    names = ["" if code < 0 else name_uniques[code] for code in used]
+    columns["phase"] = pd.Categorical.from_codes(phase_code.ravel(), categories=names) if "" in names or not \
+        names else pd.Categorical.from_codes(phase_code.ravel() + 1, categories=["", *names])
     return columns, name_uniques
 
 
