@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import sqlite3
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from nsys_fixtures import real_export
 
 from distprof import config as config_mod
 from distprof import events as ev
@@ -140,3 +142,51 @@ def test_gpu_trace_has_model_phases():
     # Optimizer.step#SGD.step sits inside ## optimizer ##: one phase per moment, so it stays USER
     kernels = table[table["kind"] == ev.KERNEL]
     assert (kernels["phase"].astype(str) != "").any()
+
+
+# -- nsys items 5 and 7 -------------------------------------------------------------------------
+
+NSYS_SINGLE = ["pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite", "nvfuser_report1_nsys2025.1.1.sqlite",
+               "flameox_nsight-2025.5.2.sqlite", "quasiben_nvtx-examples_cudf-groupby.sqlite"]
+
+
+def _sql_span(path: Path, pid: int) -> tuple[int, int]:
+    """min start / max end of the process over every activity table it records in."""
+    tables = {"CUPTI_ACTIVITY_KIND_KERNEL": "globalPid", "CUPTI_ACTIVITY_KIND_MEMCPY": "globalPid",
+              "CUPTI_ACTIVITY_KIND_MEMSET": "globalPid", "CUPTI_ACTIVITY_KIND_RUNTIME": "globalTid",
+              "NVTX_EVENTS": "globalTid", "OSRT_API": "globalTid"}
+    lows, highs = [], []
+    with sqlite3.connect(path) as db:
+        present = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        for table, column in tables.items():
+            if table not in present:
+                continue
+            for start, end, key in db.execute(f"SELECT start, end, {column} FROM {table}"):
+                if key is not None and (key >> 24) & 0xFFFFFF == pid and start is not None:
+                    lows.append(start)
+                    highs.append(start if end is None else end)
+    return min(lows), max(highs)
+
+
+@pytest.mark.parametrize("name", NSYS_SINGLE)
+def test_nsys_events_span_all_recorded_activity(name):
+    path = real_export(name)
+    for trace in sources.read(path, config_mod.load()):
+        table = trace.events
+        assert (int(table["start_ns"].min()), int(table["end_ns"].max())) == _sql_span(path, trace.pid)
+
+
+def test_nsys_mpi_calls_are_host_communication():
+    path = real_export("pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite")
+    with sqlite3.connect(path) as db:
+        domain = {row[0] for row in db.execute(
+            "SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'MPI'")}
+        calls = [(start, end) for start, end, text, domain_id in db.execute(
+            "SELECT e.start, e.end, COALESCE(e.text, s.value), e.domainId FROM NVTX_EVENTS e "
+            "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType IN (59, 60)")
+            if domain_id in domain and text not in ("MPI_Init", "MPI_Init_thread", "MPI_Finalize")]
+    table = read(path).events
+    comm = table[(table["category"] == ev.COMMUNICATION) & (table["lane_kind"] == ev.HOST_THREAD)]
+    assert set(comm["kind"].astype(str)) == {ev.COMM_OP}
+    mine = union(zip(comm["start_ns"].tolist(), comm["end_ns"].tolist()))
+    assert mine == union(calls) and sum(b - a for a, b in mine) > 200_000_000  # 244 ms of MPI

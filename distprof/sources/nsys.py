@@ -98,6 +98,12 @@ MEMCPY_KINDS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host
                 12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
 MEMSET_NAME = "[CUDA memset]"
 UNNAMED = "(unnamed)"
+ACTIVITY_MARK = "[recorded activity]"  # instants at the first and last recorded event of a process
+MPI_TABLES = ("MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "MPI_START_WAIT_EVENTS", "MPI_OTHER_EVENTS")
+# (table, id column) of everything a process records: the span of these is the rank's span
+ACTIVITY_TABLES = ((KERNEL_TABLE, "globalPid"), (MEMCPY_TABLE, "globalPid"), (MEMSET_TABLE, "globalPid"),
+                   (RUNTIME_TABLE, "globalTid"), (NVTX_TABLE, "globalTid"), ("OSRT_API", "globalTid"),
+                   *((table, "globalTid") for table in MPI_TABLES))
 
 CHUNK_ROWS = 1 << 16                  # rows packed per query: bounds the size of one packed string
 MAX_WORKERS = 4
@@ -516,6 +522,33 @@ def _mpi_thread_ranks(export: _Export) -> dict[int, int]:
     return ranks
 
 
+def _activity_marks(export: _Export, pids: np.ndarray) -> dict:
+    """Two instants per rank process, at the first start and the last end of everything it
+    recorded (every activity table, runtime calls not kept as rows included), so that the
+    events span the recorded activity: the window of a trace without steps. One aggregate
+    query per table."""
+    bounds: dict[int, list[int]] = {}
+    for table, id_column in ACTIVITY_TABLES:
+        if not {"start", id_column} <= export.columns(table):
+            continue
+        end = "IFNULL(t.end, t.start)" if "end" in export.columns(table) else "t.start"
+        for pid, low, high in export.rows(f"SELECT (IFNULL(t.{id_column}, 0) >> 24) & {_PID_MASK} AS p, "
+                                          f"min(t.start), max({end}) FROM {table} AS t "
+                                          "WHERE t.start IS NOT NULL GROUP BY p"):
+            if int(pid) in pids and low is not None:
+                old = bounds.setdefault(int(pid), [low, high])
+                old[0], old[1] = min(old[0], low), max(old[1], high)
+    pid = np.repeat(np.array(sorted(bounds), np.int64), 2)
+    time = np.array([value for key in sorted(bounds) for value in bounds[key]], np.int64)
+    n = time.size
+    return {"kind": np.full(n, _KIND_CODE[ev.MARK], np.int8), "category": np.full(n, _CATEGORY_CODE[ev.RUNTIME_CAT],
+                                                                                   np.int8),
+            "name": np.zeros(n, np.int64), "names": np.array([ACTIVITY_MARK], dtype=object), "start": time,
+            "end": time, "device": np.full(n, -1, np.int64), "pid": pid, "thread": pid << 24,
+            "correlation_id": np.full(n, -1, np.int64), "step": np.full(n, -1, np.int64),
+            "phase": np.zeros(n, np.int64)}
+
+
 # -- assembling rank traces ---------------------------------------------------------------------------
 
 def _read_export(export: _Export, config: dict) -> list[RankTrace]:
@@ -561,9 +594,11 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
     domain_counts = nvtx["domain_counts"]
 
     lane_kind_gpu, lane_kind_host = _LANE_KIND_CODE[ev.GPU_STREAM], _LANE_KIND_CODE[ev.HOST_THREAD]
+    marks = _activity_marks(export, set(devices))
     rows = _concat_parts([_event_columns(gpu, gpu["lane"], lane_kind_gpu),
                           _event_columns(calls, calls["thread"] & _PID_MASK, lane_kind_host),
-                          _event_columns(nvtx, nvtx["thread"] & _PID_MASK, lane_kind_host)])
+                          _event_columns(nvtx, nvtx["thread"] & _PID_MASK, lane_kind_host),
+                          _event_columns(marks, marks["thread"] & _PID_MASK, lane_kind_host)])
     del gpu, calls, nvtx  # only the event rows are needed from here on
     file_facts = {"nsys_version": metadata.get("EXPORT_PRODUCT_VERSION"),
                   "schema_version": metadata.get("EXPORT_SCHEMA_VERSION"),
