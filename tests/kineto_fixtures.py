@@ -226,10 +226,10 @@ def overlap_trace(rank: int | None = 0, time_format: str = "us3", origin_ns: int
     launched at 251_000.
 
     Figures per window, worked out by hand:
-      steps (step 1 GPU window [2_000, 80_000), step 2 [110_000, 215_000)):
-        window 78_000 + 105_000 = 183_000; compute 50_000 + 40_000 = 90_000;
-        comm 30_000 + 30_000 + 10_000 = 70_000; overlap 10_000 + 10_000 = 20_000;
-        busy = 90_000 + 70_000 - 20_000 = 140_000; idle 43_000
+      steps (the CPU ProfilerSteps, [1_000, 200_000); GPU windows [2_000, 80_000), [110_000, 215_000)):
+        window 199_000; compute 50_000 + 40_000 = 90_000; comm 30_000 + 30_000 = 60_000
+        (the SendRecv runs after step 2); overlap 10_000 + 10_000 = 20_000;
+        busy = 90_000 + 60_000 - 20_000 = 130_000; idle 69_000
       all ([1_000, 330_000)): compute 100_000; comm 95_000; overlap 25_000;
         window 329_000; busy 170_000; idle 159_000
     """

@@ -15,7 +15,7 @@ from result_views import rank_figures, rank_row  # noqa: F401
 from distprof import config as config_module
 from distprof import events as ev
 from distprof import pipeline, sources
-from distprof.sources import nsys
+from distprof.sources import joins, nsys
 
 pytestmark = pytest.mark.skipif(not fx.ddl_available(), reason=f"nsys DDL folder {fx.DDL_DIR} is absent")
 ALL_SCHEMAS = list(fx.SCHEMAS)
@@ -148,7 +148,7 @@ def test_kernel_phase_is_the_innermost_phase_around_its_launch(tmp_path, config)
     assert by_name["allreduce_grads"] == (ev.COMM_OP, ev.COMMUNICATION)
     assert by_name["user_note"] == (ev.RANGE, ev.USER)
     assert by_name["backward"] == (ev.RANGE, ev.PHASE)
-    mark = events[events["kind"] == ev.MARK]
+    mark = events[(events["kind"] == ev.MARK) & (events["name"] != nsys.ACTIVITY_MARK)]  # not the span marks
     assert values(mark, "name", "start_ns", "end_ns", "phase", "step") == [
         ["checkpoint", 8_000, 8_000, "attention", 3]]
     user_range = events[events["name"] == "my_user_range"]
@@ -248,7 +248,7 @@ def test_two_ranks_in_one_report_split_by_process(tmp_path, config):
         assert kernels["phase"].astype(str).tolist() == [phase, ""]
         assert rows(trace.events, ev.RUNTIME)["correlation_id"].tolist() == [1, 2]
         assert sorted(trace.events["name"].astype(str).unique()) == sorted(
-            ["k", f"only_{trace.pid}", phase, "cudaLaunchKernel_v7000"])
+            ["k", f"only_{trace.pid}", phase, "cudaLaunchKernel_v7000", nsys.ACTIVITY_MARK])  # + span marks
     assert traces[0].warnings == [f"{tmp_path / 'report.sqlite'}: process(es) 500 have NVTX ranges but no "
                                   "CUDA activity; not counted as ranks"]
     assert traces[1].warnings == []
@@ -349,7 +349,8 @@ def test_nvtx_only_report_is_one_host_rank(tmp_path, config):
     assert (trace.pid, trace.device) == (8, None)
     events = trace.events
     assert dict(zip(events["name"].astype(str), events["category"].astype(str))) == {
-        ev.PROFILE_STEP: ev.PHASE, "MPI_Allreduce": ev.COMMUNICATION, "MPI_Init": ev.USER}
+        ev.PROFILE_STEP: ev.PHASE, "MPI_Allreduce": ev.COMMUNICATION, "MPI_Init": ev.USER,
+        nsys.ACTIVITY_MARK: ev.RUNTIME_CAT}  # issue 12: instants at the first/last recorded activity
     assert rank_figures(events, config)["communication_ns"] == 500
 
 
@@ -449,12 +450,12 @@ def test_innermost_enclosing_on_nested_ranges():
     q_thread = np.array([1, 1, 1, 1, 1, 2, 3, 1, 1])
     q_start = np.array([25, 40, 55, 70, 0, 5, 5, 29, 200])
     q_end = np.array([26, 41, 56, 71, 100, 6, 6, 31, 201])
-    found = nsys.innermost_enclosing(thread, start, end, q_thread, q_start, q_end)
+    found = joins.innermost_enclosing(thread, start, end, q_thread, q_start, q_end)
     assert found.tolist() == [2, 1, 0, 3, 0, 4, -1, 1, -1]
 
 
 def test_innermost_enclosing_prefers_inner_range_with_the_same_start():
-    found = nsys.innermost_enclosing(np.array([1, 1]), np.array([0, 0]), np.array([5, 10]),
+    found = joins.innermost_enclosing(np.array([1, 1]), np.array([0, 0]), np.array([5, 10]),
                                      np.array([1, 1]), np.array([1, 6]), np.array([2, 7]))
     assert found.tolist() == [0, 1]
 
@@ -502,7 +503,8 @@ def test_real_flameox_has_kernels_but_no_nvtx(config):
     [trace] = nsys.read(real("flameox_nsight-2025.5.2.sqlite"), config)
     events = trace.events
     assert len(rows(events, ev.KERNEL)) == 3 and len(rows(events, ev.MEMCPY)) == 1
-    assert events["lane_kind"].eq(ev.HOST_THREAD).sum() == len(rows(events, ev.RUNTIME))  # no NVTX rows
+    # no NVTX rows: host rows are the runtime calls and the two span marks (issue 12)
+    assert events["lane_kind"].eq(ev.HOST_THREAD).sum() == len(rows(events, ev.RUNTIME)) + 2
     assert trace.meta["nvtx_domains"] == {}
 
 

@@ -33,6 +33,14 @@ def detect(path: Path) -> str:
     return "nsys"
 
 
+def communication_prefixes(config: dict) -> tuple[str, ...]:
+    """Kernel-name prefixes of communication kernels: ``communication.kernel_prefixes`` of the
+    config, else the shipped default; the one place every reader takes them from."""
+    from ..config import DEFAULTS
+    default = DEFAULTS["communication"]["kernel_prefixes"]
+    return tuple((config.get("communication") or {}).get("kernel_prefixes", default))
+
+
 def read(path: str | Path, config: dict) -> list[RankTrace]:
     """Read one file of any supported format."""
     path = Path(path)
@@ -64,4 +72,4 @@ def expand(inputs: list[str]) -> list[Path]:
     return sorted(unique, key=lambda p: (p.name, str(p)))
 
 
-__all__ = ["read", "detect", "expand"]
+__all__ = ["read", "detect", "expand", "communication_prefixes"]

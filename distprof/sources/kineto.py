@@ -57,7 +57,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from itertools import compress, count, repeat
-from operator import attrgetter, eq, is_, is_not, methodcaller
+from operator import attrgetter, eq, is_, methodcaller
 from pathlib import Path
 from typing import Any, Union
 
@@ -65,6 +65,8 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
+from . import communication_prefixes
+from .joins import innermost_enclosing, launch_join, span_of_groups
 
 try:
     import msgspec
@@ -84,6 +86,12 @@ _CATEGORY_CLASS = {
 }
 _GPU_WORK = (_KERNEL, _MEMCPY, _MEMSET)
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+# record_function ranges that are the Model Summary's phases (others are USER ranges)
+_PHASE_NAME = re.compile(r"^(## *(forward|backward|optimi[sz]er|optimi[sz]er[._ ]step|data_?load(er|ing)?) *##"
+                         r"|Optimizer\.step#.*|enumerate\(DataLoader\)#.*)$", re.IGNORECASE)
+_HOST_COMM_ALWAYS = ("gloo:",)          # gloo worker-thread ranges: the real exchange, waiting included
+_HOST_COMM_CPU_ONLY = ("c10d::",)       # on GPU traces these only enqueue NCCL kernels
+_HOST_COMPUTE = ("aten::",)
 _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 # Below this many µs, a float parsed from text with <= 3 decimals lies within 0.49 ns of the
 # text's value, so the integer/fraction split recovers the exact nanosecond (see _us_to_ns).
@@ -350,7 +358,33 @@ def _convert(path: Path, document: _Document, config: dict) -> ev.RankTrace:
 
 
 def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
-    # complete events of the known categories
+    """The rank's event table: rows of known categories, their times and ids, the steps, then
+    the categorical columns."""
+    rows, classes, skipped = _known_rows(doc)
+    rows, classes, start_ns, end_ns, negative = _times(doc, rows, classes, skipped)
+    name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
+    ids = _ids(doc, rows, classes)
+    del rows
+    steps = _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids)
+    columns, name_uniques = _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids, steps, config)
+    rank, rank_from = _rank(doc.info.get("distributedInfo"), path)
+    table = ev.make_events(rank=-1 if rank is None else rank, **columns)
+
+    device, gpu = ids["device"], ids["gpu"]
+    used = device[gpu & (device >= 0)]
+    main_device = int(np.bincount(used).argmax()) if used.size else None
+    warnings = [f"{path}: {negative} event(s) with negative duration, clamped to 0"] if negative else []
+    meta = _meta(doc, main_device, int(steps["work"].size - (steps["launch"] >= 0).sum()), skipped)
+    # the GPU window of each step (span of the GPU work launched in it), next to the CPU step rows
+    meta["gpu_step_windows"] = {"step": steps["numbers"].tolist(), "start_ns": steps["gpu_start"].tolist(),
+                                "end_ns": steps["gpu_end"].tolist()}
+    return ev.RankTrace(events=table, rank=rank, source="kineto", source_file=str(path), pid=steps["host_pid"],
+                        device=main_device, clock_offset_ns=_to_int(doc.info.get("baseTimeNanoseconds"), 0),
+                        rank_from=rank_from, warnings=warnings, meta=meta)
+
+
+def _known_rows(doc: _Document) -> tuple[list, np.ndarray, dict]:
+    """The complete events of known categories, their class, and the count of skipped ones by category."""
     complete = doc.complete_events()
     cat_codes, cat_uniques = _factorize(doc.field(complete, "cat"))
     class_of = np.array([_CATEGORY_CLASS.get(str(cat).lower(), _DROP) for cat in cat_uniques], dtype=np.int8)
@@ -359,11 +393,14 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     dropped = np.bincount(cat_codes[~keep], minlength=len(cat_uniques))
     skipped = {str(cat): int(n) for cat, n in zip(cat_uniques, dropped) if n}
     rows = list(compress(complete, keep.tolist()))
-    classes = classes[keep]
-    del complete, cat_codes
     if not rows:
         raise ev.SourceError("no CPU or GPU events in the trace (only metadata or unknown categories)")
+    return rows, classes[keep], skipped
 
+
+def _times(doc: _Document, rows: list, classes: np.ndarray, skipped: dict):
+    """Start and end in ns; rows without a time are dropped (counted in ``skipped``), negative
+    durations clamped to 0 (counted)."""
     start_ns, no_ts = _us_to_ns(doc.field(rows, "ts"))
     if no_ts is not None:  # malformed rows without a time: skip them
         has_ts = ~no_ts
@@ -371,13 +408,13 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
         skipped["(no ts)"] = int(no_ts.sum())
     dur_ns, _ = _us_to_ns(doc.field(rows, "dur"))  # a missing dur is 0
     negative = int((dur_ns < 0).sum())
-    end_ns = start_ns + np.maximum(dur_ns, 0)
-    del dur_ns
+    return rows, classes, start_ns, start_ns + np.maximum(dur_ns, 0), negative
 
-    name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
+
+def _ids(doc: _Document, rows: list, classes: np.ndarray) -> dict:
+    """pid, tid, lane (stream on the GPU, else tid), device and correlation id of every row."""
     pid = _int_column(doc.field(rows, "pid"))
     tid = _int_column(doc.field(rows, "tid"))
-
     gpu = np.isin(classes, (*_GPU_WORK, _GPU_RANGE))
     linked = np.isin(classes, (*_GPU_WORK, _RUNTIME))
     lane = tid.copy()
@@ -393,10 +430,15 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
         lane[gpu] = np.where(stream >= 0, stream, tid[gpu])
         dev = _int_column(doc.arg(gpu_args, "device"))
         device[gpu] = np.where(dev >= 0, dev, pid[gpu])
-    kernel_args = doc.args(compress(rows, (classes == _KERNEL).tolist()))
-    del rows
+    return {"pid": pid, "tid": tid, "gpu": gpu, "lane": lane, "device": device, "correlation": correlation}
 
-    # ProfilerStep#N ranges: the CPU bounds of the steps, and the process that owns them
+
+def _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict) -> dict:
+    """The ProfilerStep#N ranges (CPU bounds: the step as the framework marks it), the step of
+    every row (host rows: the step holding their start on the step's process; GPU work: the step
+    of its launching call, else the step holding its start), the launch join, the training
+    process, each step's GPU window, and the host categories. Sets GPU rows' pid to the host pid."""
+    pid, gpu = ids["pid"], ids["gpu"]
     step_of_name = np.array([_step_number(name) for name in name_uniques], dtype=np.int64)
     step_rows = np.flatnonzero((classes == _HOST_RANGE) & (step_of_name[name_codes] >= 0))
     step_rows = step_rows[np.argsort(start_ns[step_rows], kind="stable")]
@@ -404,37 +446,103 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     step_start, step_end, step_pid = start_ns[step_rows], end_ns[step_rows], pid[step_rows]
     host_pid = _main_pid(pid, classes, step_pid)
 
-    # host rows: the step whose CPU range holds their start, on the step's process;
-    # GPU work: the step of its launching runtime call (joined on correlation id)
+    def step_at(rows: np.ndarray, process: np.ndarray) -> np.ndarray:
+        if not step_rows.size:
+            return np.full(rows.size, -1, np.int64)
+        found = innermost_enclosing(step_pid, step_start, step_end, process, start_ns[rows], start_ns[rows])
+        return np.where(found >= 0, step_numbers[np.maximum(found, 0)], -1)
+
     step = np.full(len(classes), -1, np.int64)
-    host = ~gpu
-    step[host] = _step_at(start_ns[host], pid[host], step_start, step_end, step_pid, step_numbers)
+    host = np.flatnonzero(~gpu)
+    step[host] = step_at(host, pid[host])
     step[step_rows] = step_numbers
     work = np.flatnonzero(np.isin(classes, _GPU_WORK))
     runtime = np.flatnonzero(classes == _RUNTIME)
-    launch = _launch_rows(correlation[work], correlation[runtime])
-    step[work] = np.where(launch >= 0, step[runtime[np.maximum(launch, 0)]] if runtime.size else -1, -1)
+    launch = launch_join(ids["correlation"][work], ids["correlation"][runtime])
+    by_time = step_at(work, np.full(work.size, step_pid[0] if step_pid.size else 0, np.int64))
+    step[work] = np.where(launch >= 0, step[runtime[np.maximum(launch, 0)]] if runtime.size else -1, by_time)
     if host_pid is not None:
         pid[gpu] = host_pid
-    gpu_start, gpu_end = _step_gpu_bounds(step_numbers, step[work], start_ns[work], end_ns[work],
-                                          step_start, step_end)
+    launched = launch >= 0
+    gpu_start, gpu_end = _step_gpu_bounds(step_numbers, np.where(launched, step[work], -1), start_ns[work],
+                                          end_ns[work], step_start, step_end)
+    host_category = _host_categories(classes, name_codes, name_uniques, bool((classes == _KERNEL).any()))
+    _demote_nested_phases(host_category, ids, start_ns, end_ns)
+    phase_row = _phases(host_category, start_ns, end_ns, ids, work, runtime, launch)
+    return {"rows": step_rows, "numbers": step_numbers, "pid": step_pid, "step": step, "work": work,
+            "launch": launch, "host_pid": host_pid, "start": step_start, "end": step_end,
+            "gpu_start": gpu_start, "gpu_end": gpu_end, "host_category": host_category,
+            "phase_row": phase_row}
 
-    # kind / category / lane kind as category codes
+
+def _phases(host_category, start_ns, end_ns, ids: dict, work, runtime, launch) -> np.ndarray:
+    """Phase of every row as the row of its phase range (-1: none): host rows the innermost
+    PHASE range around them on their thread (a phase range is its own phase), GPU work the
+    phase of its launching call; GPU work whose launch is unknown has none."""
+    phase_rows = np.flatnonzero(host_category == ev.CATEGORIES.index(ev.PHASE))
+    host = np.flatnonzero(~ids["gpu"])
+    tid = ids["tid"]
+    found = innermost_enclosing(tid[phase_rows], start_ns[phase_rows], end_ns[phase_rows],
+                                tid[host], start_ns[host], end_ns[host])
+    phase_row = np.full(len(host_category), -1, np.int64)
+    phase_row[host] = np.where(found >= 0, phase_rows[np.maximum(found, 0)], -1) if phase_rows.size else -1
+    if runtime.size:
+        phase_row[work] = np.where(launch >= 0, phase_row[runtime[np.maximum(launch, 0)]], -1)
+    return phase_row
+
+
+def _host_categories(classes, name_codes, name_uniques, gpu_trace: bool) -> np.ndarray:
+    """Category codes of host ranges by name: gloo:* (and c10d::* on CPU-only traces)
+    COMMUNICATION, aten::* COMPUTE, the phase names PHASE, the rest USER; -1 for other rows."""
+    comm_prefixes = _HOST_COMM_ALWAYS + (() if gpu_trace else _HOST_COMM_CPU_ONLY)
+    by_name = np.full(len(name_uniques), ev.CATEGORIES.index(ev.USER), np.int64)
+    for index, name in enumerate(name_uniques):  # per distinct name, not per event
+        if name.startswith(comm_prefixes):
+            by_name[index] = ev.CATEGORIES.index(ev.COMMUNICATION)
+        elif name.startswith(_HOST_COMPUTE):
+            by_name[index] = ev.CATEGORIES.index(ev.COMPUTE)
+        elif _PHASE_NAME.match(name):
+            by_name[index] = ev.CATEGORIES.index(ev.PHASE)
+    return np.where(classes == _HOST_RANGE, by_name[name_codes] if name_codes.size else -1, -1)
+
+
+def _demote_nested_phases(category, ids, start_ns, end_ns) -> None:
+    """A phase range inside another phase range on the same thread is a USER range (one phase
+    per moment: ``Optimizer.step#`` inside ``## optimizer ##`` is not counted twice)."""
+    rows = np.flatnonzero(category == ev.CATEGORIES.index(ev.PHASE))
+    if rows.size < 2:
+        return
+    lane, start, end = ids["lane"][rows], start_ns[rows], end_ns[rows]
+    order = np.lexsort((-end, start, lane))
+    lane, start, end = lane[order], start[order], end[order]
+    # running max of ends, restarting per lane: later lanes are lifted above every earlier end
+    level = np.cumsum(np.concatenate([[0], (lane[1:] != lane[:-1]).astype(np.int64)]))
+    lift = level * (int(end.max()) - int(end.min()) + 1)
+    reach = np.maximum.accumulate(end - end.min() + lift) - lift + end.min()
+    inside = np.zeros(order.size, bool)
+    inside[1:] = (level[1:] == level[:-1]) & (reach[:-1] >= end[1:]) & (start[1:] < reach[:-1])
+    category[rows[order[inside]]] = ev.CATEGORIES.index(ev.USER)
+
+
+def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, steps: dict, config: dict):
+    """The event-table columns as categoricals, one ProfileStep row appended per step (the CPU
+    ProfilerStep#N rows stay as USER ranges)."""
     kind = np.full(len(classes), ev.KINDS.index(ev.RANGE), np.int64)
     for cls, value in ((_KERNEL, ev.KERNEL), (_MEMCPY, ev.MEMCPY), (_MEMSET, ev.MEMSET), (_RUNTIME, ev.RUNTIME)):
         kind[classes == cls] = ev.KINDS.index(value)
-    category = np.full(len(classes), ev.CATEGORIES.index(ev.USER), np.int64)
+    category = steps["host_category"].copy()
+    category[category < 0] = ev.CATEGORIES.index(ev.USER)
+    kind[category == ev.CATEGORIES.index(ev.COMMUNICATION)] = ev.KINDS.index(ev.COMM_OP)
     category[np.isin(classes, (_MEMCPY, _MEMSET))] = ev.CATEGORIES.index(ev.MEMORY)
     category[classes == _RUNTIME] = ev.CATEGORIES.index(ev.RUNTIME_CAT)
-    prefixes = tuple(config.get("communication", {}).get("kernel_prefixes", ["nccl"]))
+    prefixes = communication_prefixes(config)
     comm_name = np.array([name.startswith(prefixes) for name in name_uniques], dtype=bool)
     is_kernel = classes == _KERNEL
     category[is_kernel] = np.where(comm_name[name_codes[is_kernel]], ev.CATEGORIES.index(ev.COMMUNICATION),
                                    ev.CATEGORIES.index(ev.COMPUTE))
-    lane_kind = np.where(gpu, ev.LANE_KINDS.index(ev.GPU_STREAM), ev.LANE_KINDS.index(ev.HOST_THREAD))
+    lane_kind = np.where(ids["gpu"], ev.LANE_KINDS.index(ev.GPU_STREAM), ev.LANE_KINDS.index(ev.HOST_THREAD))
 
-    # append one ProfileStep row per step (the CPU ProfilerStep#N rows stay as USER ranges)
-    n_steps = step_rows.size
+    n_steps = steps["rows"].size
     if ev.PROFILE_STEP not in name_uniques:
         name_uniques = [*name_uniques, ev.PROFILE_STEP]
     profile_step_code = name_uniques.index(ev.PROFILE_STEP)
@@ -442,31 +550,25 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
         "kind": np.concatenate([kind, np.full(n_steps, ev.KINDS.index(ev.RANGE))]),
         "category": np.concatenate([category, np.full(n_steps, ev.CATEGORIES.index(ev.PHASE))]),
         "name": np.concatenate([name_codes, np.full(n_steps, profile_step_code)]),
-        "start_ns": np.concatenate([start_ns, gpu_start]),
-        "end_ns": np.concatenate([end_ns, gpu_end]),
-        "device": np.concatenate([device, np.full(n_steps, -1, np.int64)]),
-        "lane": np.concatenate([lane, tid[step_rows]]),
+        "start_ns": np.concatenate([start_ns, steps["start"]]),
+        "end_ns": np.concatenate([end_ns, steps["end"]]),
+        "device": np.concatenate([ids["device"], np.full(n_steps, -1, np.int64)]),
+        "lane": np.concatenate([ids["lane"], ids["tid"][steps["rows"]]]),
         "lane_kind": np.concatenate([lane_kind, np.full(n_steps, ev.LANE_KINDS.index(ev.HOST_THREAD))]),
-        "pid": np.concatenate([pid, step_pid]),
-        "correlation_id": np.concatenate([correlation, np.full(n_steps, -1, np.int64)]),
-        "step": np.concatenate([step, step_numbers]),
+        "pid": np.concatenate([ids["pid"], steps["pid"]]),
+        "correlation_id": np.concatenate([ids["correlation"], np.full(n_steps, -1, np.int64)]),
+        "step": np.concatenate([steps["step"], steps["numbers"]]),
     }
     for column, allowed in (("kind", ev.KINDS), ("category", ev.CATEGORIES), ("lane_kind", ev.LANE_KINDS),
                             ("name", name_uniques)):
         columns[column] = pd.Categorical.from_codes(columns[column], categories=allowed)
-    # Kineto has no distprof phases: every row's phase is "" (given as a category, no per-row text)
-    columns["phase"] = pd.Categorical.from_codes(np.zeros(len(columns["step"]), np.int8), categories=[""])
-    rank, rank_from = _rank(doc.info.get("distributedInfo"), path)
-    table = ev.make_events(rank=-1 if rank is None else rank, **columns)
-
-    used = device[gpu & (device >= 0)]
-    main_device = int(np.bincount(used).argmax()) if used.size else None
-    warnings = [f"{path}: {negative} event(s) with negative duration, clamped to 0"] if negative else []
-    meta = _meta(doc, main_device, int(work.size - (launch >= 0).sum()), skipped)
-    meta["nccl_collectives"] = _collectives(doc, kernel_args)
-    return ev.RankTrace(events=table, rank=rank, source="kineto", source_file=str(path), pid=host_pid,
-                        device=main_device, clock_offset_ns=_to_int(doc.info.get("baseTimeNanoseconds"), 0),
-                        rank_from=rank_from, warnings=warnings, meta=meta)
+    phase_row = np.concatenate([steps["phase_row"], np.full(n_steps, -1, np.int64)])
+    phase_name = np.where(phase_row >= 0, columns["name"].codes[np.maximum(phase_row, 0)], -1)
+    used, phase_code = np.unique(phase_name, return_inverse=True)
+    names = ["" if code < 0 else name_uniques[code] for code in used]
+    columns["phase"] = pd.Categorical.from_codes(phase_code.ravel(), categories=names) if "" in names or not \
+        names else pd.Categorical.from_codes(phase_code.ravel() + 1, categories=["", *names])
+    return columns, name_uniques
 
 
 def _factorize(values: list) -> tuple[np.ndarray, list]:
@@ -515,32 +617,6 @@ def _main_pid(pid: np.ndarray, classes: np.ndarray, step_pid: np.ndarray) -> int
     return None
 
 
-def _step_at(times, pids, step_start, step_end, step_pid, step_numbers) -> np.ndarray:
-    """For each time, the number of the step whose [start, end) holds it on the same pid, else -1.
-    Steps are sorted by start; one searchsorted per process that has steps (one, in practice)."""
-    out = np.full(times.size, -1, np.int64)
-    for process in np.unique(step_pid):
-        mine = step_pid == process
-        starts, ends, numbers = step_start[mine], step_end[mine], step_numbers[mine]
-        rows = np.flatnonzero(pids == process)
-        index = np.searchsorted(starts, times[rows], side="right") - 1
-        safe = np.maximum(index, 0)
-        inside = (index >= 0) & (times[rows] < ends[safe])
-        out[rows] = np.where(inside, numbers[safe], -1)
-    return out
-
-
-def _launch_rows(work_correlation: np.ndarray, runtime_correlation: np.ndarray) -> np.ndarray:
-    """Position among the runtime rows of each GPU row's launching call (same correlation), or -1."""
-    if not runtime_correlation.size:
-        return np.full(work_correlation.size, -1, np.int64)
-    order = np.argsort(runtime_correlation, kind="stable")
-    ordered = runtime_correlation[order]
-    position = np.minimum(np.searchsorted(ordered, work_correlation), ordered.size - 1)
-    found = (ordered[position] == work_correlation) & (work_correlation >= 0)
-    return np.where(found, order[position], -1)
-
-
 def _step_gpu_bounds(step_numbers, work_step, work_start, work_end, step_start, step_end):
     """Per step: [min start, max end] of the GPU work launched in it, else its CPU bounds."""
     gpu_start, gpu_end = step_start.copy(), step_end.copy()
@@ -549,11 +625,8 @@ def _step_gpu_bounds(step_numbers, work_step, work_start, work_end, step_start, 
     order = np.argsort(step_numbers, kind="stable")
     slot = np.minimum(np.searchsorted(step_numbers[order], work_step), order.size - 1)
     valid = (work_step >= 0) & (step_numbers[order][slot] == work_step)
-    target = order[slot[valid]]
-    lowest = np.full(step_numbers.size, np.iinfo(np.int64).max)
-    highest = np.full(step_numbers.size, np.iinfo(np.int64).min)
-    np.minimum.at(lowest, target, work_start[valid])
-    np.maximum.at(highest, target, work_end[valid])
+    target = np.where(valid, order[slot], -1)
+    lowest, highest = span_of_groups(step_numbers.size, target, work_start, work_end)
     has_work = highest >= lowest
     gpu_start[has_work], gpu_end[has_work] = lowest[has_work], highest[has_work]
     return gpu_start, gpu_end
@@ -584,29 +657,6 @@ def _meta(doc: _Document, device: int | None, unlaunched: int, skipped: dict) ->
         meta["gpu_name"] = next((p.get("name") for p in properties if isinstance(p, dict) and p.get("id") == device),
                                 None)
     return meta
-
-
-def _collectives(doc: _Document, kernel_args: list) -> dict:
-    """Per NCCL collective name (kernel args ``Collective name`` etc., as Kineto copies them from
-    ``record_param_comms``): count, elements in and out, group size."""
-    names = doc.arg(kernel_args, "collective")
-    present = list(map(is_not, names, repeat(None)))
-    if not any(present):
-        return {}
-    carrying = list(compress(kernel_args, present))
-    frame = pd.DataFrame({
-        "name": [str(name) for name in compress(names, present)],  # one per collective kernel
-        "in_msg_nelems": np.maximum(_int_column(doc.arg(carrying, "in_nelems"), 0), 0),
-        "out_msg_nelems": np.maximum(_int_column(doc.arg(carrying, "out_nelems"), 0), 0),
-        "group_size": _int_column(doc.arg(carrying, "group_size"), -1),
-    })
-    grouped = frame.groupby("name", sort=True).agg(
-        count=("name", "size"), in_msg_nelems=("in_msg_nelems", "sum"), out_msg_nelems=("out_msg_nelems", "sum"),
-        group_size=("group_size", "max"))
-    return {str(name): {"count": int(row["count"]), "in_msg_nelems": int(row["in_msg_nelems"]),
-                        "out_msg_nelems": int(row["out_msg_nelems"]),
-                        "group_size": int(row["group_size"]) if row["group_size"] > 0 else None}
-            for name, row in grouped.iterrows()}
 
 
 __all__ = ["read"]

@@ -65,8 +65,9 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
-from ..config import DEFAULTS
 from ..events import RankTrace, SourceError
+from . import communication_prefixes
+from .joins import innermost_enclosing, launch_join, span_of_groups
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -97,7 +98,14 @@ MEMCPY_KINDS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host
                 12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
 MEMSET_NAME = "[CUDA memset]"
 UNNAMED = "(unnamed)"
+ACTIVITY_MARK = "[recorded activity]"  # instants at the first and last recorded event of a process
+MPI_TABLES = ("MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "MPI_START_WAIT_EVENTS", "MPI_OTHER_EVENTS")
+# (table, id column) of everything a process records: the span of these is the rank's span
+ACTIVITY_TABLES = ((KERNEL_TABLE, "globalPid"), (MEMCPY_TABLE, "globalPid"), (MEMSET_TABLE, "globalPid"),
+                   (RUNTIME_TABLE, "globalTid"), (NVTX_TABLE, "globalTid"), ("OSRT_API", "globalTid"),
+                   *((table, "globalTid") for table in MPI_TABLES))
 
+NVTX_ACTIVITY_TYPES = (34, 59, 60)     # mark, push/pop range, start/end range
 CHUNK_ROWS = 1 << 16                  # rows packed per query: bounds the size of one packed string
 MAX_WORKERS = 4
 MMAP_BYTES = 1 << 31                  # SQLite caps this at its compile-time maximum (2 GB by default)
@@ -131,14 +139,9 @@ def read_kernel_table(path: str | Path, config: dict) -> dict:
     _check_header(path)
     try:
         with _Export(path) as export:
-            return _read_kernels(export, _comm_prefixes(config))
+            return _read_kernels(export, communication_prefixes(config))
     except sqlite3.Error as error:
         raise _database_error(path, error) from None
-
-
-def _comm_prefixes(config: dict) -> tuple[str, ...]:
-    communication = config.get("communication", DEFAULTS["communication"])
-    return tuple(communication.get("kernel_prefixes", DEFAULTS["communication"]["kernel_prefixes"]))
 
 
 # -- file access ------------------------------------------------------------------------------
@@ -416,22 +419,9 @@ def _launch_calls(export: _Export, gpu: dict) -> tuple[dict, np.ndarray]:
         "t.start", "t.end", export.column(RUNTIME_TABLE, "globalTid", "0"),
         export.column(RUNTIME_TABLE, "correlationId", "-1"), export.column(RUNTIME_TABLE, "eventClass", "0"),
         export.column(RUNTIME_TABLE, "nameId", "0")])[0]
-    call_key = (((global_tid >> 24) & _PID_MASK) << 32) | (correlation & 0xFFFFFFFF)
-    # one sort: per key, the preferred (non-legacy) copy comes first
-    order = np.argsort((call_key << 1) | (event_class == LEGACY_RUNTIME_CLASS))
-    order = order[correlation[order] >= 0]
-    sorted_keys = call_key[order]
-    first = np.ones(sorted_keys.size, dtype=bool)
-    first[1:] = sorted_keys[1:] != sorted_keys[:-1]
-    unique_keys, unique_rows = sorted_keys[first], order[first]
-    del order, sorted_keys, first, call_key
-
-    op_key = (gpu["pid"] << 32) | (gpu["correlation_id"] & 0xFFFFFFFF)
-    launch_row = np.full(op_key.size, -1, np.int64)
-    if unique_keys.size:
-        position = np.minimum(np.searchsorted(unique_keys, op_key), unique_keys.size - 1)
-        matched = (unique_keys[position] == op_key) & (gpu["correlation_id"] >= 0)
-        launch_row[matched] = unique_rows[position[matched]]
+    # per (pid, correlation id) one call: the preferred (non-legacy) copy of a duplicated one
+    launch_row = launch_join(gpu["correlation_id"], correlation, gpu["pid"], (global_tid >> 24) & _PID_MASK,
+                             call_rank=(event_class == LEGACY_RUNTIME_CLASS).astype(np.int64))
     used = np.zeros(start.size, dtype=bool)
     used[launch_row[launch_row >= 0]] = True
     used_rows = np.flatnonzero(used)
@@ -533,60 +523,33 @@ def _mpi_thread_ranks(export: _Export) -> dict[int, int]:
     return ranks
 
 
-# -- nesting ----------------------------------------------------------------------------------------
-
-def innermost_enclosing(range_thread: np.ndarray, range_start: np.ndarray, range_end: np.ndarray,
-                        query_thread: np.ndarray, query_start: np.ndarray, query_end: np.ndarray) -> np.ndarray:
-    """For each query interval, the index of the innermost range on the same thread that
-    contains it (``start <= query_start`` and ``query_end <= end``), or -1.
-
-    Ranges are assumed to nest per thread, as push/pop ranges do. Two sorted sweeps, no loop:
-    the first gives the nesting depth of every range and query (ranges open at that instant, on
-    that thread); the innermost range containing a query is then the last range that started
-    before it on the same thread at the query's depth (or, when the query outlives that range,
-    the enclosing depth). A returned range always contains its query; with ranges that cross
-    each other (start/end ranges can) a query may get -1 or an outer range.
-    """
-    n, m = range_start.size, query_start.size
-    result = np.full(m, -1, np.int64)
-    if n == 0 or m == 0:
-        return result
-    # sweep 1: at equal times, ends before starts before queries (ranges are half-open for
-    # depth); starts at one time, outer (longer) range first
-    thread = np.concatenate([range_thread, range_thread, query_thread])
-    time = np.concatenate([range_start, range_end, query_start])
-    order_at_tie = np.concatenate([np.ones(n, np.int8), np.zeros(n, np.int8), np.full(m, 2, np.int8)])
-    outer_first = np.concatenate([-range_end, np.zeros(n + m, np.int64)])
-    order = np.lexsort((outer_first, order_at_tie, time, thread))
-    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64), np.zeros(m, np.int64)])
-    depth = np.empty(2 * n + m, np.int64)
-    depth[order] = np.cumsum(delta[order])
-    range_depth, query_depth = depth[:n], depth[2 * n:]
-
-    # sweep 2: per (thread, depth), the last range start at or before each query. A query that
-    # outlives that range (it crosses the range's end) tries the enclosing depth: one pass per
-    # nesting level, over the queries still open, never per event.
-    pending = np.flatnonzero(query_depth > 0)
-    depth_now = query_depth.copy()
-    while pending.size:
-        order = np.lexsort((np.concatenate([np.zeros(n, np.int8), np.ones(pending.size, np.int8)]),
-                            np.concatenate([range_start, query_start[pending]]),
-                            np.concatenate([range_depth, depth_now[pending]]),
-                            np.concatenate([range_thread, query_thread[pending]])))
-        is_range = order < n
-        last_range = np.maximum.accumulate(np.where(is_range, np.arange(order.size), -1))
-        query = pending[order[~is_range] - n]
-        candidate_at = last_range[~is_range]
-        candidate = np.where(candidate_at >= 0, order[np.maximum(candidate_at, 0)], -1)
-        safe = np.maximum(candidate, 0)
-        same_level = ((candidate >= 0) & (range_thread[safe] == query_thread[query])
-                      & (range_depth[safe] == depth_now[query]))
-        contains = same_level & (range_start[safe] <= query_start[query]) & (query_end[query] <= range_end[safe])
-        result[query[contains]] = candidate[contains]
-        pending = query[same_level & ~contains]
-        depth_now[pending] -= 1
-        pending = pending[depth_now[pending] > 0]
-    return result
+def _activity_marks(export: _Export, pids: np.ndarray) -> dict:
+    """Two instants per rank process, at the first start and the last end of everything it
+    recorded (every activity table, runtime calls not kept as rows included), so that the
+    events span the recorded activity: the window of a trace without steps. One aggregate
+    query per table."""
+    bounds: dict[int, list[int]] = {}
+    for table, id_column in ACTIVITY_TABLES:
+        if not {"start", id_column} <= export.columns(table):
+            continue
+        end = "IFNULL(t.end, t.start)" if "end" in export.columns(table) else "t.start"
+        # NVTX: marks and ranges only; domain-create and thread-name rows are registrations, not activity
+        only = f" AND t.eventType IN {NVTX_ACTIVITY_TYPES}" if table == NVTX_TABLE else ""
+        for pid, low, high in export.rows(f"SELECT (IFNULL(t.{id_column}, 0) >> 24) & {_PID_MASK} AS p, "
+                                          f"min(t.start), max({end}) FROM {table} AS t "
+                                          f"WHERE t.start IS NOT NULL{only} GROUP BY p"):
+            if int(pid) in pids and low is not None:
+                old = bounds.setdefault(int(pid), [low, high])
+                old[0], old[1] = min(old[0], low), max(old[1], high)
+    pid = np.repeat(np.array(sorted(bounds), np.int64), 2)
+    time = np.array([value for key in sorted(bounds) for value in bounds[key]], np.int64)
+    n = time.size
+    return {"kind": np.full(n, _KIND_CODE[ev.MARK], np.int8), "category": np.full(n, _CATEGORY_CODE[ev.RUNTIME_CAT],
+                                                                                   np.int8),
+            "name": np.zeros(n, np.int64), "names": np.array([ACTIVITY_MARK], dtype=object), "start": time,
+            "end": time, "device": np.full(n, -1, np.int64), "pid": pid, "thread": pid << 24,
+            "correlation_id": np.full(n, -1, np.int64), "step": np.full(n, -1, np.int64),
+            "phase": np.zeros(n, np.int64)}
 
 
 # -- assembling rank traces ---------------------------------------------------------------------------
@@ -596,7 +559,7 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
     if not export.tables & set(NSYS_TABLES):
         raise SourceError(f"{path}: SQLite file but not an nsys export (none of the tables "
                           f"{KERNEL_TABLE}, {NVTX_TABLE}, {STRINGS_TABLE}, META_DATA_EXPORT)")
-    prefixes = _comm_prefixes(config)
+    prefixes = communication_prefixes(config)
     warnings: list[str] = []
 
     gpu = _concat_parts([_read_kernels(export, prefixes), *_read_memory_ops(export)])
@@ -634,9 +597,11 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
     domain_counts = nvtx["domain_counts"]
 
     lane_kind_gpu, lane_kind_host = _LANE_KIND_CODE[ev.GPU_STREAM], _LANE_KIND_CODE[ev.HOST_THREAD]
+    marks = _activity_marks(export, set(devices))
     rows = _concat_parts([_event_columns(gpu, gpu["lane"], lane_kind_gpu),
                           _event_columns(calls, calls["thread"] & _PID_MASK, lane_kind_host),
-                          _event_columns(nvtx, nvtx["thread"] & _PID_MASK, lane_kind_host)])
+                          _event_columns(nvtx, nvtx["thread"] & _PID_MASK, lane_kind_host),
+                          _event_columns(marks, marks["thread"] & _PID_MASK, lane_kind_host)])
     del gpu, calls, nvtx  # only the event rows are needed from here on
     file_facts = {"nsys_version": metadata.get("EXPORT_PRODUCT_VERSION"),
                   "schema_version": metadata.get("EXPORT_SCHEMA_VERSION"),
@@ -680,11 +645,8 @@ def _assign_phases_and_steps(gpu: dict, calls: dict, op_launch: np.ndarray, nvtx
     # on the GPU a step spans the GPU ops launched inside its CPU range
     has_step = op_step_row >= 0
     if has_step.any():
-        first = np.full(nvtx["start"].size, np.iinfo(np.int64).max)
-        last = np.full(nvtx["start"].size, np.iinfo(np.int64).min)
-        np.minimum.at(first, op_step_row[has_step], gpu["start"][has_step])
-        np.maximum.at(last, op_step_row[has_step], gpu["end"][has_step])
-        projected = last > np.iinfo(np.int64).min
+        first, last = span_of_groups(nvtx["start"].size, op_step_row, gpu["start"], gpu["end"])
+        projected = last >= first
         nvtx["start"] = np.where(projected, first, nvtx["start"])
         nvtx["end"] = np.where(projected, last, nvtx["end"])
     return np.asarray(phase_names, dtype=object)

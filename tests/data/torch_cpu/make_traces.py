@@ -1,0 +1,75 @@
+"""Make the real CPU (gloo) PyTorch profiler traces in this folder: a 4-rank job under torchrun.
+
+    OMP_NUM_THREADS=1 python -m torch.distributed.run --nproc_per_node 4 make_traces.py OUT_DIR [--late-ms 30]
+
+Each rank: a tiny MLP, ``record_function`` phases (``## forward ##``, ``## backward ##``,
+``Optimizer.step#SGD.step`` comes from torch itself), two process groups ({0,1} and {2,3}) for
+the gradient allreduce, the world group for an all_gather and a broadcast, one all_to_all
+(world), and rank 2 sleeping ``--late-ms`` before the allreduce in every step (0: no late
+rank). ``torch.profiler`` (CPU activities, record_shapes) with a schedule writes one Kineto
+JSON per rank, gzip-compressed: ``rank<N>.json.gz``.
+"""
+
+import argparse
+import gzip
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--late-ms", type=float, default=30.0)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    pair = [dist.new_group([0, 1]), dist.new_group([2, 3])][rank // 2]
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def ready(prof) -> None:
+        raw = out / f"rank{rank}.json"
+        prof.export_chrome_trace(str(raw))
+        with open(raw, "rb") as source, gzip.open(f"{raw}.gz", "wb") as target:
+            shutil.copyfileobj(source, target)
+        raw.unlink()
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=1, warmup=1, active=3, repeat=1), on_trace_ready=ready) as prof:
+        for _ in range(5):
+            x, y = torch.randn(16, 64), torch.randn(16, 8)
+            with record_function("## forward ##"):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+            with record_function("## backward ##"):
+                optimizer.zero_grad()
+                loss.backward()
+            if rank == 2 and args.late_ms:
+                time.sleep(args.late_ms / 1000)
+            with record_function("## allreduce ##"):
+                for param in model.parameters():
+                    dist.all_reduce(param.grad, group=pair)
+                    param.grad /= 2
+            optimizer.step()
+            with record_function("## exchange ##"):
+                gathered = [torch.empty(4) for _ in range(world)]
+                dist.all_gather(gathered, torch.full((4,), float(rank)))
+                swapped = torch.empty(world * 2)
+                dist.all_to_all_single(swapped, torch.arange(world * 2, dtype=torch.float32))
+                dist.broadcast(swapped, src=0)
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
