@@ -49,10 +49,8 @@ stdlib ``json`` gives the same result, slower. The cyclic GC is paused while rea
 from __future__ import annotations
 
 import gc
-import gzip
 import json
 import re
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
@@ -181,10 +179,10 @@ def read(path: Path, config: dict) -> list[ev.RankTrace]:
     path = Path(path)
     with _gc_paused():
         try:
-            return [_convert(path, _load(path, exact_text=False), config)]
+            return [_convert(path, _load(path, exact_text=False, config=config), config)]
         except _NeedText:
             pass  # decode again outside the handler, once the first document is released
-        return [_convert(path, _load(path, exact_text=True), config)]
+        return [_convert(path, _load(path, exact_text=True, config=config), config)]
 
 
 @contextmanager
@@ -202,25 +200,17 @@ def _gc_paused() -> Iterator[None]:
 
 # ---------------------------------------------------------------------------- loading
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        raise ev.SourceError(f"{path}: cannot read ({error.strerror or error})") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as error:
-            raise ev.SourceError(f"{path}: corrupt or truncated gzip ({error})") from None
+def _read_bytes(path: Path, config: dict) -> bytes:
+    from . import read_bytes  # streaming gunzip with the input.max_uncompressed_mb limit
+    data = read_bytes(path, config)
     if not data or data.isspace():
         raise ev.SourceError(f"{path}: empty file, not a Kineto trace")
     return data
 
 
-def _load(path: Path, exact_text: bool) -> _Document:
+def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document:
     """Decode the file; with ``exact_text`` non-integer numbers come back as Decimal."""
-    data = _read_bytes(path)
+    data = _read_bytes(path, config or {})
     if msgspec is not None:
         for tagged in (True, False):  # untagged only when some event has no or an unknown "ph"
             decoder, complete_type = _DECODERS[exact_text, tagged]

@@ -1,0 +1,134 @@
+"""Bad inputs give one line naming the file and the problem (rc 2), never a traceback; a bad
+file beside a good one is skipped with a warning and the good one still merges (issue 14)."""
+
+import gzip
+import json
+import os
+import shutil
+import sqlite3
+import sys
+
+import pytest
+from conftest import run_cli
+from kineto_fixtures import overlap_trace
+
+from distprof import sources
+from distprof.events import SourceError
+
+
+def one_line_error(result, *needles):
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("distprof: warning:")]
+    assert len(lines) == 1 and lines[0].startswith("distprof: error:"), result.stderr[-2000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def merges_beside_good(tmp_path, bad, *needles):
+    """The good rank merges; the summary warns about the bad file."""
+    good = overlap_trace(rank=0).write(tmp_path / "good_rank0.json")
+    out = tmp_path / "out"
+    result = run_cli("merge", str(good), str(bad), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["rank"] for r in summary["ranks"]] == [0]
+    warning = next(w for w in summary["warnings"] if str(bad) in w)
+    for needle in needles:
+        assert needle in warning, warning
+    return summary
+
+
+def low_limits(tmp_path, text):
+    path = tmp_path / "limits.yaml"
+    path.write_text(text)
+    return path
+
+
+# ---------------------------------------------------------------- input files
+
+def test_fifo_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "rank1.json"
+    os.mkfifo(fifo)
+    one_line_error(run_cli("merge", str(fifo), "-o", str(tmp_path / "o"), timeout=60), str(fifo), "not a regular file")
+    merges_beside_good(tmp_path, fifo, "not a regular file")
+
+
+def test_file_above_size_limit_is_refused_unread(tmp_path):
+    big = tmp_path / "rank1.json"
+    with open(big, "wb") as handle:
+        handle.truncate(3 << 20)  # sparse: 3 MB on paper, nothing on disk
+    config = low_limits(tmp_path, "input:\n  max_file_mb: 2\n")
+    result = run_cli("merge", str(big), "--config", str(config), "-o", str(tmp_path / "o"))
+    one_line_error(result, str(big), "above input.max_file_mb = 2")
+
+
+def test_gzip_bomb_is_refused_while_streaming(tmp_path):
+    bomb = tmp_path / "rank1.json.gz"
+    bomb.write_bytes(gzip.compress(b" " * (5 << 20), compresslevel=9))
+    limits = {"input": {"max_uncompressed_mb": 2}}
+    with pytest.raises(SourceError, match="expands beyond input.max_uncompressed_mb = 2"):
+        sources.read_bytes(bomb, limits)
+    config = low_limits(tmp_path, "input:\n  max_uncompressed_mb: 2\n")
+    one_line_error(run_cli("merge", str(bomb), "--config", str(config), "-o", str(tmp_path / "o")),
+                   str(bomb), "gzip expands beyond")
+
+
+def test_streaming_gunzip_reads_concatenated_members_and_refuses_truncation(tmp_path):
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(b'{"a": ') + gzip.compress(b"1}"))
+    assert bytes(sources.read_bytes(path, {})) == b'{"a": 1}'
+    path.write_bytes(gzip.compress(b"x" * 100_000)[:-100])
+    with pytest.raises(SourceError, match="truncated gzip"):
+        sources.read_bytes(path, {})
+
+
+def test_merge_outdir_skips_own_outputs(tmp_path):
+    out = tmp_path / "job"
+    out.mkdir()
+    overlap_trace(rank=0).write(out / "rank0.json")
+    first = run_cli("merge", str(out), "-o", str(out))
+    assert first.returncode == 0, first.stderr
+    (out / "diff.json").write_text("{}")
+    again = run_cli("merge", str(out), "-o", str(out))
+    assert again.returncode == 0 and "skipped" not in again.stderr, again.stderr
+    assert [p.name for p in sources.expand([str(out)])] == ["rank0.json"]
+
+
+def test_nothing_found_says_what_was_searched(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    one_line_error(run_cli("merge", str(tmp_path)), "no input files found", "*.sqlite", "*.json.gz", "*.nsys-rep")
+
+
+def test_nsys_report_says_how_to_export(tmp_path, monkeypatch):
+    report = tmp_path / "rank0.nsys-rep"
+    report.write_bytes(b"\x00" * 64)
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no nsys there
+    one_line_error(run_cli("merge", str(tmp_path), "-o", str(tmp_path / "o")),
+                   str(report), "run `nsys export --type sqlite")
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
+def test_nsys_report_is_exported_when_nsys_is_on_path(tmp_path, monkeypatch):
+    from nsys_fixtures import real_export
+    report = tmp_path / "rank0.nsys-rep"
+    report.write_bytes(b"\x00" * 64)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    fake = tools / "nsys"  # `nsys export --type sqlite --output OUT FILE`: copies a real export
+    fake.write_text(f'#!/bin/sh\ncp "{real_export("flameox_nsight-2025.5.2.sqlite")}" "$5"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.path.dirname(sys.executable)}:/usr/bin:/bin")
+    traces = sources.read(report, {})
+    assert traces and (tmp_path / "rank0.sqlite").exists()
+
+
+def test_mixing_nsys_and_kineto_warns(tmp_path, capsys):
+    from nsys_fixtures import real_export
+    shutil.copy(real_export("flameox_nsight-2025.5.2.sqlite"), tmp_path / "a.sqlite")
+    overlap_trace(rank=0).write(tmp_path / "b.json")
+    told = []
+    assert len(sources.expand([str(tmp_path)], warn=told.append)) == 2
+    assert told and "rank numbers come from different sources" in told[0]
