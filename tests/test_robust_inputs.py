@@ -132,3 +132,70 @@ def test_mixing_nsys_and_kineto_warns(tmp_path, capsys):
     told = []
     assert len(sources.expand([str(tmp_path)], warn=told.append)) == 2
     assert told and "rank numbers come from different sources" in told[0]
+
+
+# ---------------------------------------------------------------- native rank files
+
+def native_file(path, rank=1, world_size=2):
+    """A real collector file: two steps with a compute range each, complete."""
+    from distprof.collector import Collector
+    collector = Collector(path, rank=rank, world_size=world_size)
+    for step in range(2):
+        base = 1_000_000 * (step + 1)
+        collector.record("ProfileStep", "PHASE", "range", base, base + 900_000)
+        collector.record("Forward", "PHASE", "range", base + 10_000, base + 500_000)
+        collector.flush()
+    collector.set_meta(complete=1)
+    collector.close()
+    return path
+
+
+def test_native_range_with_missing_name_is_kept_with_placeholder(tmp_path):
+    path = native_file(tmp_path / "rank1.sqlite")
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM distprof_names WHERE name = 'Forward'")
+    trace = sources.read(path, {})[0]
+    names = set(trace.events["name"].astype(str))
+    assert any(name.startswith("<unknown name ") for name in names)
+    assert len(trace.events) == 4
+    assert any("missing from distprof_names" in w for w in trace.warnings)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ("UPDATE distprof_ranges SET start_ns = 'soon' WHERE rowid = 1", "non-integer time"),
+    ("UPDATE distprof_meta SET value = 'two' WHERE key = 'world_size'", "world_size 'two'"),
+    ("UPDATE distprof_meta SET value = '2000000000' WHERE key = 'world_size'", "world_size 2000000000"),
+    ("UPDATE distprof_meta SET value = '1000000000000000' WHERE key = 'rank'", "rank 1000000000000000"),
+])
+def test_native_bad_values_warn_and_keep_the_rest(tmp_path, change, needle):
+    path = native_file(tmp_path / "rank1.sqlite")
+    with sqlite3.connect(path) as db:
+        db.execute(change)
+    trace = sources.read(path, {})[0]
+    assert len(trace.events) >= 3
+    assert any(needle in w and str(path) in w for w in trace.warnings), trace.warnings
+    assert trace.rank in (1, None)
+
+
+def test_native_null_start_in_lax_schema_is_skipped(tmp_path):
+    path = native_file(tmp_path / "rank1.sqlite")
+    with sqlite3.connect(path) as db:  # a schema without NOT NULL, as another writer could make it
+        db.executescript("ALTER TABLE distprof_ranges RENAME TO old;"
+                         "CREATE TABLE distprof_ranges(start_ns, end_ns, tid, name_id, step);"
+                         "INSERT INTO distprof_ranges SELECT * FROM old; DROP TABLE old;"
+                         "UPDATE distprof_ranges SET start_ns = NULL WHERE rowid = 2;")
+    trace = sources.read(path, {})[0]
+    assert len(trace.events) == 3 and any("1 range row(s)" in w for w in trace.warnings)
+
+
+def test_truncated_native_file_is_skipped_beside_good(tmp_path):
+    path = native_file(tmp_path / "rank1.sqlite")
+    with sqlite3.connect(path) as db:  # enough pages that a cut loses table content
+        db.executescript("PRAGMA journal_mode=DELETE; CREATE TABLE pad(x); "
+                         "INSERT INTO pad SELECT randomblob(900) FROM (WITH RECURSIVE c(i) AS "
+                         "(SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 400) SELECT i FROM c);")
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * 0.95)])
+    result = run_cli("merge", str(path), "-o", str(tmp_path / "o"))
+    one_line_error(result, str(path))
+    merges_beside_good(tmp_path, path)

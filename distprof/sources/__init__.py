@@ -22,6 +22,23 @@ REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems reports: need `nsys 
 # distprof's own outputs, skipped when a directory or glob is merged (merge OUTDIR)
 OWN_OUTPUTS = frozenset({"summary.json", "trace.json.gz", "report.html", "ranks.csv", "diff.json", "whatif.json"})
 MB = 1 << 20
+MAX_WORLD_SIZE = 1 << 20  # a world_size above this in a file is a corrupt value, not a job
+
+
+def sane_rank(rank: int | None, world_size: int | None, path: Path) -> tuple[int | None, int | None, list[str]]:
+    """Rank and world size as a file states them, made safe to trust: a world size above
+    MAX_WORLD_SIZE (or below 1) is dropped, and a rank outside the world is left to the merge to
+    number (None). Each change comes with a warning naming the file. A summary sized by a
+    corrupt world_size once took 23.8 GiB."""
+    warnings = []
+    if world_size is not None and not 1 <= world_size <= MAX_WORLD_SIZE:
+        warnings.append(f"{path}: world_size {world_size} is not between 1 and {MAX_WORLD_SIZE}; ignored")
+        world_size = None
+    limit = world_size if world_size is not None else MAX_WORLD_SIZE
+    if rank is not None and not 0 <= rank < limit:
+        warnings.append(f"{path}: rank {rank} is outside a world of {limit}; numbered by input order instead")
+        rank = None
+    return rank, world_size, warnings
 
 
 def detect(path: Path) -> str:
@@ -187,4 +204,4 @@ def _mix_warning(paths: list[Path]) -> str | None:
     return None
 
 
-__all__ = ["read", "detect", "expand", "check_file", "read_bytes"]
+__all__ = ["read", "detect", "expand", "check_file", "read_bytes", "sane_rank", "MAX_WORLD_SIZE"]
