@@ -199,3 +199,58 @@ def test_truncated_native_file_is_skipped_beside_good(tmp_path):
     result = run_cli("merge", str(path), "-o", str(tmp_path / "o"))
     one_line_error(result, str(path))
     merges_beside_good(tmp_path, path)
+
+
+# ---------------------------------------------------------------- Kineto traces
+
+def cpu_event(ts, dur=10, **more):
+    return {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts, "dur": dur, **more}
+
+
+def kineto_bytes(events, info=None):
+    document = {"traceEvents": events}
+    if info:
+        document["distributedInfo"] = info
+    return json.dumps(document).encode()
+
+
+DEEP = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1, "args": ' + b'{"a": ' * 100_000 + b"1" \
+    + b"}" * 100_000 + b"}]}"
+
+
+@pytest.mark.parametrize("data, needle", [
+    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "\xff\xfe", "ts": 1, "dur": 1}]}', "not valid UTF-8"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 100000000000000000000000000000, "dur": 1}]}',
+     "timestamp out of range"),
+    (DEEP, "nested too deep"),
+    (kineto_bytes([{"ph": "X", "cat": "cpu_op", "name": "a", "dur": 1}]), "no event with a timestamp"),
+    (kineto_bytes([cpu_event(9_223_372_036_854_775), cpu_event(1, 5)]), "does not fit int64"),
+    (kineto_bytes([cpu_event(-5_000_000_000_000), cpu_event(1000)]), "corrupt timestamps"),
+])
+def test_bad_kineto_is_one_line_and_skipped_beside_good(tmp_path, data, needle):
+    bad = tmp_path / "rank1.json"
+    bad.write_bytes(data)
+    one_line_error(run_cli("merge", str(bad), "-o", str(tmp_path / "o")), str(bad), needle)
+    merges_beside_good(tmp_path, bad, needle)
+
+
+@pytest.mark.parametrize("info, needle, rank", [
+    ({"rank": 1, "world_size": 2_000_000_000}, "world_size 2000000000", 1),
+    ({"rank": 10 ** 15, "world_size": 2}, "rank 1000000000000000 is outside a world of 2", None),
+])
+def test_kineto_world_and_rank_are_sanity_checked(tmp_path, info, needle, rank):
+    path = tmp_path / "t.json"
+    path.write_bytes(kineto_bytes([cpu_event(1000)], info))
+    trace = sources.read(path, {})[0]
+    assert trace.rank == rank and (trace.meta["world_size"] or 0) <= sources.MAX_WORLD_SIZE
+    assert any(needle in w and str(path) in w for w in trace.warnings), trace.warnings
+
+
+def test_kineto_huge_world_does_not_size_the_merge(tmp_path):
+    good = overlap_trace(rank=0).write(tmp_path / "good_rank0.json")
+    path = tmp_path / "rank1.json"
+    path.write_bytes(kineto_bytes([cpu_event(1000)], {"rank": 1, "world_size": 2_000_000_000}))
+    result = run_cli("merge", str(good), str(path), "-o", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and any("world_size 2000000000" in w for w in summary["warnings"])

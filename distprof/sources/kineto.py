@@ -63,6 +63,7 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
+from . import sane_rank
 
 try:
     import msgspec
@@ -87,6 +88,7 @@ _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 # text's value, so the integer/fraction split recovers the exact nanosecond (see _us_to_ns).
 _EXACT_FLOAT_LIMIT_US = 2.0 ** 43
 _INT_US_LIMIT = (2 ** 63 - 1) // 1000
+MAX_SPAN_NS = 7 * 86_400 * 10 ** 9  # a trace longer than a week is a corrupt timestamp, not a job
 _NO_TRACE_EVENTS = "JSON without a 'traceEvents' list, not a PyTorch profiler trace"
 
 # field -> JSON key, for the stdlib fallback (msgspec structs carry the same names as attributes)
@@ -177,12 +179,18 @@ class _Document:
 def read(path: Path, config: dict) -> list[ev.RankTrace]:
     """Read one Kineto trace file as one rank. Raises SourceError with one line on bad input."""
     path = Path(path)
-    with _gc_paused():
-        try:
-            return [_convert(path, _load(path, exact_text=False, config=config), config)]
-        except _NeedText:
-            pass  # decode again outside the handler, once the first document is released
-        return [_convert(path, _load(path, exact_text=True, config=config), config)]
+    try:
+        with _gc_paused():
+            try:
+                return [_convert(path, _load(path, exact_text=False, config=config), config)]
+            except _NeedText:
+                pass  # decode again outside the handler, once the first document is released
+            return [_convert(path, _load(path, exact_text=True, config=config), config)]
+    except RecursionError:
+        raise ev.SourceError(f"{path}: JSON nested too deep to be a Kineto trace") from None
+    except UnicodeDecodeError as error:
+        raise ev.SourceError(f"{path}: not valid UTF-8 text (byte 0x{error.object[error.start]:02x} "
+                             "in a string)") from None
 
 
 @contextmanager
@@ -279,6 +287,8 @@ def _us_to_ns(values: list) -> tuple[np.ndarray, np.ndarray | None]:
         values = [0 if value is None else value for value in values]
         kinds = set(map(type, values))
     if kinds <= {int, float}:
+        if any(abs(value) > _INT_US_LIMIT for value in values):  # beyond int64 ns: numpy gave object
+            raise ev.SourceError("timestamp out of range (does not fit int64 nanoseconds)")
         return _us_to_ns(values)[0], missing
     if float in kinds:
         raise _NeedText  # floats next to text: keep every number as text
@@ -359,10 +369,13 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
         has_ts = ~no_ts
         rows, classes, start_ns = list(compress(rows, has_ts.tolist())), classes[has_ts], start_ns[has_ts]
         skipped["(no ts)"] = int(no_ts.sum())
+        if not rows:
+            raise ev.SourceError(f"no event with a timestamp ('ts') among {no_ts.size} CPU/GPU event(s)")
     dur_ns, _ = _us_to_ns(doc.field(rows, "dur"))  # a missing dur is 0
     negative = int((dur_ns < 0).sum())
     end_ns = start_ns + np.maximum(dur_ns, 0)
     del dur_ns
+    time_warnings = _check_times(start_ns, end_ns, _to_int(doc.info.get("baseTimeNanoseconds"), 0), path)
 
     name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
     pid = _int_column(doc.field(rows, "pid"))
@@ -447,12 +460,17 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     # Kineto has no distprof phases: every row's phase is "" (given as a category, no per-row text)
     columns["phase"] = pd.Categorical.from_codes(np.zeros(len(columns["step"]), np.int8), categories=[""])
     rank, rank_from = _rank(doc.info.get("distributedInfo"), path)
+    info = doc.info.get("distributedInfo") if isinstance(doc.info.get("distributedInfo"), dict) else {}
+    rank, world_size, rank_warnings = sane_rank(rank, _to_int(info.get("world_size"), 0) or None, path)
+    rank_from = rank_from if rank is not None else "unknown"
     table = ev.make_events(rank=-1 if rank is None else rank, **columns)
 
     used = device[gpu & (device >= 0)]
     main_device = int(np.bincount(used).argmax()) if used.size else None
     warnings = [f"{path}: {negative} event(s) with negative duration, clamped to 0"] if negative else []
+    warnings += time_warnings + rank_warnings
     meta = _meta(doc, main_device, int(work.size - (launch >= 0).sum()), skipped)
+    meta["world_size"] = world_size
     meta["nccl_collectives"] = _collectives(doc, kernel_args)
     return ev.RankTrace(events=table, rank=rank, source="kineto", source_file=str(path), pid=host_pid,
                         device=main_device, clock_offset_ns=_to_int(doc.info.get("baseTimeNanoseconds"), 0),
@@ -547,6 +565,23 @@ def _step_gpu_bounds(step_numbers, work_step, work_start, work_end, step_start, 
     has_work = highest >= lowest
     gpu_start[has_work], gpu_end[has_work] = lowest[has_work], highest[has_work]
     return gpu_start, gpu_end
+
+
+def _check_times(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int, path: Path) -> list[str]:
+    """Refuse times that overflowed int64 once converted, or that span more than MAX_SPAN_NS (a
+    corrupt ts near 2**63 or far below 0 would make a 292-year window); warn on negative times."""
+    if not start_ns.size:
+        return []
+    if (end_ns < start_ns).any():
+        raise ev.SourceError("ts + dur does not fit int64 nanoseconds")
+    first, last = int(start_ns.min()), int(end_ns.max())
+    if last - first > MAX_SPAN_NS:
+        raise ev.SourceError(f"events span {(last - first) / 86_400e9:.0f} days (ts from {first // 1000} "
+                             f"to {last // 1000} µs): corrupt timestamps")
+    if not (-2 ** 63 <= first + base_ns and last + base_ns < 2 ** 63):
+        raise ev.SourceError("ts + baseTimeNanoseconds does not fit int64 nanoseconds")
+    negative = int((start_ns < 0).sum())
+    return [f"{path}: {negative} event(s) with a negative timestamp"] if negative and first + base_ns < 0 else []
 
 
 def _rank(info, path: Path) -> tuple[int | None, str]:
