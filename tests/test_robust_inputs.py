@@ -254,3 +254,33 @@ def test_kineto_huge_world_does_not_size_the_merge(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["world_size"] == 2 and any("world_size 2000000000" in w for w in summary["warnings"])
+
+
+# ---------------------------------------------------------------- nsys exports
+
+@pytest.mark.parametrize("change, needle", [
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 0.5", "non-integer or NULL values in t.start"),
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'x' || start", "non-integer or NULL values in t.start"),
+    ("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'yesterday'", "utcEpochNs 'yesterday'"),
+    ("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 9223372036854775807", "is not a UTC time"),
+])
+def test_bad_nsys_is_one_line_and_skipped_beside_good(tmp_path, change, needle):
+    import nsys_fixtures as fx
+    bad = fx.one_step_rank(fx.NsysExport()).write(tmp_path / "rank1.sqlite")
+    with sqlite3.connect(bad) as db:
+        db.execute(change)
+    one_line_error(run_cli("merge", str(bad), "-o", str(tmp_path / "o")), str(bad), needle)
+    merges_beside_good(tmp_path, bad, needle)
+
+
+def test_nsys_missing_strings_keep_events_with_placeholder(tmp_path):
+    import nsys_fixtures as fx
+    path = fx.one_step_rank(fx.NsysExport()).write(tmp_path / "rank0.sqlite")
+    before = len(sources.read(path, {})[0].events)
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM StringIds")
+    trace = sources.read(path, {})[0]
+    assert len(trace.events) == before
+    assert any(name.startswith("<unknown string ") for name in trace.events["name"].astype(str))
+    told = [w for w in trace.warnings if "missing from StringIds" in w]
+    assert len(told) == 1 and str(path) in told[0]
