@@ -459,10 +459,7 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
         columns[column] = pd.Categorical.from_codes(columns[column], categories=allowed)
     # Kineto has no distprof phases: every row's phase is "" (given as a category, no per-row text)
     columns["phase"] = pd.Categorical.from_codes(np.zeros(len(columns["step"]), np.int8), categories=[""])
-    rank, rank_from = _rank(doc.info.get("distributedInfo"), path)
-    info = doc.info.get("distributedInfo") if isinstance(doc.info.get("distributedInfo"), dict) else {}
-    rank, world_size, rank_warnings = sane_rank(rank, _to_int(info.get("world_size"), 0) or None, path)
-    rank_from = rank_from if rank is not None else "unknown"
+    rank, rank_from, world_size, rank_warnings = _checked_rank(doc, path)
     table = ev.make_events(rank=-1 if rank is None else rank, **columns)
 
     used = device[gpu & (device >= 0)]
@@ -582,6 +579,14 @@ def _check_times(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int, path: P
         raise ev.SourceError("ts + baseTimeNanoseconds does not fit int64 nanoseconds")
     negative = int((start_ns < 0).sum())
     return [f"{path}: {negative} event(s) with a negative timestamp"] if negative and first + base_ns < 0 else []
+
+
+def _checked_rank(doc: _Document, path: Path) -> tuple[int | None, str, int | None, list[str]]:
+    """Rank and world size, a corrupt world_size or a rank outside the world dropped with a warning."""
+    rank, rank_from = _rank(doc.info.get("distributedInfo"), path)
+    info = doc.info.get("distributedInfo") if isinstance(doc.info.get("distributedInfo"), dict) else {}
+    rank, world_size, warnings = sane_rank(rank, _to_int(info.get("world_size"), 0) or None, path)
+    return rank, rank_from if rank is not None else "unknown", world_size, warnings
 
 
 def _rank(info, path: Path) -> tuple[int | None, str]:
