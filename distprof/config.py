@@ -7,6 +7,7 @@ wrong types are errors naming the key and the file: a typo must not silently do 
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,10 @@ DEFAULTS: dict[str, Any] = {
         "straggler_min_lead": 2.0,   # ... and late in total at least this many times the next-latest rank
         "max_rows": 200,    # per-collective and per-step rows kept in summary.json (plus aggregates)
     },
+    "input": {
+        "max_file_mb": 20480,           # input files above this size are refused (one line, no read)
+        "max_uncompressed_mb": 20480,   # a .gz input that expands beyond this is refused while streaming
+    },
     "diagnosis": {
         "dataloader_share": 0.20,   # Dataloader above this share of ProfileStep: finding
         "gpu_idle_share": 0.20,     # GPU idle above this share of the window: finding
@@ -59,6 +64,18 @@ DEFAULTS: dict[str, Any] = {
 
 
 CHOICES = {"window": ("steps", "all"), "demo.comm": ("overlap", "serial")}
+# numeric keys and their allowed closed range (None: unbounded); a value outside is an error
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "collector.merge_timeout_s": (0, None), "clock.pingpong_samples": (0, None),
+    "clock.refine_min_collectives": (0, None), "checks.overlap_warn_ratio": (0, 1),
+    "skew.straggler_min_ns": (0, None), "skew.straggler_min_step_fraction": (0, 1),
+    "skew.straggler_min_late_share": (0, 1), "skew.straggler_min_lead": (0, None), "skew.max_rows": (0, None),
+    "input.max_file_mb": (1, None), "input.max_uncompressed_mb": (1, None),
+    "diagnosis.dataloader_share": (0, 1), "diagnosis.gpu_idle_share": (0, 1),
+    "demo.ranks": (1, None), "demo.steps": (1, None), "demo.layers": (1, None), "demo.width": (1, None),
+    "demo.batch": (1, None),
+}
+NON_EMPTY_ITEMS = ("communication.kernel_prefixes",)  # an empty prefix would match every kernel
 
 
 class ConfigError(ValueError):
@@ -85,10 +102,61 @@ def _merge(base: dict, override: dict, where: str, source: str) -> dict:
                               f"got {type(value).__name__} ({value!r})")
         if isinstance(default, list) and not all(isinstance(item, str) for item in value):
             raise ConfigError(f"{source}: key '{path}' must be a list of strings")
+        _check_value(path, value, source)
         if path in CHOICES and value not in CHOICES[path]:
             raise ConfigError(f"{source}: key '{path}' must be one of {', '.join(CHOICES[path])}, got {value!r}")
         merged[key] = value
     return merged
+
+
+def _check_value(path: str, value: Any, source: str) -> None:
+    """Ranges and non-empty entries: a negative count or a ratio of 5 must not silently do nonsense."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{source}: key '{path}' must be a finite number, got {value!r}")
+    low, high = RANGES.get(path, (None, None))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise ConfigError(f"{source}: key '{path}' must be {bounds}, got {value!r}")
+    if path in NON_EMPTY_ITEMS and isinstance(value, list) and any(item == "" for item in value):
+        raise ConfigError(f"{source}: key '{path}' must not hold an empty string (it would match everything)")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (YAML would keep the last silently)."""
+
+    def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201 - PyYAML's signature
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)):
+                continue
+            if key in seen:
+                raise ConfigError(f"duplicate key '{key}' at line {key_node.start_mark.line + 1}")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _parse(path: str | Path) -> Any:
+    """The YAML document of a config file, every problem as a ConfigError naming the file."""
+    source = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as error:
+        raise ConfigError(f"{source}: cannot read config ({error.strerror or error})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{source}: not UTF-8 text (byte 0x{raw[error.start]:02x} at offset {error.start})") \
+            from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{source}: not valid YAML{line}") from None
 
 
 def load(path: str | Path | None = None, overrides: dict | None = None) -> dict:
@@ -96,16 +164,7 @@ def load(path: str | Path | None = None, overrides: dict | None = None) -> dict:
     config = copy.deepcopy(DEFAULTS)
     if path is not None:
         source = str(path)
-        try:
-            text = Path(path).read_text()
-        except OSError as error:
-            raise ConfigError(f"{source}: cannot read config ({error.strerror or error})") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            line = f" at line {mark.line + 1}" if mark else ""
-            raise ConfigError(f"{source}: not valid YAML{line}") from None
+        data = _parse(path)
         if data is None:
             data = {}
         if not isinstance(data, dict):

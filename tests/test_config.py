@@ -64,3 +64,30 @@ def test_default_yaml_documents_every_key():
     from conftest import ROOT
     documented = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
     assert documented == config_mod.DEFAULTS
+
+
+@pytest.mark.parametrize("text, message", [
+    ("demo:\n  ranks: 2\n  ranks: 3\n", "duplicate key 'ranks' at line 3"),
+    ("skew:\n  max_rows: -1\n", "key 'skew.max_rows' must be at least 0"),
+    ("clock:\n  refine_min_collectives: -3\n", "key 'clock.refine_min_collectives' must be at least 0"),
+    ("clock:\n  pingpong_samples: -1\n", "key 'clock.pingpong_samples' must be at least 0"),
+    ("checks:\n  overlap_warn_ratio: .nan\n", "key 'checks.overlap_warn_ratio' must be a finite number"),
+    ("checks:\n  overlap_warn_ratio: 5\n", "key 'checks.overlap_warn_ratio' must be between 0 and 1"),
+    ("communication:\n  kernel_prefixes: ['']\n", "key 'communication.kernel_prefixes' must not hold an empty"),
+    ("input:\n  max_file_mb: 0\n", "key 'input.max_file_mb' must be at least 1"),
+])
+def test_bad_values_are_refused_naming_key_and_file(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(config_mod.ConfigError) as error:
+        config_mod.load(path)
+    assert str(path) in str(error.value) and message in str(error.value), str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_config_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"demo:\n  straggler: \xff\xfe\n")
+    result = run_cli("demo", "--config", str(path), "--dry-run")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+    assert f"distprof: error: {path}: not UTF-8 text" in result.stderr

@@ -4,12 +4,41 @@ metrics. Every reader has the signature ``read(path, config) -> list[RankTrace]`
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
+import stat
+import subprocess
+import sys
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from ..events import RankTrace, SourceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz")
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems reports: need `nsys export --type sqlite`
+# distprof's own outputs, skipped when a directory or glob is merged (merge OUTDIR)
+OWN_OUTPUTS = frozenset({"summary.json", "trace.json.gz", "report.html", "ranks.csv", "diff.json", "whatif.json"})
+MB = 1 << 20
+MAX_WORLD_SIZE = 1 << 20  # a world_size above this in a file is a corrupt value, not a job
+
+
+def sane_rank(rank: int | None, world_size: int | None, path: Path) -> tuple[int | None, int | None, list[str]]:
+    """Rank and world size as a file states them, made safe to trust: a world size above
+    MAX_WORLD_SIZE (or below 1) is dropped, and a rank outside the world is left to the merge to
+    number (None). Each change comes with a warning naming the file. A summary sized by a
+    corrupt world_size once took 23.8 GiB."""
+    warnings = []
+    if world_size is not None and not 1 <= world_size <= MAX_WORLD_SIZE:
+        warnings.append(f"{path}: world_size {world_size} is not between 1 and {MAX_WORLD_SIZE}; ignored")
+        world_size = None
+    limit = world_size if world_size is not None else MAX_WORLD_SIZE
+    if rank is not None and not 0 <= rank < limit:
+        warnings.append(f"{path}: rank {rank} is outside a world of {limit}; numbered by input order instead")
+        rank = None
+    return rank, world_size, warnings
 
 
 def detect(path: Path) -> str:
@@ -41,9 +70,77 @@ def communication_prefixes(config: dict) -> tuple[str, ...]:
     return tuple((config.get("communication") or {}).get("kernel_prefixes", default))
 
 
+def check_file(path: Path, config: dict) -> None:
+    """Refuse what would hang or exhaust memory before opening it: a FIFO blocks a reader forever,
+    a huge file is read whole by the Kineto reader."""
+    try:
+        info = path.stat()
+    except OSError as error:
+        raise SourceError(f"{path}: cannot read ({error.strerror or error})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise SourceError(f"{path}: not a regular file (a pipe, device or directory); give trace files")
+    limit = config.get("input", {}).get("max_file_mb", 20480)
+    if info.st_size > limit * MB:
+        raise SourceError(f"{path}: {info.st_size / MB:.0f} MB, above input.max_file_mb = {limit} "
+                          "(raise it in the config to read this file)")
+
+
+def read_bytes(path: Path, config: dict) -> bytes | bytearray:
+    """The file's bytes, gunzipped while streaming: a gzip expanding beyond
+    ``input.max_uncompressed_mb`` is refused before it fills memory."""
+    limit = config.get("input", {}).get("max_uncompressed_mb", 20480) * MB
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise SourceError(f"{path}: cannot read ({error.strerror or error})") from None
+    if data[:2] != b"\x1f\x8b":
+        return data
+    out = bytearray()
+    rest = data
+    try:
+        while rest[:2] == b"\x1f\x8b":  # one gzip member after another, like gzip.decompress
+            inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
+            chunk = inflate.decompress(rest, 16 * MB)
+            while True:
+                out += chunk
+                if len(out) > limit:
+                    raise SourceError(f"{path}: gzip expands beyond input.max_uncompressed_mb = {limit // MB} "
+                                      "(raise it in the config to read this file)")
+                if inflate.eof or not inflate.unconsumed_tail:
+                    break
+                chunk = inflate.decompress(inflate.unconsumed_tail, 16 * MB)
+            if not inflate.eof:
+                raise SourceError(f"{path}: corrupt or truncated gzip (compressed data ended early)")
+            rest = inflate.unused_data.lstrip(b"\x00")
+    except zlib.error as error:
+        raise SourceError(f"{path}: corrupt or truncated gzip ({error})") from None
+    return out
+
+
+def _nsys_report(path: Path) -> Path:
+    """The SQLite export of an Nsight Systems report: exported next to it when ``nsys`` is on PATH."""
+    target = path.with_suffix(".sqlite")
+    if target.exists():
+        return target
+    hint = f"run `nsys export --type sqlite {path}` and merge the .sqlite file"
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise SourceError(f"{path}: an Nsight Systems report, not its SQLite export: {hint}")
+    done = subprocess.run([nsys, "export", "--type", "sqlite", "--output", str(target), str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0 or not target.exists():
+        raise SourceError(f"{path}: `nsys export` failed (exit {done.returncode}): {hint}")
+    return target
+
+
 def read(path: str | Path, config: dict) -> list[RankTrace]:
     """Read one file of any supported format."""
     path = Path(path)
+    check_file(path, config)
+    if path.name.endswith(REPORT_SUFFIXES):
+        path = _nsys_report(path)
+        check_file(path, config)
     kind = detect(path)
     if kind == "native":
         from . import native
@@ -55,21 +152,67 @@ def read(path: str | Path, config: dict) -> list[RankTrace]:
     return kineto.read(path, config)
 
 
-def expand(inputs: list[str]) -> list[Path]:
-    """Files, directories (their trace files) and globs, sorted by name, without duplicates."""
+def _wanted(path: Path) -> bool:
+    return path.name.endswith(TRACE_SUFFIXES + REPORT_SUFFIXES) and path.name not in OWN_OUTPUTS
+
+
+def _stderr(message: str) -> None:
+    print(f"distprof: warning: {message}", file=sys.stderr)
+
+
+def expand(inputs: list[str], warn: Callable[[str], None] = _stderr) -> list[Path]:
+    """Files, directories (their trace files) and globs, sorted by name, without duplicates.
+    distprof's own outputs in a directory or glob are skipped; a .nsys-rep is dropped when its
+    .sqlite export is there too. Nothing found: a SourceError saying what was looked for."""
     import glob
     found: list[Path] = []
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            found += [p for p in sorted(path.iterdir()) if p.is_file() and
-                      (p.suffix in (".sqlite", ".json") or p.name.endswith(".json.gz"))]
+            found += [p for p in sorted(path.iterdir()) if p.is_file() and _wanted(p)]
         elif any(ch in item for ch in "*?["):
-            found += [Path(p) for p in sorted(glob.glob(item))]
+            found += [Path(p) for p in sorted(glob.glob(item)) if Path(p).name not in OWN_OUTPUTS]
         else:
             found.append(path)
     unique = list(dict.fromkeys(p.resolve() for p in found))
+    names = set(unique)
+    unique = [p for p in unique if not (p.name.endswith(REPORT_SUFFIXES) and p.with_suffix(".sqlite") in names)]
+    if not unique:
+        raise SourceError(f"{' '.join(inputs)}: no input files found (looked for "
+                          f"{', '.join('*' + s for s in TRACE_SUFFIXES + REPORT_SUFFIXES)})")
+    mixed = _mix_warning(unique)
+    if mixed:
+        warn(mixed)
     return sorted(unique, key=lambda p: (p.name, str(p)))
 
 
 __all__ = ["read", "detect", "expand", "communication_prefixes"]
+
+
+def _mix_warning(paths: list[Path]) -> str | None:
+    """nsys and Kineto files together: their rank numbers come from different places."""
+    def head(path: Path) -> bytes:
+        try:
+            if not path.is_file() or not os.access(path, os.R_OK):
+                return b""
+            with open(path, "rb") as handle:
+                return handle.read(16)
+        except OSError:
+            return b""
+    heads = {path: head(path) for path in paths}
+    kineto = [p for p, h in heads.items() if h[:2] == b"\x1f\x8b" or h.lstrip()[:1] in (b"{", b"[")]
+    sqlite_files = [p for p, h in heads.items() if h == SQLITE_MAGIC]
+    if not kineto or not sqlite_files:
+        return None
+    for path in sqlite_files:
+        try:
+            if detect(path) == "nsys":
+                return (f"mixing nsys exports ({path.name}, ...) and Kineto traces ({kineto[0].name}, ...): "
+                        "their rank numbers come from different sources (environment vs distributedInfo); "
+                        "check that they do not collide")
+        except SourceError:
+            continue
+    return None
+
+
+__all__ = ["read", "detect", "expand", "check_file", "read_bytes", "sane_rank", "MAX_WORLD_SIZE"]

@@ -49,10 +49,8 @@ stdlib ``json`` gives the same result, slower. The cyclic GC is paused while rea
 from __future__ import annotations
 
 import gc
-import gzip
 import json
 import re
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
@@ -65,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
-from . import communication_prefixes
+from . import communication_prefixes, sane_rank
 from .joins import innermost_enclosing, launch_join, span_of_groups
 
 try:
@@ -97,6 +95,7 @@ _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 # text's value, so the integer/fraction split recovers the exact nanosecond (see _us_to_ns).
 _EXACT_FLOAT_LIMIT_US = 2.0 ** 43
 _INT_US_LIMIT = (2 ** 63 - 1) // 1000
+MAX_SPAN_NS = 7 * 86_400 * 10 ** 9  # a trace longer than a week is a corrupt timestamp, not a job
 _NO_TRACE_EVENTS = "JSON without a 'traceEvents' list, not a PyTorch profiler trace"
 
 # field -> JSON key, for the stdlib fallback (msgspec structs carry the same names as attributes)
@@ -187,12 +186,18 @@ class _Document:
 def read(path: Path, config: dict) -> list[ev.RankTrace]:
     """Read one Kineto trace file as one rank. Raises SourceError with one line on bad input."""
     path = Path(path)
-    with _gc_paused():
-        try:
-            return [_convert(path, _load(path, exact_text=False), config)]
-        except _NeedText:
-            pass  # decode again outside the handler, once the first document is released
-        return [_convert(path, _load(path, exact_text=True), config)]
+    try:
+        with _gc_paused():
+            try:
+                return [_convert(path, _load(path, exact_text=False, config=config), config)]
+            except _NeedText:
+                pass  # decode again outside the handler, once the first document is released
+            return [_convert(path, _load(path, exact_text=True, config=config), config)]
+    except RecursionError:
+        raise ev.SourceError(f"{path}: JSON nested too deep to be a Kineto trace") from None
+    except UnicodeDecodeError as error:
+        raise ev.SourceError(f"{path}: not valid UTF-8 text (byte 0x{error.object[error.start]:02x} "
+                             "in a string)") from None
 
 
 @contextmanager
@@ -210,25 +215,17 @@ def _gc_paused() -> Iterator[None]:
 
 # ---------------------------------------------------------------------------- loading
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        raise ev.SourceError(f"{path}: cannot read ({error.strerror or error})") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as error:
-            raise ev.SourceError(f"{path}: corrupt or truncated gzip ({error})") from None
+def _read_bytes(path: Path, config: dict) -> bytes:
+    from . import read_bytes  # streaming gunzip with the input.max_uncompressed_mb limit
+    data = read_bytes(path, config)
     if not data or data.isspace():
         raise ev.SourceError(f"{path}: empty file, not a Kineto trace")
     return data
 
 
-def _load(path: Path, exact_text: bool) -> _Document:
+def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document:
     """Decode the file; with ``exact_text`` non-integer numbers come back as Decimal."""
-    data = _read_bytes(path)
+    data = _read_bytes(path, config or {})
     if msgspec is not None:
         for tagged in (True, False):  # untagged only when some event has no or an unknown "ph"
             decoder, complete_type = _DECODERS[exact_text, tagged]
@@ -297,6 +294,8 @@ def _us_to_ns(values: list) -> tuple[np.ndarray, np.ndarray | None]:
         values = [0 if value is None else value for value in values]
         kinds = set(map(type, values))
     if kinds <= {int, float}:
+        if any(abs(value) > _INT_US_LIMIT for value in values):  # beyond int64 ns: numpy gave object
+            raise ev.SourceError("timestamp out of range (does not fit int64 nanoseconds)")
         return _us_to_ns(values)[0], missing
     if float in kinds:
         raise _NeedText  # floats next to text: keep every number as text
@@ -362,19 +361,22 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     the categorical columns."""
     rows, classes, skipped = _known_rows(doc)
     rows, classes, start_ns, end_ns, negative = _times(doc, rows, classes, skipped)
+    time_warnings = _check_times(start_ns, end_ns, _to_int(doc.info.get("baseTimeNanoseconds"), 0), path)
     name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
     ids = _ids(doc, rows, classes)
     del rows
     steps = _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids)
     columns, name_uniques = _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids, steps, config)
-    rank, rank_from = _rank(doc.info.get("distributedInfo"), path)
+    rank, rank_from, world_size, rank_warnings = _checked_rank(doc, path)
     table = ev.make_events(rank=-1 if rank is None else rank, **columns)
 
     device, gpu = ids["device"], ids["gpu"]
     used = device[gpu & (device >= 0)]
     main_device = int(np.bincount(used).argmax()) if used.size else None
     warnings = [f"{path}: {negative} event(s) with negative duration, clamped to 0"] if negative else []
+    warnings += time_warnings + rank_warnings
     meta = _meta(doc, main_device, int(steps["work"].size - (steps["launch"] >= 0).sum()), skipped)
+    meta["world_size"] = world_size
     # the GPU window of each step (span of the GPU work launched in it), next to the CPU step rows
     meta["gpu_step_windows"] = {"step": steps["numbers"].tolist(), "start_ns": steps["gpu_start"].tolist(),
                                 "end_ns": steps["gpu_end"].tolist()}
@@ -406,6 +408,8 @@ def _times(doc: _Document, rows: list, classes: np.ndarray, skipped: dict):
         has_ts = ~no_ts
         rows, classes, start_ns = list(compress(rows, has_ts.tolist())), classes[has_ts], start_ns[has_ts]
         skipped["(no ts)"] = int(no_ts.sum())
+        if not rows:
+            raise ev.SourceError(f"no event with a timestamp ('ts') among {no_ts.size} CPU/GPU event(s)")
     dur_ns, _ = _us_to_ns(doc.field(rows, "dur"))  # a missing dur is 0
     negative = int((dur_ns < 0).sum())
     return rows, classes, start_ns, start_ns + np.maximum(dur_ns, 0), negative
@@ -630,6 +634,31 @@ def _step_gpu_bounds(step_numbers, work_step, work_start, work_end, step_start, 
     has_work = highest >= lowest
     gpu_start[has_work], gpu_end[has_work] = lowest[has_work], highest[has_work]
     return gpu_start, gpu_end
+
+
+def _check_times(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int, path: Path) -> list[str]:
+    """Refuse times that overflowed int64 once converted, or that span more than MAX_SPAN_NS (a
+    corrupt ts near 2**63 or far below 0 would make a 292-year window); warn on negative times."""
+    if not start_ns.size:
+        return []
+    if (end_ns < start_ns).any():
+        raise ev.SourceError("ts + dur does not fit int64 nanoseconds")
+    first, last = int(start_ns.min()), int(end_ns.max())
+    if last - first > MAX_SPAN_NS:
+        raise ev.SourceError(f"events span {(last - first) / 86_400e9:.0f} days (ts from {first // 1000} "
+                             f"to {last // 1000} µs): corrupt timestamps")
+    if not (-2 ** 63 <= first + base_ns and last + base_ns < 2 ** 63):
+        raise ev.SourceError("ts + baseTimeNanoseconds does not fit int64 nanoseconds")
+    negative = int((start_ns < 0).sum())
+    return [f"{path}: {negative} event(s) with a negative timestamp"] if negative and first + base_ns < 0 else []
+
+
+def _checked_rank(doc: _Document, path: Path) -> tuple[int | None, str, int | None, list[str]]:
+    """Rank and world size, a corrupt world_size or a rank outside the world dropped with a warning."""
+    rank, rank_from = _rank(doc.info.get("distributedInfo"), path)
+    info = doc.info.get("distributedInfo") if isinstance(doc.info.get("distributedInfo"), dict) else {}
+    rank, world_size, warnings = sane_rank(rank, _to_int(info.get("world_size"), 0) or None, path)
+    return rank, rank_from if rank is not None else "unknown", world_size, warnings
 
 
 def _rank(info, path: Path) -> tuple[int | None, str]:

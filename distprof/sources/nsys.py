@@ -109,6 +109,7 @@ NVTX_ACTIVITY_TYPES = (34, 59, 60)     # mark, push/pop range, start/end range
 CHUNK_ROWS = 1 << 16                  # rows packed per query: bounds the size of one packed string
 MAX_WORKERS = 4
 MMAP_BYTES = 1 << 31                  # SQLite caps this at its compile-time maximum (2 GB by default)
+MAX_UTC_NS = 2 ** 62                  # year 2116: a session start beyond is corrupt (and would overflow)
 TEXT_SEPARATOR = "\x1f"               # NVTX and StringIds texts are C strings: no control chars expected
 _PID_MASK = 0xFFFFFF
 
@@ -183,6 +184,7 @@ class _Export:
         self.tables = {row[0] for row in self.connection.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
         self._columns: dict[str, set[str]] = {}
+        self.missing_strings: set[int] = set()  # StringIds ids named by a placeholder (warned once)
 
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
@@ -276,7 +278,10 @@ class _Export:
             return None
         ints = []
         for expr, packed in zip(int_exprs, row):
-            values = np.fromstring(packed or "", dtype=np.int64, sep=",")
+            try:  # REAL or TEXT in an integer column stops the parse: a ValueError
+                values = np.fromstring(packed or "", dtype=np.int64, sep=",")
+            except ValueError:
+                values = np.empty(0, np.int64)
             if values.size != count:
                 raise SourceError(f"{self.path}: {table} has non-integer or NULL values in {expr}")
             ints.append(values)
@@ -342,7 +347,18 @@ def _session_start(export: _Export) -> int | None:
         return None
     row = export.connection.execute(f"SELECT utcEpochNs FROM {SESSION_START_TABLE} "
                                     "WHERE utcEpochNs IS NOT NULL LIMIT 1").fetchone()
-    return int(row[0]) if row else None
+    if not row:
+        return None
+    if not isinstance(row[0], int) or not 0 <= row[0] < MAX_UTC_NS:
+        raise SourceError(f"{export.path}: {SESSION_START_TABLE}.utcEpochNs {str(row[0])[:40]!r} is not "
+                          "a UTC time in ns")
+    return row[0]
+
+
+def unknown_string(export: _Export, string_id: int) -> str:
+    """Placeholder name of a StringIds id without a row: the event stays, its name says why."""
+    export.missing_strings.add(int(string_id))
+    return f"<unknown string {int(string_id)}>"
 
 
 def _gpu_columns(export: _Export, table: str, extra: str) -> list[np.ndarray]:
@@ -367,7 +383,7 @@ def _read_kernels(export: _Export, comm_prefixes: tuple[str, ...]) -> dict:
                                  f"WHERE shortName IN ({','.join(map(str, missing))}) GROUP BY shortName"))
         demangled = export.strings(np.array(list(pairs.values()), dtype=np.int64))
         found.update({short: demangled[long] for short, long in pairs.items() if long in demangled})
-    names = np.array([found.get(int(i), f"(kernel name #{int(i)} missing)") for i in distinct_ids], dtype=object)
+    names = np.array([found.get(int(i)) or unknown_string(export, i) for i in distinct_ids], dtype=object)
     is_comm = np.array([name.startswith(comm_prefixes) for name in names], dtype=bool)
     category = np.where(is_comm, _CATEGORY_CODE[ev.COMMUNICATION], _CATEGORY_CODE[ev.COMPUTE]).astype(np.int8)
     return {"kind": np.full(start.size, _KIND_CODE[ev.KERNEL], np.int8), "category": category[name_codes],
@@ -430,7 +446,7 @@ def _launch_calls(export: _Export, gpu: dict) -> tuple[dict, np.ndarray]:
 
     name_codes, distinct_ids = pd.factorize(name_ids[used_rows])
     found = export.strings(distinct_ids)
-    names = np.array([found.get(int(i), f"(runtime call #{int(i)})") for i in distinct_ids], dtype=object)
+    names = np.array([found.get(int(i)) or unknown_string(export, i) for i in distinct_ids], dtype=object)
     calls = {"kind": np.full(used_rows.size, _KIND_CODE[ev.RUNTIME], np.int8),
              "category": np.full(used_rows.size, _CATEGORY_CODE[ev.RUNTIME_CAT], np.int8),
              "name": name_codes.astype(np.int64), "names": names, "start": start[used_rows], "end": end[used_rows],
@@ -445,7 +461,8 @@ def _read_nvtx(export: _Export) -> dict:
     export.require(table, "start", "eventType")
     has_strings = STRINGS_TABLE in export.tables and "textId" in export.columns(table)
     text = export.column(table, "text", "NULL")
-    text_expr = f"COALESCE({text}, s.value, '')" if has_strings else f"COALESCE({text}, '')"
+    text_expr = (f"COALESCE({text}, s.value, '<unknown string ' || t.textId || '>', '')" if has_strings
+                 else f"COALESCE({text}, '')")
     join = f"LEFT JOIN {STRINGS_TABLE} AS s ON s.id = t.textId" if has_strings else ""
     types = ",".join(map(str, (NVTX_MARK, *NVTX_RANGE_TYPES)))
     (start, end, event_type, global_tid, domain_id, nvtx_category), name_codes, names = export.scan(
@@ -453,6 +470,7 @@ def _read_nvtx(export: _Export) -> dict:
                 export.column(table, "domainId", "0"), export.column(table, "category", "-1")],
         text_expr=text_expr, join=join, where=f"t.eventType IN ({types})")
     names = np.where(names == "", UNNAMED, names) if names.size else names
+    export.missing_strings.update(int(n[16:-1]) for n in names if n.startswith("<unknown string "))
     pid = (global_tid >> 24) & _PID_MASK
     is_mark = event_type == NVTX_MARK
     end = np.where(is_mark, start, end)
@@ -570,6 +588,10 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
     phase_names = _assign_phases_and_steps(gpu, calls, op_launch, nvtx)
     del op_launch
 
+    if export.missing_strings:
+        example = min(export.missing_strings)
+        warnings.append(f"{path}: {len(export.missing_strings)} string id(s) missing from {STRINGS_TABLE} "
+                        f"(e.g. {example}); their events are named '<unknown string ID>'")
     metadata = _metadata(export)
     normalized = metadata.get("EXPORT_PARAM_TIME_NORMALIZE", "").lower() == "true" or any(
         part["start"].size and part["start"].max() > NORMALIZED_NS for part in (gpu, nvtx))
