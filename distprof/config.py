@@ -10,8 +10,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 DEFAULTS: dict[str, Any] = {
     "out": "distprof_out",
     "window": "steps",          # steps: analyse the union of ProfileSteps; all: the whole trace
@@ -100,6 +98,7 @@ def load(path: str | Path | None = None, overrides: dict | None = None) -> dict:
             text = Path(path).read_text()
         except OSError as error:
             raise ConfigError(f"{source}: cannot read config ({error.strerror or error})") from None
+        import yaml  # only when a YAML file is given: a Profiler or --help without one skips the parser
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as error:

@@ -7,7 +7,13 @@ by ``--top``; Device, Overview and Model keep their fixed order, as in Paddle.
 
 from __future__ import annotations
 
-from tabulate import tabulate
+
+def tabulate(rows, **options) -> str:
+    """tabulate.tabulate, imported on first use: the CLI builds its parser from this module and
+    ``distprof --help`` should not pay for the table library (it imports importlib.metadata)."""
+    from tabulate import tabulate as render
+    return render(rows, **options)
+
 
 UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 SORT_KEYS = ("cpu_total", "cpu_avg", "cpu_max", "cpu_min", "gpu_total", "gpu_avg", "gpu_max", "gpu_min",

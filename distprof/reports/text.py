@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from . import tables
+from .tables import tabulate
 
 UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _COLUMNS = (("window_ns", "ProfileStep"), ("communication_ns", "Communication"),
