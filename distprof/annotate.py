@@ -16,7 +16,7 @@ import nvtx
 from nvtx._lib import DummyDomain as _DummyDomain
 
 from . import events as ev
-from .collector import NAMES, clock_ns
+from .collector import NAMES, ROUTE, THREAD_NAMES, clock_ns
 
 DOMAIN_NAME = "distprof"
 # NVTX categories of the distprof domain (nsys shows them; the nsys source maps them back)
@@ -29,18 +29,8 @@ _domain = nvtx.get_domain(DOMAIN_NAME)
 _thread_ident = threading.get_ident  # pthread_self: cheap; the OS thread id costs a syscall
 
 
-class _State:
-    """What the hot path reads: where finished rows go (None: not recording) and NVTX push/pop."""
-
-    __slots__ = ("append", "push", "pop")
-
-    def __init__(self) -> None:
-        self.append = None
-        self.push = _domain.push_range
-        self.pop = _domain.pop_range
-
-
-_state = _State()
+_state = ROUTE
+_state.push, _state.pop = _domain.push_range, _domain.pop_range
 _active_domain = _domain
 _descriptors: dict[tuple[str, str, str], tuple[int, object]] = {}
 # category -> thread ident -> name -> Range: each thread has its own objects, so no locks
@@ -56,6 +46,20 @@ def set_nvtx(enabled: bool) -> None:
     _descriptors.clear()
     for by_thread in _ranges.values():
         by_thread.clear()
+
+
+def nvtx_domain():
+    """The NVTX domain ranges start/end in, or None when NVTX is off or no tool listens."""
+    domain = _active_domain
+    if isinstance(domain, (_DummyDomain, _NoNvtx)) or not hasattr(domain, "start_range"):
+        return None
+    return domain
+
+
+def event_attributes(name: str, category: str):
+    """NVTX event attributes of the distprof domain for a range started by hand (ProfileStep)."""
+    return _domain.get_event_attributes(message=name, color=_COLORS.get(name, _CATEGORY_COLORS.get(category, "cyan")),
+                                        category=NVTX_CATEGORY.get(category, 0))
 
 
 class _NoNvtx:
@@ -74,7 +78,8 @@ class _NoNvtx:
         return 0
 
 
-def _descriptor(name: str, category: str, kind: str) -> tuple[int, object]:
+def descriptor(name: str, category: str, kind: str) -> tuple[int, object]:
+    """(name id in the collector, NVTX event attributes) of a range, made once per name."""
     key = (name, category, kind)
     found = _descriptors.get(key)
     if found is None:
@@ -94,7 +99,7 @@ class Range:
 
     def __init__(self, name: str, category: str = ev.PHASE, kind: str = ev.RANGE) -> None:
         self.label = (name, category, kind)
-        self._name_id, self._attributes = _descriptor(name, category, kind)
+        self._name_id, self._attributes = descriptor(name, category, kind)
         self._starts: list[int] = []
         self._thread = threading.get_native_id()  # the lane: OS thread id, as nsys shows it
         THREAD_NAMES[self._thread] = threading.current_thread().name
@@ -157,7 +162,6 @@ def _range_class() -> type[Range]:
 
 
 _NONE: dict = {}
-THREAD_NAMES: dict[int, str] = {}  # OS thread id -> thread name, for the native file
 _thread_local = threading.local()
 
 

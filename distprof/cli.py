@@ -160,7 +160,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 if row is None or (ranks is not None and row["rank"] not in ranks):
                     continue
                 writer.add_rank(trace.events, row["rank"], int(by_rank[row["rank"]].get("clock_offset_ns") or 0),
-                                label=f"{Path(name).name}, pid {trace.pid}", steps=steps)
+                                label=f"{Path(name).name}, pid {trace.pid}", steps=steps,
+                                lane_names=trace.meta.get("lane_names"))
             del traces  # bound memory by one file's events
     print(f"wrote {out} ({len(writer.ranks)} rank(s), {writer.events} trace events)")
     return 0

@@ -21,8 +21,6 @@ import threading
 import time
 from pathlib import Path
 
-from . import annotate
-
 SCHEMA_VERSION = "1"
 NATIVE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS distprof_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -61,6 +59,22 @@ class NameRegistry:
 NAMES = NameRegistry()
 
 
+class Route:
+    """What annotate's hot path reads: where finished rows go (None: not recording) and the NVTX
+    push/pop. Lives here, so the collector routes rows without importing annotate."""
+
+    __slots__ = ("append", "push", "pop")
+
+    def __init__(self) -> None:
+        self.append = None
+        self.push = None
+        self.pop = None
+
+
+ROUTE = Route()
+THREAD_NAMES: dict[int, str] = {}  # OS thread id (or synthetic lane id) -> name, for the native file
+
+
 class Collector:
     """Records the ranges of one rank into ``path`` (the native file, schema above)."""
 
@@ -89,16 +103,16 @@ class Collector:
     def activate(self) -> None:
         """Route every range of this process into this collector."""
         self.active = True
-        annotate._state.append = self.rows.append
+        ROUTE.append = self.rows.append
 
     def deactivate(self) -> None:
         self.active = False
-        annotate._state.append = None
+        ROUTE.append = None
 
     def record(self, name: str, category: str, kind: str, start_ns: int, end_ns: int) -> None:
         """Add a range measured elsewhere (ProfileStep, Dataloader) on the calling thread."""
         tid = threading.get_native_id()
-        annotate.THREAD_NAMES.setdefault(tid, threading.current_thread().name)
+        THREAD_NAMES.setdefault(tid, threading.current_thread().name)
         self.rows.append((start_ns, end_ns, tid, NAMES.id_of(name, category, kind)))
 
     def set_meta(self, **values) -> None:
@@ -117,7 +131,7 @@ class Collector:
         with self._lock:
             rows, self.rows = self.rows, []
             if self.active:
-                annotate._state.append = self.rows.append
+                ROUTE.append = self.rows.append
             late = self._retired[self._retired_written:]  # appended to the old list after its flush
             self._db.execute("BEGIN")
             names = NAMES.items()
@@ -125,7 +139,7 @@ class Collector:
                 self._db.executemany("INSERT OR IGNORE INTO distprof_names VALUES (?, ?, ?, ?)", names)
                 self._names_written = len(names)
             self._db.executemany("INSERT OR IGNORE INTO distprof_threads VALUES (?, ?)",
-                                 list(annotate.THREAD_NAMES.items()))
+                                 list(THREAD_NAMES.items()))
             insert = f"INSERT INTO distprof_ranges VALUES (?, ?, ?, ?, {int(self.step)})"
             self._db.executemany(insert, late)
             self._db.executemany(insert, rows)

@@ -81,18 +81,6 @@ def empty_events() -> pd.DataFrame:
                        end_ns=np.array([], dtype=np.int64))
 
 
-def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Concatenate event tables keeping the categorical dtypes and the start_ns order."""
-    import numpy as np
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        return empty_events()
-    text_columns = ("kind", "category", "lane_kind", "name", "phase")
-    columns = {c: np.concatenate([f[c].astype(object).to_numpy() if c in text_columns else f[c].to_numpy()
-                                  for f in frames]) for c in COLUMNS}
-    return make_events(**columns)
-
-
 class SourceError(Exception):
     """A bad input file, phrased as one line that names the file and the problem."""
 

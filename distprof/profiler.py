@@ -45,8 +45,7 @@ class Profiler:
         self._comm = None
         self._step_start = 0
         self._step_range = None
-        self._step_attributes = annotate._domain.get_event_attributes(
-            message=ev.PROFILE_STEP, color="yellow", category=annotate.NVTX_CATEGORY[ev.PHASE])
+        self._step_attributes = annotate.event_attributes(ev.PROFILE_STEP, ev.PHASE)
 
     # -- session ---------------------------------------------------------------------------
     def __enter__(self) -> Profiler:
@@ -131,12 +130,13 @@ class Profiler:
 
     def _begin_step(self, now: int) -> None:
         self._step_start = now
-        self._step_range = annotate._active_domain.start_range(self._step_attributes) \
-            if hasattr(annotate._active_domain, "start_range") else None
+        domain = annotate.nvtx_domain()
+        self._step_domain = domain
+        self._step_range = domain.start_range(self._step_attributes) if domain is not None else None
 
     def _end_step_nvtx(self) -> None:
         if self._step_range is not None:
-            annotate._active_domain.end_range(self._step_range)
+            self._step_domain.end_range(self._step_range)
             self._step_range = None
 
     # -- clocks and aggregation ------------------------------------------------------------

@@ -34,7 +34,6 @@ tests: the test machines have no GPU.)
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -45,11 +44,11 @@ try:
 except ImportError as error:  # torch is the optional extra `distprof[torch]`
     raise ImportError("distprof.torch needs PyTorch: pip install 'distprof[torch]'") from error
 
-from nvtx._lib import DummyDomain as _DummyDomain
 
 from . import annotate
 from . import events as ev
-from .collector import clock_ns
+from .collector import ROUTE, clock_ns
+from .lanes import SYNTHETIC_LANE_BASE
 
 __all__ = ["instrument", "Instrumentation", "Lane", "FORWARD", "BACKWARD", "OPTIMIZER", "DDP_LANE"]
 
@@ -58,18 +57,9 @@ DDP_LANE = "DDP comm"
 # Synthetic lane ids start above any Linux thread id (pid_max is at most 2**22), so they never
 # collide with a real thread's lane; every rank numbers its lanes in creation order, so the
 # same lane has the same id on every rank (collectives are matched per lane).
-_SYNTHETIC_LANE_BASE = 1 << 30
-_lane_ids = itertools.count(_SYNTHETIC_LANE_BASE)
+_lane_ids = itertools.count(SYNTHETIC_LANE_BASE)
 _lanes_by_name: dict[str, int] = {}
 _lanes_lock = threading.Lock()
-
-
-def _nvtx_domain():
-    """The NVTX domain to start/end ranges in, or None when NVTX is off or no tool listens."""
-    domain = annotate._active_domain
-    if isinstance(domain, _DummyDomain) or not hasattr(domain, "start_range"):
-        return None
-    return domain
 
 
 class Lane:
@@ -100,15 +90,15 @@ class Lane:
 
     def record(self, name: str, start_ns: int, end_ns: int, category: str = ev.COMMUNICATION) -> None:
         """Add one finished interval (``collector.clock_ns`` values) to this lane."""
-        append = annotate._state.append
+        append = ROUTE.append
         if append is not None:
-            name_id, _ = annotate._descriptor(name, category, _kind(category))
+            name_id, _ = annotate.descriptor(name, category, _kind(category))
             append((start_ns, end_ns, self.id, name_id))  # atomic under the GIL, like Range.__exit__
 
     def start(self, name: str, category: str = ev.COMMUNICATION) -> tuple:
         """Open an interval now; pass the token to :meth:`end`, on any thread."""
-        name_id, attributes = annotate._descriptor(name, category, _kind(category))
-        domain = _nvtx_domain()
+        name_id, attributes = annotate.descriptor(name, category, _kind(category))
+        domain = annotate.nvtx_domain()
         handle = domain.start_range(attributes) if domain is not None else None
         return (clock_ns(), name_id, domain, handle)
 
@@ -118,7 +108,7 @@ class Lane:
         start_ns, name_id, domain, handle = token
         if handle is not None:
             domain.end_range(handle)
-        append = annotate._state.append
+        append = ROUTE.append
         if append is not None:
             append((start_ns, end_ns, self.id, name_id))
 
@@ -255,7 +245,6 @@ class Instrumentation:
         annotate.phase(OPTIMIZER).__exit__(None, None, None)
         if self._gpu is not None:
             self._gpu.collect()
-            self._save_gpu_times()
         if self.profiler is not None:
             self.profiler.step()
 
@@ -295,12 +284,6 @@ class Instrumentation:
         self._gpu.collect(wait=wait)
         return {phase: {"gpu_ns": total, "count": self._gpu.count[phase]}
                 for phase, total in self._gpu.total_ns.items()}
-
-    def _save_gpu_times(self) -> None:
-        """Keep the GPU totals in the rank file (distprof_meta key ``torch_gpu_phase_ns``)."""
-        collector = getattr(self.profiler, "collector", None)
-        if collector is not None and collector.active:
-            collector.set_meta(torch_gpu_phase_ns=json.dumps(self.gpu_time_ns(wait=False)))
 
     def remove(self) -> None:
         """Take the forward/backward/optimizer hooks off (DDP cannot unregister a comm hook:

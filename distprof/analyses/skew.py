@@ -19,6 +19,12 @@ from ..results import RankMarkers
 from .distributed import work_masks
 
 _INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+# the sync/transfer split and the aligned waits may differ by both ends' clock errors (one rank's
+# offset off by +u, another's by -u): up to 2x the largest uncertainty before they "disagree"
+SPLIT_TOLERANCE_UNCERTAINTIES = 2
+# a kind gets a note when more than this share of its collectives disagree: a few disagreements
+# are noise (one late host thread); a quarter or more points at the clocks or the ranks' exits
+SPLIT_DISAGREE_NOTE_SHARE = 0.25
 
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 
@@ -130,22 +136,39 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     is a few times 8 bytes × ranks × matched collectives.
     """
     cfg = config["skew"]
-    ranks = matching.ranks
     n_ranks, n = matching.start_ns.shape
-    offsets = np.asarray(offsets, np.int64)
-    unc = np.asarray(uncertainties, np.int64)
     result = {"matched": n, "kinds": [], "collectives": [], "collectives_total": n, "ranks": [],
               "straggler": None, "notes": []}
     if n == 0 or n_ranks < 2:
         return result
+    arrivals = _arrivals(matching, np.asarray(offsets, np.int64), np.asarray(uncertainties, np.int64), cfg)
+    units = _late_units(matching, arrivals, cfg, step_ns)
+    result["collectives"] = _collective_rows(matching, arrivals, int(cfg["max_rows"]))
+    result["collectives_shown"] = len(result["collectives"])
+    result["kinds"], result["notes"] = _kind_rows(matching, arrivals)
+    rank_of = matching.ranks.tolist()
+    # late_units: steps in which the rank was late (collectives, when the trace has no steps)
+    result["ranks"] = [{"rank": rank_of[r], "last_count": int(arrivals["last_count"][r]),
+                        "late_count": int(arrivals["late_last"][r]),
+                        "late_collectives": int(arrivals["late"][r].sum()), "late_units": int(units["late_units"][r]),
+                        "late_steps": int(units["late_units"][r]) if units["by_step"] else None,
+                        "total_lateness_ns": int(arrivals["total_lateness"][r]),
+                        "wait_ns": int(arrivals["wait"][r].sum()), "sync_ns": int(arrivals["sync"][r].sum()),
+                        "threshold_ns": int(arrivals["threshold"][r])} for r in range(n_ranks)]
+    _name_straggler(result, matching, arrivals, units, cfg, verified)
+    return result
+
+
+def _arrivals(matching: Matching, offsets: np.ndarray, unc: np.ndarray, cfg: dict) -> dict:
+    """Per (rank, collective) on the aligned clock: waits, sync/transfer split, lateness against
+    the median start and whether it counts (above the rank's threshold)."""
+    n_ranks = matching.start_ns.shape[0]
     present = matching.present
     start = matching.start_ns + offsets[:, None]
     end = matching.end_ns + offsets[:, None]
     first, last = _masked_min(start, present), _masked_max(start, present)
     arrival_skew = last - first
-    end_skew = _masked_max(end, present) - _masked_min(end, present)
     last_row = np.where(present, start, _INT_MIN).argmax(axis=0)
-    first_row = np.where(present, start, _INT_MAX).argmin(axis=0)
     wait = np.where(present, last[None, :] - start, 0)
     duration = np.where(present, matching.end_ns - matching.start_ns, 0)
     transfer = _masked_min(duration, present)
@@ -153,19 +176,26 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     median_start = _masked_median(start, present)
     lateness = np.where(present, (start - first[None, :]) - (median_start - first)[None, :], 0.0)
     lateness = np.round(lateness).astype(np.int64)
-
     threshold = unc + int(np.median(unc)) + int(cfg["straggler_min_ns"])
     late = present & (lateness > threshold[:, None])
     is_last = present & (np.arange(n_ranks)[:, None] == last_row[None, :]) & (arrival_skew > 0)
-    last_count = is_last.sum(axis=1)
-    late_last = (is_last & late).sum(axis=1)
-    total_lateness = np.where(late, lateness, 0).sum(axis=1)
-    split_tolerance = 2 * int(unc.max()) + int(cfg["straggler_min_ns"])
+    split_tolerance = SPLIT_TOLERANCE_UNCERTAINTIES * int(unc.max()) + int(cfg["straggler_min_ns"])
     split_diff = np.abs(sync - wait).max(axis=0)
-    split_agrees = split_diff <= split_tolerance
+    return {"unc": unc, "start": start, "arrival_skew": arrival_skew,
+            "end_skew": _masked_max(end, present) - _masked_min(end, present),
+            "first_row": np.where(present, start, _INT_MAX).argmin(axis=0), "last_row": last_row,
+            "wait": wait, "transfer": transfer, "sync": sync, "median_start": median_start,
+            "lateness": lateness, "threshold": threshold, "late": late,
+            "last_count": is_last.sum(axis=1), "late_last": (is_last & late).sum(axis=1),
+            "total_lateness": np.where(late, lateness, 0).sum(axis=1),
+            "split_diff": split_diff, "split_agrees": split_diff <= split_tolerance}
 
-    # lateness per rank and unit of persistence: steps (when collectives span several), else
-    # single collectives
+
+def _late_units(matching: Matching, arrivals: dict, cfg: dict, step_ns: int | None) -> dict:
+    """Lateness per rank and unit of persistence: steps (when collectives span several), else
+    single collectives; and in how many units each rank was late."""
+    n_ranks, n = matching.start_ns.shape
+    late, lateness, threshold = arrivals["late"], arrivals["lateness"], arrivals["threshold"]
     unique_steps, unit_of = np.unique(matching.step, return_inverse=True)
     by_step = unique_steps.size >= 2
     if not by_step:
@@ -177,52 +207,64 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     unit_threshold = threshold.astype(np.float64)
     if by_step and step_ns:
         unit_threshold = np.maximum(unit_threshold, float(cfg["straggler_min_step_fraction"]) * step_ns)
-    late_units = (per_unit > unit_threshold[:, None]).sum(axis=1)
+    return {"by_step": by_step, "n_units": n_units, "per_unit": per_unit, "unit_threshold": unit_threshold,
+            "late_units": (per_unit > unit_threshold[:, None]).sum(axis=1)}
 
+
+def _collective_rows(matching: Matching, arrivals: dict, limit: int) -> list[dict]:
+    """The ``limit`` collectives with the largest arrival skew, in time order."""
+    a = arrivals
+    present, unc, median_start = matching.present, a["unc"], a["median_start"]
     order = np.argsort(median_start, kind="stable")  # index = time order of the collectives
-    index = np.empty(n, np.int64)
-    index[order] = np.arange(n)
-    rank_of = ranks.tolist()
-    shown = order[_top(arrival_skew[order], int(cfg["max_rows"]))]
-    result["collectives"] = [{
+    index = np.empty(order.size, np.int64)
+    index[order] = np.arange(order.size)
+    rank_of = matching.ranks.tolist()
+    first_row, last_row = a["first_row"], a["last_row"]
+    return [{
         "index": int(index[j]), "name": str(matching.name[j]), "step": int(matching.step[j]),
         "ordinal": int(matching.ordinal[j]), "start_ns": int(round(float(median_start[j]))),
-        "arrival_skew_ns": int(arrival_skew[j]), "end_skew_ns": int(end_skew[j]),
+        "arrival_skew_ns": int(a["arrival_skew"][j]), "end_skew_ns": int(a["end_skew"][j]),
         "first_rank": rank_of[first_row[j]], "last_rank": rank_of[last_row[j]],
-        "last_lateness_ns": int(lateness[last_row[j], j]),
-        "above_uncertainty": bool(arrival_skew[j] > unc[first_row[j]] + unc[last_row[j]]),
-        "transfer_ns": int(transfer[j]), "max_sync_ns": int(sync[present[:, j], j].max()),
-        "split_agrees": bool(split_agrees[j]),
-        "wait_ns_by_rank": {str(rank_of[r]): int(wait[r, j]) for r in np.flatnonzero(present[:, j])},
-    } for j in shown]
-    result["collectives_shown"] = len(result["collectives"])
+        "last_lateness_ns": int(a["lateness"][last_row[j], j]),
+        "above_uncertainty": bool(a["arrival_skew"][j] > unc[first_row[j]] + unc[last_row[j]]),
+        "transfer_ns": int(a["transfer"][j]), "max_sync_ns": int(a["sync"][present[:, j], j].max()),
+        "split_agrees": bool(a["split_agrees"][j]),
+        "wait_ns_by_rank": {str(rank_of[r]): int(a["wait"][r, j]) for r in np.flatnonzero(present[:, j])},
+    } for j in order[_top(a["arrival_skew"][order], limit)]]
 
-    for kind in np.unique(matching.name):  # aggregates per kind of collective
+
+def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str]]:
+    """Aggregates per kind of collective, and a note per kind whose split and waits disagree."""
+    a = arrivals
+    present, rank_of = matching.present, matching.ranks.tolist()
+    kinds, notes = [], []
+    for kind in np.unique(matching.name):  # one iteration per kind of collective
         cols = matching.name == kind
         rows = present[:, cols].any(axis=1)
-        result["kinds"].append({
+        disagree = ~a["split_agrees"][cols]
+        kinds.append({
             "name": str(kind), "matched": int(cols.sum()),
-            "arrival_skew_ns": _stats(arrival_skew[cols]), "end_skew_ns": _stats(end_skew[cols]),
-            "transfer_ns_total": int(transfer[cols].sum()),
-            "wait_ns_by_rank": {str(rank_of[r]): int(wait[r, cols].sum()) for r in np.flatnonzero(rows)},
-            "sync_ns_by_rank": {str(rank_of[r]): int(sync[r, cols].sum()) for r in np.flatnonzero(rows)},
-            "split_disagreements": int((~split_agrees[cols]).sum()),
+            "arrival_skew_ns": _stats(a["arrival_skew"][cols]), "end_skew_ns": _stats(a["end_skew"][cols]),
+            "transfer_ns_total": int(a["transfer"][cols].sum()),
+            "wait_ns_by_rank": {str(rank_of[r]): int(a["wait"][r, cols].sum()) for r in np.flatnonzero(rows)},
+            "sync_ns_by_rank": {str(rank_of[r]): int(a["sync"][r, cols].sum()) for r in np.flatnonzero(rows)},
+            "split_disagreements": int(disagree.sum()),
         })
-        disagree = ~split_agrees[cols]
-        if disagree.mean() > 0.25:
-            result["notes"].append(
+        if disagree.mean() > SPLIT_DISAGREE_NOTE_SHARE:
+            notes.append(
                 f"{kind}: the aligned waits and the sync/transfer split disagree on {int(disagree.sum())} of "
-                f"{int(cols.sum())} collectives (median gap {np.median(split_diff[cols][disagree]) / 1e6:.2f} ms; "
-                f"median end skew {np.median(end_skew[cols]) / 1e6:.2f} ms): the ranks do not leave it together "
+                f"{int(cols.sum())} collectives (median gap {np.median(a['split_diff'][cols][disagree]) / 1e6:.2f} ms; "
+                f"median end skew {np.median(a['end_skew'][cols]) / 1e6:.2f} ms): the ranks do not leave it together "
                 "(e.g. host threads resuming late) or the clocks are off; the split needs no clock")
+    return kinds, notes
 
-    # late_units: steps in which the rank was late (collectives, when the trace has no steps)
-    result["ranks"] = [{"rank": rank_of[r], "last_count": int(last_count[r]), "late_count": int(late_last[r]),
-                        "late_collectives": int(late[r].sum()), "late_units": int(late_units[r]),
-                        "late_steps": int(late_units[r]) if by_step else None,
-                        "total_lateness_ns": int(total_lateness[r]),
-                        "wait_ns": int(wait[r].sum()), "sync_ns": int(sync[r].sum()),
-                        "threshold_ns": int(threshold[r])} for r in range(n_ranks)]
+
+def _name_straggler(result: dict, matching: Matching, arrivals: dict, units: dict, cfg: dict, verified) -> None:
+    """Set ``result["straggler"]``, or add the note that says why no rank is named."""
+    n_ranks, n = matching.start_ns.shape
+    rank_of = matching.ranks.tolist()
+    total_lateness, late, late_last = arrivals["total_lateness"], arrivals["late"], arrivals["late_last"]
+    late_units, n_units, by_step = units["late_units"], units["n_units"], units["by_step"]
     # random delays make some rank late in some steps; a straggler is late in most of them
     candidates = late_units >= np.ceil(float(cfg["straggler_min_late_share"]) * n_units - 1e-9)
     verified = np.ones(n_ranks, bool) if verified is None else np.asarray(verified, bool)
@@ -230,16 +272,17 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     others = np.delete(total_lateness, r)
     runner_up = int(others.max()) if others.size else 0
     stands_out = total_lateness[r] >= float(cfg["straggler_min_lead"]) * runner_up
+    what = "steps" if by_step else "collectives"
     if candidates.any() and not verified[r]:
         result["notes"].append(
             f"rank {rank_of[r]} looks late in {int(late_units[r])} of {n_units} "
-            f"{'steps' if by_step else 'collectives'} (total {total_lateness[r] / 1e6:.2f} ms), but its clock "
+            f"{what} (total {total_lateness[r] / 1e6:.2f} ms), but its clock "
             "offset is unverified (too few matched collectives to align it, no bound from its source): "
             "not named a straggler")
     elif candidates.any() and not stands_out:
         second = rank_of[int(np.flatnonzero(np.arange(n_ranks) != r)[np.argmax(others)])]
         result["notes"].append(
-            f"rank {rank_of[r]} is late in {int(late_units[r])} of {n_units} {'steps' if by_step else 'collectives'} "
+            f"rank {rank_of[r]} is late in {int(late_units[r])} of {n_units} {what} "
             f"(total {total_lateness[r] / 1e6:.2f} ms), but rank {second} is late nearly as much "
             f"({runner_up / 1e6:.2f} ms): no single straggler; the delay is spread (uneven work, or a busy machine)")
     elif candidates.any():
@@ -248,12 +291,11 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
             "late_collectives": int(late[r].sum()), "matched": n,
             "late_steps": int(late_units[r]) if by_step else None, "steps": n_units if by_step else None,
             "lateness_per_step_ns": int(total_lateness[r] // n_units) if by_step else None,
-            "median_lateness_per_step_ns": int(np.median(per_unit[r])) if by_step else None,
+            "median_lateness_per_step_ns": int(np.median(units["per_unit"][r])) if by_step else None,
             "mean_lateness_ns": int(total_lateness[r] // max(int(late[r].sum()), 1)),
-            "threshold_ns": int(round(float(unit_threshold[r]))),
+            "threshold_ns": int(round(float(units["unit_threshold"][r]))),
             "most_often_last_rank": rank_of[int(np.argmax(late_last))],
         }
-    return result
 
 
 def _dense(keys_by_rank: list[np.ndarray], values_by_rank: list[dict[str, np.ndarray]]):
@@ -272,22 +314,10 @@ def _dense(keys_by_rank: list[np.ndarray], values_by_rank: list[dict[str, np.nda
     return unique_keys, present, matrices
 
 
-def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> dict:
-    """Per step and phase: start/end spread across ranks (aligned clock), step-time imbalance
-    (max/median of the ranks' step durations), and per phase the rank that spends the most in
-    it. Steps are matched by their index; ``skew.max_rows`` steps are listed (those where the
-    slowest rank loses the most against the median), the aggregates cover all."""
-    limit = int(config["skew"]["max_rows"])
-    rank_of = list(ranks)
-    result = {"steps": [], "steps_summary": None, "phases": []}
-    if not aligned_by_rank:
-        return result
-    step_keys = [np.asarray(a["step_bounds"]["step"], np.int64)[:, None] for a in aligned_by_rank]
-    steps, present, m = _dense(step_keys, [{"start": np.asarray(a["step_bounds"]["start_ns"], np.int64),
-                                            "end": np.asarray(a["step_bounds"]["end_ns"], np.int64)}
-                                           for a in aligned_by_rank])
-    steps = steps[:, 0] if steps.size else np.zeros(0, np.int64)
-
+def _phase_skew(aligned_by_rank: list[dict], rank_of: list[int]) -> dict:
+    """Per (step, phase name): start/end spread and busy time across ranks; per phase name the
+    aggregates of summary.json's skew.phases (``rows``)."""
+    phases: list[dict] = []
     phase_names = np.unique(np.concatenate([np.asarray(a["phases"]["name"], dtype=str) for a in aligned_by_rank]
                                            + [np.empty(0, dtype=str)]))
     phase_keys = [np.stack([np.asarray(a["phases"]["step"], np.int64),
@@ -308,7 +338,7 @@ def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> di
             has = ppresent[:, cols].any(axis=1)
             median_total = float(np.median(totals[has]))
             worst = int(np.argmax(np.where(has, totals, -1)))
-            result["phases"].append({
+            phases.append({
                 "name": str(name), "steps": int(cols.sum()),
                 "start_spread_ns": _stats(p_start_spread[cols]), "end_spread_ns": _stats(p_end_spread[cols]),
                 "busy_total_median_ns": int(round(median_total)), "busy_total_max_ns": int(totals[worst]),
@@ -316,6 +346,31 @@ def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> di
                 "busy_imbalance": float(totals[worst] / median_total) if median_total > 0 else None,
                 "busy_ns_by_rank": {str(rank_of[r]): int(totals[r]) for r in np.flatnonzero(has)},
             })
+    if not pkeys.shape[0]:
+        return {"rows": phases, "keys": pkeys}
+    return {"rows": phases, "keys": pkeys, "names": phase_names, "start_spread": p_start_spread,
+            "end_spread": p_end_spread, "busy_median": p_busy_med, "busy_max_row": p_busy_max_row, "busy": pm["busy"]}
+
+
+def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> dict:
+    """Per step and phase: start/end spread across ranks (aligned clock), step-time imbalance
+    (max/median of the ranks' step durations), and per phase the rank that spends the most in
+    it. Steps are matched by their index; ``skew.max_rows`` steps are listed (those where the
+    slowest rank loses the most against the median), the aggregates cover all."""
+    limit = int(config["skew"]["max_rows"])
+    rank_of = list(ranks)
+    result = {"steps": [], "steps_summary": None, "phases": []}
+    if not aligned_by_rank:
+        return result
+    step_keys = [np.asarray(a["step_bounds"]["step"], np.int64)[:, None] for a in aligned_by_rank]
+    steps, present, m = _dense(step_keys, [{"start": np.asarray(a["step_bounds"]["start_ns"], np.int64),
+                                            "end": np.asarray(a["step_bounds"]["end_ns"], np.int64)}
+                                           for a in aligned_by_rank])
+    steps = steps[:, 0] if steps.size else np.zeros(0, np.int64)
+
+    ph = _phase_skew(aligned_by_rank, rank_of)
+    result["phases"] = ph["rows"]
+    pkeys = ph["keys"]
     if steps.size == 0:
         return result
 
@@ -336,11 +391,12 @@ def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> di
                "slowest_rank": rank_of[slowest[j]],
                "imbalance": None if np.isnan(imbalance[j]) else float(imbalance[j]), "phases": []}
         for k in np.flatnonzero(pkeys[:, 0] == steps[j]) if pkeys.shape[0] else []:
-            row["phases"].append({"name": str(phase_names[pkeys[k, 1]]),
-                                  "start_spread_ns": int(p_start_spread[k]), "end_spread_ns": int(p_end_spread[k]),
-                                  "busy_median_ns": int(round(float(p_busy_med[k]))),
-                                  "busy_max_ns": int(pm["busy"][p_busy_max_row[k], k]),
-                                  "busy_max_rank": rank_of[p_busy_max_row[k]]})
+            row["phases"].append({"name": str(ph["names"][pkeys[k, 1]]),
+                                  "start_spread_ns": int(ph["start_spread"][k]),
+                                  "end_spread_ns": int(ph["end_spread"][k]),
+                                  "busy_median_ns": int(round(float(ph["busy_median"][k]))),
+                                  "busy_max_ns": int(ph["busy"][ph["busy_max_row"][k], k]),
+                                  "busy_max_rank": rank_of[ph["busy_max_row"][k]]})
         rows.append(row)
     result["steps"] = rows
     finite = ~np.isnan(imbalance)

@@ -113,10 +113,7 @@ def distributed_bars(summary: dict, unit: str = "ms") -> str | None:
 
 
 def _collectives(skew: dict) -> list[dict]:
-    rows = skew.get("collectives") if isinstance(skew, dict) else None
-    if isinstance(rows, dict):  # tolerate a nested layout {"collectives": {"collectives": [...]}}
-        rows = rows.get("collectives")
-    return [c for c in rows or [] if isinstance(c, dict) and c.get("wait_ns_by_rank")]
+    return [c for c in skew.get("collectives") or [] if c.get("wait_ns_by_rank")]
 
 
 def skew_heatmap(summary: dict, unit: str = "ms") -> str | None:
@@ -227,20 +224,19 @@ def _figure(svg: str | None, caption: str) -> str:
 
 
 def findings_html(findings: list) -> str:
-    """Whatever the diagnosis produced: severity, finding, message, advice, evidence."""
+    """The diagnosis' findings (summary.json ``findings``): severity, finding, message, advice, evidence."""
     if not findings:
         return '<p class="meta">No findings: nothing stood out above the thresholds.</p>'
     cards = []
     for item in findings:
-        if not isinstance(item, dict):
+        if not isinstance(item, dict):  # a finding given as plain text (tests/test_html.py)
             cards.append(f'<div class="card finding"><p>{_e(item)}</p></div>')
             continue
-        severity = str(item.get("severity") or item.get("level") or "info")
-        title = item.get("finding") or item.get("title") or item.get("kind") or "finding"
+        severity = str(item["severity"])
+        title = item["finding"]
         parts = [f'<span class="badge">{_e(severity)}</span><b>{_e(title)}</b>']
         if item.get("ranks"):
-            ranks = item["ranks"] if isinstance(item["ranks"], list) else [item["ranks"]]
-            parts.append(f' <span class="meta">rank(s) {_e(", ".join(map(str, ranks[:16])))}</span>')
+            parts.append(f' <span class="meta">rank(s) {_e(", ".join(map(str, item["ranks"][:16])))}</span>')
         if item.get("cost_ns") is not None:
             parts.append(f' <span class="meta">cost {item["cost_ns"] / 1e6:.2f} ms</span>')
         body = [f"<p>{''.join(parts)}</p>"]
@@ -248,13 +244,7 @@ def findings_html(findings: list) -> str:
             body.append(f"<p>{_e(item['message'])}</p>")
         if item.get("advice"):
             body.append(f'<p class="advice">→ {_e(item["advice"])}</p>')
-        known = {"finding", "title", "kind", "severity", "level", "ranks", "cost_ns", "message", "advice"}
-        evidence = item.get("evidence")
-        extra = {k: v for k, v in item.items() if k not in known and k != "evidence"}
-        if isinstance(evidence, dict):
-            extra = {**evidence, **extra}
-        elif evidence is not None:
-            extra["evidence"] = evidence
+        extra = item.get("evidence") or {}
         if extra:
             shown = "; ".join(f"{k}: {v}" for k, v in list(extra.items())[:12])
             body.append(f'<p class="evidence">{_e(shown[:600])}</p>')
@@ -292,8 +282,6 @@ def checks_html(checks: list) -> str:
         return ""
     rows = []
     for c in checks:
-        if not isinstance(c, dict):
-            continue
         status = str(c.get("status", ""))
         rows.append(f'<tr><td class="l">{_e(c.get("check"))}</td><td>{_e(c.get("rank"))}</td>'
                     f'<td class="{_e(status)}">{_e(status)}</td><td class="l">{_e(c.get("message"))}</td>'

@@ -60,9 +60,10 @@ def lanes(events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     return table, index
 
 
-def _lane_label(lane) -> str:
-    """Label of a row of lanes()' table."""
-    return lanes_mod.label(lanes_mod.LaneKey(int(lane.pid), int(lane.device), int(lane.lane), str(lane.lane_kind)))
+def _lane_label(lane, names: dict | None = None) -> str:
+    """Label of a row of lanes()' table (lanes.label: the same as in the summary)."""
+    key = lanes_mod.LaneKey(int(lane.pid), int(lane.device), int(lane.lane), str(lane.lane_kind))
+    return lanes_mod.label(key, names)
 
 
 def _lines(frame: pd.DataFrame) -> str:
@@ -81,9 +82,11 @@ def _with_args(main: str, args: pd.DataFrame) -> str:
 
 
 def rank_records(events: pd.DataFrame, rank: int, offset_ns: int, origin_ns: int, label: str = "",
-                 steps: set[int] | None = None, first_flow_id: int = 1) -> tuple[str, int]:
+                 steps: set[int] | None = None, first_flow_id: int = 1,
+                 lane_names: dict | None = None) -> tuple[str, int]:
     """Chrome-trace JSON lines of one rank (metadata, slices, instants, flows) and the next free
-    flow id. ``origin_ns`` is on the aligned clock; ``steps`` keeps only those steps' events."""
+    flow id. ``origin_ns`` is on the aligned clock; ``steps`` keeps only those steps' events;
+    ``lane_names`` (thread names by lane id) label lanes as the summary does ('DDP comm')."""
     if steps is not None:
         events = events[events["step"].isin(sorted(steps)).to_numpy()]
     table, lane_index = lanes(events)
@@ -93,7 +96,7 @@ def rank_records(events: pd.DataFrame, rank: int, offset_ns: int, origin_ns: int
             {"ph": "M", "ts": 0, "pid": rank, "tid": 0, "name": "process_sort_index", "args": {"sort_index": rank}}]
     for i, lane in enumerate(table.itertuples(index=False)):  # one iteration per lane
         meta += [{"ph": "M", "ts": 0, "pid": rank, "tid": i + 1, "name": "thread_name",
-                  "args": {"name": _lane_label(lane)}},
+                  "args": {"name": _lane_label(lane, lane_names)}},
                  {"ph": "M", "ts": 0, "pid": rank, "tid": i + 1, "name": "thread_sort_index",
                   "args": {"sort_index": i}}]
     parts = [json.dumps(m, separators=(",", ":")) for m in meta]
@@ -160,11 +163,11 @@ class TraceWriter:
         self.events = 0
 
     def add_rank(self, events: pd.DataFrame, rank: int, offset_ns: int = 0, label: str = "",
-                 steps: set[int] | None = None) -> None:
+                 steps: set[int] | None = None, lane_names: dict | None = None) -> None:
         if self.origin_ns is None:  # no summary spans: the first rank written sets the origin
             self.origin_ns = int(events["start_ns"].min()) + offset_ns if len(events) else 0
         text, self._next_flow = rank_records(events, rank, offset_ns, self.origin_ns, label, steps,
-                                             self._next_flow)
+                                             self._next_flow, lane_names)
         if text:
             self._file.write(("" if self._first else ",\n") + text.replace("\n", ",\n"))
             self._first = False
