@@ -11,16 +11,20 @@ all alike; medians over the rounds are compared. Variants:
 - ``distprof merge DIR -o OUT --no-html``  (the HTML share is the difference of the two)
 - HTA load + overlap, in HTA's own venv (``benchmarks/_hta.py``); skipped with a message if absent.
 
+``--baseline DIR`` adds the same two distprof merges run from another checkout's ``distprof/``
+package (e.g. ``git archive main distprof | tar -x -C DIR``), interleaved too: before/after in one run.
+
 One more child runs the merge in-process with a timer per stage (imports, read + reduce, combine,
 text, report.html), to show where a merge's time goes.
 
-    python benchmarks/small_merge_vs_hta.py [--ranks 8] [--events 25000] [--rounds 5] [--no-hta]
+    python benchmarks/small_merge_vs_hta.py [--ranks 8] [--events 25000] [--rounds 5] [--no-hta] [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -80,9 +84,11 @@ def child_stages(folder: str, out: str) -> dict:
             "summary_text": written - combined, "html": done - written, "total": done - started}
 
 
-def timed(command: list[str]) -> float:
+def timed(command: list[str], cwd: str, baseline: str | None = None) -> float:
+    """Wall time of a whole process; ``baseline``: that folder's distprof package instead."""
+    env = dict(os.environ, PYTHONPATH=baseline) if baseline else None
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"failed: {' '.join(command)}\n{done.stderr[-3000:]}")
@@ -103,14 +109,15 @@ def load_average() -> str:
         return "?"
 
 
-def run_rounds(variants: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
-    """Whole-process wall times, interleaved, in a rotated order each round."""
+def run_rounds(variants: dict[str, tuple], rounds: int, cwd: str) -> dict[str, list[float]]:
+    """Whole-process wall times, interleaved, in a rotated order each round; a variant is
+    (command, baseline folder or None)."""
     names = list(variants)
     times: dict[str, list[float]] = {name: [] for name in names}
     for index in range(rounds):
         order = names[index % len(names):] + names[:index % len(names)]
         for name in order:
-            times[name].append(timed(variants[name]))
+            times[name].append(timed(*variants[name][:1], cwd, variants[name][1]))
     return times
 
 
@@ -123,6 +130,13 @@ def report(times: dict[str, list[float]], stages: dict, hta_note: str) -> None:
     print(f"HTML share of the merge (whole processes, medians): {100 * share:.1f}%   (target <= 20%)")
     print("one merge in-process, per stage: " + ", ".join(f"{k} {v:.3f} s" for k, v in stages.items()))
     print(f"HTML share in-process: {100 * stages['html'] / stages['total']:.1f}% of {stages['total']:.3f} s")
+    if "baseline merge" in median:
+        base, base_plain = median["baseline merge"], median["baseline merge --no-html"]
+        print(f"baseline: merge {base:.3f} s, --no-html {base_plain:.3f} s, HTML share "
+              f"{100 * (base - base_plain) / base:.1f}%; speed-up with HTML {base / with_html:.2f}x, "
+              f"--no-html {base_plain / without:.2f}x")
+        if "HTA load + overlap" in median:
+            print(f"baseline ratio HTA / merge (with HTML): {median['HTA load + overlap'] / base:.2f}x")
     if "HTA load + overlap" not in median:
         print(hta_note)
         return
@@ -140,6 +154,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=25_000, help="trace events per rank (about)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-hta", action="store_true", help="skip HTA even when it is installed")
+    parser.add_argument("--baseline", default=None, help="folder holding another checkout's distprof/ package")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -155,12 +170,16 @@ def main() -> None:
         print(f"{args.ranks} synthetic Kineto ranks, {total:,} trace events in all ({total // args.ranks:,} a rank), "
               f"{size:.1f} MiB gzipped; {args.rounds} interleaved rounds, load average before: {load_average()}")
         distprof = [sys.executable, "-m", "distprof", "merge", str(folder), "-o", str(out)]
-        variants = {"distprof merge": distprof, "distprof merge --no-html": distprof + ["--no-html"]}
+        variants = {"distprof merge": (distprof, None), "distprof merge --no-html": (distprof + ["--no-html"], None)}
+        if args.baseline:
+            baseline = str(Path(args.baseline).resolve())
+            variants["baseline merge"] = (distprof, baseline)
+            variants["baseline merge --no-html"] = (distprof + ["--no-html"], baseline)
         python, note = (None, "HTA skipped (--no-hta)") if args.no_hta else hta_python()
         if python is not None:
-            variants["HTA load + overlap"] = [python, __file__, "--child", "hta", str(folder)]
+            variants["HTA load + overlap"] = ([python, __file__, "--child", "hta", str(folder)], None)
             print(f"HTA from {note}")
-        times = run_rounds(variants, args.rounds)
+        times = run_rounds(variants, args.rounds, tmp)
         stages = child_json([sys.executable, __file__, "--child", "stages", str(folder), str(out)])
         print(f"whole processes (load average after: {load_average()}):")
         report(times, stages, note)
