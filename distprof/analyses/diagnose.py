@@ -93,6 +93,7 @@ def _finding(name: str, cost_ns: int, window_ns: int, ranks: list[int], message:
 def _placement_findings(results: list[RankResult], checks: list[dict], window_ns: int) -> list[dict]:
     out = []
     by_rank = {r.rank: r.figures for r in results}
+    lane_kinds = {r.rank: {lane.label: lane.lane_kind for lane in r.lanes} for r in results}
     for status, name in (("FAIL", "serialized_communication"), ("WARN", "unoverlapped_communication")):
         rows = [c for c in checks if c["status"] == status]
         if not rows:
@@ -105,7 +106,9 @@ def _placement_findings(results: list[RankResult], checks: list[dict], window_ns
         lanes = ", ".join(worst_row["shared_lanes"] or worst_row["comm_lanes"])
         if status == "FAIL":
             what = ", ".join(worst_row["kinds"]) or "communication"
-            word = "thread" if lanes.startswith("thread") else "stream"
+            shown = worst_row["shared_lanes"] or worst_row["comm_lanes"]
+            on_stream = bool(shown) and lane_kinds[worst].get(shown[0]) == ev.GPU_STREAM
+            word = "stream" if on_stream else "thread"  # by the lane's kind, not its label
             message = (f"serialized communication on {share}: {what} on the compute {word} "
                        f"({lanes} on rank {worst}); exposed communication {_ms(exposed[worst])} "
                        f"({_pct(exposed[worst], by_rank[worst].window_ns)} of the window) on rank {worst}")

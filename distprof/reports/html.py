@@ -13,11 +13,11 @@ import html
 import re
 from pathlib import Path
 
-from . import svg
+from . import format, svg
 from . import tables as text_tables
 
 REPORT_FILE = "report.html"
-UNITS = text_tables.UNITS
+UNITS = format.UNITS
 # colours of the stacked Distributed Summary bars (colour-blind safe, Okabe-Ito)
 COLOURS = {"computation only": "#009E73", "overlap": "#56B4E9", "exposed communication": "#D55E00",
            "idle": "#BBBBBB"}
@@ -296,15 +296,11 @@ def findings_html(findings: list) -> str:
 
 
 def distributed_table_html(summary: dict, unit: str) -> str:
-    scale = UNITS[unit]
-    keys = ("window_ns", "communication_ns", "computation_ns", "overlap_ns", "exposed_communication_ns",
-            "overlap_ratio", "idle_ns")
-    titles = ["ProfileStep", "Communication", "Computation", "Overlap", "Exposed comm", "Overlap ratio", "Idle"]
+    keys = [key for key, _ in format.SUMMARY_COLUMNS]
+    titles = [title for _, title in format.SUMMARY_COLUMNS]
 
     def value(key, v):
-        if v is None:
-            return "-"
-        return f"{100 * v:.1f}%" if key == "overlap_ratio" else f"{v / scale:.2f}"
+        return format.figure(key, v, unit)
 
     rows = [[r["rank"], r.get("steps", "-"), *(value(k, r.get(k)) for k in keys)] for r in summary.get("ranks", [])]
     classes = [""] * len(rows)

@@ -7,6 +7,8 @@ by ``--top``; Device, Overview and Model keep their fixed order, as in Paddle.
 
 from __future__ import annotations
 
+from . import format
+
 
 def tabulate(rows, **options) -> str:
     """tabulate.tabulate, imported on first use: the CLI builds its parser from this module and
@@ -15,7 +17,7 @@ def tabulate(rows, **options) -> str:
     return render(rows, **options)
 
 
-UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+UNITS = format.UNITS
 SORT_KEYS = ("cpu_total", "cpu_avg", "cpu_max", "cpu_min", "gpu_total", "gpu_avg", "gpu_max", "gpu_min",
              "calls", "name")
 NAME_WIDTH = 64
@@ -35,8 +37,9 @@ def _name(name: str, width: int = NAME_WIDTH) -> str:
 
 
 def _banner(title: str, table: str) -> str:
+    """A banner as wide as the table under it (at least the title and 20 dashes)."""
     width = max((len(line) for line in table.splitlines()), default=len(title) + 20)
-    return f"{title:-^{max(width, len(title) + 20)}}"
+    return format.banner(title, max(width, len(title) + 20))
 
 
 def _section(title: str, table: str, notes: list[str] = ()) -> str:

@@ -2,40 +2,24 @@
 
 from __future__ import annotations
 
-from . import tables
+from . import format, tables
 from .tables import tabulate
 
-UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-_COLUMNS = (("window_ns", "ProfileStep"), ("communication_ns", "Communication"),
-            ("computation_ns", "Computation"), ("overlap_ns", "Overlap"),
-            ("exposed_communication_ns", "Exposed comm"), ("overlap_ratio", "Overlap ratio"),
-            ("idle_ns", "Idle"))
-
-
-def _banner(title: str, width: int) -> str:
-    return f"{title:-^{width}}"
-
-
-def _value(key: str, value, scale: int) -> str:
-    if value is None:
-        return "-"
-    if key == "overlap_ratio":
-        return f"{100 * value:.1f}%"
-    return f"{value / scale:.2f}"
+UNITS = format.UNITS
+_COLUMNS = format.SUMMARY_COLUMNS
+_banner = format.banner
 
 
 def distributed_table(summary: dict, unit: str = "ms") -> str:
-    scale = UNITS[unit]
     rows = []
     for rank in summary["ranks"]:
-        rows.append([rank["rank"], rank["steps"], *(_value(k, rank[k], scale) for k, _ in _COLUMNS)])
+        rows.append([rank["rank"], rank["steps"], *(format.figure(k, rank[k], unit) for k, _ in _COLUMNS)])
     across = summary.get("across_ranks") or {}
     if len(summary["ranks"]) > 1 and across:
         for stat in ("min", "median", "max"):
-            rows.append([stat, "", *(_value(k, (across.get(k) or {}).get(stat), scale) for k, _ in _COLUMNS)])
+            rows.append([stat, "", *(format.figure(k, (across.get(k) or {}).get(stat), unit) for k, _ in _COLUMNS)])
         rows.append(["max at rank", "", *((across.get(k) or {}).get("max_rank", "-") for k, _ in _COLUMNS)])
-    headers = ["Rank", "Steps", *(f"{title}" + ("" if key == "overlap_ratio" else f" ({unit})")
-                                  for key, title in _COLUMNS)]
+    headers = ["Rank", "Steps", *(format.column_title(key, title, unit) for key, title in _COLUMNS)]
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
@@ -139,14 +123,13 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
 
 def render_benchmark(summary: dict, unit: str = "ms") -> str:
     """The Perf Summary of a timer_only run: reader_cost, batch_cost, ips, Reader Ratio."""
-    scale = UNITS[unit]
     bench = summary["benchmark"]
     rows = []
     for rank in bench["ranks"]:
         batch, reader, ips = rank["batch_cost"] or {}, rank["reader_cost"] or {}, rank["ips"]
         rows.append([rank["rank"], rank["steps"],
-                     *(_value("x_ns", batch.get(k), scale) for k in ("avg_ns", "max_ns", "min_ns")),
-                     *(_value("x_ns", reader.get(k), scale) for k in ("avg_ns", "max_ns", "min_ns")),
+                     *(format.figure(k, batch.get(k), unit) for k in ("avg_ns", "max_ns", "min_ns")),
+                     *(format.figure(k, reader.get(k), unit) for k in ("avg_ns", "max_ns", "min_ns")),
                      "-" if ips["avg"] is None else f"{ips['avg']:.2f}",
                      "-" if rank["reader_ratio"] is None else f"{100 * rank['reader_ratio']:.1f}%"])
     unit_label = bench["ranks"][0]["ips"]["unit"] if bench["ranks"] else "steps/s"
