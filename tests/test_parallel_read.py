@@ -27,8 +27,9 @@ def test_local_workers(monkeypatch):
     assert transport.local_workers(1, {"DISTPROF_READ_WORKERS": "4"}) == 1
     assert transport.local_workers(8, {"DISTPROF_READ_WORKERS": "4"}) == 4
     assert transport.local_workers(3, {"DISTPROF_READ_WORKERS": "16"}) == 3
-    monkeypatch.setattr("os.getloadavg", lambda: (64.0, 64.0, 64.0))
+    monkeypatch.setattr(transport, "busy_elsewhere", lambda: 64)
     assert transport.local_workers(8, {}) == 1  # a busy machine: one after the other
-    monkeypatch.setattr("os.getloadavg", lambda: (1.0, 1.0, 1.0))
+    monkeypatch.setattr(transport, "busy_elsewhere", lambda: 0)
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1}, raising=False)
-    assert transport.local_workers(8, {}) == 2  # only this process runs: both cores
+    assert transport.local_workers(8, {}) == 2  # nothing else runs: both cores
+    assert transport.busy_elsewhere() >= 0
