@@ -9,16 +9,16 @@ microseconds with three decimals) or as older PyTorch did (``--format int``), gz
 
 Each measurement runs in a fresh child process (so its peak RSS is its own): distprof
 ``--rounds`` times (the slowest round is used for the ratio, to stay conservative on a shared
-machine), HTA once (it is slow). HTA (``pip install holistictraceanalysis``) is a benchmark-only
-dependency; without it the benchmark prints distprof's own figures.
+machine), HTA once (it is slow). HTA runs in its own venv (``benchmarks/_hta.py``: a benchmark-only
+dependency); without it the benchmark says so and prints distprof's own figures.
 
     python benchmarks/kineto_load.py [--events 1000000] [--format us3] [--rounds 3] [--no-hta]
+    python benchmarks/kineto_load.py --events 216000 --rounds 5     # one big rank (issue 17: >= 10x HTA)
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import kineto_fixtures  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported (tests import merge_scale)
+from _hta import hta_python  # noqa: E402
 from _memory import peak_rss_mib  # noqa: E402
 
 
@@ -65,8 +66,8 @@ def child_hta(path: str) -> dict:
             "peak_rss_mb": peak_rss_mib(), "import_rss_mb": baseline}
 
 
-def run_child(tool: str, path: Path) -> dict:
-    command = [sys.executable, __file__, "--child", tool, str(path)]
+def run_child(tool: str, path: Path, python: str = sys.executable) -> dict:
+    command = [python, __file__, "--child", tool, str(path)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{tool} child failed:\n{done.stderr[-3000:]}")
@@ -95,6 +96,7 @@ def main() -> None:
 
         rounds = [run_child("distprof", path) for _ in range(args.rounds)]
         ours = max(rounds, key=lambda r: r["seconds"])
+        median = sorted(r["seconds"] for r in rounds)[len(rounds) // 2]
         print(f"distprof load + Distributed Summary, {args.rounds} fresh processes:")
         for index, r in enumerate(rounds):
             print(f"  round {index + 1}: {r['seconds']:7.2f} s (load {r['load_seconds']:.2f} s, summary "
@@ -103,11 +105,11 @@ def main() -> None:
         print(f"  {ours['rows']:,} event rows; overlap ratio {ours['overlap_pct']:.4f} %; "
               f"RSS after imports {ours['import_rss_mb']:.0f} MiB")
 
-        if args.no_hta or importlib.util.find_spec("hta") is None:
-            print("HTA (holistictraceanalysis) unavailable: no comparison "
-                  "(pip install holistictraceanalysis to compare)")
+        python, where = (None, "HTA skipped (--no-hta)") if args.no_hta else hta_python()
+        if python is None:
+            print(where)
             return
-        theirs = run_child("hta", path)
+        theirs = run_child("hta", path, python)
         if "error" in theirs:
             print(f"HTA failed on this trace, no comparison: {theirs['error']}")
             return
@@ -117,7 +119,7 @@ def main() -> None:
               f"peak RSS {theirs['peak_rss_mb']:.0f} MiB; overlap {theirs['overlap_pct']:.2f} %; "
               f"RSS after imports {theirs['import_rss_mb']:.0f} MiB")
         print(f"speed ratio HTA time / distprof slowest round: {theirs['seconds'] / ours['seconds']:.1f}x   "
-              f"(target >= 10x)")
+              f"(target >= 10x); / median round: {theirs['seconds'] / median:.1f}x")
         print(f"peak RSS ratio distprof / HTA: {ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}   (target < 1)")
         agree = round(ours["overlap_pct"], 2) == theirs["overlap_pct"]
         print(f"overlap %: distprof {ours['overlap_pct']:.4f}, HTA {theirs['overlap_pct']:.2f} "

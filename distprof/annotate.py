@@ -2,7 +2,8 @@
 
 Each range is a real NVTX push/pop range in the ``distprof`` domain (so ``nsys profile`` shows
 it) and, while a Profiler is active, one row in the rank's collector. NVTX event attributes
-and name ids are cached per (name, category) in one reusable Range object: a range costs two
+and name ids are cached per (name, category) in one reusable Range object per thread, found with
+one thread-local attribute read and one dict subscript: a range costs two
 clock reads, an NVTX push/pop with prebuilt attributes and one list append of a 4-tuple.
 """
 
@@ -26,26 +27,21 @@ _COLORS = {"forward": "green", "backward": "blue", "optimizer": "orange", "Datal
 _CATEGORY_COLORS = {ev.COMMUNICATION: "red", ev.USER: "purple", ev.PHASE: "cyan"}
 
 _domain = nvtx.get_domain(DOMAIN_NAME)
-_thread_ident = threading.get_ident  # pthread_self: cheap; the OS thread id costs a syscall
 
 
 _state = ROUTE
 _state.push, _state.pop = _domain.push_range, _domain.pop_range
 _active_domain = _domain
 _descriptors: dict[tuple[str, str, str], tuple[int, object]] = {}
-# category -> thread ident -> name -> Range: each thread has its own objects, so no locks
-_ranges: dict[str, dict[int, dict[str, Range]]] = {ev.PHASE: {}, ev.COMMUNICATION: {}, ev.USER: {}}
-_phase_ranges, _comm_ranges, _user_ranges = _ranges[ev.PHASE], _ranges[ev.COMMUNICATION], _ranges[ev.USER]
 
 
 def set_nvtx(enabled: bool) -> None:
     """Turn NVTX emission on or off (recording into the collector is unaffected)."""
-    global _active_domain
+    global _active_domain, _local
     _active_domain = _domain if enabled else _NoNvtx()
     _state.push, _state.pop = _active_domain.push_range, _active_domain.pop_range
     _descriptors.clear()
-    for by_thread in _ranges.values():
-        by_thread.clear()
+    _local = threading.local()  # every thread makes its ranges again, for the new domain
 
 
 def nvtx_domain():
@@ -161,31 +157,20 @@ def _range_class() -> type[Range]:
     return _RangeWithoutTool if isinstance(_active_domain, (_DummyDomain, _NoNvtx)) else Range
 
 
-_NONE: dict = {}
-_thread_local = threading.local()
-
-
-class _ThreadGone:
-    """Lives in a thread-local: when the thread ends it is dropped, and so are that thread's
-    cached ranges, so a new thread that gets the same ident does not inherit them."""
-
-    __slots__ = ("ident", "tables")
-
-    def __init__(self, ident: int) -> None:
-        self.ident = ident
-        self.tables = list(_ranges.values())  # held here: module globals are gone at interpreter exit
-
-    def __del__(self) -> None:
-        for by_thread in self.tables:
-            by_thread.pop(self.ident, None)
+# Each thread's ranges, by category then name, in a thread-local: a lookup is one attribute read
+# and one dict subscript, and a thread's ranges go away with the thread (an ident reused by a
+# new thread starts empty). set_nvtx replaces the object, which empties every thread's cache.
+_local = threading.local()
+_SLOT = {ev.PHASE: "phase", ev.COMMUNICATION: "comm", ev.USER: "user"}
 
 
 def _get(name: str, category: str, kind: str) -> Range:
     """The calling thread's Range for (name, category), made on first use."""
-    ident = _thread_ident()
-    if getattr(_thread_local, "gone", None) is None:
-        _thread_local.gone = _ThreadGone(ident)
-    by_name = _ranges[category].setdefault(ident, {})
+    local, slot = _local, _SLOT[category]
+    by_name = getattr(local, slot, None)
+    if by_name is None:
+        by_name = {}
+        setattr(local, slot, by_name)
     found = by_name.get(name)
     if found is None:
         found = by_name[name] = _range_class()(name, category, kind)
@@ -194,15 +179,24 @@ def _get(name: str, category: str, kind: str) -> Range:
 
 def phase(name: str) -> Range:
     """A training phase (forward, backward, optimizer, or your own): category PHASE."""
-    return _phase_ranges.get(_thread_ident(), _NONE).get(name) or _get(name, ev.PHASE, ev.RANGE)
+    try:  # the hot path: no call besides the subscript (try costs nothing when nothing is raised)
+        return _local.phase[name]
+    except (AttributeError, KeyError):
+        return _get(name, ev.PHASE, ev.RANGE)
 
 
 def comm(name: str) -> Range:
     """A communication operation (allreduce, broadcast, ...): category COMMUNICATION. Open it
     on the thread that runs the communication: that thread is its lane."""
-    return _comm_ranges.get(_thread_ident(), _NONE).get(name) or _get(name, ev.COMMUNICATION, ev.COMM_OP)
+    try:
+        return _local.comm[name]
+    except (AttributeError, KeyError):
+        return _get(name, ev.COMMUNICATION, ev.COMM_OP)
 
 
 def range(name: str) -> Range:  # noqa: A001 - the public name users expect
     """A user-defined range: category USER (the UserDefined summary)."""
-    return _user_ranges.get(_thread_ident(), _NONE).get(name) or _get(name, ev.USER, ev.RANGE)
+    try:
+        return _local.user[name]
+    except (AttributeError, KeyError):
+        return _get(name, ev.USER, ev.RANGE)

@@ -11,8 +11,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 DEFAULTS: dict[str, Any] = {
     "out": "distprof_out",
     "window": "steps",          # steps: analyse the union of ProfileSteps; all: the whole trace
@@ -122,19 +120,24 @@ def _check_value(path: str, value: Any, source: str) -> None:
         raise ConfigError(f"{source}: key '{path}' must not hold an empty string (it would match everything)")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (YAML would keep the last silently)."""
+def _unique_key_loader() -> type:
+    """A SafeLoader that refuses a key given twice in one mapping (YAML would keep the last
+    silently). Built on first use: yaml is imported only when a config file is given."""
+    import yaml
 
-    def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201 - PyYAML's signature
-        seen: set = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, (str, int, float, bool)):
-                continue
-            if key in seen:
-                raise ConfigError(f"duplicate key '{key}' at line {key_node.start_mark.line + 1}")
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201 - PyYAML's signature
+            seen: set = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue
+                if key in seen:
+                    raise ConfigError(f"duplicate key '{key}' at line {key_node.start_mark.line + 1}")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def _parse(path: str | Path) -> Any:
@@ -149,8 +152,9 @@ def _parse(path: str | Path) -> Any:
     except UnicodeDecodeError as error:
         raise ConfigError(f"{source}: not UTF-8 text (byte 0x{raw[error.start]:02x} at offset {error.start})") \
             from None
+    import yaml
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     except yaml.YAMLError as error:

@@ -8,9 +8,10 @@ never rewrites these columns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # numpy and pandas load when a table is built, not when the constants are read
+    import pandas as pd
 
 # kind: what produced the row
 RANGE, KERNEL, MEMCPY, MEMSET, RUNTIME, COMM_OP, MARK = (
@@ -42,6 +43,8 @@ def make_events(**columns) -> pd.DataFrame:
     Required: kind, category, name, start_ns, end_ns (arrays of equal length; kind/category
     may be scalars). Rows come out sorted by start_ns so analyses can rely on it.
     """
+    import numpy as np
+    import pandas as pd
     for required in ("kind", "category", "name", "start_ns", "end_ns"):
         if required not in columns:
             raise ValueError(f"event table needs column {required!r}")
@@ -72,6 +75,7 @@ def make_events(**columns) -> pd.DataFrame:
 
 def empty_events() -> pd.DataFrame:
     """An event table with no rows (a rank that recorded nothing)."""
+    import numpy as np
     return make_events(kind=np.array([], dtype=object), category=np.array([], dtype=object),
                        name=np.array([], dtype=object), start_ns=np.array([], dtype=np.int64),
                        end_ns=np.array([], dtype=np.int64))

@@ -83,19 +83,13 @@ def _progress(items, desc: str):
     return tqdm(items, desc=desc, unit="file", leave=False, disable=not sys.stderr.isatty() or len(items) < 2)
 
 
-def merge_files(paths: list[Path], config: dict, comm=None) -> Summary | None:
-    """Read every input one at a time, keep only its compact per-rank results, combine.
-
-    Under ``mpirun -n K distprof merge ...`` (``comm`` = COMM_WORLD) the files are spread over
-    the K workers by size; each reduces its share one file at a time and rank 0 combines.
-    Results are put back in input order, so the output equals a single-process merge.
-    Returns the Summary on rank 0 and None on the other workers.
-    """
+def _reduce_files(paths: list[Path], indices: list[int], config: dict,
+                  progress: bool = True) -> tuple[list, list]:
+    """Read the files at ``indices`` one at a time and keep only each rank's RankResult:
+    ([(file index, position in file, result)], [(file index, warning)])."""
     from . import sources
-    worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
-    mine = transport.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
     reduced, warnings = [], []
-    for index in _progress(mine, "reading"):
+    for index in _progress(indices, "reading") if progress else indices:
         try:
             traces = sources.read(paths[index], config)
         except ev.SourceError as error:
@@ -104,6 +98,37 @@ def merge_files(paths: list[Path], config: dict, comm=None) -> Summary | None:
             continue
         reduced += [(index, position, reduce_rank(trace, config)) for position, trace in enumerate(traces)]
         del traces  # bound memory by one file's events
+    return reduced, warnings
+
+
+def _reduce_here(paths: list[Path], mine: list[int], config: dict) -> tuple[list, list]:
+    """This worker's files, read in ``transport.local_workers`` forked processes when more than
+    one core is free (each holds one file's events at a time), else one after the other."""
+    processes = transport.local_workers(len(mine))
+    if processes <= 1:
+        return _reduce_files(paths, mine, config)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    sizes = [paths[i].stat().st_size if paths[i].exists() else 0 for i in mine]
+    shares = [[mine[k] for k in share] for share in transport.assign_files(sizes, processes) if share]
+    with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("fork")) as pool:
+        parts = list(pool.map(_reduce_files, [paths] * len(shares), shares, [config] * len(shares),
+                              [False] * len(shares)))
+    return [item for part in parts for item in part[0]], [item for part in parts for item in part[1]]
+
+
+def merge_files(paths: list[Path], config: dict, comm=None) -> Summary | None:
+    """Read every input one at a time, keep only its compact per-rank results, combine.
+
+    Under ``mpirun -n K distprof merge ...`` (``comm`` = COMM_WORLD) the files are spread over
+    the K workers by size; each reduces its share one file at a time and rank 0 combines.
+    Results are put back in input order, so the output equals a single-process merge.
+    Returns the Summary on rank 0 and None on the other workers.
+    """
+    worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
+    mine = transport.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
+    reduced, warnings = _reduce_here(paths, mine, config) if comm is None else \
+        _reduce_files(paths, mine, config)
     gathered = transport.gather_workers(comm, reduced, warnings)
     if gathered is None:
         return None

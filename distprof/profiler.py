@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from . import annotate, clock, pipeline, transport
+from . import annotate, clock, transport
 from . import config as config_mod
 from . import events as ev
 from . import schedule as schedule_mod
@@ -168,6 +168,7 @@ class Profiler:
 
     def _aggregate(self) -> dict | None:
         """Reduce this rank's own file, gather to rank 0, combine there."""
+        from . import pipeline  # the analysis stack loads at the end of a session, not at import
         traces = native.read(self.rank_file(self.rank), self.config)
         result = pipeline.reduce_rank(traces[0], self.config)
         if self._comm is not None:

@@ -117,3 +117,29 @@ def assign_files(sizes: list[int], workers: int) -> list[list[int]]:
         shares[worker].append(index)
         heapq.heappush(load, (total + sizes[index], worker))
     return [sorted(share) for share in shares]
+
+
+def busy_elsewhere() -> float:
+    """Processes running on this machine right now besides this one. Linux: the running count
+    of /proc/loadavg, an instant view (the 1-minute load lags: a job that just ended, such as a
+    previous merge, would still count); elsewhere the 1-minute load less this process."""
+    import os
+    try:
+        with open("/proc/loadavg") as loadavg:
+            return max(0, int(loadavg.read().split()[3].split("/")[0]) - 1)
+    except (OSError, IndexError, ValueError):
+        return max(0.0, os.getloadavg()[0] - 1.0)
+
+
+def local_workers(files: int, environ=None) -> int:
+    """Processes for reading ``files`` rank files on this machine: one per free core (cores less
+    the processes running elsewhere), at most one per file, 1 without fork.
+    ``DISTPROF_READ_WORKERS=N`` sets it (1: always one after the other)."""
+    import os
+    environ = os.environ if environ is None else environ
+    if files < 2 or not hasattr(os, "fork"):
+        return 1
+    if environ.get("DISTPROF_READ_WORKERS"):
+        return max(1, min(files, int(environ["DISTPROF_READ_WORKERS"])))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(files, int(cores - busy_elsewhere() + 0.5)))

@@ -1,7 +1,7 @@
 """One self-contained ``report.html``: findings first, then the plots and the tables.
 
-Plots are drawn with matplotlib and inlined as SVG (text kept as text, no script, no font or
-image fetched), so the file opens offline, in a mail attachment or a CI artifact, and stays small
+Plots are written as inline SVG by ``svg.py`` (text kept as text, the heat map a PNG data URI;
+no script, no font or image fetched), so the file opens offline, in a mail attachment or a CI artifact, and stays small
 (tens to a few hundred kB) where an interactive plotting library would add megabytes of
 JavaScript to every file. Only the summary (``summary.json``) is read: the report can be rebuilt
 at any time with ``distprof report OUT --html``.
@@ -10,11 +10,10 @@ at any time with ``distprof report OUT --html``.
 from __future__ import annotations
 
 import html
-import io
 import re
 from pathlib import Path
 
-from . import format
+from . import format, svg
 from . import tables as text_tables
 
 REPORT_FILE = "report.html"
@@ -51,37 +50,14 @@ ul.warn{font-size:13px;color:#7a4b00}
 
 # -- plots -------------------------------------------------------------------------------------
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
-                         "axes.spines.right": False})
-    return plt
-
-
-def _svg(fig) -> str:
-    """The figure as an inline <svg> element that scales with the page."""
-    plt = _pyplot()
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
-    plt.close(fig)
-    text = buffer.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
-    # drop the fixed size: the viewBox keeps the aspect ratio, CSS sets the width
-    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r"<svg\1", text, count=1)
-
-
-def _rank_ticks(ax, ranks: list[int], axis: str = "y") -> None:
-    """At most ~32 rank labels on an axis."""
-    step = max(1, len(ranks) // 32 + (len(ranks) % 32 > 0))
-    positions = list(range(0, len(ranks), step))
-    labels = [str(ranks[i]) for i in positions]
-    if axis == "y":
-        ax.set_yticks(positions, labels)
-    else:
-        ax.set_xticks(positions, labels)
+def _rank_labels(axes: svg.Axes, ranks: list[int], centre, axis: str = "y") -> None:
+    """At most ~32 rank labels along the left (axis 'y', ``centre(i)`` = y) or bottom ('x') of a plot."""
+    for i in svg.rank_positions(len(ranks)):
+        where = centre(i)
+        if axis == "x":
+            axes.canvas.text(where, axes.top + axes.height + 14, str(ranks[i]), "middle")
+        else:
+            axes.canvas.text(axes.left - 5, where + 4, str(ranks[i]), "end")
 
 
 def distributed_bars(summary: dict, unit: str = "ms") -> str | None:
@@ -89,32 +65,57 @@ def distributed_bars(summary: dict, unit: str = "ms") -> str | None:
     rows = [r for r in summary.get("ranks", []) if r.get("window_ns")]
     if not rows:
         return None
-    plt = _pyplot()
     scale = UNITS[unit]
-    ranks = [r["rank"] for r in rows]
     parts = {
         "computation only": [(r["computation_ns"] - r["overlap_ns"]) / scale for r in rows],
         "overlap": [r["overlap_ns"] / scale for r in rows],
         "exposed communication": [r["exposed_communication_ns"] / scale for r in rows],
         "idle": [r["idle_ns"] / scale for r in rows],
     }
-    height = min(1.2 + 0.28 * len(rows), 12)
-    fig, ax = plt.subplots(figsize=(11, height))
-    left = [0.0] * len(rows)
-    y = list(range(len(rows)))
-    for label, values in parts.items():
-        ax.barh(y, values, left=left, color=COLOURS[label], label=label, height=0.75 if len(rows) < 200 else 1.0)
-        left = [a + b for a, b in zip(left, values)]
-    _rank_ticks(ax, ranks)
-    ax.set_ylim(len(rows) - 0.5, -0.5)  # rank 0 on top, no empty margin
-    ax.set_ylabel("rank")
-    ax.set_xlabel(f"time in the analysed window ({unit})")
-    ax.legend(ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    return _svg(fig)
+    row_h = min(22.0, max(1.0, 880 / len(rows)))
+    canvas = svg.Canvas(1100, int(row_h * len(rows) + 80))
+    axes = svg.Axes(canvas, 70, 30, 1010, row_h * len(rows))
+    ticks = svg.nice_ticks(max(sum(values) for values in zip(*parts.values())))
+    axes.x_range = (0.0, ticks[-1])
+    axes.value_axis("x", ticks, f"time in the analysed window ({unit})")
+    bar = row_h * (0.75 if len(rows) < 200 else 1.0)
+    for i in range(len(rows)):
+        left, top = 0.0, axes.top + i * row_h + (row_h - bar) / 2
+        for label, values in parts.items():
+            if values[i] > 0:
+                canvas.rect(axes.x(left), top, axes.x(left + values[i]) - axes.x(left), bar, COLOURS[label])
+            left += values[i]
+    _rank_labels(axes, [r["rank"] for r in rows], lambda i: axes.top + (i + 0.5) * row_h)
+    axes.title("y", "rank")
+    axes.frame()
+    svg.legend(canvas, axes.left + 200, 16, list(COLOURS.items()))
+    return canvas.svg()
 
 
 def _collectives(skew: dict) -> list[dict]:
     return [c for c in skew.get("collectives") or [] if c.get("wait_ns_by_rank")]
+
+
+def _wait_grid(collectives: list[dict], ranks: list[int], scale: int):
+    """ranks x collectives waits in the unit (NaN where a rank has no entry)."""
+    import numpy as np
+    row_of = {r: i for i, r in enumerate(ranks)}
+    grid = np.full((len(ranks), len(collectives)), np.nan)
+    for j, collective in enumerate(collectives):  # at most skew.max_rows collectives are stored
+        for rank, wait in collective["wait_ns_by_rank"].items():
+            grid[row_of[int(rank)], j] = wait / scale
+    return grid
+
+
+def _heat_image(grid) -> str:
+    """The grid as a PNG data URI, one pixel per cell (magma_r; transparent where NaN)."""
+    import numpy as np
+    top = np.nanmax(grid) if np.isfinite(grid).any() else 0.0
+    fraction = np.nan_to_num(grid / top if top > 0 else grid * 0, nan=0.0)
+    lut = np.array([(*svg.colour_of(i / 255), 255) for i in range(256)], dtype=np.uint8)
+    pixels = lut[np.clip((fraction * 255).round().astype(int), 0, 255)]
+    pixels[np.isnan(grid)] = 0
+    return svg.png_data_uri([row.tobytes() for row in pixels], grid.shape[1])
 
 
 def skew_heatmap(summary: dict, unit: str = "ms") -> str | None:
@@ -124,27 +125,88 @@ def skew_heatmap(summary: dict, unit: str = "ms") -> str | None:
     if not collectives or len(ranks) < 2:
         return None
     import numpy as np
-    plt = _pyplot()
-    scale = UNITS[unit]
-    row_of = {r: i for i, r in enumerate(ranks)}
-    grid = np.full((len(ranks), len(collectives)), np.nan)
-    for j, collective in enumerate(collectives):  # at most skew.max_rows collectives are stored
-        for rank, wait in collective["wait_ns_by_rank"].items():
-            grid[row_of[int(rank)], j] = wait / scale
-    fig, ax = plt.subplots(figsize=(11, min(1.6 + 0.3 * len(ranks), 10)))
-    image = ax.imshow(np.ma.masked_invalid(grid), aspect="auto", cmap="magma_r", interpolation="nearest")
-    fig.colorbar(image, ax=ax, label=f"wait for the last rank ({unit})", fraction=0.04, pad=0.01)
-    _rank_ticks(ax, ranks)
-    ax.set_ylabel("rank")
-    names = sorted({c.get("name", "") for c in collectives})
-    xlabel = "collective, in time order" + (f" ({', '.join(names[:4])})" if names else "")
-    ax.set_xlabel(xlabel)
-    # one tick where each step's collectives begin (at most ~20 of them)
-    step_of = [c.get("step", -1) for c in collectives]
+    grid = _wait_grid(collectives, ranks, UNITS[unit])
+    height = min(40 + 22 * len(ranks), 800)
+    canvas = svg.Canvas(1100, height + 60)
+    axes = svg.Axes(canvas, 70, 12, 900, height)
+    axes.x_range, axes.y_range = (-0.5, len(collectives) - 0.5), (len(ranks) - 0.5, -0.5)
+    canvas.parts.append(f'<image x="{axes.left}" y="{axes.top}" width="{axes.width}" height="{axes.height}" '
+                        f'preserveAspectRatio="none" style="image-rendering:pixelated" '
+                        f'href="{_heat_image(grid)}"/>')
+    row_h = axes.height / len(ranks)
+    _rank_labels(axes, ranks, lambda i: axes.top + (i + 0.5) * row_h)
+    axes.title("y", "rank")
+    step_of = [c.get("step", -1) for c in collectives]  # one tick where each step's collectives begin
     starts = [j for j in range(len(collectives)) if j == 0 or step_of[j] != step_of[j - 1]]
-    starts = starts[::max(1, len(starts) // 20 + (len(starts) % 20 > 0))]
-    ax.set_xticks(starts, [f"step {step_of[j]}" if step_of[j] >= 0 else "-" for j in starts])
-    return _svg(fig)
+    for j in starts[::max(1, len(starts) // 20 + (len(starts) % 20 > 0))]:
+        canvas.text(axes.x(j), axes.top + axes.height + 14, f"step {step_of[j]}" if step_of[j] >= 0 else "-",
+                    "middle")
+    names = sorted({c.get("name", "") for c in collectives})
+    axes.title("x", "collective, in time order" + (f" ({', '.join(names[:4])})" if names else ""))
+    top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 0.0
+    _colour_bar(canvas, axes.left + axes.width + 20, axes.top, min(axes.height, 300), top,
+                f"wait for the last rank ({unit})")
+    return canvas.svg()
+
+
+def _colour_bar(canvas: svg.Canvas, x: float, y: float, height: float, top: float, title: str) -> None:
+    """A vertical magma_r scale from 0 (top) to ``top`` (bottom) with its ticks and title."""
+    stops = "".join(f'<stop offset="{k / 10:.1f}" stop-color="rgb{svg.colour_of(k / 10)}"/>' for k in range(11))
+    canvas.parts.append(f'<defs><linearGradient id="magma" x1="0" y1="0" x2="0" y2="1">{stops}'
+                        f'</linearGradient></defs>')
+    canvas.rect(x, y, 14, height, "url(#magma)")
+    for tick in svg.nice_ticks(top, 5) if top > 0 else [0.0]:
+        if tick <= top or top == 0:
+            ty = y + (tick / top if top > 0 else 0) * height
+            canvas.line(x + 14, ty, x + 18, ty)
+            canvas.text(x + 21, ty + 4, svg.label(tick))
+    cx, cy = x + 80, y + height / 2
+    canvas.text(cx, cy, title, "middle", extra=f' transform="rotate(-90 {cx:.1f} {cy:.1f})"')
+
+
+def _step_band(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
+    """Left panel: per step, the fastest-to-slowest band and the median rank's line."""
+    x = steps["step"]
+    low, mid, high = ([v / scale for v in steps[k]] for k in ("min_ns", "median_ns", "max_ns"))
+    axes = svg.Axes(canvas, 60, 30, 560, 230)
+    ticks = svg.nice_ticks(max(high))
+    axes.x_range = (min(x) - 0.5, max(x) + 0.5)
+    axes.y_range = (0.0, ticks[-1])
+    axes.value_axis("y", ticks, f"step time ({unit})")
+    band = [(axes.x(s), axes.y(v)) for s, v in zip(x, high)] + [(axes.x(s), axes.y(v)) for s, v in
+                                                                 zip(reversed(x), reversed(low))]
+    canvas.polyline(band, "none", fill="#56B4E9", width=0, close=True)
+    canvas.parts[-1] = canvas.parts[-1].replace("/>", ' fill-opacity="0.35"/>')
+    points = [(axes.x(s), axes.y(v)) for s, v in zip(x, mid)]
+    canvas.polyline(points, "#0072B2")
+    if len(points) <= 200:
+        canvas.parts.append("".join(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" fill="#0072B2"/>'
+                                    for px, py in points))
+    for s in svg.nice_ticks(max(x), 8) if max(x) > 0 else [0]:
+        if min(x) <= s <= max(x) and float(s).is_integer():
+            canvas.text(axes.x(s), axes.top + axes.height + 14, str(int(s)), "middle")
+    axes.title("x", "step")
+    axes.frame()
+    svg.legend(canvas, axes.left + 10, 16, [("fastest to slowest rank", "#a9d8f3"), ("median rank", "#0072B2")])
+
+
+def _step_ranks(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
+    """Right panel: each rank's mean step time (bar) and slowest step (mark)."""
+    ranks = steps["ranks"]
+    mean = [0 if v is None else v / scale for v in steps["mean_ns_by_rank"]]
+    worst = [0 if v is None else v / scale for v in steps["max_ns_by_rank"]]
+    axes = svg.Axes(canvas, 700, 30, 380, 230)
+    ticks = svg.nice_ticks(max(worst + mean))
+    axes.x_range, axes.y_range = (-0.5, len(ranks) - 0.5), (0.0, ticks[-1])
+    axes.value_axis("y", ticks, f"step time ({unit})")
+    width = axes.width / len(ranks)
+    for i, (m, w) in enumerate(zip(mean, worst)):
+        canvas.rect(axes.x(i) - 0.4 * width, axes.y(m), 0.8 * width, axes.y(0) - axes.y(m), "#009E73")
+        canvas.line(axes.x(i) - 0.4 * width, axes.y(w), axes.x(i) + 0.4 * width, axes.y(w), "#D55E00", 2)
+    _rank_labels(axes, ranks, axes.x, "x")
+    axes.title("x", "rank")
+    axes.frame()
+    svg.legend(canvas, axes.left + 80, 16, [("mean", "#009E73"), ("max", "#D55E00")])
 
 
 def step_plot(summary: dict, unit: str = "ms") -> str | None:
@@ -152,31 +214,10 @@ def step_plot(summary: dict, unit: str = "ms") -> str | None:
     steps = (((summary.get("tables") or {}).get("merged") or {}).get("steps")) or {}
     if not steps.get("step"):
         return None
-    plt = _pyplot()
-    scale = UNITS[unit]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4), gridspec_kw={"width_ratios": [3, 2]})
-    x = steps["step"]
-    left.fill_between(x, [v / scale for v in steps["min_ns"]], [v / scale for v in steps["max_ns"]],
-                      color="#56B4E9", alpha=0.35, label="fastest to slowest rank")
-    left.plot(x, [v / scale for v in steps["median_ns"]], color="#0072B2", marker="o", markersize=3,
-              label="median rank")
-    left.set_xlabel("step")
-    left.xaxis.get_major_locator().set_params(integer=True)
-    left.set_ylabel(f"step time ({unit})")
-    left.legend(frameon=False, fontsize=8, loc="best")
-    left.set_ylim(bottom=0)
-    ranks = steps["ranks"]
-    mean = [0 if v is None else v / scale for v in steps["mean_ns_by_rank"]]
-    worst = [0 if v is None else v / scale for v in steps["max_ns_by_rank"]]
-    positions = list(range(len(ranks)))
-    right.bar(positions, mean, color="#009E73", label="mean")
-    right.scatter(positions, worst, color="#D55E00", marker="_", s=120, label="max", zorder=3)
-    _rank_ticks(right, ranks, axis="x")
-    right.set_xlabel("rank")
-    right.set_ylabel(f"step time ({unit})")
-    right.legend(frameon=False, fontsize=8, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0))
-    fig.tight_layout()
-    return _svg(fig)
+    canvas = svg.Canvas(1100, 310)
+    _step_band(canvas, steps, UNITS[unit], unit)
+    _step_ranks(canvas, steps, UNITS[unit], unit)
+    return canvas.svg()
 
 
 # -- HTML pieces ------------------------------------------------------------------------------

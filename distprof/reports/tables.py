@@ -7,9 +7,15 @@ by ``--top``; Device, Overview and Model keep their fixed order, as in Paddle.
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from . import format
+
+
+def tabulate(rows, **options) -> str:
+    """tabulate.tabulate, imported on first use: the CLI builds its parser from this module and
+    ``distprof --help`` should not pay for the table library (it imports importlib.metadata)."""
+    from tabulate import tabulate as render
+    return render(rows, **options)
+
 
 UNITS = format.UNITS
 SORT_KEYS = ("cpu_total", "cpu_avg", "cpu_max", "cpu_min", "gpu_total", "gpu_avg", "gpu_max", "gpu_min",

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from . import format, tables
+from .tables import tabulate
 
 UNITS = format.UNITS
 _COLUMNS = format.SUMMARY_COLUMNS

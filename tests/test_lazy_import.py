@@ -1,0 +1,44 @@
+"""``import distprof`` stays light: a rank that only annotates, and ``distprof --help``, must not
+load the analysis stack (pandas) or the plotting library (matplotlib). A property of the import
+graph, checked in a fresh interpreter (never a timing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("pandas", "matplotlib")
+
+
+def loaded_after(code: str) -> list[str]:
+    probe = f"import json, sys\n{code}\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_import_distprof_loads_neither_pandas_nor_matplotlib():
+    assert loaded_after("import distprof") == []
+
+
+def test_annotating_rank_and_profiler_session_load_neither():
+    code = ("import tempfile, distprof\n"
+            "with tempfile.TemporaryDirectory() as tmp:\n"
+            "    prof = distprof.Profiler(out=tmp, quiet=True)\n"
+            "    with distprof.phase('forward'), distprof.comm('allreduce'), distprof.range('mine'):\n"
+            "        pass\n")
+    assert loaded_after(code) == []
+
+
+def test_cli_help_loads_neither():
+    code = ("from distprof import cli\n"
+            "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n")
+    assert loaded_after(code) == []
+
+
+def test_lazy_names_resolve():
+    import distprof
+    from distprof import Profiler, comm, phase
+    from distprof import range as user_range
+    assert distprof.config.load()["out"] and callable(phase) and callable(comm) and callable(user_range)
+    assert Profiler.__name__ == "Profiler" and "Profiler" in dir(distprof)
