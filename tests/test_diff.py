@@ -117,7 +117,7 @@ def test_no_steps_normalises_by_the_dominant_kernel():
     unit = result["unit_of_work"]
     assert unit["source"] == "kernel" and unit["name"] == "gemm_layer"  # nccl kernels are not units
     assert unit["applies"] and unit["reason"] == "no_steps"
-    assert unit["rate"]["relative"] == pytest.approx(-0.12)
+    assert unit["per_second"]["relative"] == pytest.approx(-0.12)
     assert unit["cost_per_unit_ns"]["relative"] == pytest.approx(0.0)
     assert unit["window_per_unit_ns"]["relative"] == pytest.approx(1 / 0.88 - 1)  # +13.6% wall per layer
     assert result["step_time"]["reason"] == "no_steps" and result["movers_per"] == "unit"

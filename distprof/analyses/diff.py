@@ -147,12 +147,13 @@ def _unit_candidates(summary: dict, prefixes: tuple[str, ...]) -> list[tuple[str
     return [("kernel", kernels), ("user", users), ("phase", phases)]
 
 
-def _window_sum(summary: dict, key: str) -> int:
+def _rank_sum(summary: dict, key: str) -> int:
+    """A figure summed over the ranks (the merged tables sum their counts the same way)."""
     return int(sum(r.get(key) or 0 for r in summary.get("ranks") or []))
 
 
 def _rank_steps(summary: dict) -> int:
-    return _window_sum(summary, "steps")
+    return _rank_sum(summary, "steps")
 
 
 def dominant_unit(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PREFIXES) -> tuple | None:
@@ -169,7 +170,8 @@ def unit_of_work(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PRE
     """Figures per unit of the dominant repeated unit, and whether they replace per-step ones.
 
     ``applies`` when a side has no steps or the step counts differ: then totals only compare
-    per unit of work. ``rate``: units per ns of window (summed over ranks, as the counts are)."""
+    per unit of work. ``per_second``: units per second of window (counts and windows summed
+    over ranks)."""
     unit = dominant_unit(before, after, prefixes)
     if unit is None:
         return None
@@ -177,15 +179,15 @@ def unit_of_work(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PRE
     sb, sa = _rank_steps(before), _rank_steps(after)
     reason = "no_steps" if not sb or not sa else "step_counts_differ" if sb != sa else None
     cb, ca = int(rb["calls"]), int(ra["calls"])
-    wb, wa = _window_sum(before, "window_ns"), _window_sum(after, "window_ns")
+    wb, wa = _rank_sum(before, "window_ns"), _rank_sum(after, "window_ns")
     out = {"source": source, "name": name, "applies": reason is not None, "reason": reason,
            "count": change(cb, ca), "window_ns": change(wb, wa),
-           "rate": change(cb / wb if wb else None, ca / wa if wa else None),
+           "per_second": change(1e9 * cb / wb if wb else None, 1e9 * ca / wa if wa else None),
            "cost_per_unit_ns": change(rb["total_ns"] / cb if rb.get("total_ns") is not None else None,
                                       ra["total_ns"] / ca if ra.get("total_ns") is not None else None)}
     for key in ("window_ns", "communication_ns", "computation_ns", "exposed_communication_ns", "idle_ns"):
-        out[f"{key.removesuffix('_ns')}_per_unit_ns"] = change(_window_sum(before, key) / cb,
-                                                               _window_sum(after, key) / ca)
+        out[f"{key.removesuffix('_ns')}_per_unit_ns"] = change(_rank_sum(before, key) / cb,
+                                                               _rank_sum(after, key) / ca)
     return out
 
 
