@@ -215,7 +215,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .reports import diff_report
     config = config_mod.load(args.config)
     before, after = diff_side(args.before, config), diff_side(args.after, config)
-    result = diff_mod.diff(before, after, seed=args.seed,
+    result = diff_mod.diff(before, after, seed=args.seed, min_change=args.min_change / 100,
                            prefixes=tuple(config["communication"]["kernel_prefixes"]))
     labels = (args.before, args.after)
     sys.stdout.write(diff_report.render(result, labels, args.unit))
@@ -285,6 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--html", action="store_true", help="also write OUT/diff.html")
     diff.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     diff.add_argument("--seed", type=int, default=0, help="seed of the bootstrap interval (default 0)")
+    diff.add_argument("--min-change", type=float, default=5.0, metavar="PCT",
+                      help="smallest change of the median step called significant, in %% (default 5)")
     diff.add_argument("--config", default=None, help="YAML config file (for inputs that need a merge)")
     diff.set_defaults(func=cmd_diff)
     return parser

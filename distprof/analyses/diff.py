@@ -6,7 +6,8 @@ phrases them.
 
 * **Step time**: the job's step time is the slowest rank's ProfileStep per step (a synchronous
   job waits for it). Medians of both runs, their difference, and a seeded percentile bootstrap
-  interval of the difference of medians; ``significant`` only when the interval excludes 0.
+  interval of the difference of medians; ``significant`` only when the interval excludes 0
+  and the change is at least ``MIN_CHANGE`` (5%) of the median.
   The interval covers the step-to-step noise inside each run, not the run-to-run noise of a
   shared machine.
 * **Ranks**: every Distributed Summary figure before/after per rank (matched by rank number)
@@ -29,6 +30,7 @@ MIN_STEPS = 5           # fewer steps on a side: no interval ("too few steps")
 RESAMPLES = 4000
 SEED = 0
 LEVEL = 0.95
+MIN_CHANGE = 0.05       # smaller relative changes of the median step are never called significant
 TOP_MOVERS = 20
 COMM_PREFIXES = ("nccl",)
 _NOT_UNITS = ("ProfileStep", "Others")    # model rows that are not a repeated unit of work
@@ -69,15 +71,21 @@ def bootstrap_interval(before: np.ndarray, after: np.ndarray, resamples: int = R
     return float(low), float(high)
 
 
-def step_time(before: dict, after: dict, resamples: int = RESAMPLES, seed: int = SEED) -> dict:
-    """Median step time of both runs, the change, and whether the interval excludes 0."""
+def step_time(before: dict, after: dict, resamples: int = RESAMPLES, seed: int = SEED,
+              min_change: float = MIN_CHANGE) -> dict:
+    """Median step time of both runs, the change, and whether it is significant: the interval
+    excludes 0 *and* the change is at least ``min_change`` of the median (as asv's factor).
+    The interval knows only the noise inside each run; two runs of one configuration on a
+    shared machine also differ by a few percent from run to run, which no interval of one pair
+    can see, so a smaller change is reported (``excludes_zero``) but not called significant."""
     b, a = step_durations(before), step_durations(after)
     out = {"before_median_ns": float(np.median(b)) if b.size else None,
            "after_median_ns": float(np.median(a)) if a.size else None,
            "delta_ns": None, "relative": None, "ci_low_ns": None, "ci_high_ns": None, "significant": False,
-           "steps_before": int(b.size), "steps_after": int(a.size), "level": LEVEL, "resamples": resamples,
-           "seed": seed, "min_steps": MIN_STEPS, "reason": None,
-           "before_steps_ns": b.astype(np.int64).tolist(), "after_steps_ns": a.astype(np.int64).tolist()}
+           "excludes_zero": False, "min_change": min_change, "steps_before": int(b.size),
+           "steps_after": int(a.size), "level": LEVEL, "resamples": resamples, "seed": seed,
+           "min_steps": MIN_STEPS, "reason": None, "before_steps_ns": b.astype(np.int64).tolist(),
+           "after_steps_ns": a.astype(np.int64).tolist()}
     if b.size and a.size:
         moved = change(out["before_median_ns"], out["after_median_ns"])
         out["delta_ns"], out["relative"] = moved["delta"], moved["relative"]
@@ -87,7 +95,10 @@ def step_time(before: dict, after: dict, resamples: int = RESAMPLES, seed: int =
         out["reason"] = "too_few_steps"
     else:
         low, high = bootstrap_interval(b, a, resamples, seed)
-        out.update(ci_low_ns=low, ci_high_ns=high, significant=bool(low > 0 or high < 0))
+        excludes = bool(low > 0 or high < 0)
+        large = abs(out["relative"] or 0.0) >= min_change
+        out.update(ci_low_ns=low, ci_high_ns=high, excludes_zero=excludes, significant=excludes and large,
+                   reason="below_min_change" if excludes and not large else None)
     return out
 
 
@@ -288,14 +299,14 @@ def check_changes(before: dict, after: dict) -> list[dict]:
 
 
 def diff(before: dict, after: dict, resamples: int = RESAMPLES, seed: int = SEED,
-         prefixes: tuple[str, ...] = COMM_PREFIXES) -> dict:
+         prefixes: tuple[str, ...] = COMM_PREFIXES, min_change: float = MIN_CHANGE) -> dict:
     """The whole diff of two summaries (the ``diff.json`` contract)."""
     unit = unit_of_work(before, after, prefixes)
     per, divisors = normaliser(before, after, unit)
     return {"world_size": {"before": before.get("world_size"), "after": after.get("world_size")},
             "source": {"before": before.get("source"), "after": after.get("source")},
             "warnings": warnings(before, after),
-            "step_time": step_time(before, after, resamples, seed),
+            "step_time": step_time(before, after, resamples, seed, min_change),
             "ranks": rank_changes(before, after),
             "across_ranks": across_changes(before, after),
             "unit_of_work": unit,

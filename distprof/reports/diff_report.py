@@ -46,7 +46,13 @@ def step_lines(step: dict, unit: str) -> list[str]:
     counts = f"{step['steps_before']} vs {step['steps_after']} steps"
     if step["reason"] == "too_few_steps":
         return [line, f"  too few steps for an interval ({counts}; at least {step['min_steps']} a run)"]
-    verdict = "significant" if step["significant"] else "not significant: the interval includes 0"
+    if step["significant"]:
+        verdict = "significant"
+    elif step["reason"] == "below_min_change":
+        verdict = (f"not significant: the interval excludes 0 but the change is under {100 * step['min_change']:.0f}%, "
+                   "within what two runs of one configuration differ by")
+    else:
+        verdict = "not significant: the interval includes 0"
     return [line, f"  {100 * step['level']:.0f}% bootstrap interval of the change "
                   f"[{_t(step['ci_low_ns'], unit, True)}, {_t(step['ci_high_ns'], unit, True)}] {unit}: "
                   f"{verdict} ({counts}, {step['resamples']} resamples, seed {step['seed']})"]
