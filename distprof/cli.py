@@ -1,4 +1,4 @@
-"""`distprof demo | merge | report`: the command line.
+"""`distprof demo | merge | report | trace | diff`: the command line.
 
 Bad input ends with one line on stderr ("distprof: error: <file>: <problem>") and exit code 2;
 a merge with some bad or missing rank files goes on and says so.
@@ -167,6 +167,36 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def diff_side(item: str, config: dict) -> dict:
+    """One side of ``distprof diff``: a distprof output folder (or its summary.json) as it is,
+    else anything ``merge`` reads, merged first (the one call to the merge path)."""
+    from . import sources
+    from .reports import export
+    path = Path(item)
+    if (path.is_dir() and (path / export.SUMMARY_FILE).exists()) or path.name == export.SUMMARY_FILE:
+        return export.read_summary(path)
+    found = sources.expand([item])
+    if not found or not all(p.is_file() for p in found):
+        raise SourceError(f"{item}: neither a distprof output (summary.json) nor trace files distprof merge reads")
+    return merge_files(found, config)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Before/after: per-rank figures, step time with a bootstrap interval, movers, findings."""
+    from .analyses import diff as diff_mod
+    from .reports import diff_report
+    config = config_mod.load(args.config)
+    before, after = diff_side(args.before, config), diff_side(args.after, config)
+    result = diff_mod.diff(before, after, seed=args.seed, min_change=args.min_change / 100,
+                           prefixes=tuple(config["communication"]["kernel_prefixes"]))
+    labels = (args.before, args.after)
+    sys.stdout.write(diff_report.render(result, labels, args.unit))
+    print(f"\nwrote {diff_report.write_json(result, args.out)}")
+    if args.html:
+        print(f"wrote {diff_report.write_html(result, labels, args.out, args.unit)}")
+    return 0
+
+
 NO_ALIGN_HELP = ("keep the sources' clock offsets (MPI ping-pong, nsys session start, Kineto base time); "
                  "do not refine them by the ends of matched collectives")
 
@@ -219,6 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--steps", default=None, metavar="LIST", help="only these steps, e.g. 1-3")
     trace.add_argument("--config", default=None, help="YAML config file")
     trace.set_defaults(func=cmd_trace)
+
+    diff = sub.add_parser("diff", help="compare two runs: per-rank figures, step time (is it real?), movers, findings")
+    diff.add_argument("before", help="output folder with summary.json, or trace files / folder / glob to merge")
+    diff.add_argument("after", help="the same, for the run after the change")
+    diff.add_argument("-o", "--out", default="distprof_diff", help="output directory for diff.json")
+    diff.add_argument("--html", action="store_true", help="also write OUT/diff.html")
+    diff.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
+    diff.add_argument("--seed", type=int, default=0, help="seed of the bootstrap interval (default 0)")
+    diff.add_argument("--min-change", type=float, default=5.0, metavar="PCT",
+                      help="smallest change of the median step called significant, in %% (default 5)")
+    diff.add_argument("--config", default=None, help="YAML config file (for inputs that need a merge)")
+    diff.set_defaults(func=cmd_diff)
     return parser
 
 
