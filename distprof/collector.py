@@ -99,6 +99,9 @@ class Collector:
                       hostname=socket.gethostname(), clock="time.perf_counter_ns (CLOCK_MONOTONIC)",
                       wall_minus_clock_ns=time.time_ns() - clock_ns(), complete=0)
         self.active = False
+        # process CPU time over wall time since the collector started: the Device Summary's
+        # CPU(Process) row (up to cores x 100 %); written at every flush, so a crash keeps it
+        self._cpu_start_ns, self._wall_start_ns = time.process_time_ns(), clock_ns()
 
     def activate(self) -> None:
         """Route every range of this process into this collector."""
@@ -143,6 +146,9 @@ class Collector:
             insert = f"INSERT INTO distprof_ranges VALUES (?, ?, ?, ?, {int(self.step)})"
             self._db.executemany(insert, late)
             self._db.executemany(insert, rows)
+            self._db.executemany("INSERT OR REPLACE INTO distprof_meta VALUES (?, ?)",
+                                 [("process_cpu_ns", str(time.process_time_ns() - self._cpu_start_ns)),
+                                  ("elapsed_ns", str(clock_ns() - self._wall_start_ns))])
             self._db.execute("COMMIT")
             self._retired, self._retired_written = rows, len(rows)
             return len(rows) + len(late)

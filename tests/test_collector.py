@@ -170,3 +170,24 @@ def test_file_schema_is_plain_sql(tmp_path):
     assert {name for name, _ in rows} == {"forward", ev.PROFILE_STEP}
     assert all(np.int64(d) >= 0 for _, d in rows)
     assert meta["complete"] == "1" and meta["rank"] == "0" and meta["world_size"] == "1"
+
+
+def test_process_cpu_time_fills_the_cpu_process_row(tmp_path):
+    """The collector writes process CPU time and wall time at every flush; the Device Summary's
+    CPU(Process) row is their ratio (checked against the file's own meta, read with sqlite3)."""
+    import sqlite3
+
+    from distprof import pipeline
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        for _ in range(3):
+            with distprof.phase("forward"):
+                sum(i * i for i in range(200_000))  # CPU work, so the ratio is well above 0
+            prof.step()
+    with sqlite3.connect(tmp_path / "rank0.sqlite") as db:
+        meta = dict(db.execute("SELECT key, value FROM distprof_meta"))
+    cpu_ns, elapsed_ns = int(meta["process_cpu_ns"]), int(meta["elapsed_ns"])
+    assert 0 < cpu_ns and 0 < elapsed_ns
+    config = distprof.config.load()
+    result = pipeline.reduce_rank(native.read(tmp_path / "rank0.sqlite", config)[0], config)
+    row = next(r for r in result.tables["device"] if r["device"] == "CPU(Process)")
+    assert row["busy_ns"] == cpu_ns and row["utilization"] == pytest.approx(cpu_ns / elapsed_ns)
