@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
+from .units import phrase
+
 # per-rank figures in summary.json's rank rows, in their order there
 FIGURE_FIELDS = ("window_ns", "steps", "communication_ns", "computation_ns", "overlap_ns",
                  "exposed_communication_ns", "overlap_ratio", "idle_ns")
@@ -173,4 +175,10 @@ class Summary:
         """summary.json's content: the one place it is written from."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["ranks"] = [result.to_json() for result in self.ranks]
+        # messages carry duration tokens (units.duration): written out here in readable units,
+        # kept as templates so a report can phrase them in the unit its reader asked for
+        out["findings"] = [{**f, "message": phrase(f["message"]), "template": f["message"]} for f in self.findings]
+        notes = self.skew.get("notes")
+        if notes:
+            out["skew"] = {**self.skew, "notes": [phrase(n) for n in notes], "note_templates": list(notes)}
         return out

@@ -63,6 +63,12 @@ def test_serial_run_fails_on_every_rank(tmp_path):
     assert first["finding"] == "serialized_communication" and first["ranks"] == [0, 1, 2, 3]
     diagnosis = result.stdout[result.stdout.index("Diagnosis"):]
     assert "serialized communication on 4/4 ranks" in diagnosis and "FAIL 4" in diagnosis
+    # the finding's durations follow the unit the reader asks for (summary.json keeps the template)
+    in_us = run_cli("report", str(tmp_path), "--unit", "us")
+    assert in_us.returncode == 0, in_us.stderr
+    finding_line = next(line for line in in_us.stdout.splitlines() if "serialized communication" in line)
+    assert " us " in finding_line and " ms " not in finding_line, finding_line
+    assert f"exposed communication {first['cost_ns'] / 1e3:.2f} us" in finding_line  # cost = worst rank's
 
 
 def test_straggler_run_names_rank_2(tmp_path):

@@ -14,6 +14,7 @@ import pandas as pd
 
 from .. import events as ev
 from ..results import RankResult
+from ..units import duration
 from . import intervals as iv
 from .distributed import analysis_window, is_gpu_trace
 
@@ -25,14 +26,6 @@ def severity(cost_ns: int, window_ns: int) -> str:
     """high / medium / low by the share of the window the problem costs."""
     share = cost_ns / window_ns if window_ns else 0.0
     return "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
-
-
-def _ms(ns: float) -> str:
-    """A duration with a unit that keeps it readable (1.2 s, 45.3 ms, 15.0 us, 80 ns)."""
-    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.{2 if unit == 's' else 1}f} {unit}"
-    return f"{ns:.0f} ns"
 
 
 def _pct(part: float, whole: float | None) -> str:
@@ -110,12 +103,12 @@ def _placement_findings(results: list[RankResult], checks: list[dict], window_ns
             on_stream = bool(shown) and lane_kinds[worst].get(shown[0]) == ev.GPU_STREAM
             word = "stream" if on_stream else "thread"  # by the lane's kind, not its label
             message = (f"serialized communication on {share}: {what} on the compute {word} "
-                       f"({lanes} on rank {worst}); exposed communication {_ms(exposed[worst])} "
+                       f"({lanes} on rank {worst}); exposed communication {duration(exposed[worst])} "
                        f"({_pct(exposed[worst], by_rank[worst].window_ns)} of the window) on rank {worst}")
         else:
             ratio = worst_row.get("overlap_ratio") or 0.0
             message = (f"communication barely overlaps computation on {share}: overlap {100 * ratio:.1f}% "
-                       f"on rank {worst} ({lanes}), exposed communication {_ms(exposed[worst])} "
+                       f"on rank {worst} ({lanes}), exposed communication {duration(exposed[worst])} "
                        f"({_pct(exposed[worst], by_rank[worst].window_ns)} of the window)")
         out.append(_finding(name, exposed[worst], window_ns, ranks, message, worst_row["advice"],
                             worst_rank=worst, exposed_communication_ns_by_rank={str(k): v for k, v in exposed.items()},
@@ -129,13 +122,13 @@ def _straggler_finding(skew: dict, window_ns: int) -> list[dict]:
         return []
     rank = straggler["rank"]
     per_step = straggler.get("lateness_per_step_ns")
-    when = (f"late in {straggler['late_steps']}/{straggler['steps']} steps, {_ms(per_step)} per step"
+    when = (f"late in {straggler['late_steps']}/{straggler['steps']} steps, {duration(per_step)} per step"
             if per_step is not None else f"late in {straggler['late_collectives']} collectives")
     message = (f"straggler: rank {rank} arrives last at {straggler['late_count']} of {straggler['matched']} "
-               f"collectives, {when} (total {_ms(straggler['total_lateness_ns'])} that the other ranks wait)")
+               f"collectives, {when} (total {duration(straggler['total_lateness_ns'])} that the other ranks wait)")
     phase = _straggler_phase(skew, rank)
     if phase:
-        message += f"; it spends {_ms(phase[1])} per step more than the median rank in {phase[0]}"
+        message += f"; it spends {duration(phase[1])} per step more than the median rank in {phase[0]}"
     advice = ("find what makes this rank slower: its phase times above, its host (CPU binding, "
               "throttling, other jobs), its data shard (sizes, loader workers); balance the work or "
               "move the rank")
@@ -169,7 +162,8 @@ def _gpu_gap_findings(results: list[RankResult], config: dict, window_ns: int) -
     worst = max(hit, key=lambda r: hit[r]["host_bound_ns"])
     gaps = hit[worst]
     message = (f"host-bound GPU on {len(hit)}/{len(results)} ranks: the GPU waits for kernel launches "
-               f"{_ms(gaps['host_bound_ns'])} ({100 * gaps['host_bound_ns'] / gaps['window_ns']:.0f}% of the window, "
+               f"{duration(gaps['host_bound_ns'])} "
+               f"({100 * gaps['host_bound_ns'] / gaps['window_ns']:.0f}% of the window, "
                f"{gaps['host_bound_gaps']} gaps) on rank {worst}")
     advice = ("the CPU does not launch work fast enough: remove host syncs in the loop (.item(), .cpu(), "
               "prints), fuse small kernels or use CUDA graphs / torch.compile, raise the batch size")
@@ -214,7 +208,8 @@ def _dataloader_findings(results: list[RankResult], config: dict, window_ns: int
     share = hit[worst]
     above = int((share["per_step_share"] > limit).sum())
     message = (f"dataloader-bound on {len(hit)}/{len(results)} ranks: {name} takes {100 * share['share']:.0f}% "
-               f"of ProfileStep on rank {worst} ({_ms(share['dataloader_ns'])}; {above}/{share['steps'].size} steps "
+               f"of ProfileStep on rank {worst} ({duration(share['dataloader_ns'])}; "
+               f"{above}/{share['steps'].size} steps "
                f"above {100 * limit:.0f}%)")
     advice = ("load ahead of the step: more DataLoader workers, pin_memory and prefetch_factor, "
               "cheaper decoding/augmentation or preprocessed data")

@@ -16,6 +16,7 @@ from .. import events as ev
 from .. import lanes as lanes_mod
 from ..align import Matching, unique_rows
 from ..results import RankMarkers
+from ..units import duration
 from .distributed import work_masks
 
 _INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -253,8 +254,8 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str
         if disagree.mean() > SPLIT_DISAGREE_NOTE_SHARE:
             notes.append(
                 f"{kind}: the aligned waits and the sync/transfer split disagree on {int(disagree.sum())} of "
-                f"{int(cols.sum())} collectives (median gap {np.median(a['split_diff'][cols][disagree]) / 1e6:.2f} ms; "
-                f"median end skew {np.median(a['end_skew'][cols]) / 1e6:.2f} ms): the ranks do not leave it together "
+                f"{int(cols.sum())} collectives (median gap {duration(np.median(a['split_diff'][cols][disagree]))}; "
+                f"median end skew {duration(np.median(a['end_skew'][cols]))}): the ranks do not leave it together "
                 "(e.g. host threads resuming late) or the clocks are off; the split needs no clock")
     return kinds, notes
 
@@ -276,15 +277,15 @@ def _name_straggler(result: dict, matching: Matching, arrivals: dict, units: dic
     if candidates.any() and not verified[r]:
         result["notes"].append(
             f"rank {rank_of[r]} looks late in {int(late_units[r])} of {n_units} "
-            f"{what} (total {total_lateness[r] / 1e6:.2f} ms), but its clock "
+            f"{what} (total {duration(total_lateness[r])}), but its clock "
             "offset is unverified (too few matched collectives to align it, no bound from its source): "
             "not named a straggler")
     elif candidates.any() and not stands_out:
         second = rank_of[int(np.flatnonzero(np.arange(n_ranks) != r)[np.argmax(others)])]
         result["notes"].append(
             f"rank {rank_of[r]} is late in {int(late_units[r])} of {n_units} {what} "
-            f"(total {total_lateness[r] / 1e6:.2f} ms), but rank {second} is late nearly as much "
-            f"({runner_up / 1e6:.2f} ms): no single straggler; the delay is spread (uneven work, or a busy machine)")
+            f"(total {duration(total_lateness[r])}), but rank {second} is late nearly as much "
+            f"({duration(runner_up)}): no single straggler; the delay is spread (uneven work, or a busy machine)")
     elif candidates.any():
         result["straggler"] = {
             "rank": rank_of[r], "late_count": int(late_last[r]), "total_lateness_ns": int(total_lateness[r]),

@@ -13,6 +13,7 @@ import html
 import re
 from pathlib import Path
 
+from ..units import duration, phrase
 from . import format, svg
 from . import tables as text_tables
 
@@ -265,7 +266,7 @@ def _figure(svg: str | None, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
 
 
-def findings_html(findings: list) -> str:
+def findings_html(findings: list, unit: str = "ms") -> str:
     """The diagnosis' findings (summary.json ``findings``): severity, finding, message, advice, evidence."""
     if not findings:
         return '<p class="meta">No findings: nothing stood out above the thresholds.</p>'
@@ -280,10 +281,10 @@ def findings_html(findings: list) -> str:
         if item.get("ranks"):
             parts.append(f' <span class="meta">rank(s) {_e(", ".join(map(str, item["ranks"][:16])))}</span>')
         if item.get("cost_ns") is not None:
-            parts.append(f' <span class="meta">cost {item["cost_ns"] / 1e6:.2f} ms</span>')
+            parts.append(f' <span class="meta">cost {phrase(duration(item["cost_ns"]), unit)}</span>')
         body = [f"<p>{''.join(parts)}</p>"]
         if item.get("message"):
-            body.append(f"<p>{_e(item['message'])}</p>")
+            body.append(f"<p>{_e(phrase(item.get('template', item['message']), unit))}</p>")
         if item.get("advice"):
             body.append(f'<p class="advice">→ {_e(item["advice"])}</p>')
         extra = item.get("evidence") or {}
@@ -406,7 +407,7 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
     if summary.get("missing_ranks"):
         missing = summary["missing_ranks"]
         head += f'<p class="meta">{len(missing)} missing rank(s): {_e(rank_ranges(missing))}</p>'
-    body = [head, "<h2>Findings</h2>", findings_html(summary.get("findings") or [])]
+    body = [head, "<h2>Findings</h2>", findings_html(summary.get("findings") or [], unit)]
     body += ["<h2>Distributed Summary</h2>",
              _figure(distributed_bars(summary, unit),
                      "Each rank's analysed window: computation that nothing hides (green), computation overlapped "

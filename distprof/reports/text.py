@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..units import phrase
 from . import format, tables
 from .tables import tabulate
 
@@ -60,7 +61,8 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
 
     lines = ["Findings (costliest first):" if findings else "Findings: none."]
     for number, finding in enumerate(findings or [], 1):
-        lines.append(f"  {number}. {finding['severity'].upper():<6} {finding['message']}")
+        message = phrase(finding.get("template", finding["message"]), unit)
+        lines.append(f"  {number}. {finding['severity'].upper():<6} {message}")
         lines.append(f"     {'':<6} -> {finding['advice']}")
 
     checks = checks or []
@@ -116,7 +118,7 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
         else:
             lines.append("Straggler: none (no rank late beyond the clock uncertainty and threshold "
                          "in enough steps)")
-    lines += [f"note: {note}" for note in skew.get("notes", [])]
+    lines += [f"note: {phrase(note, unit)}" for note in skew.get("note_templates", skew.get("notes", []))]
     width = min(max(len(line) for text in lines for line in text.splitlines()), 150)
     return [_banner("Diagnosis", width) + "\n" + "\n".join(lines)]
 
