@@ -272,9 +272,6 @@ def findings_html(findings: list, unit: str = "ms") -> str:
         return '<p class="meta">No findings: nothing stood out above the thresholds.</p>'
     cards = []
     for item in findings:
-        if not isinstance(item, dict):  # a finding given as plain text (tests/test_html.py)
-            cards.append(f'<div class="card finding"><p>{_e(item)}</p></div>')
-            continue
         severity = str(item["severity"])
         title = item["finding"]
         parts = [f'<span class="badge">{_e(severity)}</span><b>{_e(title)}</b>']
