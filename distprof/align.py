@@ -270,38 +270,138 @@ def assign_ranks(results: list[RankResult]) -> tuple[list[RankResult], list[str]
 @dataclass(frozen=True)
 class Alignment:
     """Results on the common clock (their ``clock`` refined), the matching the refinement used,
-    and the rank whose clock is the reference."""
+    the rank whose clock is the reference, and notes on how far the clocks can be trusted."""
 
     results: list[RankResult]
     matching: Matching
     reference_rank: int | None
+    notes: list[str] = field(default_factory=list)
+
+
+# hosts "cluster" when their median corrections differ by more than this many within-host
+# spreads (and by more than HOST_GAP_MIN_NS): collective ends then differ by host for physical
+# reasons (network distance), or the host clocks differ -- the ends cannot tell which
+HOST_GAP_SPREADS = 3.0
+HOST_GAP_MIN_NS = 20_000
+
+# refine_offsets' methods as reported: the only source that states a bound is the MPI ping-pong
+_METHOD_NAMES = {"source offset (too few matched collectives)": "MPI ping-pong",
+                 "source offset, narrowed by collective ends": "MPI ping-pong, narrowed by collective ends",
+                 "source offset (collective ends disagree)": "MPI ping-pong (collective ends disagree)"}
+
+
+def hosts_cluster(hosts: list[str | None], corrections, spreads, reference: int) -> dict | None:
+    """Whether the collective-end corrections group by host (see HOST_GAP_SPREADS).
+
+    ``corrections``/``spreads`` per row (None where not refined; the reference's correction is 0).
+    Within-host spread = the largest half-range of the corrections of one host's ranks, or the
+    median per-rank spread when no host has two refined ranks; gap = the largest distance of a
+    host's median correction from the reference host's. None when fewer than two hosts are known.
+    """
+    known = [h for h in hosts if h]
+    if len(set(known)) < 2 or len(known) < len(hosts):
+        return None
+    value = np.array([0.0 if row == reference else (np.nan if c is None else float(c))
+                      for row, c in enumerate(corrections)])
+    host_of = np.unique(np.asarray(hosts, dtype=str), return_inverse=True)[1]
+    medians, within = {}, []
+    for host in np.unique(host_of):  # one iteration per host
+        mine = value[(host_of == host) & ~np.isnan(value)]
+        if mine.size:
+            medians[int(host)] = float(np.median(mine))
+            if mine.size >= 2:
+                within.append((mine.max() - mine.min()) / 2)
+    rank_spreads = [float(x) for x in spreads if x is not None]
+    spread = max(within) if within else float(np.median(rank_spreads)) if rank_spreads else 0.0
+    base = medians.get(int(host_of[reference]), 0.0)
+    gap = max((abs(m - base) for m in medians.values()), default=0.0)
+    return {"gap_ns": gap, "spread_ns": spread,
+            "clustered": bool(gap > max(HOST_GAP_SPREADS * spread, HOST_GAP_MIN_NS))}
+
+
+def _final_estimates(results: list[RankResult], refined: list[dict], reference: int, aligned_on: bool,
+                     cluster: dict | None) -> list[dict]:
+    """Method, offset and uncertainty per row: None where nothing verified the offset; a rank on
+    the host of a verified rank shares its clock (and its offset's error relative to the reference)."""
+    hosts = [r.host for r in results]
+    out = []
+    for row, (result, estimate) in enumerate(zip(results, refined)):  # one pass per rank
+        bound = int(result.clock.uncertainty_ns or 0)
+        method = _METHOD_NAMES.get(estimate["method"], estimate["method"])
+        if not aligned_on and len(results) > 1:
+            method = "alignment off"
+        refined_here = estimate["correction_ns"] is not None and aligned_on
+        if refined_here and cluster and cluster["clustered"] and hosts[row] != hosts[reference]:
+            estimate = {**estimate, "offset_ns": int(result.clock.offset_ns), "uncertainty_ns": bound}
+            method, refined_here = "source offset (collective ends cluster by host)", False
+        verified = row == reference or bound > 0 or refined_here
+        if not verified and method != "alignment off" and "cluster" not in method:
+            method = "source offset (unverified)"
+        elif "cluster" in method and bound > 0:
+            method = "MPI ping-pong"
+        out.append({**estimate, "method": method, "verified": verified,
+                    "uncertainty_ns": estimate["uncertainty_ns"] if verified else None})
+    return _same_host(out, results, hosts, reference)
+
+
+def _same_host(out: list[dict], results: list[RankResult], hosts: list, reference: int) -> list[dict]:
+    """Ranks on the reference's host share its clock (uncertainty 0); on another host, the clock of
+    that host's best-verified rank (its uncertainty). Native offsets (to rank 0 by ping-pong) are
+    replaced by that rank's (one CLOCK_MONOTONIC); nsys/Kineto offsets are on the host's one system
+    clock already: the source offset plus the anchor's correction."""
+    for row, host in enumerate(hosts):  # one pass per rank
+        if not host or row == reference:
+            continue
+        anchors = [k for k, h in enumerate(hosts) if h == host and k != row and out[k]["verified"]
+                   and (k == reference or out[k]["method"] != "same host")]
+        if host == hosts[reference]:
+            anchors = [reference]
+        if not anchors:
+            continue
+        anchor = min(anchors, key=lambda k: (out[k]["uncertainty_ns"] or 0))
+        if host != hosts[reference] and out[row]["verified"] \
+                and (out[row]["uncertainty_ns"] or 0) <= (out[anchor]["uncertainty_ns"] or 0):
+            continue
+        anchor_shift = out[anchor]["offset_ns"] - int(results[anchor].clock.offset_ns)
+        offset = (out[anchor]["offset_ns"] if results[row].source == "native"
+                  else int(results[row].clock.offset_ns) + anchor_shift)
+        out[row] = {**out[row], "offset_ns": int(offset), "uncertainty_ns": out[anchor]["uncertainty_ns"],
+                    "method": "same host", "verified": True}
+    return out
 
 
 def align(results: list[RankResult], config: dict | None = None) -> Alignment:
     """Match collectives across ranks and, unless ``clock.align`` is off (``--no-align``: the
     sources' own offsets are used as they are), refine the offsets by the ends of the matched
-    collectives (refine_offsets). Each result's ``clock`` becomes the final estimate, with the
-    source's offset kept beside it; its markers stay on its own clock (``aligned_markers()``)."""
+    collectives (refine_offsets) -- across hosts only when the ends do not cluster by host
+    (hosts_cluster). Each result's ``clock`` becomes the final estimate, with the source's offset
+    kept beside it; its markers stay on its own clock (``aligned_markers()``). An offset nothing
+    verified has uncertainty None (unknown), never 0."""
     ranks = [result.rank for result in results]
     matching = match_collectives([result.markers.collectives for result in results], ranks)
     clock_config = (config or {}).get("clock", {})
-    initial = [(int(r.clock.offset_ns), int(r.clock.uncertainty_ns)) for r in results]
-    if clock_config.get("align", True) and len(results) > 1:
+    initial = [(int(r.clock.offset_ns), int(r.clock.uncertainty_ns or 0)) for r in results]
+    aligned_on = bool(clock_config.get("align", True)) and len(results) > 1
+    reference = 0
+    if aligned_on:
         reference = int(np.argmax(matching.present.any(axis=1))) if matching.size else 0
         refined = refine_offsets(matching.end_ns, matching.present, [o for o, _ in initial],
                                  [u for _, u in initial], reference=reference,
                                  min_samples=int(clock_config.get("refine_min_collectives", 3)))
     else:
-        reference = 0
         method = "source offset (alignment off)" if len(results) > 1 else "single rank"
         refined = [{"offset_ns": o, "uncertainty_ns": u, "method": method, "samples": 0,
                     "correction_ns": None, "spread_ns": None} for o, u in initial]
+    cluster = hosts_cluster([r.host for r in results], [e["correction_ns"] for e in refined],
+                            [e["spread_ns"] for e in refined], reference) if aligned_on else None
+    notes = []
+    if cluster and cluster["clustered"]:
+        notes.append(f"collective ends differ by host (up to {cluster['gap_ns'] / 1e6:.2f} ms between hosts, "
+                     f"{cluster['spread_ns'] / 1e6:.3f} ms within one): not used to align clocks across hosts "
+                     "(the difference may be physical); offsets across hosts are the sources' own, unverified")
+    estimates = _final_estimates(results, refined, reference, aligned_on, cluster)
     aligned = []
-    for row, (result, (offset0, uncertainty0), estimate) in enumerate(zip(results, initial, refined)):
-        # verified: the offset rests on something (reference, collective ends, a source bound);
-        # an unrefined offset from a source that states no bound (nsys, Kineto) is not
-        verified = row == reference or uncertainty0 > 0 or estimate["correction_ns"] is not None
-        clock = ClockEstimate(**estimate, source_offset_ns=offset0, source_uncertainty_ns=uncertainty0,
-                              verified=verified)
+    for result, (offset0, uncertainty0), estimate in zip(results, initial, estimates):
+        clock = ClockEstimate(**estimate, source_offset_ns=offset0, source_uncertainty_ns=uncertainty0)
         aligned.append(replace(result, clock=clock))
-    return Alignment(aligned, matching, results[reference].rank if results else None)
+    return Alignment(aligned, matching, results[reference].rank if results else None, notes)

@@ -35,17 +35,22 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict) -> dict:
     results, matching = aligned.results, aligned.matching
     ranks = [r.rank for r in results]
     uncertainties = [r.clock.uncertainty_ns for r in results]
+    unknown = [r.rank for r in results if r.clock.uncertainty_ns is None]
     steps = skew.step_skew([r.aligned_markers().to_json() for r in results], ranks, config)
+    if steps["steps_summary"]:  # spreads across ranks on clocks nobody verified are not real figures
+        steps["steps_summary"] = {**steps["steps_summary"], "clock_verified": not unknown}
     step_ns = (steps["steps_summary"] or {}).get("duration_median_ns")
     out = {
         "aligned": bool(config.get("clock", {}).get("align", True)),
         "reference_rank": aligned.reference_rank, "alignment": [r.clock.to_json(r.rank) for r in results],
-        "max_clock_uncertainty_ns": max(uncertainties, default=0),
+        "max_clock_uncertainty_ns": None if unknown else max(uncertainties, default=0),
+        "clock_unverified_ranks": unknown,
         "excluded_kinds": matching.excluded,
-        **skew.collective_skew(matching, [r.clock.offset_ns for r in results], uncertainties, config,
-                               step_ns=step_ns, verified=[r.clock.verified for r in results]),
+        **skew.collective_skew(matching, [r.clock.offset_ns for r in results], [u or 0 for u in uncertainties],
+                               config, step_ns=step_ns, verified=[r.clock.verified for r in results]),
         **steps,
     }
+    out["notes"] = aligned.notes + out["notes"]
     for kind in out["kinds"]:  # matching counts next to the skew aggregates
         kind.update({k: v for k, v in next((m for m in matching.kinds if m["name"] == kind["name"]), {}).items()
                      if k not in kind})
@@ -67,6 +72,12 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         warnings.append(f"partial result: no data for rank(s) {', '.join(map(str, missing))} of {world_size}")
     aligned = align_mod.align(numbered, config)
     warnings += aligned.matching.warnings
+    unverified = [r.rank for r in aligned.results if r.clock.uncertainty_ns is None]
+    if unverified and len(aligned.results) > 1:
+        shown = ", ".join(map(str, unverified[:8])) + (" ..." if len(unverified) > 8 else "")
+        warnings.append(f"clock offset of rank(s) {shown} not verified "
+                        "(no shared host, clock sample or usable collectives): start spreads and skew across "
+                        "ranks may be the clocks, not the ranks")
     final = aligned.results
     skew_summary = _skew_summary(aligned, config)
     checks = streams.stream_checks(final, config)

@@ -85,11 +85,12 @@ class ClockEstimate:
     From a source: ``method`` "source", the source's offset/uncertainty (uncertainty 0: the
     source states no bound). After alignment (align.align): refined values, and the source's kept
     in ``source_offset_ns``/``source_uncertainty_ns``; ``verified`` says whether anything
-    (reference rank, collective ends, a source bound) backs the offset.
+    (reference rank, same host, collective ends, a source bound) backs the offset; when nothing
+    does, ``uncertainty_ns`` is None (unknown), never 0.
     """
 
     offset_ns: int = 0
-    uncertainty_ns: int = 0
+    uncertainty_ns: int | None = 0   # None: unknown (nothing verified the offset)
     method: str = "source"
     samples: int = 0
     correction_ns: int | None = None
@@ -127,6 +128,12 @@ class RankResult:
     clock: ClockEstimate
     warnings: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict)
+
+    @property
+    def host(self) -> str | None:
+        """The rank's hostname where its source records one (``meta["hostname"]``): ranks on one
+        host share a clock."""
+        return str(self.meta.get("hostname") or "").strip() or None
 
     @property
     def comm_lanes(self) -> list[str]:

@@ -44,6 +44,16 @@ def _columns(frame: pd.DataFrame, **columns) -> dict:
             for key, col in columns.items()}
 
 
+def _duplicate_ops(events: pd.DataFrame, comm_mask) -> np.ndarray:
+    """Rows of ``c10d::*`` operator ranges where the rank also has the exchange itself (``gloo:*``
+    ranges on CPU traces, NCCL kernels on GPU): one collective is then counted once, by the
+    exchange, not twice under two kinds."""
+    comm_mask = np.asarray(comm_mask, bool)
+    names = events["name"].astype(str).to_numpy()
+    is_op = np.char.startswith(names.astype(str), "c10d::") if names.size else np.zeros(0, bool)
+    return comm_mask & is_op if (comm_mask & ~is_op).any() else np.zeros(names.size, bool)
+
+
 def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = None) -> RankMarkers:
     """Step bounds, per-step phase bounds and the collectives of one rank (own clock)."""
     is_range = (events["kind"] == ev.RANGE).to_numpy()
@@ -62,6 +72,7 @@ def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = N
                       busy_ns="busy_ns")
 
     comm_mask, _ = work_masks(events, config)
+    comm_mask = comm_mask & ~_duplicate_ops(events, comm_mask)
     comm = events[comm_mask]
     # name and lane labels are computed once per distinct value, then spread by code
     name_codes = comm["name"].cat.codes.to_numpy()

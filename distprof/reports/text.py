@@ -88,7 +88,8 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
             if estimate["method"] != "reference":
                 methods[estimate["method"]] = methods.get(estimate["method"], 0) + 1
         unverified = [a["rank"] for a in skew.get("alignment", []) if not a.get("verified", True)]
-        clock_line = (f"clock uncertainty <= {t(skew.get('max_clock_uncertainty_ns'))}"
+        bound = skew.get("max_clock_uncertainty_ns")
+        clock_line = ("clock uncertainty " + (f"<= {t(bound)}" if bound is not None else "unknown (not verified)")
                       + ("" if skew.get("aligned", True) else " (alignment off)")
                       + (f", unverified for rank(s) {', '.join(map(str, unverified[:8]))}"
                          + (" ..." if len(unverified) > 8 else "") if unverified else "")
@@ -105,7 +106,8 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
         imbalance = steps["imbalance"]
         lines += ["", f"Steps: {steps['count']}, median {t(steps['duration_median_ns'])}; imbalance (max/median) "
                       f"median {imbalance['median']:.2f}, worst {imbalance['max']:.2f} at step {imbalance['max_step']} "
-                      f"(rank {imbalance['max_rank']}); start spread median {t(steps['start_spread_ns']['median'])}"]
+                      f"(rank {imbalance['max_rank']}); start spread median {t(steps['start_spread_ns']['median'])}"
+                      + ("" if steps.get("clock_verified", True) else " (clock not verified)")]
     if skew.get("matched"):
         straggler = skew.get("straggler")
         if straggler:

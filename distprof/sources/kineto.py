@@ -134,7 +134,7 @@ if msgspec is not None:
             event = msgspec.defstruct("_Event", [("ph", Any, None), *fields], gc=False)
         trace = msgspec.defstruct("_Trace", [
             ("traceEvents", list[event]), ("distributedInfo", Any, None), ("baseTimeNanoseconds", Any, None),
-            ("deviceProperties", Any, None),
+            ("deviceProperties", Any, None), ("host_name", Any, None),
         ], gc=False)
         return msgspec.json.Decoder(trace), complete
 
@@ -239,7 +239,7 @@ def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document
                 raise ev.SourceError(f"{path}: not valid JSON ({str(error).removeprefix('JSON is malformed: ')})") \
                     from None
         info = {"distributedInfo": trace.distributedInfo, "baseTimeNanoseconds": trace.baseTimeNanoseconds,
-                "deviceProperties": trace.deviceProperties}
+                "deviceProperties": trace.deviceProperties, "host_name": trace.host_name}
         return _Document(trace.traceEvents, info, structs=True, complete_type=complete_type)
     try:  # stdlib fallback
         document = json.loads(data, parse_float=Decimal) if exact_text else json.loads(data)
@@ -681,6 +681,8 @@ def _meta(doc: _Document, device: int | None, unlaunched: int, skipped: dict) ->
     meta = {"world_size": _to_int(info.get("world_size"), 0) or None, "backend": info.get("backend"),
             "base_time_ns": _to_int(doc.info.get("baseTimeNanoseconds"), 0) or None,
             "gpu_events_without_launch": unlaunched, "skipped_categories": skipped}
+    if isinstance(doc.info.get("host_name"), str) and doc.info["host_name"]:
+        meta["hostname"] = doc.info["host_name"]  # PyTorch's top-level "host_name": ranks on one host share a clock
     properties = doc.info.get("deviceProperties")
     if device is not None and isinstance(properties, list):
         meta["gpu_name"] = next((p.get("name") for p in properties if isinstance(p, dict) and p.get("id") == device),

@@ -334,6 +334,16 @@ def _captured_env(export: _Export) -> dict[str, str]:
     return env
 
 
+def _hostname(export: _Export, env: dict[str, str]) -> str | None:
+    """The profiled host's name (TARGET_INFO_SYSTEM_ENV ``Hostname``, else the captured HOSTNAME):
+    ranks on one host share its clock (align.align)."""
+    if {"name", "value"} <= export.columns("TARGET_INFO_SYSTEM_ENV"):
+        for (value,) in export.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'"):
+            if str(value or "").strip():
+                return str(value).strip()
+    return env.get("HOSTNAME", "").strip() or None
+
+
 def _env_rank(env: dict[str, str]) -> tuple[str, int] | None:
     for key in RANK_ENV_KEYS:
         value = env.get(key, "").strip()
@@ -697,7 +707,9 @@ def _rank_traces(export: _Export, rows: dict, phase_names: np.ndarray, devices: 
     """One RankTrace per rank process, ordered by (device, pid); rank numbers as the module says."""
     path = export.path
     ordered = sorted(devices, key=lambda p: (devices[p] is None, devices[p] or 0, p))
-    env_rank = _env_rank(_captured_env(export))
+    env = _captured_env(export)
+    env_rank = _env_rank(env)
+    hostname = _hostname(export, env)
     mpi_ranks = _mpi_thread_ranks(export)
     several = len(ordered) > 1
     if several and env_rank:
@@ -731,6 +743,8 @@ def _rank_traces(export: _Export, rows: dict, phase_names: np.ndarray, devices: 
         pid_domains = domain_counts[domain_counts.index.get_level_values(0) == pid]
         meta = {**file_facts, "nvtx_domains": {str(domain): int(count)
                                                for (_, domain), count in pid_domains.items()}}
+        if hostname:
+            meta["hostname"] = hostname
         traces.append(RankTrace(events=events, rank=rank, source="nsys", source_file=str(path), pid=int(pid),
                                 device=devices[pid], clock_offset_ns=int(clock_offset), rank_from=rank_from,
                                 warnings=list(warnings) if index == 0 else [], meta=meta))
