@@ -312,3 +312,14 @@ def test_gpu_window_only_where_the_source_knows_it():
     path = real_export("pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite")
     assert rank_row(pipeline.reduce_rank(read(path), config_mod.load()))["gpu_window_ns"] is None
 
+
+@pytest.mark.parametrize("path", H100_GLOO[:1], ids=lambda p: p.name)
+def test_host_bound_gaps_leave_out_host_communication(path):
+    raw = raw_events(path)
+    window = union(cpu_steps(raw))
+    gloo = union(interval(e) for e in raw
+                 if e["name"].startswith("gloo:") and e.get("cat") != "gpu_user_annotation")
+    gaps = pipeline.reduce_rank(read(path), config_mod.load()).gpu_gaps
+    assert gaps["host_comm_ns"] > 0.5 * covered(gloo, window)  # the GPU mostly idles while gloo runs
+    assert gaps["host_bound_ns"] + gaps["host_comm_ns"] <= gaps["idle_ns"]
+    assert gaps["host_bound_ns"] < 0.1 * gaps["window_ns"]  # was 520 ms of 561: the CPU was blamed for gloo
