@@ -19,7 +19,8 @@ from .results import ClockEstimate, RankResult, Summary
 def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
     """Everything rank 0 needs from one rank, computed next to that rank's events."""
     lane_names = trace.meta.get("lane_names")
-    figures, lanes = distributed.rank_figures(trace.events, config, lane_names)
+    figures, lanes = distributed.rank_figures(trace.events, config, lane_names,
+                                                    trace.meta.get("gpu_step_windows"))
     return RankResult(
         rank=trace.rank, source=trace.source, source_file=trace.source_file, pid=trace.pid, device=trace.device,
         rank_from=trace.rank_from, figures=figures, lanes=lanes,

@@ -20,8 +20,8 @@ import numpy as np
 from .units import phrase
 
 # per-rank figures in summary.json's rank rows, in their order there
-FIGURE_FIELDS = ("window_ns", "steps", "communication_ns", "computation_ns", "overlap_ns",
-                 "exposed_communication_ns", "overlap_ratio", "idle_ns")
+FIGURE_FIELDS = ("window_ns", "steps", "communication_ns", "computation_ns", "memory_ns", "overlap_ns",
+                 "exposed_communication_ns", "overlap_ratio", "idle_ns", "gpu_window_ns")
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,12 @@ class RankFigures:
     steps: int = 0
     communication_ns: int = 0
     computation_ns: int = 0
+    memory_ns: int = 0         # |∪ memcpy/memset| in the window
     overlap_ns: int = 0
     exposed_communication_ns: int = 0
     overlap_ratio: float | None = None  # overlap / communication; None without communication
-    idle_ns: int = 0
+    idle_ns: int = 0           # window − |communication ∪ computation ∪ memory|
+    gpu_window_ns: int | None = None  # |∪ per-step GPU windows| (Kineto); None when not known
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,8 @@ def test_gpu_trace_uses_kernels_and_counts_streams_once():
     assert figures["computation_ns"] == 850
     assert figures["overlap_ns"] == 100 + 150
     assert figures["exposed_communication_ns"] == 50
-    assert figures["idle_ns"] == 100
+    assert figures["memory_ns"] == 50                  # memcpy [900,950)
+    assert figures["idle_ns"] == 50                    # W − |comm ∪ compute ∪ memory|
     assert figures["comm_lanes"] == ["cuda:0/stream 15", "cuda:0/stream 16"]
     assert figures["compute_lanes"] == ["cuda:0/stream 7"]
 

@@ -193,3 +193,133 @@ def test_nsys_mpi_calls_are_host_communication():
     assert set(comm["kind"].astype(str)) == {ev.COMM_OP}
     mine = union(zip(comm["start_ns"].tolist(), comm["end_ns"].tolist()))
     assert mine == union(calls) and sum(b - a for a, b in mine) > 200_000_000  # 244 ms of MPI
+
+
+# -- issue 12, analysis side: the figures on real traces ----------------------------------------
+
+H100_GLOO = sorted((DATA / "kineto_h100" / "gloo_cuda").glob("rank*.json.gz"))
+H100_NCCL = DATA / "kineto_h100" / "nccl_world1" / "rank0.json.gz"
+
+
+def minus(a, b) -> list[tuple[int, int]]:
+    """Plain interval difference of two unions."""
+    out = []
+    for start, end in union(a):
+        cursor = start
+        for c, d in union(b):
+            if d <= cursor or c >= end:
+                continue
+            if c > cursor:
+                out.append((cursor, c))
+            cursor = max(cursor, d)
+        if cursor < end:
+            out.append((cursor, end))
+    return out
+
+
+def clip(intervals, window) -> list[tuple[int, int]]:
+    return [(max(a, c), min(b, d)) for a, b in intervals for c, d in window if min(b, d) > max(a, c)]
+
+
+@pytest.mark.parametrize("path", TORCH_CPU, ids=lambda p: p.name)
+def test_cpu_trace_computation_is_aten_ops_minus_communication_per_thread(path):
+    raw = raw_events(path)
+    window = union(cpu_steps(raw))
+    busy = []
+    for thread in {(e.get("pid"), e.get("tid")) for e in raw}:
+        on = [e for e in raw if (e.get("pid"), e.get("tid")) == thread]
+        aten = clip([interval(e) for e in on if e["name"].startswith("aten::")], window)
+        comm = clip([interval(e) for e in on if e["name"].startswith(("gloo:", "c10d::"))], window)
+        busy += minus(aten, comm)
+    assert summary(path)["computation_ns"] == sum(b - a for a, b in union(busy)) > 0
+
+
+def test_nsys_mpi_calls_count_as_communication_in_the_summary():
+    path = real_export("pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite")
+    with sqlite3.connect(path) as db:
+        domain = {row[0] for row in db.execute(
+            "SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'MPI'")}
+        calls = [(start, end) for start, end, text, domain_id in db.execute(
+            "SELECT e.start, e.end, COALESCE(e.text, s.value), e.domainId FROM NVTX_EVENTS e "
+            "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType IN (59, 60)")
+            if domain_id in domain and text not in ("MPI_Init", "MPI_Init_thread", "MPI_Finalize")]
+    trace = read(path)
+    window = [_sql_span(path, trace.pid)]  # no steps: the whole recorded span
+    result = rank_row(pipeline.reduce_rank(trace, config_mod.load()))
+    assert result["window_ns"] == window[0][1] - window[0][0]
+    assert result["communication_ns"] == covered(calls, window) > 200_000_000  # 244 ms of MPI
+
+
+def test_nsys_idle_excludes_memory_copies():
+    path = real_export("nsysai_h100_2gpu_1s.sqlite")
+    for trace in sources.read(path, config_mod.load()):
+        window = [_sql_span(path, trace.pid)]
+        work, memory = [], []
+        with sqlite3.connect(path) as db:
+            for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+                rows = [(s, e) for s, e, key in db.execute(f"SELECT start, end, globalPid FROM {table}")
+                        if (key >> 24) & 0xFFFFFF == trace.pid]
+                work += rows
+                memory += rows if table != "CUPTI_ACTIVITY_KIND_KERNEL" else []
+        result = rank_row(pipeline.reduce_rank(trace, config_mod.load()))
+        assert result["window_ns"] == window[0][1] - window[0][0]
+        assert result["memory_ns"] == covered(memory, window)
+        assert result["idle_ns"] == result["window_ns"] - covered(work, window)
+        assert result["idle_ns"] < 0.05 * result["window_ns"]  # the GPU is 99% busy, 97% of it memcpy
+
+
+@pytest.mark.parametrize("path", H100_GLOO, ids=lambda p: p.name)
+def test_gpu_trace_gloo_ranges_are_communication(path):
+    raw = raw_events(path)
+    window = union(cpu_steps(raw))
+    # host ranges only: gpu_user_annotation copies span the GPU work inside the annotation
+    gloo = [interval(e) for e in raw if e["name"].startswith("gloo:") and e.get("cat") != "gpu_user_annotation"]
+    result = summary(path)
+    assert result["communication_ns"] == covered(gloo, window) > 0
+    assert result["gpu_window_ns"] is not None and result["gpu_window_ns"] <= result["window_ns"]
+
+
+def test_gpu_trace_nccl_host_calls_are_not_communication():
+    raw = raw_events(H100_NCCL)
+    window = union(cpu_steps(raw))
+    nccl = [interval(e) for e in raw if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+    assert summary(H100_NCCL)["communication_ns"] == covered(nccl, window)
+
+
+def _model_rows(path: Path) -> dict:
+    result = pipeline.reduce_rank(read(path), config_mod.load())
+    return {row["name"]: row for row in result.tables["model"]}
+
+
+@pytest.mark.parametrize("path", TORCH_CPU[:2] + H100_GLOO[:1], ids=lambda p: p.parent.name + "/" + p.name)
+def test_model_summary_rows_are_the_marked_ranges(path):
+    raw = raw_events(path)
+    window = union(cpu_steps(raw))
+
+    def cpu_total(*names) -> int:
+        spans = [interval(e) for e in raw if e["name"] in names and e.get("cat") != "gpu_user_annotation"]
+        return sum(b - a for a, b in spans if any(c <= a < d for c, d in window))
+
+    rows = _model_rows(path)
+    assert rows["Forward"]["cpu_total_ns"] == cpu_total("## forward ##") > 0
+    assert rows["Backward"]["cpu_total_ns"] == cpu_total("## backward ##") > 0
+    optimizer = "## optimizer ##" if any(e["name"] == "## optimizer ##" for e in raw) else "Optimizer.step#SGD.step"
+    assert rows["Optimization"]["cpu_total_ns"] == cpu_total(optimizer) > 0
+
+
+def test_gpu_window_only_where_the_source_knows_it():
+    assert summary(TORCH_CPU[0])["gpu_window_ns"] is None
+    path = real_export("pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite")
+    assert rank_row(pipeline.reduce_rank(read(path), config_mod.load()))["gpu_window_ns"] is None
+
+
+@pytest.mark.parametrize("path", H100_GLOO[:1], ids=lambda p: p.name)
+def test_host_bound_gaps_leave_out_host_communication(path):
+    raw = raw_events(path)
+    window = union(cpu_steps(raw))
+    gloo = union(interval(e) for e in raw
+                 if e["name"].startswith("gloo:") and e.get("cat") != "gpu_user_annotation")
+    gaps = pipeline.reduce_rank(read(path), config_mod.load()).gpu_gaps
+    assert gaps["host_comm_ns"] > 0.5 * covered(gloo, window)  # the GPU mostly idles while gloo runs
+    assert gaps["host_bound_ns"] + gaps["host_comm_ns"] <= gaps["idle_ns"]
+    assert gaps["host_bound_ns"] < 0.1 * gaps["window_ns"]  # was 520 ms of 561: the CPU was blamed for gloo

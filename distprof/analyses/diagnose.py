@@ -14,9 +14,10 @@ import pandas as pd
 
 from .. import events as ev
 from ..results import RankResult
+from ..sources.joins import launch_join
 from ..units import duration
 from . import intervals as iv
-from .distributed import analysis_window, is_gpu_trace
+from .distributed import analysis_window, is_gpu_trace, work_masks
 
 HIGH_SHARE, MEDIUM_SHARE = 0.20, 0.05
 _GPU_WORK = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
@@ -39,40 +40,53 @@ def rank_gpu_gaps(events: pd.DataFrame, config: dict) -> dict:
 
     A gap is the time between two busy periods of a device (all its streams together) inside
     the analysis window. It is host-bound when the kernel that ends it was launched (its
-    runtime call, joined on pid and correlation id) at or after the gap began: the GPU had
+    runtime call, joined by ``sources.joins.launch_join``) at or after the gap began: the GPU had
     nothing queued and waited for the CPU (MegEngine profiler guide). Kernels whose launch is
-    unknown are not counted as host-bound. ``{"gpu_gaps": None}`` on host-only traces.
+    unknown are not counted as host-bound. The time the host spends in communication (MPI,
+    gloo) is not host-bound (the CPU waits for the network, not its own launches): it is
+    ``host_comm_ns``. ``{"gpu_gaps": None}`` on host-only traces.
     """
     if not len(events) or not is_gpu_trace(events):
         return {"gpu_gaps": None}
     window = analysis_window(events, config["window"])
     kind = events["kind"].to_numpy()
-    work = events[np.isin(kind, _GPU_WORK)]
-    runtime = events[(kind == ev.RUNTIME) & (events["correlation_id"].to_numpy() >= 0)]
-    launch = (runtime[["pid", "correlation_id", "start_ns"]]
-              .drop_duplicates(["pid", "correlation_id"])
-              .rename(columns={"start_ns": "launch_ns"}))
-    work = work[["pid", "device", "correlation_id", "start_ns", "end_ns"]].merge(
-        launch, on=["pid", "correlation_id"], how="left")
-    devices, totals = [], {"gaps": 0, "idle_ns": 0, "host_bound_gaps": 0, "host_bound_ns": 0, "busy_ns": 0}
-    for device in np.unique(work["device"].to_numpy()):  # one iteration per device
-        rows = work[work["device"].to_numpy() == device].sort_values("start_ns", kind="stable")
-        start, end = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
-        launch_ns = rows["launch_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
-        reach = np.maximum.accumulate(end)
-        opens = np.flatnonzero(start[1:] > reach[:-1]) + 1  # work that ends an idle gap
-        gap_start, gap_end = reach[opens - 1], start[opens]
-        host_bound = launch_ns[opens] >= gap_start  # NaN (launch unknown) compares False
-        idle = iv.intersect(iv.union(gap_start, gap_end), window)
-        bound = iv.intersect(iv.union(gap_start[host_bound], gap_end[host_bound]), window)
-        row = {"device": int(device), "gaps": int(opens.size), "idle_ns": iv.total(idle),
-               "host_bound_gaps": int(host_bound.sum()), "host_bound_ns": iv.total(bound),
-               "busy_ns": iv.total(iv.intersect(iv.union(start, end), window)),
-               "launch_known": float(np.mean(~np.isnan(launch_ns[opens]))) if opens.size else None}
-        devices.append(row)
+    work = np.flatnonzero(np.isin(kind, _GPU_WORK))
+    calls = np.flatnonzero(kind == ev.RUNTIME)
+    correlation, pid = events["correlation_id"].to_numpy(), events["pid"].to_numpy()
+    launched = launch_join(correlation[work], correlation[calls], pid[work], pid[calls])
+    launch_ns = np.where(launched >= 0, events["start_ns"].to_numpy()[calls[np.maximum(launched, 0)]]
+                         if calls.size else 0, np.nan)
+    comm_mask, _ = work_masks(events, config)
+    host_comm = comm_mask & (events["lane_kind"].to_numpy() == ev.HOST_THREAD)
+    host_comm_set = iv.union(events["start_ns"].to_numpy()[host_comm], events["end_ns"].to_numpy()[host_comm])
+    rows = pd.DataFrame({"device": events["device"].to_numpy()[work], "start_ns": events["start_ns"].to_numpy()[work],
+                         "end_ns": events["end_ns"].to_numpy()[work], "launch_ns": launch_ns})
+    devices, totals = [], {"gaps": 0, "idle_ns": 0, "host_bound_gaps": 0, "host_bound_ns": 0, "host_comm_ns": 0,
+                           "busy_ns": 0}
+    for device in np.unique(rows["device"].to_numpy()):  # one iteration per device
+        row = _device_gaps(rows[rows["device"].to_numpy() == device], window, host_comm_set)
+        devices.append({"device": int(device), **row})
         for key in totals:
             totals[key] += row[key]
     return {"gpu_gaps": {**totals, "window_ns": iv.total(window), "devices": devices}}
+
+
+def _device_gaps(rows: pd.DataFrame, window: iv.IntervalSet, host_comm: iv.IntervalSet) -> dict:
+    """The gaps of one device's GPU work (rows: start_ns, end_ns, launch_ns; NaN = unknown)."""
+    rows = rows.sort_values("start_ns", kind="stable")
+    start, end = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
+    launch_ns = rows["launch_ns"].to_numpy(dtype=np.float64)
+    reach = np.maximum.accumulate(end)
+    opens = np.flatnonzero(start[1:] > reach[:-1]) + 1  # work that ends an idle gap
+    gap_start, gap_end = reach[opens - 1], start[opens]
+    host_bound = launch_ns[opens] >= gap_start  # NaN (launch unknown) compares False
+    idle = iv.intersect(iv.union(gap_start, gap_end), window)
+    bound = iv.intersect(iv.union(gap_start[host_bound], gap_end[host_bound]), window)
+    return {"gaps": int(opens.size), "idle_ns": iv.total(idle),
+            "host_bound_gaps": int(host_bound.sum()), "host_bound_ns": iv.total(iv.difference(bound, host_comm)),
+            "host_comm_ns": iv.total(iv.intersect(idle, host_comm)),
+            "busy_ns": iv.total(iv.intersect(iv.union(start, end), window)),
+            "launch_known": float(np.mean(~np.isnan(launch_ns[opens]))) if opens.size else None}
 
 
 # -- findings at rank 0 --------------------------------------------------------------------

@@ -2,10 +2,13 @@
 
 Definitions (DESIGN.md): over the window W (union of ProfileSteps, else the whole trace),
 Communication = |∪ comm|, Computation = |∪ compute|, Overlap = |comm ∩ compute|,
-Exposed = Communication − Overlap, Idle = |W| − |comm ∪ compute|.
-GPU traces use kernels (NCCL = COMMUNICATION); host-only traces use communication ranges and
-compute phases, where a phase's time excludes the communication nested in it on the same
-thread (a thread blocked in MPI is not computing).
+Memory = |∪ memcpy/memset|, Exposed = Communication − Overlap,
+Idle = |W| − |comm ∪ compute ∪ memory|.
+GPU traces: computation = kernels, communication = NCCL kernels plus the host ranges that are
+real transfers (MPI calls, gloo:*), not the NCCL/c10d API calls that only enqueue kernels.
+Host-only traces: communication ranges, and computation = COMPUTE ranges (the aten ops of a CPU
+PyTorch trace) when there are any, else compute phases; either excludes the communication
+nested in it on the same thread (a thread blocked in MPI is not computing).
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from .. import lanes as lanes_mod
 from ..results import Lane, RankFigures
 from . import intervals as iv
 
-FIGURES = ("window_ns", "communication_ns", "computation_ns", "overlap_ns",
-           "exposed_communication_ns", "overlap_ratio", "idle_ns")
+FIGURES = ("window_ns", "communication_ns", "computation_ns", "memory_ns", "overlap_ns",
+           "exposed_communication_ns", "overlap_ratio", "idle_ns", "gpu_window_ns")
+# host API calls that only enqueue communication kernels: not communication on GPU traces
+ENQUEUE_PREFIXES = ("nccl", "c10d::", "record_param_comms")
 
 
 def analysis_window(events: pd.DataFrame, mode: str = "steps") -> iv.IntervalSet:
@@ -41,14 +46,32 @@ def work_masks(events: pd.DataFrame, config: dict) -> tuple[np.ndarray, np.ndarr
     """Boolean masks of the communication rows and the computation rows."""
     kind = events["kind"].to_numpy()
     category = events["category"].to_numpy()
+    host_range = (kind == ev.RANGE) | (kind == ev.COMM_OP)
+    host_comm = host_range & (category == ev.COMMUNICATION)
     if is_gpu_trace(events):
         kernel = kind == ev.KERNEL
-        return kernel & (category == ev.COMMUNICATION), kernel & (category == ev.COMPUTE)
-    host_range = (kind == ev.RANGE) | (kind == ev.COMM_OP)
-    comm = host_range & (category == ev.COMMUNICATION)
-    non_compute = set(config["phases"]["non_compute"]) | {ev.PROFILE_STEP}
-    compute = (kind == ev.RANGE) & (category == ev.PHASE) & ~events["name"].isin(non_compute).to_numpy()
-    return comm, compute
+        return kernel & (category == ev.COMMUNICATION) | host_comm & ~_enqueue_calls(events), \
+            kernel & (category == ev.COMPUTE)
+    compute = (kind == ev.RANGE) & (category == ev.COMPUTE)
+    if not compute.any():
+        non_compute = set(config["phases"]["non_compute"]) | {ev.PROFILE_STEP}
+        compute = (kind == ev.RANGE) & (category == ev.PHASE) & ~events["name"].isin(non_compute).to_numpy()
+    return host_comm, compute
+
+
+def _enqueue_calls(events: pd.DataFrame) -> np.ndarray:
+    """Rows that are NCCL/c10d host API calls (by name, per distinct name): on a GPU trace their
+    kernels are the communication, the call itself only enqueues them."""
+    names = events["name"].astype("category")
+    lowered = names.cat.categories.str.lower()
+    enqueue = np.asarray(lowered.str.startswith(ENQUEUE_PREFIXES), bool)
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes >= 0, enqueue[codes] if enqueue.size else False, False)
+
+
+def memory_mask(events: pd.DataFrame) -> np.ndarray:
+    """Rows that are memcpy/memset work."""
+    return events["kind"].isin([ev.MEMCPY, ev.MEMSET]).to_numpy()
 
 
 def work_sets(events: pd.DataFrame, config: dict, window: iv.IntervalSet, lane_names: dict | None = None):
@@ -79,25 +102,39 @@ def _union_all(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
     return iv.union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
 
 
-def rank_figures(events: pd.DataFrame, config: dict,
-                 lane_names: dict | None = None) -> tuple[RankFigures, tuple[Lane, ...]]:
+def rank_figures(events: pd.DataFrame, config: dict, lane_names: dict | None = None,
+                 gpu_step_windows: dict | None = None) -> tuple[RankFigures, tuple[Lane, ...]]:
     """The Distributed Summary figures of one rank, and its lanes (``lane_names``: thread names
-    by lane id, for the labels)."""
+    by lane id, for the labels; ``gpu_step_windows``: the source's per-step GPU windows)."""
     window = analysis_window(events, config["window"])
     comm_set, comp_set, lanes = work_sets(events, config, window, lane_names)
+    memory = memory_mask(events)
+    memory_set = iv.covered_within(events["start_ns"].to_numpy()[memory], events["end_ns"].to_numpy()[memory],
+                                   window)
     window_ns = iv.total(window)
     communication_ns = iv.total(comm_set)
     computation_ns = iv.total(comp_set)
     overlap_ns = iv.total(iv.intersect(comm_set, comp_set))
-    busy_ns = iv.total(iv.union_sets(comm_set, comp_set))
+    busy_ns = iv.total(iv.union_sets(iv.union_sets(comm_set, comp_set), memory_set))
     steps = events[(events["kind"] == ev.RANGE) & (events["name"] == ev.PROFILE_STEP)]
     figures = RankFigures(
         window_ns=window_ns, steps=int(len(steps)), communication_ns=communication_ns,
-        computation_ns=computation_ns, overlap_ns=overlap_ns,
+        computation_ns=computation_ns, memory_ns=iv.total(memory_set), overlap_ns=overlap_ns,
         exposed_communication_ns=communication_ns - overlap_ns,
         overlap_ratio=(overlap_ns / communication_ns) if communication_ns else None,
-        idle_ns=window_ns - busy_ns)
+        idle_ns=window_ns - busy_ns,
+        gpu_window_ns=gpu_window_ns(gpu_step_windows) if is_gpu_trace(events) else None)
     return figures, lanes
+
+
+def gpu_window_ns(gpu_step_windows: dict | None) -> int | None:
+    """|∪ per-step GPU windows| (span of the GPU work launched in each step); None when the
+    source gives none (no steps, or no such windows)."""
+    if not gpu_step_windows or not len(gpu_step_windows.get("start_ns", ())):
+        return None
+    starts = np.asarray(gpu_step_windows["start_ns"], np.int64)
+    ends = np.asarray(gpu_step_windows["end_ns"], np.int64)
+    return iv.total(iv.union(starts, np.maximum(ends, starts)))
 
 
 def across_ranks(rank_rows: list[dict], figures=FIGURES) -> dict:

@@ -48,8 +48,8 @@ def model_row(name: str, dataloader: str = "Dataloader") -> str | None:
         return None
     if name == ev.PROFILE_STEP:
         return "ProfileStep"
-    low = name.lower()
-    if name == dataloader or low.startswith(("dataloader", "data_loader", "data loading")):
+    low = name.strip("# ").lower()  # '## forward ##' (record_function markers) is 'forward'
+    if name == dataloader or low.startswith(("dataloader", "data_loader", "data loading", "enumerate(dataloader")):
         return "Dataloader"
     if low.startswith(("forward", "fwd")):
         return "Forward"

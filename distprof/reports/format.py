@@ -7,9 +7,17 @@ UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 # the Distributed Summary columns of every report: (summary.json key, title)
 SUMMARY_COLUMNS = (("window_ns", "ProfileStep"), ("communication_ns", "Communication"),
-                   ("computation_ns", "Computation"), ("overlap_ns", "Overlap"),
+                   ("computation_ns", "Computation"), ("memory_ns", "Memory"), ("overlap_ns", "Overlap"),
                    ("exposed_communication_ns", "Exposed comm"), ("overlap_ratio", "Overlap ratio"),
-                   ("idle_ns", "Idle"))
+                   ("idle_ns", "Idle"), ("gpu_window_ns", "GPU window"))
+# columns shown only when some rank has a value
+OPTIONAL_COLUMNS = ("gpu_window_ns",)
+
+
+def summary_columns(ranks: list[dict]) -> tuple:
+    """The Distributed Summary columns of these rank rows: optional ones only where a rank has a value."""
+    return tuple((key, title) for key, title in SUMMARY_COLUMNS
+                 if key not in OPTIONAL_COLUMNS or any(row.get(key) is not None for row in ranks))
 
 
 def banner(title: str, width: int) -> str:

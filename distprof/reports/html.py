@@ -294,8 +294,9 @@ def findings_html(findings: list, unit: str = "ms") -> str:
 
 
 def distributed_table_html(summary: dict, unit: str) -> str:
-    keys = [key for key, _ in format.SUMMARY_COLUMNS]
-    titles = [title for _, title in format.SUMMARY_COLUMNS]
+    columns = format.summary_columns(summary.get("ranks", []))
+    keys = [key for key, _ in columns]
+    titles = [title for _, title in columns]
 
     def value(key, v):
         return format.figure(key, v, unit)

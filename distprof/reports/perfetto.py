@@ -21,6 +21,7 @@ import pandas as pd
 
 from .. import events as ev
 from .. import lanes as lanes_mod
+from ..sources.joins import launch_join
 
 TRACE_FILE = "trace.json.gz"
 # catapult's reserved colour names (Chrome's trace viewer); Perfetto also filters by ``cat``
@@ -127,19 +128,20 @@ def rank_records(events: pd.DataFrame, rank: int, offset_ns: int, origin_ns: int
 def flow_records(events: pd.DataFrame, tid: np.ndarray, start: np.ndarray, rank: int,
                  first_id: int) -> tuple[str, int]:
     """Flow start ('s') on the launching runtime call and flow end ('f', bound to the enclosing
-    slice) on the GPU op, joined on (pid, correlation_id)."""
+    slice) on the GPU op, joined by ``sources.joins.launch_join``."""
     kind = events["kind"].to_numpy()
     corr = events["correlation_id"].to_numpy()
     pid = events["pid"].to_numpy()
-    rows = np.arange(len(events))
-    launch = pd.DataFrame({"pid": pid, "corr": corr, "row": rows})[(kind == ev.RUNTIME) & (corr >= 0)]
-    launch = launch.drop_duplicates(["pid", "corr"])
-    ops = pd.DataFrame({"pid": pid, "corr": corr, "row": rows})[np.isin(kind, _GPU_KINDS) & (corr >= 0)]
-    pairs = launch.merge(ops, on=["pid", "corr"], suffixes=("_launch", "_op"))
-    if not len(pairs):
+    calls = np.flatnonzero(kind == ev.RUNTIME)
+    ops = np.flatnonzero(np.isin(kind, _GPU_KINDS))
+    launched = launch_join(corr[ops], corr[calls], pid[ops], pid[calls])
+    found = launched >= 0
+    if not found.any():
         return "", first_id
-    ids = first_id + np.arange(len(pairs))
-    a, b = pairs["row_launch"].to_numpy(), pairs["row_op"].to_numpy()
+    a, b = calls[launched[found]], ops[found]
+    order = np.lexsort((b, a))  # launch order, then op order (as the flows were always numbered)
+    a, b = a[order], b[order]
+    ids = first_id + np.arange(a.size)
     common = {"name": "launch", "cat": "launch", "id": ids, "pid": rank}
     begin = pd.DataFrame({**common, "ph": "s", "ts": start[a] / 1000.0, "tid": tid[a]})
     end = pd.DataFrame({**common, "ph": "f", "bp": "e", "ts": start[b] / 1000.0, "tid": tid[b]})

@@ -7,20 +7,20 @@ from . import format, tables
 from .tables import tabulate
 
 UNITS = format.UNITS
-_COLUMNS = format.SUMMARY_COLUMNS
 _banner = format.banner
 
 
 def distributed_table(summary: dict, unit: str = "ms") -> str:
     rows = []
+    columns = format.summary_columns(summary["ranks"])
     for rank in summary["ranks"]:
-        rows.append([rank["rank"], rank["steps"], *(format.figure(k, rank[k], unit) for k, _ in _COLUMNS)])
+        rows.append([rank["rank"], rank["steps"], *(format.figure(k, rank.get(k), unit) for k, _ in columns)])
     across = summary.get("across_ranks") or {}
     if len(summary["ranks"]) > 1 and across:
         for stat in ("min", "median", "max"):
-            rows.append([stat, "", *(format.figure(k, (across.get(k) or {}).get(stat), unit) for k, _ in _COLUMNS)])
-        rows.append(["max at rank", "", *((across.get(k) or {}).get("max_rank", "-") for k, _ in _COLUMNS)])
-    headers = ["Rank", "Steps", *(format.column_title(key, title, unit) for key, title in _COLUMNS)]
+            rows.append([stat, "", *(format.figure(k, (across.get(k) or {}).get(stat), unit) for k, _ in columns)])
+        rows.append(["max at rank", "", *((across.get(k) or {}).get("max_rank", "-") for k, _ in columns)])
+    headers = ["Rank", "Steps", *(format.column_title(key, title, unit) for key, title in columns)]
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
