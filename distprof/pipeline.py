@@ -64,7 +64,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     world_size = world_size or (max((r.rank for r in numbered), default=-1) + 1)
     missing = sorted(set(range(world_size)) - {r.rank for r in numbered})
     if missing:
-        warnings.append(f"partial result: no data for rank(s) {', '.join(map(str, missing))} of {world_size}")
+        warnings.append(f"partial result: no data for {_rank_ranges(missing)} of {world_size}")
     aligned = align_mod.align(numbered, config)
     warnings += aligned.matching.warnings
     final = aligned.results
@@ -75,6 +75,18 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
         checks=checks, skew=skew_summary, findings=diagnose.findings(final, checks, skew_summary, config),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]))
+
+
+def _rank_ranges(ranks: list[int]) -> str:
+    """'rank 3' / 'ranks 2-127, 130': a 126-rank gap reads as one range, not 126 numbers."""
+    spans: list[list[int]] = []
+    for rank in ranks:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+    return f"rank{'s' if len(ranks) > 1 else ''} {text}"
 
 
 def _progress(items, desc: str):

@@ -59,7 +59,7 @@ def test_merge_with_bad_and_missing_rank_files(demo_overlap, tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [r["rank"] for r in summary["ranks"]] == [0, 2, 3]
     assert summary["missing_ranks"] == [1]
-    assert "no data for rank(s) 1 of 4" in result.stdout
+    assert "no data for rank 1 of 4" in result.stdout
 
 
 def test_merge_errors(tmp_path):
