@@ -186,9 +186,9 @@ class Profiler:
         sends its result with a failure line: rank 0 names it in the summary's warnings."""
         from . import pipeline  # the analysis stack loads at the end of a session, not at import
         result = self._own_result(failure)
-        warnings = [failure] if failure is not None else []
+        warnings = [failure] if failure is not None and result is None else []
         if self._comm is not None or transport.torch_group_initialized():
-            mine = (result, failure)
+            mine = (result, failure if result is None else None)  # a result carries its file's failure line
             parts = transport.gather_to_root(self._comm, mine) if self._comm is not None \
                 else transport.gather_torch(mine)
             if parts is None:

@@ -98,3 +98,13 @@ def test_mpi_singleton_under_launcher_variables_merges_through_files(tmp_path):
     assert outputs[1].split() == ["1", "2", "env", "RANK"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert sorted(r["rank"] for r in summary["ranks"]) == [0, 1]
+
+
+def test_no_steps_says_how_to_fix(tmp_path):
+    import distprof
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        with distprof.phase("forward"):
+            sum(range(10000))
+    warning = next(w for w in prof.summary["warnings"] if "0 steps" in w)
+    assert warning.startswith("rank 0: no prof.step() was called") and "window: all" in warning
+    assert warning in json.loads((tmp_path / "summary.json").read_text())["warnings"]
