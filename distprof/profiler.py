@@ -74,14 +74,13 @@ class Profiler:
 
     def __exit__(self, exc_type, exc, traceback) -> None:
         self._end_step_nvtx()
-        if self.timer_only:
-            if exc_type is None:
-                self.summary = self._aggregate_timers()
+        failure = None if exc_type is None else f"rank {self.rank} left the profiler through {exc_type.__name__}: {exc}"
+        if self.timer_only:  # a failing rank still takes part in the gather, or the others wait on it
+            self.summary = self._aggregate_timers(failure)
             return
         if self.collector is None:
             return
         self.collector.deactivate()
-        failure = None if exc_type is None else f"rank {self.rank} left the profiler through {exc_type.__name__}: {exc}"
         if failure is not None:
             self.collector.set_meta(failed=failure)
         try:
@@ -144,21 +143,22 @@ class Profiler:
             self._step_range = None
 
     # -- clocks and aggregation ------------------------------------------------------------
-    def _aggregate_timers(self) -> dict | None:
-        """timer_only: the benchmark figures of every rank, gathered to rank 0."""
+    def _aggregate_timers(self, failure: str | None = None) -> dict | None:
+        """timer_only: the benchmark figures of every rank (with any rank's failure line), gathered to rank 0."""
         from .analyses import benchmark
         from .reports import export, text
         own = {"rank": self.rank, **benchmark.perf_summary(self.batch_ns, self.reader_ns, self.batch_size)}
         if self._comm is not None:
-            ranks = transport.gather_to_root(self._comm, own)
+            parts = transport.gather_to_root(self._comm, (own, failure))
         elif transport.torch_group_initialized():
-            ranks = transport.gather_torch(own)
+            parts = transport.gather_torch((own, failure))
         else:
-            ranks = [own] if self.rank == 0 else None
-        if ranks is None:
+            parts = [(own, failure)] if self.rank == 0 else None
+        if parts is None:
             return None
         summary = {"world_size": self.world_size, "source": "distprof (timer only)",
-                   "benchmark": benchmark.across_ranks(ranks), "warnings": []}
+                   "benchmark": benchmark.across_ranks([figures for figures, _ in parts]),
+                   "warnings": [line for _, line in parts if line is not None]}
         export.write_json(summary, self.out)
         if not self.quiet:
             sys.stdout.write(text.render_benchmark(summary))

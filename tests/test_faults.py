@@ -14,13 +14,13 @@ JOB = """
 import os, sys, time
 import distprof
 mode, out = sys.argv[1], sys.argv[2]
-with distprof.Profiler(out=out, quiet=True) as prof:
+with distprof.Profiler(out=out, quiet=True, timer_only=mode == "timer") as prof:
     rank = prof.rank
     for step in range(4):
         with distprof.phase("forward"):
             sum(range(20000))
         if rank == 1 and step == 2:
-            if mode == "raise":
+            if mode in ("raise", "timer"):
                 raise ValueError("bad batch")
             os.kill(os.getpid(), 9)
         prof.step()
@@ -60,6 +60,13 @@ def test_rank_raising_inside_profiler_is_named_and_others_finish(tmp_path):
     assert "failed" in meta(out / "rank1.sqlite")
 
 
+def test_rank_raising_in_timer_only_mode_is_named(tmp_path):
+    result = mpirun_job(tmp_path, "timer")
+    assert result.returncode != 0 and "ValueError: bad batch" in result.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["warnings"] == ["rank 1 left the profiler through ValueError: bad batch"]
+
+
 def test_killed_rank_does_not_hang_the_job(tmp_path):
     result = mpirun_job(tmp_path, "kill")  # mpirun aborts the job: bounded, no hang
     assert result.returncode != 0
@@ -69,6 +76,8 @@ def test_killed_rank_does_not_hang_the_job(tmp_path):
     merged = subprocess.run([sys.executable, "-m", "distprof", "merge", str(out), "-o", str(tmp_path / "merged")],
                             capture_output=True, text=True, timeout=120)
     assert merged.returncode == 0, merged.stderr[-2000:]
+    warnings = json.loads((tmp_path / "merged" / "summary.json").read_text())["warnings"]
+    assert any("rank 1 did not finish (crashed or killed)" in w for w in warnings)
 
 
 def test_launcher_world_beats_mpi_singleton():
