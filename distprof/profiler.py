@@ -51,6 +51,8 @@ class Profiler:
     def __enter__(self) -> Profiler:
         self._comm = transport.mpi_world()
         self.rank, self.world_size, self.rank_from = transport.detect_world()
+        if self.rank_from != "MPI":  # MPI's singleton world in a torchrun/Slurm job: not the job's world
+            self._comm = None
         annotate.set_nvtx(self.config["collector"]["nvtx"])
         if self.config["collector"]["enabled"] and not self.timer_only:
             self.collector = Collector(self.rank_file(self.rank), self.rank, self.world_size)
@@ -72,19 +74,20 @@ class Profiler:
 
     def __exit__(self, exc_type, exc, traceback) -> None:
         self._end_step_nvtx()
-        if self.timer_only:
-            if exc_type is None:
-                self.summary = self._aggregate_timers()
+        failure = None if exc_type is None else f"rank {self.rank} left the profiler through {exc_type.__name__}: {exc}"
+        if self.timer_only:  # a failing rank still takes part in the gather, or the others wait on it
+            self.summary = self._aggregate_timers(failure)
             return
         if self.collector is None:
             return
         self.collector.deactivate()
-        if exc_type is not None:  # keep what was recorded; do not wait on other ranks
+        if failure is not None:
+            self.collector.set_meta(failed=failure)
+        try:
+            self._clock_sample("stop")  # collective: a failing rank still takes part, or the others hang
+        finally:
             self.collector.close()
-            return
-        self._clock_sample("stop")
-        self.collector.close()
-        self.summary = self._aggregate()
+        self.summary = self._aggregate(failure)  # the exception (if any) propagates after this
 
     def rank_file(self, rank: int) -> Path:
         return self.out / f"rank{rank}.sqlite"
@@ -140,21 +143,22 @@ class Profiler:
             self._step_range = None
 
     # -- clocks and aggregation ------------------------------------------------------------
-    def _aggregate_timers(self) -> dict | None:
-        """timer_only: the benchmark figures of every rank, gathered to rank 0."""
+    def _aggregate_timers(self, failure: str | None = None) -> dict | None:
+        """timer_only: the benchmark figures of every rank (with any rank's failure line), gathered to rank 0."""
         from .analyses import benchmark
         from .reports import export, text
         own = {"rank": self.rank, **benchmark.perf_summary(self.batch_ns, self.reader_ns, self.batch_size)}
         if self._comm is not None:
-            ranks = transport.gather_to_root(self._comm, own)
+            parts = transport.gather_to_root(self._comm, (own, failure))
         elif transport.torch_group_initialized():
-            ranks = transport.gather_torch(own)
+            parts = transport.gather_torch((own, failure))
         else:
-            ranks = [own] if self.rank == 0 else None
-        if ranks is None:
+            parts = [(own, failure)] if self.rank == 0 else None
+        if parts is None:
             return None
         summary = {"world_size": self.world_size, "source": "distprof (timer only)",
-                   "benchmark": benchmark.across_ranks(ranks), "warnings": []}
+                   "benchmark": benchmark.across_ranks([figures for figures, _ in parts]),
+                   "warnings": [line for _, line in parts if line is not None]}
         export.write_json(summary, self.out)
         if not self.quiet:
             sys.stdout.write(text.render_benchmark(summary))
@@ -166,15 +170,31 @@ class Profiler:
             offset_ns, rtt_ns = clock.pingpong(self._comm, self.config["clock"]["pingpong_samples"])
             self.collector.record_clock(phase, offset_ns, rtt_ns)
 
-    def _aggregate(self) -> dict | None:
-        """Reduce this rank's own file, gather to rank 0, combine there."""
+    def _own_result(self, failure: str | None):
+        """This rank's RankResult; None when a failing rank's file cannot be reduced (it still
+        takes part in the gather so the others do not wait on it)."""
+        from . import pipeline
+        try:
+            return pipeline.reduce_rank(native.read(self.rank_file(self.rank), self.config)[0], self.config)
+        except Exception:  # noqa: BLE001 - the user's exception is the one to report
+            if failure is None:
+                raise
+            return None
+
+    def _aggregate(self, failure: str | None = None) -> dict | None:
+        """Reduce this rank's own file, gather to rank 0, combine there. A rank that failed
+        sends its result with a failure line: rank 0 names it in the summary's warnings."""
         from . import pipeline  # the analysis stack loads at the end of a session, not at import
-        traces = native.read(self.rank_file(self.rank), self.config)
-        result = pipeline.reduce_rank(traces[0], self.config)
-        if self._comm is not None:
-            results = transport.gather_to_root(self._comm, result)
-        elif transport.torch_group_initialized():  # torchrun: the job's own process group
-            results = transport.gather_torch(result)
+        result = self._own_result(failure)
+        warnings = [failure] if failure is not None and result is None else []
+        if self._comm is not None or transport.torch_group_initialized():
+            mine = (result, failure if result is None else None)  # a result carries its file's failure line
+            parts = transport.gather_to_root(self._comm, mine) if self._comm is not None \
+                else transport.gather_torch(mine)
+            if parts is None:
+                return None
+            results = [r for r, _ in parts if r is not None]
+            warnings = [f for _, f in parts if f is not None]
         elif self.world_size > 1:
             results = transport.results_from_files(
                 self.rank_file, self.world_size, self.config["collector"]["merge_timeout_s"], result,
@@ -182,10 +202,11 @@ class Profiler:
                 if self.rank == 0 else None
         else:
             results = [result]
-        if results is None:
+        results = None if results is None else [r for r in results if r is not None]
+        if not results:
             return None
-        summary = pipeline.combine(results, self.config, source="distprof (live)",
-                                   world_size=self.world_size).to_json()
+        summary = pipeline.combine(results, self.config, source="distprof (live)", world_size=self.world_size,
+                                   warnings=warnings).to_json()
         from .reports import export, html, text
         export.write_summary(summary, self.out)
         html.write_report(summary, self.out)

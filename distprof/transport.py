@@ -66,11 +66,12 @@ def mpi_world():
 
 
 def detect_world(environ=None) -> tuple[int, int, str]:
-    """(rank, world size, where it came from): MPI when initialized, else launcher variables,
-    else a single process."""
+    """(rank, world size, where it came from): MPI when initialized with more than one rank, else
+    launcher variables (a torchrun job that imports mpi4py gets MPI's singleton world of size 1:
+    RANK/WORLD_SIZE say more), else a single process."""
     import os
     comm = mpi_world() if environ is None else None
-    if comm is not None:
+    if comm is not None and comm.Get_size() > 1:
         return comm.Get_rank(), comm.Get_size(), "MPI"
     environ = os.environ if environ is None else environ
     for rank_var in _RANK_VARS:

@@ -3,18 +3,19 @@
 # The script makes a distprof.Profiler on every rank; rank 0 prints the Distributed Summary.
 #
 #   launch/mpirun.sh -n 4 [--oversubscribe] [--dry-run] -- python train.py --your-args
+# (--oversubscribe is added when there are fewer cores than ranks; --allow-run-as-root as root)
 set -euo pipefail
 
 usage() {
-  sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
-ranks=""; dry_run=0; extra=()
+ranks=""; dry_run=0; extra=(); oversubscribe=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -n|--ranks) ranks="${2:?-n needs a number}"; shift 2 ;;
-    --oversubscribe) extra+=(--oversubscribe --bind-to none); shift ;;
+    --oversubscribe) oversubscribe=1; shift ;;
     --dry-run) dry_run=1; shift ;;
     -h|--help) usage 0 ;;
     --) shift; break ;;
@@ -26,6 +27,9 @@ done
 
 python_bin="${PYTHON:-python3}"
 mpirun_bin="$("$python_bin" -c 'import os, sys; p = os.path.join(os.path.dirname(sys.executable), "mpirun"); print(p if os.path.exists(p) else "mpirun")')"
+# more ranks than cores: mpirun refuses without --oversubscribe, so add it (and do not pin ranks to cores)
+cores="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)"
+(( oversubscribe == 1 || ranks > cores )) && extra+=(--oversubscribe --bind-to none)
 [[ "$(id -u)" == 0 ]] && extra+=(--allow-run-as-root)
 
 command=("$mpirun_bin" -n "$ranks" "${extra[@]}" "$@")

@@ -28,6 +28,19 @@ def test_demo_rejects_bad_straggler(straggler):
     assert result.returncode == 2 and "--straggler" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_demo_straggler_without_ms_shows_the_form():
+    result = run_cli("demo", "--straggler", "2", "--dry-run")
+    assert result.returncode == 2 and "expected RANK:MS, e.g. 2:50" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["--ranks", "0"], ["--ranks", "-3"], ["--steps", "0"]])
+def test_demo_refuses_non_positive_counts(args):
+    result = run_cli("demo", *args, "--dry-run")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [f"distprof: error: {args[0]}: expected a positive integer, "
+                                                  f"got {args[1]}"]
+
+
 def test_demo_output_and_merge_of_its_rank_files(demo_overlap, tmp_path):
     live = json.loads((demo_overlap / "summary.json").read_text())
     assert live["world_size"] == 4 and [r["rank"] for r in live["ranks"]] == [0, 1, 2, 3]
@@ -59,7 +72,7 @@ def test_merge_with_bad_and_missing_rank_files(demo_overlap, tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [r["rank"] for r in summary["ranks"]] == [0, 2, 3]
     assert summary["missing_ranks"] == [1]
-    assert "no data for rank(s) 1 of 4" in result.stdout
+    assert "no data for rank 1 of 4" in result.stdout
 
 
 def test_merge_errors(tmp_path):

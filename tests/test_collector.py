@@ -107,7 +107,10 @@ def test_exception_keeps_completed_steps(tmp_path):
                 prof.step()
     trace = read_events(tmp_path / "rank0.sqlite")
     assert (trace.events["name"] == ev.PROFILE_STEP).sum() == 2
-    assert trace.warnings == []  # closed cleanly, only the job failed
+    # closed cleanly (no "did not finish"); the file says why the session ended
+    assert trace.warnings == [f"{tmp_path / 'rank0.sqlite'}: rank 0 left the profiler through RuntimeError: boom; "
+                              "its completed steps are kept"]
+    assert prof.summary is not None and trace.warnings[0] in prof.summary["warnings"]
 
 
 CRASHING_JOB = textwrap.dedent("""

@@ -119,7 +119,7 @@ def test_across_ranks_and_combine():
     comm = summary["across_ranks"]["communication_ns"]
     assert (comm["min"], comm["max"], comm["max_rank"], comm["median"]) == (55, 99, 1, 77)
     assert summary["missing_ranks"] == [2]
-    assert any("rank(s) 2" in w for w in summary["warnings"])
+    assert any("no data for rank 2 " in w for w in summary["warnings"])
     for key in ("world_size", "source", "ranks", "checks", "skew", "findings", "warnings"):
         assert key in summary
     row = summary["ranks"][0]

@@ -17,6 +17,15 @@ def test_mpirun_dry_run():
     assert "--oversubscribe" in words and words[-4:] == ["python", "train.py", "--lr", "0.1"]
 
 
+def test_mpirun_oversubscribes_when_ranks_exceed_cores():
+    import os
+    cores = os.cpu_count() or 1
+    many = launch("mpirun.sh", "-n", str(cores + 1), "--dry-run", "--", "python", "t.py").stdout.split()
+    assert "--oversubscribe" in many and "--bind-to" in many
+    assert ("--allow-run-as-root" in many) == (os.geteuid() == 0)
+    assert "--oversubscribe" not in launch("mpirun.sh", "-n", "1", "--dry-run", "--", "x").stdout.split()
+
+
 def test_torchrun_dry_run():
     result = launch("torchrun.sh", "--nproc", "2", "--dry-run", "--", "train.py")
     assert result.returncode == 0, result.stderr

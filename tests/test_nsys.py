@@ -434,7 +434,7 @@ def test_merge_with_a_corrupt_and_a_missing_rank(tmp_path, config):
     assert summary["missing_ranks"] == [1]
     assert summary["world_size"] == 3
     assert any(str(tmp_path / "rank1.sqlite") in warning for warning in summary["warnings"])
-    assert "partial result: no data for rank(s) 1 of 3" in summary["warnings"]
+    assert "partial result: no data for rank 1 of 3" in summary["warnings"]
     assert figures(summary["ranks"][0]) == fx.SEPARATE_STREAM_FIGURES
     assert figures(summary["ranks"][1]) == fx.SAME_STREAM_FIGURES
     assert summary["across_ranks"]["overlap_ns"]["max_rank"] == 0

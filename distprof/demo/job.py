@@ -100,8 +100,11 @@ def train(args: argparse.Namespace) -> dict | None:
                     activations.append(np.maximum(activations[-1] @ w, 0.0))
                 if straggler and straggler[0] == rank:
                     time.sleep(straggler[1])
+            with distprof.range("loss"):  # a user range: the UserDefined table has a row
+                error = activations[-1] - target
+                loss = float(np.mean(error * error))  # noqa: F841 - what a training loop would log
             with distprof.phase("backward"):
-                delta = (activations[-1] - target) / batch
+                delta = error / batch
                 grads = [None] * layers
                 for i in reversed(range(layers)):
                     delta = delta * (activations[i + 1] > 0)

@@ -62,6 +62,8 @@ def read(path: Path, config: dict) -> list[ev.RankTrace]:
         raise ev.SourceError(f"{path}: distprof file without rank/pid metadata") from None
     rank, world_size, checked = sane_rank(rank, _int_meta(meta, "world_size", path, warnings), path)
     warnings += checked
+    if meta.get("failed"):  # written by Profiler.__exit__ when the rank left through an exception
+        warnings.append(f"{path}: {meta['failed']}; its completed steps are kept")
     if meta.get("complete") != "1":
         warnings.append(f"{path}: rank {rank} did not finish (crashed or killed); "
                         "its completed steps are kept")

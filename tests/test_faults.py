@@ -1,0 +1,119 @@
+"""Live jobs where a rank fails: the others never hang, keep their steps, and rank 0 names it
+(issue 14). Timeouts here only detect hangs."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+from distprof.cli import find_mpirun
+from distprof.transport import detect_world
+
+JOB = """
+import os, sys, time
+import distprof
+mode, out = sys.argv[1], sys.argv[2]
+with distprof.Profiler(out=out, quiet=True, timer_only=mode == "timer") as prof:
+    rank = prof.rank
+    for step in range(4):
+        with distprof.phase("forward"):
+            sum(range(20000))
+        if rank == 1 and step == 2:
+            if mode in ("raise", "timer"):
+                raise ValueError("bad batch")
+            os.kill(os.getpid(), 9)
+        prof.step()
+"""
+
+
+def mpirun_job(tmp_path, mode: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    command = [find_mpirun(), "-n", "3", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,sm"]
+    if os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    command += [sys.executable, str(script), mode, str(tmp_path / "out")]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def meta(path) -> dict:
+    with sqlite3.connect(path) as db:
+        return dict(db.execute("SELECT key, value FROM distprof_meta"))
+
+
+def steps_in(path) -> int:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT COUNT(DISTINCT step) FROM distprof_ranges").fetchone()[0]
+
+
+def test_rank_raising_inside_profiler_is_named_and_others_finish(tmp_path):
+    result = mpirun_job(tmp_path, "raise")
+    assert result.returncode != 0  # the user's exception still propagates on rank 1
+    assert "ValueError: bad batch" in result.stderr
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    assert any("rank 1 left the profiler through ValueError: bad batch" in w for w in summary["warnings"])
+    for rank in (0, 2):
+        assert meta(out / f"rank{rank}.sqlite")["complete"] == "1"
+        assert steps_in(out / f"rank{rank}.sqlite") >= 4
+    assert "failed" in meta(out / "rank1.sqlite")
+
+
+def test_rank_raising_in_timer_only_mode_is_named(tmp_path):
+    result = mpirun_job(tmp_path, "timer")
+    assert result.returncode != 0 and "ValueError: bad batch" in result.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["warnings"] == ["rank 1 left the profiler through ValueError: bad batch"]
+
+
+def test_killed_rank_does_not_hang_the_job(tmp_path):
+    result = mpirun_job(tmp_path, "kill")  # mpirun aborts the job: bounded, no hang
+    assert result.returncode != 0
+    out = tmp_path / "out"
+    for rank in (0, 2):  # every step committed before the abort is kept
+        assert steps_in(out / f"rank{rank}.sqlite") >= 1
+    merged = subprocess.run([sys.executable, "-m", "distprof", "merge", str(out), "-o", str(tmp_path / "merged")],
+                            capture_output=True, text=True, timeout=120)
+    assert merged.returncode == 0, merged.stderr[-2000:]
+    warnings = json.loads((tmp_path / "merged" / "summary.json").read_text())["warnings"]
+    assert any("rank 1 did not finish (crashed or killed)" in w for w in warnings)
+
+
+def test_launcher_world_beats_mpi_singleton():
+    assert detect_world({"RANK": "1", "WORLD_SIZE": "2"}) == (1, 2, "env RANK")
+    assert detect_world({"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}) == (3, 4, "env SLURM_PROCID")
+
+
+TORCHRUN_LIKE = """
+import sys
+from mpi4py import MPI  # noqa: F401  a torchrun job that imports mpi4py: MPI's singleton world
+import distprof
+with distprof.Profiler(out=sys.argv[1], quiet=True) as prof:
+    for _ in range(3):
+        with distprof.phase("forward"):
+            sum(range(10000))
+        prof.step()
+print(prof.rank, prof.world_size, prof.rank_from)
+"""
+
+
+def test_mpi_singleton_under_launcher_variables_merges_through_files(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "PMIX"))}
+    procs = [subprocess.Popen([sys.executable, "-c", TORCHRUN_LIKE, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True, env=dict(env, RANK=str(rank), WORLD_SIZE="2")) for rank in (0, 1)]
+    outputs = [proc.communicate(timeout=120)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0]
+    assert outputs[1].split() == ["1", "2", "env", "RANK"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert sorted(r["rank"] for r in summary["ranks"]) == [0, 1]
+
+
+def test_no_steps_says_how_to_fix(tmp_path):
+    import distprof
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        with distprof.phase("forward"):
+            sum(range(10000))
+    warning = next(w for w in prof.summary["warnings"] if "0 steps" in w)
+    assert warning.startswith("rank 0: no prof.step() was called") and "window: all" in warning
+    assert warning in json.loads((tmp_path / "summary.json").read_text())["warnings"]
