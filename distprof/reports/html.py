@@ -13,6 +13,7 @@ import html
 import re
 from pathlib import Path
 
+from .. import outpaths
 from . import format, svg
 from . import tables as text_tables
 
@@ -441,8 +442,4 @@ def write_report(summary: dict, out: str | Path, unit: str = "ms", sorted_by: st
     """Write ``report.html`` into a directory (or to the given ``.html`` path); returns the path."""
     out = Path(out)
     path = out if out.suffix in (".html", ".htm") else out / REPORT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(render(summary, unit, sorted_by), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return outpaths.write_text(path, render(summary, unit, sorted_by))

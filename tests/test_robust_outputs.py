@@ -1,0 +1,141 @@
+"""Outputs (issue 14): bad output paths fail in one line before any analysis; every file is
+written through a unique temporary file, so concurrent writers into one folder all succeed;
+``report`` on something that is not a summary says what to run; ``trace`` selections are
+ranges, and one that matches nothing leaves an existing trace untouched."""
+
+import gzip
+import json
+import os
+import threading
+
+import pytest
+from conftest import run_cli
+from kineto_fixtures import overlap_trace
+from test_robust_inputs import one_line_error
+
+from distprof import outpaths
+from distprof.reports import export, html
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory):
+    """A two-rank Kineto merge: (rank files, output folder)."""
+    base = tmp_path_factory.mktemp("merged")
+    files = [overlap_trace(rank=r).write(base / f"rank{r}.json") for r in (0, 1)]
+    out = base / "out"
+    result = run_cli("merge", *map(str, files), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return files, out
+
+
+# ---------------------------------------------------------------- output paths
+def bad_outputs(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    cases = [(a_file, "is an existing file"), (a_file / "sub", "which is a file"), ("/proc/self/distprof_out", "/proc")]
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append((locked / "out", "not writable"))
+    return [(str(p), needle) for p, needle in cases]
+
+
+def test_merge_bad_output_is_one_line_before_the_analysis(merged, tmp_path):
+    files, _ = merged
+    for out, needle in bad_outputs(tmp_path):
+        result = run_cli("merge", str(files[0]), "-o", out)
+        one_line_error(result, out, needle)
+        assert "Overall Summary" not in result.stdout  # nothing analysed, nothing printed
+
+
+def test_report_and_trace_bad_output_is_one_line(merged, tmp_path):
+    _, out = merged
+    for bad, needle in bad_outputs(tmp_path):
+        one_line_error(run_cli("report", str(out), "--html", bad), bad, needle)
+    one_line_error(run_cli("trace", str(out), "-o", str(tmp_path)), str(tmp_path), "is an existing directory")
+    one_line_error(run_cli("trace", str(out), "-o", "/proc/self/t.json.gz"), "/proc")
+
+
+def test_concurrent_writers_into_one_folder_all_succeed(merged, tmp_path):
+    summary = export.read_summary(merged[1])
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        try:
+            export.write_summary({**summary, "source": f"writer {i}"}, tmp_path)
+            html.write_report(summary, tmp_path)
+        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert json.loads((tmp_path / "summary.json").read_text())["source"].startswith("writer ")
+    assert (tmp_path / "ranks.csv").read_text().startswith("rank,")
+    assert (tmp_path / "report.html").read_text().rstrip().endswith("</html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ranks.csv", "report.html", "summary.json"]
+
+
+def test_atomic_open_leaves_old_file_on_error(tmp_path):
+    path = outpaths.write_text(tmp_path / "f.txt", "old")
+    with pytest.raises(RuntimeError), outpaths.atomic_open(path) as handle:
+        handle.write("half")
+        raise RuntimeError
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~outpaths._UMASK)
+
+
+# ---------------------------------------------------------------- report on the wrong file
+def test_report_on_rank_files_says_to_merge_first(merged, tmp_path):
+    files, _ = merged
+    gz = tmp_path / "rank0.json.gz"
+    gz.write_bytes(gzip.compress(files[0].read_bytes()))
+    sqlite = tmp_path / "rank0.sqlite"
+    sqlite.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    for path in (gz, sqlite, files[0]):
+        one_line_error(run_cli("report", str(path)), str(path), "is a rank file", "distprof merge")
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "is a rank file"),
+    ('"text"', "not an object"),
+    ('{"ranks": [], "source": "x"}', "missing key 'world_size'"),
+    ('{"ranks": [1], "source": "x", "world_size": 1}', "not a list of rank rows"),
+    (b"\xff\xfe{}", "not UTF-8"),
+])
+def test_report_on_malformed_summary_is_one_line(tmp_path, content, needle):
+    path = tmp_path / "summary.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    one_line_error(run_cli("report", str(path)), str(path), needle)
+
+
+def test_report_on_summary_missing_nested_key_is_one_line(merged, tmp_path):
+    summary = export.read_summary(merged[1])
+    del summary["ranks"][0]["comm_lanes"]
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    one_line_error(run_cli("report", str(path)), str(path), "missing key 'comm_lanes'")
+
+
+# ---------------------------------------------------------------- trace selections
+def test_trace_huge_range_is_not_expanded(merged, tmp_path):
+    _, out = merged
+    result = run_cli("trace", str(out), "--ranks", "0-999999999999", "-o", str(tmp_path / "t.json.gz"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "2 rank(s)" in result.stdout
+    one_line_error(run_cli("trace", str(out), "--ranks", "0-" + "9" * 40), "--ranks")
+
+
+@pytest.mark.parametrize("option, value", [("--ranks", "9"), ("--steps", "50-60")])
+def test_trace_selection_matching_nothing_keeps_existing_trace(merged, tmp_path, option, value):
+    _, out = merged
+    trace = tmp_path / "t.json.gz"
+    assert run_cli("trace", str(out), "-o", str(trace)).returncode == 0
+    before = trace.read_bytes()
+    one_line_error(run_cli("trace", str(out), option, value, "-o", str(trace)), value, "not written")
+    assert trace.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz"]
