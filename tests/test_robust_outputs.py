@@ -139,3 +139,37 @@ def test_trace_selection_matching_nothing_keeps_existing_trace(merged, tmp_path,
     one_line_error(run_cli("trace", str(out), option, value, "-o", str(trace)), value, "not written")
     assert trace.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz"]
+
+
+# ---------------------------------------------------------------- long names
+def strings(value):
+    """Every string (keys and values) in a JSON document."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings(item)
+    elif isinstance(value, str):
+        yield value
+
+
+def test_100kb_kernel_name_gives_a_small_summary(tmp_path):
+    from distprof.names import MAX_NAME_CHARS
+    long_name = "void gemm<" + "float, " * 15_000 + "128>(float*)"  # about 100 kB
+    trace = overlap_trace(rank=0)
+    trace.kernel(long_name, 20_000, 30_000, stream=9, launch_ns=6_500)
+    trace.cpu_op("user::" + "x" * 100_000, 11_000, 12_000, cat="user_annotation")
+    path = trace.write(tmp_path / "rank0.json")
+    out = tmp_path / "out"
+    result = run_cli("merge", str(path), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout) < 200_000
+    summary_text = (out / "summary.json").read_text()
+    assert len(summary_text) < 300_000, len(summary_text)
+    shortened = [n for n in strings(json.loads(summary_text)) if n.startswith("void gemm<float")]
+    assert shortened and all(len(n) <= MAX_NAME_CHARS and "…" in n and n.endswith("128>(float*)") for n in shortened)
+    assert os.path.getsize(out / "report.html") < 1_000_000
+    assert run_cli("trace", str(out), "-o", str(tmp_path / "t.json.gz")).returncode == 0
+    assert os.path.getsize(tmp_path / "t.json.gz") < 200_000

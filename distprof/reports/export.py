@@ -8,12 +8,15 @@ from pathlib import Path
 
 from .. import outpaths
 from ..analyses.distributed import FIGURES
+from ..names import cap_names
 
 SUMMARY_FILE = "summary.json"
 
 
 def write_summary(summary: dict, out: str | Path) -> Path:
-    """summary.json and ranks.csv in ``out``."""
+    """summary.json and ranks.csv in ``out``; names cut (names.cap_names): a 100 kB kernel name
+    once made a 117 MB summary.json. The rank files keep the full names."""
+    summary = cap_names(summary)
     path = write_json(summary, out)
     write_csv(summary, Path(out) / "ranks.csv")
     return path

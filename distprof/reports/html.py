@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from .. import outpaths
+from ..names import cap_names
 from . import format, svg
 from . import tables as text_tables
 
@@ -400,7 +401,8 @@ def summary_tables_html(summary: dict, unit: str, sorted_by: str = "cpu_total") 
 
 
 def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str:
-    """The whole report as one HTML string."""
+    """The whole report as one HTML string (names cut: summaries older than the cap hold full ones)."""
+    summary = cap_names(summary)
     world = summary.get("world_size")
     head = (f"<h1>distprof report</h1><p class=\"meta\">world size {_e(world)} · source {_e(summary.get('source'))}"
             f" · {len(summary.get('ranks', []))} rank(s) with data · time unit {unit}</p>")

@@ -23,6 +23,7 @@ import pandas as pd
 from .. import events as ev
 from .. import lanes as lanes_mod
 from .. import outpaths
+from ..names import LONG_TEXT_CHARS, short_name
 
 TRACE_FILE = "trace.json.gz"
 # catapult's reserved colour names (Chrome's trace viewer); Perfetto also filters by ``cat``
@@ -89,6 +90,16 @@ def _selected(values: np.ndarray, chosen: Selection | set[int]) -> np.ndarray:
     return np.isin(values, sorted(chosen))
 
 
+def _capped(names: pd.Series) -> np.ndarray:
+    """Slice names cut at names.LONG_TEXT_CHARS (longer than in tables: the timeline is where a
+    user reads a whole templated name; still bounded, a 100 kB name per slice adds up)."""
+    long = names.str.len().to_numpy() > LONG_TEXT_CHARS
+    if long.any():
+        names = names.copy()
+        names[long] = names[long].map(lambda n: short_name(n, LONG_TEXT_CHARS))
+    return names.to_numpy()
+
+
 def lanes(events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     """The distinct lanes of a rank (host threads first, then GPU streams by device) and, per
     event, the index of its lane; a lane is (pid, device, lane, lane_kind)."""
@@ -145,7 +156,7 @@ def rank_records(events: pd.DataFrame, rank: int, offset_ns: int, origin_ns: int
     start = events["start_ns"].to_numpy() + (offset_ns - origin_ns)
     duration = events["end_ns"].to_numpy() - events["start_ns"].to_numpy()
     category = events["category"].astype(str).to_numpy()
-    names = events["name"].astype(str).to_numpy()
+    names = _capped(events["name"].astype(str))
     cname = pd.Series(category).map(CNAME).fillna("generic_work").to_numpy()
     cname = np.where(names == ev.PROFILE_STEP, STEP_CNAME, cname)
     kind = events["kind"].astype(str).to_numpy()
