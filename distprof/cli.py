@@ -16,6 +16,7 @@ from pathlib import Path
 from . import config as config_mod
 from . import outpaths
 from .events import SourceError
+from .ranges import rank_ranges
 
 
 def find_mpirun() -> str | None:
@@ -68,11 +69,18 @@ def progress(items, desc: str):
     return tqdm(items, desc=desc, unit="file", leave=False, disable=not sys.stderr.isatty() or len(items) < 2)
 
 
-def merge_files(paths: list[Path], config: dict, comm=None) -> dict | None:
-    """summary.json's content of a merge (pipeline.merge_files); None on MPI workers other than 0."""
+def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None) -> dict | None:
+    """summary.json's content of a merge (pipeline.merge_files); None on MPI workers other than 0.
+    ``warnings`` (e.g. from sources.expand) go into the summary's ``warnings``."""
     from . import pipeline
-    summary = pipeline.merge_files(paths, config, comm=comm)
+    summary = pipeline.merge_files(paths, config, comm=comm, warnings=warnings)
     return None if summary is None else summary.to_json()
+
+
+def _warn(text: str, into: list[str]) -> None:
+    """A warning on stderr now and kept for the summary's ``warnings``."""
+    print(f"distprof: warning: {text}", file=sys.stderr)
+    into.append(text)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -83,14 +91,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
         overrides["clock"] = {"align": False}
     config = config_mod.load(args.config, overrides or None)
     outpaths.check_dir(args.out)  # before the analysis, not after it
-    paths = sources.expand(args.inputs)
+    notes: list[str] = []
+    paths = sources.expand(args.inputs, warn=lambda text: _warn(text, notes))
     from .transport import mpi_world
     comm = mpi_world()
     tasks = max(int(os.environ.get(v, "1") or 1) for v in ("SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
     if tasks > 1 and (comm is None or comm.Get_size() == 1):
         print(f"distprof: warning: launched as {tasks} tasks but MPI did not start a {tasks}-rank world: "
               "every task merges every file (with srun, try --mpi=pmix)", file=sys.stderr)
-    summary = merge_files(paths, config, comm=comm)
+    summary = merge_files(paths, config, comm=comm, warnings=notes)
     if summary is None:  # an MPI worker other than rank 0: its results went to rank 0
         return 0
     out = Path(args.out)
@@ -137,8 +146,9 @@ def _trace_inputs(args: argparse.Namespace, config: dict) -> tuple[dict, list[tu
     base = (first if first.is_dir() else first.parent) if from_summary else Path(".")
     out = outpaths.check_file(Path(args.out) if args.out else base / perfetto.TRACE_FILE)
     if not from_summary:
-        found = sources.expand(args.inputs)
-        return merge_files(found, config), [(str(p), p) for p in found], out
+        notes: list[str] = []
+        found = sources.expand(args.inputs, warn=lambda text: _warn(text, notes))
+        return merge_files(found, config, warnings=notes), [(str(p), p) for p in found], out
     summary = export.read_summary(first)
     paths = []
     for name in dict.fromkeys(str(r["source_file"]) for r in summary["ranks"] if r.get("source_file")):
@@ -162,7 +172,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     summary, paths, out = _trace_inputs(args, config)
     known = sorted({r["rank"] for r in summary["ranks"]})
     if ranks is not None and not any(r in ranks for r in known):
-        raise config_mod.ConfigError(f"--ranks {args.ranks}: matches none of the ranks {_ranges(known)}; "
+        raise config_mod.ConfigError(f"--ranks {args.ranks}: matches none of the ranks {rank_ranges(known)}; "
                                      f"{out} not written")
     rows = perfetto.rank_map(summary)
     by_rank = {r["rank"]: r for r in summary["ranks"]}
@@ -189,17 +199,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
             raise config_mod.ConfigError(f"{what}: matches no events; {out} not written")
     print(f"wrote {out} ({len(writer.ranks)} rank(s), {writer.events} trace events)")
     return 0
-
-
-def _ranges(values: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5' (short text for long rank lists)."""
-    parts: list[str] = []
-    for value in values:
-        if parts and parts[-1][1] == value - 1:
-            parts[-1][1] = value
-        else:
-            parts.append([value, value])
-    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in parts) or "(none)"
 
 
 def diff_side(item: str, config: dict) -> dict:

@@ -173,3 +173,41 @@ def test_100kb_kernel_name_gives_a_small_summary(tmp_path):
     assert os.path.getsize(out / "report.html") < 1_000_000
     assert run_cli("trace", str(out), "-o", str(tmp_path / "t.json.gz")).returncode == 0
     assert os.path.getsize(tmp_path / "t.json.gz") < 200_000
+
+
+# ---------------------------------------------------------------- merge warnings and world size
+def test_corrupt_world_size_is_capped_by_the_ranks_found(tmp_path):
+    from test_robust_inputs import cpu_event, kineto_bytes
+    files = []
+    for rank in (0, 1):
+        files.append(tmp_path / f"rank{rank}.json")
+        files[-1].write_bytes(kineto_bytes([cpu_event(1000 + rank)], {"rank": rank, "world_size": 1_000_000}))
+    result = run_cli("merge", *map(str, files), "-o", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["missing_ranks"] == []
+    assert any("world_size 1000000" in w and "2 rank(s) found" in w for w in summary["warnings"]), summary["warnings"]
+
+
+def test_partial_world_warning_uses_ranges(tmp_path):
+    from test_robust_inputs import cpu_event, kineto_bytes
+    path = tmp_path / "rank3.json"
+    path.write_bytes(kineto_bytes([cpu_event(1000)], {"rank": 3, "world_size": 64}))
+    result = run_cli("merge", str(path), "-o", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["missing_ranks"] == [0, 1, 2, *range(4, 64)]
+    assert "partial result: no data for rank(s) 0-2, 4-63 of 64" in summary["warnings"]
+
+
+def test_expand_warnings_reach_the_summary(tmp_path, monkeypatch):
+    from distprof import cli, sources
+    good = overlap_trace(rank=0).write(tmp_path / "rank0.json")
+
+    def expand(inputs, warn):
+        warn("nsys and Kineto files mixed: ranks renumbered")
+        return [good]
+    monkeypatch.setattr(sources, "expand", expand)
+    assert cli.main(["merge", str(good), "-o", str(tmp_path / "o"), "--no-html"]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["warnings"][0] == "nsys and Kineto files mixed: ranks renumbered"
