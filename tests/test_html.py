@@ -76,7 +76,7 @@ def test_report_has_plots_tables_and_findings(tmp_path):
     for section in ("Arrival skew", "Step time", "Device Summary", "Overview Summary", "Model Summary",
                     "Kernel Summary", "Memory Manipulation Summary", "UserDefined Summary"):
         assert section in page.sections
-    assert "rank 1 &lt;arrives&gt; last" in text and "balance the data" in text and "late_steps: 2" in text
+    assert "rank 1 &lt;arrives&gt; last" in text and "balance the data" in text and "late steps: 2" in text
     assert "a finding that is only text" in text
     assert "GPU total" in page.headers and "Overlap ratio" in page.headers
     assert "ncclDevKernel_AllReduce" in text and "Memcpy HtoD" in text

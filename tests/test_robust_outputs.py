@@ -211,3 +211,23 @@ def test_expand_warnings_reach_the_summary(tmp_path, monkeypatch):
     assert cli.main(["merge", str(good), "-o", str(tmp_path / "o"), "--no-html"]) == 0
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["warnings"][0] == "nsys and Kineto files mixed: ranks renumbered"
+
+
+# ---------------------------------------------------------------- findings in HTML
+def test_findings_evidence_is_readable_in_the_report_unit():
+    finding = {"severity": "high", "finding": "host_bound_gpu", "cost_ns": 723_650_062, "ranks": [0],
+               "message": "m", "advice": "a",
+               "evidence": {"worst_rank": 0, "host_bound_ns_by_rank": {"0": 723_650_062}, "gaps": 19,
+                            "idle_ns": 724_054_763, "lanes": [f"stream {i}" for i in range(20)]}}
+    shown = html.findings_html([finding], "ms")
+    assert "host bound by rank: rank 0: 723.65 ms" in shown and "idle: 724.05 ms" in shown
+    assert "cost 723.65 ms" in shown and "_ns" not in shown and "{" not in shown and "stream 19" not in shown
+    assert "idle: 724,054.76 us" in html.findings_html([finding], "us")
+
+
+def test_advice_names_no_other_framework():
+    import inspect
+
+    from distprof.analyses import diagnose, streams
+    for module in (diagnose, streams):
+        assert "MegEngine" not in inspect.getsource(module)

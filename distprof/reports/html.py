@@ -267,7 +267,31 @@ def _figure(svg: str | None, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
 
 
-def findings_html(findings: list) -> str:
+def evidence_text(evidence: dict, unit: str = "ms") -> str:
+    """A finding's ``evidence`` read like the report: '…_ns' values in ``unit`` without the
+    suffix, per-rank dicts as 'rank 0: 1.23 ms', lists cut to a few items (raw ns dicts once
+    ended every finding)."""
+    def value(key: str, item: object) -> str:
+        if isinstance(item, dict):
+            shown = [f"rank {k}: {value(key, v)}" if key.endswith("_by_rank") else f"{k}: {value(k, v)}"
+                     for k, v in list(item.items())[:8]]
+            return ", ".join(shown) + (", …" if len(item) > 8 else "")
+        if isinstance(item, list):
+            return ", ".join(value(key, v) for v in item[:8]) + (", …" if len(item) > 8 else "")
+        if isinstance(item, (int, float)) and not isinstance(item, bool) and "_ns" in key:
+            return f"{item / format.UNITS[unit]:,.2f} {unit}"
+        if isinstance(item, float) and key.endswith(("ratio", "share", "fraction")):
+            return f"{100 * item:.1f}%"
+        return str(item)
+
+    def label(key: str) -> str:
+        return key.replace("_ns_by_rank", " by rank").replace("_by_rank", " by rank").removesuffix("_ns") \
+            .replace("_", " ")
+
+    return "; ".join(f"{label(k)}: {value(k, v)}" for k, v in list(evidence.items())[:12])
+
+
+def findings_html(findings: list, unit: str = "ms") -> str:
     """The diagnosis' findings (summary.json ``findings``): severity, finding, message, advice, evidence."""
     if not findings:
         return '<p class="meta">No findings: nothing stood out above the thresholds.</p>'
@@ -282,7 +306,7 @@ def findings_html(findings: list) -> str:
         if item.get("ranks"):
             parts.append(f' <span class="meta">rank(s) {_e(", ".join(map(str, item["ranks"][:16])))}</span>')
         if item.get("cost_ns") is not None:
-            parts.append(f' <span class="meta">cost {item["cost_ns"] / 1e6:.2f} ms</span>')
+            parts.append(f' <span class="meta">cost {item["cost_ns"] / format.UNITS[unit]:,.2f} {unit}</span>')
         body = [f"<p>{''.join(parts)}</p>"]
         if item.get("message"):
             body.append(f"<p>{_e(item['message'])}</p>")
@@ -290,7 +314,7 @@ def findings_html(findings: list) -> str:
             body.append(f'<p class="advice">→ {_e(item["advice"])}</p>')
         extra = item.get("evidence") or {}
         if extra:
-            shown = "; ".join(f"{k}: {v}" for k, v in list(extra.items())[:12])
+            shown = evidence_text(extra, unit) if isinstance(extra, dict) else str(extra)
             body.append(f'<p class="evidence">{_e(shown[:600])}</p>')
         css = re.sub(r"[^a-z]", "", severity.lower())
         cards.append(f'<div class="card finding sev-{css}">{"".join(body)}</div>')
@@ -409,7 +433,7 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
     if summary.get("missing_ranks"):
         missing = summary["missing_ranks"]
         head += f'<p class="meta">{len(missing)} missing rank(s): {_e(rank_ranges(missing))}</p>'
-    body = [head, "<h2>Findings</h2>", findings_html(summary.get("findings") or [])]
+    body = [head, "<h2>Findings</h2>", findings_html(summary.get("findings") or [], unit)]
     body += ["<h2>Distributed Summary</h2>",
              _figure(distributed_bars(summary, unit),
                      "Each rank's analysed window: computation that nothing hides (green), computation overlapped "
