@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 
 from . import config as config_mod
+from . import outpaths
 from .events import SourceError
+from .ranges import rank_ranges
 
 
 def find_mpirun() -> str | None:
@@ -84,11 +86,18 @@ def progress(items, desc: str):
     return tqdm(items, desc=desc, unit="file", leave=False, disable=not sys.stderr.isatty() or len(items) < 2)
 
 
-def merge_files(paths: list[Path], config: dict, comm=None) -> dict | None:
-    """summary.json's content of a merge (pipeline.merge_files); None on MPI workers other than 0."""
+def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None) -> dict | None:
+    """summary.json's content of a merge (pipeline.merge_files); None on MPI workers other than 0.
+    ``warnings`` (e.g. from sources.expand) go into the summary's ``warnings``."""
     from . import pipeline
-    summary = pipeline.merge_files(paths, config, comm=comm)
+    summary = pipeline.merge_files(paths, config, comm=comm, warnings=warnings)
     return None if summary is None else summary.to_json()
+
+
+def _warn(text: str, into: list[str]) -> None:
+    """A warning on stderr now and kept for the summary's ``warnings``."""
+    print(f"distprof: warning: {text}", file=sys.stderr)
+    into.append(text)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -98,16 +107,16 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.no_align:
         overrides["clock"] = {"align": False}
     config = config_mod.load(args.config, overrides or None)
-    paths = sources.expand(args.inputs)
-    if not paths:
-        raise SourceError(f"{' '.join(args.inputs)}: no input files found")
+    outpaths.check_dir(args.out)  # before the analysis, not after it
+    notes: list[str] = []
+    paths = sources.expand(args.inputs, warn=lambda text: _warn(text, notes))
     from .transport import mpi_world
     comm = mpi_world()
     tasks = max(int(os.environ.get(v, "1") or 1) for v in ("SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
     if tasks > 1 and (comm is None or comm.Get_size() == 1):
         print(f"distprof: warning: launched as {tasks} tasks but MPI did not start a {tasks}-rank world: "
               "every task merges every file (with srun, try --mpi=pmix)", file=sys.stderr)
-    summary = merge_files(paths, config, comm=comm)
+    summary = merge_files(paths, config, comm=comm, warnings=notes)
     if summary is None:  # an MPI worker other than rank 0: its results went to rank 0
         return 0
     out = Path(args.out)
@@ -122,44 +131,66 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .reports import export, text
-    summary = export.read_summary(args.summary)
-    sys.stdout.write(text.render(summary, args.unit, sorted_by=args.sorted_by, top=args.top or None, rank=args.rank))
-    if args.html is not None:
-        from .reports import html
+    where = None
+    if args.html is not None:  # checked before reading: a bad path fails first, in one line
         where = Path(args.html or (args.summary if Path(args.summary).is_dir() else Path(args.summary).parent))
+        if where.suffix in (".html", ".htm"):
+            outpaths.check_file(where)
+        else:
+            outpaths.check_dir(where)
+    summary = export.read_summary(args.summary)
+    try:
+        shown = text.render(summary, args.unit, sorted_by=args.sorted_by, top=args.top or None, rank=args.rank)
+    except (KeyError, TypeError, AttributeError) as error:  # a hand-edited or truncated summary
+        detail = f"missing key {error}" if isinstance(error, KeyError) else f"unexpected content ({error})"
+        raise SourceError(f"{args.summary}: not a complete distprof summary.json ({detail})") from None
+    sys.stdout.write(shown)
+    if where is not None:
+        from .reports import html
         print(f"wrote {html.write_report(summary, where, args.unit, args.sorted_by)}")
     return 0
 
 
-def cmd_trace(args: argparse.Namespace) -> int:
-    """Merged Perfetto timeline: from an output directory (its summary.json names the rank files
-    and clock offsets) or from rank files (merged first, for the offsets); one file at a time."""
+def _trace_inputs(args: argparse.Namespace, config: dict) -> tuple[dict, list[tuple[str, Path]], Path]:
+    """The summary, the (name, path) rank files and the output file of ``distprof trace``: from
+    an output directory (its summary.json names the rank files and clock offsets) or from rank
+    files (merged first, for the offsets). The output is checked before any merge runs."""
     from . import sources
     from .reports import export, perfetto
+    first = Path(args.inputs[0])
+    from_summary = len(args.inputs) == 1 and (first.is_dir() and (first / export.SUMMARY_FILE).exists()
+                                              or first.name == export.SUMMARY_FILE)
+    base = (first if first.is_dir() else first.parent) if from_summary else Path(".")
+    out = outpaths.check_file(Path(args.out) if args.out else base / perfetto.TRACE_FILE)
+    if not from_summary:
+        notes: list[str] = []
+        found = sources.expand(args.inputs, warn=lambda text: _warn(text, notes))
+        return merge_files(found, config, warnings=notes), [(str(p), p) for p in found], out
+    summary = export.read_summary(first)
+    paths = []
+    for name in dict.fromkeys(str(r["source_file"]) for r in summary["ranks"] if r.get("source_file")):
+        path = Path(name) if Path(name).exists() else base / Path(name).name  # a moved output dir
+        if not path.exists():
+            raise SourceError(f"{name}: rank file named in {first} not found")
+        paths.append((name, path))
+    return summary, paths, out
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Merged Perfetto timeline, one rank file at a time. A --ranks/--steps selection that
+    matches nothing is refused: it would replace a good trace with an empty one."""
+    from . import sources
+    from .reports import perfetto
     config = config_mod.load(args.config)
     try:
         ranks, steps = perfetto.parse_selection(args.ranks), perfetto.parse_selection(args.steps)
     except ValueError as error:
         raise config_mod.ConfigError(f"--ranks/--steps: {error}") from None
-    first = Path(args.inputs[0])
-    from_summary = len(args.inputs) == 1 and (first.is_dir() and (first / export.SUMMARY_FILE).exists()
-                                              or first.name == export.SUMMARY_FILE)
-    if from_summary:
-        summary = export.read_summary(first)
-        base = first if first.is_dir() else first.parent
-        paths = []
-        for name in dict.fromkeys(str(r["source_file"]) for r in summary["ranks"] if r.get("source_file")):
-            path = Path(name) if Path(name).exists() else base / Path(name).name  # a moved output dir
-            if not path.exists():
-                raise SourceError(f"{name}: rank file named in {first} not found")
-            paths.append((name, path))
-    else:
-        found = sources.expand(args.inputs)
-        if not found:
-            raise SourceError(f"{' '.join(args.inputs)}: no input files found")
-        summary = merge_files(found, config)
-        paths = [(str(p), p) for p in found]
-    out = Path(args.out) if args.out else (base / perfetto.TRACE_FILE if from_summary else Path(perfetto.TRACE_FILE))
+    summary, paths, out = _trace_inputs(args, config)
+    known = sorted({r["rank"] for r in summary["ranks"]})
+    if ranks is not None and not any(r in ranks for r in known):
+        raise config_mod.ConfigError(f"--ranks {args.ranks}: matches none of the ranks {rank_ranges(known)}; "
+                                     f"{out} not written")
     rows = perfetto.rank_map(summary)
     by_rank = {r["rank"]: r for r in summary["ranks"]}
     meta = {"world_size": summary.get("world_size"), "source": summary.get("source"),
@@ -180,6 +211,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
                                 label=f"{Path(name).name}, pid {trace.pid}", steps=steps,
                                 lane_names=trace.meta.get("lane_names"))
             del traces  # bound memory by one file's events
+        if not writer.ranks or (steps is not None and not writer.selected):
+            what = f"--steps {args.steps}" if writer.ranks else "the rank selection"
+            raise config_mod.ConfigError(f"{what}: matches no events; {out} not written")
     print(f"wrote {out} ({len(writer.ranks)} rank(s), {writer.events} trace events)")
     return 0
 

@@ -20,3 +20,25 @@ def short_name(name: object, limit: int = MAX_NAME_CHARS) -> str:
     head = (limit - len(ELLIPSIS) + 1) // 2
     tail = limit - len(ELLIPSIS) - head
     return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
+
+
+LONG_TEXT_CHARS = 4 * MAX_NAME_CHARS  # other text (messages, paths) in reports: a looser cap
+
+
+def cap_names(value: object) -> object:
+    """A copy of a JSON-like summary with every dict key and ``name`` value cut by short_name and
+    any other string cut at LONG_TEXT_CHARS: what reports print and store stays bounded however
+    long the traces' names are. Short strings are returned as they are (no copy)."""
+    if isinstance(value, dict):
+        return {_cap(k, MAX_NAME_CHARS) if isinstance(k, str) else k:
+                (_cap(v, MAX_NAME_CHARS) if k == "name" and isinstance(v, str) else cap_names(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [cap_names(v) for v in value]
+    if isinstance(value, str):
+        return _cap(value, LONG_TEXT_CHARS)
+    return value
+
+
+def _cap(text: str, limit: int) -> str:
+    return text if len(text) <= limit else short_name(text, limit)

@@ -13,6 +13,7 @@ from . import align as align_mod
 from . import events as ev
 from . import transport
 from .analyses import diagnose, distributed, skew, streams, summaries
+from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
 
 
@@ -87,6 +88,21 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict) -> dict:
     return out
 
 
+MAX_WORLD_PER_RANK = 64  # a stated world this many times the ranks found (and above
+MIN_SUSPECT_WORLD = 1024  # this size) is a corrupt value, not a partial job
+
+
+def _world_size(stated: int | None, ranks: list[int]) -> tuple[int, list[str]]:
+    """The world size to report, and a warning when the stated one is not believable: a corrupt
+    but in-range world_size (1,000,000 from one file, 2 ranks found) would list a million
+    missing ranks."""
+    found = max(ranks, default=-1) + 1
+    if stated and stated > MIN_SUSPECT_WORLD and stated > MAX_WORLD_PER_RANK * max(len(ranks), 1):
+        return found, [f"world_size {stated} stated by the rank files but only {len(ranks)} rank(s) found "
+                       f"({rank_ranges(ranks)}); using {found}"]
+    return stated or found, []
+
+
 def combine(results: list[RankResult], config: dict, source: str, world_size: int | None = None,
             warnings: list[str] | None = None) -> Summary:
     """The job-wide Summary from per-rank results: ranks numbered, clocks aligned, collectives
@@ -95,7 +111,8 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     numbered, renumbered = align_mod.assign_ranks(results)
     warnings += renumbered
     warnings += _rank_warnings(numbered)
-    world_size = world_size or (max((r.rank for r in numbered), default=-1) + 1)
+    world_size, note = _world_size(world_size, [r.rank for r in numbered])
+    warnings += note
     missing = sorted(set(range(world_size)) - {r.rank for r in numbered})
     if missing:
         warnings.append(f"partial result: no data for {_rank_ranges(missing)} of {world_size}")
@@ -119,14 +136,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
 
 def _rank_ranges(ranks: list[int]) -> str:
     """'rank 3' / 'ranks 2-127, 130': a 126-rank gap reads as one range, not 126 numbers."""
-    spans: list[list[int]] = []
-    for rank in ranks:
-        if spans and rank == spans[-1][1] + 1:
-            spans[-1][1] = rank
-        else:
-            spans.append([rank, rank])
-    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-    return f"rank{'s' if len(ranks) > 1 else ''} {text}"
+    return f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}"
 
 
 def _progress(items, desc: str):
@@ -169,16 +179,18 @@ def _reduce_here(paths: list[Path], mine: list[int], config: dict) -> tuple[list
     return [item for part in parts for item in part[0]], [item for part in parts for item in part[1]]
 
 
-def merge_files(paths: list[Path], config: dict, comm=None) -> Summary | None:
+def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None) -> Summary | None:
     """Read every input one at a time, keep only its compact per-rank results, combine.
 
     Under ``mpirun -n K distprof merge ...`` (``comm`` = COMM_WORLD) the files are spread over
     the K workers by size; each reduces its share one file at a time and rank 0 combines.
     Results are put back in input order, so the output equals a single-process merge.
-    Returns the Summary on rank 0 and None on the other workers.
+    Returns the Summary on rank 0 and None on the other workers. ``warnings`` (the caller's,
+    e.g. from sources.expand) come first in the summary's ``warnings``.
     """
     worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
     mine = transport.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
+    extra = warnings
     reduced, warnings = _reduce_here(paths, mine, config) if comm is None else \
         _reduce_files(paths, mine, config)
     gathered = transport.gather_workers(comm, reduced, warnings)
@@ -186,7 +198,7 @@ def merge_files(paths: list[Path], config: dict, comm=None) -> Summary | None:
         return None
     reduced, warnings = gathered
     results = [result for _, _, result in sorted(reduced, key=lambda item: item[:2])]
-    warnings = [text for _, text in sorted(warnings)]
+    warnings = [*(extra or []), *(text for _, text in sorted(warnings))]
     if not results:
         raise ev.SourceError("no readable rank file among the inputs" + (f": {warnings[0]}" if warnings else ""))
     world_size = max((r.meta.get("world_size") or 0) for r in results) or None

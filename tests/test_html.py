@@ -76,7 +76,7 @@ def test_report_has_plots_tables_and_findings(tmp_path):
     for section in ("Arrival skew", "Step time", "Device Summary", "Overview Summary", "Model Summary",
                     "Kernel Summary", "Memory Manipulation Summary", "UserDefined Summary"):
         assert section in page.sections
-    assert "rank 1 &lt;arrives&gt; last" in text and "balance the data" in text and "late_steps: 2" in text
+    assert "rank 1 &lt;arrives&gt; last" in text and "balance the data" in text and "late steps: 2" in text
     assert "GPU total" in page.headers and "Overlap ratio" in page.headers
     assert "ncclDevKernel_AllReduce" in text and "Memcpy HtoD" in text
     assert "<metadata>" not in text and 'width="' not in text.split("<svg", 1)[1].split(">", 1)[0]
@@ -92,7 +92,7 @@ def test_report_without_skew_steps_or_gpu(tmp_path):
 
 
 def test_missing_ranks_as_ranges():
-    assert html.rank_ranges([7, 2, 3, 4]) == "2-4, 7" and html.rank_ranges([]) == ""
+    assert html.rank_ranges([7, 2, 3, 4]) == "2-4, 7" and html.rank_ranges([]) == "(none)"
     summary = two_rank_summary()
     summary["missing_ranks"] = list(range(2, 1000))
     assert "998 missing rank(s): 2-999" in html.render(summary)

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import run_cli
 from nsys_fixtures import real_export
@@ -87,10 +88,17 @@ def test_steps_filter(tmp_path):
 
 
 def test_parse_selection():
-    assert perfetto.parse_selection("0,2,5-7") == {0, 2, 5, 6, 7}
+    chosen = perfetto.parse_selection("0,2,5-7")
+    assert [v for v in range(10) if v in chosen] == [0, 2, 5, 6, 7]
+    assert chosen.mask(np.arange(10)).nonzero()[0].tolist() == [0, 2, 5, 6, 7]
+    huge = perfetto.parse_selection("0-999999999999")  # ranges, not a trillion-element set
+    assert 999999999999 in huge and 10**12 not in huge
     assert perfetto.parse_selection(None) is None
     with pytest.raises(ValueError):
         perfetto.parse_selection("1-x")
+    for bad in ("7-3", "-1", "0-" + "9" * 30, ",".join(["1"] * 5000)):
+        with pytest.raises(ValueError):
+            perfetto.parse_selection(bad)
 
 
 def test_demo_trace_cli(demo_overlap, tmp_path):

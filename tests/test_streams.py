@@ -51,7 +51,7 @@ def test_comm_on_the_compute_thread_fails_and_names_kind_and_lane():
     assert row["comm_lanes"] == ["thread 1"] and row["compute_lanes"] == ["thread 1"]
     assert row["shared_lanes"] == ["thread 1"] and row["shared_communication_ns"] == 20
     assert row["exposed_communication_ns"] == 20 and row["device"] is None
-    assert "dedicated" in row["advice"]
+    assert "separate stream or thread" in row["advice"]
 
 
 def test_comm_on_its_own_thread_passes():

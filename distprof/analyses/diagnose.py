@@ -41,7 +41,7 @@ def rank_gpu_gaps(events: pd.DataFrame, config: dict) -> dict:
     A gap is the time between two busy periods of a device (all its streams together) inside
     the analysis window. It is host-bound when the kernel that ends it was launched (its
     runtime call, joined by ``sources.joins.launch_join``) at or after the gap began: the GPU had
-    nothing queued and waited for the CPU (MegEngine profiler guide). Kernels whose launch is
+    nothing queued and waited for the CPU. Kernels whose launch is
     unknown are not counted as host-bound. The time the host spends in communication (MPI,
     gloo) is not host-bound (the CPU waits for the network, not its own launches): it is
     ``host_comm_ns``. ``{"gpu_gaps": None}`` on host-only traces.

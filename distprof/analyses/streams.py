@@ -18,9 +18,8 @@ from ..results import RankResult
 CHECK = "stream_placement"
 PASS, WARN, FAIL, NA = "PASS", "WARN", "FAIL", "N/A"
 
-ADVICE_SERIALIZED = ("issue communication on a dedicated stream/thread (DDP and NCCL do by default; "
-                     "in MegEngine use the allreduce callback) and bucket gradients so each allreduce "
-                     "starts while backward is still computing")
+ADVICE_SERIALIZED = ("bucket gradients and issue collectives on a separate stream or thread, as DDP and "
+                     "NCCL do by default, so each allreduce starts while backward is still computing")
 ADVICE_NO_OVERLAP = ("start each bucket's allreduce as soon as its gradients are ready (DDP bucketing, "
                      "smaller buckets) instead of after backward, and make sure the communication "
                      "stream does not wait on the compute stream")

@@ -6,13 +6,17 @@ import csv
 import json
 from pathlib import Path
 
+from .. import outpaths
 from ..analyses.distributed import FIGURES
+from ..names import cap_names
 
 SUMMARY_FILE = "summary.json"
 
 
 def write_summary(summary: dict, out: str | Path) -> Path:
-    """summary.json and ranks.csv in ``out``."""
+    """summary.json and ranks.csv in ``out``; names cut (names.cap_names): a 100 kB kernel name
+    once made a 117 MB summary.json. The rank files keep the full names."""
+    summary = cap_names(summary)
     path = write_json(summary, out)
     write_csv(summary, Path(out) / "ranks.csv")
     return path
@@ -22,15 +26,12 @@ def write_json(summary: dict, out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / SUMMARY_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=1, sort_keys=False) + "\n")
-    tmp.replace(path)  # a reader never sees half a file
-    return path
+    return outpaths.write_text(path, json.dumps(summary, indent=1, sort_keys=False) + "\n")
 
 
 def write_csv(summary: dict, path: Path) -> Path:
     columns = ["rank", "steps", *FIGURES, "clock_offset_ns", "clock_uncertainty_ns", "source_file"]
-    with open(path, "w", newline="") as handle:
+    with outpaths.atomic_open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(columns)
         for row in summary["ranks"]:
@@ -38,18 +39,36 @@ def write_csv(summary: dict, path: Path) -> Path:
     return path
 
 
+REQUIRED_KEYS = ("ranks", "world_size", "source")
+RANK_FILE_HINT = "is a rank file, not a summary: run `distprof merge {path} -o OUT` first, then `distprof report OUT`"
+
+
 def read_summary(path: str | Path) -> dict:
-    """Load a summary.json (a file, or a directory holding one); one-line error if unusable."""
+    """Load a summary.json (a file, or a directory holding one); one-line error if unusable,
+    saying what to run instead when it is a rank file (SQLite, gzip'd or plain Kineto trace)."""
     from ..events import SourceError
     path = Path(path)
     if path.is_dir():
         path = path / SUMMARY_FILE
     try:
-        summary = json.loads(path.read_text())
+        data = path.read_bytes()
     except OSError as error:
         raise SourceError(f"{path}: cannot read ({error.strerror or error})") from None
+    if data.startswith((b"SQLite format 3\x00", b"\x1f\x8b")):
+        raise SourceError(f"{path}: {RANK_FILE_HINT.format(path=path)}")
+    try:
+        summary = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SourceError(f"{path}: not a distprof summary.json (not UTF-8 text)") from None
     except json.JSONDecodeError as error:
         raise SourceError(f"{path}: not valid JSON (line {error.lineno})") from None
-    if not isinstance(summary, dict) or "ranks" not in summary:
-        raise SourceError(f"{path}: not a distprof summary.json (no 'ranks')")
+    if isinstance(summary, (dict, list)) and (isinstance(summary, list) or "traceEvents" in summary):
+        raise SourceError(f"{path}: {RANK_FILE_HINT.format(path=path)}")
+    if not isinstance(summary, dict):
+        raise SourceError(f"{path}: not a distprof summary.json (a JSON {type(summary).__name__}, not an object)")
+    missing = [key for key in REQUIRED_KEYS if key not in summary]
+    if missing:
+        raise SourceError(f"{path}: not a complete distprof summary.json (missing key {missing[0]!r})")
+    if not isinstance(summary["ranks"], list) or not all(isinstance(r, dict) and "rank" in r for r in summary["ranks"]):
+        raise SourceError(f"{path}: not a distprof summary.json ('ranks' is not a list of rank rows)")
     return summary

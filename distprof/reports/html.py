@@ -13,6 +13,9 @@ import html
 import re
 from pathlib import Path
 
+from .. import outpaths
+from ..names import cap_names
+from ..ranges import rank_ranges
 from ..units import duration, phrase
 from . import format, svg
 from . import tables as text_tables
@@ -223,20 +226,6 @@ def step_plot(summary: dict, unit: str = "ms") -> str | None:
 
 # -- HTML pieces ------------------------------------------------------------------------------
 
-def rank_ranges(ranks: list[int]) -> str:
-    """[2, 3, 4, 7] -> '2-4, 7': a job of thousands of ranks stays one line."""
-    if not ranks:
-        return ""
-    out, ranks = [], sorted(ranks)
-    start = prev = ranks[0]
-    for rank in ranks[1:] + [None]:
-        if rank is not None and rank == prev + 1:
-            prev = rank
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = rank
-    return ", ".join(out)
-
 def _e(value) -> str:
     return html.escape("-" if value is None else str(value))
 
@@ -266,6 +255,30 @@ def _figure(svg: str | None, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
 
 
+def evidence_text(evidence: dict, unit: str = "ms") -> str:
+    """A finding's ``evidence`` read like the report: '…_ns' values in ``unit`` without the
+    suffix, per-rank dicts as 'rank 0: 1.23 ms', lists cut to a few items (raw ns dicts once
+    ended every finding)."""
+    def value(key: str, item: object) -> str:
+        if isinstance(item, dict):
+            shown = [f"rank {k}: {value(key, v)}" if key.endswith("_by_rank") else f"{k}: {value(k, v)}"
+                     for k, v in list(item.items())[:8]]
+            return ", ".join(shown) + (", …" if len(item) > 8 else "")
+        if isinstance(item, list):
+            return ", ".join(value(key, v) for v in item[:8]) + (", …" if len(item) > 8 else "")
+        if isinstance(item, (int, float)) and not isinstance(item, bool) and "_ns" in key:
+            return f"{item / format.UNITS[unit]:,.2f} {unit}"
+        if isinstance(item, float) and key.endswith(("ratio", "share", "fraction")):
+            return f"{100 * item:.1f}%"
+        return str(item)
+
+    def label(key: str) -> str:
+        return key.replace("_ns_by_rank", " by rank").replace("_by_rank", " by rank").removesuffix("_ns") \
+            .replace("_", " ")
+
+    return "; ".join(f"{label(k)}: {value(k, v)}" for k, v in list(evidence.items())[:12])
+
+
 def findings_html(findings: list, unit: str = "ms") -> str:
     """The diagnosis' findings (summary.json ``findings``): severity, finding, message, advice, evidence."""
     if not findings:
@@ -286,7 +299,7 @@ def findings_html(findings: list, unit: str = "ms") -> str:
             body.append(f'<p class="advice">→ {_e(item["advice"])}</p>')
         extra = item.get("evidence") or {}
         if extra:
-            shown = "; ".join(f"{k}: {v}" for k, v in list(extra.items())[:12])
+            shown = evidence_text(extra, unit) if isinstance(extra, dict) else str(extra)
             body.append(f'<p class="evidence">{_e(shown[:600])}</p>')
         css = re.sub(r"[^a-z]", "", severity.lower())
         cards.append(f'<div class="card finding sev-{css}">{"".join(body)}</div>')
@@ -398,7 +411,8 @@ def summary_tables_html(summary: dict, unit: str, sorted_by: str = "cpu_total") 
 
 
 def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str:
-    """The whole report as one HTML string."""
+    """The whole report as one HTML string (names cut: summaries older than the cap hold full ones)."""
+    summary = cap_names(summary)
     world = summary.get("world_size")
     head = (f"<h1>distprof report</h1><p class=\"meta\">world size {_e(world)} · source {_e(summary.get('source'))}"
             f" · {len(summary.get('ranks', []))} rank(s) with data · time unit {unit}</p>")
@@ -440,8 +454,4 @@ def write_report(summary: dict, out: str | Path, unit: str = "ms", sorted_by: st
     """Write ``report.html`` into a directory (or to the given ``.html`` path); returns the path."""
     out = Path(out)
     path = out if out.suffix in (".html", ".htm") else out / REPORT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(render(summary, unit, sorted_by), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return outpaths.write_text(path, render(summary, unit, sorted_by))

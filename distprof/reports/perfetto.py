@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,8 @@ import pandas as pd
 
 from .. import events as ev
 from .. import lanes as lanes_mod
+from .. import outpaths
+from ..names import LONG_TEXT_CHARS, short_name
 from ..sources.joins import launch_join
 
 TRACE_FILE = "trace.json.gz"
@@ -31,22 +34,71 @@ STEP_CNAME = "grey"
 _GPU_KINDS = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
 
 
-def parse_selection(text: str | None) -> set[int] | None:
-    """'0,2,5-7' -> {0, 2, 5, 6, 7}; None or '' -> None (everything)."""
+MAX_SELECTION_PARTS = 1024  # ranges in one --ranks/--steps list
+MAX_SELECTION_VALUE = 1 << 40  # larger bounds are typos, not ranks or steps
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A --ranks/--steps list as inclusive (low, high) ranges, never expanded: '0-999999999999'
+    once built a set of a trillion numbers."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, (int, np.integer)) and any(lo <= value <= hi for lo, hi in self.ranges)
+
+    def mask(self, values: np.ndarray) -> np.ndarray:
+        """Which of ``values`` are selected (vectorized: one comparison per range)."""
+        values = np.asarray(values)
+        chosen = np.zeros(len(values), dtype=bool)
+        for lo, hi in self.ranges:
+            chosen |= (values >= lo) & (values <= hi)
+        return chosen
+
+    def __str__(self) -> str:
+        return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+
+
+def parse_selection(text: str | None) -> Selection | None:
+    """'0,2,5-7' -> ranges (0,0), (2,2), (5,7); None or '' -> None (everything). Raises
+    ValueError on anything else, on a range whose end is below its start, and on absurd sizes."""
     if not text:
         return None
-    chosen: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        low, sep, high = part.partition("-")
+    parts = text.split(",")
+    if len(parts) > MAX_SELECTION_PARTS:
+        raise ValueError(f"more than {MAX_SELECTION_PARTS} items in {text[:40]!r}…")
+    ranges = []
+    for part in parts:
+        low, sep, high = part.strip().partition("-")
         try:
-            if sep:
-                chosen.update(range(int(low), int(high) + 1))
-            else:
-                chosen.add(int(part))
+            lo = int(low)
+            hi = int(high) if sep else lo
         except ValueError:
             raise ValueError(f"expected numbers and ranges like 0,2,5-7, got {text!r}") from None
-    return chosen
+        if lo < 0 or hi < lo:
+            raise ValueError(f"{part.strip()!r} is not a range low-high with 0 <= low <= high")
+        if hi > MAX_SELECTION_VALUE:
+            raise ValueError(f"{part.strip()!r}: {hi} is beyond any rank or step number")
+        ranges.append((lo, hi))
+    return Selection(tuple(ranges))
+
+
+def _selected(values: np.ndarray, chosen: Selection | set[int]) -> np.ndarray:
+    """Mask of ``values`` in a Selection (or a plain set, as tests and callers may pass)."""
+    if isinstance(chosen, Selection):
+        return chosen.mask(values)
+    return np.isin(values, sorted(chosen))
+
+
+def _capped(names: pd.Series) -> np.ndarray:
+    """Slice names cut at names.LONG_TEXT_CHARS (longer than in tables: the timeline is where a
+    user reads a whole templated name; still bounded, a 100 kB name per slice adds up)."""
+    long = names.str.len().to_numpy() > LONG_TEXT_CHARS
+    if long.any():
+        names = names.copy()
+        names[long] = names[long].map(lambda n: short_name(n, LONG_TEXT_CHARS))
+    return names.to_numpy()
 
 
 def lanes(events: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
@@ -83,13 +135,13 @@ def _with_args(main: str, args: pd.DataFrame) -> str:
 
 
 def rank_records(events: pd.DataFrame, rank: int, offset_ns: int, origin_ns: int, label: str = "",
-                 steps: set[int] | None = None, first_flow_id: int = 1,
+                 steps: Selection | set[int] | None = None, first_flow_id: int = 1,
                  lane_names: dict | None = None) -> tuple[str, int]:
     """Chrome-trace JSON lines of one rank (metadata, slices, instants, flows) and the next free
     flow id. ``origin_ns`` is on the aligned clock; ``steps`` keeps only those steps' events;
     ``lane_names`` (thread names by lane id) label lanes as the summary does ('DDP comm')."""
     if steps is not None:
-        events = events[events["step"].isin(sorted(steps)).to_numpy()]
+        events = events[_selected(events["step"].to_numpy(), steps)]
     table, lane_index = lanes(events)
     tid = lane_index + 1
     meta = [{"ph": "M", "ts": 0, "pid": rank, "tid": 0, "name": "process_name",
@@ -105,7 +157,7 @@ def rank_records(events: pd.DataFrame, rank: int, offset_ns: int, origin_ns: int
     start = events["start_ns"].to_numpy() + (offset_ns - origin_ns)
     duration = events["end_ns"].to_numpy() - events["start_ns"].to_numpy()
     category = events["category"].astype(str).to_numpy()
-    names = events["name"].astype(str).to_numpy()
+    names = _capped(events["name"].astype(str))
     cname = pd.Series(category).map(CNAME).fillna("generic_work").to_numpy()
     cname = np.where(names == ev.PROFILE_STEP, STEP_CNAME, cname)
     kind = events["kind"].astype(str).to_numpy()
@@ -154,8 +206,8 @@ class TraceWriter:
     def __init__(self, path: str | Path, origin_ns: int | None, metadata: dict | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(self.path.name + ".tmp")
-        self._file = gzip.open(self._tmp, "wt", encoding="ascii", compresslevel=6)
+        self._atomic = outpaths.atomic_open(self.path, "wb")
+        self._file = gzip.open(self._atomic.__enter__(), "wt", encoding="ascii", compresslevel=6)
         self._file.write('{"displayTimeUnit":"ms","traceEvents":[\n')
         self.origin_ns = origin_ns
         self.metadata = dict(metadata or {})
@@ -163,11 +215,13 @@ class TraceWriter:
         self._next_flow = 1
         self.ranks: list[int] = []
         self.events = 0
+        self.selected = 0  # events of the ranks written that the step selection kept
 
     def add_rank(self, events: pd.DataFrame, rank: int, offset_ns: int = 0, label: str = "",
-                 steps: set[int] | None = None, lane_names: dict | None = None) -> None:
+                 steps: Selection | set[int] | None = None, lane_names: dict | None = None) -> None:
         if self.origin_ns is None:  # no summary spans: the first rank written sets the origin
             self.origin_ns = int(events["start_ns"].min()) + offset_ns if len(events) else 0
+        self.selected += len(events) if steps is None else int(_selected(events["step"].to_numpy(), steps).sum())
         text, self._next_flow = rank_records(events, rank, offset_ns, self.origin_ns, label, steps,
                                              self._next_flow, lane_names)
         if text:
@@ -181,7 +235,7 @@ class TraceWriter:
                 "clock": "aligned (own clock + clock_offset_ns), relative to origin_ns"}
         self._file.write('\n],"otherData":' + json.dumps(meta) + "}\n")
         self._file.close()
-        self._tmp.replace(self.path)
+        self._atomic.__exit__(None, None, None)  # replaces self.path
         return self.path
 
     def __enter__(self) -> TraceWriter:
@@ -192,7 +246,7 @@ class TraceWriter:
             self.close()
         else:
             self._file.close()
-            self._tmp.unlink(missing_ok=True)
+            self._atomic.__exit__(exc_type, exc, traceback)  # removes the temporary file
 
 
 def origin_from_summary(summary: dict) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..names import cap_names
 from ..units import phrase
 from . import format, tables
 from .tables import tabulate
@@ -33,7 +34,8 @@ def lanes_table(summary: dict) -> str:
 
 
 def render(summary: dict, unit: str = "ms", **table_options) -> str:
-    """The whole text report of a summary."""
+    """The whole text report of a summary (names cut: summaries older than the cap hold full ones)."""
+    summary = cap_names(summary)
     table = distributed_table(summary, unit)
     width = max(len(line) for line in table.splitlines())
     parts = [_banner("Distributed Summary", width),

@@ -1,0 +1,80 @@
+"""Where distprof writes: output paths checked before any analysis runs, and every file written
+through a unique temporary file in its folder plus ``os.replace`` (a fixed ``summary.json.tmp``
+made concurrent writers into one folder collide)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from .events import SourceError
+
+# read once at import (os.umask is process-wide, not thread-safe to probe later): mkstemp makes
+# 0600 files, and outputs should get the permissions of ordinary files
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def _nearest_existing(path: Path) -> Path:
+    """The path itself or its nearest existing ancestor (what decides if it can be created)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():  # a dangling link: creating through it fails
+            raise SourceError(f"{path}: output path is a broken symbolic link ({probe})")
+        probe = probe.parent
+    return probe
+
+
+def _check_writable_dir(path: Path, shown: Path) -> None:
+    if not path.is_dir():
+        raise SourceError(f"{shown}: output path goes through {path}, which is a file, not a directory")
+    if str(path.resolve()).startswith(("/proc", "/sys")):
+        raise SourceError(f"{shown}: cannot write output under {path.resolve()} (a kernel file system)")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise SourceError(f"{shown}: output directory {path} is not writable")
+
+
+def check_dir(out: str | Path) -> Path:
+    """``out`` as an output directory that exists or can be created and written; one-line error."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise SourceError(f"{out}: output directory is an existing file (choose another -o)")
+    _check_writable_dir(_nearest_existing(out), out)
+    return out
+
+
+def check_file(path: str | Path) -> Path:
+    """``path`` as an output file that can be (re)written; one-line error."""
+    path = Path(path)
+    if path.is_dir():
+        raise SourceError(f"{path}: output file is an existing directory (choose another -o)")
+    _check_writable_dir(_nearest_existing(path.parent), path)
+    return path
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w", **kwargs) -> Iterator:
+    """Open a unique temporary file beside ``path``; on success it replaces ``path`` atomically,
+    on error it is removed: readers never see half a file, concurrent writers never collide."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with open(fd, mode, **kwargs) as handle:
+            yield handle
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
+    """``text`` into ``path`` atomically."""
+    with atomic_open(path, "w", encoding=encoding) as handle:
+        handle.write(text)
+    return Path(path)

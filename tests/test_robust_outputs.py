@@ -1,0 +1,233 @@
+"""Outputs (issue 14): bad output paths fail in one line before any analysis; every file is
+written through a unique temporary file, so concurrent writers into one folder all succeed;
+``report`` on something that is not a summary says what to run; ``trace`` selections are
+ranges, and one that matches nothing leaves an existing trace untouched."""
+
+import gzip
+import json
+import os
+import threading
+
+import pytest
+from conftest import run_cli
+from kineto_fixtures import overlap_trace
+from test_robust_inputs import one_line_error
+
+from distprof import outpaths
+from distprof.reports import export, html
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory):
+    """A two-rank Kineto merge: (rank files, output folder)."""
+    base = tmp_path_factory.mktemp("merged")
+    files = [overlap_trace(rank=r).write(base / f"rank{r}.json") for r in (0, 1)]
+    out = base / "out"
+    result = run_cli("merge", *map(str, files), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return files, out
+
+
+# ---------------------------------------------------------------- output paths
+def bad_outputs(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    cases = [(a_file, "is an existing file"), (a_file / "sub", "which is a file"), ("/proc/self/distprof_out", "/proc")]
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append((locked / "out", "not writable"))
+    return [(str(p), needle) for p, needle in cases]
+
+
+def test_merge_bad_output_is_one_line_before_the_analysis(merged, tmp_path):
+    files, _ = merged
+    for out, needle in bad_outputs(tmp_path):
+        result = run_cli("merge", str(files[0]), "-o", out)
+        one_line_error(result, out, needle)
+        assert "Overall Summary" not in result.stdout  # nothing analysed, nothing printed
+
+
+def test_report_and_trace_bad_output_is_one_line(merged, tmp_path):
+    _, out = merged
+    for bad, needle in bad_outputs(tmp_path):
+        one_line_error(run_cli("report", str(out), "--html", bad), bad, needle)
+    one_line_error(run_cli("trace", str(out), "-o", str(tmp_path)), str(tmp_path), "is an existing directory")
+    one_line_error(run_cli("trace", str(out), "-o", "/proc/self/t.json.gz"), "/proc")
+
+
+def test_concurrent_writers_into_one_folder_all_succeed(merged, tmp_path):
+    summary = export.read_summary(merged[1])
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        try:
+            export.write_summary({**summary, "source": f"writer {i}"}, tmp_path)
+            html.write_report(summary, tmp_path)
+        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert json.loads((tmp_path / "summary.json").read_text())["source"].startswith("writer ")
+    assert (tmp_path / "ranks.csv").read_text().startswith("rank,")
+    assert (tmp_path / "report.html").read_text().rstrip().endswith("</html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ranks.csv", "report.html", "summary.json"]
+
+
+def test_atomic_open_leaves_old_file_on_error(tmp_path):
+    path = outpaths.write_text(tmp_path / "f.txt", "old")
+    with pytest.raises(RuntimeError), outpaths.atomic_open(path) as handle:
+        handle.write("half")
+        raise RuntimeError
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~outpaths._UMASK)
+
+
+# ---------------------------------------------------------------- report on the wrong file
+def test_report_on_rank_files_says_to_merge_first(merged, tmp_path):
+    files, _ = merged
+    gz = tmp_path / "rank0.json.gz"
+    gz.write_bytes(gzip.compress(files[0].read_bytes()))
+    sqlite = tmp_path / "rank0.sqlite"
+    sqlite.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    for path in (gz, sqlite, files[0]):
+        one_line_error(run_cli("report", str(path)), str(path), "is a rank file", "distprof merge")
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "is a rank file"),
+    ('"text"', "not an object"),
+    ('{"ranks": [], "source": "x"}', "missing key 'world_size'"),
+    ('{"ranks": [1], "source": "x", "world_size": 1}', "not a list of rank rows"),
+    (b"\xff\xfe{}", "not UTF-8"),
+])
+def test_report_on_malformed_summary_is_one_line(tmp_path, content, needle):
+    path = tmp_path / "summary.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    one_line_error(run_cli("report", str(path)), str(path), needle)
+
+
+def test_report_on_summary_missing_nested_key_is_one_line(merged, tmp_path):
+    summary = export.read_summary(merged[1])
+    del summary["ranks"][0]["comm_lanes"]
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    one_line_error(run_cli("report", str(path)), str(path), "missing key 'comm_lanes'")
+
+
+# ---------------------------------------------------------------- trace selections
+def test_trace_huge_range_is_not_expanded(merged, tmp_path):
+    _, out = merged
+    result = run_cli("trace", str(out), "--ranks", "0-999999999999", "-o", str(tmp_path / "t.json.gz"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "2 rank(s)" in result.stdout
+    one_line_error(run_cli("trace", str(out), "--ranks", "0-" + "9" * 40), "--ranks")
+
+
+@pytest.mark.parametrize("option, value", [("--ranks", "9"), ("--steps", "50-60")])
+def test_trace_selection_matching_nothing_keeps_existing_trace(merged, tmp_path, option, value):
+    _, out = merged
+    trace = tmp_path / "t.json.gz"
+    assert run_cli("trace", str(out), "-o", str(trace)).returncode == 0
+    before = trace.read_bytes()
+    one_line_error(run_cli("trace", str(out), option, value, "-o", str(trace)), value, "not written")
+    assert trace.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz"]
+
+
+# ---------------------------------------------------------------- long names
+def strings(value):
+    """Every string (keys and values) in a JSON document."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings(item)
+    elif isinstance(value, str):
+        yield value
+
+
+def test_100kb_kernel_name_gives_a_small_summary(tmp_path):
+    from distprof.names import MAX_NAME_CHARS
+    long_name = "void gemm<" + "float, " * 15_000 + "128>(float*)"  # about 100 kB
+    trace = overlap_trace(rank=0)
+    trace.kernel(long_name, 20_000, 30_000, stream=9, launch_ns=6_500)
+    trace.cpu_op("user::" + "x" * 100_000, 11_000, 12_000, cat="user_annotation")
+    path = trace.write(tmp_path / "rank0.json")
+    out = tmp_path / "out"
+    result = run_cli("merge", str(path), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout) < 200_000
+    summary_text = (out / "summary.json").read_text()
+    assert len(summary_text) < 300_000, len(summary_text)
+    shortened = [n for n in strings(json.loads(summary_text)) if n.startswith("void gemm<float")]
+    assert shortened and all(len(n) <= MAX_NAME_CHARS and "…" in n and n.endswith("128>(float*)") for n in shortened)
+    assert os.path.getsize(out / "report.html") < 1_000_000
+    assert run_cli("trace", str(out), "-o", str(tmp_path / "t.json.gz")).returncode == 0
+    assert os.path.getsize(tmp_path / "t.json.gz") < 200_000
+
+
+# ---------------------------------------------------------------- merge warnings and world size
+def test_corrupt_world_size_is_capped_by_the_ranks_found(tmp_path):
+    from test_robust_inputs import cpu_event, kineto_bytes
+    files = []
+    for rank in (0, 1):
+        files.append(tmp_path / f"rank{rank}.json")
+        files[-1].write_bytes(kineto_bytes([cpu_event(1000 + rank)], {"rank": rank, "world_size": 1_000_000}))
+    result = run_cli("merge", *map(str, files), "-o", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["missing_ranks"] == []
+    assert any("world_size 1000000" in w and "2 rank(s) found" in w for w in summary["warnings"]), summary["warnings"]
+
+
+def test_partial_world_warning_uses_ranges(tmp_path):
+    from test_robust_inputs import cpu_event, kineto_bytes
+    path = tmp_path / "rank3.json"
+    path.write_bytes(kineto_bytes([cpu_event(1000)], {"rank": 3, "world_size": 64}))
+    result = run_cli("merge", str(path), "-o", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["missing_ranks"] == [0, 1, 2, *range(4, 64)]
+    assert "partial result: no data for ranks 0-2, 4-63 of 64" in summary["warnings"]
+
+
+def test_expand_warnings_reach_the_summary(tmp_path, monkeypatch):
+    from distprof import cli, sources
+    good = overlap_trace(rank=0).write(tmp_path / "rank0.json")
+
+    def expand(inputs, warn):
+        warn("nsys and Kineto files mixed: ranks renumbered")
+        return [good]
+    monkeypatch.setattr(sources, "expand", expand)
+    assert cli.main(["merge", str(good), "-o", str(tmp_path / "o"), "--no-html"]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["warnings"][0] == "nsys and Kineto files mixed: ranks renumbered"
+
+
+# ---------------------------------------------------------------- findings in HTML
+def test_findings_evidence_is_readable_in_the_report_unit():
+    finding = {"severity": "high", "finding": "host_bound_gpu", "cost_ns": 723_650_062, "ranks": [0],
+               "message": "m", "advice": "a",
+               "evidence": {"worst_rank": 0, "host_bound_ns_by_rank": {"0": 723_650_062}, "gaps": 19,
+                            "idle_ns": 724_054_763, "lanes": [f"stream {i}" for i in range(20)]}}
+    shown = html.findings_html([finding], "ms")
+    assert "host bound by rank: rank 0: 723.65 ms" in shown and "idle: 724.05 ms" in shown
+    assert "cost 723.65 ms" in shown and "_ns" not in shown and "{" not in shown and "stream 19" not in shown
+    assert "idle: 724,054.76 us" in html.findings_html([finding], "us")
+
+
+def test_advice_names_no_other_framework():
+    import inspect
+
+    from distprof.analyses import diagnose, streams
+    for module in (diagnose, streams):
+        assert "MegEngine" not in inspect.getsource(module)
