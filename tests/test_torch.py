@@ -223,7 +223,7 @@ def test_torchrun_ddp_overlap_visible(tmp_path):
     assert [r["rank"] for r in summary["ranks"]] == [0, 1]
     for row in summary["ranks"]:
         assert row["steps"] == 4
-        assert row["overlap_ratio"] > 0.2, row
+        assert row["overlap_ratio"] > 0.1, row  # 67-81% here; the PASS threshold is 10% (loaded machines: ~20%)
         assert row["comm_lanes"] != row["compute_lanes"]
     placement = [c for c in summary["checks"] if c.get("check") == "stream_placement"]
     assert all(c["status"] == "PASS" for c in placement), placement
