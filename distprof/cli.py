@@ -169,15 +169,18 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def diff_side(item: str, config: dict) -> dict:
     """One side of ``distprof diff``: a distprof output folder (or its summary.json) as it is,
-    else anything ``merge`` reads, merged first (the one call to the merge path)."""
+    else anything ``merge`` reads, merged by merge's own path (``merge_files``, no MPI world:
+    a diff is one process). ``sources.expand`` says when nothing is found."""
     from . import sources
     from .reports import export
     path = Path(item)
     if (path.is_dir() and (path / export.SUMMARY_FILE).exists()) or path.name == export.SUMMARY_FILE:
         return export.read_summary(path)
     found = sources.expand([item])
-    if not found or not all(p.is_file() for p in found):
-        raise SourceError(f"{item}: neither a distprof output (summary.json) nor trace files distprof merge reads")
+    missing = [p for p in found if not p.is_file()]
+    if missing:
+        raise SourceError(f"{missing[0]}: neither a distprof output (summary.json) nor a trace file "
+                          "distprof merge reads")
     return merge_files(found, config)
 
 
