@@ -1,6 +1,7 @@
 """`distprof diff BEFORE AFTER`: exact deltas on synthetic summaries, the bootstrap's calibration,
 and real demo runs (serial vs overlap, straggler vs none, same configuration twice)."""
 
+import gzip
 import json
 import os
 import resource
@@ -282,12 +283,36 @@ def test_demo_side_merged_from_rank_files_equals_its_summary(demo_runs, tmp_path
     assert all(v in (0, None) for r in data["ranks"] for v in r["delta"].values())
 
 
-# -- torch CPU traces (produced on another branch; skipped until merged) -----------------------------
+# -- torch CPU traces (tests/data/torch_cpu/make_traces.py: rank 2 sleeps 30 ms a step before the allreduce) --
 
-@pytest.mark.skipif(not (DATA / "torch_cpu").is_dir() or not (DATA / "torch_cpu_nolate").is_dir(),
-                    reason="tests/data/torch_cpu and torch_cpu_nolate are not in this tree yet")
+def _kineto_steps(folder: Path) -> dict[int, dict[int, int]]:
+    """Straight from the raw JSON: each rank file's ProfilerStep#N spans, step -> duration (ns)."""
+    out = {}
+    for path in sorted(folder.glob("rank*.json.gz")):
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        out[int(path.name[4:].split(".")[0])] = {
+            int(e["name"].split("#")[1]): round(e["dur"] * 1000) for e in events
+            if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")}
+    return out
+
+
 def test_torch_cpu_late_rank_makes_steps_slower(tmp_path):
+    """BEFORE: no late rank; AFTER: rank 2 late 30 ms a step. The diff's median step change is
+    the one computed independently from the raw ProfilerStep spans (slowest rank per step,
+    median over steps); 3 active steps a run are too few for an interval, so no verdict."""
     data, text = _diff_cli(DATA / "torch_cpu_nolate", DATA / "torch_cpu", tmp_path)
     step = data["step_time"]
-    assert step["delta_ns"] is not None and step["delta_ns"] > 0, text  # a late rank slows every rank's step
-    assert {r["rank"] for r in data["ranks"]} >= {0, 1, 2}
+    medians = []
+    for folder in (DATA / "torch_cpu_nolate", DATA / "torch_cpu"):
+        ranks = _kineto_steps(folder)
+        numbers = sorted(set.intersection(*(set(s) for s in ranks.values())))
+        medians.append(float(np.median([max(s[n] for s in ranks.values()) for n in numbers])))
+    assert step["steps_before"] == step["steps_after"] == 3, text
+    assert abs(step["before_median_ns"] - medians[0]) <= 1 and abs(step["after_median_ns"] - medians[1]) <= 1, text
+    assert abs(step["delta_ns"] - (medians[1] - medians[0])) <= 2, text  # Kineto's fractional us, rounded to ns
+    assert 0 < step["delta_ns"] <= 30 * MS, text  # slower, by no more than the injected 30 ms
+    assert step["reason"] == "too_few_steps" and step["ci_low_ns"] is None and not step["significant"], text
+    assert {r["rank"] for r in data["ranks"]} == {0, 1, 2, 3}
+    late = next(r for r in data["ranks"] if r["rank"] == 2)
+    # the sleep is idle time on the late rank: 3 steps of up to 30 ms (the window cuts the first short)
+    assert 3 * 15 * MS <= late["delta"]["idle_ns"] <= 3 * 30 * MS, text
