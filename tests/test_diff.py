@@ -77,9 +77,11 @@ def test_known_per_rank_change_gives_exact_deltas():
     assert "300.00 -> 174.00 -42%" in text and "100.00 -> 289.00 +189%" in text
 
 
-def test_finding_code_wins_over_the_name():
-    assert diff.finding_code({"code": "serialized_communication", "finding": "x"}) == "serialized_communication"
-    assert diff.finding_code({"finding": "straggler"}) == "straggler"
+def test_finding_code_is_the_findings_finding_key():
+    """summary.json's findings carry their code in ``finding`` (analyses/diagnose.py)."""
+    assert diff.finding_code({"finding": "serialized_communication", "severity": "high"}) == "serialized_communication"
+    assert diff.finding_code({"finding": "straggler", "code": "x"}) == "straggler"
+    assert diff.finding_code({"code": "straggler"}) == "straggler"
 
 
 def test_bootstrap_is_seeded_and_calibrated():
