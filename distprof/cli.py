@@ -197,6 +197,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     print(f"\nwrote {diff_report.write_json(result, args.out)}")
     if args.html:
         print(f"wrote {diff_report.write_html(result, labels, args.out, args.unit)}")
+        print(f"wrote {diff_report.write_combined(result, labels, after, args.out, args.unit)}")
     return 0
 
 
@@ -257,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("before", help="output folder with summary.json, or trace files / folder / glob to merge")
     diff.add_argument("after", help="the same, for the run after the change")
     diff.add_argument("-o", "--out", default="distprof_diff", help="output directory for diff.json")
-    diff.add_argument("--html", action="store_true", help="also write OUT/diff.html")
+    diff.add_argument("--html", action="store_true",
+                      help="also write OUT/diff.html, and OUT/report.html: the after run's report with the diff on top")
     diff.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     diff.add_argument("--seed", type=int, default=0, help="seed of the bootstrap interval (default 0)")
     diff.add_argument("--min-change", type=float, default=5.0, metavar="PCT",

@@ -30,7 +30,11 @@ def summary(ranks: dict, steps: list | None = None, findings=(), checks=(), kern
                     "max": max(r[key] for r in rows), "mean": float(np.mean([r[key] for r in rows]))}
               for key in FIGURES}
     kernel_rows = [{"name": name, "calls": calls, "total_ns": int(total * MS)} for name, calls, total in kernels]
-    merged = {"steps": {"step": list(range(len(steps or []))), "max_ns": [int(s * MS) for s in steps or []]},
+    per_step = [int(s * MS) for s in steps or []]
+    per_rank = [float(np.mean(per_step)) if per_step else None] * len(ranks)
+    merged = {"steps": {"step": list(range(len(per_step))), "max_ns": per_step, "min_ns": per_step,
+                        "median_ns": per_step, "ranks": list(ranks), "mean_ns_by_rank": per_rank,
+                        "max_ns_by_rank": per_rank},
               "kernel": {"rows": kernel_rows}, "model": [], "user": {"rows": []}}
     return {"world_size": world or len(ranks), "source": "synthetic", "ranks": rows, "across_ranks": across,
             "findings": [{"finding": f, "severity": "high", "cost_ns": 10 * MS, "ranks": [0]} for f in findings],
@@ -177,6 +181,9 @@ def test_cli_writes_diff_json_and_html(tmp_path):
     assert set(data) >= {"ranks", "movers", "findings", "unit_of_work"}
     page = (tmp_path / "out" / "diff.html").read_text()
     assert page.count("<svg") == 2 and "<script" not in page
+    assert "src=" not in page and "href=" not in page  # self-contained: nothing fetched
+    combined = (tmp_path / "out" / "report.html").read_text()
+    assert combined.index("<h2>Diff: ") < combined.index("<h2>Findings</h2>") and "<script" not in combined
 
 
 def test_cli_side_that_is_nothing_readable_is_one_line(tmp_path):

@@ -280,3 +280,15 @@ def write_html(diff: dict, labels: tuple[str, str], out: str | Path, unit: str =
             f"<style>{html.CSS}</style></head><body><main>{section_html(diff, labels, unit)}</main></body></html>\n")
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def write_combined(diff: dict, labels: tuple[str, str], after: dict, out: str | Path, unit: str = "ms") -> Path:
+    """``OUT/report.html``: the after run's report with the diff section on top, so one page
+    answers both "what changed" and "where does the time go now"."""
+    from . import html
+    page = html.render(after, unit)
+    page = page.replace("<main>", f"<main>{section_html(diff, labels, unit)}", 1)
+    path = Path(out) / html.REPORT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
