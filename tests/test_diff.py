@@ -275,9 +275,8 @@ def test_demo_straggler_is_significant_with_its_size(demo_runs, tmp_path):
 def test_demo_same_configuration_is_not_significant(demo_runs, tmp_path):
     """The interval covers the noise between the steps of a run; two runs also differ by a few
     percent, which is why a change under 5% is never significant. A job beside a run makes it
-    truly slower: pairs during which other processes' CPU use changed, or was high (quiet), are not
-    counted, and of
-    the others at most one may come out significant."""
+    truly slower: pairs during which other processes' CPU use changed, or was high (``quiet``),
+    are not counted, and of the others at most one may come out significant."""
     verdicts, counted = [], 0
     for i in range(PAIRS):
         data, text = _diff_cli(demo_runs[f"same{i}a"], demo_runs[f"same{i}b"], tmp_path / str(i))
