@@ -220,15 +220,18 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def diff_side(item: str, config: dict) -> dict:
     """One side of ``distprof diff``: a distprof output folder (or its summary.json) as it is,
-    else anything ``merge`` reads, merged first (the one call to the merge path)."""
+    else anything ``merge`` reads, merged by merge's own path (``merge_files``, no MPI world:
+    a diff is one process). ``sources.expand`` says when nothing is found."""
     from . import sources
     from .reports import export
     path = Path(item)
     if (path.is_dir() and (path / export.SUMMARY_FILE).exists()) or path.name == export.SUMMARY_FILE:
         return export.read_summary(path)
     found = sources.expand([item])
-    if not found or not all(p.is_file() for p in found):
-        raise SourceError(f"{item}: neither a distprof output (summary.json) nor trace files distprof merge reads")
+    missing = [p for p in found if not p.is_file()]
+    if missing:
+        raise SourceError(f"{missing[0]}: neither a distprof output (summary.json) nor a trace file "
+                          "distprof merge reads")
     return merge_files(found, config)
 
 
@@ -245,6 +248,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     print(f"\nwrote {diff_report.write_json(result, args.out)}")
     if args.html:
         print(f"wrote {diff_report.write_html(result, labels, args.out, args.unit)}")
+        print(f"wrote {diff_report.write_combined(result, labels, after, args.out, args.unit)}")
     return 0
 
 
@@ -305,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("before", help="output folder with summary.json, or trace files / folder / glob to merge")
     diff.add_argument("after", help="the same, for the run after the change")
     diff.add_argument("-o", "--out", default="distprof_diff", help="output directory for diff.json")
-    diff.add_argument("--html", action="store_true", help="also write OUT/diff.html")
+    diff.add_argument("--html", action="store_true",
+                      help="also write OUT/diff.html, and OUT/report.html: the after run's report with the diff on top")
     diff.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     diff.add_argument("--seed", type=int, default=0, help="seed of the bootstrap interval (default 0)")
     diff.add_argument("--min-change", type=float, default=5.0, metavar="PCT",

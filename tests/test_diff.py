@@ -1,6 +1,7 @@
 """`distprof diff BEFORE AFTER`: exact deltas on synthetic summaries, the bootstrap's calibration,
 and real demo runs (serial vs overlap, straggler vs none, same configuration twice)."""
 
+import gzip
 import json
 import os
 import resource
@@ -29,7 +30,11 @@ def summary(ranks: dict, steps: list | None = None, findings=(), checks=(), kern
                     "max": max(r[key] for r in rows), "mean": float(np.mean([r[key] for r in rows]))}
               for key in FIGURES}
     kernel_rows = [{"name": name, "calls": calls, "total_ns": int(total * MS)} for name, calls, total in kernels]
-    merged = {"steps": {"step": list(range(len(steps or []))), "max_ns": [int(s * MS) for s in steps or []]},
+    per_step = [int(s * MS) for s in steps or []]
+    per_rank = [float(np.mean(per_step)) if per_step else None] * len(ranks)
+    merged = {"steps": {"step": list(range(len(per_step))), "max_ns": per_step, "min_ns": per_step,
+                        "median_ns": per_step, "ranks": list(ranks), "mean_ns_by_rank": per_rank,
+                        "max_ns_by_rank": per_rank},
               "kernel": {"rows": kernel_rows}, "model": [], "user": {"rows": []}}
     return {"world_size": world or len(ranks), "source": "synthetic", "ranks": rows, "across_ranks": across,
             "findings": [{"finding": f, "severity": "high", "cost_ns": 10 * MS, "ranks": [0]} for f in findings],
@@ -76,9 +81,11 @@ def test_known_per_rank_change_gives_exact_deltas():
     assert "300.00 -> 174.00 -42%" in text and "100.00 -> 289.00 +189%" in text
 
 
-def test_finding_code_wins_over_the_name():
-    assert diff.finding_code({"code": "serialized_communication", "finding": "x"}) == "serialized_communication"
-    assert diff.finding_code({"finding": "straggler"}) == "straggler"
+def test_finding_code_is_the_findings_finding_key():
+    """summary.json's findings carry their code in ``finding`` (analyses/diagnose.py)."""
+    assert diff.finding_code({"finding": "serialized_communication", "severity": "high"}) == "serialized_communication"
+    assert diff.finding_code({"finding": "straggler", "code": "x"}) == "straggler"
+    assert diff.finding_code({"code": "straggler"}) == "straggler"
 
 
 def test_bootstrap_is_seeded_and_calibrated():
@@ -174,6 +181,9 @@ def test_cli_writes_diff_json_and_html(tmp_path):
     assert set(data) >= {"ranks", "movers", "findings", "unit_of_work"}
     page = (tmp_path / "out" / "diff.html").read_text()
     assert page.count("<svg") == 2 and "<script" not in page
+    assert "src=" not in page and "href=" not in page  # self-contained: nothing fetched
+    combined = (tmp_path / "out" / "report.html").read_text()
+    assert combined.index("<h2>Diff: ") < combined.index("<h2>Findings</h2>") and "<script" not in combined
 
 
 def test_cli_side_that_is_nothing_readable_is_one_line(tmp_path):
@@ -231,6 +241,13 @@ def steady(loads: list[float]) -> bool:
     return max(loads) - min(loads) < 0.3
 
 
+def quiet(loads: list[float]) -> bool:
+    """Other jobs kept under half a core busy: with 2 ranks on a machine whose cores others
+    mostly use (1.4-1.6 of 2 cores seen here), the scheduler, not the configuration, sets the step
+    time, and two runs of one configuration differ by 20-70% however steady that use is."""
+    return max(loads) < 0.5
+
+
 def _diff_cli(before: Path, after: Path, out: Path) -> tuple[dict, str]:
     result = run_cli("diff", str(before), str(after), "-o", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
@@ -258,8 +275,8 @@ def test_demo_straggler_is_significant_with_its_size(demo_runs, tmp_path):
 def test_demo_same_configuration_is_not_significant(demo_runs, tmp_path):
     """The interval covers the noise between the steps of a run; two runs also differ by a few
     percent, which is why a change under 5% is never significant. A job beside a run makes it
-    truly slower: pairs during which other processes' CPU use changed are not counted, and of
-    the others at most one may come out significant."""
+    truly slower: pairs during which other processes' CPU use changed, or was high (``quiet``),
+    are not counted, and of the others at most one may come out significant."""
     verdicts, counted = [], 0
     for i in range(PAIRS):
         data, text = _diff_cli(demo_runs[f"same{i}a"], demo_runs[f"same{i}b"], tmp_path / str(i))
@@ -268,11 +285,12 @@ def test_demo_same_configuration_is_not_significant(demo_runs, tmp_path):
         assert step["ci_low_ns"] <= step["delta_ns"] <= step["ci_high_ns"]
         loads = [demo_runs["load"][f"same{i}a"], demo_runs["load"][f"same{i}b"]]
         assert step["significant"] is False or abs(step["relative"]) >= 0.05
-        if steady(loads):
+        if steady(loads) and quiet(loads):
             counted += 1
             verdicts.append((step["significant"], loads, text.split("Unit of work")[0][-300:]))
     if not counted:
-        pytest.skip(f"other jobs' CPU use changed during every pair (cores {demo_runs['load']}): not asserted")
+        pytest.skip(f"other jobs' CPU use changed or was high during every pair (cores {demo_runs['load']}): "
+                    "not asserted")
     assert sum(v for v, _, _ in verdicts) <= (1 if counted > 1 else 0), verdicts
 
 
@@ -282,12 +300,36 @@ def test_demo_side_merged_from_rank_files_equals_its_summary(demo_runs, tmp_path
     assert all(v in (0, None) for r in data["ranks"] for v in r["delta"].values())
 
 
-# -- torch CPU traces (produced on another branch; skipped until merged) -----------------------------
+# -- torch CPU traces (tests/data/torch_cpu/make_traces.py: rank 2 sleeps 30 ms a step before the allreduce) --
 
-@pytest.mark.skipif(not (DATA / "torch_cpu").is_dir() or not (DATA / "torch_cpu_nolate").is_dir(),
-                    reason="tests/data/torch_cpu and torch_cpu_nolate are not in this tree yet")
+def _kineto_steps(folder: Path) -> dict[int, dict[int, int]]:
+    """Straight from the raw JSON: each rank file's ProfilerStep#N spans, step -> duration (ns)."""
+    out = {}
+    for path in sorted(folder.glob("rank*.json.gz")):
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        out[int(path.name[4:].split(".")[0])] = {
+            int(e["name"].split("#")[1]): round(e["dur"] * 1000) for e in events
+            if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")}
+    return out
+
+
 def test_torch_cpu_late_rank_makes_steps_slower(tmp_path):
+    """BEFORE: no late rank; AFTER: rank 2 late 30 ms a step. The diff's median step change is
+    the one computed independently from the raw ProfilerStep spans (slowest rank per step,
+    median over steps); 3 active steps a run are too few for an interval, so no verdict."""
     data, text = _diff_cli(DATA / "torch_cpu_nolate", DATA / "torch_cpu", tmp_path)
     step = data["step_time"]
-    assert step["delta_ns"] is not None and step["delta_ns"] > 0, text  # a late rank slows every rank's step
-    assert {r["rank"] for r in data["ranks"]} >= {0, 1, 2}
+    medians = []
+    for folder in (DATA / "torch_cpu_nolate", DATA / "torch_cpu"):
+        ranks = _kineto_steps(folder)
+        numbers = sorted(set.intersection(*(set(s) for s in ranks.values())))
+        medians.append(float(np.median([max(s[n] for s in ranks.values()) for n in numbers])))
+    assert step["steps_before"] == step["steps_after"] == 3, text
+    assert abs(step["before_median_ns"] - medians[0]) <= 1 and abs(step["after_median_ns"] - medians[1]) <= 1, text
+    assert abs(step["delta_ns"] - (medians[1] - medians[0])) <= 2, text  # Kineto's fractional us, rounded to ns
+    assert 0 < step["delta_ns"] <= 30 * MS, text  # slower, by no more than the injected 30 ms
+    assert step["reason"] == "too_few_steps" and step["ci_low_ns"] is None and not step["significant"], text
+    assert {r["rank"] for r in data["ranks"]} == {0, 1, 2, 3}
+    late = next(r for r in data["ranks"] if r["rank"] == 2)
+    # the sleep is idle time on the late rank: 3 steps of up to 30 ms (the window cuts the first short)
+    assert 3 * 15 * MS <= late["delta"]["idle_ns"] <= 3 * 30 * MS, text

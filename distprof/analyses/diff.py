@@ -266,9 +266,9 @@ def normaliser(before: dict, after: dict, unit: dict | None) -> tuple[str, tuple
 # -- findings and checks ----------------------------------------------------------------------
 
 def finding_code(finding: dict) -> str:
-    """The key two runs' findings match on: the machine ``code`` when the summary has one,
-    else the diagnosis' ``finding`` name (summaries written before codes existed)."""
-    return str(finding.get("code") or finding.get("finding") or finding.get("name") or finding.get("kind"))
+    """The key two runs' findings match on: the diagnosis' ``finding`` (its code, e.g.
+    ``serialized_communication``); ``code``, ``name`` or ``kind`` only where it is missing."""
+    return str(finding.get("finding") or finding.get("code") or finding.get("name") or finding.get("kind"))
 
 
 def _brief(finding: dict | None) -> dict | None:

@@ -3,20 +3,21 @@ section with side-by-side bars. Everything here phrases numbers the analysis com
 
 from __future__ import annotations
 
+import html as html_text
 import json
 from pathlib import Path
 
 from tabulate import tabulate
 
-from . import tables
+from .. import names
+from . import format, svg
 
 DIFF_FILE = "diff.json"
 DIFF_HTML = "diff.html"
-UNITS = tables.UNITS
+UNITS = format.UNITS
 MOVERS_SHOWN = 10
 RANKS_SHOWN = 32
-_FIGURES = (("window_ns", "ProfileStep"), ("communication_ns", "Communication"), ("computation_ns", "Computation"),
-            ("overlap_ns", "Overlap"), ("exposed_communication_ns", "Exposed comm"), ("idle_ns", "Idle"))
+_FIGURES = tuple(c for c in format.SUMMARY_COLUMNS if c[0] != "overlap_ratio")  # durations only
 _UNIT_WORDS = {"kernel": "kernel", "user": "range", "phase": "phase"}
 _REASONS = {"no_steps": "a run has no ProfileSteps", "step_counts_differ": "the step counts differ"}
 
@@ -29,10 +30,6 @@ def _t(ns: float | None, unit: str, sign: bool = False) -> str:
 
 def _pct(relative: float | None) -> str:
     return "-" if relative is None else f"{100 * relative:+.1f}%"
-
-
-def _banner(title: str, width: int = 100) -> str:
-    return f"{title:-^{min(width, 100)}}"
 
 
 def step_lines(step: dict, unit: str) -> list[str]:
@@ -76,7 +73,7 @@ def ranks_table(diff: dict, unit: str) -> str:
         for stat in ("median", "max"):
             pairs = [(across.get(k) or {}).get(stat) or {} for k, _ in _FIGURES]
             rows.append([stat, "", *(_cell(p.get("before"), p.get("after"), unit) for p in pairs)])
-    headers = ["Rank", "Steps", *(f"{title} ({unit})" for _, title in _FIGURES)]
+    headers = ["Rank", "Steps", *(format.column_title(k, title, unit) for k, title in _FIGURES)]
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
@@ -88,7 +85,7 @@ def unit_lines(unit_of_work: dict | None, unit: str) -> list[str]:
     word = _UNIT_WORDS[u["source"]]
     rate = u["per_second"]["relative"]
     more = "the same number of" if not rate else f"{abs(100 * rate):.0f}% {'more' if rate > 0 else 'fewer'}"
-    lines = [f"Unit of work: the most frequent {word}, {tables._name(str(u['name']), 60)!r} ({u['count']['before']} "
+    lines = [f"Unit of work: the most frequent {word}, {names.short_name(u['name'], 60)!r} ({u['count']['before']} "
              f"-> {u['count']['after']} calls): after does {more} of them per window"]
     if u["applies"]:
         lines[0] += f"; figures per unit because {_REASONS[u['reason']]}"
@@ -104,10 +101,10 @@ def movers_table(diff: dict, unit: str) -> str:
     per = {"step": "per rank-step", "unit": "per unit of work", "window": "per window"}[diff["movers_per"]]
     rows = []
     for m in [m for m in diff["movers"] if m["category"] != "bandwidth"][:MOVERS_SHOWN]:
-        rows.append([m["category"], tables._name(str(m["name"]), 48), m["metric"].removesuffix("_ns"),
+        rows.append([m["category"], names.short_name(m["name"], 48), m["metric"].removesuffix("_ns"),
                      _t(m["before"], unit), _t(m["after"], unit), _t(m["delta"], unit, True), _pct(m["relative"])])
     for m in [m for m in diff["movers"] if m["category"] == "bandwidth"][:MOVERS_SHOWN]:
-        rows.append(["bandwidth", tables._name(str(m["name"]), 48), "busbw GB/s", f"{m['before']:.2f}",
+        rows.append(["bandwidth", names.short_name(m["name"], 48), "busbw GB/s", f"{m['before']:.2f}",
                      f"{m['after']:.2f}", f"{m['delta']:+.2f}", _pct(m["relative"])])
     if not rows:
         return "Top movers: nothing changed"
@@ -153,7 +150,7 @@ def render(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
     table = ranks_table(diff, unit)
     width = max(len(line) for line in table.splitlines())
     ws, src = diff["world_size"], diff["source"]
-    parts = [_banner("distprof diff", width),
+    parts = [format.banner("distprof diff", min(width, 100)),
              f"before: {labels[0]} (world size {ws['before']}, {src['before']})",
              f"after:  {labels[1]} (world size {ws['after']}, {src['after']})",
              *warning_lines(diff), "", *step_lines(diff["step_time"], unit),
@@ -175,69 +172,102 @@ def write_json(diff: dict, out: str | Path) -> Path:
 
 # -- HTML --------------------------------------------------------------------------------------
 
+PARTS = ("computation only", "overlap", "exposed communication", "idle")
+BEFORE_OPACITY = 0.45  # the before bar is the pale one of each rank's pair
+STEP_COLOURS = {"before": "#999999", "after": "#0072B2"}
+
+
+def _window_parts(figures: dict | None, scale: int) -> list[float]:
+    """A rank's window split as report.html's bars split it (PARTS order), in ``scale`` units."""
+    f = {k: (figures or {}).get(k) or 0 for k in ("computation_ns", "overlap_ns", "exposed_communication_ns",
+                                                   "idle_ns")}
+    return [(f["computation_ns"] - f["overlap_ns"]) / scale, f["overlap_ns"] / scale,
+            f["exposed_communication_ns"] / scale, f["idle_ns"] / scale]
+
+
 def rank_bars(diff: dict, unit: str = "ms") -> str | None:
     """Per rank, the window split as in the report, before (upper, pale) and after (lower) side by side."""
     from . import html
     rows = [r for r in diff["ranks"][:64] if r["before"] or r["after"]]
     if not rows:
         return None
-    plt, scale = html._pyplot(), UNITS[unit]
-    fig, ax = plt.subplots(figsize=(11, min(1.4 + 0.5 * len(rows), 14)))
-
-    def parts(figures: dict | None) -> dict:
-        f = {k: (figures or {}).get(k) or 0 for k in ("computation_ns", "overlap_ns", "exposed_communication_ns",
-                                                       "idle_ns")}
-        return {"computation only": (f["computation_ns"] - f["overlap_ns"]) / scale, "overlap": f["overlap_ns"] / scale,
-                "exposed communication": f["exposed_communication_ns"] / scale, "idle": f["idle_ns"] / scale}
-
-    for offset, side, alpha in ((-0.2, "before", 0.45), (0.2, "after", 1.0)):
-        y = [i + offset for i in range(len(rows))]
-        left = [0.0] * len(rows)
-        split = [parts(r[side]) for r in rows]
-        for label, colour in html.COLOURS.items():
-            values = [s[label] for s in split]
-            ax.barh(y, values, left=left, height=0.38, color=colour, alpha=alpha,
-                    label=f"{label} ({side})" if side == "after" else None)
-            left = [a + b for a, b in zip(left, values)]
-    ax.set_yticks(range(len(rows)), [f"rank {r['rank']}\nbefore / after" for r in rows])
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel(f"time in the analysed window ({unit})")
-    ax.legend(ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    return html._svg(fig)
+    scale = UNITS[unit]
+    split = [(_window_parts(r["before"], scale), _window_parts(r["after"], scale)) for r in rows]
+    row_h = min(44.0, max(8.0, 880 / len(rows)))
+    canvas = svg.Canvas(1100, int(row_h * len(rows) + 80))
+    axes = svg.Axes(canvas, 110, 30, 970, row_h * len(rows))
+    ticks = svg.nice_ticks(max(max(sum(b), sum(a)) for b, a in split))
+    axes.x_range = (0.0, ticks[-1])
+    axes.value_axis("x", ticks, f"time in the analysed window ({unit})")
+    bar = row_h * 0.4
+    for i, pair in enumerate(split):
+        for k, (values, extra) in enumerate(zip(pair, (f' fill-opacity="{BEFORE_OPACITY}"', ""))):
+            left, top = 0.0, axes.top + i * row_h + row_h * 0.08 + k * (bar + row_h * 0.04)
+            for name, value in zip(PARTS, values):
+                if value > 0:
+                    canvas.rect(axes.x(left), top, axes.x(left + value) - axes.x(left), bar, html.COLOURS[name], extra)
+                left += value
+        centre = axes.top + (i + 0.5) * row_h
+        canvas.text(axes.left - 5, centre, f"rank {rows[i]['rank']}", "end")
+        if row_h >= 28:
+            canvas.text(axes.left - 5, centre + 12, "before / after", "end", size=9)
+    axes.frame()
+    svg.legend(canvas, axes.left + 150, 16, [(name, html.COLOURS[name]) for name in PARTS])
+    return canvas.svg()
 
 
 def step_bars(step: dict, unit: str = "ms") -> str | None:
-    """Each step's duration (slowest rank), before and after, with the medians."""
+    """Each step's duration (slowest rank), before and after, with the medians dashed."""
     if not step["before_steps_ns"] and not step["after_steps_ns"]:
         return None
-    from . import html
-    plt, scale = html._pyplot(), UNITS[unit]
-    fig, ax = plt.subplots(figsize=(11, 3.2))
-    for side, colour, shift in (("before", "#999999", -0.2), ("after", "#0072B2", 0.2)):
-        values = [v / scale for v in step[f"{side}_steps_ns"]]
-        ax.bar([i + shift for i in range(len(values))], values, width=0.4, color=colour, label=side)
-        if step[f"{side}_median_ns"] is not None:
-            ax.axhline(step[f"{side}_median_ns"] / scale, color=colour, linestyle="--", linewidth=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel(f"step time, slowest rank ({unit})")
-    ax.legend(frameon=False, fontsize=8, ncol=2)
-    return html._svg(fig)
+    scale = UNITS[unit]
+    values = {side: [v / scale for v in step[f"{side}_steps_ns"]] for side in STEP_COLOURS}
+    count = max(len(v) for v in values.values())
+    canvas = svg.Canvas(1100, 300)
+    axes = svg.Axes(canvas, 70, 30, 1010, 220)
+    ticks = svg.nice_ticks(max(values["before"] + values["after"]))
+    axes.x_range, axes.y_range = (-0.5, count - 0.5), (0.0, ticks[-1])
+    axes.value_axis("y", ticks, f"step time, slowest rank ({unit})")
+    width = axes.width / count
+    for side, shift in (("before", -0.2), ("after", 0.2)):
+        colour = STEP_COLOURS[side]
+        for i, v in enumerate(values[side]):
+            canvas.rect(axes.x(i + shift) - 0.2 * width, axes.y(v), 0.4 * width, axes.y(0) - axes.y(v), colour)
+        median = step[f"{side}_median_ns"]
+        if median is not None:
+            y = axes.y(median / scale)
+            canvas.line(axes.left, y, axes.left + axes.width, y, colour, 1.5)
+            canvas.parts[-1] = canvas.parts[-1].replace("/>", ' stroke-dasharray="6 4"/>')
+    for i in svg.rank_positions(count):
+        canvas.text(axes.x(i), axes.top + axes.height + 14, str(i), "middle")
+    axes.title("x", "step")
+    axes.frame()
+    svg.legend(canvas, axes.left + 10, 16, [(f"{side} (dashed: median)", c) for side, c in STEP_COLOURS.items()])
+    return canvas.svg()
+
+
+def _e(value: object) -> str:
+    return html_text.escape(str(value))
+
+
+def _figure(drawing: str | None, caption: str) -> str:
+    """A plot and its caption as report.html shows them; nothing when there is no plot."""
+    return f"<figure>{drawing}<figcaption>{_e(caption)}</figcaption></figure>" if drawing else ""
 
 
 def section_html(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
     """The diff as one HTML section (plots, then the text's tables), for a page or report.html."""
-    from . import html
     step = diff["step_time"]
     lines = step_lines(step, unit) + unit_lines(diff["unit_of_work"], unit)
-    body = [f'<h2>Diff: {html._e(labels[0])} &rarr; {html._e(labels[1])}</h2>',
-            *(f'<p class="meta">{html._e(w)}</p>' for w in warning_lines(diff)),
-            "".join(f"<p>{html._e(line)}</p>" for line in lines),
-            html._figure(step_bars(step, unit), "Step time per step (slowest rank), before (grey) and after (blue); "
-                                                "dashed: the medians."),
-            html._figure(rank_bars(diff, unit), "Each rank's window before (pale, upper bar) and after (lower bar): "
-                                                "computation only, overlap, exposed communication, idle."),
-            f"<h3>Top movers</h3><pre>{html._e(movers_table(diff, unit))}</pre>",
-            f"<h3>Findings and checks</h3><pre>{html._e(chr(10).join(finding_lines(diff, unit)[1:]))}</pre>"]
+    body = [f'<h2>Diff: {_e(labels[0])} &rarr; {_e(labels[1])}</h2>',
+            *(f'<p class="meta">{_e(w)}</p>' for w in warning_lines(diff)),
+            "".join(f"<p>{_e(line)}</p>" for line in lines),
+            _figure(step_bars(step, unit), "Step time per step (slowest rank), before (grey) and after (blue); "
+                                      "dashed: the medians."),
+            _figure(rank_bars(diff, unit), "Each rank's window before (pale, upper bar) and after (lower bar): "
+                                      "computation only, overlap, exposed communication, idle."),
+            f"<h3>Top movers</h3><pre>{_e(movers_table(diff, unit))}</pre>",
+            f"<h3>Findings and checks</h3><pre>{_e(chr(10).join(finding_lines(diff, unit)[1:]))}</pre>"]
     return "".join(body)
 
 
@@ -247,6 +277,18 @@ def write_html(diff: dict, labels: tuple[str, str], out: str | Path, unit: str =
     path = Path(out) / DIFF_HTML
     path.parent.mkdir(parents=True, exist_ok=True)
     page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>distprof diff</title>"
-            f"<style>{html._CSS}</style></head><body><main>{section_html(diff, labels, unit)}</main></body></html>\n")
+            f"<style>{html.CSS}</style></head><body><main>{section_html(diff, labels, unit)}</main></body></html>\n")
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def write_combined(diff: dict, labels: tuple[str, str], after: dict, out: str | Path, unit: str = "ms") -> Path:
+    """``OUT/report.html``: the after run's report with the diff section on top, so one page
+    answers both "what changed" and "where does the time go now"."""
+    from . import html
+    page = html.render(after, unit)
+    page = page.replace("<main>", f"<main>{section_html(diff, labels, unit)}", 1)
+    path = Path(out) / html.REPORT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path

@@ -50,6 +50,7 @@ tr.stat td{background:#fafbfc;font-style:italic}
 .PASS{color:#1e7d32;font-weight:600}.WARN{color:#c26a00;font-weight:600}.FAIL{color:#b71c1c;font-weight:600}
 ul.warn{font-size:13px;color:#7a4b00}
 """
+CSS = _CSS  # the page style, for other pages styled like report.html (diff.html)
 
 
 # -- plots -------------------------------------------------------------------------------------
