@@ -240,6 +240,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .analyses import diff as diff_mod
     from .reports import diff_report
     config = config_mod.load(args.config)
+    outpaths.check_dir(args.out)  # before the merges, not after them
     before, after = diff_side(args.before, config), diff_side(args.after, config)
     result = diff_mod.diff(before, after, seed=args.seed, min_change=args.min_change / 100,
                            prefixes=tuple(config["communication"]["kernel_prefixes"]))
@@ -313,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also write OUT/diff.html, and OUT/report.html: the after run's report with the diff on top")
     diff.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     diff.add_argument("--seed", type=int, default=0, help="seed of the bootstrap interval (default 0)")
-    diff.add_argument("--min-change", type=float, default=5.0, metavar="PCT",
+    diff.add_argument("--min-change", type=float, default=10.0, metavar="PCT",
                       help="smallest change of the median step called significant, in %% (default 5)")
     diff.add_argument("--config", default=None, help="YAML config file (for inputs that need a merge)")
     diff.set_defaults(func=cmd_diff)

@@ -7,7 +7,7 @@ phrases them.
 * **Step time**: the job's step time is the slowest rank's ProfileStep per step (a synchronous
   job waits for it). Medians of both runs, their difference, and a seeded percentile bootstrap
   interval of the difference of medians; ``significant`` only when the interval excludes 0
-  and the change is at least ``MIN_CHANGE`` (5%) of the median.
+  and the change is at least ``MIN_CHANGE`` (10%) of the median.
   The interval covers the step-to-step noise inside each run, not the run-to-run noise of a
   shared machine.
 * **Ranks**: every Distributed Summary figure before/after per rank (matched by rank number)
@@ -30,7 +30,7 @@ MIN_STEPS = 5           # fewer steps on a side: no interval ("too few steps")
 RESAMPLES = 4000
 SEED = 0
 LEVEL = 0.95
-MIN_CHANGE = 0.05       # smaller relative changes of the median step are never called significant
+MIN_CHANGE = 0.10       # smaller relative changes of the median step are never called significant
 TOP_MOVERS = 20
 COMM_PREFIXES = ("nccl",)
 _NOT_UNITS = ("ProfileStep", "Others")    # model rows that are not a repeated unit of work

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from .. import names
+from .. import names, outpaths
 from . import format, svg
 
 DIFF_FILE = "diff.json"
@@ -163,11 +163,7 @@ def render(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
 def write_json(diff: dict, out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / DIFF_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(diff, indent=1) + "\n")
-    tmp.replace(path)
-    return path
+    return outpaths.write_text(out / DIFF_FILE, json.dumps(diff, indent=1) + "\n")
 
 
 # -- HTML --------------------------------------------------------------------------------------
@@ -278,8 +274,7 @@ def write_html(diff: dict, labels: tuple[str, str], out: str | Path, unit: str =
     path.parent.mkdir(parents=True, exist_ok=True)
     page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>distprof diff</title>"
             f"<style>{html.CSS}</style></head><body><main>{section_html(diff, labels, unit)}</main></body></html>\n")
-    path.write_text(page, encoding="utf-8")
-    return path
+    return outpaths.write_text(path, page)
 
 
 def write_combined(diff: dict, labels: tuple[str, str], after: dict, out: str | Path, unit: str = "ms") -> Path:
@@ -290,5 +285,4 @@ def write_combined(diff: dict, labels: tuple[str, str], after: dict, out: str | 
     page = page.replace("<main>", f"<main>{section_html(diff, labels, unit)}", 1)
     path = Path(out) / html.REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
-    return path
+    return outpaths.write_text(path, page)
