@@ -67,7 +67,7 @@ def test_known_per_rank_change_gives_exact_deltas():
     assert result["across_ranks"]["communication_ns"]["max"]["delta"] == -11 * MS
     step = result["step_time"]
     assert step["before_median_ns"] == 103.5 * MS and step["delta_ns"] == 15 * MS
-    assert step["steps_before"] == step["steps_after"] == 8 and step["significant"]  # +15 ms = 14.5%: above --min-change
+    assert step["steps_before"] == step["steps_after"] == 8 and step["significant"]  # +14.5%: above --min-change
     assert 0 < step["ci_low_ns"] <= 15 * MS <= step["ci_high_ns"]
     codes = {k: [e["code"] for e in v] for k, v in result["findings"].items()}
     assert codes == {"resolved": ["serialized_communication"], "new": ["dataloader_bound"], "kept": ["straggler"]}
