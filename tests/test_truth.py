@@ -94,6 +94,33 @@ def test_computation_is_the_union_of_all_compute_kernels_in_the_window(path):
     assert int((table["kind"] == ev.KERNEL).sum()) == len(kernels)
 
 
+def test_kernels_whose_launch_was_not_captured_still_count(tmp_path):
+    """The real case: a trace where some kernels have no cuda_runtime launch record. Made here
+    from a real trace by deleting every third launch; computation must not drop those kernels
+    (the union of all compute kernels in the CPU step window, computed from the raw JSON)."""
+    source = DATA / "kineto" / "hta_nccl_parser_config_1of2" / "nccl_data.json.gz"
+    with gzip.open(source, "rt") as handle:
+        document = json.load(handle)
+    launches = sorted({e["args"]["correlation"] for e in document["traceEvents"]
+                       if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})})
+    dropped = set(launches[::3])
+    document["traceEvents"] = [e for e in document["traceEvents"] if not (
+        e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") in dropped)]
+    path = tmp_path / "rank0.json.gz"
+    with gzip.open(path, "wt") as handle:
+        json.dump(document, handle)
+    raw = raw_events(path)
+    kernels = [e for e in raw if e.get("cat") == "kernel"]
+    orphans = [e for e in kernels if e["args"].get("correlation") in dropped]
+    assert orphans  # the case is really exercised
+    window = union(cpu_steps(raw))
+    compute = [interval(e) for e in kernels if not e["name"].startswith("nccl")]
+    assert summary(path)["computation_ns"] == covered(compute, window) > 0
+    table = read(path).events
+    unlaunched = table[(table["kind"] == ev.KERNEL) & table["correlation_id"].isin(dropped)]
+    assert len(unlaunched) == len(orphans) and (unlaunched["phase"].astype(str) == "").all()
+
+
 def test_kernels_without_launch_get_a_step_but_no_phase():
     path = DATA / "kineto" / "hta_trace_diff_control_1of8" / "control.json.gz"
     raw = raw_events(path)
