@@ -206,15 +206,20 @@ def test_nsys_events_span_all_recorded_activity(name):
         assert (int(table["start_ns"].min()), int(table["end_ns"].max())) == _sql_span(path, trace.pid)
 
 
-def test_nsys_mpi_calls_are_host_communication():
-    path = real_export("pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite")
+def _sql_mpi_calls(path: Path) -> list[tuple[int, int]]:
+    """The MPI calls nsys traced (NVTX ranges of the "MPI" domain), init/finalize left out."""
     with sqlite3.connect(path) as db:
         domain = {row[0] for row in db.execute(
             "SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'MPI'")}
-        calls = [(start, end) for start, end, text, domain_id in db.execute(
+        return [(start, end) for start, end, text, domain_id in db.execute(
             "SELECT e.start, e.end, COALESCE(e.text, s.value), e.domainId FROM NVTX_EVENTS e "
             "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType IN (59, 60)")
             if domain_id in domain and text not in ("MPI_Init", "MPI_Init_thread", "MPI_Finalize")]
+
+
+def test_nsys_mpi_calls_are_host_communication():
+    path = real_export("pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite")
+    calls = _sql_mpi_calls(path)
     table = read(path).events
     comm = table[(table["category"] == ev.COMMUNICATION) & (table["lane_kind"] == ev.HOST_THREAD)]
     assert set(comm["kind"].astype(str)) == {ev.COMM_OP}
@@ -263,13 +268,7 @@ def test_cpu_trace_computation_is_aten_ops_minus_communication_per_thread(path):
 
 def test_nsys_mpi_calls_count_as_communication_in_the_summary():
     path = real_export("pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite")
-    with sqlite3.connect(path) as db:
-        domain = {row[0] for row in db.execute(
-            "SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'MPI'")}
-        calls = [(start, end) for start, end, text, domain_id in db.execute(
-            "SELECT e.start, e.end, COALESCE(e.text, s.value), e.domainId FROM NVTX_EVENTS e "
-            "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType IN (59, 60)")
-            if domain_id in domain and text not in ("MPI_Init", "MPI_Init_thread", "MPI_Finalize")]
+    calls = _sql_mpi_calls(path)
     trace = read(path)
     window = [_sql_span(path, trace.pid)]  # no steps: the whole recorded span
     result = rank_row(pipeline.reduce_rank(trace, config_mod.load()))
