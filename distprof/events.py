@@ -7,6 +7,7 @@ never rewrites these columns.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,12 +30,50 @@ LANE_KINDS = (GPU_STREAM, HOST_THREAD)
 # The ProfileStep range name: one range per step, category PHASE, ``step`` = its index.
 PROFILE_STEP = "ProfileStep"
 
-_INT_COLUMNS = ("rank", "start_ns", "end_ns", "device", "lane", "pid", "correlation_id", "step")
-_CATEGORICAL = {"kind": KINDS, "category": CATEGORIES, "lane_kind": LANE_KINDS}
+# collective: the operation a communication row performs, one canonical kind whatever the source
+# calls it (nccl:all_reduce, gloo:all_reduce, c10d::allreduce_, ncclKernel_AllReduce_*,
+# ncclAllReduce, MPI_Allreduce, record_param_comms "allreduce" -> "allreduce"); "" on other rows.
+# "sendrecv" is an NCCL SendRecv kernel whose op is not known; "other" communication that is not
+# a collective (MPI_Wait, ...).
+ALLREDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL, BROADCAST, REDUCE, BARRIER = (
+    "allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce", "barrier")
+GATHER, SCATTER, SEND, RECV, SENDRECV, OTHER_COMM = "gather", "scatter", "send", "recv", "sendrecv", "other"
+COLLECTIVE_KINDS = ("", ALLREDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL, BROADCAST, REDUCE, BARRIER,
+                    GATHER, SCATTER, SEND, RECV, SENDRECV, OTHER_COMM)
+POINT_TO_POINT = (SEND, RECV)
+
+_INT_COLUMNS = ("rank", "start_ns", "end_ns", "device", "lane", "pid", "correlation_id", "step", "nbytes", "peer")
+_CATEGORICAL = {"kind": KINDS, "category": CATEGORIES, "lane_kind": LANE_KINDS, "collective": COLLECTIVE_KINDS}
+# collective / group / nbytes / peer describe communication rows (defaults elsewhere):
+#   group  the process group's name as the trace gives it ("" = not known: the world is assumed);
+#          its member ranks are in RankTrace.meta["process_groups"]
+#   nbytes the message size in bytes (-1 = not known)
+#   peer   the global rank at the other end of a send/recv (-1 = not known / not p2p)
 COLUMNS = ("rank", "kind", "category", "name", "start_ns", "end_ns", "device", "lane",
-           "lane_kind", "pid", "correlation_id", "step", "phase")
+           "lane_kind", "pid", "correlation_id", "step", "phase", "collective", "group", "nbytes", "peer")
 _DEFAULTS = {"rank": 0, "device": -1, "lane": 0, "pid": 0, "correlation_id": -1, "step": -1,
-             "phase": "", "lane_kind": HOST_THREAD}
+             "phase": "", "lane_kind": HOST_THREAD, "collective": "", "group": "", "nbytes": -1, "peer": -1}
+
+# squashed (lower-case letters only) op text -> kind, first match wins (reduce_scatter before reduce)
+_KIND_RULES = (("reducescatter", REDUCE_SCATTER), ("allreduce", ALLREDUCE), ("allgather", ALLGATHER),
+               ("alltoall", ALLTOALL), ("broadcast", BROADCAST), ("bcast", BROADCAST), ("barrier", BARRIER),
+               ("sendrecv", SENDRECV), ("send", SEND), ("recv", RECV), ("reduce", REDUCE),
+               ("gather", GATHER), ("scatter", SCATTER))
+_KERNEL_PREFIX = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+_OP_PREFIX = re.compile(r"^(?:nccl:|gloo:|c10d::|mpi_|nccl(?=[A-Z]))", re.IGNORECASE)
+
+
+def collective_kind(text: str) -> str:
+    """The canonical kind of a communication op from its name (one of COLLECTIVE_KINDS, never "").
+
+    NCCL kernels by the word after ``ncclKernel_``/``ncclDevKernel_`` (the rest is algorithm,
+    protocol and type); ranges and ops by their name without the ``nccl:``/``gloo:``/``c10d::``/
+    ``MPI_``/``nccl`` prefix (``_allgather_base`` and ``all_to_all_single`` alike)."""
+    text = str(text)
+    kernel = _KERNEL_PREFIX.match(text)
+    op = kernel.group(1) if kernel else _OP_PREFIX.sub("", text.split("(")[0])
+    squashed = re.sub(r"[^a-z]", "", op.lower())
+    return next((kind for word, kind in _KIND_RULES if word in squashed), OTHER_COMM)
 
 
 def make_events(**columns) -> pd.DataFrame:
@@ -66,8 +105,8 @@ def make_events(**columns) -> pd.DataFrame:
         if frame[col].isna().any():
             bad = sorted(set(map(str, np.asarray(columns[col]).ravel())) - set(allowed))
             raise ValueError(f"column {col!r} has values outside {allowed}: {bad}")
-    frame["name"] = frame["name"].astype("category")
-    frame["phase"] = frame["phase"].astype("category")
+    for col in ("name", "phase", "group"):
+        frame[col] = frame[col].astype("category")
     if (frame["end_ns"].to_numpy() < frame["start_ns"].to_numpy()).any():
         raise ValueError("event table has rows with end_ns < start_ns")
     return frame.sort_values("start_ns", kind="stable", ignore_index=True)
@@ -92,6 +131,8 @@ class RankTrace:
     ``rank`` is None when the source cannot tell (the merge then numbers by file order).
     ``clock_offset_ns`` is added to the rank's own timestamps to put it on the common axis
     (e.g. nsys session start in UTC, or the MPI ping-pong offset to rank 0).
+    ``meta["process_groups"]`` (when the source knows them): {group name: [global ranks]}, the
+    members of each group named in the ``group`` column; ``meta["group_from"]`` says from what.
     """
 
     events: pd.DataFrame
