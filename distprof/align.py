@@ -7,25 +7,28 @@ changes the ones it is given.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import events as ev
 from .results import ClockEstimate, RankResult
 
 # -- matching collectives across ranks (rank 0, compact results only) ------------------------
 
-# point-to-point operations are not collectives: the k-th send of one rank has no partner
-# "k-th send" on another rank, so they are never matched (nor used for alignment)
-_POINT_TO_POINT = re.compile(r"send|recv", re.IGNORECASE)
+# communication that is not a collective: matching the k-th "MPI_Wait" of one rank with the
+# k-th of another would be a guess; never matched (nor used for alignment)
+_UNMATCHED_KINDS = (ev.OTHER_COMM,)
+_P2P = "p2p"  # send/recv, matched by (group, sender, receiver, order)
 
 
 @dataclass(frozen=True)
 class Matching:
     """Collectives matched across ranks. Column j is one collective: the ``ordinal``-th of its
-    kind in its step, on every rank that takes part in that kind (``present``). Times are on
-    each rank's own clock; rows follow ``ranks``."""
+    kind in its process group and step (for p2p, of its sender -> receiver pair), on every rank
+    of the group that is in the merge (``present``). Times are on each rank's own clock; rows
+    follow ``ranks``. ``group_ranks[j]``: the group's members (global ranks) when the trace
+    names them, else the ranks that have the op; ``nbytes``/``launch_ns``: per rank, -1 unknown."""
 
     ranks: np.ndarray
     name: np.ndarray
@@ -37,6 +40,10 @@ class Matching:
     kinds: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     excluded: list[str] = field(default_factory=list)
+    group: np.ndarray = field(default_factory=lambda: np.empty(0, object))
+    group_ranks: list[tuple[int, ...]] = field(default_factory=list)
+    nbytes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    launch_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
 
     @property
     def size(self) -> int:
@@ -84,102 +91,139 @@ def _rank_list(ranks: np.ndarray, limit: int = 8) -> str:
     return shown + (f" (+{ranks.size - limit} more)" if ranks.size > limit else "")
 
 
-def _kind_reports(kind_table, point_to_point, takes_part, participants, groups, group_bad, matched_key,
-                  unique_keys, all_keys, all_rows, rank_numbers) -> tuple[list[dict], list[str]]:
-    """Per kind of collective: how many matched, and warnings where ranks miss it or counts differ."""
-    n_ranks = rank_numbers.size
-    kinds, warnings = [], []
-    for code, kind in enumerate(kind_table):  # one iteration per kind of collective
-        if point_to_point[code]:
-            continue
-        in_kind = groups[:, 0] == code
-        bad = groups[in_kind & group_bad]
-        info = {"name": str(kind), "ranks": int(participants[code]),
-                "matched": int((matched_key & (unique_keys[:, 0] == code)).sum()),
-                "steps": int(in_kind.sum()), "unmatched_steps": int(bad.shape[0])}
-        kinds.append(info)
-        if 0 < participants[code] < n_ranks:
-            warnings.append(f"collective {kind}: only rank(s) {_rank_list(rank_numbers[takes_part[:, code]])} "
-                            f"of {n_ranks} have it; matched among those")
+def _op_columns(collectives: dict, rank: int) -> dict:
+    """One rank's collectives as arrays, with each op's series: (kind, group, sender, receiver);
+    sender/receiver only for send/recv (the k-th send 0 -> 1 pairs with the k-th receive of 1
+    from 0), -1 otherwise."""
+    kind = np.asarray(collectives["name"], dtype=str)
+    n = kind.size
+
+    def column(key: str, default, dtype):
+        values = collectives.get(key)
+        return np.asarray(values if values is not None and len(values) == n else np.full(n, default), dtype=dtype)
+
+    peer = column("peer", -1, np.int64)
+    is_send, is_recv = kind == ev.SEND, kind == ev.RECV
+    return {"kind": np.where(is_send | is_recv, _P2P, kind), "raw_kind": kind,
+            "group": column("group", "", str), "step": column("step", -1, np.int64),
+            "start": column("start_ns", 0, np.int64), "end": column("end_ns", 0, np.int64),
+            "nbytes": column("nbytes", -1, np.int64), "launch": column("launch_ns", -1, np.int64),
+            "src": np.where(is_send, rank, np.where(is_recv, peer, -1)),
+            "dst": np.where(is_send, peer, np.where(is_recv, rank, -1)),
+            "keep": ~np.isin(kind, _UNMATCHED_KINDS) & ~((is_send | is_recv) & (peer < 0))}
+
+
+def _expected(series: np.ndarray, kinds: np.ndarray, groups: np.ndarray, has: np.ndarray,
+              rank_numbers: np.ndarray, process_groups: dict) -> np.ndarray:
+    """(ranks, series): which ranks take part in each series: the sender and receiver of a p2p
+    series, the members of a group the trace names (those in the merge), else the ranks that have
+    it; a rank that has an op of the series always takes part."""
+    expected = has.copy()
+    for code, (kind, group, src, dst) in enumerate(series.tolist()):  # one iteration per series
+        if kinds[kind] == _P2P:
+            expected[:, code] |= np.isin(rank_numbers, (src, dst))
+        elif str(groups[group]) in process_groups:
+            expected[:, code] |= np.isin(rank_numbers, list(process_groups[str(groups[group])]))
+    return expected
+
+
+def _reports(series, kinds, groups, expected, steps_of, step_bad, key_series, matched_key, all_series, all_steps,
+             all_rows, rank_numbers) -> tuple[list[dict], list[str]]:
+    """Per kind and group: how many matched, and warnings where ranks miss it or counts differ."""
+    out, warnings = [], []
+    label_of = np.array([f"{kinds[k]}|{groups[g]}" for k, g, _, _ in series.tolist()])
+    for label in np.unique(label_of):  # one iteration per (kind, group)
+        kind, group = label.split("|", 1)
+        codes = np.flatnonzero(label_of == label)
+        in_label = np.isin(steps_of[:, 0], codes)
+        bad = steps_of[in_label & step_bad]
+        members = expected[:, codes].any(axis=1)
+        where = f" in group {group!r}" if group else ""
+        out.append({"name": kind, "group": group, "ranks": int(members.sum()),
+                    "matched": int(matched_key[np.isin(key_series, codes)].sum()), "steps": int(in_label.sum()),
+                    "unmatched_steps": int(bad.shape[0])})
+        if not group and kind != _P2P and 0 < members.sum() < rank_numbers.size:
+            warnings.append(f"collective {kind}: only rank(s) {_rank_list(rank_numbers[members])} of "
+                            f"{rank_numbers.size} have it; matched among those")
         if bad.shape[0]:
-            step = int(bad[0, 1])
-            in_group = (all_keys[:, 0] == code) & (all_keys[:, 1] == step)
-            per_rank = np.bincount(all_rows[in_group], minlength=n_ranks)[takes_part[:, code]]
-            part_ranks = rank_numbers[takes_part[:, code]]
+            code, step = (int(v) for v in bad[0])
+            mine = (all_series == code) & (all_steps == step)
+            per_rank = np.bincount(all_rows[mine], minlength=rank_numbers.size)[expected[:, code]]
+            part = rank_numbers[expected[:, code]]
             usual = int(np.bincount(per_rank).argmax())
             odd = per_rank != usual
-            detail = ", ".join(f"rank {r}: {c}" for r, c in zip(part_ranks[odd][:8].tolist(),
-                                                                 per_rank[odd][:8].tolist()))
-            if odd.sum() > 8:
-                detail += f" (+{int(odd.sum()) - 8} more)"
-            where = "outside steps" if step < 0 else f"step {step}"
-            warnings.append(f"collective {kind}: counts differ across ranks in {bad.shape[0]} of "
-                            f"{int(in_kind.sum())} step(s), e.g. {where}: {usual} on most ranks but "
-                            f"{detail}; those are left unmatched")
-    return kinds, warnings
+            detail = ", ".join(f"rank {r}: {c}" for r, c in zip(part[odd][:8].tolist(), per_rank[odd][:8].tolist()))
+            detail += f" (+{int(odd.sum()) - 8} more)" if odd.sum() > 8 else ""
+            at = "outside steps" if step < 0 else f"step {step}"
+            warnings.append(f"collective {kind}{where}: counts differ across ranks in {bad.shape[0]} of "
+                            f"{int(in_label.sum())} step(s), e.g. {at}: {usual} on most ranks but {detail}; "
+                            "those are left unmatched")
+    return out, warnings
 
 
-def match_collectives(collectives_by_rank: list[dict], ranks: list[int]) -> Matching:
-    """Match the k-th collective of each kind within each step across ranks.
+def match_collectives(collectives_by_rank: list[dict], ranks: list[int],
+                      process_groups: dict | None = None) -> Matching:
+    """Match the k-th collective of each kind within each process group and step across the
+    group's ranks (send/recv: the k-th of each sender -> receiver pair).
 
-    The key of a collective is (kind, step, k); a key is matched when every rank that has that
-    kind at all has it. Where the counts of a kind in a step differ between ranks, the whole
-    (kind, step) group is left unmatched and named in a warning: which k-th matches which would
-    be a guess. Vectorized: one ``np.unique`` over all ranks' keys, no loop per collective.
+    The key of a collective is (series, step, k) with series = (kind, group, sender, receiver);
+    a key is matched when every rank that takes part in the series (``_expected``) has it.
+    Where the counts of a series in a step differ between those ranks, the whole (series, step)
+    is left unmatched and named in a warning: which k-th matches which would be a guess.
+    ``process_groups`` ({name: [global ranks]}) says who is in a named group; ops whose group
+    is not known ("") are matched among the ranks that have them (the world, as far as the
+    trace shows). Vectorized: one ``np.unique`` over all ranks' keys, no loop per collective.
     """
-    n_ranks = len(ranks)
-    names_by_rank = [np.asarray(c["name"], dtype=str) for c in collectives_by_rank]
-    kind_table = np.unique(np.concatenate([*names_by_rank, np.empty(0, dtype=str)]))
-    point_to_point = np.array([bool(_POINT_TO_POINT.search(k)) for k in kind_table], dtype=bool)
-    keys, rows, starts, ends = [], [], [], []
-    for row, (collectives, names) in enumerate(zip(collectives_by_rank, names_by_rank)):
-        code = np.searchsorted(kind_table, names).astype(np.int64)
-        step = np.asarray(collectives.get("step") or np.full(names.size, -1), dtype=np.int64)
-        start = np.asarray(collectives["start_ns"], dtype=np.int64)
-        end = np.asarray(collectives["end_ns"], dtype=np.int64)
-        keep = ~point_to_point[code]
-        code, step, start, end = code[keep], step[keep], start[keep], end[keep]
-        order = np.lexsort((start, step, code))
-        code, step, start, end = code[order], step[order], start[order], end[order]
-        keys.append(np.stack([code, step, _ordinal_in_group(code, step)], axis=1))
-        rows.append(np.full(code.size, row, dtype=np.int64))
-        starts.append(start)
-        ends.append(end)
-    excluded = kind_table[point_to_point].tolist()
-    all_keys = np.concatenate(keys) if keys else np.zeros((0, 3), np.int64)
-    if all_keys.shape[0] == 0:
+    n_ranks, rank_numbers = len(ranks), np.asarray(ranks, np.int64)
+    columns = [_op_columns(c, int(r)) for c, r in zip(collectives_by_rank, ranks)]
+    excluded = sorted({str(k) for c in columns for k in np.unique(c["raw_kind"][~c["keep"]])})
+    columns = [{key: value[c["keep"]] for key, value in c.items()} for c in columns]
+    cat = {key: np.concatenate([c[key] for c in columns] + [np.empty(0, columns[0][key].dtype if columns else
+                                                                    np.int64)]) for key in
+           ("kind", "group", "step", "start", "end", "nbytes", "launch", "src", "dst")} if columns else {}
+    total = int(sum(c["kind"].size for c in columns))
+    if total == 0:
         empty = np.zeros((n_ranks, 0), np.int64)
-        return Matching(np.asarray(ranks, np.int64), np.empty(0, object), np.empty(0, np.int64),
-                        np.empty(0, np.int64), empty, empty.copy(), empty.astype(bool), excluded=excluded)
-    all_rows, all_start, all_end = np.concatenate(rows), np.concatenate(starts), np.concatenate(ends)
-
-    unique_keys, inverse, counts = unique_rows(all_keys)
-    takes_part = np.zeros((n_ranks, kind_table.size), dtype=bool)
-    takes_part[all_rows, all_keys[:, 0]] = True
-    participants = takes_part.sum(axis=0)
-    on_all = counts == participants[unique_keys[:, 0]]
-    groups, group_of, _ = unique_rows(unique_keys[:, :2])
-    group_bad = np.bincount(group_of, weights=~on_all, minlength=groups.shape[0]) > 0
-    matched_key = on_all & ~group_bad[group_of]
+        return Matching(rank_numbers, np.empty(0, object), np.empty(0, np.int64), np.empty(0, np.int64), empty,
+                        empty.copy(), empty.astype(bool), excluded=excluded, nbytes=empty.copy(),
+                        launch_ns=empty.copy())
+    all_rows = np.concatenate([np.full(c["kind"].size, row, np.int64) for row, c in enumerate(columns)])
+    kinds, kind_code = np.unique(cat["kind"].astype(str), return_inverse=True)
+    groups, group_code = np.unique(cat["group"].astype(str), return_inverse=True)
+    series, series_of, _ = unique_rows(np.stack([kind_code, group_code, cat["src"], cat["dst"]], axis=1))
+    order = np.lexsort((cat["start"], cat["step"], series_of, all_rows))  # per rank, series, step, time
+    sorted_rows, sorted_series, sorted_step = all_rows[order], series_of[order], cat["step"][order]
+    ordinal = _ordinal_in_group(sorted_rows, sorted_series, sorted_step)
+    has = np.zeros((n_ranks, series.shape[0]), bool)
+    has[all_rows, series_of] = True
+    expected = _expected(series, kinds, groups, has, rank_numbers, process_groups or {})
+    keys = np.stack([sorted_series, sorted_step, ordinal], axis=1)
+    unique_keys, inverse, counts = unique_rows(keys)
+    on_all = counts == expected.sum(axis=0)[unique_keys[:, 0]]
+    steps_of, step_group, _ = unique_rows(unique_keys[:, :2])
+    step_bad = np.bincount(step_group, weights=~on_all, minlength=steps_of.shape[0]) > 0
+    matched_key = on_all & ~step_bad[step_group]
     column = np.cumsum(matched_key) - 1
     n_matched = int(matched_key.sum())
-
-    start_m = np.zeros((n_ranks, n_matched), np.int64)
-    end_m = np.zeros((n_ranks, n_matched), np.int64)
-    present = np.zeros((n_ranks, n_matched), dtype=bool)
     chosen = matched_key[inverse]
-    cells = (all_rows[chosen], column[inverse[chosen]])
-    start_m[cells] = all_start[chosen]
-    end_m[cells] = all_end[chosen]
+    cells = (sorted_rows[chosen], column[inverse[chosen]])
+    matrices = {}
+    for name, values, fill in (("start", cat["start"], 0), ("end", cat["end"], 0), ("nbytes", cat["nbytes"], -1),
+                               ("launch", cat["launch"], -1)):
+        matrix = np.full((n_ranks, n_matched), fill, np.int64)
+        matrix[cells] = values[order][chosen]
+        matrices[name] = matrix
+    present = np.zeros((n_ranks, n_matched), bool)
     present[cells] = True
-
-    rank_numbers = np.asarray(ranks, np.int64)
-    kinds, warnings = _kind_reports(kind_table, point_to_point, takes_part, participants, groups, group_bad,
-                                    matched_key, unique_keys, all_keys, all_rows, rank_numbers)
-    matched_keys = unique_keys[matched_key]
-    return Matching(rank_numbers, kind_table[matched_keys[:, 0]].astype(object), matched_keys[:, 1].copy(),
-                    matched_keys[:, 2].copy(), start_m, end_m, present, kinds, warnings, excluded)
-
+    report_rows, warnings = _reports(series, kinds, groups, expected, steps_of, step_bad, unique_keys[:, 0],
+                                     matched_key, sorted_series, sorted_step, sorted_rows, rank_numbers)
+    matched = unique_keys[matched_key]
+    matched_series = series[matched[:, 0]]
+    members = [tuple(rank_numbers[expected[:, code]].tolist()) for code in matched[:, 0]]
+    return Matching(rank_numbers, kinds[matched_series[:, 0]].astype(object), matched[:, 1].copy(),
+                    matched[:, 2].copy(), matrices["start"], matrices["end"], present, report_rows, warnings,
+                    excluded, group=groups[matched_series[:, 1]].astype(object), group_ranks=members,
+                    nbytes=matrices["nbytes"], launch_ns=matrices["launch"])
 
 
 # -- refinement by collective ends (pure; runs at rank 0 on the matched collectives) -------------
@@ -240,6 +284,16 @@ def refine_offsets(ends: np.ndarray, present: np.ndarray, offsets, uncertainties
                     "samples": samples, "correction_ns": int(round(correction)),
                     "spread_ns": int(round(spread))})
     return out
+
+
+def process_groups(results: list[RankResult]) -> dict[str, tuple[int, ...]]:
+    """{group name: member ranks} over all ranks' sources (``meta["process_groups"]``); a name
+    two ranks describe differently keeps the union of what they say."""
+    groups: dict[str, set[int]] = {}
+    for result in results:  # one iteration per rank
+        for name, members in (result.meta.get("process_groups") or {}).items():
+            groups.setdefault(str(name), set()).update(int(m) for m in members)
+    return {name: tuple(sorted(members)) for name, members in groups.items()}
 
 
 # -- rank numbers and the aligned clock ------------------------------------------------------
@@ -378,7 +432,8 @@ def align(results: list[RankResult], config: dict | None = None) -> Alignment:
     kept beside it; its markers stay on its own clock (``aligned_markers()``). An offset nothing
     verified has uncertainty None (unknown), never 0."""
     ranks = [result.rank for result in results]
-    matching = match_collectives([result.markers.collectives for result in results], ranks)
+    matching = match_collectives([result.markers.collectives for result in results], ranks,
+                                 process_groups(results))
     clock_config = (config or {}).get("clock", {})
     initial = [(int(r.clock.offset_ns), int(r.clock.uncertainty_ns or 0)) for r in results]
     aligned_on = bool(clock_config.get("align", True)) and len(results) > 1

@@ -56,16 +56,22 @@ class Lane:
 
 
 def _shifted(columns: dict, offset_ns: int) -> dict:
-    """Column dict with its start_ns/end_ns moved by ``offset_ns`` (other columns shared)."""
-    return {**columns, **{key: (np.asarray(columns[key], dtype=np.int64) + offset_ns).tolist()
-                          for key in ("start_ns", "end_ns")}}
+    """Column dict with its times (start_ns/end_ns, and launch_ns where known: -1 is unknown)
+    moved by ``offset_ns`` (other columns shared)."""
+    out = {**columns, **{key: (np.asarray(columns[key], dtype=np.int64) + offset_ns).tolist()
+                         for key in ("start_ns", "end_ns")}}
+    if "launch_ns" in columns:
+        launch = np.asarray(columns["launch_ns"], dtype=np.int64)
+        out["launch_ns"] = np.where(launch >= 0, launch + offset_ns, -1).tolist()
+    return out
 
 
 @dataclass(frozen=True)
 class RankMarkers:
     """What skew needs from a rank, on the rank's own clock, as plain column lists (picklable):
     ``step_bounds`` (step, start_ns, end_ns), ``phases`` per step and name (step, name, start_ns,
-    end_ns, busy_ns) and ``collectives`` (name = kind, start_ns, end_ns, lane label, step)."""
+    end_ns, busy_ns) and ``collectives`` (name = canonical kind, start_ns, end_ns, lane label, step,
+    group, nbytes, peer, launch_ns: the launching call's start for GPU work, else -1)."""
 
     step_bounds: dict
     phases: dict

@@ -100,10 +100,49 @@ def test_count_mismatch_is_a_warning_naming_the_ranks_not_a_guess():
     assert "allreduce" in warning and "step 1" in warning and "rank 2: 1" in warning and "2 on most ranks" in warning
 
 
-def test_point_to_point_is_not_matched():
-    c = {"name": ["SendRecv", "AllReduce"], "start_ns": [0, 10], "end_ns": [5, 15], "step": [0, 0]}
+def test_send_recv_without_peer_and_other_comm_are_not_matched():
+    c = {"name": ["send", "allreduce", "other"], "start_ns": [0, 10, 20], "end_ns": [5, 15, 25], "step": [0, 0, 0]}
     m = align.match_collectives([c, c], [0, 1])
-    assert m.name.tolist() == ["AllReduce"] and m.excluded == ["SendRecv"]
+    assert m.name.tolist() == ["allreduce"] and m.excluded == ["other", "send"]
+
+
+def test_send_pairs_with_the_receive_of_its_peer_in_order():
+    sender = {"name": ["send", "send", "recv"], "start_ns": [0, 10, 20], "end_ns": [5, 15, 25],
+              "step": [0, 0, 0], "peer": [1, 1, 2]}
+    receiver = {"name": ["recv", "recv"], "start_ns": [3, 12], "end_ns": [5, 15], "step": [0, 0], "peer": [0, 0]}
+    third = {"name": ["send"], "start_ns": [19], "end_ns": [25], "step": [0], "peer": [0]}
+    m = align.match_collectives([sender, receiver, third], [0, 1, 2])
+    assert m.name.tolist() == ["p2p"] * 3
+    pairs = sorted((m.group_ranks[j], int(m.ordinal[j])) for j in range(m.size))
+    assert pairs == [((0, 1), 0), ((0, 1), 1), ((0, 2), 0)]
+    j = next(j for j in range(m.size) if m.group_ranks[j] == (0, 1) and m.ordinal[j] == 1)
+    assert m.start_ns[:, j].tolist() == [10, 12, 0] and m.present[:, j].tolist() == [True, True, False]
+
+
+def test_collectives_match_within_their_process_group_never_across():
+    """TP {0,1},{2,3} + DP {0,2},{1,3}: rank 0's second allreduce of group 'tp0' is rank 1's
+    second of 'tp0', not rank 2's second allreduce (which is in 'tp1')."""
+    groups = {"tp0": [0, 1], "tp1": [2, 3], "dp0": [0, 2], "dp1": [1, 3]}
+    tp = {0: "tp0", 1: "tp0", 2: "tp1", 3: "tp1"}
+    dp = {0: "dp0", 1: "dp1", 2: "dp0", 3: "dp1"}
+    by_rank = [{"name": ["allreduce"] * 3, "start_ns": [100 * rank, 100 * rank + 10, 100 * rank + 20],
+                "end_ns": [100 * rank + 5, 100 * rank + 15, 100 * rank + 25], "step": [0, 0, 0],
+                "group": [tp[rank], tp[rank], dp[rank]]} for rank in range(4)]
+    m = align.match_collectives(by_rank, [0, 1, 2, 3], groups)
+    assert m.size == 6 and not m.warnings
+    for j in range(m.size):
+        members = tuple(groups[m.group[j]])
+        assert m.group_ranks[j] == members
+        assert np.flatnonzero(m.present[:, j]).tolist() == list(members)
+    kinds = {(k["name"], k["group"]): (k["ranks"], k["matched"]) for k in m.kinds}
+    assert kinds == {("allreduce", g): (2, 2 if g.startswith("tp") else 1) for g in groups}
+
+
+def test_a_named_group_member_without_the_op_leaves_it_unmatched():
+    ops = {"name": ["allreduce"], "start_ns": [0], "end_ns": [5], "step": [0], "group": ["g"]}
+    m = align.match_collectives([ops, ops, {"name": [], "start_ns": [], "end_ns": [], "step": []}], [0, 1, 2],
+                                {"g": [0, 1, 2]})
+    assert m.size == 0 and "in group 'g'" in m.warnings[0] and "rank 2: 0" in m.warnings[0]
 
 
 # -- clock refinement ----------------------------------------------------------------------

@@ -64,8 +64,8 @@ def test_comm_on_its_own_thread_passes():
 def test_nccl_on_the_compute_stream_fails():
     [row] = streams.rank_stream_checks(gpu_rank(nccl_stream=7), CONFIG)
     assert row["status"] == "FAIL" and row["device"] == 0
-    assert row["message"].startswith("AllReduce runs on the compute stream (cuda:0/stream 7)")
-    assert row["kinds"] == ["AllReduce"]
+    assert row["message"].startswith("allreduce runs on the compute stream (cuda:0/stream 7)")
+    assert row["kinds"] == ["allreduce"]
 
 
 def test_separate_stream_without_overlap_warns():

@@ -7,8 +7,6 @@ columns travel to rank 0.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
@@ -16,6 +14,7 @@ from .. import events as ev
 from .. import lanes as lanes_mod
 from ..align import Matching, unique_rows
 from ..results import RankMarkers
+from ..sources.joins import launch_join
 from ..units import duration
 from .distributed import work_masks
 
@@ -27,21 +26,37 @@ SPLIT_TOLERANCE_UNCERTAINTIES = 2
 # are noise (one late host thread); a quarter or more points at the clocks or the ranks' exits
 SPLIT_DISAGREE_NOTE_SHARE = 0.25
 
-_NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-
-
-def collective_kind(name: str) -> str:
-    """Kind of a collective for matching across ranks: the NCCL kernel name without its
-    algorithm/protocol/type suffix ('ncclKernel_AllReduce_RING_LL_Sum_float' -> 'AllReduce'),
-    else the range name itself."""
-    match = _NCCL_KERNEL.match(name)
-    return match.group(1) if match else name
-
-
 def _columns(frame: pd.DataFrame, **columns) -> dict:
     """Named plain-Python lists (picklable, JSON-able) from frame columns."""
     return {key: frame[col].astype(str).tolist() if col == "name" else frame[col].astype("int64").tolist()
             for key, col in columns.items()}
+
+
+def _kinds(comm: pd.DataFrame) -> list[str]:
+    """Each communication row's kind: the source's ``collective`` where it set one, else the kind
+    its name says (events.collective_kind, once per distinct name)."""
+    names = comm["name"].astype("category")
+    by_name = np.array([ev.collective_kind(str(c)) for c in names.cat.categories] or [""], dtype=object)
+    from_name = by_name[names.cat.codes.to_numpy()] if len(comm) else np.empty(0, object)
+    given = comm["collective"].astype(str).to_numpy(dtype=object)
+    return np.where(given != "", given, from_name).tolist()
+
+
+def _launch_starts(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """For each selected row, the start of the runtime call that launched it (GPU work: the host
+    side of a collective), -1 where it was not launched by a captured call (host ranges)."""
+    kind = events["kind"].to_numpy()
+    calls = np.flatnonzero(kind == ev.RUNTIME)
+    selected = np.flatnonzero(rows)
+    out = np.full(selected.size, -1, np.int64)
+    if not calls.size or not selected.size:
+        return out
+    correlation, pid = events["correlation_id"].to_numpy(), events["pid"].to_numpy()
+    gpu = np.isin(kind[selected], (ev.KERNEL, ev.MEMCPY, ev.MEMSET))
+    found = launch_join(correlation[selected], correlation[calls], pid[selected], pid[calls])
+    found = np.where(gpu, found, -1)
+    out[found >= 0] = events["start_ns"].to_numpy()[calls[found[found >= 0]]]
+    return out
 
 
 def _duplicate_ops(events: pd.DataFrame, comm_mask) -> np.ndarray:
@@ -74,17 +89,18 @@ def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = N
     comm_mask, _ = work_masks(events, config)
     comm_mask = comm_mask & ~_duplicate_ops(events, comm_mask)
     comm = events[comm_mask]
-    # name and lane labels are computed once per distinct value, then spread by code
-    name_codes = comm["name"].cat.codes.to_numpy()
-    kinds = np.array([collective_kind(str(c)) for c in comm["name"].cat.categories] or [""], dtype=object)
     keys, lane_of = lanes_mod.lane_index(events)
     labels = lanes_mod.labels(keys, lane_names)
     collectives = {
-        "name": kinds[name_codes].tolist(),
+        "name": _kinds(comm),  # the canonical kind (events.COLLECTIVE_KINDS): what matching keys on
         "start_ns": comm["start_ns"].tolist(),
         "end_ns": comm["end_ns"].tolist(),
         "lane": labels[lane_of[comm_mask]].tolist() if len(comm) else [],
         "step": comm["step"].tolist(),  # matching anchor: the k-th allreduce *of step s*
+        "group": comm["group"].astype(str).tolist(),
+        "nbytes": comm["nbytes"].tolist(),
+        "peer": comm["peer"].tolist(),
+        "launch_ns": _launch_starts(events, comm_mask).tolist(),
     }
     return RankMarkers(step_bounds, phases, collectives)
 
