@@ -83,9 +83,12 @@ def descriptor(name: str, category: str, kind: str, comm: tuple[str, int, int] =
     if found is None:
         domain = _active_domain
         color = _COLORS.get(name, _CATEGORY_COLORS.get(category, "cyan"))
-        extra = {"payload": comm[1]} if comm[1] >= 0 and not isinstance(domain, _NoNvtx) else {}
-        attributes = domain.get_event_attributes(message=name, color=color,
-                                                 category=NVTX_CATEGORY.get(category, 0), **extra)
+        category_id = NVTX_CATEGORY.get(category, 0)
+        try:  # an nvtx without int payloads (they came after 0.2.10) gets the range without it
+            extra = {"payload": comm[1]} if comm[1] >= 0 and not isinstance(domain, _NoNvtx) else {}
+            attributes = domain.get_event_attributes(message=name, color=color, category=category_id, **extra)
+        except TypeError:
+            attributes = domain.get_event_attributes(message=name, color=color, category=category_id)
         found = _descriptors[key] = (NAMES.id_of(name, category, kind, comm), attributes)
     return found
 
