@@ -229,14 +229,15 @@ def comm(name: str, group: list[int] | None = None, nbytes: int | None = None, p
 
 def _comm_with(name: str, group, nbytes, peer) -> Range:
     """comm() with message metadata: one cached Range per (name, ranks, nbytes, peer) and thread."""
-    key = (name, tuple(group) if group is not None else None, nbytes, peer)
+    ranks = tuple(group) if group is not None else None  # once: a generator can be read only once
+    key = (name, ranks, nbytes, peer)
     try:
         return _local.comm_args[key]
     except AttributeError:
         _local.comm_args = {}
     except KeyError:
         pass
-    found = _local.comm_args[key] = _get(name, ev.COMMUNICATION, ev.COMM_OP, comm_metadata(group, nbytes, peer))
+    found = _local.comm_args[key] = _get(name, ev.COMMUNICATION, ev.COMM_OP, comm_metadata(ranks, nbytes, peer))
     return found
 
 

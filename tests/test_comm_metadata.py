@@ -80,7 +80,7 @@ def test_collector_round_trip_in_process(tmp_path):
         for _ in range(2):
             with distprof.comm("all_gather", group=[2, 3, 2], nbytes=1 << 20):
                 pass
-        distprof.comm("bcast", group=range(4), nbytes=64)(lambda: None)()
+        distprof.comm("bcast", group=(r for r in range(4)), nbytes=64)(lambda: None)()  # any iterable of ranks
         with distprof.comm("allreduce"):
             pass
     finally:
