@@ -17,7 +17,7 @@ import nvtx
 from nvtx._lib import DummyDomain as _DummyDomain
 
 from . import events as ev
-from .collector import NAMES, ROUTE, THREAD_NAMES, clock_ns
+from .collector import NAMES, NO_COMM, ROUTE, THREAD_NAMES, clock_ns, group_text
 
 DOMAIN_NAME = "distprof"
 # NVTX categories of the distprof domain (nsys shows them; the nsys source maps them back)
@@ -32,7 +32,7 @@ _domain = nvtx.get_domain(DOMAIN_NAME)
 _state = ROUTE
 _state.push, _state.pop = _domain.push_range, _domain.pop_range
 _active_domain = _domain
-_descriptors: dict[tuple[str, str, str], tuple[int, object]] = {}
+_descriptors: dict[tuple, tuple[int, object]] = {}
 
 
 def set_nvtx(enabled: bool) -> None:
@@ -74,28 +74,51 @@ class _NoNvtx:
         return 0
 
 
-def descriptor(name: str, category: str, kind: str) -> tuple[int, object]:
-    """(name id in the collector, NVTX event attributes) of a range, made once per name."""
-    key = (name, category, kind)
+def descriptor(name: str, category: str, kind: str, comm: tuple[str, int, int] = NO_COMM) -> tuple[int, object]:
+    """(name id in the collector, NVTX event attributes) of a range, made once per name and message
+    metadata ``comm`` = (group text, nbytes, peer). A known nbytes also rides as the NVTX payload
+    (an int64 in the event attributes, built here once, so it costs nothing per range)."""
+    key = (name, category, kind, *comm)
     found = _descriptors.get(key)
     if found is None:
         domain = _active_domain
         color = _COLORS.get(name, _CATEGORY_COLORS.get(category, "cyan"))
-        attributes = domain.get_event_attributes(message=name, color=color,
-                                                 category=NVTX_CATEGORY.get(category, 0))
-        found = _descriptors[key] = (NAMES.id_of(name, category, kind), attributes)
+        category_id = NVTX_CATEGORY.get(category, 0)
+        try:  # an nvtx without int payloads (they came after 0.2.10) gets the range without it
+            extra = {"payload": comm[1]} if comm[1] >= 0 and not isinstance(domain, _NoNvtx) else {}
+            attributes = domain.get_event_attributes(message=name, color=color, category=category_id, **extra)
+        except TypeError:
+            attributes = domain.get_event_attributes(message=name, color=color, category=category_id)
+        found = _descriptors[key] = (NAMES.id_of(name, category, kind, comm), attributes)
     return found
+
+
+def comm_metadata(group=None, nbytes: int | None = None, peer: int | None = None) -> tuple[str, int, int]:
+    """(group text, nbytes, peer) as the collector stores them ("" / -1 = not given), checked once
+    per distinct call site, so a wrong value fails where it is written, not in the merge."""
+    text = group_text(group) if group is not None else ""
+    values = []
+    for label, value in (("nbytes", nbytes), ("peer", peer)):
+        if value is None:
+            values.append(-1)
+            continue
+        if isinstance(value, bool) or int(value) != value or value < 0:
+            raise ValueError(f"distprof.comm: {label} must be an integer >= 0, not {value!r}")
+        values.append(int(value))
+    return text, values[0], values[1]
 
 
 class Range:
     """A named range of one thread. ``phase("forward")`` returns the same object every time on
     a given thread, so entering it allocates nothing; nesting stacks its start times."""
 
-    __slots__ = ("_name_id", "_attributes", "_starts", "_thread", "label")
+    __slots__ = ("_name_id", "_attributes", "_starts", "_thread", "label", "_comm")
 
-    def __init__(self, name: str, category: str = ev.PHASE, kind: str = ev.RANGE) -> None:
+    def __init__(self, name: str, category: str = ev.PHASE, kind: str = ev.RANGE,
+                 comm: tuple[str, int, int] = NO_COMM) -> None:
         self.label = (name, category, kind)
-        self._name_id, self._attributes = descriptor(name, category, kind)
+        self._comm = comm
+        self._name_id, self._attributes = descriptor(name, category, kind, comm)
         self._starts: list[int] = []
         self._thread = threading.get_native_id()  # the lane: OS thread id, as nsys shows it
         THREAD_NAMES[self._thread] = threading.current_thread().name
@@ -122,10 +145,11 @@ class Range:
     def __call__(self, func: Callable) -> Callable:
         """Decorator form: the calling thread's range around every call of ``func``."""
         name, category, kind = self.label
+        comm_meta = self._comm
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            with _get(name, category, kind):
+            with _get(name, category, kind, comm_meta):
                 return func(*args, **kwargs)
 
         return wrapper
@@ -164,16 +188,18 @@ _local = threading.local()
 _SLOT = {ev.PHASE: "phase", ev.COMMUNICATION: "comm", ev.USER: "user"}
 
 
-def _get(name: str, category: str, kind: str) -> Range:
-    """The calling thread's Range for (name, category), made on first use."""
-    local, slot = _local, _SLOT[category]
+def _get(name: str, category: str, kind: str, comm: tuple[str, int, int] = NO_COMM) -> Range:
+    """The calling thread's Range for (name, category) and message metadata, made on first use
+    (ranges with metadata are kept apart, under (name, group text, nbytes, peer))."""
+    local, slot = _local, _SLOT[category] if comm == NO_COMM else "comm_meta"
     by_name = getattr(local, slot, None)
     if by_name is None:
         by_name = {}
         setattr(local, slot, by_name)
-    found = by_name.get(name)
+    key = name if comm == NO_COMM else (name, *comm)
+    found = by_name.get(key)
     if found is None:
-        found = by_name[name] = _range_class()(name, category, kind)
+        found = by_name[key] = _range_class()(name, category, kind, comm)
     return found
 
 
@@ -185,13 +211,34 @@ def phase(name: str) -> Range:
         return _get(name, ev.PHASE, ev.RANGE)
 
 
-def comm(name: str) -> Range:
+def comm(name: str, group: list[int] | None = None, nbytes: int | None = None, peer: int | None = None) -> Range:
     """A communication operation (allreduce, broadcast, ...): category COMMUNICATION. Open it
-    on the thread that runs the communication: that thread is its lane."""
-    try:
-        return _local.comm[name]
+    on the thread that runs the communication: that thread is its lane.
+
+    ``group``: the global ranks of its process group (None: the world); ``nbytes``: the message
+    size as nccl-tests counts it (allgather: the whole output, reduce_scatter: the whole input,
+    else the buffer); ``peer``: the global rank at the other end of a send/recv. They let the merge
+    match collectives per group and compute bandwidth; without them the call costs what it did."""
+    try:  # the hot path without metadata: three identity tests, then what comm(name) always did
+        if group is None and nbytes is None and peer is None:
+            return _local.comm[name]
     except (AttributeError, KeyError):
         return _get(name, ev.COMMUNICATION, ev.COMM_OP)
+    return _comm_with(name, group, nbytes, peer)
+
+
+def _comm_with(name: str, group, nbytes, peer) -> Range:
+    """comm() with message metadata: one cached Range per (name, ranks, nbytes, peer) and thread."""
+    ranks = tuple(group) if group is not None else None  # once: a generator can be read only once
+    key = (name, ranks, nbytes, peer)
+    try:
+        return _local.comm_args[key]
+    except AttributeError:
+        _local.comm_args = {}
+    except KeyError:
+        pass
+    found = _local.comm_args[key] = _get(name, ev.COMMUNICATION, ev.COMM_OP, comm_metadata(ranks, nbytes, peer))
+    return found
 
 
 def range(name: str) -> Range:  # noqa: A001 - the public name users expect

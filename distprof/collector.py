@@ -21,11 +21,12 @@ import threading
 import time
 from pathlib import Path
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: distprof_names has comm_group / nbytes / peer (absent in "1" files: read as unknown)
 NATIVE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS distprof_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS distprof_names(
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, kind TEXT NOT NULL);
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL, category TEXT NOT NULL, kind TEXT NOT NULL,
+    comm_group TEXT NOT NULL DEFAULT '', nbytes INTEGER NOT NULL DEFAULT -1, peer INTEGER NOT NULL DEFAULT -1);
 CREATE TABLE IF NOT EXISTS distprof_ranges(
     start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, tid INTEGER NOT NULL,
     name_id INTEGER NOT NULL, step INTEGER NOT NULL);
@@ -37,22 +38,37 @@ CREATE TABLE IF NOT EXISTS distprof_clock(
 clock_ns = time.perf_counter_ns  # CLOCK_MONOTONIC on Linux: steady, shared by all processes of a host
 
 
+NO_COMM = ("", -1, -1)  # (comm_group, nbytes, peer) of a range that says nothing about its message
+
+
+def group_text(ranks) -> str:
+    """The canonical text of a process group given as global ranks: sorted, distinct, comma-separated
+    ("0,1"); the native reader names the group "ranks 0,1". One text per set of ranks, whatever order
+    or repeats the caller used, so every member of a group writes the same name."""
+    values = sorted({int(r) for r in ranks})
+    if not values or values[0] < 0:
+        raise ValueError(f"a process group is a non-empty list of global ranks >= 0, not {list(ranks)!r}")
+    return ",".join(map(str, values))
+
+
 class NameRegistry:
-    """(name, category, kind) -> small int id, process-wide, so ids stay valid across sessions."""
+    """(name, category, kind, comm_group, nbytes, peer) -> small int id, process-wide, so ids stay
+    valid across sessions. The message metadata of ``distprof.comm`` rides on the id, so a recorded
+    row stays the same 4-tuple and the hot path the same whether or not it was given."""
 
     def __init__(self) -> None:
-        self._ids: dict[tuple[str, str, str], int] = {}
+        self._ids: dict[tuple, int] = {}
         self._lock = threading.Lock()
 
-    def id_of(self, name: str, category: str, kind: str) -> int:
-        key = (name, category, kind)
+    def id_of(self, name: str, category: str, kind: str, comm: tuple[str, int, int] = NO_COMM) -> int:
+        key = (name, category, kind, *comm)
         found = self._ids.get(key)
         if found is None:
             with self._lock:
                 found = self._ids.setdefault(key, len(self._ids) + 1)
         return found
 
-    def items(self) -> list[tuple[int, str, str, str]]:
+    def items(self) -> list[tuple]:
         return [(i, *key) for key, i in list(self._ids.items())]
 
 
@@ -139,7 +155,7 @@ class Collector:
             self._db.execute("BEGIN")
             names = NAMES.items()
             if len(names) > self._names_written:
-                self._db.executemany("INSERT OR IGNORE INTO distprof_names VALUES (?, ?, ?, ?)", names)
+                self._db.executemany("INSERT OR IGNORE INTO distprof_names VALUES (?, ?, ?, ?, ?, ?, ?)", names)
                 self._names_written = len(names)
             self._db.executemany("INSERT OR IGNORE INTO distprof_threads VALUES (?, ?)",
                                  list(THREAD_NAMES.items()))

@@ -47,7 +47,7 @@ except ImportError as error:  # torch is the optional extra `distprof[torch]`
 
 from . import annotate
 from . import events as ev
-from .collector import ROUTE, clock_ns
+from .collector import NO_COMM, ROUTE, clock_ns
 from .lanes import SYNTHETIC_LANE_BASE
 
 __all__ = ["instrument", "Instrumentation", "Lane", "FORWARD", "BACKWARD", "OPTIMIZER", "DDP_LANE"]
@@ -95,9 +95,10 @@ class Lane:
             name_id, _ = annotate.descriptor(name, category, _kind(category))
             append((start_ns, end_ns, self.id, name_id))  # atomic under the GIL, like Range.__exit__
 
-    def start(self, name: str, category: str = ev.COMMUNICATION) -> tuple:
-        """Open an interval now; pass the token to :meth:`end`, on any thread."""
-        name_id, attributes = annotate.descriptor(name, category, _kind(category))
+    def start(self, name: str, category: str = ev.COMMUNICATION, comm: tuple[str, int, int] = NO_COMM) -> tuple:
+        """Open an interval now; pass the token to :meth:`end`, on any thread. ``comm``: the
+        message metadata of a communication (annotate.comm_metadata), stored with its name."""
+        name_id, attributes = annotate.descriptor(name, category, _kind(category), comm)
         domain = annotate.nvtx_domain()
         handle = domain.start_range(attributes) if domain is not None else None
         return (clock_ns(), name_id, domain, handle)
@@ -256,11 +257,14 @@ class Instrumentation:
             state, inner = comm_hook
         lane = self.comm_lane = Lane(DDP_LANE)
         name = self.comm_name
+        # the default hook allreduces the bucket over the DDP group: its ranks and the bucket's bytes
+        # are the message; a user's hook may compress or send elsewhere, so it gets no metadata
+        metadata = _bucket_metadata(state) if comm_hook is None else (lambda bucket: NO_COMM)
 
         # no annotations: DDP checks them against dist.GradBucket by identity, and
         # `from __future__ import annotations` would turn them into strings
         def distprof_comm_hook(state, bucket):
-            token = lane.start(name)
+            token = lane.start(name, comm=metadata(bucket))
             future = inner(state, bucket)
 
             def completed(done):
@@ -298,6 +302,27 @@ class Instrumentation:
 
     def __exit__(self, exc_type, exc, traceback) -> None:
         self.remove()
+
+
+def _bucket_metadata(process_group) -> Callable:
+    """bucket -> (group text, nbytes, -1) for the default hook's allreduce over ``process_group``
+    (global ranks from torch.distributed.get_process_group_ranks; the world when None), made once
+    per bucket size."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    try:
+        ranks = dist.get_process_group_ranks(group)
+    except (AttributeError, RuntimeError, ValueError):  # an older torch, or a group it cannot list
+        ranks = None
+    by_size: dict[int, tuple[str, int, int]] = {}
+
+    def metadata(bucket) -> tuple[str, int, int]:
+        nbytes = bucket.buffer().nbytes
+        found = by_size.get(nbytes)
+        if found is None:
+            found = by_size[nbytes] = annotate.comm_metadata(ranks, nbytes)
+        return found
+
+    return metadata
 
 
 def _allreduce_mean(process_group, bucket):

@@ -51,6 +51,7 @@ class CommThread:
 
     def __init__(self, comm) -> None:
         self.comm = comm
+        self.group = list(range(comm.Get_size()))  # the world, as global ranks
         self.jobs: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="distprof-demo-comm", daemon=True)
         self.thread.start()
@@ -60,7 +61,7 @@ class CommThread:
             grad = self.jobs.get()
             if grad is None:
                 return
-            with distprof.comm("allreduce"):
+            with distprof.comm("allreduce", group=self.group, nbytes=grad.nbytes):
                 allreduce(self.comm, grad)
             self.jobs.task_done()
 
@@ -115,8 +116,9 @@ def train(args: argparse.Namespace) -> dict | None:
             if comm_thread is not None:
                 comm_thread.wait()
             else:
+                group = list(range(world))  # the world, as global ranks
                 for grad in reversed(grads):
-                    with distprof.comm("allreduce"):
+                    with distprof.comm("allreduce", group=group, nbytes=grad.nbytes):
                         allreduce(comm, grad)
             with distprof.phase("optimizer"):
                 for w, grad in zip(weights, grads):

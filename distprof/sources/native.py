@@ -12,6 +12,8 @@ from ..clock import offset_to_root
 from . import sane_rank
 
 _INTEGERS = ("start_ns", "end_ns", "tid", "step")
+GROUP_PREFIX = "ranks "          # group name of a rank list: "ranks 0,1" (collector.group_text)
+GROUP_FROM = "distprof.comm(group=[global ranks])"
 _GOOD_ROW = " AND ".join(f"typeof(r.{column}) = 'integer'" for column in _INTEGERS)
 
 
@@ -29,7 +31,7 @@ def _query(path: Path) -> tuple[dict, list, int, int, list, dict]:
             rows = db.execute(
                 "SELECT r.start_ns, r.end_ns, r.tid, r.step, "
                 "COALESCE(n.name, '<unknown name ' || r.name_id || '>'), COALESCE(n.category, ?), "
-                "COALESCE(n.kind, ?), n.id IS NULL FROM distprof_ranges r "
+                f"COALESCE(n.kind, ?), {_comm_columns(db)}, n.id IS NULL FROM distprof_ranges r "
                 f"LEFT JOIN distprof_names n ON n.id = r.name_id WHERE {_GOOD_ROW}",
                 (ev.USER, ev.RANGE)).fetchall()
             bad = db.execute(f"SELECT count(*) FROM distprof_ranges r WHERE NOT ({_GOOD_ROW})").fetchone()[0]
@@ -38,8 +40,19 @@ def _query(path: Path) -> tuple[dict, list, int, int, list, dict]:
             lane_names = dict(db.execute("SELECT tid, name FROM distprof_threads"))
     except sqlite3.DatabaseError as error:
         raise ev.SourceError(f"{path}: unreadable distprof file ({error})") from None
-    unnamed = sum(row[7] for row in rows)
-    return meta, [row[:7] for row in rows], bad, unnamed, clock_rows, lane_names
+    unnamed = sum(row[-1] for row in rows)
+    return meta, [row[:-1] for row in rows], bad, unnamed, clock_rows, lane_names
+
+
+def _comm_columns(db: sqlite3.Connection) -> str:
+    """comm_group, nbytes, peer of each row's name (schema 2); files of schema 1 have no such
+    columns and read as unknown ("" / -1), as does a value of the wrong type."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(distprof_names)")}
+    if not {"comm_group", "nbytes", "peer"} <= have:
+        return "'', -1, -1"
+    return ("CASE WHEN typeof(n.comm_group) = 'text' THEN n.comm_group ELSE '' END, "
+            "CASE WHEN typeof(n.nbytes) = 'integer' AND n.nbytes >= 0 THEN n.nbytes ELSE -1 END, "
+            "CASE WHEN typeof(n.peer) = 'integer' AND n.peer >= 0 THEN n.peer ELSE -1 END")
 
 
 def _int_meta(meta: dict, key: str, path: Path, warnings: list[str]) -> int | None:
@@ -73,15 +86,19 @@ def read(path: Path, config: dict) -> list[ev.RankTrace]:
         warnings.append(f"{path}: {unnamed} range row(s) whose name id is missing from distprof_names; "
                         "kept as '<unknown name ID>'")
     if rows:
-        start, end, lane, step = (np.array(col, dtype=np.int64) for col in list(zip(*rows))[:4])
-        names, categories, kinds = (np.array(col, dtype=object) for col in list(zip(*rows))[4:])
+        columns = list(zip(*rows))
+        start, end, lane, step = (np.array(col, dtype=np.int64) for col in columns[:4])
+        names, categories, kinds, group_texts = (np.array(col, dtype=object) for col in columns[4:8])
+        nbytes, peer = (np.array(col, dtype=np.int64) for col in columns[8:10])
     else:
-        start = end = lane = step = np.empty(0, np.int64)
-        names = categories = kinds = np.empty(0, object)
+        start = end = lane = step = nbytes = peer = np.empty(0, np.int64)
+        names = categories = kinds = group_texts = np.empty(0, object)
     step = _step_of(start, end, names, step)
+    collective, group, process_groups = _comm_fields(names, kinds, group_texts)
     try:
         events = ev.make_events(rank=-1 if rank is None else rank, kind=kinds, category=categories, name=names,
-                                start_ns=start, end_ns=end, lane=lane, lane_kind=ev.HOST_THREAD, pid=pid, step=step)
+                                start_ns=start, end_ns=end, lane=lane, lane_kind=ev.HOST_THREAD, pid=pid, step=step,
+                                collective=collective, group=group, nbytes=nbytes, peer=peer)
     except (ValueError, TypeError) as error:
         raise ev.SourceError(f"{path}: distprof file with invalid rows ({error})") from None
     offset_ns, uncertainty_ns = offset_to_root(clock_rows)
@@ -91,7 +108,29 @@ def read(path: Path, config: dict) -> list[ev.RankTrace]:
                          meta={"world_size": world_size or 0, "hostname": meta.get("hostname", ""),
                                "lane_names": lane_names,
                                "process_cpu_ns": _int_meta(meta, "process_cpu_ns", path, warnings),
-                               "elapsed_ns": _int_meta(meta, "elapsed_ns", path, warnings)})]
+                               "elapsed_ns": _int_meta(meta, "elapsed_ns", path, warnings),
+                               **({"process_groups": process_groups, "group_from": GROUP_FROM}
+                                  if process_groups else {})})]
+
+
+def _comm_fields(names: np.ndarray, kinds: np.ndarray, group_texts: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+    """collective (comm_op rows: the kind of their name, one lookup per distinct name), group name
+    ("ranks 0,1" from the stored rank text; "" = the world) and {group name: [global ranks]}."""
+    is_comm = kinds == ev.COMM_OP
+    collective = np.full(names.size, "", dtype=object)
+    if is_comm.any():
+        distinct, codes = np.unique(names[is_comm].astype(str), return_inverse=True)
+        collective[is_comm] = np.array([ev.collective_kind(name) for name in distinct], dtype=object)[codes]
+    distinct, codes = np.unique(group_texts.astype(str), return_inverse=True)
+    labels = np.array([GROUP_PREFIX + text if text else "" for text in distinct], dtype=object)
+    process_groups = {}
+    for text, label in zip(distinct, labels):  # one per distinct group
+        try:
+            process_groups[label] = [int(r) for r in text.split(",")] if text else None
+        except ValueError:  # not written by distprof: keep the text as the name, members unknown
+            process_groups[label] = None
+    group = labels[codes] if names.size else np.empty(0, object)
+    return collective, group, {k: v for k, v in process_groups.items() if v is not None}
 
 
 def _step_of(start: np.ndarray, end: np.ndarray, names: np.ndarray, flush_step: np.ndarray) -> np.ndarray:

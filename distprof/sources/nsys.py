@@ -42,6 +42,16 @@ What this reader decides, and why (see ``data/nsys/SCHEMA.md`` for the schema fa
   that launched a GPU op are kept (kind ``runtime``), to keep memory near the GPU op count.
   Host rows (runtime calls, NVTX) have ``device`` -1 and ``lane`` = thread id. The events'
   ``rank`` column is the trace's rank, or -1 while it is unknown.
+* **Collective, bytes, group, peer.** Communication rows get ``collective`` (events.COLLECTIVE_KINDS):
+  NVTX comm ranges from their name (``MPI_Allreduce`` -> allreduce); an NCCL kernel from the op
+  that launched it when a range around its launch call names one (the innermost PyTorch
+  ``nccl:*`` range, else the innermost NCCL API range ``ncclAllReduce``/..., else the ops of the
+  ``ncclGroupStart``..``ncclGroupEnd`` group it was launched from when they are all of one kind), else
+  from its own name: a SendRecv kernel under ``nccl:all_to_all`` is an alltoall. ``nbytes``: the
+  int64 NVTX payload of distprof's own comm ranges (``distprof.comm(..., nbytes=)``). Unknown and
+  left "" / -1: NCCL's extended payloads (message size, communicator) sit in ``binaryData`` only
+  with ``--include-blobs``, in an encoding no export here shows; MPI byte counts and peers, which
+  nsys writes in MPI tables no real export here has. ``meta["hostname"]`` is the profiled host.
 * **Clocks.** Events stay on the file's clock (ns since session start, or UTC when the export
   was normalized: ``EXPORT_PARAM_TIME_NORMALIZE='true'`` or values above 1e18).
   ``clock_offset_ns`` = ``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` puts them on UTC; 0 when
@@ -91,6 +101,9 @@ COMMUNICATION_DOMAINS = ("NCCL", "MPI")
 NON_COMMUNICATION_CALLS = ("MPI_Init", "MPI_Init_thread", "MPI_Finalize")
 STEP_NAME = re.compile(r"^Profiler?Step#(\d+)$")
 MPI_RANK_THREAD = re.compile(r"^MPI Rank (\d+)$")
+NCCL_DOMAIN = "NCCL"
+TORCH_OP_PREFIX = "nccl:"             # PyTorch's record_function range around a ProcessGroupNCCL op
+NCCL_GROUP_START, NCCL_GROUP_END = "ncclGroupStart", "ncclGroupEnd"
 NORMALIZED_NS = 10**18                # timestamps above this are already UTC epoch ns
 MEMCPY_KINDS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
                 4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
@@ -116,6 +129,7 @@ _PID_MASK = 0xFFFFFF
 _KIND_CODE = {kind: code for code, kind in enumerate(ev.KINDS)}
 _CATEGORY_CODE = {category: code for code, category in enumerate(ev.CATEGORIES)}
 _LANE_KIND_CODE = {lane_kind: code for code, lane_kind in enumerate(ev.LANE_KINDS)}
+_COLLECTIVE_CODE = {kind: code for code, kind in enumerate(ev.COLLECTIVE_KINDS)}  # 0 = ""
 
 
 def read(path: str | Path, config: dict) -> list[RankTrace]:
@@ -339,6 +353,8 @@ def _hostname(export: _Export, env: dict[str, str]) -> str | None:
     ranks on one host share its clock (align.align)."""
     if {"name", "value"} <= export.columns("TARGET_INFO_SYSTEM_ENV"):
         for (value,) in export.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'"):
+            if isinstance(value, bytes):  # some exports store it as a BLOB
+                value = value.decode("utf-8", "replace")
             if str(value or "").strip():
                 return str(value).strip()
     return env.get("HOSTNAME", "").strip() or None
@@ -396,7 +412,9 @@ def _read_kernels(export: _Export, comm_prefixes: tuple[str, ...]) -> dict:
     names = np.array([found.get(int(i)) or unknown_string(export, i) for i in distinct_ids], dtype=object)
     is_comm = np.array([name.startswith(comm_prefixes) for name in names], dtype=bool)
     category = np.where(is_comm, _CATEGORY_CODE[ev.COMMUNICATION], _CATEGORY_CODE[ev.COMPUTE]).astype(np.int8)
+    collective = _collective_codes(names, is_comm)
     return {"kind": np.full(start.size, _KIND_CODE[ev.KERNEL], np.int8), "category": category[name_codes],
+            "collective": collective[name_codes],
             "name": name_codes.astype(np.int64), "names": names, "start": start, "end": end, "device": device,
             "lane": stream, "pid": pid, "correlation_id": correlation}
 
@@ -423,18 +441,35 @@ def _read_memory_ops(export: _Export) -> list[dict]:
     return parts
 
 
+_OPTIONAL = {"collective": (0, np.int8), "nbytes": (-1, np.int64)}  # columns only some parts have
+
+
+def _column_of(part: dict, key: str) -> np.ndarray:
+    if key in part or key not in _OPTIONAL:
+        return part[key]
+    fill, dtype = _OPTIONAL[key]
+    return np.full(part["start"].size, fill, dtype)
+
+
 def _concat_parts(parts: list[dict]) -> dict:
     """Concatenate column dicts whose ``name`` codes index their own ``names``: one name table."""
     offsets = np.cumsum([0] + [len(p["names"]) for p in parts[:-1]])
     all_names = np.concatenate([p["names"] for p in parts]) if parts else np.empty(0, object)
     remap, names = pd.factorize(all_names)
     merged = {"names": np.asarray(names, dtype=object)}
-    for key in parts[0] if parts else ():
+    keys = list(parts[0]) + [key for key in _OPTIONAL if key not in parts[0] and any(key in p for p in parts)]
+    for key in keys if parts else ():
         if key == "names":
             continue
-        values = [remap[offset + p[key]] if key == "name" else p[key] for offset, p in zip(offsets, parts)]
+        values = [remap[offset + p[key]] if key == "name" else _column_of(p, key) for offset, p in zip(offsets, parts)]
         merged[key] = np.concatenate(values)
     return merged
+
+
+def _collective_codes(names: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """Per distinct name: the code of its collective kind where ``chosen``, else 0 ("")."""
+    return np.array([_COLLECTIVE_CODE[ev.collective_kind(name)] if pick else 0
+                     for name, pick in zip(names, chosen)], dtype=np.int8)
 
 
 def _launch_calls(export: _Export, gpu: dict) -> tuple[dict, np.ndarray]:
@@ -475,9 +510,10 @@ def _read_nvtx(export: _Export) -> dict:
                  else f"COALESCE({text}, '')")
     join = f"LEFT JOIN {STRINGS_TABLE} AS s ON s.id = t.textId" if has_strings else ""
     types = ",".join(map(str, (NVTX_MARK, *NVTX_RANGE_TYPES)))
-    (start, end, event_type, global_tid, domain_id, nvtx_category), name_codes, names = export.scan(
+    (start, end, event_type, global_tid, domain_id, nvtx_category, payload), name_codes, names = export.scan(
         table, ["t.start", "IFNULL(t.end, t.start)", "t.eventType", export.column(table, "globalTid", "0"),
-                export.column(table, "domainId", "0"), export.column(table, "category", "-1")],
+                export.column(table, "domainId", "0"), export.column(table, "category", "-1"),
+                export.column(table, "int64Value", "-1")],
         text_expr=text_expr, join=join, where=f"t.eventType IN ({types})")
     names = np.where(names == "", UNNAMED, names) if names.size else names
     export.missing_strings.update(int(n[16:-1]) for n in names if n.startswith("<unknown string "))
@@ -532,7 +568,28 @@ def _read_nvtx(export: _Export) -> dict:
     return {"kind": kind, "category": category, "name": name_codes, "names": names, "start": start, "end": end,
             "device": np.full(start.size, -1, np.int64), "thread": global_tid, "pid": pid,
             "correlation_id": np.full(start.size, -1, np.int64), "step": step, "is_step": is_step,
-            "domain_counts": domain_counts}
+            "domain_counts": domain_counts,
+            **_nvtx_comm_columns(names, name_codes, domain == NCCL_DOMAIN, kind, in_distprof, payload)}
+
+
+def _nvtx_comm_columns(names: np.ndarray, name_codes: np.ndarray, in_nccl: np.ndarray, kind: np.ndarray,
+                       in_distprof: np.ndarray, payload: np.ndarray) -> dict:
+    """Per NVTX row: ``collective`` (comm_op rows, by name), ``nbytes`` (distprof comm ranges: their
+    int64 payload), and for the kernel attribution the op a range names (``op_kind``: a code, 0 =
+    none; ``op_source`` 2 = PyTorch ``nccl:*``, 1 = NCCL API op) and NCCL group starts/ends."""
+    is_comm = kind == _KIND_CODE[ev.COMM_OP]
+    by_name = _collective_codes(names, np.ones(names.size, bool))  # per distinct name, then spread
+    row_kind = by_name[name_codes]
+    torch_op = np.array([str(n).startswith(TORCH_OP_PREFIX) for n in names], bool)[name_codes]
+    is_range = kind != _KIND_CODE[ev.MARK]
+    op_source = np.where(is_range & torch_op, 2,
+                         np.where(is_range & in_nccl & (row_kind != _COLLECTIVE_CODE[ev.OTHER_COMM]), 1, 0))
+    in_group_call = in_nccl & is_range
+    return {"collective": np.where(is_comm, row_kind, 0).astype(np.int8),
+            "nbytes": np.where(in_distprof & is_comm & (payload >= 0), payload, -1).astype(np.int64),
+            "op_kind": np.where(op_source > 0, row_kind, 0).astype(np.int8), "op_source": op_source.astype(np.int8),
+            "group_start": in_group_call & np.isin(names, [NCCL_GROUP_START])[name_codes],
+            "group_end": in_group_call & np.isin(names, [NCCL_GROUP_END])[name_codes]}
 
 
 def _mpi_thread_ranks(export: _Export) -> dict[int, int]:
@@ -596,6 +653,7 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
     gpu, op_launch = _drop_reversed(gpu, op_launch, warnings, path, "GPU ops")
     nvtx, _ = _drop_reversed(nvtx, None, warnings, path, "NVTX ranges")
     phase_names = _assign_phases_and_steps(gpu, calls, op_launch, nvtx)
+    gpu["collective"] = _kernel_collectives(gpu, calls, op_launch, nvtx)
     del op_launch
 
     if export.missing_strings:
@@ -684,6 +742,58 @@ def _assign_phases_and_steps(gpu: dict, calls: dict, op_launch: np.ndarray, nvtx
     return np.asarray(phase_names, dtype=object)
 
 
+def _kernel_collectives(gpu: dict, calls: dict, op_launch: np.ndarray, nvtx: dict) -> np.ndarray:
+    """Collective code of every GPU op: a communication kernel takes the op named by a range around
+    its launch call (PyTorch ``nccl:*`` first: it names what the user called, e.g. all_to_all
+    over NCCL send/recv; else the NCCL API op or group), and keeps its own name's kind otherwise."""
+    collective = gpu["collective"]
+    is_range = (nvtx["kind"] != _KIND_CODE[ev.MARK]) & (nvtx["end"] >= nvtx["start"])
+    group_kind = _group_kinds(nvtx)
+    launched = op_launch >= 0
+    comm = launched & (gpu["category"] == _CATEGORY_CODE[ev.COMMUNICATION])
+    if not comm.any():
+        return collective
+    query = [calls[key] for key in ("thread", "start", "end")]
+    found = np.zeros(calls["start"].size, np.int8)
+    # lower priority first: a later source overwrites where it has an op
+    for rows, kinds in ((np.flatnonzero(is_range & ((nvtx["op_source"] == 1) | (group_kind > 0))),
+                         np.maximum(nvtx["op_kind"], group_kind)),
+                        (np.flatnonzero(is_range & (nvtx["op_source"] == 2)), nvtx["op_kind"])):
+        row = innermost_enclosing(nvtx["thread"][rows], nvtx["start"][rows], nvtx["end"][rows], *query)
+        hit = row >= 0
+        found[hit] = kinds[rows[row[hit]]]
+    call_kind = found[np.maximum(op_launch, 0)]
+    return np.where(comm & (call_kind > 0), call_kind, collective).astype(np.int8)
+
+
+def _group_kinds(nvtx: dict) -> np.ndarray:
+    """Per NVTX row: for an outermost ``ncclGroupEnd`` (where NCCL launches the group's kernels),
+    the kind of the NCCL ops called on its thread since the group began, when they are all of one
+    kind; 0 elsewhere and for mixed groups (their kernel's own name then says what it is)."""
+    result = np.zeros(nvtx["start"].size, np.int8)
+    rows = np.flatnonzero(nvtx["group_start"] | nvtx["group_end"] | (nvtx["op_source"] == 1))
+    if not nvtx["group_end"][rows].any():
+        return result
+    rows = rows[np.lexsort((nvtx["start"][rows], nvtx["thread"][rows]))]
+    thread = nvtx["thread"][rows]
+    delta = nvtx["group_start"][rows].astype(np.int64) - nvtx["group_end"][rows].astype(np.int64)
+    first = np.searchsorted(thread, thread, side="left")          # each thread's first row
+    depth = np.cumsum(delta)
+    depth -= (depth - delta)[first]                                # per-thread running depth after the row
+    closing = nvtx["group_end"][rows] & (depth <= 0)
+    # a group: the rows after a closing end (or from a thread's first row) up to the next closing end
+    new_thread = np.r_[True, thread[1:] != thread[:-1]]
+    segment = np.cumsum(new_thread | np.r_[False, closing[:-1]])
+    is_op = nvtx["op_source"][rows] == 1
+    ops = pd.DataFrame({"segment": segment[is_op], "kind": nvtx["op_kind"][rows][is_op]}).groupby("segment")["kind"]
+    low, high = ops.min(), ops.max()
+    single = low[low == high]
+    end_rows = np.flatnonzero(closing)
+    kinds = single.reindex(segment[end_rows]).fillna(0).to_numpy(np.int8)
+    result[rows[end_rows]] = kinds
+    return result
+
+
 def _drop_reversed(columns: dict, op_launch: np.ndarray | None, warnings: list[str], path: Path, what: str):
     """Rows ending before they start (seen in cut or damaged files) cannot be intervals: drop them."""
     bad = columns["end"] < columns["start"]
@@ -699,6 +809,7 @@ def _drop_reversed(columns: dict, op_launch: np.ndarray | None, warnings: list[s
 def _event_columns(part: dict, lane: np.ndarray, lane_kind: int) -> dict:
     columns = {key: part[key] for key in ("kind", "category", "name", "names", "start", "end", "device", "pid",
                                           "correlation_id", "step", "phase")}
+    columns.update({key: _column_of(part, key) for key in _OPTIONAL})
     return {**columns, "lane": lane, "lane_kind": np.full(lane.size, lane_kind, np.int8)}
 
 
@@ -738,7 +849,8 @@ def _rank_traces(export: _Export, rows: dict, phase_names: np.ndarray, devices: 
             lane_kind=pd.Categorical.from_codes(column["lane_kind"], categories=ev.LANE_KINDS),
             name=name, phase=phase, start_ns=column["start"], end_ns=column["end"], device=column["device"],
             lane=column["lane"], pid=column["pid"], correlation_id=column["correlation_id"], step=column["step"],
-            rank=-1 if rank is None else rank)
+            rank=-1 if rank is None else rank, nbytes=column["nbytes"],
+            collective=pd.Categorical.from_codes(column["collective"], categories=ev.COLLECTIVE_KINDS))
         del column, name, phase
         pid_domains = domain_counts[domain_counts.index.get_level_values(0) == pid]
         meta = {**file_facts, "nvtx_domains": {str(domain): int(count)
