@@ -120,13 +120,19 @@ def instances(matching: Matching, offsets, node_of: dict[int, str] | None = None
             if matching.group_ranks else np.full(present.shape[1], None, object)}
 
 
+def shared(matching: Matching) -> np.ndarray:
+    """Instances that at least two ranks took part in: matched across ranks. One rank alone (a
+    1-of-N trace, a group whose other members are missing) matches only itself: its wait is unknown."""
+    return matching.present.sum(axis=0) >= 2
+
+
 def rank_waits(matching: Matching, inst: dict, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
     """Per row of ``matching``: |∪ [own start, own start + wait] over its matched collectives ∩ its
     window| on its own clock (window: the union of its step bounds when it has steps and the
     analysis window is the steps); None for a rank with no matched collective."""
     out: list[int | None] = []
     for row in range(matching.present.shape[0]):  # one iteration per rank, vectorized inside
-        mine = matching.present[row]
+        mine = matching.present[row] & shared(matching)
         if not mine.any():
             out.append(None)
             continue
@@ -151,7 +157,7 @@ def unmatched(collectives_by_rank: list[dict], ranks: list[int], matching: Match
             continue
         own = pd.MultiIndex.from_arrays([np.asarray(columns["start_ns"], np.int64),
                                          np.asarray(columns["end_ns"], np.int64)])
-        mine = matching.present[row] if row < matching.present.shape[0] else np.zeros(0, bool)
+        mine = matching.present[row] & shared(matching) if row < matching.present.shape[0] else np.zeros(0, bool)
         taken = pd.MultiIndex.from_arrays([matching.start_ns[row, mine], matching.end_ns[row, mine]]) \
             if mine.size else pd.MultiIndex.from_arrays([np.zeros(0, np.int64), np.zeros(0, np.int64)])
         left = ~own.isin(taken)
@@ -178,13 +184,14 @@ def unmatched(collectives_by_rank: list[dict], ranks: list[int], matching: Match
 def _instance_frame(matching: Matching, inst: dict, single: pd.DataFrame) -> pd.DataFrame:
     """One row per instance, matched and single-rank alike, with what the table aggregates."""
     present = matching.present
+    both = shared(matching)
     matched = pd.DataFrame({
         "kind": np.asarray(matching.name, dtype=object), "group": np.asarray(matching.group, dtype=object)
         if len(matching.group) == matching.size else np.full(matching.size, "", object),
         "node_span": inst["node_span"], "nbytes": inst["nbytes"], "duration": inst["duration"].sum(axis=0),
         "wait": inst["wait"].sum(axis=0), "transfer": inst["transfer"].astype(np.float64),
         "algbw": inst["algbw"], "busbw": inst["busbw"], "matched": np.ones(matching.size, bool),
-        "members": present.sum(axis=0)})
+        "members": present.sum(axis=0)})[both]
     if len(single):
         kinds = single["kind"].astype(str).to_numpy()
         duration = single["duration"].to_numpy(np.float64)
@@ -238,7 +245,7 @@ def summary(matching: Matching, inst: dict, single: pd.DataFrame, config: dict) 
     peak = hardware.get("peak_busbw_gbps")
     return {"rows": table(matching, inst, single, peak), "peak_busbw_gbps": peak,
             "gpus_per_node": hardware.get("gpus_per_node"), "size_buckets": list(SIZE_BUCKETS),
-            "matched": int(matching.size), "single_rank": int(len(single))}
+            "matched": int(shared(matching).sum()), "single_rank": int(len(single))}
 
 
 def slow_rows(rows: list[dict], config: dict) -> list[dict]:

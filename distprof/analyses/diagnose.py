@@ -176,7 +176,9 @@ def _straggler_finding(skew: dict, window_ns: int) -> list[dict]:
         advice += "; one step only: profile more steps to see whether it repeats"
     evidence = {k: v for k, v in straggler.items() if k not in ("rank", "cost_ns")}
     return [_finding("straggler", straggler["total_cost_ns"], window_ns, [rank], message, advice,
-                     cost_per_step_ns=cost, **evidence)]
+                     cost_per_step_ns=cost, slow_phase=straggler.get("phase"),
+                     slow_phase_extra_ns=straggler.get("phase_extra_ns") if straggler.get("phase") else None,
+                     **evidence)]
 
 
 def _slow_collective_findings(collectives: dict | None, config: dict, window_ns: int) -> list[dict]:

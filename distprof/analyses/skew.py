@@ -340,13 +340,16 @@ def _side(matching: Matching, inst: dict, blame: dict, row: int, gpu) -> str | N
 
 
 def straggler_phase(phases: list[dict] | None, rank: int) -> tuple[str, int] | None:
-    """The phase where the rank spends the most time per step above the median rank."""
+    """The phase where the rank spends the most time per step above the median of the other ranks
+    (the others: with two ranks a median that includes the rank itself halves its excess)."""
     best = None
     for phase in phases or []:  # one iteration per phase name
-        mine = (phase.get("busy_ns_by_rank") or {}).get(str(rank))
-        if mine is None or not phase["steps"]:
+        by_rank = phase.get("busy_ns_by_rank") or {}
+        mine = by_rank.get(str(rank))
+        others = [v for r, v in by_rank.items() if r != str(rank)]
+        if mine is None or not phase["steps"] or not others:
             continue
-        extra = (mine - phase["busy_total_median_ns"]) / phase["steps"]
+        extra = (mine - float(np.median(others))) / phase["steps"]
         if extra > 0 and (best is None or extra > best[1]):
             best = (phase["name"], int(extra))
     return best
