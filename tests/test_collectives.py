@@ -352,3 +352,31 @@ def test_cli_merge_prints_the_collectives_table(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "distprof", "merge", *inputs, "-o", str(tmp_path / "x"),
                           "--gpus-per-node", "0"], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "gpus_per_node" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _serialized_job(kind: str, source: str) -> dict:
+    """2 ranks on one host, 3 steps: computation and ``kind`` on one thread (serialized)."""
+    traces = []
+    for rank in range(2):
+        rows, peers = [], []
+        for s in range(3):
+            base = s * STEP
+            rows += [_phase(ev.PROFILE_STEP, base, base + STEP, s), _phase("forward", base, base + 4 * MS, s),
+                     (ev.COMM_OP, ev.COMMUNICATION, kind, base + 4 * MS, base + 6 * MS, 1, s, kind, "", 1 << 20)]
+            peers += [-1, -1, 1 - rank]
+        trace = _trace(rank, rows, "host0", groups={})
+        trace.events["peer"] = np.asarray(peers, np.int64)[np.argsort(trace.events.index)]
+        trace.source = source
+        traces.append(trace)
+    return merged(traces).to_json()
+
+
+@pytest.mark.parametrize("kind, source", [(ev.SEND, "native"), (ev.ALLREDUCE, "native"), (ev.ALLREDUCE, "kineto")])
+def test_serialized_advice_fits_the_kind_and_names_no_framework_the_trace_does_not_show(kind, source):
+    data = _serialized_job(kind if kind != ev.SEND else ev.SEND, source)
+    [finding] = [f for f in data["findings"] if f["finding"] == "serialized_communication"]
+    advice = finding["advice"]
+    if kind == ev.SEND:
+        assert "point-to-point" in advice and "no bucketing" in advice and "DDP" not in advice
+    else:
+        assert "allreduce" in advice and ("DDP" in advice) == (source == "kineto")

@@ -125,7 +125,9 @@ def _placement_findings(results: list[RankResult], checks: list[dict], window_ns
             message = (f"communication barely overlaps computation on {share}: overlap {100 * ratio:.1f}% "
                        f"on rank {worst} ({lanes}), exposed communication {duration(exposed[worst])} "
                        f"({_pct(exposed[worst], by_rank[worst].window_ns)} of the window)")
-        out.append(_finding(name, exposed[worst], window_ns, ranks, message, worst_row["advice"],
+        advice = _placement_advice(next(r for r in results if r.rank == worst),
+                                   worst_row["shared_lanes"] or worst_row["comm_lanes"], status == "FAIL")
+        out.append(_finding(name, exposed[worst], window_ns, ranks, message, advice,
                             worst_rank=worst, exposed_communication_ns_by_rank={str(k): v for k, v in exposed.items()},
                             lanes=worst_row["shared_lanes"] or worst_row["comm_lanes"]))
     return out
@@ -143,6 +145,47 @@ _SIDE_ADVICE = {
     None: ("find what delays it: on the host (CPU binding, data loading, work outside the phases) or on its GPU "
            "(longer kernels, clocks, another process)"),
 }
+
+
+_P2P_KINDS = (ev.SEND, ev.RECV, ev.SENDRECV)
+_REDUCING = (ev.ALLREDUCE, ev.REDUCE_SCATTER, ev.REDUCE)
+_GATHERING = (ev.ALLGATHER, ev.ALLTOALL, ev.BROADCAST, ev.GATHER, ev.SCATTER)
+
+
+def _placement_advice(result: RankResult, lanes: list[str], serialized: bool) -> str:
+    """What fits the communication that is serialized (or not overlapped) on these lanes: by its
+    kind (p2p needs no bucketing, reductions are bucketed, gathers prefetched, barriers dropped),
+    naming its groups, and a framework only where the trace shows one (PyTorch for Kineto traces)."""
+    collectives = result.markers.collectives
+    pairs = set(zip(collectives.get("name", ()), collectives.get("lane", ()), collectives.get("group") or
+                    [""] * len(collectives.get("name", ()))))
+    kinds = sorted({k for k, lane, _ in pairs if lane in lanes})
+    groups = sorted({g for _, lane, g in pairs if lane in lanes and g})
+    on_gpu = any(lane.label in lanes and lane.lane_kind == ev.GPU_STREAM for lane in result.lanes)
+    word = "stream" if on_gpu else "thread"
+    where = f" (group {', '.join(groups[:4])})" if groups else ""
+    parts = []
+    p2p = [k for k in kinds if k in _P2P_KINDS]
+    if p2p:
+        parts.append(f"the point-to-point {'/'.join(p2p)}{where} (pipeline or sequence-parallel exchange) "
+                     f"{'run on the compute ' + word if serialized else 'wait on the computation'}: post them "
+                     f"asynchronously on their own {word} and compute the next micro-batch meanwhile (they need no "
+                     "bucketing)")
+    reducing = [k for k in kinds if k in _REDUCING]
+    if reducing:
+        framework = "; PyTorch DDP/FSDP do this by default" if result.source == "kineto" else ""
+        parts.append(f"issue each {'/'.join(reducing)}{where} on a separate {word} as soon as its input is ready "
+                     f"(in buckets, while the computation that follows still runs){framework}")
+    gathering = [k for k in kinds if k in _GATHERING]
+    if gathering:
+        parts.append(f"issue the {'/'.join(gathering)}{where} for the next layer or batch ahead of its use on a "
+                     f"separate {word} (prefetch), so it runs under the current computation")
+    if ev.BARRIER in kinds:
+        parts.append("drop the barrier from the step (or move it out of the loop): it only waits")
+    if not parts:
+        parts.append(f"move the communication to its own {word} and issue it without blocking, so it runs "
+                     "under the computation")
+    return "; ".join(parts)
 
 
 def _straggler_finding(skew: dict, window_ns: int) -> list[dict]:

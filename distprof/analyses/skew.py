@@ -26,6 +26,9 @@ SPLIT_TOLERANCE_UNCERTAINTIES = 2
 # a kind gets a note when more than this share of its collectives disagree: a few disagreements
 # are noise (one late host thread); a quarter or more points at the clocks or the ranks' exits
 SPLIT_DISAGREE_NOTE_SHARE = 0.25
+# ... and by this much on the same clock (host threads leave a collective up to ~1 ms apart); was
+# skew.straggler_min_ns before that became the straggler's per-step floor
+SPLIT_MIN_NS = 1_000_000
 
 def _columns(frame: pd.DataFrame, **columns) -> dict:
     """Named plain-Python lists (picklable, JSON-able) from frame columns."""
@@ -207,7 +210,7 @@ def _arrivals(matching: Matching, offsets: np.ndarray, unc: np.ndarray, cfg: dic
     threshold = unc + int(np.median(unc)) + int(cfg["straggler_min_ns"])
     late = present & (lateness > threshold[:, None])
     is_last = present & (np.arange(n_ranks)[:, None] == last_row[None, :]) & (arrival_skew > 0)
-    split_tolerance = SPLIT_TOLERANCE_UNCERTAINTIES * int(unc.max()) + int(cfg["straggler_min_ns"])
+    split_tolerance = SPLIT_TOLERANCE_UNCERTAINTIES * int(unc.max()) + SPLIT_MIN_NS
     split_diff = np.abs(sync - wait).max(axis=0)
     return {"unc": unc, "start": start, "arrival_skew": arrival_skew,
             "end_skew": _masked_max(end, present) - _masked_min(end, present),
