@@ -380,3 +380,15 @@ def test_serialized_advice_fits_the_kind_and_names_no_framework_the_trace_does_n
         assert "point-to-point" in advice and "no bucketing" in advice and "DDP" not in advice
     else:
         assert "allreduce" in advice and ("DDP" in advice) == (source == "kineto")
+
+
+def test_reports_show_the_table_and_the_split(tp_dp):
+    from distprof.reports import html, text
+    _, data = tp_dp
+    shown = text.render(data)
+    assert "Collectives" in shown and "Comm wait (ms)" in shown and "Comm transfer (ms)" in shown
+    assert "tp1      intra-node  1-16 MiB" in shown and "50.0%" in shown
+    page = html.render(data)
+    assert "<h2>Collectives</h2>" in page and "16-256 MiB" in page and "Comm wait" in page
+    old = {k: v for k, v in data.items() if k != "collectives"}  # a summary.json from before issue 13
+    assert "busbw" not in text.render(old) and "<h2>Collectives</h2>" not in html.render(old)
