@@ -107,6 +107,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.no_align:
         overrides["clock"] = {"align": False}
     config = config_mod.load(args.config, overrides or None)
+    if args.gpus_per_node is not None:  # on top of the file's hardware section, validated like it
+        config = config_mod.load(None, {**{k: v for k, v in config.items() if k != "hardware"},
+                                        "hardware": {**config["hardware"], "gpus_per_node": args.gpus_per_node}})
     outpaths.check_dir(args.out)  # before the analysis, not after it
     notes: list[str] = []
     paths = sources.expand(args.inputs, warn=lambda text: _warn(text, notes))
@@ -282,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="analyse the ProfileStep window (default) or the whole trace")
     merge.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     merge.add_argument("--no-align", action="store_true", help=NO_ALIGN_HELP)
+    merge.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+                       help="ranks per node when the traces name no host: node = rank // N, for the Collectives "
+                            "table's intra-/inter-node split (config hardware.gpus_per_node)")
     merge.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                        help="also write OUT/report.html (default; --no-html to skip)")
     merge.set_defaults(func=cmd_merge)

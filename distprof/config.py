@@ -35,11 +35,18 @@ DEFAULTS: dict[str, Any] = {
         "overlap_warn_ratio": 0.10,   # separate comm lanes but overlap ratio below this: WARN
     },
     "skew": {
-        "straggler_min_ns": 1_000_000,   # lateness below this (plus clock uncertainty) is noise
-        "straggler_min_step_fraction": 0.15,   # ... and below this share of the median step time
+        "straggler_min_ns": 100_000,   # a straggler costs the others at least this much per step
+        "straggler_min_step_fraction": 0.05,   # ... and at least this share of the median step time
         "straggler_min_late_share": 0.75,   # a straggler is late in at least this share of the steps
-        "straggler_min_lead": 2.0,   # ... and late in total at least this many times the next-latest rank
+        "straggler_min_lead": 2.0,   # ... and costs at least this many times the runner-up rank
+        "late_min_ns": 20_000,   # per collective: a last arrival counts when this far (plus clock
+                                 # uncertainty) after the second-latest one
         "max_rows": 200,    # per-collective and per-step rows kept in summary.json (plus aggregates)
+    },
+    "hardware": {
+        "peak_busbw_gbps": None,   # the link's peak bus bandwidth (GB/s, nccl-tests busbw); None: not known
+        "gpus_per_node": None,     # ranks per node when the traces name no hosts (rank // this = node)
+        "slow_collective_share": 0.5,   # a Collectives row below this share of the peak: finding
     },
     "input": {
         "max_file_mb": 20480,           # input files above this size are refused (one line, no read)
@@ -68,11 +75,14 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "clock.refine_min_collectives": (0, None), "checks.overlap_warn_ratio": (0, 1),
     "skew.straggler_min_ns": (0, None), "skew.straggler_min_step_fraction": (0, 1),
     "skew.straggler_min_late_share": (0, 1), "skew.straggler_min_lead": (0, None), "skew.max_rows": (0, None),
+    "skew.late_min_ns": (0, None), "hardware.slow_collective_share": (0, 1),
     "input.max_file_mb": (1, None), "input.max_uncompressed_mb": (1, None),
     "diagnosis.dataloader_share": (0, 1), "diagnosis.gpu_idle_share": (0, 1),
     "demo.ranks": (1, None), "demo.steps": (1, None), "demo.layers": (1, None), "demo.width": (1, None),
     "demo.batch": (1, None),
 }
+# keys whose default is None (not known): a number of this type, or null; must be > 0
+NULLABLE: dict[str, type] = {"hardware.peak_busbw_gbps": float, "hardware.gpus_per_node": int}
 NON_EMPTY_ITEMS = ("communication.kernel_prefixes",)  # an empty prefix would match every kernel
 
 
@@ -92,6 +102,9 @@ def _merge(base: dict, override: dict, where: str, source: str) -> dict:
                 raise ConfigError(f"{source}: key '{path}' must be a mapping, got {type(value).__name__}")
             merged[key] = _merge(default, value, path + ".", source)
             continue
+        if path in NULLABLE:
+            merged[key] = _nullable(path, value, source)
+            continue
         expected = (int, float) if isinstance(default, float) else type(default)
         if isinstance(value, bool) and not isinstance(default, bool):
             raise ConfigError(f"{source}: key '{path}' must be {type(default).__name__}, got bool")
@@ -105,6 +118,22 @@ def _merge(base: dict, override: dict, where: str, source: str) -> dict:
             raise ConfigError(f"{source}: key '{path}' must be one of {', '.join(CHOICES[path])}, got {value!r}")
         merged[key] = value
     return merged
+
+
+def _nullable(path: str, value: Any, source: str) -> Any:
+    """A key that may be null (unknown): a positive number of its type, or None. A peak of 0 or a
+    negative node size would make every figure against it meaningless."""
+    if value is None:
+        return None
+    kind = NULLABLE[path]
+    allowed = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        what = "a number" if kind is float else "an integer"
+        raise ConfigError(f"{source}: key '{path}' must be {what} > 0 or null, got {type(value).__name__} "
+                          f"({value!r})")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{source}: key '{path}' must be > 0 or null, got {value!r}")
+    return float(value) if kind is float else int(value)
 
 
 def _check_value(path: str, value: Any, source: str) -> None:

@@ -7,11 +7,15 @@ these; writing reports is the caller's job.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from . import align as align_mod
 from . import events as ev
 from . import transport
+from .analyses import collectives as coll
 from .analyses import diagnose, distributed, skew, streams, summaries
 from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
@@ -61,7 +65,7 @@ def _rank_warnings(results: list[RankResult]) -> list[str]:
     return warnings + [f"{_rank_ranges(sorted(ranks))}: {text}" for text, ranks in no_steps.items()]
 
 
-def _skew_summary(aligned: align_mod.Alignment, config: dict) -> dict:
+def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None = None) -> dict:
     """summary.json's ``skew``: alignment, per-collective and per-step skew on the common clock."""
     results, matching = aligned.results, aligned.matching
     ranks = [r.rank for r in results]
@@ -71,6 +75,7 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict) -> dict:
     if steps["steps_summary"]:  # spreads across ranks on clocks nobody verified are not real figures
         steps["steps_summary"] = {**steps["steps_summary"], "clock_verified": not unknown}
     step_ns = (steps["steps_summary"] or {}).get("duration_median_ns")
+    window_ns = int(np.median([r.figures.window_ns for r in results])) if results else None
     out = {
         "aligned": bool(config.get("clock", {}).get("align", True)),
         "reference_rank": aligned.reference_rank, "alignment": [r.clock.to_json(r.rank) for r in results],
@@ -78,7 +83,9 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict) -> dict:
         "clock_unverified_ranks": unknown,
         "excluded_kinds": matching.excluded,
         **skew.collective_skew(matching, [r.clock.offset_ns for r in results], [u or 0 for u in uncertainties],
-                               config, step_ns=step_ns, verified=[r.clock.verified for r in results]),
+                               config, step_ns=step_ns, verified=[r.clock.verified for r in results], inst=inst,
+                               phases=steps["phases"], window_ns=window_ns,
+                               gpu=[r.gpu_gaps is not None for r in results]),
         **steps,
     }
     out["notes"] = aligned.notes + out["notes"]
@@ -124,14 +131,49 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         warnings.append(f"clock offset of rank(s) {shown} not verified "
                         "(no shared host, clock sample or usable collectives): start spreads and skew across "
                         "ranks may be the clocks, not the ranks")
-    final = aligned.results
-    skew_summary = _skew_summary(aligned, config)
+    final, inst, collective_table = _collectives(aligned, config)
+    aligned = replace(aligned, results=final)
+    skew_summary = _skew_summary(aligned, config, inst)
+    skew_summary["notes"] += _unsplit_note(final)
     checks = streams.stream_checks(final, config)
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
-        checks=checks, skew=skew_summary, findings=diagnose.findings(final, checks, skew_summary, config),
-        warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]))
+        checks=checks, skew=skew_summary,
+        findings=diagnose.findings(final, checks, skew_summary, config, collective_table),
+        warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
+        collectives=collective_table)
+
+
+def _collectives(aligned: align_mod.Alignment, config: dict) -> tuple[list[RankResult], dict, dict]:
+    """Instances of the matched collectives on the aligned clock, each rank's communication split
+    into wait and transfer (new RankFigures, nothing changed in place), and the Collectives table
+    (matched instances plus the collectives no other rank matched)."""
+    results, matching = aligned.results, aligned.matching
+    gpus_per_node = (config.get("hardware") or {}).get("gpus_per_node")
+    ranks = [r.rank for r in results]
+    node_of = coll.node_of_ranks(ranks, [r.host for r in results], gpus_per_node)
+    inst = coll.instances(matching, [r.clock.offset_ns for r in results], node_of, gpus_per_node)
+    waits = coll.rank_waits(matching, inst, [r.markers.step_bounds for r in results],
+                            config.get("window", "steps") == "steps")
+    final = []
+    for result, wait in zip(results, waits):  # one iteration per rank
+        figures = result.figures
+        transfer = None if wait is None else max(figures.communication_ns - wait, 0)
+        final.append(replace(result, figures=replace(figures, communication_wait_ns=wait,
+                                                      communication_transfer_ns=transfer)))
+    single = coll.unmatched([r.markers.collectives for r in results], ranks, matching,
+                            align_mod.process_groups(results), node_of, gpus_per_node)
+    return final, inst, coll.summary(matching, inst, single, config)
+
+
+def _unsplit_note(results: list[RankResult]) -> list[str]:
+    """Why a rank's communication is not split into wait and transfer."""
+    ranks = [r.rank for r in results if r.figures.communication_wait_ns is None and r.figures.communication_ns]
+    if not ranks:
+        return []
+    return [f"{_rank_ranges(ranks)}: communication not split into wait and transfer (no collective matched "
+            "with another rank's, so the wait for the last arrival is not known)"]
 
 
 def _rank_ranges(ranks: list[int]) -> str:

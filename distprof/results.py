@@ -21,7 +21,8 @@ from .units import phrase
 
 # per-rank figures in summary.json's rank rows, in their order there
 FIGURE_FIELDS = ("window_ns", "steps", "communication_ns", "computation_ns", "memory_ns", "overlap_ns",
-                 "exposed_communication_ns", "overlap_ratio", "idle_ns", "gpu_window_ns")
+                 "exposed_communication_ns", "overlap_ratio", "idle_ns", "gpu_window_ns",
+                 "communication_wait_ns", "communication_transfer_ns")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class RankFigures:
     overlap_ratio: float | None = None  # overlap / communication; None without communication
     idle_ns: int = 0           # window − |communication ∪ computation ∪ memory|
     gpu_window_ns: int | None = None  # |∪ per-step GPU windows| (Kineto); None when not known
+    # communication = wait + transfer (analyses.collectives.rank_waits, set by pipeline.combine after
+    # alignment): wait = |∪ [own start, start + sync wait] over matched collectives ∩ window|;
+    # None when the rank has no matched collective (its waits are not known)
+    communication_wait_ns: int | None = None
+    communication_transfer_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +187,7 @@ class Summary:
     findings: list[dict]
     warnings: list[str]
     tables: dict
+    collectives: dict = field(default_factory=dict)  # analyses.collectives.summary: the Collectives table
 
     def rank(self, rank: int) -> RankResult:
         """The result of one rank by its number."""

@@ -265,7 +265,12 @@ def test_demo_straggler_is_significant_with_its_size(demo_runs, tmp_path):
     data, text = _diff_cli(demo_runs["small"], demo_runs["straggler"], tmp_path)
     step = data["step_time"]
     assert step["significant"] and step["ci_low_ns"] > 0 and step["delta_ns"] > 0, text
-    assert "straggler" in [f["code"] for f in data["findings"]["new"]]
+    # new, or kept when the small run already has a small straggler of its own (a rank of a 2-rank demo on a
+    # busy 2-core machine can cost the other 0.5 ms of a 4.6 ms step): then the after run's is the 50 ms one
+    codes = [f["code"] for f in data["findings"]["new"] + data["findings"]["kept"]]
+    assert "straggler" in codes, text
+    after = json.loads((demo_runs["straggler"] / "summary.json").read_text())["skew"]["straggler"]
+    assert after["rank"] == 1 and after["cost_ns"] >= 30_000_000, after
     loads = [demo_runs["load"]["small"], demo_runs["load"]["straggler"]]
     if not steady(loads):
         pytest.skip(f"other jobs' CPU use changed between the runs (cores {loads}): size not asserted")

@@ -76,7 +76,7 @@ def test_concurrent_writers_into_one_folder_all_succeed(merged, tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["source"].startswith("writer ")
     assert (tmp_path / "ranks.csv").read_text().startswith("rank,")
     assert (tmp_path / "report.html").read_text().rstrip().endswith("</html>")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ranks.csv", "report.html", "summary.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["collectives.csv", "ranks.csv", "report.html", "summary.json"]
 
 
 def test_atomic_open_leaves_old_file_on_error(tmp_path):

@@ -16,6 +16,7 @@ from .. import events as ev
 from ..results import RankResult
 from ..sources.joins import launch_join
 from ..units import duration
+from . import collectives as collectives_mod
 from . import intervals as iv
 from .distributed import analysis_window, is_gpu_trace, work_masks
 
@@ -124,44 +125,132 @@ def _placement_findings(results: list[RankResult], checks: list[dict], window_ns
             message = (f"communication barely overlaps computation on {share}: overlap {100 * ratio:.1f}% "
                        f"on rank {worst} ({lanes}), exposed communication {duration(exposed[worst])} "
                        f"({_pct(exposed[worst], by_rank[worst].window_ns)} of the window)")
-        out.append(_finding(name, exposed[worst], window_ns, ranks, message, worst_row["advice"],
+        advice = _placement_advice(next(r for r in results if r.rank == worst),
+                                   worst_row["shared_lanes"] or worst_row["comm_lanes"], status == "FAIL")
+        out.append(_finding(name, exposed[worst], window_ns, ranks, message, advice,
                             worst_rank=worst, exposed_communication_ns_by_rank={str(k): v for k, v in exposed.items()},
                             lanes=worst_row["shared_lanes"] or worst_row["comm_lanes"]))
     return out
 
 
+_SIDE_TEXT = {"host": "host side: its collective calls are issued late too",
+              "device": "device side: launched on time, but its GPU starts the collective late"}
+_SIDE_ADVICE = {
+    "host": ("its host is late to the collective: check CPU binding and other processes on its cores, data "
+             "loading on this rank, and Python work outside the annotated phases (compare its host timeline "
+             "with a peer's)"),
+    "device": ("its GPU is busy longer before the collective: compare its kernels with a peer's (counts, shapes), "
+               "its clocks and thermals (nvidia-smi -q -d CLOCK,PERFORMANCE), and whether another process shares "
+               "the GPU"),
+    None: ("find what delays it: on the host (CPU binding, data loading, work outside the phases) or on its GPU "
+           "(longer kernels, clocks, another process)"),
+}
+
+
+_P2P_KINDS = (ev.SEND, ev.RECV, ev.SENDRECV)
+_REDUCING = (ev.ALLREDUCE, ev.REDUCE_SCATTER, ev.REDUCE)
+_GATHERING = (ev.ALLGATHER, ev.ALLTOALL, ev.BROADCAST, ev.GATHER, ev.SCATTER)
+
+
+def _placement_advice(result: RankResult, lanes: list[str], serialized: bool) -> str:
+    """What fits the communication that is serialized (or not overlapped) on these lanes: by its
+    kind (p2p needs no bucketing, reductions are bucketed, gathers prefetched, barriers dropped),
+    naming its groups, and a framework only where the trace shows one (PyTorch for Kineto traces)."""
+    collectives = result.markers.collectives
+    pairs = set(zip(collectives.get("name", ()), collectives.get("lane", ()), collectives.get("group") or
+                    [""] * len(collectives.get("name", ()))))
+    kinds = sorted({k for k, lane, _ in pairs if lane in lanes})
+    groups = sorted({g for _, lane, g in pairs if lane in lanes and g})
+    on_gpu = any(lane.label in lanes and lane.lane_kind == ev.GPU_STREAM for lane in result.lanes)
+    word = "stream" if on_gpu else "thread"
+    where = f" (group {', '.join(groups[:4])})" if groups else ""
+    parts = []
+    p2p = [k for k in kinds if k in _P2P_KINDS]
+    if p2p:
+        parts.append(f"the point-to-point {'/'.join(p2p)}{where} (pipeline or sequence-parallel exchange) "
+                     f"{'run on the compute ' + word if serialized else 'wait on the computation'}: post them "
+                     f"asynchronously on their own {word} and compute the next micro-batch meanwhile (they need no "
+                     "bucketing)")
+    reducing = [k for k in kinds if k in _REDUCING]
+    if reducing:
+        framework = "; PyTorch DDP/FSDP do this by default" if result.source == "kineto" else ""
+        parts.append(f"issue each {'/'.join(reducing)}{where} on a separate {word} as soon as its input is ready "
+                     f"(in buckets, while the computation that follows still runs){framework}")
+    gathering = [k for k in kinds if k in _GATHERING]
+    if gathering:
+        parts.append(f"issue the {'/'.join(gathering)}{where} for the next layer or batch ahead of its use on a "
+                     f"separate {word} (prefetch), so it runs under the current computation")
+    if ev.BARRIER in kinds:
+        parts.append("drop the barrier from the step (or move it out of the loop): it only waits")
+    if not parts:
+        parts.append(f"move the communication to its own {word} and issue it without blocking, so it runs "
+                     "under the computation")
+    return "; ".join(parts)
+
+
 def _straggler_finding(skew: dict, window_ns: int) -> list[dict]:
+    """The straggler: what it costs the others per step, how often, where (host or device, which
+    phase) and what fits that."""
     straggler = skew.get("straggler")
     if not straggler:
         return []
-    rank = straggler["rank"]
-    per_step = straggler.get("lateness_per_step_ns")
-    when = (f"late in {straggler['late_steps']}/{straggler['steps']} steps, {duration(per_step)} per step"
-            if per_step is not None else f"late in {straggler['late_collectives']} collectives")
-    message = (f"straggler: rank {rank} arrives last at {straggler['late_count']} of {straggler['matched']} "
-               f"collectives, {when} (total {duration(straggler['total_lateness_ns'])} that the other ranks wait)")
-    phase = _straggler_phase(skew, rank)
-    if phase:
-        message += f"; it spends {duration(phase[1])} per step more than the median rank in {phase[0]}"
-    advice = ("find what makes this rank slower: its phase times above, its host (CPU binding, "
-              "throttling, other jobs), its data shard (sizes, loader workers); balance the work or "
-              "move the rank")
-    return [_finding("straggler", straggler["total_lateness_ns"], window_ns, [rank], message, advice,
-                     **straggler, slow_phase=phase[0] if phase else None,
-                     slow_phase_extra_ns=phase[1] if phase else None)]
+    rank, cost = straggler["rank"], straggler["cost_ns"]
+    share = straggler.get("cost_share")
+    of_step = f" ({100 * share:.1f}% of the step)" if share is not None else ""
+    if straggler["pattern"] == "single step":
+        pattern = "1 step: not shown to repeat"
+    else:
+        pattern = f"{straggler['pattern']}: late in {straggler['steps_late']}/{straggler['steps']} steps"
+    message = (f"straggler: rank {rank} costs every other rank {duration(cost)} per step{of_step}: it is last, "
+               f"and waited for alone, in {straggler['late_in']} of its {straggler['of']} collectives ({pattern})")
+    if straggler.get("side") in _SIDE_TEXT:
+        message += f"; {_SIDE_TEXT[straggler['side']]}"
+    if straggler.get("phase"):
+        message += (f"; it spends {duration(straggler['phase_extra_ns'])} per step more than the median rank in "
+                    f"{straggler['phase']}")
+    else:
+        message += "; the delay is outside any annotated phase"
+    advice = _SIDE_ADVICE[straggler.get("side") if straggler.get("side") in _SIDE_ADVICE else None]
+    if straggler.get("phase"):
+        advice = f"look at {straggler['phase']} on rank {rank} first; " + advice
+    else:
+        advice += "; mark more of the step as phases to see where"
+    if straggler["pattern"] == "single step":
+        advice += "; one step only: profile more steps to see whether it repeats"
+    evidence = {k: v for k, v in straggler.items() if k not in ("rank", "cost_ns")}
+    return [_finding("straggler", straggler["total_cost_ns"], window_ns, [rank], message, advice,
+                     cost_per_step_ns=cost, slow_phase=straggler.get("phase"),
+                     slow_phase_extra_ns=straggler.get("phase_extra_ns") if straggler.get("phase") else None,
+                     **evidence)]
 
 
-def _straggler_phase(skew: dict, rank: int) -> tuple[str, int] | None:
-    """The phase where the straggler spends the most time above the median rank, per step."""
-    best = None
-    for phase in skew.get("phases") or []:
-        mine = (phase.get("busy_ns_by_rank") or {}).get(str(rank))
-        if mine is None or not phase["steps"]:
-            continue
-        extra = (mine - phase["busy_total_median_ns"]) / phase["steps"]
-        if extra > 0 and (best is None or extra > best[1]):
-            best = (phase["name"], int(extra))
-    return best
+def _slow_collective_findings(collectives: dict | None, config: dict, window_ns: int) -> list[dict]:
+    """Collectives table rows whose median busbw is below ``hardware.slow_collective_share`` of the
+    configured peak (no peak, no finding). Cost: the transfer time a rank would save at the peak."""
+    rows = collectives_mod.slow_rows((collectives or {}).get("rows") or [], config)
+    if not rows:
+        return []
+    peak = float(config["hardware"]["peak_busbw_gbps"])
+    saved = [r["count"] * (r["transfer_median_ns"] or 0) * (1 - (r["peak_share"] or 0)) for r in rows]
+    worst = rows[int(np.argmax(saved))]
+    where = f" in group {worst['group']!r}" if worst["group"] else ""
+    span = f", {worst['node_span']}" if worst["node_span"] else ""
+    limit = 100 * float(config["hardware"]["slow_collective_share"])
+    message = (f"slow collectives: {len(rows)} kind/size row(s) below {limit:.0f}% of the {peak:g} GB/s peak; "
+               f"worst {worst['kind']}{where} ({worst['size_bucket']}{span}): median busbw "
+               f"{worst['busbw_median_gbps']:.1f} GB/s ({100 * worst['peak_share']:.0f}% of peak) over "
+               f"{worst['count']} instances, median transfer {duration(worst['transfer_median_ns'] or 0)}")
+    small = worst["size_bucket"] in ("<=64 KiB", "64 KiB-1 MiB")
+    advice = ("messages this small are latency-bound, not bandwidth-bound: fuse them into fewer, larger ones "
+              "(bigger buckets)" if small else
+              "measure the same size and group with a bandwidth benchmark (nccl-tests for NCCL) on these ranks; "
+              + ("check the network path between the nodes (transport, interface, adapters)"
+                 if worst["node_span"] == "inter-node" else "check the links between the GPUs of the node "
+                 "(topology, PCIe vs NVLink) and that peer-to-peer is enabled"))
+    return [_finding("slow_collective", int(sum(saved)), window_ns, [], message, advice,
+                     rows=[{k: r[k] for k in ("kind", "group", "node_span", "size_bucket", "count",
+                                              "busbw_median_gbps", "peak_share")} for r in rows[:8]],
+                     peak_busbw_gbps=peak)]
 
 
 def _gpu_gap_findings(results: list[RankResult], config: dict, window_ns: int) -> list[dict]:
@@ -232,10 +321,12 @@ def _dataloader_findings(results: list[RankResult], config: dict, window_ns: int
                      steps_above=above)]
 
 
-def findings(results: list[RankResult], checks: list[dict], skew: dict, config: dict) -> list[dict]:
+def findings(results: list[RankResult], checks: list[dict], skew: dict, config: dict,
+             collectives: dict | None = None) -> list[dict]:
     """All findings, costliest first."""
     windows = [r.figures.window_ns or 0 for r in results]
     window_ns = int(np.median(windows)) if windows else 0
     out = (_placement_findings(results, checks, window_ns) + _straggler_finding(skew, window_ns)
+           + _slow_collective_findings(collectives, config, window_ns)
            + _gpu_gap_findings(results, config, window_ns) + _dataloader_findings(results, config, window_ns))
     return sorted(out, key=lambda f: -f["cost_ns"])

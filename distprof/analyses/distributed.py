@@ -22,7 +22,8 @@ from ..results import Lane, RankFigures
 from . import intervals as iv
 
 FIGURES = ("window_ns", "communication_ns", "computation_ns", "memory_ns", "overlap_ns",
-           "exposed_communication_ns", "overlap_ratio", "idle_ns", "gpu_window_ns")
+           "exposed_communication_ns", "overlap_ratio", "idle_ns", "gpu_window_ns", "communication_wait_ns",
+           "communication_transfer_ns")
 # host API calls that only enqueue communication kernels: not communication on GPU traces
 ENQUEUE_PREFIXES = ("nccl", "c10d::", "record_param_comms")
 

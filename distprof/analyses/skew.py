@@ -16,6 +16,7 @@ from ..align import Matching, unique_rows
 from ..results import RankMarkers
 from ..sources.joins import launch_join
 from ..units import duration
+from . import collectives as coll
 from .distributed import work_masks
 
 _INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -25,6 +26,9 @@ SPLIT_TOLERANCE_UNCERTAINTIES = 2
 # a kind gets a note when more than this share of its collectives disagree: a few disagreements
 # are noise (one late host thread); a quarter or more points at the clocks or the ranks' exits
 SPLIT_DISAGREE_NOTE_SHARE = 0.25
+# ... and by this much on the same clock (host threads leave a collective up to ~1 ms apart); was
+# skew.straggler_min_ns before that became the straggler's per-step floor
+SPLIT_MIN_NS = 1_000_000
 
 def _columns(frame: pd.DataFrame, **columns) -> dict:
     """Named plain-Python lists (picklable, JSON-able) from frame columns."""
@@ -139,29 +143,21 @@ def _top(score: np.ndarray, limit: int) -> np.ndarray:
 
 
 def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
-                    step_ns: int | None = None, verified=None) -> dict:
-    """Per-collective arrival/end skew, waits, the sync/transfer split and the straggler.
+                    step_ns: int | None = None, verified=None, inst: dict | None = None,
+                    phases: list[dict] | None = None, window_ns: int | None = None, gpu=None) -> dict:
+    """Per-collective arrival/end skew, waits, bytes and bandwidth, the sync/transfer split and the
+    straggler.
 
     ``offsets``/``uncertainties`` are the final per-rank clock offsets (rows of ``matching``);
-    ``step_ns`` the median step duration, when there are steps.
+    ``step_ns`` the median step duration (``window_ns`` the median window, without steps);
+    ``inst`` the instances of analyses.collectives (computed here when not given); ``phases``
+    skew.phases (for the straggler's phase); ``gpu`` per row whether the rank's trace has GPU work.
 
-    Lateness of a rank in a collective = its aligned start − the median start over the ranks
-    (the median, so a second straggler does not hide the first); it counts when above
-    ``uncertainty(rank) + median uncertainty + skew.straggler_min_ns``. A rank's lateness in a
-    step is the sum of its counted lateness over the step's collectives (without steps, each
-    collective is its own unit). The straggler is late, by more than that threshold and more
-    than ``skew.straggler_min_step_fraction`` of the median step time, in at least
-    ``skew.straggler_min_late_share`` of the steps (so a slow first step, or the random delays
-    of a busy machine, do not make a straggler); among such ranks, the one with the largest
-    total lateness, if that is at least ``skew.straggler_min_lead`` times the next-latest
-    rank's (when two ranks are late about as much, the imbalance is spread, not one straggler).
-    None when no rank is, and when that rank's clock offset is not ``verified`` (neither
-    refined nor bounded: its lateness may be its clock; a note says so).
-
-    The sync/transfer split (transfer = shortest duration across ranks, sync = the rest of
-    each rank's duration) uses durations only, so it needs no alignment; it is compared with
-    the aligned waits and disagreements are counted. Matrices are (ranks, collectives): memory
-    is a few times 8 bytes × ranks × matched collectives.
+    Per rank, lateness against the median start (the median, so a second late rank does not hide
+    the first) stays in ``ranks[]`` for reference; the straggler is named by what the others
+    waited for it alone (``straggler``). The sync/transfer split (transfer = shortest duration
+    across ranks) uses durations only and is compared with the aligned waits. Matrices are
+    (ranks, collectives): a few times 8 bytes × ranks × matched collectives.
     """
     cfg = config["skew"]
     n_ranks, n = matching.start_ns.shape
@@ -169,21 +165,28 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
               "straggler": None, "notes": []}
     if n == 0 or n_ranks < 2:
         return result
+    inst = inst if inst is not None else coll.instances(matching, offsets)
     arrivals = _arrivals(matching, np.asarray(offsets, np.int64), np.asarray(uncertainties, np.int64), cfg)
     units = _late_units(matching, arrivals, cfg, step_ns)
-    result["collectives"] = _collective_rows(matching, arrivals, int(cfg["max_rows"]))
+    result["collectives"] = _collective_rows(matching, arrivals, inst, int(cfg["max_rows"]))
     result["collectives_shown"] = len(result["collectives"])
     result["kinds"], result["notes"] = _kind_rows(matching, arrivals)
+    blame = _blame(matching, inst, np.asarray(uncertainties, np.int64), cfg, step_ns or window_ns)
     rank_of = matching.ranks.tolist()
-    # late_units: steps in which the rank was late (collectives, when the trace has no steps)
+    # late_units: steps in which the rank was late against the median start (collectives without steps)
     result["ranks"] = [{"rank": rank_of[r], "last_count": int(arrivals["last_count"][r]),
                         "late_count": int(arrivals["late_last"][r]),
                         "late_collectives": int(arrivals["late"][r].sum()), "late_units": int(units["late_units"][r]),
                         "late_steps": int(units["late_units"][r]) if units["by_step"] else None,
                         "total_lateness_ns": int(arrivals["total_lateness"][r]),
-                        "wait_ns": int(arrivals["wait"][r].sum()), "sync_ns": int(arrivals["sync"][r].sum()),
-                        "threshold_ns": int(arrivals["threshold"][r])} for r in range(n_ranks)]
-    _name_straggler(result, matching, arrivals, units, cfg, verified)
+                        "wait_ns": int(inst["wait"][r].sum()), "sync_ns": int(arrivals["sync"][r].sum()),
+                        "threshold_ns": int(arrivals["threshold"][r]),
+                        "late_in": int(blame["late_in"][r]), "of": int(blame["of"][r]),
+                        "cost_ns": int(round(blame["per_step"][r])), "total_cost_ns": int(blame["cost"][r]),
+                        "steps_late": int(blame["steps_late"][r])} for r in range(n_ranks)]
+    straggler, notes = _name_straggler(matching, inst, blame, cfg, verified, phases, gpu)
+    result["straggler"] = straggler
+    result["notes"] += notes
     return result
 
 
@@ -207,7 +210,7 @@ def _arrivals(matching: Matching, offsets: np.ndarray, unc: np.ndarray, cfg: dic
     threshold = unc + int(np.median(unc)) + int(cfg["straggler_min_ns"])
     late = present & (lateness > threshold[:, None])
     is_last = present & (np.arange(n_ranks)[:, None] == last_row[None, :]) & (arrival_skew > 0)
-    split_tolerance = SPLIT_TOLERANCE_UNCERTAINTIES * int(unc.max()) + int(cfg["straggler_min_ns"])
+    split_tolerance = SPLIT_TOLERANCE_UNCERTAINTIES * int(unc.max()) + SPLIT_MIN_NS
     split_diff = np.abs(sync - wait).max(axis=0)
     return {"unc": unc, "start": start, "arrival_skew": arrival_skew,
             "end_skew": _masked_max(end, present) - _masked_min(end, present),
@@ -239,7 +242,11 @@ def _late_units(matching: Matching, arrivals: dict, cfg: dict, step_ns: int | No
             "late_units": (per_unit > unit_threshold[:, None]).sum(axis=1)}
 
 
-def _collective_rows(matching: Matching, arrivals: dict, limit: int) -> list[dict]:
+def _gbps(value: float) -> float | None:
+    return None if not np.isfinite(value) else float(value)
+
+
+def _collective_rows(matching: Matching, arrivals: dict, inst: dict, limit: int) -> list[dict]:
     """The ``limit`` collectives with the largest arrival skew, in time order."""
     a = arrivals
     present, unc, median_start = matching.present, a["unc"], a["median_start"]
@@ -248,16 +255,22 @@ def _collective_rows(matching: Matching, arrivals: dict, limit: int) -> list[dic
     index[order] = np.arange(order.size)
     rank_of = matching.ranks.tolist()
     first_row, last_row = a["first_row"], a["last_row"]
+    groups = matching.group if len(matching.group) == matching.size else np.full(matching.size, "", object)
+    members = matching.group_ranks or [tuple(matching.ranks[present[:, j]].tolist()) for j in range(matching.size)]
     return [{
-        "index": int(index[j]), "name": str(matching.name[j]), "step": int(matching.step[j]),
+        "index": int(index[j]), "name": str(matching.name[j]), "kind": str(matching.name[j]),
+        "group_name": str(groups[j]), "group_ranks": list(members[j]), "step": int(matching.step[j]),
         "ordinal": int(matching.ordinal[j]), "start_ns": int(round(float(median_start[j]))),
+        "bytes": None if not np.isfinite(inst["nbytes"][j]) else int(round(float(inst["nbytes"][j]))),
         "arrival_skew_ns": int(a["arrival_skew"][j]), "end_skew_ns": int(a["end_skew"][j]),
         "first_rank": rank_of[first_row[j]], "last_rank": rank_of[last_row[j]],
         "last_lateness_ns": int(a["lateness"][last_row[j], j]),
+        "attributable_wait_ns": int(inst["last"][j] - inst["second_start"][j]),
         "above_uncertainty": bool(a["arrival_skew"][j] > unc[first_row[j]] + unc[last_row[j]]),
-        "transfer_ns": int(a["transfer"][j]), "max_sync_ns": int(a["sync"][present[:, j], j].max()),
-        "split_agrees": bool(a["split_agrees"][j]),
-        "wait_ns_by_rank": {str(rank_of[r]): int(a["wait"][r, j]) for r in np.flatnonzero(present[:, j])},
+        "transfer_ns": int(inst["transfer"][j]), "algbw_gbps": _gbps(inst["algbw"][j]),
+        "busbw_gbps": _gbps(inst["busbw"][j]), "node_span": inst["node_span"][j],
+        "max_sync_ns": int(a["sync"][present[:, j], j].max()), "split_agrees": bool(a["split_agrees"][j]),
+        "wait_ns_by_rank": {str(rank_of[r]): int(inst["wait"][r, j]) for r in np.flatnonzero(present[:, j])},
     } for j in order[_top(a["arrival_skew"][order], limit)]]
 
 
@@ -287,43 +300,141 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str
     return kinds, notes
 
 
-def _name_straggler(result: dict, matching: Matching, arrivals: dict, units: dict, cfg: dict, verified) -> None:
-    """Set ``result["straggler"]``, or add the note that says why no rank is named."""
-    n_ranks, n = matching.start_ns.shape
+def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: float | None) -> dict:
+    """What the other members waited for each rank alone: per instance, the last rank's
+    attributable wait = its start − the second-latest start, counted when above both ranks' clock
+    uncertainty + ``skew.late_min_ns``; per rank and step (one unit without steps) the sum.
+
+    ``min_cost`` = max(``straggler_min_step_fraction`` × step, ``straggler_min_ns``): a step in
+    which a rank costs the others at least this much is a step it is late in."""
+    n_rows = matching.present.shape[0]
+    last_row, second_row = inst["last_row"], inst["second_row"]
+    attributable = (inst["last"] - inst["second_start"]).astype(np.int64)
+    threshold = unc[last_row] + unc[second_row] + int(cfg["late_min_ns"])
+    counted = (matching.present.sum(axis=0) >= 2) & (attributable > threshold)
+    steps, unit_of = np.unique(matching.step, return_inverse=True)
+    n_units = int(steps.size)
+    per_unit = np.bincount(last_row[counted] * n_units + unit_of[counted], weights=attributable[counted],
+                           minlength=n_rows * n_units).reshape(n_rows, n_units)
+    cost = per_unit.sum(axis=1)
+    min_cost = max(float(cfg["straggler_min_step_fraction"]) * float(step_ns or 0), float(cfg["straggler_min_ns"]))
+    return {"attributable": attributable, "counted": counted, "steps": steps, "per_unit": per_unit,
+            "cost": cost, "per_step": cost / n_units, "n_units": n_units, "step_ns": step_ns,
+            "late_in": np.bincount(last_row[counted], minlength=n_rows),
+            "of": matching.present.sum(axis=1), "min_cost": min_cost,
+            "steps_late": (per_unit >= min_cost).sum(axis=1), "by_step": bool((steps >= 0).any())}
+
+
+def _side(matching: Matching, inst: dict, blame: dict, row: int, gpu) -> str | None:
+    """"device" when the rank's launches are on time (launch lateness vs the other members'
+    latest launch < half its attributable wait, median over its late instances) but its kernels
+    start late; "host" when the launch is late too, or the collectives are host calls on a
+    host-only trace (no launch times); None when not known (GPU work without launches)."""
+    mine = blame["counted"] & (inst["last_row"] == row)
+    launch = inst["launch"][:, mine]
+    others = matching.present[:, mine] & (np.arange(launch.shape[0]) != row)[:, None] & (launch >= 0)
+    known = (launch[row] >= 0) & others.any(axis=0)
+    if not known.any():
+        is_gpu = True if gpu is None else bool(np.asarray(gpu, bool)[row])
+        return None if is_gpu else "host"
+    other_launch = np.where(others, launch, _INT_MIN).max(axis=0)[known]
+    ratio = (launch[row, known] - other_launch) / np.maximum(blame["attributable"][mine][known], 1)
+    return "device" if float(np.median(ratio)) < 0.5 else "host"
+
+
+def straggler_phase(phases: list[dict] | None, rank: int) -> tuple[str, int] | None:
+    """The phase where the rank spends the most time per step above the median of the other ranks
+    (the others: with two ranks a median that includes the rank itself halves its excess)."""
+    best = None
+    for phase in phases or []:  # one iteration per phase name
+        by_rank = phase.get("busy_ns_by_rank") or {}
+        mine = by_rank.get(str(rank))
+        others = [v for r, v in by_rank.items() if r != str(rank)]
+        if mine is None or not phase["steps"] or not others:
+            continue
+        extra = (mine - float(np.median(others))) / phase["steps"]
+        if extra > 0 and (best is None or extra > best[1]):
+            best = (phase["name"], int(extra))
+    return best
+
+
+def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, verified, phases,
+                    gpu) -> tuple[dict | None, list[str]]:
+    """The straggler: the rank with the largest cost, when (a) its per-step cost reaches
+    ``min_cost``, (b) it is late in ``straggler_min_late_share`` of the steps (one step: last in
+    more than half of its collectives), (c) it costs ``straggler_min_lead`` × the runner-up and
+    (d) its clock offset is verified. Else None and the note that says why."""
     rank_of = matching.ranks.tolist()
-    total_lateness, late, late_last = arrivals["total_lateness"], arrivals["late"], arrivals["late_last"]
-    late_units, n_units, by_step = units["late_units"], units["n_units"], units["by_step"]
-    # random delays make some rank late in some steps; a straggler is late in most of them
-    candidates = late_units >= np.ceil(float(cfg["straggler_min_late_share"]) * n_units - 1e-9)
-    verified = np.ones(n_ranks, bool) if verified is None else np.asarray(verified, bool)
-    r = int(np.argmax(np.where(candidates, total_lateness, -1)))
-    others = np.delete(total_lateness, r)
-    runner_up = int(others.max()) if others.size else 0
-    stands_out = total_lateness[r] >= float(cfg["straggler_min_lead"]) * runner_up
-    what = "steps" if by_step else "collectives"
-    if candidates.any() and not verified[r]:
-        result["notes"].append(
-            f"rank {rank_of[r]} looks late in {int(late_units[r])} of {n_units} "
-            f"{what} (total {duration(total_lateness[r])}), but its clock "
-            "offset is unverified (too few matched collectives to align it, no bound from its source): "
-            "not named a straggler")
-    elif candidates.any() and not stands_out:
-        second = rank_of[int(np.flatnonzero(np.arange(n_ranks) != r)[np.argmax(others)])]
-        result["notes"].append(
-            f"rank {rank_of[r]} is late in {int(late_units[r])} of {n_units} {what} "
-            f"(total {duration(total_lateness[r])}), but rank {second} is late nearly as much "
-            f"({duration(runner_up)}): no single straggler; the delay is spread (uneven work, or a busy machine)")
-    elif candidates.any():
-        result["straggler"] = {
-            "rank": rank_of[r], "late_count": int(late_last[r]), "total_lateness_ns": int(total_lateness[r]),
-            "late_collectives": int(late[r].sum()), "matched": n,
-            "late_steps": int(late_units[r]) if by_step else None, "steps": n_units if by_step else None,
-            "lateness_per_step_ns": int(total_lateness[r] // n_units) if by_step else None,
-            "median_lateness_per_step_ns": int(np.median(units["per_unit"][r])) if by_step else None,
-            "mean_lateness_ns": int(total_lateness[r] // max(int(late[r].sum()), 1)),
-            "threshold_ns": int(round(float(units["unit_threshold"][r]))),
-            "most_often_last_rank": rank_of[int(np.argmax(late_last))],
-        }
+    cost, per_step, n_units = blame["cost"], blame["per_step"], blame["n_units"]
+    r = int(np.argmax(cost))
+    if cost[r] <= 0:
+        return None, []
+    one_step = n_units == 1
+    late_in, of, steps_late = int(blame["late_in"][r]), int(blame["of"][r]), int(blame["steps_late"][r])
+    big = per_step[r] >= blame["min_cost"]
+    repeats = late_in > of / 2 if one_step else \
+        steps_late >= np.ceil(float(cfg["straggler_min_late_share"]) * n_units - 1e-9)
+    runner_up = float(np.delete(cost, r).max()) if cost.size > 1 else 0.0
+    leads = cost[r] >= float(cfg["straggler_min_lead"]) * runner_up
+    verified = np.ones(len(rank_of), bool) if verified is None else np.asarray(verified, bool)
+    if not (big and repeats and leads):
+        return None, _no_straggler_notes(blame, rank_of, r, big, repeats)
+    if not verified[r]:
+        return None, [f"rank {rank_of[r]} costs the others {duration(per_step[r])} per step (last in {late_in} of "
+                      f"{of} collectives), but its clock offset is unverified (too few matched collectives to "
+                      "align it, no bound from its source): not named a straggler"]
+    return _straggler_row(matching, inst, blame, r, phases, gpu), []
+
+
+def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, phases, gpu) -> dict:
+    """skew.straggler: the contract keys and the older ones reports read."""
+    rank_of = matching.ranks.tolist()
+    one_step, n_units = blame["n_units"] == 1, blame["n_units"]
+    per_step, step_ns = float(blame["per_step"][r]), blame["step_ns"]
+    phase = straggler_phase(phases, rank_of[r])
+    attributed = phase if phase and phase[1] >= 0.5 * per_step else None
+    late_units = np.flatnonzero(blame["per_unit"][r] >= blame["min_cost"])
+    late_in = int(blame["late_in"][r])
+    return {
+        "rank": rank_of[r], "cost_ns": int(round(per_step)),
+        "cost_share": float(per_step / step_ns) if step_ns else None,
+        "late_in": late_in, "of": int(blame["of"][r]), "side": _side(matching, inst, blame, r, gpu),
+        "pattern": "single step" if one_step else "persistent", "steps_late": int(late_units.size),
+        "steps": n_units, "late_step_ids": blame["steps"][late_units].tolist() if blame["by_step"] else [],
+        "phase": attributed[0] if attributed else None, "phase_extra_ns": phase[1] if phase else None,
+        "largest_phase": phase[0] if phase else None, "total_cost_ns": int(blame["cost"][r]),
+        "runner_up_cost_ns": int(np.delete(blame["cost"], r).max()) if blame["cost"].size > 1 else 0,
+        # older keys (reports, diff and tests read them)
+        "late_count": late_in, "late_collectives": late_in, "matched": int(matching.size),
+        "total_lateness_ns": int(blame["cost"][r]), "late_steps": int(late_units.size),
+        "lateness_per_step_ns": int(round(per_step)), "threshold_ns": int(round(blame["min_cost"])),
+        "most_often_last_rank": rank_of[int(np.argmax(blame["late_in"]))],
+    }
+
+
+def _no_straggler_notes(blame: dict, rank_of: list[int], r: int, big: bool, repeats: bool) -> list[str]:
+    """Why no rank is named: the late rank rotates, or one is late only in a few steps."""
+    per_unit, min_cost = blame["per_unit"], blame["min_cost"]
+    worst = per_unit.argmax(axis=0)
+    hit = per_unit.max(axis=0) >= min_cost
+    culprits = sorted({rank_of[w] for w in worst[hit]})
+    label = "step" if blame["by_step"] else "unit"
+    if len(culprits) >= 2:
+        shown = "; ".join(f"{label} {int(s)}: rank {rank_of[w]} ({duration(c)})" for s, w, c in
+                          zip(blame["steps"][hit][:8], worst[hit][:8], per_unit.max(axis=0)[hit][:8]))
+        return [f"the late rank rotates (ranks {', '.join(map(str, culprits[:8]))}): not one straggler; "
+                f"the worst per {label}: {shown}"]
+    late = np.flatnonzero(per_unit[r] >= min_cost)
+    if late.size and not repeats:
+        steps = ", ".join(str(int(s)) for s in blame["steps"][late][:8])
+        return [f"rank {rank_of[r]} is late only in {label}(s) {steps} ({late.size} of {blame['n_units']}): transient, "
+                f"not a straggler (costs {duration(blame['per_step'][r])} per {label} on average)"]
+    if big and repeats:
+        second = int(np.argsort(-blame["cost"])[1])
+        return [f"rank {rank_of[r]} costs the others {duration(blame['per_step'][r])} per {label}, but rank "
+                f"{rank_of[second]} costs nearly as much ({duration(blame['per_step'][second])}): no single "
+                "straggler; the delay is spread (uneven work, or a busy machine)"]
+    return []
 
 
 def _dense(keys_by_rank: list[np.ndarray], values_by_rank: list[dict[str, np.ndarray]]):

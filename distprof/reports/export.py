@@ -19,6 +19,7 @@ def write_summary(summary: dict, out: str | Path) -> Path:
     summary = cap_names(summary)
     path = write_json(summary, out)
     write_csv(summary, Path(out) / "ranks.csv")
+    write_collectives_csv(summary, Path(out) / "collectives.csv")
     return path
 
 
@@ -36,6 +37,24 @@ def write_csv(summary: dict, path: Path) -> Path:
         writer.writerow(columns)
         for row in summary["ranks"]:
             writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+    return path
+
+
+COLLECTIVE_CSV = ("kind", "group", "node_span", "size_bucket", "count", "matched", "total_ns", "wait_ns",
+                  "wait_share", "transfer_median_ns", "bytes_median", "algbw_median_gbps", "busbw_median_gbps",
+                  "peak_share")
+
+
+def write_collectives_csv(summary: dict, path: Path) -> Path | None:
+    """collectives.csv: the Collectives table (summary.json ``collectives.rows``); none without rows."""
+    rows = (summary.get("collectives") or {}).get("rows") or []
+    if not rows:
+        return None
+    with outpaths.atomic_open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(COLLECTIVE_CSV)
+        for row in rows:
+            writer.writerow(["" if row.get(c) is None else row.get(c) for c in COLLECTIVE_CSV])
     return path
 
 

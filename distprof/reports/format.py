@@ -7,11 +7,12 @@ UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 # the Distributed Summary columns of every report: (summary.json key, title)
 SUMMARY_COLUMNS = (("window_ns", "ProfileStep"), ("communication_ns", "Communication"),
+                   ("communication_wait_ns", "Comm wait"), ("communication_transfer_ns", "Comm transfer"),
                    ("computation_ns", "Computation"), ("memory_ns", "Memory"), ("overlap_ns", "Overlap"),
                    ("exposed_communication_ns", "Exposed comm"), ("overlap_ratio", "Overlap ratio"),
                    ("idle_ns", "Idle"), ("gpu_window_ns", "GPU window"))
 # columns shown only when some rank has a value
-OPTIONAL_COLUMNS = ("gpu_window_ns",)
+OPTIONAL_COLUMNS = ("gpu_window_ns", "communication_wait_ns", "communication_transfer_ns")
 
 
 def summary_columns(ranks: list[dict]) -> tuple:
@@ -37,3 +38,32 @@ def figure(key: str, value, unit: str) -> str:
 def column_title(key: str, title: str, unit: str) -> str:
     """Header of a Distributed Summary column, with the unit where it has one."""
     return title if key == "overlap_ratio" else f"{title} ({unit})"
+
+
+# the Collectives table (summary.json ``collectives.rows``): (title, key); the unit is added to times
+COLLECTIVE_COLUMNS = (("Kind", "kind"), ("Group", "group"), ("Span", "node_span"), ("Size", "size_bucket"),
+                      ("Count", "count"), ("Total", "total_ns"), ("Wait share", "wait_share"),
+                      ("Median transfer", "transfer_median_ns"), ("algbw GB/s", "algbw_median_gbps"),
+                      ("busbw GB/s", "busbw_median_gbps"), ("% of peak", "peak_share"))
+
+
+def collective_cells(row: dict, unit: str, with_peak: bool) -> list[str]:
+    """One Collectives table row as text cells (count as "matched/total" when some were single-rank)."""
+    def number(value, digits: int = 1) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+    count = str(row["count"]) if row["matched"] == row["count"] else f"{row['matched']}/{row['count']}"
+    cells = [row["kind"], row["group"] or "-", row["node_span"] or "-", row["size_bucket"], count,
+             figure("total_ns", row["total_ns"], unit),
+             "-" if row["wait_share"] is None else f"{100 * row['wait_share']:.1f}%",
+             figure("transfer_median_ns", row["transfer_median_ns"], unit),
+             number(row["algbw_median_gbps"], 2), number(row["busbw_median_gbps"], 2)]
+    if with_peak:
+        cells.append("-" if row["peak_share"] is None else f"{100 * row['peak_share']:.0f}%")
+    return cells
+
+
+def collective_headers(unit: str, with_peak: bool) -> list[str]:
+    """Titles of the Collectives table columns."""
+    titles = [f"{title} ({unit})" if key in ("total_ns", "transfer_median_ns") else title
+              for title, key in COLLECTIVE_COLUMNS]
+    return titles if with_peak else titles[:-1]

@@ -328,6 +328,21 @@ def distributed_table_html(summary: dict, unit: str) -> str:
     return _table(headers, rows, classes=classes)
 
 
+def collectives_html(summary: dict, unit: str) -> str:
+    """The Collectives table (every kind per group, node span and size), "" when there is none."""
+    table = summary.get("collectives") or {}
+    rows = table.get("rows") or []
+    if not rows:
+        return ""
+    peak = table.get("peak_busbw_gbps")
+    note = (f"busbw as nccl-tests; % of the {peak:g} GB/s peak (hardware.peak_busbw_gbps)" if peak
+            else "busbw as nccl-tests; set hardware.peak_busbw_gbps for % of peak")
+    return ("<h2>Collectives</h2>" + _table(format.collective_headers(unit, bool(peak)),
+                                            [format.collective_cells(r, unit, bool(peak)) for r in rows], left=4)
+            + f'<p class="meta">Count: matched/all where some were seen on one rank only (their transfer is their '
+              f'whole duration, an upper bound). Wait share: sync wait / duration. {_e(note)}</p>')
+
+
 def checks_html(checks: list) -> str:
     if not checks:
         return ""
@@ -426,6 +441,7 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
                      "Each rank's analysed window: computation that nothing hides (green), computation overlapped "
                      "by communication (blue), communication nobody hid (red), idle (grey)."),
              distributed_table_html(summary, unit)]
+    body.append(collectives_html(summary, unit))
     heatmap = skew_heatmap(summary, unit)
     if heatmap:
         skew = summary.get("skew") or {}

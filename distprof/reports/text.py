@@ -41,12 +41,29 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
     parts = [_banner("Distributed Summary", width),
              f"world size {summary['world_size']} · source {summary['source']} · time unit {unit}",
              table, "", lanes_table(summary)]
-    for section in extra_sections(summary, unit):
+    for section in extra_sections(summary, unit) + collectives_section(summary, unit):
         parts += ["", section]
     parts += [part for section in tables.sections(summary, unit, **table_options) for part in ("", section)]
     if summary.get("warnings"):
         parts += ["", _banner("Warnings", width), *(f"! {w}" for w in summary["warnings"])]
     return "\n".join(parts) + "\n"
+
+
+def collectives_section(summary: dict, unit: str) -> list[str]:
+    """The Collectives table: every kind per group, node span and size; [] when there is none."""
+    table = summary.get("collectives") or {}
+    rows = table.get("rows") or []
+    if not rows:
+        return []
+    peak = table.get("peak_busbw_gbps")
+    text = tabulate([format.collective_cells(row, unit, bool(peak)) for row in rows],
+                    headers=format.collective_headers(unit, bool(peak)), tablefmt="simple", disable_numparse=True)
+    width = max(len(line) for line in text.splitlines())
+    notes = ["Count: matched/all where some were seen on one rank only (transfer = their whole duration, an "
+             "upper bound). Wait share = sync wait / duration of the matched ones. busbw as nccl-tests"
+             + (f"; peak {peak:g} GB/s (hardware.peak_busbw_gbps)" if peak else
+                "; no % of peak: set hardware.peak_busbw_gbps")]
+    return ["\n".join([_banner("Collectives", width), text, *notes])]
 
 
 def extra_sections(summary: dict, unit: str) -> list[str]:
@@ -111,20 +128,25 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
                       f"(rank {imbalance['max_rank']}); start spread median {t(steps['start_spread_ns']['median'])}"
                       + ("" if steps.get("clock_verified", True) else " (clock not verified)")]
     if skew.get("matched"):
-        straggler = skew.get("straggler")
-        if straggler:
-            per_step = (f"late in {straggler['late_steps']}/{straggler['steps']} steps, "
-                        f"{t(straggler['lateness_per_step_ns'])} per step" if straggler.get("steps")
-                        else f"late in {straggler['late_collectives']} collectives")
-            lines.append(f"Straggler: rank {straggler['rank']}, {per_step}, last at {straggler['late_count']} "
-                         f"collectives, total {t(straggler['total_lateness_ns'])} "
-                         f"(threshold {t(straggler['threshold_ns'])})")
-        else:
-            lines.append("Straggler: none (no rank late beyond the clock uncertainty and threshold "
-                         "in enough steps)")
+        lines.append(straggler_line(skew.get("straggler"), t))
     lines += [f"note: {phrase(note, unit)}" for note in skew.get("note_templates", skew.get("notes", []))]
     width = min(max(len(line) for text in lines for line in text.splitlines()), 150)
     return [_banner("Diagnosis", width) + "\n" + "\n".join(lines)]
+
+
+def straggler_line(straggler: dict | None, t) -> str:
+    """The one-line straggler verdict of the Diagnosis (``t`` formats nanoseconds)."""
+    if not straggler:
+        return ("Straggler: none (no rank makes the others wait, beyond the clock uncertainty and the threshold, "
+                "in enough steps)")
+    share = straggler.get("cost_share")
+    pattern = ("1 step: not shown to repeat" if straggler.get("pattern") == "single step"
+               else f"late in {straggler.get('steps_late')}/{straggler.get('steps')} steps")
+    where = straggler.get("phase") or "outside any annotated phase"
+    return (f"Straggler: rank {straggler['rank']}, costs the others {t(straggler['cost_ns'])} per step"
+            + (f" ({100 * share:.1f}% of the step)" if share is not None else "")
+            + f", last in {straggler['late_in']} of {straggler['of']} collectives, {pattern}; "
+            f"side {straggler.get('side') or 'unknown'}; {where} (threshold {t(straggler['threshold_ns'])})")
 
 
 def render_benchmark(summary: dict, unit: str = "ms") -> str:

@@ -1,0 +1,258 @@
+"""Collectives, numbers only: per matched instance who arrived when, each member's sync wait, the
+transfer, bytes and bandwidth (nccl-tests' algbw and busbw); per rank how much of its
+communication is waiting; and the Collectives table by kind x group x node span x size.
+
+Definitions (DESIGN "Collective matching"), on the aligned clock (own start + clock offset):
+arrival skew = latest − earliest start; a member's wait = clip(last arrival − own start, 0, own
+duration); transfer = the last-arriving rank's duration (its start is the last arrival; start and
+end on one clock, so clock error does not enter it); bytes = median of the members' known sizes;
+algbw = bytes / transfer (bytes per ns = GB/s); busbw = algbw × the nccl-tests factor of the kind.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import events as ev
+from ..align import Matching
+from . import intervals as iv
+
+P2P = "p2p"  # align's kind of a matched send/recv pair
+# nccl-tests' busbw factor per kind, as a function of the group size n; None: no bandwidth
+_SHARE_KINDS = (ev.ALLGATHER, ev.REDUCE_SCATTER, ev.ALLTOALL, ev.GATHER, ev.SCATTER)
+_ONE_KINDS = (ev.BROADCAST, ev.REDUCE, P2P, ev.SEND, ev.RECV, ev.SENDRECV)
+# size buckets: upper bounds in bytes (inclusive) and labels; a size above the last is the last label
+SIZE_EDGES = (64 << 10, 1 << 20, 16 << 20, 256 << 20)
+SIZE_BUCKETS = ("<=64 KiB", "64 KiB-1 MiB", "1-16 MiB", "16-256 MiB", ">256 MiB", "unknown")
+INTRA, INTER = "intra-node", "inter-node"
+_INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+def bus_factors(kinds: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """busbw / algbw per instance: allreduce 2(n−1)/n; allgather, reduce_scatter, alltoall (and
+    gather, scatter) (n−1)/n; broadcast, reduce, p2p 1; NaN for barrier, other and unknown n."""
+    kinds = np.asarray(kinds, dtype=str)
+    n = np.asarray(n, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(n >= 1, (n - 1) / n, np.nan)
+    return np.select([kinds == ev.ALLREDUCE, np.isin(kinds, _SHARE_KINDS), np.isin(kinds, _ONE_KINDS)],
+                     [2 * share, share, np.where(n >= 1, 1.0, np.nan)], default=np.nan)
+
+
+def size_bucket(nbytes: np.ndarray) -> np.ndarray:
+    """The SIZE_BUCKETS label of each size (NaN or negative: "unknown")."""
+    nbytes = np.asarray(nbytes, np.float64)
+    known = np.isfinite(nbytes) & (nbytes >= 0)
+    index = np.searchsorted(np.asarray(SIZE_EDGES, np.float64), np.where(known, nbytes, 0), side="left")
+    return np.asarray(SIZE_BUCKETS, dtype=object)[np.where(known, index, len(SIZE_BUCKETS) - 1)]
+
+
+def node_of_ranks(ranks: list[int], hosts: list[str | None], gpus_per_node: int | None) -> dict[int, str]:
+    """{rank: node} from the ranks' hostnames, else rank // gpus_per_node; ranks with neither are absent."""
+    out = {int(r): f"node {int(r) // int(gpus_per_node)}" for r in ranks} if gpus_per_node else {}
+    out.update({int(r): str(h) for r, h in zip(ranks, hosts) if h})
+    if gpus_per_node and not all(hosts):  # one way of naming for all, or mixing them would split nodes
+        out = {int(r): f"node {int(r) // int(gpus_per_node)}" for r in ranks}
+    return out
+
+
+def node_spans(members: list[tuple[int, ...]], node_of: dict[int, str], gpus_per_node: int | None) -> np.ndarray:
+    """Per instance: INTRA when all members are on one node, INTER when not, None when unknown
+    (computed once per distinct member set: there are few groups and many instances)."""
+    cache: dict[tuple[int, ...], str | None] = {}
+    for group in set(members):  # one iteration per distinct process group
+        nodes = [node_of.get(r) if r in node_of else (f"node {r // gpus_per_node}" if gpus_per_node else None)
+                 for r in group]
+        cache[group] = None if not nodes or None in nodes else INTRA if len(set(nodes)) == 1 else INTER
+    return np.array([cache[m] for m in members], dtype=object)
+
+
+def _masked_max(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.where(mask, values, _INT_MIN).max(axis=0)
+
+
+def _known_median(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Median per column of the present, known (>= 0) entries; NaN where none."""
+    known = present & (values >= 0)
+    if not values.size:
+        return np.full(values.shape[1], np.nan)
+    out = np.full(values.shape[1], np.nan)
+    some = known.any(axis=0)
+    out[some] = np.nanmedian(np.where(known[:, some], values[:, some].astype(np.float64), np.nan), axis=0)
+    return out
+
+
+def instances(matching: Matching, offsets, node_of: dict[int, str] | None = None,
+              gpus_per_node: int | None = None) -> dict:
+    """Every matched instance's figures (columns of ``matching``; matrices are ranks x instances).
+
+    ``second_row`` is the second-latest arrival (the last rank's attributable wait is measured to
+    it); an instance with one member has ``second_start`` = its own start."""
+    present = matching.present
+    n_rows = present.shape[0]
+    start = matching.start_ns + np.asarray(offsets, np.int64)[:, None]
+    duration = np.where(present, matching.end_ns - matching.start_ns, 0)
+    first = np.where(present, start, _INT_MAX).min(axis=0)
+    last = _masked_max(start, present)
+    last_row = np.where(present, start, _INT_MIN).argmax(axis=0)
+    others = present & (np.arange(n_rows)[:, None] != last_row[None, :])
+    has_second = others.any(axis=0)
+    second_row = np.where(has_second, np.where(others, start, _INT_MIN).argmax(axis=0), last_row)
+    second_start = np.where(has_second, _masked_max(start, others), last)
+    wait = np.where(present, np.clip(last[None, :] - start, 0, duration), 0)
+    columns = np.arange(present.shape[1])
+    transfer = duration[last_row, columns] if present.shape[1] else np.zeros(0, np.int64)
+    n = np.array([len(m) for m in matching.group_ranks], np.int64) if matching.group_ranks else \
+        present.sum(axis=0)
+    nbytes = _known_median(matching.nbytes, present)
+    kinds = np.asarray(matching.name, dtype=str)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where((transfer > 0) & np.isfinite(nbytes), nbytes / np.maximum(transfer, 1), np.nan)
+    algbw = np.where(kinds == ev.BARRIER, np.nan, algbw)
+    launch = np.where(matching.launch_ns >= 0, matching.launch_ns + np.asarray(offsets, np.int64)[:, None], -1) \
+        if matching.launch_ns.shape == present.shape else np.full(present.shape, -1, np.int64)
+    return {"start": start, "launch": launch, "duration": duration, "first": first, "last": last, "last_row": last_row,
+            "second_row": second_row, "second_start": second_start, "arrival_skew": last - first,
+            "wait": wait, "transfer": transfer, "n": n, "nbytes": nbytes, "algbw": algbw,
+            "busbw": algbw * bus_factors(kinds, n),
+            "node_span": node_spans(list(matching.group_ranks), node_of or {}, gpus_per_node)
+            if matching.group_ranks else np.full(present.shape[1], None, object)}
+
+
+def shared(matching: Matching) -> np.ndarray:
+    """Instances that at least two ranks took part in: matched across ranks. One rank alone (a
+    1-of-N trace, a group whose other members are missing) matches only itself: its wait is unknown."""
+    return matching.present.sum(axis=0) >= 2
+
+
+def rank_waits(matching: Matching, inst: dict, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
+    """Per row of ``matching``: |∪ [own start, own start + wait] over its matched collectives ∩ its
+    window| on its own clock (window: the union of its step bounds when it has steps and the
+    analysis window is the steps); None for a rank with no matched collective."""
+    out: list[int | None] = []
+    for row in range(matching.present.shape[0]):  # one iteration per rank, vectorized inside
+        mine = matching.present[row] & shared(matching)
+        if not mine.any():
+            out.append(None)
+            continue
+        starts = matching.start_ns[row, mine]
+        waited = iv.union(starts, starts + inst["wait"][row, mine])
+        bounds = step_bounds[row] if row < len(step_bounds) else {}
+        if use_steps and len(bounds.get("start_ns", ())):
+            window = iv.union(np.asarray(bounds["start_ns"], np.int64), np.asarray(bounds["end_ns"], np.int64))
+            waited = iv.intersect(waited, window)
+        out.append(iv.total(waited))
+    return out
+
+
+def unmatched(collectives_by_rank: list[dict], ranks: list[int], matching: Matching,
+              process_groups: dict, node_of: dict[int, str], gpus_per_node: int | None) -> pd.DataFrame:
+    """Each rank's collectives that no other rank matched (a 1-of-N trace, counts that differ), as
+    single-rank instances: transfer = their own duration (an upper bound: the wait is unknown),
+    n from the named group's members (else unknown), bytes their own."""
+    frames = []
+    for row, (columns, rank) in enumerate(zip(collectives_by_rank, ranks)):  # one iteration per rank
+        if not len(columns.get("name", ())):
+            continue
+        own = pd.MultiIndex.from_arrays([np.asarray(columns["start_ns"], np.int64),
+                                         np.asarray(columns["end_ns"], np.int64)])
+        mine = matching.present[row] & shared(matching) if row < matching.present.shape[0] else np.zeros(0, bool)
+        taken = pd.MultiIndex.from_arrays([matching.start_ns[row, mine], matching.end_ns[row, mine]]) \
+            if mine.size else pd.MultiIndex.from_arrays([np.zeros(0, np.int64), np.zeros(0, np.int64)])
+        left = ~own.isin(taken)
+        kind = np.asarray(columns["name"], dtype=object)[left]
+        size = len(kind)
+        group = np.asarray(columns.get("group") or [""] * len(left), dtype=object)[left]
+        nbytes = np.asarray(columns.get("nbytes") or [-1] * len(left), np.int64)[left]
+        frames.append(pd.DataFrame({
+            "rank": np.full(size, rank), "kind": np.where(np.isin(kind, ev.POINT_TO_POINT), P2P, kind),
+            "group": group, "duration": (np.asarray(columns["end_ns"], np.int64)
+                                         - np.asarray(columns["start_ns"], np.int64))[left],
+            "nbytes": np.where(nbytes >= 0, nbytes.astype(np.float64), np.nan)}))
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        {"rank": [], "kind": [], "group": [], "duration": [], "nbytes": []})
+    members = [tuple(process_groups[g]) if g in process_groups else () for g in table["group"].astype(str)]
+    n = np.array([len(m) or -1 for m in members], np.int64)
+    n = np.where(np.isin(table["kind"].astype(str), (P2P,)), 2, n)
+    spans = node_spans([m or (int(r),) for m, r in zip(members, table["rank"])], node_of, gpus_per_node) \
+        if len(table) else np.empty(0, object)
+    known_span = np.array([bool(m) for m in members], bool)
+    return table.assign(n=np.where(n > 0, n, -1), node_span=np.where(known_span, spans, None))
+
+
+def _instance_frame(matching: Matching, inst: dict, single: pd.DataFrame) -> pd.DataFrame:
+    """One row per instance, matched and single-rank alike, with what the table aggregates."""
+    present = matching.present
+    both = shared(matching)
+    matched = pd.DataFrame({
+        "kind": np.asarray(matching.name, dtype=object), "group": np.asarray(matching.group, dtype=object)
+        if len(matching.group) == matching.size else np.full(matching.size, "", object),
+        "node_span": inst["node_span"], "nbytes": inst["nbytes"], "duration": inst["duration"].sum(axis=0),
+        "wait": inst["wait"].sum(axis=0), "transfer": inst["transfer"].astype(np.float64),
+        "algbw": inst["algbw"], "busbw": inst["busbw"], "matched": np.ones(matching.size, bool),
+        "members": present.sum(axis=0)})[both]
+    if len(single):
+        kinds = single["kind"].astype(str).to_numpy()
+        duration = single["duration"].to_numpy(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            algbw = np.where((duration > 0) & (kinds != ev.BARRIER), single["nbytes"].to_numpy() / duration, np.nan)
+        single = pd.DataFrame({
+            "kind": kinds.astype(object), "group": single["group"].astype(str).to_numpy(dtype=object),
+            "node_span": single["node_span"].to_numpy(), "nbytes": single["nbytes"].to_numpy(np.float64),
+            "duration": duration, "wait": np.zeros(len(single)), "transfer": duration, "algbw": algbw,
+            "busbw": algbw * bus_factors(kinds, single["n"].to_numpy()), "matched": np.zeros(len(single), bool),
+            "members": np.ones(len(single), np.int64)})
+        matched = pd.concat([matched, single], ignore_index=True)
+    return matched.assign(size_bucket=size_bucket(matched["nbytes"].to_numpy(np.float64)),
+                          node_span=matched["node_span"].fillna("unknown"))
+
+
+def _median(values: pd.Series) -> float | None:
+    known = values.dropna()
+    return float(known.median()) if len(known) else None
+
+
+def table(matching: Matching, inst: dict, single: pd.DataFrame, peak_gbps: float | None) -> list[dict]:
+    """The Collectives table: per kind x group x node span x size bucket, the count (matched and
+    single-rank), total time (Σ members' durations), wait share (Σ wait / Σ duration of the
+    matched ones), median transfer, median bytes, algbw and busbw, and busbw's share of
+    ``peak_gbps`` when the peak is known. Costliest rows first."""
+    frame = _instance_frame(matching, inst, single)
+    if not len(frame):
+        return []
+    rows = []
+    keys = ["kind", "group", "node_span", "size_bucket"]
+    for key, part in frame.groupby(keys, sort=True, dropna=False):  # one iteration per table row
+        matched = part[part["matched"]]
+        matched_time = float(matched["duration"].sum())
+        busbw = _median(part["busbw"])
+        rows.append({
+            "kind": str(key[0]), "group": str(key[1]), "node_span": None if key[2] == "unknown" else str(key[2]),
+            "size_bucket": str(key[3]), "count": int(len(part)), "matched": int(len(matched)),
+            "total_ns": int(part["duration"].sum()), "wait_ns": int(matched["wait"].sum()),
+            "wait_share": float(matched["wait"].sum() / matched_time) if matched_time > 0 else None,
+            "transfer_median_ns": None if _median(part["transfer"]) is None else int(round(_median(part["transfer"]))),
+            "bytes_median": _median(part["nbytes"]), "algbw_median_gbps": _median(part["algbw"]),
+            "busbw_median_gbps": busbw,
+            "peak_share": busbw / peak_gbps if busbw is not None and peak_gbps else None})
+    return sorted(rows, key=lambda r: (-r["total_ns"], r["kind"], r["group"]))
+
+
+def summary(matching: Matching, inst: dict, single: pd.DataFrame, config: dict) -> dict:
+    """summary.json's ``collectives``: the table and what it was measured against."""
+    hardware = config.get("hardware") or {}
+    peak = hardware.get("peak_busbw_gbps")
+    return {"rows": table(matching, inst, single, peak), "peak_busbw_gbps": peak,
+            "gpus_per_node": hardware.get("gpus_per_node"), "size_buckets": list(SIZE_BUCKETS),
+            "matched": int(shared(matching).sum()), "single_rank": int(len(single))}
+
+
+def slow_rows(rows: list[dict], config: dict) -> list[dict]:
+    """Table rows whose median busbw is below ``hardware.slow_collective_share`` of the peak; none
+    without a peak (a peak is never guessed)."""
+    hardware = config.get("hardware") or {}
+    peak, share = hardware.get("peak_busbw_gbps"), float(hardware.get("slow_collective_share", 0.5))
+    if not peak:
+        return []
+    return [r for r in rows if r["busbw_median_gbps"] is not None and r["busbw_median_gbps"] < share * peak]
