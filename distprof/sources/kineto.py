@@ -654,7 +654,9 @@ def _comm_facts(doc: _Document, rows: list, source: np.ndarray, name_codes, name
     where = np.flatnonzero(keep)
     src = source[where]
     args = doc.args(compress(rows, keep.tolist()))
-    name_kind = _kind_codes(name_uniques)[name_codes[where]] if where.size else np.empty(0, np.int64)
+    used, used_codes = np.unique(name_codes[where], return_inverse=True)  # kinds per distinct name
+    name_kind = _kind_codes([name_uniques[code] for code in used.tolist()])[used_codes.ravel()] if where.size \
+        else np.empty(0, np.int64)
     name_kind[src == _SRC_PARAM] = 0  # the name record_param_comms says nothing
     nelems = np.maximum(_int_column(doc.arg(args, "in_nelems")), _int_column(doc.arg(args, "out_nelems")))
     dtype_codes, dtypes = _factorize(doc.arg(args, "dtype"))
@@ -879,9 +881,12 @@ def _comm_columns(doc: _Document, facts: dict, ids: dict, steps: dict, classes, 
                     np.int64) if (merged["peer"] >= 0).any() else merged["peer"]
     comm = np.flatnonzero(category[facts["rows"]] == _COMM_ROW)
     rows = facts["rows"][comm]
-    columns = {"collective": np.zeros(n, np.int64), "group": np.full(n, "", dtype=object),
-               "nbytes": np.full(n, -1, np.int64), "peer": np.full(n, -1, np.int64)}
-    for column, values in (("collective", merged["kind"]), ("group", group), ("nbytes", nbytes), ("peer", peer)):
+    names = ["", *(name for name in group_names if name)]  # group column: codes into these
+    code_of = np.array([names.index(name) for name in group_names], np.int64)
+    columns = {"collective": np.zeros(n, np.int64), "group": np.zeros(n, np.int64),
+               "nbytes": np.full(n, -1, np.int64), "peer": np.full(n, -1, np.int64), "group_names": names}
+    for column, values in (("collective", merged["kind"]), ("group", code_of[group_codes] if group.size else group),
+                           ("nbytes", nbytes), ("peer", peer)):
         columns[column][rows] = values[comm]
     meta = {"process_groups": groups, "group_from": "; ".join(methods) or "unknown"}
     return columns, meta, [f"{path}: {warning}" for warning in warnings]
@@ -890,10 +895,9 @@ def _comm_columns(doc: _Document, facts: dict, ids: dict, steps: dict, classes, 
 def _with_step_rows(comm: dict, n_steps: int) -> dict:
     """The communication columns as event-table columns, defaults on the appended ProfileStep rows."""
     collective = np.concatenate([comm["collective"], np.zeros(n_steps, np.int64)])
-    group = np.concatenate([comm["group"], np.full(n_steps, "", dtype=object)])
-    group_codes, group_names = _factorize(group.tolist())
+    group = np.concatenate([comm["group"], np.zeros(n_steps, np.int64)])
     return {"collective": pd.Categorical.from_codes(collective, categories=ev.COLLECTIVE_KINDS),
-            "group": pd.Categorical.from_codes(group_codes, categories=group_names) if group.size else group,
+            "group": pd.Categorical.from_codes(group, categories=comm["group_names"]),
             "nbytes": np.concatenate([comm["nbytes"], np.full(n_steps, -1, np.int64)]),
             "peer": np.concatenate([comm["peer"], np.full(n_steps, -1, np.int64)])}
 
