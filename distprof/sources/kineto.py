@@ -36,14 +36,39 @@ so for relative Kineto time); anything else (numbers in strings, larger fraction
 through ``decimal`` on the text itself, re-decoding the file with numbers kept as text. Digits
 below the nanosecond are rounded to nearest.
 
+Communication columns (``collective``, ``group``, ``nbytes``, ``peer``) on the COMMUNICATION rows
+(NCCL kernels; gloo:* ranges, and c10d::* ops on CPU-only traces), each from the most explicit
+source that says it:
+
+* an NCCL kernel: its own args (newer PyTorch: "Collective name", "In/Out msg nelems", "dtype",
+  "Group size", "Process Group Name"/"Ranks"), else the innermost ``record_param_comms`` around
+  its launching call (the ``cudaLaunchKernel`` with the same ``correlation``, on that call's
+  thread), then the innermost ``nccl:*`` and ``c10d::*`` ranges there: a SendRecv kernel launched
+  inside ``nccl:all_to_all`` is an alltoall; the kernel's own name only when nothing encloses it;
+* a c10d::* op: its name and the record_param_comms inside it; a gloo:* range: its name.
+
+``nbytes`` is the nccl-tests message size S: max(In, Out msg nelems) x dtype size (allgather's
+total output, reduce_scatter's total input), else record_shapes' "Input Dims" x "Input type" (a
+c10d::* op lists output and input: the larger; nccl:*/gloo:* ranges list the input: allgather's
+is multiplied by the group size when that is known), else -1 (a TensorList has no dtype).
+``group``: the args' "Process Group Name"; the one group of pg_config when the rank has one; for
+gloo (which names no group) the worker threads: each gloo group owns its threads, created with
+it, so clusters of consecutive tids map in order to pg_config's entries when the counts agree
+(else "" and a warning); a c10d::* op then takes the one group of the gloo ranges of its kind.
+``peer``: c10d::send / recv_'s third concrete input (a rank in the group) as a global rank.
+``meta["process_groups"]`` = {name: ranks} from pg_config and the args, ``meta["group_from"]``.
+
 Clock: ``clock_offset_ns`` = ``baseTimeNanoseconds`` when present (Kineto's definition:
 absolute = base + ts), else 0, since older traces already write microseconds since the epoch.
 
 Speed: ``msgspec`` decodes straight into small typed structs holding only the fields read here
 (the rest of each event, mostly ``args``, is skipped without creating Python objects), as a union
 tagged by ``ph`` so that flows and metadata become empty structs; columns are then pulled out
-with C-level ``map``/``attrgetter`` and everything after is numpy. Without ``msgspec`` the
-stdlib ``json`` gives the same result, slower. The cyclic GC is paused while reading.
+with C-level ``map``/``attrgetter`` and everything after is numpy. record_shapes' bulky args
+("Input Dims", "Input type", "Concrete Inputs", on every cpu_op) stay raw JSON text and are decoded
+only for communication rows, once per distinct text; since raw text keeps the file's bytes alive,
+the structs are dropped as soon as the rows are read. Without ``msgspec`` the stdlib ``json``
+gives the same result, slower. The cyclic GC is paused while reading.
 """
 
 from __future__ import annotations
@@ -388,11 +413,12 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     ids = _ids(doc, rows, classes)
     facts = _comm_facts(doc, rows, _comm_sources(classes, name_codes, name_uniques, config), name_codes, name_uniques)
     del rows
+    doc.events = []  # everything is read: free the structs now (their raw args hold the whole file's text)
     steps = _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids)
     columns, name_uniques = _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids, steps, config)
     comm, comm_meta, comm_warnings = _comm_columns(doc, facts, ids, steps, classes, start_ns, end_ns,
                                                    columns["category"].codes[:len(classes)], path)
-    columns.update(_with_step_rows(comm, steps["rows"].size))
+    columns.update(comm)
     rank, rank_from, world_size, rank_warnings = _checked_rank(doc, path)
     table = ev.make_events(rank=-1 if rank is None else rank, **columns)
 
@@ -854,8 +880,9 @@ def _infer_groups(merged: dict, facts: dict, tid: np.ndarray, pg_names: list[str
 def _comm_columns(doc: _Document, facts: dict, ids: dict, steps: dict, classes, start_ns, end_ns,
                   category: np.ndarray, path: Path) -> tuple[dict, dict, list[str]]:
     """The collective / group / nbytes / peer columns of the communication rows (defaults on
-    the others), meta["process_groups"] / meta["group_from"], and warnings."""
-    n = len(classes)
+    the others and on the ProfileStep rows), meta["process_groups"] / meta["group_from"], and
+    warnings."""
+    n, n_steps = len(classes), steps["rows"].size
     launch_row = np.full(n, -1, np.int64)
     runtime = np.flatnonzero(classes == _RUNTIME)
     if runtime.size:
@@ -882,24 +909,17 @@ def _comm_columns(doc: _Document, facts: dict, ids: dict, steps: dict, classes, 
     comm = np.flatnonzero(category[facts["rows"]] == _COMM_ROW)
     rows = facts["rows"][comm]
     names = ["", *(name for name in group_names if name)]  # group column: codes into these
-    code_of = np.array([names.index(name) for name in group_names], np.int64)
-    columns = {"collective": np.zeros(n, np.int64), "group": np.zeros(n, np.int64),
-               "nbytes": np.full(n, -1, np.int64), "peer": np.full(n, -1, np.int64), "group_names": names}
+    code_of = np.array([names.index(name) for name in group_names], np.int32)
+    size = n + n_steps  # the ProfileStep rows appended after the trace's rows keep the defaults
+    columns = {"collective": np.zeros(size, np.int8), "group": np.zeros(size, np.int32),
+               "nbytes": np.full(size, -1, np.int64), "peer": np.full(size, -1, np.int64)}
     for column, values in (("collective", merged["kind"]), ("group", code_of[group_codes] if group.size else group),
                            ("nbytes", nbytes), ("peer", peer)):
         columns[column][rows] = values[comm]
+    columns["collective"] = pd.Categorical.from_codes(columns["collective"], categories=ev.COLLECTIVE_KINDS)
+    columns["group"] = pd.Categorical.from_codes(columns["group"], categories=names)
     meta = {"process_groups": groups, "group_from": "; ".join(methods) or "unknown"}
     return columns, meta, [f"{path}: {warning}" for warning in warnings]
-
-
-def _with_step_rows(comm: dict, n_steps: int) -> dict:
-    """The communication columns as event-table columns, defaults on the appended ProfileStep rows."""
-    collective = np.concatenate([comm["collective"], np.zeros(n_steps, np.int64)])
-    group = np.concatenate([comm["group"], np.zeros(n_steps, np.int64)])
-    return {"collective": pd.Categorical.from_codes(collective, categories=ev.COLLECTIVE_KINDS),
-            "group": pd.Categorical.from_codes(group, categories=comm["group_names"]),
-            "nbytes": np.concatenate([comm["nbytes"], np.full(n_steps, -1, np.int64)]),
-            "peer": np.concatenate([comm["peer"], np.full(n_steps, -1, np.int64)])}
 
 
 def _global_rank(ranks: list[int] | None, rank_in_group: int) -> int:
