@@ -134,7 +134,8 @@ def test_gloo_groups_from_worker_threads_and_pg_config(path):
     group_of_tid = {tid: pg["pg_name"] for cluster, pg in zip(clusters, pg_config) for tid in cluster}
     pair = pg_config[1]
     assert pair["ranks"] == ([0, 1] if rank < 2 else [2, 3])  # the pair group: its allreduce
-    world = world_size = len(pg_config[0]["ranks"])
+    world_size = len(pg_config[0]["ranks"])
+    assert world_size == 4
     expected = []
     for e in gloo:
         nbytes = _shape_bytes(e, True) * (world_size if e["name"] == "gloo:all_gather" else 1)
@@ -148,7 +149,6 @@ def test_gloo_groups_from_worker_threads_and_pg_config(path):
     assert comm_rows(trace) == sorted(expected)
     assert trace.meta["process_groups"] == {pg["pg_name"]: pg["ranks"] for pg in pg_config}
     assert "gloo worker threads + pg_config" in trace.meta["group_from"] and not trace.warnings
-    assert world == 4
 
 
 def _gloo_trace(threads: list[int], pg: list[tuple[str, list[int]]]) -> kf.KinetoTrace:
@@ -239,3 +239,15 @@ def test_collective_job_fixture_reads_back(tmp_path):
         assert len(steps) == 1 and set(e[e["name"].astype(str).str.startswith("void cutlass")]["lane"]) == {7}
     first = [comm_rows(read(path))[0][0] for path in paths]
     assert first == [100_000, 100_000, 100_000, 150_000]  # the late rank
+
+
+def test_real_gloo_threads_that_are_not_adjacent_are_not_guessed():
+    """torch_cpu_nolate rank 2: the pair group's worker threads are not adjacent (another thread
+    was created between them), so there are more thread clusters than groups: no group, a warning."""
+    path = DATA / "torch_cpu_nolate" / "rank2.json.gz"
+    document = raw(path)
+    tids = {e["tid"] for e in document["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("gloo:")}
+    assert len(_thread_clusters(tids)) != len(document["distributedInfo"]["pg_config"])
+    trace = read(path)
+    assert {row[3] for row in comm_rows(trace)} == {""}
+    assert len(trace.warnings) == 1 and "could not be told apart" in trace.warnings[0]

@@ -215,7 +215,7 @@ class _Document:
         if self.structs:
             texts = [bytes(value) or None for value in values]
         else:
-            texts = [None if value is None else json.dumps(value) for value in values]
+            texts = [None if value is None else json.dumps(value, default=str) for value in values]
         codes, uniques = _factorize(texts)
         return codes, [None if text is None else json.loads(text) for text in uniques]
 
