@@ -23,6 +23,7 @@ import gzip
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +60,7 @@ class KinetoTrace:
         self.base_time_ns, self.time_format = base_time_ns, time_format
         self.events: list[dict] = []
         self.extra: dict = {}
+        self.distributed: dict = {}  # more distributedInfo keys (pg_config, pg_count, nccl_version)
         self._correlation = 1000
         self._external = 1
         self._threads: set[int] = {self.tid}
@@ -174,7 +176,7 @@ class KinetoTrace:
                                                 "computeMinor": 0}]}
         if self.rank is not None:
             document["distributedInfo"] = {"backend": self.backend, "rank": self.rank,
-                                           "world_size": self.world_size}
+                                           "world_size": self.world_size, **self.distributed}
         document["traceEvents"] = meta + self.events + [span]
         document["traceName"] = f"rank{self.rank}.pt.trace.json"
         document["displayTimeUnit"] = "ms"
@@ -348,3 +350,146 @@ _TEXT_FORMATS = {
     "float": lambda ns: f"{ns // 1000}.0",
     "str": lambda ns: f'"{us_text(ns)}"',
 }
+
+
+# ---------------------------------------------------------------------------- collective jobs
+
+# per kind: record_param_comms "Collective name" (as ProcessGroupNCCL writes it), the nccl:* range,
+# the NCCL kernel
+_COLLECTIVE_TEXT = {
+    "allreduce": ("allreduce", "nccl:all_reduce",
+                  "ncclDevKernel_AllReduce_Sum_{t}_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    "allgather": ("_allgather_base", "nccl:_all_gather_base",
+                  "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    "reduce_scatter": ("_reduce_scatter_base", "nccl:_reduce_scatter_base",
+                       "ncclDevKernel_ReduceScatter_Sum_{t}_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    "alltoall": ("all_to_all", "nccl:all_to_all", "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"),
+    "broadcast": ("broadcast", "nccl:broadcast", "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    "reduce": ("reduce", "nccl:reduce", "ncclDevKernel_Reduce_Sum_{t}_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    "barrier": ("barrier", "nccl:all_reduce_barrier",
+                "ncclDevKernel_AllReduce_Sum_u8_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    "send": ("send", "nccl:send", "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"),
+    "recv": ("recv", "nccl:recv", "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"),
+}
+_KERNEL_TYPE = {"Float": "f32", "Half": "f16", "BFloat16": "bf16", "Double": "f64", "Long": "i64", "Int": "i32"}
+COMPUTE_STREAM = 7
+COMM_STREAM = 20  # + the group's index in the rank's pg_config: one NCCL stream per communicator
+
+
+@dataclass(frozen=True)
+class CommOp:
+    """One collective on one rank. ``nelems`` is record_param_comms' "In msg nelems" (the input);
+    "Out msg nelems" is nelems x group size for allgather, nelems / group size for reduce_scatter,
+    else nelems, so the message size S of nccl-tests is max(in, out) x dtype size. ``start_us`` /
+    ``dur_us``: the NCCL kernel on the trace axis (µs, any float with <= 3 decimals)."""
+
+    kind: str
+    group: str
+    ranks: tuple[int, ...]
+    nelems: int
+    dtype: str = "Float"
+    start_us: float = 0.0
+    dur_us: float = 100.0
+
+    def in_out(self) -> tuple[int, int]:
+        size = len(self.ranks)
+        if self.kind == "allgather":
+            return self.nelems, self.nelems * size
+        if self.kind == "reduce_scatter":
+            return self.nelems, self.nelems // size
+        return self.nelems, self.nelems
+
+
+def _ns(us: float) -> int:
+    return round(us * 1000)
+
+
+def _group_order(ops_by_rank: dict[int, list[CommOp]], world: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Every process group of the job in creation order: the world ("0") first, then by name."""
+    groups = {"0": tuple(range(world))}
+    for ops in ops_by_rank.values():
+        for op in ops:
+            if groups.setdefault(op.group, tuple(op.ranks)) != tuple(op.ranks):
+                raise ValueError(f"group {op.group!r} given with two rank lists")
+    key = (lambda name: (0, int(name), "") if name.isdigit() else (1, 0, name))
+    return sorted(groups.items(), key=lambda item: key(item[0]))
+
+
+def collective_job(folder: str | Path, ops_by_rank: dict[int, list[CommOp]], world_size: int | None = None,
+                   step_us: float | None = None, suffix: str = ".json") -> list[Path]:
+    """Write one Kineto trace per rank (``rank<N>.pt.trace<suffix>``) of an NCCL job with known
+    collectives, as PyTorch 2.x writes them: distributedInfo with pg_config (the rank's groups
+    in creation order), ProfilerStep#N ranges (consecutive windows of ``step_us`` from 0 covering
+    every op; one step when None), and per op, relative to its kernel start S (µs):
+
+      aten::mm [S-40, S-36) on the main thread launching a GEMM on stream 7 at [S-25, S-5),
+      record_param_comms [S-13, S-6) > nccl:<op> [S-12, S-7) > cudaLaunchKernel [S-10, S-9),
+      the NCCL kernel [S, S + dur) on stream 20 + the group's index in pg_config, the collective
+      args (Collective name, In/Out msg nelems, Group size, dtype, Process Group Name/Ranks) on
+      both record_param_comms and the kernel.
+
+    Ops of one rank must start at least 45 µs apart (their host ranges must not cross). All
+    ranks share baseTimeNanoseconds (one clock); a late rank is simply one whose starts are later.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    world = world_size or 1 + max([rank for rank in ops_by_rank] + [r for ops in ops_by_rank.values()
+                                                                    for op in ops for r in op.ranks])
+    groups = _group_order(ops_by_rank, world)
+    end = max([op.start_us + op.dur_us for ops in ops_by_rank.values() for op in ops] + [1.0])
+    paths = []
+    for rank in range(world):
+        trace = KinetoTrace(rank=rank, world_size=world, pid=5000 + rank, device=rank % 8, time_format="us3")
+        mine = [(name, ranks) for name, ranks in groups if rank in ranks]
+        trace.distributed = {"pg_count": len(groups), "nccl_version": "2.21.5", "pg_config": [
+            {"pg_name": name, "pg_desc": "default_pg" if name == "0" else "undefined",
+             "backend_config": "cuda:nccl", "pg_size": len(ranks), "ranks": list(ranks)} for name, ranks in mine]}
+        width = step_us or end + 100.0
+        for number in range(int(end // width) + 1):
+            trace.step(number, _ns(number * width), _ns((number + 1) * width))
+        stream_of = {name: COMM_STREAM + index for index, (name, _) in enumerate(mine)}
+        ops = sorted(ops_by_rank.get(rank, []), key=lambda op: op.start_us)
+        for before, after in zip(ops, ops[1:]):
+            if after.start_us - before.start_us < 45:
+                raise ValueError(f"rank {rank}: ops at {before.start_us} and {after.start_us} µs are under 45 µs apart")
+        for op in ops:
+            if op.group not in stream_of:
+                raise ValueError(f"rank {rank} runs an op of group {op.group!r} without being in it")
+            _write_op(trace, op, stream_of[op.group])
+        paths.append(trace.write(folder / f"rank{rank}.pt.trace{suffix}"))
+    return paths
+
+
+def _write_op(trace: KinetoTrace, op: CommOp, stream: int) -> None:
+    """The host ranges, launches and kernels of one collective (see collective_job)."""
+    s = _ns(op.start_us)
+    trace.cpu_op("aten::mm", s - 40_000, s - 36_000)
+    trace.kernel(GEMM, s - 25_000, s - 5_000, stream=COMPUTE_STREAM, launch_ns=s - 39_000)
+    name, annotation, kernel = _COLLECTIVE_TEXT[op.kind]
+    in_nelems, out_nelems = op.in_out()
+    args = {"Collective name": name, "In msg nelems": in_nelems, "Out msg nelems": out_nelems,
+            "Group size": len(op.ranks), "dtype": op.dtype, "In split size": "[]", "Out split size": "[]",
+            "Process Group Name": op.group, "Process Group Description": "default_pg" if op.group == "0"
+            else "undefined", "Process Group Ranks": json.dumps(list(op.ranks))}
+    trace.cpu_op("record_param_comms", s - 13_000, s - 6_000, **args)
+    trace.cpu_op(annotation, s - 12_000, s - 7_000, cat="user_annotation")
+    trace.kernel(kernel.format(t=_KERNEL_TYPE.get(op.dtype, "u8")), s, s + _ns(op.dur_us), stream=stream,
+                 launch_ns=s - 10_000, args=args)
+
+
+def tp_dp_ops(steps: int = 2, late_rank: int | None = None, late_us: float = 0.0, step_us: float = 1000.0,
+              nelems: int = 1 << 20) -> dict[int, list[CommOp]]:
+    """A 4-rank job with tensor parallelism in {0,1} ("1") and {2,3} ("2") and data parallelism in
+    {0,2} ("3") and {1,3} ("4"): per step a TP allreduce (nelems floats) at 100 µs, a TP allgather
+    (nelems / 4 bf16 per rank) at 300 µs and a DP reduce_scatter (nelems floats in) at 500 µs, each
+    100 µs long; ``late_rank`` starts every op ``late_us`` later."""
+    tp = {0: ("1", (0, 1)), 1: ("1", (0, 1)), 2: ("2", (2, 3)), 3: ("2", (2, 3))}
+    dp = {0: ("3", (0, 2)), 2: ("3", (0, 2)), 1: ("4", (1, 3)), 3: ("4", (1, 3))}
+    ops: dict[int, list[CommOp]] = {}
+    for rank in range(4):
+        shift = late_us if rank == late_rank else 0.0
+        ops[rank] = [op for step in range(steps) for op in (
+            CommOp("allreduce", *tp[rank], nelems, "Float", step * step_us + 100 + shift, 100),
+            CommOp("allgather", *tp[rank], nelems // 4, "BFloat16", step * step_us + 300 + shift, 100),
+            CommOp("reduce_scatter", *dp[rank], nelems, "Float", step * step_us + 500 + shift, 100))]
+    return ops

@@ -41,6 +41,40 @@ def sane_rank(rank: int | None, world_size: int | None, path: Path) -> tuple[int
     return rank, world_size, warnings
 
 
+# Bytes per element of a tensor's dtype, by PyTorch's names in both spellings: the ScalarType
+# names that record_param_comms writes ("Float", "BFloat16", "Float8_e4m3fn") and the C++ type
+# names of record_shapes' "Input type" ("float", "c10::BFloat16", "long int", "signed char"),
+# plus torch.* dtype names. Keys are lower case without "c10::"/"at::"/"torch." (see dtype_size).
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
+    **dict.fromkeys(("long", "long int", "int64", "int64_t", "long long", "long long int"), 8),
+    **dict.fromkeys(("int", "int32", "int32_t"), 4),
+    **dict.fromkeys(("short", "short int", "int16", "int16_t"), 2),
+    **dict.fromkeys(("char", "signed char", "int8", "int8_t"), 1),
+    **dict.fromkeys(("byte", "unsigned char", "uint8", "uint8_t", "bool", "bits8", "qint8", "quint8",
+                     "quint4x2", "quint2x4", "bits1x8", "bits2x4", "bits4x2", "float4_e2m1fn_x2"), 1),
+    **dict.fromkeys(("uint16", "unsigned short", "unsigned short int", "uint16_t", "bits16"), 2),
+    **dict.fromkeys(("uint32", "unsigned int", "uint32_t", "qint32"), 4),
+    **dict.fromkeys(("uint64", "unsigned long", "unsigned long int", "uint64_t", "unsigned long long"), 8),
+    **dict.fromkeys(("float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "float8_e8m0fnu"), 1),
+    **dict.fromkeys(("complexhalf", "complex32", "complex<half>"), 4),
+    **dict.fromkeys(("complexfloat", "complex64", "complex<float>", "cfloat"), 8),
+    **dict.fromkeys(("complexdouble", "complex128", "complex<double>", "cdouble"), 16),
+}
+_DTYPE_PREFIXES = ("c10::", "at::", "torch.", "std::")
+
+
+def dtype_size(name: object) -> int:
+    """Bytes per element of a dtype as a trace names it (any spelling in DTYPE_BYTES), -1 when
+    unknown: a message size is only ever computed from a dtype we are sure of."""
+    if not isinstance(name, str):
+        return -1
+    key = name.strip().lower()
+    for prefix in _DTYPE_PREFIXES:
+        key = key.replace(prefix, "")
+    return DTYPE_BYTES.get(key, -1)
+
+
 def detect(path: Path) -> str:
     """'native', 'nsys' or 'kineto', from the file's content (not only its name)."""
     try:
@@ -215,4 +249,5 @@ def _mix_warning(paths: list[Path]) -> str | None:
     return None
 
 
-__all__ = ["read", "detect", "expand", "check_file", "read_bytes", "sane_rank", "MAX_WORLD_SIZE"]
+__all__ = ["read", "detect", "expand", "check_file", "read_bytes", "sane_rank", "MAX_WORLD_SIZE", "DTYPE_BYTES",
+           "dtype_size"]

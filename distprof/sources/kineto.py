@@ -36,14 +36,39 @@ so for relative Kineto time); anything else (numbers in strings, larger fraction
 through ``decimal`` on the text itself, re-decoding the file with numbers kept as text. Digits
 below the nanosecond are rounded to nearest.
 
+Communication columns (``collective``, ``group``, ``nbytes``, ``peer``) on the COMMUNICATION rows
+(NCCL kernels; gloo:* ranges, and c10d::* ops on CPU-only traces), each from the most explicit
+source that says it:
+
+* an NCCL kernel: its own args (newer PyTorch: "Collective name", "In/Out msg nelems", "dtype",
+  "Group size", "Process Group Name"/"Ranks"), else the innermost ``record_param_comms`` around
+  its launching call (the ``cudaLaunchKernel`` with the same ``correlation``, on that call's
+  thread), then the innermost ``nccl:*`` and ``c10d::*`` ranges there: a SendRecv kernel launched
+  inside ``nccl:all_to_all`` is an alltoall; the kernel's own name only when nothing encloses it;
+* a c10d::* op: its name and the record_param_comms inside it; a gloo:* range: its name.
+
+``nbytes`` is the nccl-tests message size S: max(In, Out msg nelems) x dtype size (allgather's
+total output, reduce_scatter's total input), else record_shapes' "Input Dims" x "Input type" (a
+c10d::* op lists output and input: the larger; nccl:*/gloo:* ranges list the input: allgather's
+is multiplied by the group size when that is known), else -1 (a TensorList has no dtype).
+``group``: the args' "Process Group Name"; the one group of pg_config when the rank has one; for
+gloo (which names no group) the worker threads: each gloo group owns its threads, created with
+it, so clusters of consecutive tids map in order to pg_config's entries when the counts agree
+(else "" and a warning); a c10d::* op then takes the one group of the gloo ranges of its kind.
+``peer``: c10d::send / recv_'s third concrete input (a rank in the group) as a global rank.
+``meta["process_groups"]`` = {name: ranks} from pg_config and the args, ``meta["group_from"]``.
+
 Clock: ``clock_offset_ns`` = ``baseTimeNanoseconds`` when present (Kineto's definition:
 absolute = base + ts), else 0, since older traces already write microseconds since the epoch.
 
 Speed: ``msgspec`` decodes straight into small typed structs holding only the fields read here
 (the rest of each event, mostly ``args``, is skipped without creating Python objects), as a union
 tagged by ``ph`` so that flows and metadata become empty structs; columns are then pulled out
-with C-level ``map``/``attrgetter`` and everything after is numpy. Without ``msgspec`` the
-stdlib ``json`` gives the same result, slower. The cyclic GC is paused while reading.
+with C-level ``map``/``attrgetter`` and everything after is numpy. record_shapes' bulky args
+("Input Dims", "Input type", "Concrete Inputs", on every cpu_op) stay raw JSON text and are decoded
+only for communication rows, once per distinct text; since raw text keeps the file's bytes alive,
+the structs are dropped as soon as the rows are read. Without ``msgspec`` the stdlib ``json``
+gives the same result, slower. The cyclic GC is paused while reading.
 """
 
 from __future__ import annotations
@@ -63,7 +88,7 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
-from . import communication_prefixes, sane_rank
+from . import communication_prefixes, dtype_size, sane_rank
 from .joins import innermost_enclosing, launch_join, span_of_groups
 
 try:
@@ -101,7 +126,12 @@ _NO_TRACE_EVENTS = "JSON without a 'traceEvents' list, not a PyTorch profiler tr
 # field -> JSON key, for the stdlib fallback (msgspec structs carry the same names as attributes)
 _ARG_KEYS = {"stream": "stream", "device": "device", "correlation": "correlation",
              "collective": "Collective name", "in_nelems": "In msg nelems",
-             "out_nelems": "Out msg nelems", "group_size": "Group size"}
+             "out_nelems": "Out msg nelems", "group_size": "Group size", "dtype": "dtype",
+             "pg_name": "Process Group Name", "pg_ranks": "Process Group Ranks",
+             "input_dims": "Input Dims", "input_type": "Input type", "concrete": "Concrete Inputs"}
+# args that can be bulky on every cpu_op of a record_shapes trace: kept as raw JSON text by msgspec
+# and decoded only for the communication rows
+_RAW_ARGS = ("input_dims", "input_type", "concrete")
 
 if msgspec is not None:
     class _Args(msgspec.Struct, gc=False):
@@ -113,6 +143,12 @@ if msgspec is not None:
         in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
         out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
         group_size: Any = msgspec.field(name="Group size", default=None)
+        dtype: Any = None
+        pg_name: Any = msgspec.field(name="Process Group Name", default=None)
+        pg_ranks: Any = msgspec.field(name="Process Group Ranks", default=None)
+        input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw())
+        input_type: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw())
+        concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=msgspec.Raw())
 
     # Every phase of the Chrome trace event format except X: decoded as empty structs, so that
     # flows, metadata and instants (a third of a real trace) cost next to nothing.
@@ -171,6 +207,17 @@ class _Document:
     def arg(self, args: list, name: str) -> list:
         get = attrgetter(name) if self.structs else methodcaller("get", _ARG_KEYS[name])
         return list(map(get, args))
+
+    def json_arg(self, args: list, name: str) -> tuple[np.ndarray, list]:
+        """A bulky arg (one of _RAW_ARGS) as codes and distinct Python values (None: absent),
+        decoded once per distinct JSON text, alike from msgspec's raw text and stdlib values."""
+        values = self.arg(args, name)
+        if self.structs:
+            texts = [bytes(value) or None for value in values]
+        else:
+            texts = [None if value is None else json.dumps(value, default=str) for value in values]
+        codes, uniques = _factorize(texts)
+        return codes, [None if text is None else json.loads(text) for text in uniques]
 
     def args(self, items) -> list:
         """The args of many events; an empty one where absent or not an object."""
@@ -364,9 +411,14 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     time_warnings = _check_times(start_ns, end_ns, _to_int(doc.info.get("baseTimeNanoseconds"), 0), path)
     name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
     ids = _ids(doc, rows, classes)
+    facts = _comm_facts(doc, rows, _comm_sources(classes, name_codes, name_uniques, config), name_codes, name_uniques)
     del rows
+    doc.events = []  # everything is read: free the structs now (their raw args hold the whole file's text)
     steps = _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids)
     columns, name_uniques = _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids, steps, config)
+    comm, comm_meta, comm_warnings = _comm_columns(doc, facts, ids, steps, classes, start_ns, end_ns,
+                                                   columns["category"].codes[:len(classes)], path)
+    columns.update(comm)
     rank, rank_from, world_size, rank_warnings = _checked_rank(doc, path)
     table = ev.make_events(rank=-1 if rank is None else rank, **columns)
 
@@ -374,8 +426,9 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     used = device[gpu & (device >= 0)]
     main_device = int(np.bincount(used).argmax()) if used.size else None
     warnings = [f"{path}: {negative} event(s) with negative duration, clamped to 0"] if negative else []
-    warnings += time_warnings + rank_warnings
+    warnings += time_warnings + rank_warnings + comm_warnings
     meta = _meta(doc, main_device, int(steps["work"].size - (steps["launch"] >= 0).sum()), skipped)
+    meta.update(comm_meta)
     meta["world_size"] = world_size
     # the GPU window of each step (span of the GPU work launched in it), next to the CPU step rows
     meta["gpu_step_windows"] = {"step": steps["numbers"].tolist(), "start_ns": steps["gpu_start"].tolist(),
@@ -573,6 +626,307 @@ def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, ste
     columns["phase"] = pd.Categorical.from_codes(phase_code.ravel(), categories=names) if "" in names or not \
         names else pd.Categorical.from_codes(phase_code.ravel() + 1, categories=["", *names])
     return columns, name_uniques
+
+
+# ---------------------------------------------------------------------------- communication
+# Rows that can tell about a communication op: the NCCL kernel (newer PyTorch copies the
+# collective's args onto it), record_param_comms (the same args on the host), the nccl:*/gloo:*
+# ranges and the c10d::* ops (their names; "Input Dims"/"Input type" when shapes were recorded).
+_SRC_KERNEL, _SRC_PARAM, _SRC_NCCL, _SRC_C10D, _SRC_GLOO = range(5)
+_PARAM_COMMS = "record_param_comms"
+_ALLGATHER_CODE = ev.COLLECTIVE_KINDS.index(ev.ALLGATHER)
+_P2P_CODES = (ev.COLLECTIVE_KINDS.index(ev.SEND), ev.COLLECTIVE_KINDS.index(ev.RECV))
+_COMM_ROW = ev.CATEGORIES.index(ev.COMMUNICATION)
+_PEER_ARG = 2  # c10d::send(tensors, group, dstRank, tag) / c10d::recv_(tensors, group, srcRank, tag)
+
+
+def _comm_sources(classes, name_codes, name_uniques, config: dict) -> np.ndarray:
+    """Per row, the kind of row (_SRC_*) that can describe a communication op, -1 for the rest."""
+    prefixes = communication_prefixes(config)
+    host_source = np.full(len(name_uniques), -1, np.int8)
+    comm_kernel = np.zeros(len(name_uniques), bool)
+    for index, name in enumerate(name_uniques):  # per distinct name
+        comm_kernel[index] = name.startswith(prefixes)
+        for source, match in ((_SRC_PARAM, name == _PARAM_COMMS), (_SRC_NCCL, name.startswith("nccl:")),
+                              (_SRC_GLOO, name.startswith("gloo:")), (_SRC_C10D, name.startswith("c10d::"))):
+            if match:
+                host_source[index] = source
+    if not name_codes.size:
+        return np.empty(0, np.int8)
+    source = np.where(classes == _HOST_RANGE, host_source[name_codes], -1).astype(np.int8)
+    source[(classes == _KERNEL) & comm_kernel[name_codes]] = _SRC_KERNEL
+    return source
+
+
+def _kind_codes(values: list) -> np.ndarray:
+    """COLLECTIVE_KINDS index of each op text (0 where absent or not text)."""
+    codes, uniques = _factorize(values)
+    kinds = [ev.COLLECTIVE_KINDS.index(ev.collective_kind(u)) if isinstance(u, str) and u else 0 for u in uniques]
+    return np.array(kinds, np.int64)[codes] if codes.size else np.empty(0, np.int64)
+
+
+def _text_column(values: list) -> np.ndarray:
+    """Object array of text ("" where absent; numbers as their text)."""
+    codes, uniques = _factorize(values)
+    texts = np.array(["" if u is None or isinstance(u, (list, dict, bool)) else str(u) for u in uniques],
+                     dtype=object)
+    return texts[codes] if codes.size else np.empty(0, object)
+
+
+def _comm_facts(doc: _Document, rows: list, source: np.ndarray, name_codes, name_uniques) -> dict:
+    """What the rows that can describe a communication op say on their own, read from their args
+    before the raw rows are released (arrays over those rows; -1 / 0 / "" = not said)."""
+    keep = source >= 0
+    where = np.flatnonzero(keep)
+    src = source[where]
+    args = doc.args(compress(rows, keep.tolist()))
+    used, used_codes = np.unique(name_codes[where], return_inverse=True)  # kinds per distinct name
+    name_kind = _kind_codes([name_uniques[code] for code in used.tolist()])[used_codes.ravel()] if where.size \
+        else np.empty(0, np.int64)
+    name_kind[src == _SRC_PARAM] = 0  # the name record_param_comms says nothing
+    nelems = np.maximum(_int_column(doc.arg(args, "in_nelems")), _int_column(doc.arg(args, "out_nelems")))
+    dtype_codes, dtypes = _factorize(doc.arg(args, "dtype"))
+    element = np.array([dtype_size(d) for d in dtypes], np.int64)[dtype_codes] if where.size else nelems
+    tensor_bytes, input_only = _shape_bytes(doc, args, src)
+    group = _text_column(doc.arg(args, "pg_name"))
+    concrete_codes, concrete = doc.json_arg(args, "concrete")
+    peer = np.array([_peer_in_group(value) for value in concrete], np.int64)[concrete_codes] if where.size \
+        else nelems
+    return {"rows": where, "source": src, "arg_kind": _kind_codes(doc.arg(args, "collective")),
+            "name_kind": name_kind, "nelems_bytes": np.where((nelems >= 0) & (element > 0), nelems * element, -1),
+            "tensor_bytes": tensor_bytes, "input_only": input_only, "group": group,
+            "group_size": _int_column(doc.arg(args, "group_size")),
+            "peer": np.where(np.isin(name_kind, _P2P_CODES) & (src == _SRC_C10D), peer, -1),
+            "named_groups": _named_groups(group, doc.arg(args, "pg_ranks"))}
+
+
+def _shape_bytes(doc: _Document, args: list, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes of the tensor arguments from record_shapes' "Input Dims" x "Input type" (once per
+    distinct pair) and whether they are the input only. nccl:*/gloo:* ranges list their inputs
+    (bytes = their sum); c10d::* ops list output and input (bytes = the larger: allgather's total
+    output, reduce_scatter's total input), input only when one tensor is listed. -1: unknown."""
+    dim_codes, dims = doc.json_arg(args, "input_dims")
+    type_codes, types = doc.json_arg(args, "input_type")
+    if not src.size:
+        return np.empty(0, np.int64), np.empty(0, bool)
+    pair_codes, pairs = _factorize(list(zip(dim_codes.tolist(), type_codes.tolist())))
+    sizes = [_tensor_sizes(dims[d], types[t]) for d, t in pairs]
+    total = np.array([sum(s) if s else -1 for s in sizes], np.int64)[pair_codes]
+    largest = np.array([max(s) if s else -1 for s in sizes], np.int64)[pair_codes]
+    count = np.array([len(s) if s else 0 for s in sizes], np.int64)[pair_codes]
+    from_op = src == _SRC_C10D
+    tensor_bytes = np.where(from_op, largest, total)
+    return np.where(np.isin(src, (_SRC_C10D, _SRC_NCCL, _SRC_GLOO)), tensor_bytes, -1), ~from_op | (count == 1)
+
+
+def _tensor_sizes(dims, types) -> list[int] | None:
+    """Byte size of each tensor argument whose element type is known; None when shapes are absent
+    or a tensor argument has no element type (a TensorList): a partial size would be wrong."""
+    if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
+        return None
+    sizes = []
+    for shape, dtype in zip(dims, types):
+        element = dtype_size(dtype)
+        flat = isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)
+        if element > 0 and flat:
+            sizes.append(int(np.prod(shape, dtype=object)) * element if shape else element)
+        elif shape:
+            return None
+    return sizes or None
+
+
+def _peer_in_group(concrete) -> int:
+    """The peer's rank within the group from c10d::send/recv_ "Concrete Inputs" (its 3rd entry)."""
+    if isinstance(concrete, list) and len(concrete) > _PEER_ARG:
+        value = concrete[_PEER_ARG]
+        if isinstance(value, str) and value.strip().isdigit():
+            return int(value)
+        if type(value) is int and value >= 0:
+            return value
+    return -1
+
+
+def _named_groups(group: np.ndarray, ranks_text: list) -> dict[str, list[int]]:
+    """{group name: ranks} from the "Process Group Ranks" text ("[0, 1]") next to the group names."""
+    named: dict[str, list[int]] = {}
+    for name, text in dict(zip(group.tolist(), ranks_text)).items():  # one per distinct name
+        ranks = _rank_list(json.loads(text) if isinstance(text, str) and _looks_like_list(text) else text)
+        if name and ranks is not None:
+            named.setdefault(name, ranks)
+    return named
+
+
+def _looks_like_list(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), list)
+    except ValueError:
+        return False
+
+
+def _rank_list(value) -> list[int] | None:
+    if isinstance(value, list) and all(type(rank) is int and rank >= 0 for rank in value):
+        return list(value)
+    return None
+
+
+def _take(values: np.ndarray, index: np.ndarray, missing):
+    """values[index] where index >= 0, else ``missing``."""
+    if not values.size:
+        return np.full(index.size, missing, dtype=values.dtype)
+    return np.where(index >= 0, values[np.maximum(index, 0)], missing)
+
+
+def _first_known(missing, *candidates: np.ndarray) -> np.ndarray:
+    """Per element, the first candidate that is not ``missing`` (candidates in order of trust)."""
+    out = candidates[0].copy()
+    for candidate in candidates[1:]:
+        hole = out == missing
+        out[hole] = candidate[hole]
+    return out
+
+
+def _related_ops(facts: dict, ids: dict, start_ns, end_ns, launch_row: np.ndarray) -> dict[int, np.ndarray]:
+    """Per fact row, the fact row of the op around it, by source (-1: none). A kernel: the
+    innermost record_param_comms / nccl:* / c10d::* range around its launching call on the
+    launching thread (a SendRecv kernel inside nccl:all_to_all is an alltoall). A c10d::* op:
+    the record_param_comms inside it (on CPU traces the op is the communication row)."""
+    rows, src, tid = facts["rows"], facts["source"], ids["tid"]
+    related = {source: np.full(rows.size, -1, np.int64) for source in (_SRC_PARAM, _SRC_NCCL, _SRC_C10D)}
+    kernels = np.flatnonzero(src == _SRC_KERNEL)
+    calls = launch_row[rows[kernels]]
+    launched = kernels[calls >= 0]
+    calls = calls[calls >= 0]
+    for source, found in related.items():
+        ranges = np.flatnonzero(src == source)
+        if not ranges.size or not calls.size:
+            continue
+        r = rows[ranges]
+        inner = innermost_enclosing(tid[r], start_ns[r], end_ns[r], tid[calls], start_ns[calls], end_ns[calls])
+        found[launched] = np.where(inner >= 0, ranges[np.maximum(inner, 0)], -1)
+    ops, params = np.flatnonzero(src == _SRC_C10D), np.flatnonzero(src == _SRC_PARAM)
+    if ops.size and params.size:
+        o, p = rows[ops], rows[params]
+        outer = innermost_enclosing(tid[o], start_ns[o], end_ns[o], tid[p], start_ns[p], end_ns[p])
+        related[_SRC_PARAM][ops[outer[outer >= 0]]] = params[outer >= 0]
+    return related
+
+
+def _merged_facts(facts: dict, related: dict[int, np.ndarray]) -> dict:
+    """Each fact row's own facts completed by the ops around it, most explicit first: the args of
+    the collective (kernel, record_param_comms), then the op names, then the kernel name; bytes
+    from msg nelems x dtype, else the c10d::* op's shapes, else the nccl:* range's."""
+    param, nccl, op = related[_SRC_PARAM], related[_SRC_NCCL], related[_SRC_C10D]
+    arg_kind, name_kind = facts["arg_kind"], facts["name_kind"]
+    own_name = np.where(facts["source"] == _SRC_KERNEL, 0, name_kind)
+    kernel_name = np.where(facts["source"] == _SRC_KERNEL, name_kind, 0)
+    kind = _first_known(0, arg_kind, _take(arg_kind, param, 0), own_name, _take(name_kind, nccl, 0),
+                        _take(name_kind, op, 0), kernel_name)
+    tensor_bytes, input_only = facts["tensor_bytes"], facts["input_only"]
+    around = np.where(_take(tensor_bytes, op, -1) >= 0, op, nccl)
+    return {"kind": kind,
+            "nelems_bytes": _first_known(-1, facts["nelems_bytes"], _take(facts["nelems_bytes"], param, -1)),
+            "tensor_bytes": _first_known(-1, tensor_bytes, _take(tensor_bytes, around, -1)),
+            "input_only": np.where(tensor_bytes >= 0, input_only, _take(input_only, around, False)),
+            "group": _first_known("", facts["group"], _take(facts["group"], param, "")),
+            "group_size": _first_known(-1, facts["group_size"], _take(facts["group_size"], param, -1)),
+            "peer": _first_known(-1, facts["peer"], _take(facts["peer"], op, -1))}
+
+
+def _pg_config(doc: _Document) -> list[tuple[str, list[int] | None]]:
+    """The rank's process groups in creation order from distributedInfo.pg_config."""
+    info = doc.info.get("distributedInfo")
+    config = info.get("pg_config") if isinstance(info, dict) else None
+    if not isinstance(config, list):
+        return []
+    return [(str(entry.get("pg_name")), _rank_list(entry.get("ranks"))) for entry in config
+            if isinstance(entry, dict) and entry.get("pg_name") is not None]
+
+
+def _infer_groups(merged: dict, facts: dict, tid: np.ndarray, pg_names: list[str]) -> tuple[list[str], list[str]]:
+    """Fill the group of rows whose args do not name it, in ``merged["group"]``; returns how
+    (phrases for meta["group_from"]) and warnings. One group in pg_config: every op is in it.
+    Gloo: each process group owns its worker threads, created with the group, so their tids are
+    adjacent; clusters of consecutive tids map to pg_config entries in order when the counts
+    agree (never a guess otherwise). A c10d::* op (CPU trace): the one group of the gloo ranges
+    of its kind, when its kind has as many gloo ranges as ops."""
+    group, src, kind = merged["group"], facts["source"], merged["kind"]
+    methods = ["record_param_comms"] if (group != "").any() else []
+    unknown = (group == "") & (src != _SRC_PARAM)  # record_param_comms already lent its group
+    if len(pg_names) == 1 and unknown.any():
+        group[unknown] = pg_names[0]
+        return methods + ["pg_config (the rank's only group)"], []
+    gloo = np.flatnonzero((src == _SRC_GLOO) & unknown)
+    if not gloo.size or not pg_names:
+        return methods, []
+    threads = np.unique(tid[facts["rows"][gloo]])
+    cluster = np.concatenate([[0], np.cumsum(np.diff(threads) != 1)])
+    if cluster[-1] + 1 != len(pg_names):
+        return methods, [f"gloo process groups could not be told apart: {cluster[-1] + 1} cluster(s) of worker "
+                         f"threads for {len(pg_names)} group(s) in pg_config; their collectives have no group "
+                         "(matched on the world)"]
+    group[gloo] = np.array(pg_names, dtype=object)[cluster[np.searchsorted(threads, tid[facts["rows"][gloo]])]]
+    methods.append("gloo worker threads + pg_config")
+    ops = np.flatnonzero((src == _SRC_C10D) & (group == ""))
+    gloo_all = np.flatnonzero(src == _SRC_GLOO)
+    told = False
+    for code in np.unique(kind[ops]):  # per distinct kind
+        mine, theirs = ops[kind[ops] == code], gloo_all[kind[gloo_all] == code]
+        names = set(group[theirs].tolist())
+        if mine.size == theirs.size and len(names) == 1 and "" not in names:
+            group[mine], told = names.pop(), True
+    return methods + (["c10d ops: the group of the gloo ranges of their kind"] if told else []), []
+
+
+def _comm_columns(doc: _Document, facts: dict, ids: dict, steps: dict, classes, start_ns, end_ns,
+                  category: np.ndarray, path: Path) -> tuple[dict, dict, list[str]]:
+    """The collective / group / nbytes / peer columns of the communication rows (defaults on
+    the others and on the ProfileStep rows), meta["process_groups"] / meta["group_from"], and
+    warnings."""
+    n, n_steps = len(classes), steps["rows"].size
+    launch_row = np.full(n, -1, np.int64)
+    runtime = np.flatnonzero(classes == _RUNTIME)
+    if runtime.size:
+        launch_row[steps["work"]] = np.where(steps["launch"] >= 0, runtime[np.maximum(steps["launch"], 0)], -1)
+    merged = _merged_facts(facts, _related_ops(facts, ids, start_ns, end_ns, launch_row))
+    pg = _pg_config(doc)
+    groups = {name: ranks for name, ranks in pg if ranks is not None}
+    for name, ranks in facts["named_groups"].items():
+        groups.setdefault(name, ranks)
+    methods, warnings = _infer_groups(merged, facts, ids["tid"], [name for name, _ in pg])
+    group = merged["group"]
+    size_of = {name: len(ranks) for name, ranks in groups.items()}
+    group_codes, group_names = _factorize(group.tolist())
+    known_size = np.array([size_of.get(name, -1) for name in group_names], np.int64)[group_codes] \
+        if group.size else np.empty(0, np.int64)
+    group_size = _first_known(-1, merged["group_size"], known_size)
+    per_member = (merged["kind"] == _ALLGATHER_CODE) & merged["input_only"]
+    shaped = np.where(per_member, np.where(group_size > 0, merged["tensor_bytes"] * group_size, -1),
+                      merged["tensor_bytes"])
+    nbytes = _first_known(-1, merged["nelems_bytes"], np.where(merged["tensor_bytes"] >= 0, shaped, -1))
+    ranks_of = [groups.get(name) for name in group_names]
+    peer = np.array([_global_rank(ranks_of[g], p) for g, p in zip(group_codes.tolist(), merged["peer"].tolist())],
+                    np.int64) if (merged["peer"] >= 0).any() else merged["peer"]
+    comm = np.flatnonzero(category[facts["rows"]] == _COMM_ROW)
+    rows = facts["rows"][comm]
+    names = ["", *(name for name in group_names if name)]  # group column: codes into these
+    code_of = np.array([names.index(name) for name in group_names], np.int32)
+    size = n + n_steps  # the ProfileStep rows appended after the trace's rows keep the defaults
+    columns = {"collective": np.zeros(size, np.int8), "group": np.zeros(size, np.int32),
+               "nbytes": np.full(size, -1, np.int64), "peer": np.full(size, -1, np.int64)}
+    for column, values in (("collective", merged["kind"]), ("group", code_of[group_codes] if group.size else group),
+                           ("nbytes", nbytes), ("peer", peer)):
+        columns[column][rows] = values[comm]
+    columns["collective"] = pd.Categorical.from_codes(columns["collective"], categories=ev.COLLECTIVE_KINDS)
+    columns["group"] = pd.Categorical.from_codes(columns["group"], categories=names)
+    meta = {"process_groups": groups, "group_from": "; ".join(methods) or "unknown"}
+    return columns, meta, [f"{path}: {warning}" for warning in warnings]
+
+
+def _global_rank(ranks: list[int] | None, rank_in_group: int) -> int:
+    """A group rank as a global rank (-1 when the group's ranks are not known)."""
+    if rank_in_group < 0 or ranks is None or rank_in_group >= len(ranks):
+        return -1
+    return ranks[rank_in_group]
 
 
 def _factorize(values: list) -> tuple[np.ndarray, list]:
