@@ -65,7 +65,28 @@ def _rank_warnings(results: list[RankResult]) -> list[str]:
     return warnings + [f"{_rank_ranges(sorted(ranks))}: {text}" for text, ranks in no_steps.items()]
 
 
-def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None = None) -> dict:
+def _unseen_members(out: dict, matching: align_mod.Matching, missing: list[int]) -> None:
+    """A straggler is last among the ranks *present*: when its collectives' groups have members
+    that are not in the merge (or groups not known and ranks missing from the world), the
+    absent ranks may be later still, so it is not named; a note says why."""
+    straggler = out.get("straggler")
+    if not straggler or not missing or not matching.size:
+        return
+    row = int(np.flatnonzero(matching.ranks == straggler["rank"])[0])
+    mine = np.flatnonzero(matching.present[row])
+    groups = matching.group if matching.group.size == matching.size else np.full(matching.size, "", object)
+    unseen = set(missing)
+    incomplete = [j for j in mine.tolist() if not groups[j] or unseen & set(matching.group_ranks[j])]
+    if incomplete:
+        out["straggler"] = None
+        out["notes"].append(f"rank {straggler['rank']} is last among the ranks present in {straggler['late_in']} of "
+                            f"{straggler['of']} collectives, but {len(incomplete)} of them belong to groups with "
+                            f"members missing from the inputs ({_rank_ranges(sorted(unseen))[:80]}): the missing "
+                            "ranks may be later still, so no straggler is named")
+
+
+def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None = None,
+                  missing: list[int] | None = None) -> dict:
     """summary.json's ``skew``: alignment, per-collective and per-step skew on the common clock."""
     results, matching = aligned.results, aligned.matching
     ranks = [r.rank for r in results]
@@ -89,9 +110,10 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None 
         **steps,
     }
     out["notes"] = aligned.notes + out["notes"]
+    _unseen_members(out, matching, missing or [])
     for kind in out["kinds"]:  # matching counts next to the skew aggregates
-        kind.update({k: v for k, v in next((m for m in matching.kinds if m["name"] == kind["name"]), {}).items()
-                     if k not in kind})
+        kind.update({k: v for k, v in next((m for m in matching.kinds if (m["name"], m["group"]) ==
+                                            (kind["name"], kind["group"])), {}).items() if k not in kind})
     return out
 
 
@@ -133,7 +155,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
                         "ranks may be the clocks, not the ranks")
     final, inst, collective_table = _collectives(aligned, config)
     aligned = replace(aligned, results=final)
-    skew_summary = _skew_summary(aligned, config, inst)
+    skew_summary = _skew_summary(aligned, config, inst, missing)
     skew_summary["notes"] += _unsplit_note(final)
     checks = streams.stream_checks(final, config)
     return Summary(

@@ -314,8 +314,6 @@ def _raw_nccl_busbw() -> dict[str, float]:
     return {b: float(np.median(busbw[buckets == b])) for b in set(buckets.tolist())}
 
 
-@pytest.mark.xfail(strict=True, reason="the Kineto reader does not fill nbytes/group from the NCCL kernel args on "
-                                       "this branch yet (another engineer's change); remove this mark when merged")
 def test_hta_nccl_bytes_and_busbw_from_kernel_args():
     (trace,) = sources.read(DATA / "kineto" / "hta_nccl_parser_config_1of2" / "nccl_data.json.gz", CONFIG)
     data = pipeline.combine([pipeline.reduce_rank(trace, CONFIG)], CONFIG, source="kineto", world_size=2).to_json()

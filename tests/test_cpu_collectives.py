@@ -20,17 +20,22 @@ def cpu_summary() -> dict:
     return pipeline.merge_files(sorted((DATA / "torch_cpu").glob("rank*.json.gz")), config_mod.load()).to_json()
 
 
-def _gloo_ranges(path: Path) -> int:
-    """Independent count: the trace's gloo:* ranges (the exchanges themselves)."""
+def _gloo_ranges(path: Path) -> dict[str, int]:
+    """Independent count: the trace's gloo:* ranges (the exchanges themselves) by name."""
     with gzip.open(path) as handle:
         events = json.load(handle)["traceEvents"]
-    return sum(1 for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("gloo:"))
+    names = [str(e.get("name", "")) for e in events if e.get("ph") == "X"]
+    return {name: names.count(name) for name in set(names) if name.startswith("gloo:")}
 
 
-def test_each_collective_counted_once(cpu_summary):
-    kinds = {k["name"]: k["matched"] for k in cpu_summary["skew"]["kinds"]}
-    assert set(kinds) == {"allreduce", "allgather", "alltoall", "broadcast"}  # gloo:* names, canonical kinds
-    assert sum(kinds.values()) == _gloo_ranges(DATA / "torch_cpu" / "rank0.json.gz")
+def test_each_collective_counted_once_in_its_group(cpu_summary):
+    """Once (the gloo:* exchange, not also its c10d:: op), and within its process group: the
+    allreduces of pair {0,1} ('1') and pair {2,3} ('2') are matched apart, the rest on the world."""
+    kinds = {(k["name"], k["group"]): k["matched"] for k in cpu_summary["skew"]["kinds"]}
+    rank0, rank2 = (_gloo_ranges(DATA / "torch_cpu" / f"rank{r}.json.gz") for r in (0, 2))
+    assert kinds == {("allreduce", "1"): rank0["gloo:all_reduce"], ("allreduce", "2"): rank2["gloo:all_reduce"],
+                     ("allgather", "0"): rank0["gloo:all_gather"], ("alltoall", "0"): rank0["gloo:all_to_all"],
+                     ("broadcast", "0"): rank0["gloo:broadcast"]}
 
 
 def test_one_host_one_clock(cpu_summary):

@@ -201,8 +201,9 @@ def _straggler_finding(skew: dict, window_ns: int) -> list[dict]:
         pattern = "1 step: not shown to repeat"
     else:
         pattern = f"{straggler['pattern']}: late in {straggler['steps_late']}/{straggler['steps']} steps"
-    message = (f"straggler: rank {rank} costs every other rank {duration(cost)} per step{of_step}: it is last, "
-               f"and waited for alone, in {straggler['late_in']} of its {straggler['of']} collectives ({pattern})")
+    message = (f"straggler: rank {rank} keeps the ranks it shares collectives with waiting {duration(cost)} per "
+               f"step{of_step}: it is last, and waited for alone, in {straggler['late_in']} of its "
+               f"{straggler['of']} collectives ({pattern})")
     if straggler.get("side") in _SIDE_TEXT:
         message += f"; {_SIDE_TEXT[straggler['side']]}"
     if straggler.get("phase"):

@@ -275,16 +275,20 @@ def _collective_rows(matching: Matching, arrivals: dict, inst: dict, limit: int)
 
 
 def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str]]:
-    """Aggregates per kind of collective, and a note per kind whose split and waits disagree."""
+    """Aggregates per kind of collective and process group, and a note per such pair whose split
+    and waits disagree."""
     a = arrivals
     present, rank_of = matching.present, matching.ranks.tolist()
+    groups = matching.group if matching.group.size == matching.size else np.full(matching.size, "", object)
+    label = np.array([f"{k}|{g}" for k, g in zip(matching.name.tolist(), groups.tolist())], dtype=str)
     kinds, notes = [], []
-    for kind in np.unique(matching.name):  # one iteration per kind of collective
-        cols = matching.name == kind
+    for pair in np.unique(label):  # one iteration per (kind, group)
+        kind, group = pair.split("|", 1)
+        cols = label == pair
         rows = present[:, cols].any(axis=1)
         disagree = ~a["split_agrees"][cols]
         kinds.append({
-            "name": str(kind), "matched": int(cols.sum()),
+            "name": kind, "group": group, "matched": int(cols.sum()),
             "arrival_skew_ns": _stats(a["arrival_skew"][cols]), "end_skew_ns": _stats(a["end_skew"][cols]),
             "transfer_ns_total": int(a["transfer"][cols].sum()),
             "wait_ns_by_rank": {str(rank_of[r]): int(a["wait"][r, cols].sum()) for r in np.flatnonzero(rows)},
@@ -292,8 +296,9 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str
             "split_disagreements": int(disagree.sum()),
         })
         if disagree.mean() > SPLIT_DISAGREE_NOTE_SHARE:
+            where = f" (group {group})" if group else ""
             notes.append(
-                f"{kind}: the aligned waits and the sync/transfer split disagree on {int(disagree.sum())} of "
+                f"{kind}{where}: the aligned waits and the sync/transfer split disagree on {int(disagree.sum())} of "
                 f"{int(cols.sum())} collectives (median gap {duration(np.median(a['split_diff'][cols][disagree]))}; "
                 f"median end skew {duration(np.median(a['end_skew'][cols]))}): the ranks do not leave it together "
                 "(e.g. host threads resuming late) or the clocks are off; the split needs no clock")

@@ -49,8 +49,8 @@ COLLECTIVE_COLUMNS = (("Kind", "kind"), ("Group", "group"), ("Span", "node_span"
 
 def collective_cells(row: dict, unit: str, with_peak: bool) -> list[str]:
     """One Collectives table row as text cells (count as "matched/total" when some were single-rank)."""
-    def number(value, digits: int = 1) -> str:
-        return "-" if value is None else f"{value:.{digits}f}"
+    def number(value, digits: int = 1) -> str:  # 3 significant digits below 1: 0.0042, not 0.00
+        return "-" if value is None else f"{value:.{digits}f}" if abs(value) >= 1 or value == 0 else f"{value:.3g}"
     count = str(row["count"]) if row["matched"] == row["count"] else f"{row['matched']}/{row['count']}"
     cells = [row["kind"], row["group"] or "-", row["node_span"] or "-", row["size_bucket"], count,
              figure("total_ns", row["total_ns"], unit),

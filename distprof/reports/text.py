@@ -101,7 +101,8 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
                                   tablefmt="simple", disable_numparse=True))
 
     if skew.get("matched"):
-        kinds = ", ".join(f"{k['name']} {k['matched']}" for k in skew.get("kinds", []))
+        kinds = ", ".join(f"{k['name']}{' [group ' + k['group'] + ']' if k.get('group') else ''} {k['matched']}"
+                          for k in skew.get("kinds", []))
         methods: dict[str, int] = {}
         for estimate in skew.get("alignment", []):
             if estimate["method"] != "reference":
