@@ -153,7 +153,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         warnings.append(f"clock offset of rank(s) {shown} not verified "
                         "(no shared host, clock sample or usable collectives): start spreads and skew across "
                         "ranks may be the clocks, not the ranks")
-    final, inst, collective_table = _collectives(aligned, config)
+    final, inst, collective_table = _collectives(aligned, config, world_size)
     aligned = replace(aligned, results=final)
     skew_summary = _skew_summary(aligned, config, inst, missing)
     skew_summary["notes"] += _unsplit_note(final)
@@ -167,15 +167,18 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         collectives=collective_table)
 
 
-def _collectives(aligned: align_mod.Alignment, config: dict) -> tuple[list[RankResult], dict, dict]:
+def _collectives(aligned: align_mod.Alignment, config: dict,
+                 world_size: int | None = None) -> tuple[list[RankResult], dict, dict]:
     """Instances of the matched collectives on the aligned clock, each rank's communication split
     into wait and transfer (new RankFigures, nothing changed in place), and the Collectives table
-    (matched instances plus the collectives no other rank matched)."""
+    (matched instances plus the collectives no other rank matched). An op whose group the trace
+    does not name is taken to be on the world (``world_size`` ranks) for its bus bandwidth."""
     results, matching = aligned.results, aligned.matching
     gpus_per_node = (config.get("hardware") or {}).get("gpus_per_node")
     ranks = [r.rank for r in results]
     node_of = coll.node_of_ranks(ranks, [r.host for r in results], gpus_per_node)
-    inst = coll.instances(matching, [r.clock.offset_ns for r in results], node_of, gpus_per_node)
+    inst = coll.instances(matching, [r.clock.offset_ns for r in results], node_of, gpus_per_node,
+                          world_size=world_size)
     waits = coll.rank_waits(matching, inst, [r.markers.step_bounds for r in results],
                             config.get("window", "steps") == "steps")
     final = []
@@ -184,8 +187,11 @@ def _collectives(aligned: align_mod.Alignment, config: dict) -> tuple[list[RankR
         transfer = None if wait is None else max(figures.communication_ns - wait, 0)
         final.append(replace(result, figures=replace(figures, communication_wait_ns=wait,
                                                       communication_transfer_ns=transfer)))
-    single = coll.unmatched([r.markers.collectives for r in results], ranks, matching,
-                            align_mod.process_groups(results), node_of, gpus_per_node)
+    groups = align_mod.process_groups(results)
+    if world_size and "" not in groups:
+        groups[""] = tuple(range(world_size))
+    single = coll.unmatched([r.markers.collectives for r in results], ranks, matching, groups, node_of,
+                            gpus_per_node)
     return final, inst, coll.summary(matching, inst, single, config)
 
 

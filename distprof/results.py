@@ -77,7 +77,8 @@ class RankMarkers:
     """What skew needs from a rank, on the rank's own clock, as plain column lists (picklable):
     ``step_bounds`` (step, start_ns, end_ns), ``phases`` per step and name (step, name, start_ns,
     end_ns, busy_ns) and ``collectives`` (name = canonical kind, start_ns, end_ns, lane label, step,
-    group, nbytes, peer, launch_ns: the launching call's start for GPU work, else -1)."""
+    group, nbytes, peer, launch_ns: when it was issued: the launching call's start for GPU work,
+    a host range's own start, -1 for GPU work whose launch was not captured)."""
 
     step_bounds: dict
     phases: dict

@@ -390,3 +390,23 @@ def test_reports_show_the_table_and_the_split(tp_dp):
     assert "<h2>Collectives</h2>" in page and "16-256 MiB" in page and "Comm wait" in page
     old = {k: v for k, v in data.items() if k != "collectives"}  # a summary.json from before issue 13
     assert "busbw" not in text.render(old) and "<h2>Collectives</h2>" not in html.render(old)
+
+
+def test_ops_of_an_unnamed_group_are_on_the_world_for_bus_bandwidth():
+    """hta_trace_diff_control_1of8 names no process group: its ops are taken to be on the world
+    of 8 (distributedInfo.world_size), so busbw = algbw x 7/8 (alltoall) and x 2*7/8 (allreduce)."""
+    (trace,) = sources.read(DATA / "kineto" / "hta_trace_diff_control_1of8" / "control.json.gz", CONFIG)
+    data = pipeline.combine([pipeline.reduce_rank(trace, CONFIG)], CONFIG, source="kineto", world_size=8).to_json()
+    rows = [r for r in data["collectives"]["rows"] if r["algbw_median_gbps"]]
+    assert {r["kind"] for r in rows} == {"alltoall", "allreduce"}
+    for row in rows:
+        factor = 2 * 7 / 8 if row["kind"] == "allreduce" else 7 / 8
+        assert row["busbw_median_gbps"] == pytest.approx(row["algbw_median_gbps"] * factor)
+
+
+def test_late_host_side_collective_on_a_gpu_trace_is_host_side():
+    """kineto_h100/gloo_cuda: gloo collectives are host ranges on a GPU trace; rank 1 sleeps 20 ms
+    on the host every step, so the straggler is rank 1 and its delay is on the host."""
+    paths = sorted((DATA / "kineto_h100" / "gloo_cuda").glob("rank*.json.gz"))
+    data = pipeline.merge_files(paths, CONFIG).to_json()
+    assert data["skew"]["straggler"]["rank"] == 1 and data["skew"]["straggler"]["side"] == "host"

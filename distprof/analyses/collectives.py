@@ -84,8 +84,11 @@ def _known_median(values: np.ndarray, present: np.ndarray) -> np.ndarray:
 
 
 def instances(matching: Matching, offsets, node_of: dict[int, str] | None = None,
-              gpus_per_node: int | None = None) -> dict:
+              gpus_per_node: int | None = None, world_size: int | None = None) -> dict:
     """Every matched instance's figures (columns of ``matching``; matrices are ranks x instances).
+
+    n = the group's size; an op of a group the trace does not name ("") is on the world, so
+    n = ``world_size`` when known (2 of 128 ranks in an all-to-all still move 127/128 of it).
 
     ``second_row`` is the second-latest arrival (the last rank's attributable wait is measured to
     it); an instance with one member has ``second_start`` = its own start."""
@@ -105,6 +108,8 @@ def instances(matching: Matching, offsets, node_of: dict[int, str] | None = None
     transfer = duration[last_row, columns] if present.shape[1] else np.zeros(0, np.int64)
     n = np.array([len(m) for m in matching.group_ranks], np.int64) if matching.group_ranks else \
         present.sum(axis=0)
+    if world_size and matching.group.size == n.size:
+        n = np.where((matching.group == "") & (np.asarray(matching.name, dtype=str) != P2P), world_size, n)
     nbytes = _known_median(matching.nbytes, present)
     kinds = np.asarray(matching.name, dtype=str)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -172,7 +177,8 @@ def unmatched(collectives_by_rank: list[dict], ranks: list[int], matching: Match
             "nbytes": np.where(nbytes >= 0, nbytes.astype(np.float64), np.nan)}))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         {"rank": [], "kind": [], "group": [], "duration": [], "nbytes": []})
-    members = [tuple(process_groups[g]) if g in process_groups else () for g in table["group"].astype(str)]
+    members = [tuple(process_groups[g]) if g in process_groups and k != P2P else ()  # p2p: its 2 ends, not the group
+               for g, k in zip(table["group"].astype(str), table["kind"].astype(str))]
     n = np.array([len(m) or -1 for m in members], np.int64)
     n = np.where(np.isin(table["kind"].astype(str), (P2P,)), 2, n)
     spans = node_spans([m or (int(r),) for m, r in zip(members, table["rank"])], node_of, gpus_per_node) \

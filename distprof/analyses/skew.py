@@ -47,16 +47,17 @@ def _kinds(comm: pd.DataFrame) -> list[str]:
 
 
 def _launch_starts(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    """For each selected row, the start of the runtime call that launched it (GPU work: the host
-    side of a collective), -1 where it was not launched by a captured call (host ranges)."""
+    """For each selected row, when it was issued: GPU work at the start of the runtime call that
+    launched it (-1 when that call was not captured), a host range at its own start (the host
+    issues it then), so a late issue reads as a host-side delay on either kind of trace."""
     kind = events["kind"].to_numpy()
-    calls = np.flatnonzero(kind == ev.RUNTIME)
     selected = np.flatnonzero(rows)
-    out = np.full(selected.size, -1, np.int64)
-    if not calls.size or not selected.size:
+    gpu = np.isin(kind[selected], (ev.KERNEL, ev.MEMCPY, ev.MEMSET))
+    out = np.where(gpu, -1, events["start_ns"].to_numpy()[selected]).astype(np.int64)
+    calls = np.flatnonzero(kind == ev.RUNTIME)
+    if not calls.size or not gpu.any():
         return out
     correlation, pid = events["correlation_id"].to_numpy(), events["pid"].to_numpy()
-    gpu = np.isin(kind[selected], (ev.KERNEL, ev.MEMCPY, ev.MEMSET))
     found = launch_join(correlation[selected], correlation[calls], pid[selected], pid[calls])
     found = np.where(gpu, found, -1)
     out[found >= 0] = events["start_ns"].to_numpy()[calls[found[found >= 0]]]
