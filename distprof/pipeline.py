@@ -156,7 +156,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     final, inst, collective_table = _collectives(aligned, config, world_size)
     aligned = replace(aligned, results=final)
     skew_summary = _skew_summary(aligned, config, inst, missing)
-    skew_summary["notes"] += _unsplit_note(final)
+    skew_summary["notes"] += _unsplit_note(final) + _unnamed_groups_note(final, world_size)
     checks = streams.stream_checks(final, config)
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
@@ -193,6 +193,19 @@ def _collectives(aligned: align_mod.Alignment, config: dict,
     single = coll.unmatched([r.markers.collectives for r in results], ranks, matching, groups, node_of,
                             gpus_per_node)
     return final, inst, coll.summary(matching, inst, single, config)
+
+
+def _unnamed_groups_note(results: list[RankResult], world_size: int) -> list[str]:
+    """Say when collectives carry no process group: they are matched among the ranks that have
+    them and taken to span the world, which a job with subgroups would contradict."""
+    unnamed = sorted({kind for r in results for kind, group in zip(r.markers.collectives.get("name", []),
+                                                                  r.markers.collectives.get("group") or [])
+                      if not group and kind not in ("other", "send", "recv")})
+    if not unnamed:
+        return []
+    return [f"process group not in the trace for {', '.join(unnamed)}: matched among the ranks that have them and "
+            f"taken to be on the world ({world_size} ranks) for bus bandwidth; a job with subgroups (TP/DP/PP) needs "
+            "traces that name them (Kineto record_param_comms / pg_config, distprof.comm(group=...))"]
 
 
 def _unsplit_note(results: list[RankResult]) -> list[str]:
