@@ -12,7 +12,7 @@ from pathlib import Path
 from . import align as align_mod
 from . import events as ev
 from . import transport
-from .analyses import diagnose, distributed, skew, streams, summaries
+from .analyses import diagnose, distributed, skew, streams, summaries, whatif
 from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
 
@@ -127,11 +127,14 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     final = aligned.results
     skew_summary = _skew_summary(aligned, config)
     checks = streams.stream_checks(final, config)
+    what = whatif.safe_whatif(final, aligned.matching, config, warnings)
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
-        checks=checks, skew=skew_summary, findings=diagnose.findings(final, checks, skew_summary, config),
-        warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]))
+        checks=checks, skew=skew_summary,
+        findings=whatif.rank_findings(diagnose.findings(final, checks, skew_summary, config), what),
+        warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
+        whatif=what)
 
 
 def _rank_ranges(ranks: list[int]) -> str:

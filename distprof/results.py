@@ -181,6 +181,7 @@ class Summary:
     findings: list[dict]
     warnings: list[str]
     tables: dict
+    whatif: dict | None = None  # analyses.whatif.whatif: replayed step time and scenarios
 
     def rank(self, rank: int) -> RankResult:
         """The result of one rank by its number."""

@@ -119,6 +119,8 @@ def _ops(markers, step_set: set, columns: dict) -> pd.DataFrame:
 def _waits(t: np.ndarray, issue_of_point: np.ndarray, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """For each chain point of one rank: the op it waited for (-1: none) and the gap after its end."""
     ends = ops["end"].to_numpy(np.int64)
+    if not ends.size:
+        return np.full(t.size, -1, np.int64), np.zeros(t.size, np.int64)
     order = np.argsort(ends, kind="stable")
     found = np.searchsorted(ends[order], t, side="right") - 1
     op = np.where(found >= 0, order[np.maximum(found, 0)], -1)
@@ -159,7 +161,6 @@ def _rank_graph(result: RankResult, row: int, columns: dict, dataloader: str) ->
 
 def build_graph(results: list[RankResult], matching: Matching, dataloader: str = "Dataloader") -> Graph:
     """The replay graph of aligned results; ``matching`` rows follow ``results``."""
-    n_ranks = len(results)
     point_frames, op_frames = [], []
     point_base = op_base = 0
     n_cols = matching.size
@@ -191,13 +192,13 @@ def _finish_graph(results: list[RankResult], points: pd.DataFrame, ops: pd.DataF
     col = np.where(col >= 0, col, n_cols + np.arange(col.size))
     start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
     last = _join_last(col, start, end)
+    column_last = pd.Series(start).groupby(col).transform("max").to_numpy()
     issue_t = np.where(ops["launch"].to_numpy() >= 0, ops["launch"].to_numpy(), start)
     ready = _measured_ready(issue_t, ops["issue"].to_numpy(), ops["lane_prev"].to_numpy())
     prev_end = ops["prev_end"].to_numpy(np.int64)
     delta = np.maximum(start - np.maximum(ready, prev_end), 0)
     is_start = points["kind"].to_numpy() == _STEP_START
     is_end = points["kind"].to_numpy() == _STEP_END
-    step_rank = rank[is_start]
     ends = pd.DataFrame({"rank": rank[is_end], "step": points["step"].to_numpy()[is_end],
                          "p": np.flatnonzero(is_end)})
     starts = pd.DataFrame({"rank": rank[is_start], "step": points["step"].to_numpy()[is_start],
@@ -214,7 +215,7 @@ def _finish_graph(results: list[RankResult], points: pd.DataFrame, ops: pd.DataF
                  steps["step"].to_numpy(np.int64), steps["p_s"].to_numpy(np.int64), steps["p_e"].to_numpy(np.int64),
                  ops["rank"].to_numpy(np.int64), col, ops["issue"].to_numpy(np.int64),
                  ops["lane_prev"].to_numpy(np.int64), delta, end - last, start, end,
-                 op_end_point.to_numpy(np.int64), last < pd.Series(start).groupby(col).transform("max").to_numpy(), edges)
+                 op_end_point.to_numpy(np.int64), last < column_last, edges)
 
 
 def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -499,3 +500,28 @@ def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank
     gaining = [int(g.rank_numbers[r]) for r in gain.index[(gain > GAIN_SHARE * base_by_rank).to_numpy()]]
     return {"name": name, "predicted_step_ns": predicted, "saving_ns": measured_ns - predicted,
             "ranks_gaining": gaining, "applies": True, "why": None, **info}
+
+
+# the scenario that predicts what fixing a finding would save
+FINDING_SCENARIOS = {"straggler": "no_straggler", "serialized_communication": "overlap_communication",
+                     "unoverlapped_communication": "overlap_communication", "dataloader_bound": "no_dataloader_wait",
+                     "slow_collective": "comm_bandwidth_x2", "imbalance": "balanced_ranks"}
+
+
+def rank_findings(findings: list[dict], result: dict | None) -> list[dict]:
+    """New findings, each with ``predicted_saving_ns`` (its scenario's saving; None when no
+    scenario models the fix or it does not apply), sorted by it (largest first; None last, by cost)."""
+    savings = {row["name"]: row["saving_ns"] for row in (result or {}).get("scenarios", []) if row["applies"]}
+    out = [{**f, "predicted_saving_ns": savings.get(FINDING_SCENARIOS.get(f["finding"], ""))} for f in findings]
+    return sorted(out, key=lambda f: (f["predicted_saving_ns"] is None, -(f["predicted_saving_ns"] or 0),
+                                      -f.get("cost_ns", 0)))
+
+
+def safe_whatif(results: list[RankResult], matching: Matching, config: dict, warnings: list[str]) -> dict | None:
+    """``whatif`` for pipeline.combine: a trace the replay cannot read costs the what-if, with a
+    warning saying so, not the whole merge."""
+    try:
+        return whatif(results, matching, config)
+    except (ValueError, KeyError, IndexError) as error:
+        warnings.append(f"what-if replay skipped: {type(error).__name__}: {error}")
+        return None
