@@ -510,11 +510,12 @@ FINDING_SCENARIOS = {"straggler": "no_straggler", "serialized_communication": "o
 
 def rank_findings(findings: list[dict], result: dict | None) -> list[dict]:
     """New findings, each with ``predicted_saving_ns`` (its scenario's saving; None when no
-    scenario models the fix or it does not apply), sorted by it (largest first; None last, by cost)."""
+    scenario models the fix or it does not apply), sorted by it, largest first. A finding without
+    a prediction sorts by its ``cost_ns`` (the time it describes, the most a fix could save)."""
     savings = {row["name"]: row["saving_ns"] for row in (result or {}).get("scenarios", []) if row["applies"]}
     out = [{**f, "predicted_saving_ns": savings.get(FINDING_SCENARIOS.get(f["finding"], ""))} for f in findings]
-    return sorted(out, key=lambda f: (f["predicted_saving_ns"] is None, -(f["predicted_saving_ns"] or 0),
-                                      -f.get("cost_ns", 0)))
+    return sorted(out, key=lambda f: -(f["cost_ns"] if f["predicted_saving_ns"] is None
+                                       else f["predicted_saving_ns"]))
 
 
 def safe_whatif(results: list[RankResult], matching: Matching, config: dict, warnings: list[str]) -> dict | None:
