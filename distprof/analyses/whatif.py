@@ -170,8 +170,7 @@ def build_graph(results: list[RankResult], matching: Matching, dataloader: str =
                    zip(matching.start_ns[row, present], matching.end_ns[row, present], present)}
         points, ops = _rank_graph(result, row, columns, dataloader)
         ops["rank"] = row
-        for name in ("issue",):
-            ops[name] = np.where(ops[name] >= 0, ops[name] + point_base, -1)
+        ops["issue"] = np.where(ops["issue"] >= 0, ops["issue"] + point_base, -1)
         ops["lane_prev"] = np.where(ops["lane_prev"] >= 0, ops["lane_prev"] + op_base, -1)
         points["wait_op"] = np.where(points["wait_op"] >= 0, points["wait_op"] + op_base, -1)
         ops["id"] = np.arange(len(ops)) + op_base
