@@ -149,3 +149,17 @@ def test_replay_error_on_real_traces(pattern):
     assert what["replay_error"] < 1e-4
     aligned = align.align(list(summary.ranks), CONFIG)
     assert whatif.whatif(aligned.results, aligned.matching, CONFIG)["replay_error"] == what["replay_error"]
+
+
+def test_no_steps_nothing_to_replay():
+    events = ev.make_events(kind=[ev.RANGE], category=[ev.PHASE], name=["forward"], start_ns=[0], end_ns=[MS])
+    summary = summarize([pipeline.reduce_rank(ev.RankTrace(events=events, rank=0), CONFIG)])
+    what = summary["whatif"]
+    assert what["measured_step_ns"] is None and what["replay_error"] is None
+    assert all(not row["applies"] and "ProfileStep" in row["why"] for row in what["scenarios"])
+    assert "no steps to replay" in whatif_text(what)
+
+
+def whatif_text(what: dict) -> str:
+    from distprof.reports import whatif_report
+    return whatif_report.render(what)
