@@ -1,4 +1,4 @@
-"""`distprof demo | merge | report | trace | diff`: the command line.
+"""`distprof demo | merge | report | trace | diff | whatif`: the command line.
 
 Bad input ends with one line on stderr ("distprof: error: <file>: <problem>") and exit code 2;
 a merge with some bad or missing rank files goes on and says so.
@@ -256,6 +256,30 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_whatif(args: argparse.Namespace) -> int:
+    """What each fix would save: the merge's replay and scenarios (only --scenario ones if given)."""
+    from .analyses import whatif
+    from .reports import whatif_report
+    unknown = sorted(set(args.scenario or ()) - set(whatif.SCENARIOS))
+    if unknown:
+        raise config_mod.ConfigError(f"--scenario: unknown {', '.join(unknown)}; known: {', '.join(whatif.SCENARIOS)}")
+    config = config_mod.load(args.config)
+    inputs = args.inputs[0] if len(args.inputs) == 1 else None
+    summary = diff_side(inputs, config) if inputs else merge_files(_expand(args.inputs), config)
+    result = summary.get("whatif")
+    if result and args.scenario:
+        result = {**result, "scenarios": [r for r in result["scenarios"] if r["name"] in args.scenario]}
+    if not result:
+        raise SourceError("no what-if in this summary (made by an older distprof, or the replay was skipped)")
+    sys.stdout.write(whatif_report.render(result, args.unit) + "\n")
+    return 0
+
+
+def _expand(inputs: list[str]) -> list[Path]:
+    from . import sources
+    return sources.expand(inputs)
+
+
 NO_ALIGN_HELP = ("keep the sources' clock offsets (MPI ping-pong, nsys session start, Kineto base time); "
                  "do not refine them by the ends of matched collectives")
 
@@ -324,6 +348,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="smallest change of the median step called significant, in %% (default 5)")
     diff.add_argument("--config", default=None, help="YAML config file (for inputs that need a merge)")
     diff.set_defaults(func=cmd_diff)
+
+    what = sub.add_parser("whatif", help="what each fix would save: the measured timeline replayed with changes")
+    what.add_argument("inputs", nargs="+", help="trace files / folder / glob to merge, or a distprof output folder")
+    what.add_argument("--scenario", action="append", default=None, metavar="NAME",
+                      help="only this scenario (repeatable): no_straggler, overlap_communication, "
+                           "comm_bandwidth_x2, no_dataloader_wait, balanced_ranks")
+    what.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
+    what.add_argument("--config", default=None, help="YAML config file")
+    what.set_defaults(func=cmd_whatif)
     return parser
 
 

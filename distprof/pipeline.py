@@ -16,7 +16,7 @@ from . import align as align_mod
 from . import events as ev
 from . import transport
 from .analyses import collectives as coll
-from .analyses import diagnose, distributed, skew, streams, summaries
+from .analyses import diagnose, distributed, skew, streams, summaries, whatif
 from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
 
@@ -158,13 +158,14 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     skew_summary = _skew_summary(aligned, config, inst, missing)
     skew_summary["notes"] += _unsplit_note(final) + _unnamed_groups_note(final, world_size)
     checks = streams.stream_checks(final, config)
+    what = whatif.safe_whatif(final, aligned.matching, config, warnings)
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
         checks=checks, skew=skew_summary,
-        findings=diagnose.findings(final, checks, skew_summary, config, collective_table),
+        findings=whatif.rank_findings(diagnose.findings(final, checks, skew_summary, config, collective_table), what),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
-        collectives=collective_table)
+        collectives=collective_table, whatif=what)
 
 
 def _collectives(aligned: align_mod.Alignment, config: dict,

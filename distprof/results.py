@@ -189,6 +189,7 @@ class Summary:
     warnings: list[str]
     tables: dict
     collectives: dict = field(default_factory=dict)  # analyses.collectives.summary: the Collectives table
+    whatif: dict | None = None  # analyses.whatif.whatif: replayed step time and scenarios
 
     def rank(self, rank: int) -> RankResult:
         """The result of one rank by its number."""

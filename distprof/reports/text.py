@@ -43,6 +43,9 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
              table, "", lanes_table(summary)]
     for section in extra_sections(summary, unit) + collectives_section(summary, unit):
         parts += ["", section]
+    if summary.get("whatif"):
+        from . import whatif_report
+        parts += ["", whatif_report.render(summary["whatif"], unit)]
     parts += [part for section in tables.sections(summary, unit, **table_options) for part in ("", section)]
     if summary.get("warnings"):
         parts += ["", _banner("Warnings", width), *(f"! {w}" for w in summary["warnings"])]

@@ -1,0 +1,87 @@
+"""What-if against measured runs, not against itself: the no_straggler prediction made from a
+run with a late rank, next to the measured step time of the same job run without it.
+
+Pairs:
+- the demo, 2 ranks, 12 steps: ``--straggler 1:50`` vs no straggler (both run here, one after
+  the other, unless ``--demo-dirs LATE CLEAN`` gives two existing output folders);
+- the torch CPU gloo job in tests/data: torch_cpu (rank 2 sleeps 30 ms before its pair's
+  allreduce every step) vs torch_cpu_nolate (the same job, no sleep).
+Then the replay error (median over steps of |replayed − measured| / measured) on every real
+trace in tests/data. Timing runs are noisy (this is why it is a benchmark and not a test): the
+printed numbers are one run's.
+
+    python benchmarks/whatif_vs_measured.py [--demo-dirs LATE CLEAN] [--no-demo]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from distprof import config as config_mod
+from distprof import pipeline
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+REAL = ["torch_cpu/rank*.json.gz", "torch_cpu_nolate/rank*.json.gz", "kineto_h100/gloo_cuda/rank*.json.gz",
+        "kineto_h100/nccl_world1/*.json.gz", "demo_ranks/rank*.sqlite", "kineto/hta_trace_filter_2rank/*.json.gz",
+        "kineto/hta_nccl_parser_config_1of2/*.json.gz", "kineto/hta_negative_queue_1of16/*.json.gz",
+        "kineto/hta_trace_diff_control_1of8/*.json.gz"]
+TARGET = 0.15
+
+
+def whatif_of(paths: list[Path]) -> dict:
+    """The merge's whatif (the same path as ``distprof merge``)."""
+    return pipeline.merge_files(sorted(paths), config_mod.load()).whatif
+
+
+def run_demo(out: Path, straggler: str | None) -> Path:
+    command = [sys.executable, "-m", "distprof", "demo", "--ranks", "2", "--steps", "12", "--out", str(out)]
+    if straggler:
+        command += ["--straggler", straggler]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def compare(label: str, late: list[Path], clean: list[Path]) -> str:
+    """One row: predicted (no_straggler from the late run) vs measured (the clean run)."""
+    late_what, clean_what = whatif_of(late), whatif_of(clean)
+    row = next(r for r in late_what["scenarios"] if r["name"] == "no_straggler")
+    measured = clean_what["measured_step_ns"]
+    if not row["applies"]:
+        return f"{label:<34} late run {late_what['measured_step_ns'] / 1e6:8.2f} ms   no_straggler: {row['why']}"
+    predicted = row["predicted_step_ns"]
+    error = (predicted - measured) / measured
+    verdict = "within" if abs(error) <= TARGET else "OUTSIDE"
+    return (f"{label:<34} late run {late_what['measured_step_ns'] / 1e6:8.2f} ms   predicted without rank "
+            f"{row['rank']} {predicted / 1e6:8.2f} ms   measured without {measured / 1e6:8.2f} ms   "
+            f"error {100 * error:+6.1f}% ({verdict} {100 * TARGET:.0f}%)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--demo-dirs", nargs=2, metavar=("LATE", "CLEAN"), default=None)
+    parser.add_argument("--no-demo", action="store_true", help="skip the demo pair")
+    args = parser.parse_args()
+    print("no_straggler prediction vs the measured run without the straggler")
+    if not args.no_demo:
+        with tempfile.TemporaryDirectory() as tmp:
+            late, clean = ([Path(d) for d in args.demo_dirs] if args.demo_dirs else
+                           [run_demo(Path(tmp) / "late", "1:50"), run_demo(Path(tmp) / "clean", None)])
+            print(compare("demo 2 ranks, --straggler 1:50", list(late.glob("rank*.sqlite")),
+                          list(clean.glob("rank*.sqlite"))))
+    print(compare("torch CPU gloo, rank 2 +30 ms", list(DATA.glob("torch_cpu/rank*.json.gz")),
+                  list(DATA.glob("torch_cpu_nolate/rank*.json.gz"))))
+    print("\nreplay error (median over steps; max) on the real traces")
+    for pattern in REAL:
+        what = whatif_of(list(DATA.glob(pattern)))
+        print(f"  {pattern:<48} steps {what['steps']:>2}  median {100 * what['replay_error']:.4f}%  "
+              f"max {100 * what['replay_error_max']:.4f}%" + (f"  note: {what['notes'][0][:90]}..."
+                                                            if what["notes"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
