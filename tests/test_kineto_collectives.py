@@ -241,13 +241,19 @@ def test_collective_job_fixture_reads_back(tmp_path):
     assert first == [100_000, 100_000, 100_000, 150_000]  # the late rank
 
 
-def test_real_gloo_threads_that_are_not_adjacent_are_not_guessed():
-    """torch_cpu_nolate rank 2: the pair group's worker threads are not adjacent (another thread
-    was created between them), so there are more thread clusters than groups: no group, a warning."""
+def test_real_gloo_threads_that_are_not_adjacent_are_split_at_the_widest_gap():
+    """torch_cpu_nolate rank 2: the pair group's worker threads are not adjacent (another rank's
+    thread was created between them: tids are host-wide), but the tids still fall in two runs of
+    two, far apart: the allreduces (make_traces.py: the pair group) land in the pair group, the
+    world collectives in the world."""
     path = DATA / "torch_cpu_nolate" / "rank2.json.gz"
     document = raw(path)
     tids = {e["tid"] for e in document["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("gloo:")}
-    assert len(_thread_clusters(tids)) != len(document["distributedInfo"]["pg_config"])
+    assert len(_thread_clusters(tids)) != len(document["distributedInfo"]["pg_config"])  # not adjacent
+    world, pair = document["distributedInfo"]["pg_config"]
+    assert pair["ranks"] == [2, 3]
     trace = read(path)
-    assert {row[3] for row in comm_rows(trace)} == {""}
-    assert len(trace.warnings) == 1 and "could not be told apart" in trace.warnings[0]
+    gloo = [row for row in comm_rows(trace) if row[1].startswith("gloo:")]
+    assert {row[3] for row in gloo if row[2] == "allreduce"} == {pair["pg_name"]}
+    assert {row[3] for row in gloo if row[2] != "allreduce"} == {world["pg_name"]}
+    assert not trace.warnings

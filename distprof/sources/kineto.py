@@ -53,8 +53,8 @@ c10d::* op lists output and input: the larger; nccl:*/gloo:* ranges list the inp
 is multiplied by the group size when that is known), else -1 (a TensorList has no dtype).
 ``group``: the args' "Process Group Name"; the one group of pg_config when the rank has one; for
 gloo (which names no group) the worker threads: each gloo group owns its threads, created with
-it, so clusters of consecutive tids map in order to pg_config's entries when the counts agree
-(else "" and a warning); a c10d::* op then takes the one group of the gloo ranges of its kind.
+it, so its tids are close: split at the largest tid gaps into equal runs, mapped in order to
+pg_config's entries (else "" and a warning); a c10d::* op then takes the one group of the gloo ranges of its kind.
 ``peer``: c10d::send / recv_'s third concrete input (a rank in the group) as a global rank.
 ``meta["process_groups"]`` = {name: ranks} from pg_config and the args, ``meta["group_from"]``.
 
@@ -842,12 +842,34 @@ def _pg_config(doc: _Document) -> list[tuple[str, list[int] | None]]:
             if isinstance(entry, dict) and entry.get("pg_name") is not None]
 
 
+def _thread_clusters(threads: np.ndarray, groups: int) -> np.ndarray | None:
+    """Cluster index (in tid order) of each sorted gloo worker tid, or None when the split is not
+    clear. A group's threads are created together, so its tids are close; other processes on the
+    host (the other ranks, started at the same moment) can take tids in between, so the groups
+    are split at the ``groups - 1`` largest tid gaps, and only accepted when every group gets
+    the same number of threads (gloo gives each group the same pool) and those gaps are wider
+    than every gap inside a group."""
+    if threads.size < groups or threads.size % groups:
+        return None
+    gaps = np.diff(threads)
+    if groups == 1:
+        return np.zeros(threads.size, np.int64)
+    cut = np.sort(np.argsort(-gaps, kind="stable")[:groups - 1])
+    inside = np.delete(gaps, cut)
+    if inside.size and gaps[cut].min() <= inside.max():
+        return None
+    cluster = np.zeros(threads.size, np.int64)
+    cluster[cut + 1] = 1
+    cluster = np.cumsum(cluster)
+    return cluster if (np.bincount(cluster) == threads.size // groups).all() else None
+
+
 def _infer_groups(merged: dict, facts: dict, tid: np.ndarray, pg_names: list[str]) -> tuple[list[str], list[str]]:
     """Fill the group of rows whose args do not name it, in ``merged["group"]``; returns how
     (phrases for meta["group_from"]) and warnings. One group in pg_config: every op is in it.
     Gloo: each process group owns its worker threads, created with the group, so their tids are
-    adjacent; clusters of consecutive tids map to pg_config entries in order when the counts
-    agree (never a guess otherwise). A c10d::* op (CPU trace): the one group of the gloo ranges
+    close; runs of tids (_thread_clusters) map to pg_config entries in order (never a guess
+    when the split is not clear). A c10d::* op (CPU trace): the one group of the gloo ranges
     of its kind, when its kind has as many gloo ranges as ops."""
     group, src, kind = merged["group"], facts["source"], merged["kind"]
     methods = ["record_param_comms"] if (group != "").any() else []
@@ -859,11 +881,11 @@ def _infer_groups(merged: dict, facts: dict, tid: np.ndarray, pg_names: list[str
     if not gloo.size or not pg_names:
         return methods, []
     threads = np.unique(tid[facts["rows"][gloo]])
-    cluster = np.concatenate([[0], np.cumsum(np.diff(threads) != 1)])
-    if cluster[-1] + 1 != len(pg_names):
-        return methods, [f"gloo process groups could not be told apart: {cluster[-1] + 1} cluster(s) of worker "
-                         f"threads for {len(pg_names)} group(s) in pg_config; their collectives have no group "
-                         "(matched on the world)"]
+    cluster = _thread_clusters(threads, len(pg_names))
+    if cluster is None:
+        return methods, [f"gloo process groups could not be told apart: {threads.size} worker thread(s) do not "
+                         f"split into {len(pg_names)} equal runs of tids for the group(s) in pg_config; their "
+                         "collectives have no group (matched on the world)"]
     group[gloo] = np.array(pg_names, dtype=object)[cluster[np.searchsorted(threads, tid[facts["rows"][gloo]])]]
     methods.append("gloo worker threads + pg_config")
     ops = np.flatnonzero((src == _SRC_C10D) & (group == ""))

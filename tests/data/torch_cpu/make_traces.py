@@ -26,10 +26,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--late-ms", type=float, default=30.0)
+    parser.add_argument("--active", type=int, default=3, help="profiled steps (the traces here: 3)")
+    parser.add_argument("--late-rank", type=int, default=2, help="the rank that sleeps (the traces here: 2)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    pair = [dist.new_group([0, 1]), dist.new_group([2, 3])][rank // 2]
+    # pairs {0,1}, {2,3}, ... (with 2 ranks: one pair, beside the world); every rank creates every group
+    pair = [dist.new_group([first, first + 1]) for first in range(0, world - 1, 2)][min(rank // 2, world // 2 - 1)]
     torch.manual_seed(rank)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -44,15 +47,15 @@ def main() -> None:
         raw.unlink()
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                 schedule=schedule(wait=1, warmup=1, active=3, repeat=1), on_trace_ready=ready) as prof:
-        for _ in range(5):
+                 schedule=schedule(wait=1, warmup=1, active=args.active, repeat=1), on_trace_ready=ready) as prof:
+        for _ in range(args.active + 2):
             x, y = torch.randn(16, 64), torch.randn(16, 8)
             with record_function("## forward ##"):
                 loss = torch.nn.functional.mse_loss(model(x), y)
             with record_function("## backward ##"):
                 optimizer.zero_grad()
                 loss.backward()
-            if rank == 2 and args.late_ms:
+            if rank == args.late_rank and args.late_ms:
                 time.sleep(args.late_ms / 1000)
             with record_function("## allreduce ##"):
                 for param in model.parameters():
