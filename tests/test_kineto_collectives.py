@@ -257,3 +257,24 @@ def test_real_gloo_threads_that_are_not_adjacent_are_split_at_the_widest_gap():
     assert {row[3] for row in gloo if row[2] == "allreduce"} == {pair["pg_name"]}
     assert {row[3] for row in gloo if row[2] != "allreduce"} == {world["pg_name"]}
     assert not trace.warnings
+
+
+def test_gloo_groups_split_by_the_kinds_their_threads_ran(tmp_path):
+    """A real 2-rank torchrun gave rank 0 world threads 7521, 7522 and pair threads 7524, 7527
+    (rank 1 took 7525, 7526 in between): no tid split is clear, but the world's threads ran
+    all_gather / broadcast and the pair's all_reduce, so the kinds tell the groups apart."""
+    pg = [("0", [0, 1]), ("1", [0, 1])]
+    trace = kf.KinetoTrace(rank=0, world_size=2, pid=100, backend="gloo", base_time_ns=None)
+    trace.distributed = {"pg_config": [{"pg_name": name, "pg_size": len(ranks), "ranks": ranks} for name, ranks in pg]}
+    trace.step(1, 0, 10_000_000)
+    plan = [(7524, "gloo:all_reduce"), (7527, "gloo:all_reduce"), (7521, "gloo:all_gather"),
+            (7522, "gloo:broadcast"), (7521, "gloo:broadcast"), (7522, "gloo:all_gather")]
+    for index, (tid, name) in enumerate(plan):
+        start = 100_000 + index * 1_000_000
+        trace.cpu_op(name, start, start + 500_000, tid=tid, cat="user_annotation",
+                     **{"Input Dims": [[16]], "Input type": ["float"], "Concrete Inputs": [""]})
+    got = read(trace.write(tmp_path / "rank0.json"))
+    assert [(row[2], row[3]) for row in comm_rows(got)] == [("allreduce", "1"), ("allreduce", "1"),
+                                                            ("allgather", "0"), ("broadcast", "0"),
+                                                            ("broadcast", "0"), ("allgather", "0")]
+    assert not got.warnings

@@ -53,8 +53,9 @@ c10d::* op lists output and input: the larger; nccl:*/gloo:* ranges list the inp
 is multiplied by the group size when that is known), else -1 (a TensorList has no dtype).
 ``group``: the args' "Process Group Name"; the one group of pg_config when the rank has one; for
 gloo (which names no group) the worker threads: each gloo group owns its threads, created with
-it, so its tids are close: split at the largest tid gaps into equal runs, mapped in order to
-pg_config's entries (else "" and a warning); a c10d::* op then takes the one group of the gloo ranges of its kind.
+it and taking turns at its ops: threads split by the kinds they ran, else at the largest tid
+gaps, into equal sets mapped in order to pg_config's entries (else "" and a warning); a
+c10d::* op then takes the one group of the gloo ranges of its kind.
 ``peer``: c10d::send / recv_'s third concrete input (a rank in the group) as a global rank.
 ``meta["process_groups"]`` = {name: ranks} from pg_config and the args, ``meta["group_from"]``.
 
@@ -842,6 +843,20 @@ def _pg_config(doc: _Document) -> list[tuple[str, list[int] | None]]:
             if isinstance(entry, dict) and entry.get("pg_name") is not None]
 
 
+def _clusters_by_kinds(threads: np.ndarray, row_tid: np.ndarray, row_kind: np.ndarray,
+                       groups: int) -> np.ndarray | None:
+    """Cluster index of each sorted gloo worker tid by the kinds of collective it ran, or None.
+    A group's threads take turns at its ops, so they run the same kinds; when that splits the
+    threads into as many equal sets as there are groups, the sets are the groups, ordered by
+    their first tid (groups are created one after the other, each with its threads)."""
+    signature = {int(t): "|".join(sorted(set(map(str, row_kind[row_tid == t])))) for t in threads}  # per thread
+    sets = sorted({s for s in signature.values()}, key=lambda s: min(t for t, v in signature.items() if v == s))
+    if len(sets) != groups:
+        return None
+    cluster = np.array([sets.index(signature[int(t)]) for t in threads], np.int64)
+    return cluster if (np.bincount(cluster) == threads.size // groups).all() and threads.size % groups == 0 else None
+
+
 def _thread_clusters(threads: np.ndarray, groups: int) -> np.ndarray | None:
     """Cluster index (in tid order) of each sorted gloo worker tid, or None when the split is not
     clear. A group's threads are created together, so its tids are close; other processes on the
@@ -867,10 +882,11 @@ def _thread_clusters(threads: np.ndarray, groups: int) -> np.ndarray | None:
 def _infer_groups(merged: dict, facts: dict, tid: np.ndarray, pg_names: list[str]) -> tuple[list[str], list[str]]:
     """Fill the group of rows whose args do not name it, in ``merged["group"]``; returns how
     (phrases for meta["group_from"]) and warnings. One group in pg_config: every op is in it.
-    Gloo: each process group owns its worker threads, created with the group, so their tids are
-    close; runs of tids (_thread_clusters) map to pg_config entries in order (never a guess
-    when the split is not clear). A c10d::* op (CPU trace): the one group of the gloo ranges
-    of its kind, when its kind has as many gloo ranges as ops."""
+    Gloo: each process group owns its worker threads, created with the group: the threads split
+    by the kinds they ran (_clusters_by_kinds), else into runs of close tids (_thread_clusters),
+    map to pg_config entries in order (never a guess when neither split is clear). A c10d::* op
+    (CPU trace): the one group of the gloo ranges of its kind, when its kind has as many gloo
+    ranges as ops."""
     group, src, kind = merged["group"], facts["source"], merged["kind"]
     methods = ["record_param_comms"] if (group != "").any() else []
     unknown = (group == "") & (src != _SRC_PARAM)  # record_param_comms already lent its group
@@ -881,7 +897,9 @@ def _infer_groups(merged: dict, facts: dict, tid: np.ndarray, pg_names: list[str
     if not gloo.size or not pg_names:
         return methods, []
     threads = np.unique(tid[facts["rows"][gloo]])
-    cluster = _thread_clusters(threads, len(pg_names))
+    cluster = _clusters_by_kinds(threads, tid[facts["rows"][gloo]], kind[gloo], len(pg_names))
+    if cluster is None:
+        cluster = _thread_clusters(threads, len(pg_names))
     if cluster is None:
         return methods, [f"gloo process groups could not be told apart: {threads.size} worker thread(s) do not "
                          f"split into {len(pg_names)} equal runs of tids for the group(s) in pg_config; their "

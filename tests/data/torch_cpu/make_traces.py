@@ -28,13 +28,14 @@ def main() -> None:
     parser.add_argument("--late-ms", type=float, default=30.0)
     parser.add_argument("--active", type=int, default=3, help="profiled steps (the traces here: 3)")
     parser.add_argument("--late-rank", type=int, default=2, help="the rank that sleeps (the traces here: 2)")
+    parser.add_argument("--width", type=int, default=64, help="hidden width of the MLP (the traces here: 64)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     # pairs {0,1}, {2,3}, ... (with 2 ranks: one pair, beside the world); every rank creates every group
     pair = [dist.new_group([first, first + 1]) for first in range(0, world - 1, 2)][min(rank // 2, world // 2 - 1)]
     torch.manual_seed(rank)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    model = torch.nn.Sequential(torch.nn.Linear(64, args.width), torch.nn.ReLU(), torch.nn.Linear(args.width, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
