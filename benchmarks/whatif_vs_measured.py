@@ -16,6 +16,7 @@ printed numbers are one run's.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -60,10 +61,23 @@ def compare(label: str, late: list[Path], clean: list[Path]) -> str:
             f"error {100 * error:+6.1f}% ({verdict} {100 * TARGET:.0f}%)")
 
 
+def run_torch(out: Path, ranks: int, late_ms: float) -> Path:
+    """tests/data/torch_cpu/make_traces.py under torchrun: ``ranks`` ranks, 12 profiled steps,
+    the last rank sleeping ``late_ms`` before its pair's allreduce every step."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
+               str(DATA / "torch_cpu" / "make_traces.py"), str(out), "--late-ms", str(late_ms), "--active", "12",
+               "--late-rank", str(ranks - 1), "--width", "4096"]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demo-dirs", nargs=2, metavar=("LATE", "CLEAN"), default=None)
     parser.add_argument("--no-demo", action="store_true", help="skip the demo pair")
+    parser.add_argument("--torch-live", type=int, default=0, metavar="RANKS",
+                        help="also run the torch CPU job here (RANKS ranks, 12 steps) with and without the late rank")
     args = parser.parse_args()
     print("no_straggler prediction vs the measured run without the straggler")
     if not args.no_demo:
@@ -74,6 +88,12 @@ def main() -> int:
                           list(clean.glob("rank*.sqlite"))))
     print(compare("torch CPU gloo, rank 2 +30 ms", list(DATA.glob("torch_cpu/rank*.json.gz")),
                   list(DATA.glob("torch_cpu_nolate/rank*.json.gz"))))
+    if args.torch_live:
+        with tempfile.TemporaryDirectory() as tmp:
+            late = run_torch(Path(tmp) / "late", args.torch_live, 30)
+            clean = run_torch(Path(tmp) / "clean", args.torch_live, 0)
+            print(compare(f"torch CPU gloo live, {args.torch_live} ranks, +30 ms", list(late.glob("rank*.json.gz")),
+                          list(clean.glob("rank*.json.gz"))))
     print("\nreplay error (median over steps; max) on the real traces")
     for pattern in REAL:
         what = whatif_of(list(DATA.glob(pattern)))
