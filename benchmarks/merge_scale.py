@@ -380,6 +380,12 @@ def run(args: argparse.Namespace, job: Job, scale: list[int], base: Path) -> Non
     wrong = [r["rank"] for r in one["ranks"] if Path(r["source_file"]) != by_rank[r["rank"]]]
     print(f"  ranks from the captured RANK: {'all right' if not wrong else f'WRONG for ranks {wrong}'}")
 
+    _growth(args, job, runs, by_rank, everything, scale, base)
+
+
+def _growth(args: argparse.Namespace, job: Job, runs: dict, by_rank: dict, everything: list, scale: list[int],
+            base: Path) -> None:
+    """Peak RSS of one worker as the ranks grow, and (optionally) rank 0's combine of a large job."""
     # peak RSS of the K=1 worker as the job grows
     print(f"\npeak RSS of one worker (K=1) as ranks grow, {job.events_per_rank():,} events a rank:")
     peaks = {}
