@@ -19,6 +19,7 @@ from ..ranges import rank_ranges
 from ..units import duration, phrase
 from . import format, svg
 from . import tables as text_tables
+from .whatif_report import parts as whatif_parts
 
 REPORT_FILE = "report.html"
 UNITS = format.UNITS
@@ -343,6 +344,16 @@ def collectives_html(summary: dict, unit: str) -> str:
               f'whole duration, an upper bound). Wait share: sync wait / duration. {_e(note)}</p>')
 
 
+def whatif_html(summary: dict, unit: str) -> str:
+    """The What-if table (what each fix would save, replayed), "" without one."""
+    what = summary.get("whatif")
+    if not what:
+        return ""
+    head, headers, rows, notes = whatif_parts(what, unit)
+    return ("<h2>What-if</h2>" + f'<p class="meta">{_e(head)}</p>' + _table(headers, rows, left=1)
+            + "".join(f'<p class="meta">{_e(note)}</p>' for note in notes))
+
+
 def checks_html(checks: list) -> str:
     if not checks:
         return ""
@@ -442,6 +453,7 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
                      "by communication (blue), communication nobody hid (red), idle (grey)."),
              distributed_table_html(summary, unit)]
     body.append(collectives_html(summary, unit))
+    body.append(whatif_html(summary, unit))
     heatmap = skew_heatmap(summary, unit)
     if heatmap:
         skew = summary.get("skew") or {}

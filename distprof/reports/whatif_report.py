@@ -11,10 +11,8 @@ TITLES = {"no_straggler": "no straggler", "overlap_communication": "overlap comm
           "balanced_ranks": "balanced ranks"}
 
 
-def render(whatif: dict | None, unit: str = "ms") -> str:
-    """The section's text ('' without a what-if)."""
-    if not whatif:
-        return ""
+def parts(whatif: dict, unit: str = "ms") -> tuple[str, list[str], list[list[str]], list[str]]:
+    """(headline, headers, rows, notes) of the What-if table, shared by the text and HTML reports."""
     scale = format.UNITS[unit]
 
     def t(ns) -> str:
@@ -31,9 +29,17 @@ def render(whatif: dict | None, unit: str = "ms") -> str:
         gaining = ", ".join(map(str, row["ranks_gaining"][:8])) + (" ..." if len(row["ranks_gaining"]) > 8 else "")
         rows.append([TITLES.get(row["name"], row["name"]), t(row["predicted_step_ns"]), t(row["saving_ns"]), share,
                      (gaining or "-") if row["applies"] else "-", "" if row["applies"] else row["why"]])
-    table = tabulate(rows, headers=["Scenario", f"Predicted step ({unit})", f"Saving ({unit})", "Saving",
-                                    "Ranks gaining", "Why not"], tablefmt="simple", disable_numparse=True)
+    headers = ["Scenario", f"Predicted step ({unit})", f"Saving ({unit})", "Saving", "Ranks gaining", "Why not"]
+    return head, headers, rows, list(whatif.get("notes", []))
+
+
+def render(whatif: dict | None, unit: str = "ms") -> str:
+    """The section's text ('' without a what-if)."""
+    if not whatif:
+        return ""
+    head, headers, rows, notes = parts(whatif, unit)
+    table = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
     width = max(len(line) for line in table.splitlines())
     lines = [format.banner("What-if", min(width, 150)), head, table]
-    lines += [f"note: {note}" for note in whatif.get("notes", [])]
+    lines += [f"note: {note}" for note in notes]
     return "\n".join(lines)
