@@ -158,7 +158,8 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     skew_summary = _skew_summary(aligned, config, inst, missing)
     skew_summary["notes"] += _unsplit_note(final) + _unnamed_groups_note(final, world_size)
     checks = streams.stream_checks(final, config)
-    what = whatif.safe_whatif(final, aligned.matching, config, warnings)
+    what = whatif.safe_whatif(final, aligned.matching, config, warnings,
+                              (skew_summary.get("straggler") or {}).get("rank"))
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,

@@ -355,6 +355,12 @@ def _with_medians(g: Graph, medians: pd.Series, rows: np.ndarray, cap: bool) -> 
     return w
 
 
+def _named(g: Graph, rank: int | None) -> tuple[int | None, dict]:
+    """The row of the rank the skew analysis named a straggler (None: it named none)."""
+    rows = np.flatnonzero(g.rank_numbers == rank) if rank is not None else np.zeros(0, np.int64)
+    return (int(rows[0]), {"rank": int(rank)}) if rows.size else (None, {"reason": "not_named"})
+
+
 def _straggler(g: Graph, late: np.ndarray, step_ns: float, uncertainty: np.ndarray) -> tuple[int | None, dict]:
     """The rank row whose lateness per step stands out, or None and the reason."""
     steps = max(int(np.unique(g.step_index).size), 1)
@@ -421,6 +427,7 @@ WHY = {
     "no_lateness": "no rank arrives late at the matched collectives",
     "no_straggler": "no rank is late by more than {threshold} per step and twice the next-latest rank "
                     "(latest: rank {rank}, {late} per step)",
+    "not_named": "no straggler named by the skew analysis (skew.notes say why)",
     "one_rank": "one rank: nothing to balance",
     "no_transfer": "no collective with a measured transfer time",
     "no_dataloader": "no {phase} phase with time in it",
@@ -455,10 +462,13 @@ def _partial_note(g: Graph) -> list[str]:
 
 
 def whatif(results: list[RankResult], matching: Matching, config: dict,
-           scenarios: tuple[str, ...] = SCENARIOS) -> dict:
+           scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None | str = "own") -> dict:
     """summary.json's ``whatif``: measured and replayed median step, the replay error (median over
     steps of |replayed − measured| / measured) and each scenario's predicted median step,
-    saving against the measured one and the ranks whose own median step drops."""
+    saving against the measured one and the ranks whose own median step drops.
+    ``straggler_rank``: the rank the skew analysis named, None when it named none (no_straggler
+    then removes that rank's extra time, or does not apply: the finding and the scenario speak
+    of one rank); "own": this module's rule (``holding``), for callers without a skew analysis."""
     dataloader = str(config.get("phases", {}).get("dataloader", "Dataloader"))
     g = build_graph(results, matching, dataloader)
     if not g.step_start.size:
@@ -475,8 +485,8 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     measured_ns = int(round(job_measured.median()))
     uncertainty = np.array([r.clock.uncertainty_ns or 0 for r in results], np.int64)
     context = {"dataloader": dataloader,
-               "straggler": _straggler(g, holding(matching, [r.clock.offset_ns for r in results]),
-                                       measured_ns, uncertainty)}
+               "straggler": _named(g, straggler_rank) if straggler_rank != "own" else
+               _straggler(g, holding(matching, [r.clock.offset_ns for r in results]), measured_ns, uncertainty)}
     base_by_rank = _rank_medians(replayed)
     rows = [_scenario(name, g, context, measured_ns, base_by_rank) for name in scenarios]
     error = float(errors.median())
@@ -517,11 +527,12 @@ def rank_findings(findings: list[dict], result: dict | None) -> list[dict]:
                                        else f["predicted_saving_ns"]))
 
 
-def safe_whatif(results: list[RankResult], matching: Matching, config: dict, warnings: list[str]) -> dict | None:
+def safe_whatif(results: list[RankResult], matching: Matching, config: dict, warnings: list[str],
+                straggler_rank: int | None | str = "own") -> dict | None:
     """``whatif`` for pipeline.combine: a trace the replay cannot read costs the what-if, with a
     warning saying so, not the whole merge."""
     try:
-        return whatif(results, matching, config)
+        return whatif(results, matching, config, straggler_rank=straggler_rank)
     except (ValueError, KeyError, IndexError) as error:
         warnings.append(f"what-if replay skipped: {type(error).__name__}: {error}")
         return None
