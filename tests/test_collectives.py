@@ -410,3 +410,24 @@ def test_late_host_side_collective_on_a_gpu_trace_is_host_side():
     paths = sorted((DATA / "kineto_h100" / "gloo_cuda").glob("rank*.json.gz"))
     data = pipeline.merge_files(paths, CONFIG).to_json()
     assert data["skew"]["straggler"]["rank"] == 1 and data["skew"]["straggler"]["side"] == "host"
+
+
+def test_buckets_queued_together_count_one_delay_once():
+    """DDP-like: each rank enqueues 4 allreduce buckets 1 ms apart on its comm thread (the range
+    opens at the enqueue); rank 1 starts all of them 20 ms late. The others waited 20 ms + 3 ms
+    (the union of [on-time enqueue, late enqueue] over the 4 buckets), not 4 x 20 ms."""
+    late, steps, step = 20 * MS, 3, 60 * MS
+    traces = []
+    for rank in range(2):
+        rows = []
+        for s in range(steps):
+            base = s * step
+            shift = late if rank == 1 else 0
+            rows.append(_phase(ev.PROFILE_STEP, base, base + step, s))
+            rows += [_comm(ev.ALLREDUCE, "world", base + k * MS + shift, base + late + 10 * MS + k * MS, s, 1 << 20)
+                     for k in range(4)]
+        traces.append(_trace(rank, rows, "host0", groups={"world": [0, 1]}))
+    straggler = merged(traces).to_json()["skew"]["straggler"]
+    assert straggler["rank"] == 1 and straggler["late_in"] == 4 * steps
+    # per step: [0, 20) ∪ [1, 21) ∪ [2, 22) ∪ [3, 23) ms = 23 ms (the sum would be 80 ms)
+    assert straggler["cost_ns"] == late + 3 * MS and straggler["total_cost_ns"] == steps * (late + 3 * MS)

@@ -306,10 +306,27 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str
     return kinds, notes
 
 
+def _union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: int) -> np.ndarray:
+    """|∪ [start, end)| per key (0..n_keys-1), vectorized: sort by (key, start), each interval
+    adds what reaches past the furthest end before it in its key."""
+    out = np.zeros(n_keys, np.int64)
+    if not key.size:
+        return out
+    order = np.lexsort((start, key))
+    key, start, end = key[order], np.asarray(start, np.int64)[order], np.asarray(end, np.int64)[order]
+    reach = pd.Series(end).groupby(key, sort=False).cummax().to_numpy(np.int64)  # int64 all along: exact ns
+    same = np.concatenate([[False], key[1:] == key[:-1]])
+    before = np.where(same, np.concatenate([[_INT_MIN], reach[:-1]]), _INT_MIN)
+    np.add.at(out, key, np.maximum(end - np.maximum(start, before), 0))
+    return out
+
+
 def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: float | None) -> dict:
     """What the other members waited for each rank alone: per instance, the last rank's
     attributable wait = its start − the second-latest start, counted when above both ranks' clock
-    uncertainty + ``skew.late_min_ns``; per rank and step (one unit without steps) the sum.
+    uncertainty + ``skew.late_min_ns``; per rank and step (one unit without steps) the length of
+    the union of those waits on the aligned clock: collectives queued together (DDP buckets
+    enqueued back to back) are waited for at once, so one delay is counted once, not per bucket.
 
     ``min_cost`` = max(``straggler_min_step_fraction`` × step, ``straggler_min_ns``): a step in
     which a rank costs the others at least this much is a step it is late in."""
@@ -320,8 +337,8 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
     counted = (matching.present.sum(axis=0) >= 2) & (attributable > threshold)
     steps, unit_of = np.unique(matching.step, return_inverse=True)
     n_units = int(steps.size)
-    per_unit = np.bincount(last_row[counted] * n_units + unit_of[counted], weights=attributable[counted],
-                           minlength=n_rows * n_units).reshape(n_rows, n_units)
+    per_unit = _union_per_key(last_row[counted] * n_units + unit_of[counted], inst["second_start"][counted],
+                              inst["last"][counted], n_rows * n_units).reshape(n_rows, n_units)
     cost = per_unit.sum(axis=1)
     min_cost = max(float(cfg["straggler_min_step_fraction"]) * float(step_ns or 0), float(cfg["straggler_min_ns"]))
     return {"attributable": attributable, "counted": counted, "steps": steps, "per_unit": per_unit,
