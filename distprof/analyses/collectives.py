@@ -177,14 +177,15 @@ def unmatched(collectives_by_rank: list[dict], ranks: list[int], matching: Match
             "nbytes": np.where(nbytes >= 0, nbytes.astype(np.float64), np.nan)}))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         {"rank": [], "kind": [], "group": [], "duration": [], "nbytes": []})
-    members = [tuple(process_groups[g]) if g in process_groups and k != P2P else ()  # p2p: its 2 ends, not the group
-               for g, k in zip(table["group"].astype(str), table["kind"].astype(str))]
-    n = np.array([len(m) or -1 for m in members], np.int64)
-    n = np.where(np.isin(table["kind"].astype(str), (P2P,)), 2, n)
-    spans = node_spans([m or (int(r),) for m, r in zip(members, table["rank"])], node_of, gpus_per_node) \
-        if len(table) else np.empty(0, object)
-    known_span = np.array([bool(m) for m in members], bool)
-    return table.assign(n=np.where(n > 0, n, -1), node_span=np.where(known_span, spans, None))
+    # per distinct group, not per op: a 1-of-N trace leaves every op unmatched
+    names, code = np.unique(table["group"].astype(str).to_numpy(), return_inverse=True)
+    members = [tuple(process_groups.get(name, ())) for name in names]
+    size = np.array([len(m) for m in members], np.int64)
+    span = node_spans(members, node_of, gpus_per_node) if members else np.empty(0, object)
+    is_p2p = table["kind"].astype(str).to_numpy() == P2P  # p2p: its 2 ends, not the group
+    known = (size[code] > 0) & ~is_p2p if len(table) else np.zeros(0, bool)
+    return table.assign(n=np.where(is_p2p, 2, np.where(known, size[code] if len(table) else 0, -1)),
+                        node_span=np.where(known, span[code] if len(table) else None, None))
 
 
 def _instance_frame(matching: Matching, inst: dict, single: pd.DataFrame) -> pd.DataFrame:
