@@ -29,13 +29,21 @@ def main() -> None:
     parser.add_argument("--active", type=int, default=3, help="profiled steps (the traces here: 3)")
     parser.add_argument("--late-rank", type=int, default=2, help="the rank that sleeps (the traces here: 2)")
     parser.add_argument("--width", type=int, default=64, help="hidden width of the MLP (the traces here: 64)")
+    parser.add_argument("--batch", type=int, default=16, help="samples per micro-batch (the traces here: 16)")
+    parser.add_argument("--depth", type=int, default=0, help="hidden width x width layers (the traces here: 0)")
+    parser.add_argument("--micro", type=int, default=1, help="micro-batches accumulated per step (the traces here: 1)")
+    parser.add_argument("--bucket", action="store_true",
+                        help="one allreduce of all the gradients flattened, as DDP buckets them "
+                        "(the traces here: one per tensor)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     # pairs {0,1}, {2,3}, ... (with 2 ranks: one pair, beside the world); every rank creates every group
     pair = [dist.new_group([first, first + 1]) for first in range(0, world - 1, 2)][min(rank // 2, world // 2 - 1)]
     torch.manual_seed(rank)
-    model = torch.nn.Sequential(torch.nn.Linear(64, args.width), torch.nn.ReLU(), torch.nn.Linear(args.width, 8))
+    hidden = [layer for _ in range(args.depth) for layer in (torch.nn.Linear(args.width, args.width), torch.nn.ReLU())]
+    model = torch.nn.Sequential(torch.nn.Linear(64, args.width), torch.nn.ReLU(), *hidden,
+                                torch.nn.Linear(args.width, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -50,18 +58,26 @@ def main() -> None:
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                  schedule=schedule(wait=1, warmup=1, active=args.active, repeat=1), on_trace_ready=ready) as prof:
         for _ in range(args.active + 2):
-            x, y = torch.randn(16, 64), torch.randn(16, 8)
-            with record_function("## forward ##"):
-                loss = torch.nn.functional.mse_loss(model(x), y)
-            with record_function("## backward ##"):
-                optimizer.zero_grad()
-                loss.backward()
+            for micro in range(args.micro):
+                x, y = torch.randn(args.batch, 64), torch.randn(args.batch, 8)
+                with record_function("## forward ##"):
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                with record_function("## backward ##"):
+                    if micro == 0:
+                        optimizer.zero_grad()
+                    loss.backward()
             if rank == args.late_rank and args.late_ms:
                 time.sleep(args.late_ms / 1000)
             with record_function("## allreduce ##"):
-                for param in model.parameters():
-                    dist.all_reduce(param.grad, group=pair)
-                    param.grad /= 2
+                grads = [param.grad for param in model.parameters()]
+                if args.bucket:
+                    flat = torch.cat([grad.reshape(-1) for grad in grads])
+                    dist.all_reduce(flat, group=pair)
+                    for grad, averaged in zip(grads, torch.split(flat / 2, [grad.numel() for grad in grads])):
+                        grad.copy_(averaged.view_as(grad))
+                for grad in [] if args.bucket else grads:
+                    dist.all_reduce(grad, group=pair)
+                    grad /= 2
             optimizer.step()
             with record_function("## exchange ##"):
                 gathered = [torch.empty(4) for _ in range(world)]
