@@ -20,34 +20,37 @@ F, T, OPT = 20 * MS, 10 * MS, 5 * MS  # forward, transfer, optimizer
 
 
 def serial_job(ranks: int, late: int | None = None, delay: int = 0, steps: int = 5, shifts=None,
-               loader: int = 0) -> list:
+               loader: int = 0, jitter=None, late_steps=None, after: int = 0) -> list:
     """A data-parallel job that follows the model: each step, (a Dataloader phase of ``loader``,)
-    forward (``delay`` longer on rank ``late``), then one blocking allreduce on a gloo-like worker
-    lane that ends ``T`` after the last arrival, then the optimizer right after it; the next step
-    starts when this one ends. Every rank's step is loader + F + delay + T + OPT."""
+    forward (``jitter[rank][step]`` longer, and ``delay`` longer on rank ``late`` in
+    ``late_steps``, default all), then one blocking allreduce on a gloo-like worker lane that ends
+    ``T`` after the last arrival, then the optimizer ``after`` its end; the next step starts when
+    this one ends. Every rank's step is loader + the slowest forward + T + after + OPT."""
     rows = {r: [] for r in range(ranks)}
+    jitter = np.zeros((ranks, steps), np.int64) if jitter is None else np.asarray(jitter, np.int64)
     start = 0
     for s in range(steps):
-        extra = np.where(np.arange(ranks) == late, delay, 0)
-        last = start + loader + F + delay
+        late_now = late_steps is None or s in late_steps
+        arrive = start + loader + F + jitter[:, s] + np.where((np.arange(ranks) == late) & late_now, delay, 0)
+        last = int(arrive.max())
+        opt = last + T + after
         for r in range(ranks):
-            arrive = start + loader + F + extra[r]
-            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start, last + T + OPT, 1, s, ""),
-                        (ev.RANGE, ev.PHASE, "forward", start + loader, arrive, 1, s, ""),
-                        (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_reduce", arrive, last + T, 2, s, "allreduce"),
-                        (ev.RANGE, ev.PHASE, "optimizer", last + T, last + T + OPT, 1, s, "")]
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start, opt + OPT, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "forward", start + loader, int(arrive[r]), 1, s, ""),
+                        (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_reduce", int(arrive[r]), last + T, 2, s, "allreduce"),
+                        (ev.RANGE, ev.PHASE, "optimizer", opt, opt + OPT, 1, s, "")]
             if loader:
                 rows[r].append((ev.RANGE, ev.PHASE, "Dataloader", start, start + loader, 1, s, ""))
-        start = last + T + OPT
-    results = []
-    for r in range(ranks):
-        kind, category, name, begin, end, lane, step, collective = (np.array(c, dtype=object) for c in zip(*rows[r]))
-        shift = (shifts or [0] * ranks)[r]
-        events = ev.make_events(kind=kind, category=category, name=name, rank=r, step=step.astype(np.int64),
-                                start_ns=begin.astype(np.int64) + shift, end_ns=end.astype(np.int64) + shift,
-                                lane=lane.astype(np.int64), collective=collective)
-        results.append(pipeline.reduce_rank(ev.RankTrace(events=events, rank=r), CONFIG))
-    return results
+        start = opt + OPT
+    return [_reduced(r, rows[r], (shifts or [0] * ranks)[r]) for r in range(ranks)]
+
+
+def _reduced(rank: int, rows: list, shift: int):
+    kind, category, name, begin, end, lane, step, collective = (np.array(c, dtype=object) for c in zip(*rows))
+    events = ev.make_events(kind=kind, category=category, name=name, rank=rank, step=step.astype(np.int64),
+                            start_ns=begin.astype(np.int64) + shift, end_ns=end.astype(np.int64) + shift,
+                            lane=lane.astype(np.int64), collective=collective)
+    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
 
 
 def summarize(results) -> dict:
@@ -71,6 +74,83 @@ def test_no_straggler_predicts_the_job_without_it(ranks):
     assert row["ranks_gaining"] == list(range(ranks))
     # the job without the late rank, measured, is what was predicted
     assert summarize(serial_job(ranks))["whatif"]["measured_step_ns"] == row["predicted_step_ns"]
+
+
+def whatif_of(results, straggler_rank: int) -> dict:
+    """whatif on aligned results with the straggler given (not left to the skew analysis)."""
+    aligned = align.align(list(pipeline.combine(results, CONFIG, source="test", world_size=len(results)).ranks),
+                          CONFIG)
+    return whatif.whatif(aligned.results, aligned.matching, CONFIG, straggler_rank=straggler_rank)
+
+
+def test_no_straggler_keeps_the_late_ranks_jitter():
+    # the same step-to-step jitter on both ranks (permuted), rank 1 also 30 ms late every step
+    jitter = np.array([[0, 2, 4, 1, 3], [2, 0, 4, 3, 1]]) * MS
+    summary = summarize(serial_job(2, late=1, delay=30 * MS, jitter=jitter))
+    row = scenario(summary, "no_straggler")
+    clean = summarize(serial_job(2, jitter=jitter))["whatif"]["measured_step_ns"]
+    # by hand: per step F + max(jitter) + T + OPT, max jitter [2, 2, 4, 3, 3] ms: median 3 ms
+    assert clean == F + 3 * MS + T + OPT
+    assert row["applies"] and row["rank"] == 1 and row["predicted_step_ns"] == clean
+    # capping rank 1 at rank 0's forward of each step would have said F + 2 ms + T + OPT
+
+
+def test_no_straggler_late_in_some_steps_only():
+    # late in 3 of 5 steps: the 30 ms taken off its late steps, never off the others (floor)
+    row = scenario({"whatif": whatif_of(serial_job(2, late=1, delay=30 * MS, late_steps={0, 2, 3}), 1)},
+                   "no_straggler")
+    assert row["predicted_step_ns"] == F + T + OPT and row["saving_ns"] == 30 * MS
+    # late in 2 of 4: its median lateness is 15 ms; the late steps are capped at the longest
+    # forward the other rank shows (ceiling), the others floored at theirs
+    what = whatif_of(serial_job(2, late=1, delay=30 * MS, steps=4, late_steps={1, 2}), straggler_rank=1)
+    assert what["measured_step_ns"] == F + 15 * MS + T + OPT
+    assert scenario({"whatif": what}, "no_straggler")["predicted_step_ns"] == F + T + OPT
+
+
+def test_a_wait_is_seen_when_the_chain_resumes_a_little_after_the_op():
+    # the optimizer starts 1.5 ms after the allreduce ends: more than WAIT_TOLERANCE_NS, under
+    # WAIT_SHARE of the on-time rank's 41.5 ms segment: it waited, and the late rank's 30 ms go
+    after = 3 * MS // 2
+    assert after > whatif.WAIT_TOLERANCE_NS
+    row = scenario(summarize(serial_job(2, late=1, delay=30 * MS, after=after)), "no_straggler")
+    clean = summarize(serial_job(2, after=after))["whatif"]["measured_step_ns"]
+    assert clean == F + T + after + OPT and row["predicted_step_ns"] == clean
+
+
+def comm_thread_job(delay: int, steps: int = 4) -> list:
+    """Two ranks; after forward each hands two allreduces to a comm thread (lane 2, host ranges:
+    no launch times), the second ``SUBMIT`` after the first, then runs backward ``BW`` and waits
+    for both. Rank 1's forward is ``delay`` late. On the on-time rank the second op starts right
+    where the first ended: it was queued on the comm thread, not issued then."""
+    submit, bw, xfer = 6 * MS, 20 * MS, 3 * MS
+    rows = {0: [], 1: []}
+    start = np.zeros(2, np.int64)                           # each rank's step starts when its last one ended
+    for s in range(steps):
+        arrive = start + F + np.array([0, delay])
+        a_end = int(arrive.max()) + xfer
+        b_ready = np.maximum(arrive + submit, a_end)       # each rank's second op: when its lane frees
+        b_end = int(b_ready.max()) + xfer
+        opt = np.maximum(arrive + bw, b_end)
+        for r in (0, 1):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, int(start[r]), int(opt[r]) + OPT, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "forward", int(start[r]), int(arrive[r]), 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "backward", int(arrive[r]), int(arrive[r]) + bw, 1, s, ""),
+                        (ev.COMM_OP, ev.COMMUNICATION, "allreduce", int(arrive[r]), a_end, 2, s, "allreduce"),
+                        (ev.COMM_OP, ev.COMMUNICATION, "allreduce", int(b_ready[r]), b_end, 2, s, "allreduce"),
+                        (ev.RANGE, ev.PHASE, "optimizer", int(opt[r]), int(opt[r]) + OPT, 1, s, "")]
+        start = opt + OPT
+    return [_reduced(r, rows[r], 0) for r in (0, 1)]
+
+
+def test_an_op_queued_on_a_comm_thread_is_not_issued_after_the_wait():
+    late = comm_thread_job(30 * MS)
+    aligned = align.align(list(pipeline.combine(late, CONFIG, source="test", world_size=2).ranks), CONFIG)
+    g = whatif.build_graph(aligned.results, aligned.matching)
+    queued = g.o_issue < 0
+    assert queued.sum() == 4 and set(g.o_rank[queued]) == {0}   # rank 0's second op, every step
+    row = scenario({"whatif": whatif_of(late, straggler_rank=1)}, "no_straggler")
+    # without the straggler the second op ends F + 9 ms, under the 20 ms backward
+    assert row["predicted_step_ns"] == summarize(comm_thread_job(0))["whatif"]["measured_step_ns"] == F + 20 * MS + OPT
 
 
 def test_replay_exact_on_a_model_conforming_job_with_clock_shifts():
@@ -134,7 +214,8 @@ def test_cli_prints_the_table():
 REAL = ["torch_cpu/rank*.json.gz", "torch_cpu_nolate/rank*.json.gz", "kineto_h100/gloo_cuda/rank*.json.gz",
         "demo_ranks/rank*.sqlite", "kineto/hta_trace_filter_2rank/*.json.gz",
         "kineto/hta_nccl_parser_config_1of2/*.json.gz", "kineto/hta_negative_queue_1of16/*.json.gz",
-        "kineto/hta_trace_diff_control_1of8/*.json.gz", "kineto_h100/nccl_world1/*.json.gz"]
+        "kineto/hta_trace_diff_control_1of8/*.json.gz", "kineto_h100/nccl_world1/*.json.gz",
+        "torch_cpu_whatif/late/rank*.json.gz", "torch_cpu_whatif/clean/rank*.json.gz"]
 
 
 @pytest.mark.parametrize("pattern", REAL)
@@ -175,3 +256,29 @@ def test_html_report_shows_the_whatif_table():
     assert all(f'<td class="l">{TITLES[row["name"]]}</td>' in page for row in summary["whatif"]["scenarios"])
     applied = next(r for r in summary["whatif"]["scenarios"] if r["applies"])
     assert f"{applied['predicted_step_ns'] / 1e6:.2f}" in page
+
+
+def profiler_steps_ns(path: Path) -> dict[int, float]:
+    """ProfilerStep#N durations of one Kineto file, read as plain JSON (ns)."""
+    import gzip
+    import json
+    trace = json.loads(gzip.decompress(path.read_bytes()))
+    return {int(e["name"].split("#")[1]): e["dur"] * 1000 for e in trace["traceEvents"]
+            if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")}
+
+
+def test_no_straggler_predicts_a_recorded_torch_gloo_run_without_it():
+    # tests/data/torch_cpu_whatif: 2 ranks (a core each here), 12 steps; rank 1 sleeps 30 ms
+    # before its allreduce every step in late/, not in clean/ (make_traces.py, the flags in its README)
+    pair = DATA / "torch_cpu_whatif"
+    late = pipeline.merge_files(sorted((pair / "late").glob("rank*.json.gz")), CONFIG).whatif
+    clean = pipeline.merge_files(sorted((pair / "clean").glob("rank*.json.gz")), CONFIG).whatif
+    by_rank = [profiler_steps_ns(p) for p in sorted((pair / "clean").glob("rank*.json.gz"))]
+    per_step = [np.median([steps[s] for steps in by_rank]) for s in sorted(by_rank[0])]
+    measured = float(np.median(per_step))     # the job's step without the late rank, from the raw JSON
+    assert abs(clean["measured_step_ns"] - measured) <= 1_000
+    assert late["replay_error"] < 1e-4 and clean["replay_error"] < 1e-4
+    row = scenario({"whatif": late}, "no_straggler")
+    assert row["applies"] and row["rank"] == 1
+    assert abs(row["predicted_step_ns"] - measured) <= 0.15 * measured
+    assert late["measured_step_ns"] - measured > 20 * MS  # the late rank's 30 ms sleep shows

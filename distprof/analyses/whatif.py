@@ -14,7 +14,9 @@ The graph, per rank, on the common clock, at the granularity the compact results
 * each **matched collective is a cross-rank join**: its transfer starts at the last member's
   arrival and takes the measured transfer (own end − last arrival, never below 0);
 * the chain **waits** for a collective only where the trace shows it: the next chain point comes
-  within ``WAIT_TOLERANCE_NS`` after the op's end (the compute between is then taken as 0);
+  within ``WAIT_TOLERANCE_NS`` after the op's end, or for a host op (gloo, MPI, a comm thread)
+  within ``WAIT_SHARE`` of the segment it ends (the compute before the op's end is then taken as
+  0, the gap after it kept);
 * steps follow each other on the chain with the measured gaps.
 
 Replay recomputes the times with the measured durations: joins are processed one collective
@@ -38,7 +40,8 @@ from ..align import Matching
 from ..results import RankResult
 from ..units import readable
 
-WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it
+WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it ...
+WAIT_SHARE = 0.1                  # ... or, for a host op, this share of its segment
 STRAGGLER_MIN_SHARE = 0.05        # lateness per step above this share of the step: a straggler
 STRAGGLER_MIN_LEAD = 2.0          # ... and this many times the next-latest rank's
 GAIN_SHARE = 0.01                 # a rank gains when its median step drops by more than this share
@@ -112,7 +115,9 @@ def _ops(markers, step_set: set, columns: dict) -> pd.DataFrame:
     serial = prev_end.notna() & (prev_end <= ops["start"])
     ops["lane_prev"] = np.where(serial, prev_id.fillna(-1), -1).astype(np.int64)
     ops["prev_end"] = np.where(serial, prev_end.fillna(0), _NEG).astype(np.int64)
-    ops["queued"] = serial & (ops["launch"] < 0) & (ops["start"] - ops["prev_end"] <= WAIT_TOLERANCE_NS)
+    # a host range's launch is its own start: that says nothing about when it was handed to its lane
+    launch_unknown = (ops["launch"] < 0) | (ops["launch"] >= ops["start"])
+    ops["queued"] = serial & launch_unknown & (ops["start"] - ops["prev_end"] <= WAIT_TOLERANCE_NS)
     return ops.sort_index()
 
 
@@ -126,7 +131,12 @@ def _waits(t: np.ndarray, issue_of_point: np.ndarray, ops: pd.DataFrame) -> tupl
     op = np.where(found >= 0, order[np.maximum(found, 0)], -1)
     end = np.where(op >= 0, ends[np.maximum(op, 0)], _NEG)
     prev_t = np.concatenate([[_NEG], t[:-1]])
-    ok = (op >= 0) & (end > prev_t) & (t - end <= WAIT_TOLERANCE_NS) & (issue_of_point != op)
+    # a host op (no launch before its start) blocks the thread that waits for it, and what that
+    # thread does next (unpack, divide) comes before its next point: a share of the segment. A
+    # GPU op is waited for by a sync call that returns at once; the host otherwise runs ahead.
+    host = ((ops["launch"] < 0) | (ops["launch"] >= ops["start"])).to_numpy()[np.maximum(op, 0)]
+    tolerance = np.where(host, np.maximum(WAIT_TOLERANCE_NS, WAIT_SHARE * (t - prev_t)), WAIT_TOLERANCE_NS)
+    ok = (op >= 0) & (end > prev_t) & (t - end <= tolerance) & (issue_of_point != op)
     ok[0] = False
     return np.where(ok, op, -1), np.where(ok, t - end, 0)
 
@@ -343,15 +353,47 @@ def _segment_medians(g: Graph, rows: np.ndarray) -> pd.Series:
     return pd.Series(g.p_w[use]).groupby(g.p_key[use]).median()
 
 
-def _with_medians(g: Graph, medians: pd.Series, rows: np.ndarray, cap: bool) -> np.ndarray:
-    """Segment durations of ``rows`` set to the medians of their keys (capped at their own when
-    ``cap``: only extra time is removed); other segments as measured."""
+def _with_medians(g: Graph, medians: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """Segment durations of ``rows`` set to the medians of their keys; other segments as measured."""
     w = g.p_w.copy()
     use = np.flatnonzero(np.isin(g.p_rank, rows) & ~g.p_first & ~g.p_waited)
     median = medians.reindex(g.p_key[use]).to_numpy(np.float64)
     known = ~np.isnan(median)
-    new = np.round(median[known]).astype(np.int64)
-    w[use[known]] = np.minimum(w[use[known]], new) if cap else new
+    w[use[known]] = np.round(median[known]).astype(np.int64)
+    return w
+
+
+def _phase_keys(keys: np.ndarray) -> np.ndarray:
+    """Segment keys without their step (``step|from|to#k`` → ``from|to#k``): the same segment of
+    every step."""
+    return pd.Series(keys, dtype=object).str.split("|", n=1).str[1].to_numpy(object)
+
+
+def _without_lateness(g: Graph, row: int, others: np.ndarray) -> np.ndarray:
+    """Segment durations with the straggler's (``row``) lateness removed and its jitter kept.
+
+    Its lateness per segment is its median excess over the other ranks' same segment of the same
+    step; that is taken off every step's segment. A rank's step-to-step variation is not
+    lateness: capping it at the others' median would make it never the slowest, and with few
+    ranks predict a job faster than the one measured without the straggler. Two bounds: a
+    segment never drops below the others' median of its step (or its own, when shorter), and it
+    is never longer than the longest the other ranks show for that segment (one-off late steps).
+    """
+    w = g.p_w.copy()
+    use = np.flatnonzero((g.p_rank == row) & ~g.p_first & ~g.p_waited)
+    same_step = _segment_medians(g, others).reindex(g.p_key[use]).to_numpy(np.float64)
+    known = ~np.isnan(same_step)
+    use, same_step = use[known], same_step[known]
+    if not use.size:
+        return w
+    own = w[use].astype(np.float64)
+    phase = _phase_keys(g.p_key[use])
+    lateness = pd.Series(own - same_step).groupby(phase).transform("median").clip(lower=0).to_numpy()
+    rest = np.isin(g.p_rank, others) & ~g.p_first & ~g.p_waited
+    longest = pd.Series(g.p_w[rest]).groupby(_phase_keys(g.p_key[rest])).max().reindex(phase).to_numpy(np.float64)
+    floor = np.minimum(own, same_step)
+    ceiling = np.maximum(np.nan_to_num(longest, nan=np.inf), floor)
+    w[use] = np.round(np.clip(own - lateness, floor, ceiling)).astype(np.int64)
     return w
 
 
@@ -384,12 +426,12 @@ def _scenario_inputs(name: str, g: Graph, context: dict) -> tuple[tuple | None, 
         if row is None:
             return None, info
         others = np.setdiff1d(np.arange(g.n_ranks), [row])
-        return (_with_medians(g, _segment_medians(g, others), np.array([row]), True), transfer, edges), info
+        return (_without_lateness(g, row, others), transfer, edges), info
     if name == "balanced_ranks":
         if g.n_ranks < 2:
             return None, {"reason": "one_rank"}
         rows = np.arange(g.n_ranks)
-        return (_with_medians(g, _segment_medians(g, rows), rows, False), transfer, edges), {}
+        return (_with_medians(g, _segment_medians(g, rows), rows), transfer, edges), {}
     if name == "comm_bandwidth_x2":
         if not (transfer > 0).any():
             return None, {"reason": "no_transfer"}
