@@ -4,13 +4,16 @@ run with a late rank, next to the measured step time of the same job run without
 Pairs:
 - the demo, 2 ranks, 12 steps: ``--straggler 1:50`` vs no straggler (both run here, one after
   the other, unless ``--demo-dirs LATE CLEAN`` gives two existing output folders);
-- the torch CPU gloo job in tests/data: torch_cpu (rank 2 sleeps 30 ms before its pair's
-  allreduce every step) vs torch_cpu_nolate (the same job, no sleep).
+- the torch CPU gloo pair recorded in tests/data/torch_cpu_whatif: 2 ranks, rank 1 sleeping 30 ms
+  before its allreduce every step (late/) vs the same job without the sleep (clean/);
+- tests/data/torch_cpu (4 ranks on this 2-core machine, rank 2 +30 ms) vs torch_cpu_nolate: more
+  ranks than cores, so the ranks' speed depends on who else computes, which the replay cannot know;
+- with ``--torch-live RANKS``: the 2-rank torch job run here, with and without the sleep.
 Then the replay error (median over steps of |replayed − measured| / measured) on every real
 trace in tests/data. Timing runs are noisy (this is why it is a benchmark and not a test): the
 printed numbers are one run's.
 
-    python benchmarks/whatif_vs_measured.py [--demo-dirs LATE CLEAN] [--no-demo]
+    python benchmarks/whatif_vs_measured.py [--demo-dirs LATE CLEAN] [--no-demo] [--torch-live 2] [--repeat K]
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 REAL = ["torch_cpu/rank*.json.gz", "torch_cpu_nolate/rank*.json.gz", "kineto_h100/gloo_cuda/rank*.json.gz",
         "kineto_h100/nccl_world1/*.json.gz", "demo_ranks/rank*.sqlite", "kineto/hta_trace_filter_2rank/*.json.gz",
         "kineto/hta_nccl_parser_config_1of2/*.json.gz", "kineto/hta_negative_queue_1of16/*.json.gz",
-        "kineto/hta_trace_diff_control_1of8/*.json.gz"]
+        "kineto/hta_trace_diff_control_1of8/*.json.gz", "torch_cpu_whatif/late/rank*.json.gz",
+        "torch_cpu_whatif/clean/rank*.json.gz"]
 TARGET = 0.15
 
 
@@ -61,12 +65,18 @@ def compare(label: str, late: list[Path], clean: list[Path]) -> str:
             f"error {100 * error:+6.1f}% ({verdict} {100 * TARGET:.0f}%)")
 
 
+TORCH_JOB = ["--active", "12", "--width", "256", "--depth", "6", "--batch", "256", "--micro", "4", "--bucket"]
+
+
 def run_torch(out: Path, ranks: int, late_ms: float) -> Path:
-    """tests/data/torch_cpu/make_traces.py under torchrun: ``ranks`` ranks, 12 profiled steps,
-    the last rank sleeping ``late_ms`` before its pair's allreduce every step."""
+    """tests/data/torch_cpu/make_traces.py under torchrun: ``ranks`` ranks, 12 profiled steps of 4
+    micro-batches through a 6-layer MLP whose working set stays in each core's cache, the last
+    rank sleeping ``late_ms`` before its pair's allreduce every step. One thread per rank: on this
+    2-core machine, 2 ranks have a core each (more ranks contend for the cores, which the replay
+    cannot know)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
-               str(DATA / "torch_cpu" / "make_traces.py"), str(out), "--late-ms", str(late_ms), "--active", "12",
-               "--late-rank", str(ranks - 1), "--width", "4096"]
+               str(DATA / "torch_cpu" / "make_traces.py"), str(out), "--late-ms", str(late_ms),
+               "--late-rank", str(ranks - 1), *TORCH_JOB]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    env={**os.environ, "OMP_NUM_THREADS": "1"})
     return out
@@ -78,21 +88,28 @@ def main() -> int:
     parser.add_argument("--no-demo", action="store_true", help="skip the demo pair")
     parser.add_argument("--torch-live", type=int, default=0, metavar="RANKS",
                         help="also run the torch CPU job here (RANKS ranks, 12 steps) with and without the late rank")
+    parser.add_argument("--repeat", type=int, default=1, metavar="K",
+                        help="run each live pair (demo, torch) K times: one row per pair run")
     args = parser.parse_args()
     print("no_straggler prediction vs the measured run without the straggler")
-    if not args.no_demo:
+    if args.demo_dirs:
+        late, clean = (Path(d) for d in args.demo_dirs)
+        print(compare("demo 2 ranks, --straggler 1:50", list(late.glob("rank*.sqlite")),
+                      list(clean.glob("rank*.sqlite"))))
+    for _ in range(0 if args.no_demo or args.demo_dirs else args.repeat):
         with tempfile.TemporaryDirectory() as tmp:
-            late, clean = ([Path(d) for d in args.demo_dirs] if args.demo_dirs else
-                           [run_demo(Path(tmp) / "late", "1:50"), run_demo(Path(tmp) / "clean", None)])
+            late, clean = run_demo(Path(tmp) / "late", "1:50"), run_demo(Path(tmp) / "clean", None)
             print(compare("demo 2 ranks, --straggler 1:50", list(late.glob("rank*.sqlite")),
                           list(clean.glob("rank*.sqlite"))))
-    print(compare("torch CPU gloo, rank 2 +30 ms", list(DATA.glob("torch_cpu/rank*.json.gz")),
+    print(compare("torch CPU gloo 2 ranks (recorded)", list(DATA.glob("torch_cpu_whatif/late/rank*.json.gz")),
+                  list(DATA.glob("torch_cpu_whatif/clean/rank*.json.gz"))))
+    print(compare("torch CPU gloo 4 ranks on 2 cores", list(DATA.glob("torch_cpu/rank*.json.gz")),
                   list(DATA.glob("torch_cpu_nolate/rank*.json.gz"))))
-    if args.torch_live:
+    for _ in range(args.repeat if args.torch_live else 0):
         with tempfile.TemporaryDirectory() as tmp:
             late = run_torch(Path(tmp) / "late", args.torch_live, 30)
             clean = run_torch(Path(tmp) / "clean", args.torch_live, 0)
-            print(compare(f"torch CPU gloo live, {args.torch_live} ranks, +30 ms", list(late.glob("rank*.json.gz")),
+            print(compare(f"torch CPU gloo live, {args.torch_live} ranks", list(late.glob("rank*.json.gz")),
                           list(clean.glob("rank*.json.gz"))))
     print("\nreplay error (median over steps; max) on the real traces")
     for pattern in REAL:
