@@ -269,7 +269,6 @@ def synthetic_job(path: str | Path, events: int, rank: int = 0, time_format: str
     rng = random.Random(seed)
     pid, main_tid, autograd_tid, device = 31337, 31337, 31400, rank % 8
     fmt = _TEXT_FORMATS[time_format]
-    base = 1_700_000_000_000_000_000
     lines: list[str] = []
     flows: list[str] = []
     correlation = 10_000
@@ -277,8 +276,7 @@ def synthetic_job(path: str | Path, events: int, rank: int = 0, time_format: str
     step = 0
     kernels_per_step = 100
     buckets = kernels_per_step // 2 // 10
-    # per kernel: cpu_op, runtime, kernel, 2 flows; per bucket: annotation, runtime, NCCL kernel;
-    # per step: the step range, the memcpy and its runtime call
+    # per kernel: op, runtime, kernel, 2 flows; per bucket: annotation, runtime, NCCL; per step: 3
     per_step = kernels_per_step * 5 + buckets * 3 + 3
     steps = max(1, events // per_step)
 
@@ -335,13 +333,18 @@ def synthetic_job(path: str | Path, events: int, rank: int = 0, time_format: str
         lines[step_line] = lines[step_line].replace(f'"dur": {fmt(1)}', f'"dur": {fmt(now - step_start)}', 1)
     # the stub step that torch.profiler records when the schedule ends: no GPU work in it
     x("user_annotation", f"ProfilerStep#{step + 1}", pid, main_tid, now, now + 50_000, "")
+    return _write_job(path, lines + flows, pid, device, rank, fmt)
+
+
+def _write_job(path: str | Path, body: list[str], pid: int, device: int, rank: int, fmt) -> tuple[Path, int]:
+    """synthetic_job's file: the header, two process names, the events, the trailer."""
     head = (f'{{"schemaVersion": 1, "deviceProperties": [{{"id": {device}, "name": "NVIDIA H100 80GB HBM3"}}], '
             f'"distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": 8}}, "traceEvents": [\n')
     meta = [f'{{"name": "process_name", "ph": "M", "ts": {fmt(1_000_000)}, "pid": {p}, "tid": 0, '
             f'"args": {{"name": "python3.11"}}}}' for p in (pid, device)]
     tail = (f'\n], "traceName": "rank{rank}.pt.trace.json", "displayTimeUnit": "ms", '
-            f'"baseTimeNanoseconds": {base}}}\n')
-    return write_text(path, head + ",\n".join(meta + lines + flows) + tail), len(meta) + len(lines) + len(flows)
+            '"baseTimeNanoseconds": 1700000000000000000}\n')
+    return write_text(path, head + ",\n".join(meta + body) + tail), len(meta) + len(body)
 
 
 _TEXT_FORMATS = {
