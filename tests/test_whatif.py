@@ -282,3 +282,18 @@ def test_no_straggler_predicts_a_recorded_torch_gloo_run_without_it():
     assert row["applies"] and row["rank"] == 1
     assert abs(row["predicted_step_ns"] - measured) <= 0.15 * measured
     assert late["measured_step_ns"] - measured > 20 * MS  # the late rank's 30 ms sleep shows
+
+
+def test_replay_error_on_a_two_rank_nsys_gpu_job(tmp_path):
+    # the nsys exports in tests/data have no ProfileStep ranges; this one is written with nsys's
+    # own CREATE TABLE text: 2 ranks, 4 ProfileStep NVTX ranges, kernels launched ~100 µs ahead
+    # of running (the host runs ahead), an NCCL allreduce kernel every 8th on its own stream
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL not available")
+    paths = [fx.bulk_kernels(tmp_path / f"rank{r}.sqlite", 4000, rank=r) for r in (0, 1)]
+    what = pipeline.merge_files(paths, CONFIG).whatif
+    assert what["steps"] == 4
+    assert what["replay_error"] <= whatif.REPLAY_ERROR_TARGET
+    bandwidth = scenario({"whatif": what}, "comm_bandwidth_x2")
+    assert bandwidth["applies"] and bandwidth["saving_ns"] > 0
