@@ -68,7 +68,7 @@ def test_no_straggler_predicts_the_job_without_it(ranks):
     assert what["measured_step_ns"] == F + 30 * MS + T + OPT
     assert what["replay_error"] == 0
     row = scenario(summary, "no_straggler")
-    assert row["applies"] and row["rank"] == 1
+    assert row["applies"] and row["rank"] == 1 and row["removed_per_step_ns"] == 30 * MS
     assert row["predicted_step_ns"] == F + T + OPT  # by hand: the late rank's forward at the others'
     assert row["saving_ns"] == 30 * MS
     assert row["ranks_gaining"] == list(range(ranks))

@@ -426,7 +426,9 @@ def _scenario_inputs(name: str, g: Graph, context: dict) -> tuple[tuple | None, 
         if row is None:
             return None, info
         others = np.setdiff1d(np.arange(g.n_ranks), [row])
-        return (_without_lateness(g, row, others), transfer, edges), info
+        new_w = _without_lateness(g, row, others)
+        steps = max(int(np.unique(g.step_index[g.step_rank == row]).size), 1)
+        return (new_w, transfer, edges), {**info, "removed_per_step_ns": int((w - new_w).sum() // steps)}
     if name == "balanced_ranks":
         if g.n_ranks < 2:
             return None, {"reason": "one_rank"}
