@@ -78,19 +78,23 @@ class RankMarkers:
     ``step_bounds`` (step, start_ns, end_ns), ``phases`` per step and name (step, name, start_ns,
     end_ns, busy_ns) and ``collectives`` (name = canonical kind, start_ns, end_ns, lane label, step,
     group, nbytes, peer, launch_ns: when it was issued: the launching call's start for GPU work,
-    a host range's own start, -1 for GPU work whose launch was not captured)."""
+    a host range's own start, -1 for GPU work whose launch was not captured) and ``syncs``
+    (start_ns, end_ns of the host calls that block on the GPU: stream/event/device synchronize,
+    a synchronous memcpy): where the host can be seen waiting for GPU work."""
 
     step_bounds: dict
     phases: dict
     collectives: dict
+    syncs: dict = field(default_factory=lambda: {"start_ns": [], "end_ns": []})
 
     def shifted(self, offset_ns: int) -> RankMarkers:
         """The same markers on the common clock (own clock + offset)."""
         return RankMarkers(_shifted(self.step_bounds, offset_ns), _shifted(self.phases, offset_ns),
-                           _shifted(self.collectives, offset_ns))
+                           _shifted(self.collectives, offset_ns), _shifted(self.syncs, offset_ns))
 
     def to_json(self) -> dict:
-        return {"step_bounds": self.step_bounds, "phases": self.phases, "collectives": self.collectives}
+        return {"step_bounds": self.step_bounds, "phases": self.phases, "collectives": self.collectives,
+                "syncs": self.syncs}
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from . import collectives as coll
 from .distributed import work_masks
 
 _INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+# host calls that block until GPU work ends (CUDA runtime/driver names, nsys's _vNNNN suffixes too)
+SYNC_CALL = r"Synchronize|^cu(?:da)?Memcpy(?!.*Async)(?:_v\d+)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$"
 # the sync/transfer split and the aligned waits may differ by both ends' clock errors (one rank's
 # offset off by +u, another's by -u): up to 2x the largest uncertainty before they "disagree"
 SPLIT_TOLERANCE_UNCERTAINTIES = 2
@@ -107,7 +109,9 @@ def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = N
         "peer": comm["peer"].tolist(),
         "launch_ns": _launch_starts(events, comm_mask).tolist(),
     }
-    return RankMarkers(step_bounds, phases, collectives)
+    is_sync = (events["kind"] == ev.RUNTIME).to_numpy() & pd.Series(names).str.contains(SYNC_CALL).to_numpy()
+    syncs = _columns(events[is_sync], start_ns="start_ns", end_ns="end_ns")
+    return RankMarkers(step_bounds, phases, collectives, syncs)
 
 
 # -- skew on the aligned clock -------------------------------------------------------------

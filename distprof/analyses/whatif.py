@@ -16,7 +16,8 @@ The graph, per rank, on the common clock, at the granularity the compact results
 * the chain **waits** for a collective only where the trace shows it: the next chain point comes
   within ``WAIT_TOLERANCE_NS`` after the op's end, or for a host op (gloo, MPI, a comm thread)
   within ``WAIT_SHARE`` of the segment it ends (the compute before the op's end is then taken as
-  0, the gap after it kept);
+  0, the gap after it kept); a GPU op only where a host sync call (stream/event/device
+  synchronize, a synchronous memcpy) was blocked at its end and returned with it;
 * steps follow each other on the chain with the measured gaps.
 
 Replay recomputes the times with the measured durations: joins are processed one collective
@@ -80,6 +81,7 @@ class Graph:
     o_end: np.ndarray
     o_step_end: np.ndarray     # point index of its step's end
     o_partial: np.ndarray      # some members of its column arrived after it ended: not one join
+    o_gpu: np.ndarray          # GPU work (launched before it started), not a host range
     edges: np.ndarray          # (n, 3) int64: point, op, gap
 
 
@@ -121,6 +123,18 @@ def _ops(markers, step_set: set, columns: dict) -> pd.DataFrame:
     return ops.sort_index()
 
 
+def _synced(op_end: np.ndarray, syncs: dict) -> np.ndarray:
+    """Per op: a host sync call was blocked at its end and returned within ``WAIT_TOLERANCE_NS``."""
+    sync_start = np.asarray(syncs.get("start_ns", []), np.int64)
+    sync_end = np.asarray(syncs.get("end_ns", []), np.int64)
+    if not sync_end.size:
+        return np.zeros(op_end.size, bool)
+    order = np.argsort(sync_end, kind="stable")
+    first = np.minimum(np.searchsorted(sync_end[order], op_end, side="left"), order.size - 1)
+    hit = order[first]
+    return (sync_end[hit] >= op_end) & (sync_end[hit] - op_end <= WAIT_TOLERANCE_NS) & (sync_start[hit] <= op_end)
+
+
 def _waits(t: np.ndarray, issue_of_point: np.ndarray, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """For each chain point of one rank: the op it waited for (-1: none) and the gap after its end."""
     ends = ops["end"].to_numpy(np.int64)
@@ -133,10 +147,12 @@ def _waits(t: np.ndarray, issue_of_point: np.ndarray, ops: pd.DataFrame) -> tupl
     prev_t = np.concatenate([[_NEG], t[:-1]])
     # a host op (no launch before its start) blocks the thread that waits for it, and what that
     # thread does next (unpack, divide) comes before its next point: a share of the segment. A
-    # GPU op is waited for by a sync call that returns at once; the host otherwise runs ahead.
+    # GPU op is waited for only through a sync call that returns with it; the host otherwise runs
+    # ahead, and a point that merely comes soon after a kernel's end did not wait for it.
     host = ((ops["launch"] < 0) | (ops["launch"] >= ops["start"])).to_numpy()[np.maximum(op, 0)]
+    synced = ops["synced"].to_numpy(bool)[np.maximum(op, 0)]
     tolerance = np.where(host, np.maximum(WAIT_TOLERANCE_NS, WAIT_SHARE * (t - prev_t)), WAIT_TOLERANCE_NS)
-    ok = (op >= 0) & (end > prev_t) & (t - end <= tolerance) & (issue_of_point != op)
+    ok = (op >= 0) & (host | synced) & (end > prev_t) & (t - end <= tolerance) & (issue_of_point != op)
     ok[0] = False
     return np.where(ok, op, -1), np.where(ok, t - end, 0)
 
@@ -149,6 +165,7 @@ def _rank_graph(result: RankResult, row: int, columns: dict, dataloader: str) ->
     points = _points(markers, step_set, dataloader)
     own = {(s + offset, e + offset): col for (s, e), col in columns.items()}
     ops = _ops(markers, step_set, own)
+    ops["synced"] = _synced(ops["end"].to_numpy(np.int64), markers.syncs)
     issue_t = np.where(ops["launch"] >= 0, ops["launch"], ops["start"])
     issues = pd.DataFrame({"t": issue_t, "kind": _ISSUE, "step": ops["step"], "label": "@" + ops["name"].astype(str),
                            "loader": 0, "op": ops.index})[~ops["queued"].to_numpy()]
@@ -224,7 +241,8 @@ def _finish_graph(results: list[RankResult], points: pd.DataFrame, ops: pd.DataF
                  steps["step"].to_numpy(np.int64), steps["p_s"].to_numpy(np.int64), steps["p_e"].to_numpy(np.int64),
                  ops["rank"].to_numpy(np.int64), col, ops["issue"].to_numpy(np.int64),
                  ops["lane_prev"].to_numpy(np.int64), delta, end - last, start, end,
-                 op_end_point.to_numpy(np.int64), last < column_last, edges)
+                 op_end_point.to_numpy(np.int64), last < column_last, ops["launch"].between(0, start - 1).to_numpy(),
+                 edges)
 
 
 def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -505,6 +523,16 @@ def _partial_note(g: Graph) -> list[str]:
             "members that arrived before it ended"]
 
 
+def _unwaited_gpu_note(g: Graph) -> list[str]:
+    """GPU collectives that the host never waits for: what faster communication cannot show."""
+    gpu = np.flatnonzero(g.o_gpu)
+    if not gpu.size or np.isin(gpu, g.edges[:, 1]).any():
+        return []
+    return [f"the host waits for none of the {gpu.size} GPU collectives (no sync call returns with one): a "
+            "scenario that speeds communication up saves time only where a rank waits for it, and the "
+            "dependencies of kernels on other streams are not modelled"]
+
+
 def whatif(results: list[RankResult], matching: Matching, config: dict,
            scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None | str = "own") -> dict:
     """summary.json's ``whatif``: measured and replayed median step, the replay error (median over
@@ -536,7 +564,7 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     error = float(errors.median())
     return {"measured_step_ns": measured_ns, "replayed_step_ns": int(round(job_replayed.median())),
             "replay_error": error, "replay_error_max": float(errors.max()), "steps": int(job_measured.size),
-            "notes": _partial_note(g) + _replay_notes(g, error), "scenarios": rows}
+            "notes": _partial_note(g) + _replay_notes(g, error) + _unwaited_gpu_note(g), "scenarios": rows}
 
 
 def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank: pd.Series) -> dict:
