@@ -109,8 +109,10 @@ def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = N
         "peer": comm["peer"].tolist(),
         "launch_ns": _launch_starts(events, comm_mask).tolist(),
     }
-    is_sync = (events["kind"] == ev.RUNTIME).to_numpy() & pd.Series(names).str.contains(SYNC_CALL).to_numpy()
-    syncs = _columns(events[is_sync], start_ns="start_ns", end_ns="end_ns")
+    runtime = events[(events["kind"] == ev.RUNTIME).to_numpy()]
+    call_names = runtime["name"].astype("category")  # the pattern runs once per distinct call name
+    is_sync = np.asarray(call_names.cat.categories.str.contains(SYNC_CALL), bool)[call_names.cat.codes.to_numpy()]
+    syncs = _columns(runtime[is_sync], start_ns="start_ns", end_ns="end_ns")
     return RankMarkers(step_bounds, phases, collectives, syncs)
 
 
