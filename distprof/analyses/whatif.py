@@ -117,9 +117,10 @@ def _ops(markers, step_set: set, columns: dict) -> pd.DataFrame:
     serial = prev_end.notna() & (prev_end <= ops["start"])
     ops["lane_prev"] = np.where(serial, prev_id.fillna(-1), -1).astype(np.int64)
     ops["prev_end"] = np.where(serial, prev_end.fillna(0), _NEG).astype(np.int64)
-    # a host range's launch is its own start: that says nothing about when it was handed to its lane
-    launch_unknown = (ops["launch"] < 0) | (ops["launch"] >= ops["start"])
-    ops["queued"] = serial & launch_unknown & (ops["start"] - ops["prev_end"] <= WAIT_TOLERANCE_NS)
+    # a host range (launch = its own start) or GPU work whose launch was not captured: no hand-over
+    # time to its lane is known
+    ops["host"] = (ops["launch"] < 0) | (ops["launch"] >= ops["start"])
+    ops["queued"] = serial & ops["host"] & (ops["start"] - ops["prev_end"] <= WAIT_TOLERANCE_NS)
     return ops.sort_index()
 
 
@@ -149,7 +150,7 @@ def _waits(t: np.ndarray, issue_of_point: np.ndarray, ops: pd.DataFrame) -> tupl
     # thread does next (unpack, divide) comes before its next point: a share of the segment. A
     # GPU op is waited for only through a sync call that returns with it; the host otherwise runs
     # ahead, and a point that merely comes soon after a kernel's end did not wait for it.
-    host = ((ops["launch"] < 0) | (ops["launch"] >= ops["start"])).to_numpy()[np.maximum(op, 0)]
+    host = ops["host"].to_numpy(bool)[np.maximum(op, 0)]
     synced = ops["synced"].to_numpy(bool)[np.maximum(op, 0)]
     tolerance = np.where(host, np.maximum(WAIT_TOLERANCE_NS, WAIT_SHARE * (t - prev_t)), WAIT_TOLERANCE_NS)
     ok = (op >= 0) & (host | synced) & (end > prev_t) & (t - end <= tolerance) & (issue_of_point != op)
@@ -241,8 +242,7 @@ def _finish_graph(results: list[RankResult], points: pd.DataFrame, ops: pd.DataF
                  steps["step"].to_numpy(np.int64), steps["p_s"].to_numpy(np.int64), steps["p_e"].to_numpy(np.int64),
                  ops["rank"].to_numpy(np.int64), col, ops["issue"].to_numpy(np.int64),
                  ops["lane_prev"].to_numpy(np.int64), delta, end - last, start, end,
-                 op_end_point.to_numpy(np.int64), last < column_last, ops["launch"].between(0, start - 1).to_numpy(),
-                 edges)
+                 op_end_point.to_numpy(np.int64), last < column_last, ~ops["host"].to_numpy(bool), edges)
 
 
 def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
