@@ -371,7 +371,7 @@ def run(args: argparse.Namespace, job: Job, scale: list[int], base: Path) -> Non
         print(f"  straggler: rank {found} with K=1, rank {straggler[1]['rank'] if straggler[1] else None} with K=2 "
               f"(injected: rank {job.straggler_rank}: {'right' if found == job.straggler_rank else 'WRONG'}); "
               f"late in {straggler[0]['late_steps']}/{straggler[0]['steps']} steps, "
-              f"{straggler[0]['lateness_per_step_ns'] / 1e6:.2f} ms a step "
+              f"{straggler[0]['waits_caused_ns'] / 1e6:.2f} ms a step "
               f"(injected {job.collectives * job.late_ns / 1e6:g} ms, less the others' jitter)")
     else:
         print("  straggler: none named (skew.straggler empty); the Distributed Summary figures are "

@@ -16,7 +16,7 @@ from . import align as align_mod
 from . import events as ev
 from . import transport
 from .analyses import collectives as coll
-from .analyses import diagnose, distributed, skew, streams, summaries, whatif
+from .analyses import cost, diagnose, distributed, skew, streams, summaries, whatif
 from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
 
@@ -160,11 +160,12 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     checks = streams.stream_checks(final, config)
     what = whatif.safe_whatif(final, aligned.matching, config, warnings,
                               (skew_summary.get("straggler") or {}).get("rank"))
+    skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what)}
+    found = diagnose.findings(final, checks, skew_summary, config, collective_table)
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
-        checks=checks, skew=skew_summary,
-        findings=whatif.rank_findings(diagnose.findings(final, checks, skew_summary, config, collective_table), what),
+        checks=checks, skew=skew_summary, findings=cost.price_findings(found, what),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what)
 

@@ -94,9 +94,11 @@ def test_the_late_rank_is_the_straggler_on_the_host(summary):
     straggler = summary["skew"]["straggler"]
     assert straggler["rank"] == LATE
     assert (straggler["late_in"], straggler["of"]) == (len(OPS) * STEPS, len(OPS) * STEPS)
-    assert straggler["cost_ns"] == len(OPS) * int(LATE_US * 1000)  # per step: each op waited for alone
-    assert straggler["total_cost_ns"] == STEPS * straggler["cost_ns"]
-    assert straggler["cost_share"] == pytest.approx(straggler["cost_ns"] / (STEP_US * 1000))
+    assert straggler["waits_caused_ns"] == len(OPS) * int(LATE_US * 1000)  # per step: each op waited for alone
+    assert straggler["total_waits_caused_ns"] == STEPS * straggler["waits_caused_ns"]
+    assert straggler["waits_caused_share"] == pytest.approx(straggler["waits_caused_ns"] / (STEP_US * 1000))
+    [fix] = [r for r in summary["whatif"]["scenarios"] if r["name"] == "no_straggler"]
+    assert straggler["cost_ns"] == fix["saving_ns"]  # its cost: what removing its lateness saves
     assert straggler["side"] == "host"  # its launches are late as well (the fixture launches 10 µs before)
     assert (straggler["pattern"], straggler["steps_late"], straggler["steps"]) == ("persistent", STEPS, STEPS)
 

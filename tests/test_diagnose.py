@@ -8,7 +8,7 @@ import numpy as np
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline
-from distprof.analyses import diagnose
+from distprof.analyses import cost, diagnose
 from distprof.reports import text
 
 CONFIG = config_mod.load()
@@ -50,8 +50,11 @@ def test_host_bound_finding():
     result = pipeline.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
     assert result.gpu_gaps["host_bound_ns"] == 400  # reduce_rank computes it next to the events
     [finding] = diagnose.findings([result], [], {}, CONFIG)
-    assert finding["finding"] == "host_bound_gpu" and finding["cost_ns"] == 400
-    assert finding["severity"] == "high" and "40% of the window" in finding["message"]
+    assert finding["finding"] == "host_bound_gpu" and finding["figure_ns"] == 400
+    assert "40% of the window" in finding["message"]
+    [priced] = cost.price_findings([finding], None)  # no scenario models the fix: said, not guessed
+    assert priced["predicted_saving_ns"] is None and priced["cost_ns"] is None
+    assert priced["severity"] == "unpriced" and priced["why_not"] == cost.NO_SCENARIO
     strict = config_mod.load(None, {"diagnosis": {"gpu_idle_share": 0.5}})
     assert diagnose.findings([result], [], {}, strict) == []
 
@@ -75,24 +78,33 @@ def test_dataloader_bound_finding():
     assert share["dataloader_ns"] == 60 and share["share"] == 0.3
     [finding] = diagnose.findings(results, [], {}, CONFIG)
     assert finding["finding"] == "dataloader_bound" and finding["ranks"] == [1]
-    assert finding["cost_ns"] == 60 and finding["evidence"]["steps_above"] == 2
+    assert finding["figure_ns"] == 60 and finding["evidence"]["steps_above"] == 2
     assert "30% of ProfileStep on rank 1" in finding["message"]
     assert diagnose.findings([host_result(0, 20)], [], {}, CONFIG) == []  # 20% is not above 20%
 
 
-def test_findings_are_ordered_by_cost_and_rendered():
+def test_findings_are_priced_by_the_replay_ordered_and_rendered():
     gpu = pipeline.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
     loader = host_result(1, 30)
     summary = pipeline.combine([gpu, loader], CONFIG, source="test").to_json()
     names = [f["finding"] for f in summary["findings"]]
-    assert names == ["host_bound_gpu", "dataloader_bound"]  # 400 ns before 60 ns
-    assert [f["cost_ns"] for f in summary["findings"]] == [400, 60]
+    # the dataloader finding is priced (the no_dataloader_wait replay), the host-bound one is not:
+    # priced ones first, though 60 ns of loader time is less than 400 ns of host-bound gaps
+    assert names == ["dataloader_bound", "host_bound_gpu"]
+    loader_row = next(r for r in summary["whatif"]["scenarios"] if r["name"] == "no_dataloader_wait")
+    priced, unpriced = summary["findings"]
+    assert priced["predicted_saving_ns"] == priced["cost_ns"] == loader_row["saving_ns"] > 0
+    assert priced["priced_by"] == "no_dataloader_wait" and priced["why_not"] is None
+    assert priced["saving_share"] == loader_row["saving_ns"] / summary["whatif"]["measured_step_ns"]
+    assert unpriced["predicted_saving_ns"] is None and unpriced["severity"] == "unpriced"
     json.dumps(summary)  # plain JSON types only
     [section] = text.extra_sections(summary, "ns")
     lines = section.splitlines()
-    assert "Diagnosis" in lines[0] and lines[1] == "Findings (costliest first):"
-    assert lines[2].startswith("  1. HIGH   host-bound GPU on 1/2 ranks")
-    assert "-> " in lines[3]
+    assert "Diagnosis" in lines[0] and lines[1].startswith("Findings (ordered by what the fix saves per step")
+    assert lines[2].startswith(f"  1. {priced['severity'].upper():<8} fix saves {loader_row['saving_ns']:.2f} ns "
+                               "per step")
+    assert lines[3].strip().startswith("dataloader-bound on 1/2 ranks") and "-> " in lines[4]
+    assert lines[5].startswith("  2. UNPRICED saving not predicted: no what-if scenario models this fix")
     assert any(line.startswith("Checks: N/A 2") for line in lines)
     report = text.render(summary, "ns")
     assert report.index("Distributed Summary") < report.index("Diagnosis")
@@ -104,6 +116,26 @@ def test_no_findings_reads_as_none():
     assert "Findings: none." in section
 
 
-def test_severity_is_the_share_of_the_window():
-    assert [diagnose.severity(c, 100) for c in (20, 19, 5, 4)] == ["high", "medium", "medium", "low"]
-    assert diagnose.severity(5, 0) == "low"
+def test_severity_is_the_saving_share_of_the_step():
+    assert [cost.severity(c, 100) for c in (10, 9, 3, 2, 0)] == ["high", "medium", "medium", "low", "low"]
+    assert cost.severity(None, 100) == cost.severity(5, None) == "unpriced"
+
+
+def test_saving_after_the_straggler_and_never_above_the_step():
+    whatif = {"measured_step_ns": 100, "scenarios": [
+        {"name": "no_straggler", "applies": True, "saving_ns": 40},
+        {"name": "overlap_communication", "applies": True, "saving_ns": 50, "saving_after_straggler_ns": 2},
+        {"name": "no_dataloader_wait", "applies": False, "saving_ns": None, "why": "no Dataloader phase"},
+        {"name": "comm_bandwidth_x2", "applies": True, "saving_ns": 130}]}
+    found = [{"finding": code, "figure_ns": 1} for code in
+             ("serialized_communication", "straggler", "dataloader_bound", "slow_collective", "host_bound_gpu")]
+    priced = {f["finding"]: f for f in cost.price_findings(found, whatif)}
+    assert priced["straggler"]["predicted_saving_ns"] == 40 and priced["straggler"]["severity"] == "high"
+    serialized = priced["serialized_communication"]  # the straggler's waits are its cost, not this one's
+    assert serialized["predicted_saving_ns"] == 2 and serialized["severity"] == "low"
+    assert serialized["priced_after_straggler"]
+    assert priced["dataloader_bound"]["why_not"] == "no Dataloader phase"
+    assert priced["slow_collective"]["predicted_saving_ns"] is None
+    assert priced["slow_collective"]["why_not"] == cost.ABOVE_STEP
+    order = [f["finding"] for f in cost.price_findings(found, whatif)]
+    assert order[:2] == ["straggler", "serialized_communication"]

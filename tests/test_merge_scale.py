@@ -86,10 +86,8 @@ def test_two_mpi_workers_equal_one_and_find_the_straggler(job_files, tmp_path):
     assert [f - found[reference] for f in found] == [t - true[reference] for t in true]
 
     straggler = one["skew"]["straggler"]
-    if straggler is None:  # the diagnosis may still be in progress upstream: the figures must agree
-        pytest.skip("no straggler in skew (diagnosis not available); K=1 == K=2 checked")
-    assert straggler["rank"] == JOB.straggler_rank
+    assert straggler is not None and straggler["rank"] == JOB.straggler_rank
     assert straggler["late_steps"] == straggler["steps"] == JOB.steps
     # late by late_ns at each collective, measured against the median arrival (within the jitter)
     per_step = JOB.collectives * JOB.late_ns
-    assert per_step - JOB.collectives * JOB.jitter_ns <= straggler["lateness_per_step_ns"] <= per_step
+    assert per_step - JOB.collectives * JOB.jitter_ns <= straggler["waits_caused_ns"] <= per_step

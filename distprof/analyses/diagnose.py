@@ -1,10 +1,10 @@
-"""Diagnosis: turn the checks, the skew and per-rank figures into ordered findings.
+"""Diagnosis: turn the checks, the skew and per-rank figures into findings.
 
-Each finding says what costs time, how much (``cost_ns``: time of the analysed window lost on
-the worst affected rank, so findings of different kinds compare), how sure we are
-(``severity`` from that cost's share of the window: high ≥ 20%, medium ≥ 5%, else low) and
-what to change. Findings come ordered by cost. One per-rank reduction lives here too
-(``rank_gpu_gaps``), run next to the rank's events like the other reductions.
+Each finding says what is wrong, the figure it describes (``figure_ns``: e.g. the exposed
+communication or the waits a straggler causes, per step where the trace has steps) and what to
+change. Its cost, severity and order come from one place, analyses/cost.py: what the what-if
+replay says its fix saves. One per-rank reduction lives here too (``rank_gpu_gaps``), run next to
+the rank's events like the other reductions.
 """
 
 from __future__ import annotations
@@ -20,14 +20,7 @@ from . import collectives as collectives_mod
 from . import intervals as iv
 from .distributed import analysis_window, is_gpu_trace, work_masks
 
-HIGH_SHARE, MEDIUM_SHARE = 0.20, 0.05
 _GPU_WORK = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
-
-
-def severity(cost_ns: int, window_ns: int) -> str:
-    """high / medium / low by the share of the window the problem costs."""
-    share = cost_ns / window_ns if window_ns else 0.0
-    return "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
 
 
 def _pct(part: float, whole: float | None) -> str:
@@ -92,13 +85,13 @@ def _device_gaps(rows: pd.DataFrame, window: iv.IntervalSet, host_comm: iv.Inter
 
 # -- findings at rank 0 --------------------------------------------------------------------
 
-def _finding(name: str, cost_ns: int, window_ns: int, ranks: list[int], message: str, advice: str,
-             **evidence) -> dict:
-    return {"finding": name, "severity": severity(cost_ns, window_ns), "cost_ns": int(cost_ns),
-            "ranks": ranks, "message": message, "advice": advice, "evidence": evidence}
+def _finding(name: str, figure_ns: int, ranks: list[int], message: str, advice: str, **evidence) -> dict:
+    """A finding before pricing (analyses/cost.py adds its cost, severity and order)."""
+    return {"finding": name, "figure_ns": int(figure_ns), "ranks": ranks, "message": message, "advice": advice,
+            "evidence": evidence}
 
 
-def _placement_findings(results: list[RankResult], checks: list[dict], window_ns: int) -> list[dict]:
+def _placement_findings(results: list[RankResult], checks: list[dict]) -> list[dict]:
     out = []
     by_rank = {r.rank: r.figures for r in results}
     lane_kinds = {r.rank: {lane.label: lane.lane_kind for lane in r.lanes} for r in results}
@@ -127,7 +120,7 @@ def _placement_findings(results: list[RankResult], checks: list[dict], window_ns
                        f"({_pct(exposed[worst], by_rank[worst].window_ns)} of the window)")
         advice = _placement_advice(next(r for r in results if r.rank == worst),
                                    worst_row["shared_lanes"] or worst_row["comm_lanes"], status == "FAIL")
-        out.append(_finding(name, exposed[worst], window_ns, ranks, message, advice,
+        out.append(_finding(name, exposed[worst], ranks, message, advice,
                             worst_rank=worst, exposed_communication_ns_by_rank={str(k): v for k, v in exposed.items()},
                             lanes=worst_row["shared_lanes"] or worst_row["comm_lanes"]))
     return out
@@ -188,22 +181,21 @@ def _placement_advice(result: RankResult, lanes: list[str], serialized: bool) ->
     return "; ".join(parts)
 
 
-def _straggler_finding(skew: dict, window_ns: int) -> list[dict]:
-    """The straggler: what it costs the others per step, how often, where (host or device, which
-    phase) and what fits that."""
+def _straggler_finding(skew: dict) -> list[dict]:
+    """The straggler: the waits it causes the ranks it shares collectives with per step, how often,
+    where (host or device, which phase) and what fits that. Its cost is the replay's saving of
+    removing its lateness (cost.price_straggler), not those waits."""
     straggler = skew.get("straggler")
     if not straggler:
         return []
-    rank, cost = straggler["rank"], straggler["cost_ns"]
-    share = straggler.get("cost_share")
-    of_step = f" ({100 * share:.1f}% of the step)" if share is not None else ""
+    rank, waits = straggler["rank"], straggler["waits_caused_ns"]
     if straggler["pattern"] == "single step":
-        pattern = "1 step: not shown to repeat"
+        pattern = "one profiled step: cannot tell persistent from one-off"
     else:
         pattern = f"{straggler['pattern']}: late in {straggler['steps_late']}/{straggler['steps']} steps"
-    message = (f"straggler: rank {rank} keeps the ranks it shares collectives with waiting {duration(cost)} per "
-               f"step{of_step}: it is last, and waited for alone, in {straggler['late_in']} of its "
-               f"{straggler['of']} collectives ({pattern})")
+    message = (f"straggler: rank {rank} is last, and waited for alone, in {straggler['late_in']} of its "
+               f"{straggler['of']} collectives ({pattern}); the ranks it shares them with wait "
+               f"{duration(waits)} per step for it")
     if straggler.get("side") in _SIDE_TEXT:
         message += f"; {_SIDE_TEXT[straggler['side']]}"
     if straggler.get("phase"):
@@ -218,14 +210,13 @@ def _straggler_finding(skew: dict, window_ns: int) -> list[dict]:
         advice += "; mark more of the step as phases to see where"
     if straggler["pattern"] == "single step":
         advice += "; one step only: profile more steps to see whether it repeats"
-    evidence = {k: v for k, v in straggler.items() if k not in ("rank", "cost_ns")}
-    return [_finding("straggler", straggler["total_cost_ns"], window_ns, [rank], message, advice,
-                     cost_per_step_ns=cost, slow_phase=straggler.get("phase"),
+    evidence = {k: v for k, v in straggler.items() if k not in ("rank", "cost_ns", "cost_share", "cost_why_not")}
+    return [_finding("straggler", waits, [rank], message, advice, slow_phase=straggler.get("phase"),
                      slow_phase_extra_ns=straggler.get("phase_extra_ns") if straggler.get("phase") else None,
                      **evidence)]
 
 
-def _slow_collective_findings(collectives: dict | None, config: dict, window_ns: int) -> list[dict]:
+def _slow_collective_findings(collectives: dict | None, config: dict) -> list[dict]:
     """Collectives table rows whose median busbw is below ``hardware.slow_collective_share`` of the
     configured peak (no peak, no finding). Cost: the transfer time a rank would save at the peak."""
     rows = collectives_mod.slow_rows((collectives or {}).get("rows") or [], config)
@@ -248,13 +239,13 @@ def _slow_collective_findings(collectives: dict | None, config: dict, window_ns:
               + ("check the network path between the nodes (transport, interface, adapters)"
                  if worst["node_span"] == "inter-node" else "check the links between the GPUs of the node "
                  "(topology, PCIe vs NVLink) and that peer-to-peer is enabled"))
-    return [_finding("slow_collective", int(sum(saved)), window_ns, [], message, advice,
+    return [_finding("slow_collective", int(sum(saved)), [], message, advice,
                      rows=[{k: r[k] for k in ("kind", "group", "node_span", "size_bucket", "count",
                                               "busbw_median_gbps", "peak_share")} for r in rows[:8]],
                      peak_busbw_gbps=peak)]
 
 
-def _gpu_gap_findings(results: list[RankResult], config: dict, window_ns: int) -> list[dict]:
+def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[dict]:
     limit = float(config["diagnosis"]["gpu_idle_share"])
     hit = {}
     for result in results:
@@ -271,7 +262,7 @@ def _gpu_gap_findings(results: list[RankResult], config: dict, window_ns: int) -
                f"{gaps['host_bound_gaps']} gaps) on rank {worst}")
     advice = ("the CPU does not launch work fast enough: remove host syncs in the loop (.item(), .cpu(), "
               "prints), fuse small kernels or use CUDA graphs / torch.compile, raise the batch size")
-    return [_finding("host_bound_gpu", gaps["host_bound_ns"], window_ns, sorted(hit), message, advice,
+    return [_finding("host_bound_gpu", gaps["host_bound_ns"], sorted(hit), message, advice,
                      worst_rank=worst, host_bound_ns_by_rank={str(r): g["host_bound_ns"] for r, g in hit.items()},
                      host_bound_gaps=gaps["host_bound_gaps"], gaps=gaps["gaps"], idle_ns=gaps["idle_ns"])]
 
@@ -298,7 +289,7 @@ def rank_dataloader_share(result: RankResult, phase_name: str) -> dict | None:
             "per_step_share": per_step, "steps": steps}
 
 
-def _dataloader_findings(results: list[RankResult], config: dict, window_ns: int) -> list[dict]:
+def _dataloader_findings(results: list[RankResult], config: dict) -> list[dict]:
     limit = float(config["diagnosis"]["dataloader_share"])
     name = config["phases"]["dataloader"]
     hit = {}
@@ -317,17 +308,14 @@ def _dataloader_findings(results: list[RankResult], config: dict, window_ns: int
                f"above {100 * limit:.0f}%)")
     advice = ("load ahead of the step: more DataLoader workers, pin_memory and prefetch_factor, "
               "cheaper decoding/augmentation or preprocessed data")
-    return [_finding("dataloader_bound", share["dataloader_ns"], window_ns, sorted(hit), message, advice,
+    return [_finding("dataloader_bound", share["dataloader_ns"], sorted(hit), message, advice,
                      worst_rank=worst, share_by_rank={str(r): float(s["share"]) for r, s in hit.items()},
                      steps_above=above)]
 
 
 def findings(results: list[RankResult], checks: list[dict], skew: dict, config: dict,
              collectives: dict | None = None) -> list[dict]:
-    """All findings, costliest first."""
-    windows = [r.figures.window_ns or 0 for r in results]
-    window_ns = int(np.median(windows)) if windows else 0
-    out = (_placement_findings(results, checks, window_ns) + _straggler_finding(skew, window_ns)
-           + _slow_collective_findings(collectives, config, window_ns)
-           + _gpu_gap_findings(results, config, window_ns) + _dataloader_findings(results, config, window_ns))
-    return sorted(out, key=lambda f: -f["cost_ns"])
+    """All findings, unpriced and unordered: analyses/cost.py prices and orders them."""
+    return (_placement_findings(results, checks) + _straggler_finding(skew)
+            + _slow_collective_findings(collectives, config)
+            + _gpu_gap_findings(results, config) + _dataloader_findings(results, config))

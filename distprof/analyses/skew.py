@@ -189,7 +189,8 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
                         "wait_ns": int(inst["wait"][r].sum()), "sync_ns": int(arrivals["sync"][r].sum()),
                         "threshold_ns": int(arrivals["threshold"][r]),
                         "late_in": int(blame["late_in"][r]), "of": int(blame["of"][r]),
-                        "cost_ns": int(round(blame["per_step"][r])), "total_cost_ns": int(blame["cost"][r]),
+                        "waits_caused_ns": int(round(blame["per_step"][r])),
+                        "total_waits_caused_ns": int(blame["cost"][r]),
                         "steps_late": int(blame["steps_late"][r])} for r in range(n_ranks)]
     straggler, notes = _name_straggler(matching, inst, blame, cfg, verified, phases, gpu)
     result["straggler"] = straggler
@@ -340,7 +341,10 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
     last_row, second_row = inst["last_row"], inst["second_row"]
     attributable = (inst["last"] - inst["second_start"]).astype(np.int64)
     threshold = unc[last_row] + unc[second_row] + int(cfg["late_min_ns"])
-    counted = (matching.present.sum(axis=0) >= 2) & (attributable > threshold)
+    joined = matching.present.sum(axis=0) >= 2
+    counted = joined & (attributable > threshold)
+    # last by more than the clocks can tell, however little: who a user sees arrive last
+    last = joined & (attributable > unc[last_row] + unc[second_row])
     steps, unit_of = np.unique(matching.step, return_inverse=True)
     n_units = int(steps.size)
     per_unit = _union_per_key(last_row[counted] * n_units + unit_of[counted], inst["second_start"][counted],
@@ -350,6 +354,7 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
     return {"attributable": attributable, "counted": counted, "steps": steps, "per_unit": per_unit,
             "cost": cost, "per_step": cost / n_units, "n_units": n_units, "step_ns": step_ns,
             "late_in": np.bincount(last_row[counted], minlength=n_rows),
+            "last_in": np.bincount(last_row[last], minlength=n_rows),
             "of": matching.present.sum(axis=1), "min_cost": min_cost,
             "steps_late": (per_unit >= min_cost).sum(axis=1), "by_step": bool((steps >= 0).any())}
 
@@ -389,10 +394,12 @@ def straggler_phase(phases: list[dict] | None, rank: int) -> tuple[str, int] | N
 
 def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, verified, phases,
                     gpu) -> tuple[dict | None, list[str]]:
-    """The straggler: the rank with the largest cost, when (a) its per-step cost reaches
-    ``min_cost``, (b) it is late in ``straggler_min_late_share`` of the steps (one step: last in
-    more than half of its collectives), (c) it costs ``straggler_min_lead`` × the runner-up and
-    (d) its clock offset is verified. Else None and the note that says why."""
+    """The straggler: the rank whose waits caused are the largest, when (a) they reach ``min_cost``
+    per step, (b) it is late in ``straggler_min_late_share`` of the steps (one step: last in more
+    than half of its collectives, by any lead above the clock uncertainty: once the others have
+    waited for it, its next leads are small, and they are still its), (c) they are
+    ``straggler_min_lead`` × the runner-up's and (d) its clock offset is verified. Else None and
+    the note that says why. This is the one straggler rule: what-if and findings take its rank."""
     rank_of = matching.ranks.tolist()
     cost, per_step, n_units = blame["cost"], blame["per_step"], blame["n_units"]
     r = int(np.argmax(cost))
@@ -401,7 +408,7 @@ def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, veri
     one_step = n_units == 1
     late_in, of, steps_late = int(blame["late_in"][r]), int(blame["of"][r]), int(blame["steps_late"][r])
     big = per_step[r] >= blame["min_cost"]
-    repeats = late_in > of / 2 if one_step else \
+    repeats = int(blame["last_in"][r]) > of / 2 if one_step else \
         steps_late >= np.ceil(float(cfg["straggler_min_late_share"]) * n_units - 1e-9)
     runner_up = float(np.delete(cost, r).max()) if cost.size > 1 else 0.0
     leads = cost[r] >= float(cfg["straggler_min_lead"]) * runner_up
@@ -425,18 +432,17 @@ def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, phases, 
     late_units = np.flatnonzero(blame["per_unit"][r] >= blame["min_cost"])
     late_in = int(blame["late_in"][r])
     return {
-        "rank": rank_of[r], "cost_ns": int(round(per_step)),
-        "cost_share": float(per_step / step_ns) if step_ns else None,
-        "late_in": late_in, "of": int(blame["of"][r]), "side": _side(matching, inst, blame, r, gpu),
+        "rank": rank_of[r], "cost_ns": None, "cost_share": None,  # priced by analyses/cost.py (the replay)
+        "waits_caused_ns": int(round(per_step)), "waits_caused_share": float(per_step / step_ns) if step_ns else None,
+        "total_waits_caused_ns": int(blame["cost"][r]),
+        "late_in": late_in, "last_in": int(blame["last_in"][r]), "of": int(blame["of"][r]),
+        "side": _side(matching, inst, blame, r, gpu),
         "pattern": "single step" if one_step else "persistent", "steps_late": int(late_units.size),
         "steps": n_units, "late_step_ids": blame["steps"][late_units].tolist() if blame["by_step"] else [],
         "phase": attributed[0] if attributed else None, "phase_extra_ns": phase[1] if phase else None,
-        "largest_phase": phase[0] if phase else None, "total_cost_ns": int(blame["cost"][r]),
-        "runner_up_cost_ns": int(np.delete(blame["cost"], r).max()) if blame["cost"].size > 1 else 0,
-        # older keys (reports, diff and tests read them)
-        "late_count": late_in, "late_collectives": late_in, "matched": int(matching.size),
-        "total_lateness_ns": int(blame["cost"][r]), "late_steps": int(late_units.size),
-        "lateness_per_step_ns": int(round(per_step)), "threshold_ns": int(round(blame["min_cost"])),
+        "largest_phase": phase[0] if phase else None,
+        "runner_up_waits_caused_ns": int(np.delete(blame["cost"], r).max()) if blame["cost"].size > 1 else 0,
+        "late_steps": int(late_units.size), "threshold_ns": int(round(blame["min_cost"])),
         "most_often_last_rank": rank_of[int(np.argmax(blame["late_in"]))],
     }
 
@@ -454,6 +460,10 @@ def _no_straggler_notes(blame: dict, rank_of: list[int], r: int, big: bool, repe
         return [f"the late rank rotates (ranks {', '.join(map(str, culprits[:8]))}): not one straggler; "
                 f"the worst per {label}: {shown}"]
     late = np.flatnonzero(per_unit[r] >= min_cost)
+    if late.size and not repeats and blame["n_units"] == 1:
+        return [f"rank {rank_of[r]} is last in {int(blame['last_in'][r])} of its {int(blame['of'][r])} collectives "
+                f"of the one profiled {label}, not in more than half: not named a straggler (costs the others "
+                f"{duration(blame['per_step'][r])})"]
     if late.size and not repeats:
         steps = ", ".join(str(int(s)) for s in blame["steps"][late][:8])
         return [f"rank {rank_of[r]} is late only in {label}(s) {steps} ({late.size} of {blame['n_units']}): transient, "

@@ -39,12 +39,9 @@ import pandas as pd
 
 from ..align import Matching
 from ..results import RankResult
-from ..units import readable
 
 WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it ...
 WAIT_SHARE = 0.1                  # ... or, for a host op, this share of its segment
-STRAGGLER_MIN_SHARE = 0.05        # lateness per step above this share of the step: a straggler
-STRAGGLER_MIN_LEAD = 2.0          # ... and this many times the next-latest rank's
 GAIN_SHARE = 0.01                 # a rank gains when its median step drops by more than this share
 REPLAY_ERROR_TARGET = 0.05
 SCENARIOS = ("no_straggler", "overlap_communication", "comm_bandwidth_x2", "no_dataloader_wait", "balanced_ranks")
@@ -347,33 +344,16 @@ def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray) -> 
 
 # -- scenarios: new durations or dependencies, replayed --------------------------------------
 
-def holding(matching: Matching, offsets) -> np.ndarray:
-    """Per rank row: how long it alone held the matched collectives it arrived last at (inside
-    steps, aligned clock): last arrival − second-last, summed. A rank delayed by waiting for
-    another arrives late too, but together with others: it holds little."""
-    present = matching.present & (matching.step >= 0)[None, :] if matching.size else matching.present
-    out = np.zeros(matching.ranks.size, np.int64)
-    columns = np.flatnonzero(present.sum(axis=0) >= 2) if matching.size else np.zeros(0, np.int64)
-    if not columns.size:
-        return out
-    start = matching.start_ns[:, columns] + np.asarray(offsets, np.int64)[:, None]
-    start = np.where(present[:, columns], start, _NEG)
-    order = np.argsort(start, axis=0)
-    top = np.take_along_axis(start, order[-2:], axis=0)
-    np.add.at(out, order[-1], top[1] - top[0])
-    return out
-
-
-def _segment_medians(g: Graph, rows: np.ndarray) -> pd.Series:
+def _segment_medians(g: Graph, rows: np.ndarray, w: np.ndarray | None = None) -> pd.Series:
     """Median duration per segment key over the chain segments of ``rows`` (rank rows) that
-    compute (not first, not waited)."""
+    compute (not first, not waited), under durations ``w`` (the measured ones by default)."""
     use = np.isin(g.p_rank, rows) & ~g.p_first & ~g.p_waited
-    return pd.Series(g.p_w[use]).groupby(g.p_key[use]).median()
+    return pd.Series((g.p_w if w is None else w)[use]).groupby(g.p_key[use]).median()
 
 
-def _with_medians(g: Graph, medians: pd.Series, rows: np.ndarray) -> np.ndarray:
-    """Segment durations of ``rows`` set to the medians of their keys; other segments as measured."""
-    w = g.p_w.copy()
+def _with_medians(g: Graph, medians: pd.Series, rows: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Segment durations ``w`` with those of ``rows`` set to the medians of their keys."""
+    w = w.copy()
     use = np.flatnonzero(np.isin(g.p_rank, rows) & ~g.p_first & ~g.p_waited)
     median = medians.reindex(g.p_key[use]).to_numpy(np.float64)
     known = ~np.isnan(median)
@@ -421,37 +401,22 @@ def _named(g: Graph, rank: int | None) -> tuple[int | None, dict]:
     return (int(rows[0]), {"rank": int(rank)}) if rows.size else (None, {"reason": "not_named"})
 
 
-def _straggler(g: Graph, late: np.ndarray, step_ns: float, uncertainty: np.ndarray) -> tuple[int | None, dict]:
-    """The rank row whose lateness per step stands out, or None and the reason."""
-    steps = max(int(np.unique(g.step_index).size), 1)
-    if late.size < 2 or not late.any():
-        return None, {"reason": "no_lateness"}
-    order = np.argsort(-late, kind="stable")
-    top, second = int(order[0]), int(late[order[1]])
-    per_step = late[top] / steps
-    threshold = max(STRAGGLER_MIN_SHARE * step_ns, 2 * float(uncertainty[top]))
-    info = {"rank": int(g.rank_numbers[top]), "lateness_per_step_ns": int(per_step), "threshold_ns": int(threshold)}
-    if per_step <= threshold or late[top] < STRAGGLER_MIN_LEAD * second:
-        return None, {**info, "reason": "no_straggler"}
-    return top, info
-
-
-def _scenario_inputs(name: str, g: Graph, context: dict) -> tuple[tuple | None, dict]:
-    """(w, transfer, edges) of a scenario, or None, and what it changed (or why it does not apply)."""
-    w, transfer, edges = g.p_w, g.o_transfer, g.edges
+def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[tuple | None, dict]:
+    """(w, transfer, edges) of a scenario applied on top of ``base`` (the measured durations and
+    waits, or another scenario's), or None, and what it changed (or why it does not apply)."""
+    w, transfer, edges = base
     if name == "no_straggler":
         row, info = context["straggler"]
         if row is None:
             return None, info
-        others = np.setdiff1d(np.arange(g.n_ranks), [row])
-        new_w = _without_lateness(g, row, others)
+        new_w = w - (g.p_w - _without_lateness(g, row, np.setdiff1d(np.arange(g.n_ranks), [row])))
         steps = max(int(np.unique(g.step_index[g.step_rank == row]).size), 1)
         return (new_w, transfer, edges), {**info, "removed_per_step_ns": int((w - new_w).sum() // steps)}
     if name == "balanced_ranks":
         if g.n_ranks < 2:
             return None, {"reason": "one_rank"}
         rows = np.arange(g.n_ranks)
-        return (_with_medians(g, _segment_medians(g, rows), rows), transfer, edges), {}
+        return (_with_medians(g, _segment_medians(g, rows, w), rows, w), transfer, edges), {}
     if name == "comm_bandwidth_x2":
         if not (transfer > 0).any():
             return None, {"reason": "no_transfer"}
@@ -486,9 +451,6 @@ def _rank_medians(table: pd.DataFrame) -> pd.Series:
 
 
 WHY = {
-    "no_lateness": "no rank arrives late at the matched collectives",
-    "no_straggler": "no rank is late by more than {threshold} per step and twice the next-latest rank "
-                    "(latest: rank {rank}, {late} per step)",
     "not_named": "no straggler named by the skew analysis (skew.notes say why)",
     "one_rank": "one rank: nothing to balance",
     "no_transfer": "no collective with a measured transfer time",
@@ -500,9 +462,7 @@ WHY = {
 
 def _why(info: dict) -> str:
     """The one line saying why a scenario does not apply."""
-    return WHY[info["reason"]].format(threshold=readable(info.get("threshold_ns", 0)), rank=info.get("rank"),
-                                      late=readable(info.get("lateness_per_step_ns", 0)),
-                                      phase=info.get("phase", "Dataloader"))
+    return WHY[info["reason"]].format(phase=info.get("phase", "Dataloader"))
 
 
 def _replay_notes(g: Graph, error: float | None) -> list[str]:
@@ -534,13 +494,14 @@ def _unwaited_gpu_note(g: Graph) -> list[str]:
 
 
 def whatif(results: list[RankResult], matching: Matching, config: dict,
-           scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None | str = "own") -> dict:
+           scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None = None) -> dict:
     """summary.json's ``whatif``: measured and replayed median step, the replay error (median over
     steps of |replayed − measured| / measured) and each scenario's predicted median step,
     saving against the measured one and the ranks whose own median step drops.
-    ``straggler_rank``: the rank the skew analysis named, None when it named none (no_straggler
-    then removes that rank's extra time, or does not apply: the finding and the scenario speak
-    of one rank); "own": this module's rule (``holding``), for callers without a skew analysis."""
+    ``straggler_rank``: the rank the skew analysis named (skew.py holds the one straggler rule),
+    None when it named none: no_straggler then does not apply. Where it applies, every other
+    scenario is also replayed on top of it (``saving_after_straggler_ns``): a delay the straggler
+    causes is its cost, not also that of the waits it propagates into."""
     dataloader = str(config.get("phases", {}).get("dataloader", "Dataloader"))
     g = build_graph(results, matching, dataloader)
     if not g.step_start.size:
@@ -555,21 +516,33 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     job_measured, job_replayed = _job_steps(measured), _job_steps(replayed)
     errors = (job_replayed - job_measured).abs() / job_measured.clip(lower=1)
     measured_ns = int(round(job_measured.median()))
-    uncertainty = np.array([r.clock.uncertainty_ns or 0 for r in results], np.int64)
-    context = {"dataloader": dataloader,
-               "straggler": _named(g, straggler_rank) if straggler_rank != "own" else
-               _straggler(g, holding(matching, [r.clock.offset_ns for r in results]), measured_ns, uncertainty)}
+    context = {"dataloader": dataloader, "straggler": _named(g, straggler_rank)}
     base_by_rank = _rank_medians(replayed)
-    rows = [_scenario(name, g, context, measured_ns, base_by_rank) for name in scenarios]
+    measured_inputs = (g.p_w, g.o_transfer, g.edges)
+    fixed, _ = _scenario_inputs("no_straggler", g, context, measured_inputs)
+    fixed_ns = int(round(_job_steps(_step_table(g, replay(g, *fixed)[0])).median())) if fixed else None
+    rows = [_scenario(name, g, context, measured_ns, base_by_rank, measured_inputs)
+            | ({"saving_after_straggler_ns": _saving_on(name, g, context, fixed, fixed_ns)}
+               if fixed is not None and name != "no_straggler" else {}) for name in scenarios]
     error = float(errors.median())
     return {"measured_step_ns": measured_ns, "replayed_step_ns": int(round(job_replayed.median())),
             "replay_error": error, "replay_error_max": float(errors.max()), "steps": int(job_measured.size),
             "notes": _partial_note(g) + _replay_notes(g, error) + _unwaited_gpu_note(g), "scenarios": rows}
 
 
-def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank: pd.Series) -> dict:
+def _saving_on(name: str, g: Graph, context: dict, base: tuple, base_ns: int) -> int | None:
+    """The saving of a scenario replayed on top of ``base`` (another scenario's inputs), against
+    ``base_ns`` (that scenario's predicted step); None when it does not apply there."""
+    inputs, _ = _scenario_inputs(name, g, context, base)
+    if inputs is None:
+        return None
+    return base_ns - int(round(_job_steps(_step_table(g, replay(g, *inputs)[0])).median()))
+
+
+def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank: pd.Series,
+              base: tuple) -> dict:
     """One scenario's row: replayed with its changes, or why it does not apply."""
-    inputs, info = _scenario_inputs(name, g, context)
+    inputs, info = _scenario_inputs(name, g, context, base)
     if inputs is None:
         return {"name": name, "predicted_step_ns": None, "saving_ns": None, "ranks_gaining": [],
                 "applies": False, "why": _why(info), **{k: v for k, v in info.items() if k != "reason"}}
@@ -583,24 +556,8 @@ def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank
             "ranks_gaining": gaining, "applies": True, "why": None, **info}
 
 
-# the scenario that predicts what fixing a finding would save
-FINDING_SCENARIOS = {"straggler": "no_straggler", "serialized_communication": "overlap_communication",
-                     "unoverlapped_communication": "overlap_communication", "dataloader_bound": "no_dataloader_wait",
-                     "slow_collective": "comm_bandwidth_x2", "imbalance": "balanced_ranks"}
-
-
-def rank_findings(findings: list[dict], result: dict | None) -> list[dict]:
-    """New findings, each with ``predicted_saving_ns`` (its scenario's saving; None when no
-    scenario models the fix or it does not apply), sorted by it, largest first. A finding without
-    a prediction sorts by its ``cost_ns`` (the time it describes, the most a fix could save)."""
-    savings = {row["name"]: row["saving_ns"] for row in (result or {}).get("scenarios", []) if row["applies"]}
-    out = [{**f, "predicted_saving_ns": savings.get(FINDING_SCENARIOS.get(f["finding"], ""))} for f in findings]
-    return sorted(out, key=lambda f: -(f["cost_ns"] if f["predicted_saving_ns"] is None
-                                       else f["predicted_saving_ns"]))
-
-
 def safe_whatif(results: list[RankResult], matching: Matching, config: dict, warnings: list[str],
-                straggler_rank: int | None | str = "own") -> dict | None:
+                straggler_rank: int | None = None) -> dict | None:
     """``whatif`` for pipeline.combine: a trace the replay cannot read costs the what-if, with a
     warning saying so, not the whole merge."""
     try:

@@ -17,6 +17,7 @@ from .. import outpaths
 from ..names import cap_names
 from ..ranges import rank_ranges
 from ..units import duration, phrase
+from . import findings as findings_report
 from . import format, svg
 from . import tables as text_tables
 from .whatif_report import parts as whatif_parts
@@ -292,8 +293,8 @@ def findings_html(findings: list, unit: str = "ms") -> str:
         parts = [f'<span class="badge">{_e(severity)}</span><b>{_e(title)}</b>']
         if item.get("ranks"):
             parts.append(f' <span class="meta">rank(s) {_e(", ".join(map(str, item["ranks"][:16])))}</span>')
-        if item.get("cost_ns") is not None:
-            parts.append(f' <span class="meta">cost {phrase(duration(item["cost_ns"]), unit)}</span>')
+        parts.append(f' <span class="meta">{_e(findings_report.saving(item, lambda ns: phrase(duration(ns), unit)))}'
+                     '</span>')
         body = [f"<p>{''.join(parts)}</p>"]
         if item.get("message"):
             body.append(f"<p>{_e(phrase(item.get('template', item['message']), unit))}</p>")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..names import cap_names
 from ..units import phrase
+from . import findings as findings_report
 from . import format, tables
 from .tables import tabulate
 
@@ -81,11 +82,12 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
     def t(ns) -> str:
         return "-" if ns is None else f"{ns / scale:.2f} {unit}"
 
-    lines = ["Findings (costliest first):" if findings else "Findings: none."]
+    lines = [findings_report.HEADING if findings else "Findings: none."]
     for number, finding in enumerate(findings or [], 1):
         message = phrase(finding.get("template", finding["message"]), unit)
-        lines.append(f"  {number}. {finding['severity'].upper():<6} {message}")
-        lines.append(f"     {'':<6} -> {finding['advice']}")
+        lines.append(f"  {number}. {finding['severity'].upper():<8} {findings_report.saving(finding, t)}")
+        lines.append(f"     {'':<8} {message}")
+        lines.append(f"     {'':<8} -> {finding['advice']}")
 
     checks = checks or []
     shown = checks if len(checks) <= 16 else [c for c in checks if c["status"] != "PASS"][:16]
@@ -132,25 +134,10 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
                       f"(rank {imbalance['max_rank']}); start spread median {t(steps['start_spread_ns']['median'])}"
                       + ("" if steps.get("clock_verified", True) else " (clock not verified)")]
     if skew.get("matched"):
-        lines.append(straggler_line(skew.get("straggler"), t))
+        lines.append(findings_report.straggler_line(skew.get("straggler"), t))
     lines += [f"note: {phrase(note, unit)}" for note in skew.get("note_templates", skew.get("notes", []))]
     width = min(max(len(line) for text in lines for line in text.splitlines()), 150)
     return [_banner("Diagnosis", width) + "\n" + "\n".join(lines)]
-
-
-def straggler_line(straggler: dict | None, t) -> str:
-    """The one-line straggler verdict of the Diagnosis (``t`` formats nanoseconds)."""
-    if not straggler:
-        return ("Straggler: none (no rank makes the others wait, beyond the clock uncertainty and the threshold, "
-                "in enough steps)")
-    share = straggler.get("cost_share")
-    pattern = ("1 step: not shown to repeat" if straggler.get("pattern") == "single step"
-               else f"late in {straggler.get('steps_late')}/{straggler.get('steps')} steps")
-    where = straggler.get("phase") or "outside any annotated phase"
-    return (f"Straggler: rank {straggler['rank']}, costs the others {t(straggler['cost_ns'])} per step"
-            + (f" ({100 * share:.1f}% of the step)" if share is not None else "")
-            + f", last in {straggler['late_in']} of {straggler['of']} collectives, {pattern}; "
-            f"side {straggler.get('side') or 'unknown'}; {where} (threshold {t(straggler['threshold_ns'])})")
 
 
 def render_benchmark(summary: dict, unit: str = "ms") -> str:

@@ -1,0 +1,87 @@
+"""The one cost model (DESIGN "What-if"): a finding costs what fixing it saves, per step.
+
+The saving is the what-if replay's: the step time predicted with the fix (the scenario that models it)
+against the measured one, both by the one step-time definition the what-if uses. A delay is charged
+once, to its cause: when a straggler is named, its saving is that of removing its lateness, and every
+other finding is priced on top of that fix (``saving_after_straggler_ns``), so the waits the straggler
+propagates into other ranks' communication are not also the cost of those findings.
+
+Severity is the saving's share of the measured step: high >= 10%, medium >= 3%, low below. A finding no
+scenario prices (or whose scenario does not apply to the trace) keeps ``predicted_saving_ns: None`` with
+``why_not``, is "unpriced", and sorts after the priced ones by the figure it describes.
+"""
+
+from __future__ import annotations
+
+HIGH_SHARE, MEDIUM_SHARE = 0.10, 0.03
+UNPRICED = "unpriced"
+SEVERITY_ORDER = ("high", "medium", "low", UNPRICED)
+
+# the scenario whose replay prices the fix of each finding
+FINDING_SCENARIOS = {"straggler": "no_straggler", "serialized_communication": "overlap_communication",
+                     "unoverlapped_communication": "overlap_communication", "dataloader_bound": "no_dataloader_wait",
+                     "slow_collective": "comm_bandwidth_x2", "imbalance": "balanced_ranks"}
+NO_SCENARIO = "no what-if scenario models this fix"
+NO_REPLAY = "the what-if replay did not run on this trace"
+ABOVE_STEP = "the replay's saving exceeds the measured step: not trusted"
+
+
+def severity(saving_ns: int | None, step_ns: int | None) -> str:
+    """high / medium / low by the saving's share of the measured step; unpriced without one."""
+    if saving_ns is None or not step_ns:
+        return UNPRICED
+    share = saving_ns / step_ns
+    return "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
+
+
+def _scenario_rows(whatif: dict | None) -> dict[str, dict]:
+    return {row["name"]: row for row in (whatif or {}).get("scenarios", [])}
+
+
+def saving(code: str, whatif: dict | None) -> tuple[int | None, str | None, bool]:
+    """(predicted saving per step, why not, priced after the straggler's fix) of a finding's fix."""
+    scenario = FINDING_SCENARIOS.get(code)
+    if scenario is None:
+        return None, NO_SCENARIO, False
+    row = _scenario_rows(whatif).get(scenario)
+    if row is None:
+        return None, NO_REPLAY, False
+    if not row["applies"]:
+        return None, row.get("why") or NO_REPLAY, False
+    after = code != "straggler" and "saving_after_straggler_ns" in row
+    value = row["saving_after_straggler_ns"] if after else row["saving_ns"]
+    value = max(int(value or 0), 0)  # a fix that the replay finds slower saves nothing
+    if whatif.get("measured_step_ns") and value > whatif["measured_step_ns"]:
+        return None, ABOVE_STEP, False
+    return value, None, after
+
+
+def price(finding: dict, whatif: dict | None) -> dict:
+    """The finding with its cost: ``predicted_saving_ns`` (= ``cost_ns``), its share of the step,
+    ``severity``, the scenario that priced it and, when unpriced, ``why_not``."""
+    value, why_not, after = saving(finding["finding"], whatif)
+    step_ns = (whatif or {}).get("measured_step_ns")
+    return {**finding, "severity": severity(value, step_ns), "cost_ns": value, "predicted_saving_ns": value,
+            "saving_share": value / step_ns if value is not None and step_ns else None,
+            "priced_by": FINDING_SCENARIOS.get(finding["finding"]) if value is not None else None,
+            "priced_after_straggler": after, "why_not": why_not}
+
+
+def price_findings(findings: list[dict], whatif: dict | None) -> list[dict]:
+    """Every finding priced, the priced ones first by saving (largest first), then the unpriced by
+    the figure they describe (``figure_ns``)."""
+    priced = [price(f, whatif) for f in findings]
+    return sorted(priced, key=lambda f: (f["predicted_saving_ns"] is None, -(f["predicted_saving_ns"] or 0),
+                                         -(f.get("figure_ns") or 0)))
+
+
+def price_straggler(straggler: dict | None, whatif: dict | None) -> dict | None:
+    """skew.straggler with ``cost_ns`` = the step-time saving of removing its lateness (the
+    no_straggler scenario) and ``cost_share`` of the measured step; the waits it causes stay in
+    ``waits_caused_ns``."""
+    if not straggler:
+        return straggler
+    value, why_not, _ = saving("straggler", whatif)
+    step_ns = (whatif or {}).get("measured_step_ns")
+    return {**straggler, "cost_ns": value, "cost_share": value / step_ns if value is not None and step_ns else None,
+            "cost_why_not": why_not}
