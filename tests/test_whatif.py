@@ -226,6 +226,36 @@ def test_bandwidth_x2_saves_half_the_transfer_of_a_serialized_job():
     assert overlap["applies"] and overlap["predicted_step_ns"] == F + max(T, OPT)
 
 
+def test_overlap_issues_collectives_queued_after_backward_as_their_inputs_are_ready():
+    """2 ranks: forward F, backward B, then 4 allreduces of T each run one after another on the
+    compute thread (issued after backward, as the demo's --comm serial does), then the optimizer.
+    Measured step F + B + 4T + OPT. Issued as soon as their inputs are ready (evenly through
+    backward, the k-th at (k+1)/4 of it, on their own lane): the last ends at F + B + T and the
+    optimizer no longer waits: F + B + max(T, OPT). Keeping the issue point after backward would
+    save only the optimizer: F + B + 4T."""
+    backward, transfer, steps = 40 * MS, 8 * MS, 4
+    rows = {r: [] for r in range(2)}
+    start = 0
+    for s in range(steps):
+        end_b = start + F + backward
+        step_end = end_b + 4 * transfer + OPT
+        for r in range(2):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start, step_end, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "forward", start, start + F, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "backward", start + F, end_b, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "optimizer", end_b + 4 * transfer, step_end, 1, s, "")]
+            rows[r] += [(ev.COMM_OP, ev.COMMUNICATION, "allreduce", end_b + k * transfer, end_b + (k + 1) * transfer,
+                         1, s, "allreduce") for k in range(4)]
+        start = step_end
+    summary = summarize([_reduced(r, rows[r], 0) for r in range(2)])
+    assert summary["whatif"]["measured_step_ns"] == F + backward + 4 * transfer + OPT
+    row = scenario(summary, "overlap_communication")
+    assert row["applies"] and row["issued_earlier"] == 2 * 4 * steps
+    assert row["predicted_step_ns"] == F + backward + max(transfer, OPT)
+    [finding] = [f for f in summary["findings"] if f["finding"] == "serialized_communication"]
+    assert finding["predicted_saving_ns"] == 4 * transfer + OPT - max(transfer, OPT)
+
+
 def test_no_dataloader_wait_removes_the_loader_phase():
     row = scenario(summarize(serial_job(2, loader=4 * MS)), "no_dataloader_wait")
     assert row["applies"] and row["saving_ns"] == 4 * MS

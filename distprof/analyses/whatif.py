@@ -80,6 +80,8 @@ class Graph:
     o_partial: np.ndarray      # some members of its column arrived after it ended: not one join
     o_gpu: np.ndarray          # GPU work (launched before it started), not a host range
     edges: np.ndarray          # (n, 3) int64: point, op, gap
+    p_kind: np.ndarray         # _PHASE_END, _STEP_END, _STEP_START, _PHASE_START or _ISSUE
+    p_label: np.ndarray        # "name<" / "name>" for phase bounds, "@op" for issues
 
 
 def _points(markers, step_set: set, dataloader: str) -> pd.DataFrame:
@@ -239,7 +241,8 @@ def _finish_graph(results: list[RankResult], points: pd.DataFrame, ops: pd.DataF
                  steps["step"].to_numpy(np.int64), steps["p_s"].to_numpy(np.int64), steps["p_e"].to_numpy(np.int64),
                  ops["rank"].to_numpy(np.int64), col, ops["issue"].to_numpy(np.int64),
                  ops["lane_prev"].to_numpy(np.int64), delta, end - last, start, end,
-                 op_end_point.to_numpy(np.int64), last < column_last, ~ops["host"].to_numpy(bool), edges)
+                 op_end_point.to_numpy(np.int64), last < column_last, ~ops["host"].to_numpy(bool), edges,
+                 points["kind"].to_numpy(np.int64), points["label"].to_numpy(object))
 
 
 def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -311,11 +314,14 @@ def _column_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
     return ops, offsets
 
 
-def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
+           hoist: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Point times and op ends with segment durations ``w``, transfers ``transfer`` and chain
-    waits ``edges`` (point, op, gap). One Python iteration per collective (matched column) in
-    measured order, a short loop over its members (the ranks of its group); the chains advance
-    by vectorized cumulative maxima."""
+    waits ``edges`` (point, op, gap); ``hoist`` (per op: from point, to point, fraction in ppm;
+    from = -1: none) readies an op at that fraction of the stretch between two earlier chain
+    points instead of at its issue point. One Python iteration per collective (matched column)
+    in measured order, a short loop over its members (the ranks of its group); the chains
+    advance by vectorized cumulative maxima."""
     chains = _Chains(g, w)
     by_op = edges[np.argsort(edges[:, 1], kind="stable")]
     edge_offsets = np.searchsorted(by_op[:, 1], np.arange(g.o_start.size + 1))
@@ -327,7 +333,11 @@ def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray) -> 
         starts = np.empty(members.size, np.int64)
         for i, op in enumerate(members.tolist()):  # one iteration per rank of the collective
             prev = g.o_lane_prev[op]
-            ready[op] = chains.at(g.o_issue[op]) if g.o_issue[op] >= 0 else ready[prev]
+            if hoist is not None and hoist[op, 0] >= 0:
+                begin = chains.at(hoist[op, 0])
+                ready[op] = begin + (chains.at(hoist[op, 1]) - begin) * hoist[op, 2] // 1_000_000
+            else:
+                ready[op] = chains.at(g.o_issue[op]) if g.o_issue[op] >= 0 else ready[prev]
             starts[i] = max(ready[op], ends[prev] if prev >= 0 else _NEG) + g.o_delta[op]
         if g.o_partial[members].any():  # two joins in one column: each member joins who came before its end
             joins = g.o_start[members][None, :] <= g.o_end[members][:, None]
@@ -401,38 +411,82 @@ def _named(g: Graph, rank: int | None) -> tuple[int | None, dict]:
     return (int(rows[0]), {"rank": int(rank)}) if rows.size else (None, {"reason": "not_named"})
 
 
+def _input_phases(g: Graph, waited: np.ndarray) -> np.ndarray:
+    """Per op (rows: from point, to point, fraction in ppm; -1: keep its issue point): where a
+    collective could have been issued had it been issued as soon as its input was ready. The
+    K collectives issued one after another right after a phase ends (no phase opens in between,
+    same step; ops queued behind them on their lane included), of which the chain waits for at
+    least one, are taken to have their inputs ready evenly through that phase, the k-th at
+    (k + 1) / K of it, as DDP buckets during backward; the last stays at the phase's end. A
+    collective issued inside a phase keeps its issue point."""
+    hoist = np.full((g.o_start.size, 3), -1, np.int64)
+    root = g.o_issue.copy()
+    for op in np.flatnonzero(root < 0):  # queued ops only, in lane order: their predecessor comes first
+        root[op] = root[g.o_lane_prev[op]] if g.o_lane_prev[op] >= 0 else -1
+    bound = (g.p_kind == _PHASE_END) | (g.p_kind == _PHASE_START) | (g.p_kind == _STEP_START)
+    last_bound = np.maximum.accumulate(np.where(bound, np.arange(g.p_kind.size), -1))
+    after = np.where(root >= 0, last_bound[np.maximum(root, 0)], -1)
+    safe = np.maximum(after, 0)
+    ok = (after >= 0) & (g.p_kind[safe] == _PHASE_END) & (g.p_rank[safe] == g.p_rank[np.maximum(root, 0)]) \
+        & ~g.p_loader[safe]
+    groups = np.unique(after[ok])
+    serialized = np.unique(after[waited[ok[waited]]]) if waited.size else np.zeros(0, np.int64)
+    starts = _phase_starts(g, np.intersect1d(groups, serialized))
+    for end, begin in starts.items():  # one iteration per phase end that waited-for collectives follow
+        mine = np.flatnonzero(ok & (after == end))
+        mine = mine[np.lexsort((g.o_start[mine], root[mine]))]
+        hoist[mine] = np.stack([np.full(mine.size, begin), np.full(mine.size, end),
+                                (np.arange(1, mine.size + 1) * 1_000_000) // mine.size], axis=1)
+    return hoist
+
+
+def _phase_starts(g: Graph, ends: np.ndarray) -> dict[int, int]:
+    """The start point of each phase-end point (the latest same-named start before it on its rank)."""
+    out = {}
+    for end in ends.tolist():  # one per phase end that collectives follow
+        name = str(g.p_label[end])[:-1] + "<"
+        lo = end
+        while lo > 0 and not g.p_first[lo] and g.p_label[lo] != name:
+            lo -= 1
+        if g.p_label[lo] == name and g.p_rank[lo] == g.p_rank[end]:
+            out[end] = lo
+    return out
+
+
 def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[tuple | None, dict]:
     """(w, transfer, edges) of a scenario applied on top of ``base`` (the measured durations and
     waits, or another scenario's), or None, and what it changed (or why it does not apply)."""
-    w, transfer, edges = base
+    w, transfer, edges, hoist = base
     if name == "no_straggler":
         row, info = context["straggler"]
         if row is None:
             return None, info
         new_w = w - (g.p_w - _without_lateness(g, row, np.setdiff1d(np.arange(g.n_ranks), [row])))
         steps = max(int(np.unique(g.step_index[g.step_rank == row]).size), 1)
-        return (new_w, transfer, edges), {**info, "removed_per_step_ns": int((w - new_w).sum() // steps)}
+        return (new_w, transfer, edges, hoist), {**info, "removed_per_step_ns": int((w - new_w).sum() // steps)}
     if name == "balanced_ranks":
         if g.n_ranks < 2:
             return None, {"reason": "one_rank"}
         rows = np.arange(g.n_ranks)
-        return (_with_medians(g, _segment_medians(g, rows, w), rows, w), transfer, edges), {}
+        return (_with_medians(g, _segment_medians(g, rows, w), rows, w), transfer, edges, hoist), {}
     if name == "comm_bandwidth_x2":
         if not (transfer > 0).any():
             return None, {"reason": "no_transfer"}
-        return (w, transfer // 2, edges), {"transfer_ns": int(transfer.sum())}
+        return (w, transfer // 2, edges, hoist), {"transfer_ns": int(transfer.sum())}
     if name == "no_dataloader_wait":
         removed = int(w[g.p_loader].sum())
         if removed <= 0:
             return None, {"reason": "no_dataloader", "phase": context["dataloader"]}
-        return (np.where(g.p_loader, 0, w), transfer, edges), {"removed_ns": removed}
+        return (np.where(g.p_loader, 0, w), transfer, edges, hoist), {"removed_ns": removed}
     if name == "overlap_communication":
         if not edges.shape[0]:
             return None, {"reason": "already_overlapped"}
         done = (g.o_step_end >= 0) & (g.o_end <= g.p_t[np.maximum(g.o_step_end, 0)] + WAIT_TOLERANCE_NS)
         ops = np.flatnonzero(done)
         step_end = np.stack([g.o_step_end[ops], ops, np.zeros(ops.size, np.int64)], axis=1)
-        return (w, transfer, step_end), {"waits_removed": int(edges.shape[0])}
+        ready_early = _input_phases(g, np.unique(edges[:, 1]))
+        return (w, transfer, step_end, ready_early), {"waits_removed": int(edges.shape[0]),
+                                                      "issued_earlier": int((ready_early[:, 0] >= 0).sum())}
     raise ValueError(f"unknown what-if scenario {name!r}; known: {', '.join(SCENARIOS)}")
 
 
@@ -511,14 +565,14 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
                 "scenarios": [{"name": n, "predicted_step_ns": None, "saving_ns": None, "ranks_gaining": [],
                                "applies": False, "why": _why(info)} for n in scenarios]}
     measured = _step_table(g, g.p_t)
-    t, _ = replay(g, g.p_w, g.o_transfer, g.edges)
+    measured_inputs = (g.p_w, g.o_transfer, g.edges, None)
+    t, _ = replay(g, *measured_inputs)
     replayed = _step_table(g, t)
     job_measured, job_replayed = _job_steps(measured), _job_steps(replayed)
     errors = (job_replayed - job_measured).abs() / job_measured.clip(lower=1)
     measured_ns = int(round(job_measured.median()))
     context = {"dataloader": dataloader, "straggler": _named(g, straggler_rank)}
     base_by_rank = _rank_medians(replayed)
-    measured_inputs = (g.p_w, g.o_transfer, g.edges)
     fixed, _ = _scenario_inputs("no_straggler", g, context, measured_inputs)
     fixed_ns = int(round(_job_steps(_step_table(g, replay(g, *fixed)[0])).median())) if fixed else None
     rows = [_scenario(name, g, context, measured_ns, base_by_rank, measured_inputs)
