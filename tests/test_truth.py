@@ -20,6 +20,7 @@ from distprof import pipeline, sources
 DATA = Path(__file__).parent / "data"
 HTA = sorted((DATA / "kineto").glob("*/*.json.gz"))
 TORCH_CPU = sorted((DATA / "torch_cpu").glob("rank*.json.gz"))
+TORCH_DDP = sorted((DATA / "torch_ddp" / "healthy").glob("rank*.json.gz"))
 
 
 def ns(value) -> int:
@@ -135,11 +136,23 @@ def test_kernels_without_launch_get_a_step_but_no_phase():
 
 # -- item 3: CPU-only (gloo) traces -----------------------------------------------------------
 
-@pytest.mark.parametrize("path", TORCH_CPU, ids=lambda p: p.name)
-def test_cpu_trace_communication_is_the_union_of_gloo_and_c10d_ranges(path):
+def executed_comm(raw: list[dict]) -> list[dict]:
+    """The communication rows by the rule "where it executes": gloo:* ranges, and c10d::* ops only
+    on a thread when no gloo:* range lies on some other thread (else the op only issues)."""
+    gloo = [e for e in raw if e["name"].startswith("gloo:")]
+    gloo_threads = {(e.get("pid"), e.get("tid")) for e in gloo}
+    ops = [e for e in raw if e["name"].startswith("c10d::")
+           and not gloo_threads - {(e.get("pid"), e.get("tid"))}]
+    return gloo + ops
+
+
+@pytest.mark.parametrize("path", TORCH_CPU + TORCH_DDP, ids=lambda p: p.parent.name + "/" + p.name)
+def test_cpu_trace_communication_is_the_union_of_the_executing_ranges(path):
     raw = raw_events(path)
     window = union(cpu_steps(raw))
-    comm = [interval(e) for e in raw if e["name"].startswith(("gloo:", "c10d::"))]
+    comm = [interval(e) for e in executed_comm(raw)]
+    issued = [e for e in raw if e["name"].startswith("c10d::")]
+    assert issued and not any(e["name"].startswith("c10d::") for e in executed_comm(raw))  # gloo runs them all
     result = summary(path)
     assert result["communication_ns"] == covered(comm, window) > 0
     table = read(path).events
@@ -147,8 +160,8 @@ def test_cpu_trace_communication_is_the_union_of_gloo_and_c10d_ranges(path):
     name = table["name"].astype(str)
     assert (category[name.str.startswith("aten::")] == ev.COMPUTE).all()
     assert (category[name.str.startswith("gloo:")] == ev.COMMUNICATION).all()
-    assert set(name[category == ev.PHASE]) == {"## forward ##", "## backward ##", "Optimizer.step#SGD.step",
-                                                ev.PROFILE_STEP}
+    optimizer = "## optimizer ##" if path.parent.name == "healthy" else "Optimizer.step#SGD.step"
+    assert set(name[category == ev.PHASE]) == {"## forward ##", "## backward ##", optimizer, ev.PROFILE_STEP}
     gloo_lanes = set(table["lane"][name.str.startswith("gloo:")])
     main_lane = set(table["lane"][name.str.startswith("ProfilerStep#")])
     assert gloo_lanes and not gloo_lanes & main_lane  # the gloo worker threads are lanes of their own
@@ -253,15 +266,16 @@ def clip(intervals, window) -> list[tuple[int, int]]:
     return [(max(a, c), min(b, d)) for a, b in intervals for c, d in window if min(b, d) > max(a, c)]
 
 
-@pytest.mark.parametrize("path", TORCH_CPU, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", TORCH_CPU + TORCH_DDP, ids=lambda p: p.parent.name + "/" + p.name)
 def test_cpu_trace_computation_is_aten_ops_minus_communication_per_thread(path):
     raw = raw_events(path)
     window = union(cpu_steps(raw))
+    executed = executed_comm(raw)
     busy = []
     for thread in {(e.get("pid"), e.get("tid")) for e in raw}:
         on = [e for e in raw if (e.get("pid"), e.get("tid")) == thread]
         aten = clip([interval(e) for e in on if e["name"].startswith("aten::")], window)
-        comm = clip([interval(e) for e in on if e["name"].startswith(("gloo:", "c10d::"))], window)
+        comm = clip([interval(e) for e in executed if (e.get("pid"), e.get("tid")) == thread], window)
         busy += minus(aten, comm)
     assert summary(path)["computation_ns"] == sum(b - a for a, b in union(busy)) > 0
 

@@ -33,7 +33,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--out", required=True)
     parser.add_argument("--late-rank", type=int, default=1)
     parser.add_argument("--late-ms", type=float, default=0.0, help="sleep in forward on --late-rank (0: none)")
-    parser.add_argument("--no-sync", type=int, default=1, help="micro-batches per step, all but the last under no_sync()")
+    parser.add_argument("--no-sync", type=int, default=1,
+                        help="micro-batches per step, all but the last under no_sync()")
     parser.add_argument("--active", "--steps-profiled", dest="active", type=int, default=8, help="profiled steps")
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--depth", type=int, default=6, help="hidden width x width layers")
