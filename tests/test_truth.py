@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sqlite3
 from decimal import Decimal
 from pathlib import Path
@@ -16,11 +17,13 @@ from result_views import rank_row
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline, sources
+from distprof.analyses import summaries
 
 DATA = Path(__file__).parent / "data"
 HTA = sorted((DATA / "kineto").glob("*/*.json.gz"))
 TORCH_CPU = sorted((DATA / "torch_cpu").glob("rank*.json.gz"))
 TORCH_DDP = sorted((DATA / "torch_ddp" / "healthy").glob("rank*.json.gz"))
+HTA_FILTER = DATA / "kineto" / "hta_trace_filter_2rank" / "sampled_rank-0.json.gz"
 
 
 def ns(value) -> int:
@@ -363,3 +366,26 @@ def test_host_bound_gaps_leave_out_host_communication(path):
     assert gaps["host_comm_ns"] > 0.5 * covered(gloo, window)  # the GPU mostly idles while gloo runs
     assert gaps["host_bound_ns"] + gaps["host_comm_ns"] <= gaps["idle_ns"]
     assert gaps["host_bound_ns"] < 0.1 * gaps["window_ns"]  # was 520 ms of 561: the CPU was blamed for gloo
+
+
+_PHASE = re.compile(r"^(## *(forward|backward|optimi[sz]er|optimi[sz]er[._ ]step|data_?load(er|ing)?) *##"
+                    r"|Optimizer\.step#.*|enumerate\(DataLoader\)#.*)$", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("path", [HTA_FILTER, TORCH_DDP[0]], ids=lambda p: p.parent.name + "/" + p.name)
+def test_host_thread_busy_is_what_runs_under_the_step(path):
+    """Busy share of the thread of the steps: its host ranges and runtime calls but not the
+    ProfilerStep#N ranges nor the outermost phase ranges (they mark where, not what runs)."""
+    raw = raw_events(path)
+    steps = [e for e in raw if e["name"].startswith("ProfilerStep#")]
+    thread = (steps[0]["pid"], steps[0]["tid"])
+    window = union(cpu_steps(raw))
+    on = [e for e in raw if (e["pid"], e["tid"]) == thread
+          and e.get("cat") in ("cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver")]
+    phases = [interval(e) for e in on if _PHASE.match(e["name"])]
+    outer = {p for p in phases if not any(q != p and q[0] <= p[0] and p[1] <= q[1] for q in phases)}
+    work = [interval(e) for e in on if not e["name"].startswith("ProfilerStep#")
+            and not (_PHASE.match(e["name"]) and interval(e) in outer)]
+    device = summaries.rank_tables(read(path).events, config_mod.load())["device"]
+    [row] = [r for r in device if r["device"] == f"thread {thread[1]}"]
+    assert row["busy_ns"] == covered(work, window) < sum(b - a for a, b in window)

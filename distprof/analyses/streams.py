@@ -18,11 +18,22 @@ from ..results import RankResult
 CHECK = "stream_placement"
 PASS, WARN, FAIL, NA = "PASS", "WARN", "FAIL", "N/A"
 
-ADVICE_SERIALIZED = ("bucket gradients and issue collectives on a separate stream or thread, as DDP and "
-                     "NCCL do by default, so each allreduce starts while backward is still computing")
-ADVICE_NO_OVERLAP = ("start each bucket's allreduce as soon as its gradients are ready (DDP bucketing, "
-                     "smaller buckets) instead of after backward, and make sure the communication "
-                     "stream does not wait on the compute stream")
+# by whether the trace shows PyTorch (events.frameworks): DDP is named only where it applies
+ADVICE_SERIALIZED = {
+    True: ("bucket gradients and issue collectives on a separate stream or thread, as DDP and "
+           "NCCL do by default, so each allreduce starts while backward is still computing"),
+    False: ("issue collectives without blocking on a separate stream or thread (non-blocking calls such as "
+            "MPI_Iallreduce, NCCL on its own stream), in buckets as their inputs are ready, so each runs "
+            "while the computation continues"),
+}
+ADVICE_NO_OVERLAP = {
+    True: ("start each bucket's allreduce as soon as its gradients are ready (DDP bucketing, "
+           "smaller buckets) instead of after backward, and make sure the communication "
+           "stream does not wait on the compute stream"),
+    False: ("start each collective as soon as its input is ready (in buckets, non-blocking) instead of after "
+            "all the computation, and make sure the communication stream or thread does not wait on the compute "
+            "one"),
+}
 
 
 def _kinds_on_lanes(collectives: dict, lanes: set[str]) -> list[str]:
@@ -64,12 +75,12 @@ def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
             kinds = _kinds_on_lanes(result.markers.collectives, set(row["shared_lanes"]))
             what = ", ".join(kinds) or "communication"
             verb = "runs" if len(kinds) <= 1 else "run"
-            row.update(status=FAIL, kinds=kinds, advice=ADVICE_SERIALIZED,
+            row.update(status=FAIL, kinds=kinds, advice=ADVICE_SERIALIZED[ev.PYTORCH in result.frameworks],
                        message=f"{what} {verb} on the compute {word} ({', '.join(row['shared_lanes'])}): "
                                "communication is serialized with computation")
         elif (figures.overlap_ratio or 0.0) < warn_ratio:
             ratio = figures.overlap_ratio or 0.0
-            row.update(status=WARN, advice=ADVICE_NO_OVERLAP,
+            row.update(status=WARN, advice=ADVICE_NO_OVERLAP[ev.PYTORCH in result.frameworks],
                        message=f"separate {_lane_word(comm[0].lane_kind)}, but communication does not "
                                f"overlap computation (overlap {100 * ratio:.1f}% < {100 * warn_ratio:.0f}%): "
                                "issued after the compute it could hide behind, or waits on it")
