@@ -168,3 +168,21 @@ def test_real_blocking_allreduce_warns_but_does_not_fail():
         [trace] = sources.read(path, CONFIG)
         [row] = streams.rank_stream_checks(pipeline.reduce_rank(trace, CONFIG), CONFIG)
         assert row["status"] == "WARN" and row["overlap_ratio"] < 0.1
+
+
+@pytest.mark.parametrize("comm_start, status", [(300, "PASS"), (900, "WARN")])
+def test_host_thread_communication_beside_gpu_kernels_is_one_row(comm_start, status):
+    """gloo (or MPI) on a host thread, kernels on stream 7 [0, 400) [450, 900): one row for the
+    device with both lanes; overlap decides (100 ns at 300: all under the first gemm; at 900: none)."""
+    rows = [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, 0, 1000, 1, ev.HOST_THREAD, -1),
+            (ev.KERNEL, ev.COMPUTE, "gemm", 0, 400, 7, ev.GPU_STREAM, 0),
+            (ev.KERNEL, ev.COMPUTE, "gemm", 450, 900, 7, ev.GPU_STREAM, 0),
+            (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_reduce", comm_start, comm_start + 100, 2, ev.HOST_THREAD, -1)]
+    kind, category, name, start, end, lane, lane_kind, device = (np.array(c, dtype=object) for c in zip(*rows))
+    events = ev.make_events(kind=kind, category=category, name=name, start_ns=start.astype(np.int64),
+                            end_ns=end.astype(np.int64), lane=lane.astype(np.int64), lane_kind=lane_kind,
+                            device=device.astype(np.int64), step=0)
+    result = pipeline.reduce_rank(ev.RankTrace(events=events, rank=0, device=0), CONFIG)
+    [row] = streams.rank_stream_checks(result, CONFIG)
+    assert (row["device"], row["status"]) == (0, status)
+    assert row["comm_lanes"] == ["thread 2"] and row["compute_lanes"] == ["cuda:0/stream 7"]

@@ -1,13 +1,14 @@
 """Stream placement check: is communication on its own lane, where it can overlap computation?
 
 Per rank and device, from the per-lane figures of the Distributed Summary (``lanes``): a lane
-(GPU stream, or host thread on host-only traces) that carries both communication and
-computation serializes them: ``FAIL``. Separate lanes but an overlap ratio below
-``checks.overlap_warn_ratio``: ``WARN``. Otherwise ``PASS``. A rank/device with no
-communication, or with no computation to overlap with, gets ``N/A`` (nothing to check; it is
-not counted as passing). A lane "carries" communication/computation when its time in the
-window is above zero. The overlap ratio is the rank's (lanes only carry totals); ranks drive
-one device in all supported sources, so that is the device's too.
+(GPU stream, or host thread) that carries both communication and computation serializes them:
+``FAIL``. Separate lanes but an overlap ratio below ``checks.overlap_warn_ratio``: ``WARN``.
+Otherwise ``PASS``. Host threads are placed beside the rank's device (gloo or MPI on host
+threads next to kernels on a stream are two lanes of one row, not two rows of N/A). A
+rank/device with no communication, or with no computation to overlap with, gets ``N/A``
+(nothing to check; it is not counted as passing). A lane "carries" communication/computation
+when its time in the window is above zero. The overlap ratio is the rank's (lanes only carry
+totals); ranks drive one device in all supported sources, so that is the device's too.
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
     """One stream placement row per device of a rank's result (host-only: one row)."""
     lanes = result.lanes
     figures = result.figures
-    devices = sorted({lane.device for lane in lanes}) or [result.device]
+    host = [lane for lane in lanes if lane.device is None or lane.device < 0]
+    devices = sorted({lane.device for lane in lanes if lane not in host}) or [None if host else result.device]
     warn_ratio = float(config["checks"]["overlap_warn_ratio"])
     rows = []
     for device in devices:
-        on_device = [lane for lane in lanes if lane.device == device]
+        # host threads (gloo workers, MPI calls) serve the rank's device: placed beside its streams
+        on_device = [lane for lane in lanes if lane.device == device and lane not in host] + host
         comm = [lane for lane in on_device if lane.communication_ns > 0]
         compute = [lane for lane in on_device if lane.computation_ns > 0]
         shared = [lane for lane in comm if lane.computation_ns > 0]
