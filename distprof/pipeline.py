@@ -33,7 +33,8 @@ def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
         gpu_gaps=diagnose.rank_gpu_gaps(trace.events, config)["gpu_gaps"],
         tables=summaries.rank_tables(trace.events, config, trace.meta),
         clock=ClockEstimate(offset_ns=int(trace.clock_offset_ns), uncertainty_ns=int(trace.clock_uncertainty_ns)),
-        warnings=tuple(trace.warnings) + _no_steps(trace, figures.steps, config), meta=dict(trace.meta))
+        warnings=tuple(trace.warnings) + _no_steps(trace, figures.steps, config), meta=dict(trace.meta),
+        frameworks=ev.frameworks(trace.events, trace.source))
 
 
 NO_STEPS = {

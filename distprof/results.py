@@ -147,6 +147,7 @@ class RankResult:
     clock: ClockEstimate
     warnings: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict)
+    frameworks: tuple[str, ...] = ()  # events.frameworks: whose advice fits this trace ("pytorch")
 
     @property
     def host(self) -> str | None:

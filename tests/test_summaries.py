@@ -3,12 +3,14 @@ intervals are known by construction, merged across ranks, rendered as text; and 
 
 import json
 
+import kineto_fixtures as kf
 import numpy as np
 import pytest
 from conftest import run_cli
 
 from distprof import config as config_mod
 from distprof import events as ev
+from distprof import sources
 from distprof.analyses import summaries
 from distprof.reports import tables
 
@@ -76,7 +78,11 @@ def test_device_summary():
     device = summaries.rank_tables(gpu_rank(), CONFIG)["device"]
     assert by(device, "device", "GPU0") == {"device": "GPU0", "kind": "gpu", "busy_ns": 115, "elapsed_ns": 200,
                                             "utilization": 115 / 200}
-    assert by(device, "device", "thread 1")["busy_ns"] == 188   # [0,80) [85,95) [100,198)
+    # a GPU trace: the kernels are the work, the phases only mark where; busy = the launches and USER ranges
+    # [12,14) [20,30) [42,44) [107,108) [120,125) [137,139) [150,190)
+    assert by(device, "device", "thread 1")["busy_ns"] == 62
+    # host-only with no COMPUTE ranges: the phases are the work [0,80) [85,95) [100,198)
+    assert by(summaries.rank_tables(host_rank(), CONFIG)["device"], "device", "thread 1")["busy_ns"] == 188
     assert by(device, "device", "thread 2")["busy_ns"] == 30
     assert not any(d["kind"] == "cpu_process" for d in device)
     meta = {"process_cpu_ns": 300, "elapsed_ns": 200}
@@ -165,7 +171,7 @@ def test_merge_across_ranks():
     gpu = by(merged["device"], "kind", "gpu")
     assert gpu["utilization_by_rank"] == [0.575, None] and gpu["mean"] == 0.575
     thread = by(merged["device"], "kind", "host_thread")
-    assert thread["utilization_by_rank"] == [0.94, 0.94]
+    assert thread["utilization_by_rank"] == [0.31, 0.94]
     phase = by(merged["overview"], "type", "Phase")
     assert phase["total_ns"] == 366 and phase["total_ns_by_rank"] == [183, 183] and phase["ratio"] == 366 / 400
     assert merged["steps"]["median_ns"] == [100, 100] and merged["steps"]["mean_ns_by_rank"] == [100.0, 100.0]
@@ -206,3 +212,19 @@ def test_demo_tables_agree_with_distributed_summary(demo_overlap):
     assert one.returncode == 0 and "Model Summary (rank 1)" in one.stdout
     bad = run_cli("report", str(demo_overlap), "--rank", "99")
     assert bad.returncode == 2 and "no such rank" in bad.stderr
+
+
+def test_busiest_host_thread_is_what_runs_under_the_step_not_the_step(tmp_path):
+    """A Kineto step [0, 10 ms): ``## forward ##`` [0, 6) in which the thread sleeps 5 ms (aten::mm
+    [5, 6)), ``## backward ##`` [6, 10) with aten::mm [6, 8); gloo:all_reduce [7, 9) on a worker."""
+    ms = 1_000_000
+    trace = kf.KinetoTrace(rank=0, world_size=2, pid=100, backend="gloo", base_time_ns=None)
+    trace.step(1, 0, 10 * ms)
+    trace.cpu_op("## forward ##", 0, 6 * ms, cat="user_annotation")
+    trace.cpu_op("aten::mm", 5 * ms, 6 * ms)
+    trace.cpu_op("## backward ##", 6 * ms, 10 * ms, cat="user_annotation")
+    trace.cpu_op("aten::mm", 6 * ms, 8 * ms)
+    trace.cpu_op("gloo:all_reduce", 7 * ms, 9 * ms, tid=200, cat="user_annotation")
+    [rank] = sources.read(trace.write(tmp_path / "rank0.json"), CONFIG)
+    device = {row["device"]: row["busy_ns"] for row in summaries.rank_tables(rank.events, CONFIG)["device"]}
+    assert device == {"thread 100": 3 * ms, "thread 200": 2 * ms}

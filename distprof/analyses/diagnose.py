@@ -148,7 +148,7 @@ _GATHERING = (ev.ALLGATHER, ev.ALLTOALL, ev.BROADCAST, ev.GATHER, ev.SCATTER)
 def _placement_advice(result: RankResult, lanes: list[str], serialized: bool) -> str:
     """What fits the communication that is serialized (or not overlapped) on these lanes: by its
     kind (p2p needs no bucketing, reductions are bucketed, gathers prefetched, barriers dropped),
-    naming its groups, and a framework only where the trace shows one (PyTorch for Kineto traces)."""
+    naming its groups, and a framework only where the trace shows its ops (events.frameworks)."""
     collectives = result.markers.collectives
     pairs = set(zip(collectives.get("name", ()), collectives.get("lane", ()), collectives.get("group") or
                     [""] * len(collectives.get("name", ()))))
@@ -166,7 +166,7 @@ def _placement_advice(result: RankResult, lanes: list[str], serialized: bool) ->
                      "bucketing)")
     reducing = [k for k in kinds if k in _REDUCING]
     if reducing:
-        framework = "; PyTorch DDP/FSDP do this by default" if result.source == "kineto" else ""
+        framework = "; PyTorch DDP/FSDP do this by default" if ev.PYTORCH in result.frameworks else ""
         parts.append(f"issue each {'/'.join(reducing)}{where} on a separate {word} as soon as its input is ready "
                      f"(in buckets, while the computation that follows still runs){framework}")
     gathering = [k for k in kinds if k in _GATHERING]
@@ -245,6 +245,16 @@ def _slow_collective_findings(collectives: dict | None, config: dict) -> list[di
                      peak_busbw_gbps=peak)]
 
 
+# host-bound GPU: PyTorch's knobs only where the trace shows PyTorch, else what any CUDA program can do
+_HOST_BOUND_ADVICE = {
+    True: ("the CPU does not launch work fast enough: remove host syncs in the loop (.item(), .cpu(), "
+           "prints), fuse small kernels or use CUDA graphs / torch.compile, raise the batch size"),
+    False: ("the CPU does not launch work fast enough: take host-device synchronizations out of the loop "
+            "(blocking copies, device/stream synchronize calls), launch fewer, larger kernels (fuse small ones), "
+            "give each launch more work"),
+}
+
+
 def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[dict]:
     limit = float(config["diagnosis"]["gpu_idle_share"])
     hit = {}
@@ -260,8 +270,8 @@ def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[dict]:
                f"{duration(gaps['host_bound_ns'])} "
                f"({100 * gaps['host_bound_ns'] / gaps['window_ns']:.0f}% of the window, "
                f"{gaps['host_bound_gaps']} gaps) on rank {worst}")
-    advice = ("the CPU does not launch work fast enough: remove host syncs in the loop (.item(), .cpu(), "
-              "prints), fuse small kernels or use CUDA graphs / torch.compile, raise the batch size")
+    pytorch = any(ev.PYTORCH in result.frameworks for result in results if result.rank in hit)
+    advice = _HOST_BOUND_ADVICE[pytorch]
     return [_finding("host_bound_gpu", gaps["host_bound_ns"], sorted(hit), message, advice,
                      worst_rank=worst, host_bound_ns_by_rank={str(r): g["host_bound_ns"] for r, g in hit.items()},
                      host_bound_gaps=gaps["host_bound_gaps"], gaps=gaps["gaps"], idle_ns=gaps["idle_ns"])]
@@ -306,8 +316,10 @@ def _dataloader_findings(results: list[RankResult], config: dict) -> list[dict]:
                f"of ProfileStep on rank {worst} ({duration(share['dataloader_ns'])}; "
                f"{above}/{share['steps'].size} steps "
                f"above {100 * limit:.0f}%)")
-    advice = ("load ahead of the step: more DataLoader workers, pin_memory and prefetch_factor, "
-              "cheaper decoding/augmentation or preprocessed data")
+    pytorch = any(ev.PYTORCH in result.frameworks for result in results if result.rank in hit)
+    advice = ("load ahead of the step: " + ("more DataLoader workers, pin_memory and prefetch_factor, " if pytorch
+                                             else "more loader processes or threads, prefetch the next batch, ")
+              + "cheaper decoding/augmentation or preprocessed data")
     return [_finding("dataloader_bound", share["dataloader_ns"], sorted(hit), message, advice,
                      worst_rank=worst, share_by_rank={str(r): float(s["share"]) for r, s in hit.items()},
                      steps_above=above)]

@@ -3,8 +3,12 @@
 Per rank (:func:`rank_tables`, next to the events, so only these compact rows travel):
 
 * **Device**: GPU utilization = |∪ kernels on the device ∩ W| / |W|; each host thread's busy
-  share (∪ of its ranges other than ProfileStep); the process CPU utilization (CPU time / wall
-  time, so up to 100 % × cores) when the source recorded ``process_cpu_ns`` and ``elapsed_ns``.
+  share: ∪ of what runs on it under the step (its ops and calls), not of the ranges that only
+  mark where it is: the step ranges (``ProfilerStep#N`` included) and the phases (a thread asleep
+  or blocked inside ``## forward ##`` is not busy). Phases count only on host-only traces without
+  COMPUTE ranges, where they are the work (as in the Distributed Summary). The process CPU
+  utilization (CPU time / wall time, so up to 100 % × cores) when the source recorded
+  ``process_cpu_ns`` and ``elapsed_ns``.
 * **Overview**: time by event type, each the *union* of that type's intervals within W (parallel
   threads or streams count once), as a share of |W|.
 * **Model**: ProfileStep, Dataloader, Forward, Backward, Optimization, Others. CPU time is the
@@ -140,8 +144,10 @@ def device_table(events: pd.DataFrame, window: iv.IntervalSet, meta: dict | None
         busy = iv.total(iv.covered_within(starts[on], ends[on], window))
         rows.append({"device": f"GPU{int(device)}", "kind": "gpu", "busy_ns": busy, "elapsed_ns": window_ns,
                      "utilization": busy / window_ns if window_ns else None})
-    host = ((events["lane_kind"] == ev.HOST_THREAD).to_numpy() & (kind != ev.MARK)
-            & (events["name"] != ev.PROFILE_STEP).to_numpy())
+    host = (events["lane_kind"] == ev.HOST_THREAD).to_numpy() & (kind != ev.MARK) & ~ev.step_range_rows(events)
+    phase = (events["category"] == ev.PHASE).to_numpy()
+    if kernel.any() or ((kind == ev.RANGE) & (events["category"] == ev.COMPUTE).to_numpy()).any():
+        host &= ~phase  # the ops (or kernels) are the work; a phase only marks where they are
     lanes = events.loc[host, ["pid", "lane"]].to_numpy()
     for pid, lane in np.unique(lanes, axis=0) if len(lanes) else []:  # one iteration per host thread
         on = host & (events["pid"].to_numpy() == pid) & (events["lane"].to_numpy() == lane)
