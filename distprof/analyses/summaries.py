@@ -30,6 +30,7 @@ import pandas as pd
 from .. import events as ev
 from .. import lanes as lanes_mod
 from . import intervals as iv
+from . import steptime
 from .distributed import analysis_window
 
 MODEL_ROWS = ("ProfileStep", "Dataloader", "Forward", "Backward", "Optimization", "Others")
@@ -399,7 +400,8 @@ def _merge_device(tables_by_rank, ranks) -> list[dict]:
 
 
 def _merge_steps(tables_by_rank, ranks) -> dict:
-    """Per step: min / median / max duration across ranks and the slowest rank; per rank: mean."""
+    """Per step: min / max duration across ranks and the slowest rank, ``median_ns`` the job's step
+    time per step (analyses.steptime); per rank: mean and max."""
     parts = [pd.DataFrame(t["steps"]).assign(rank=r) for t, r in zip(tables_by_rank, ranks) if t["steps"]["step"]]
     if not parts:
         return {"step": [], "min_ns": [], "median_ns": [], "max_ns": [], "max_rank": [], "ranks": ranks,
@@ -407,7 +409,9 @@ def _merge_steps(tables_by_rank, ranks) -> dict:
     frame = pd.concat(parts, ignore_index=True)
     by_step = frame.groupby("step")["duration_ns"]
     slowest = frame.loc[by_step.idxmax(), ["step", "rank"]].set_index("step")["rank"]
-    stats = by_step.agg(["min", "median", "max"])
+    stats = by_step.agg(["min", "max"])
+    job_steps, job_ns = steptime.per_step(frame["step"].to_numpy(), frame["duration_ns"].to_numpy())
+    stats["median"] = pd.Series(job_ns, index=job_steps).reindex(stats.index)
     per_rank = frame.groupby("rank")["duration_ns"].agg(["mean", "max"])
     return {"step": stats.index.astype(int).tolist(), "min_ns": stats["min"].astype("int64").tolist(),
             "median_ns": stats["median"].round().astype("int64").tolist(),
