@@ -12,7 +12,8 @@ Per rank (:func:`rank_tables`, next to the events, so only these compact rows tr
   memset) whose ``phase`` (filled by the sources from the launching call) maps to the row, one
   "call" per step. Others = ProfileStep − the named rows. Ratios are of the ProfileStep total.
 * **Kernel**, **Memory** (memcpy/memset) and **UserDefined** (USER ranges): by name, calls and
-  total/avg/max/min, ratio of the table's total (UserDefined: of |W|).
+  total/avg/max/min, ratio of the table's total (UserDefined: of |W|). UserDefined rows are by
+  base name: PyTorch's NVTX op ranges ``aten::to, seq = 12, op_id = 998`` count as ``aten::to``.
 
 An event belongs to the window W when its start lies in W (as a range belongs to the step that
 holds its start); unions are clipped to W. Everything is numpy/pandas group-bys: no Python loop
@@ -29,6 +30,7 @@ import pandas as pd
 
 from .. import events as ev
 from .. import lanes as lanes_mod
+from .. import names
 from . import intervals as iv
 from . import steptime
 from .distributed import analysis_window
@@ -76,6 +78,17 @@ def _mapped(categorical: pd.Series, mapper) -> np.ndarray:
     cats = [mapper(str(c)) for c in categorical.cat.categories]
     table = np.array(cats + [None], dtype=object)
     return table[categorical.cat.codes.to_numpy()]   # code −1 (NaN) reads the None slot
+
+
+def _base_names(column: pd.Series) -> pd.Categorical:
+    """names.base_name of each row, computed once per distinct name; categorical in the order of
+    the names it came from (the by-name tables break ties of total by that order)."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype(str).astype("category")
+    base_of_category = np.array([names.base_name(c) for c in column.cat.categories] + [""], dtype=object)
+    order = pd.Index(pd.unique(base_of_category[:-1]))
+    code_of_category = np.append(order.get_indexer(base_of_category[:-1]), -1)
+    return pd.Categorical.from_codes(code_of_category[column.cat.codes.to_numpy()], categories=order)
 
 
 def _stats_by(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -261,6 +274,7 @@ def rank_tables(events: pd.DataFrame, config: dict, meta: dict | None = None, ma
     memory = _durations(events, np.isin(kind, (ev.MEMCPY, ev.MEMSET)) & in_window, "kind", "name")
     user = _durations(events, (events["category"] == ev.USER).to_numpy() & np.isin(kind, (ev.RANGE, ev.MARK))
                       & in_window, "name")
+    user = user.assign(name=_base_names(user["name"]))  # one row per op, not per PyTorch NVTX call
     kernel_table = _by_name(kernels, ["name"], int(kernels["duration"].sum()), max_rows)
     # category rides along as the first seen per name (a name is one category in practice)
     if kernel_table["rows"]:
