@@ -285,6 +285,7 @@ NO_ALIGN_HELP = ("keep the sources' clock offsets (MPI ping-pong, nsys session s
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .analyses.diff import MIN_CHANGE as DIFF_MIN_CHANGE
     from .reports import tables
     parser = argparse.ArgumentParser(prog="distprof", description="Where the time goes across ranks.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -344,8 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also write OUT/diff.html, and OUT/report.html: the after run's report with the diff on top")
     diff.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     diff.add_argument("--seed", type=int, default=0, help="seed of the bootstrap interval (default 0)")
-    diff.add_argument("--min-change", type=float, default=10.0, metavar="PCT",
-                      help="smallest change of the median step called significant, in %% (default 5)")
+    diff.add_argument("--min-change", type=float, default=100 * DIFF_MIN_CHANGE, metavar="PCT",
+                      help="smallest change of the step time called significant, in %% "
+                           f"(default {100 * DIFF_MIN_CHANGE:g})")
     diff.add_argument("--config", default=None, help="YAML config file (for inputs that need a merge)")
     diff.set_defaults(func=cmd_diff)
 

@@ -2,15 +2,18 @@
 intervals are known by construction, merged across ranks, rendered as text; and on the demo."""
 
 import json
+import re
+import sqlite3
 
 import kineto_fixtures as kf
 import numpy as np
 import pytest
 from conftest import run_cli
+from nsys_fixtures import real_export
 
 from distprof import config as config_mod
 from distprof import events as ev
-from distprof import sources
+from distprof import names, sources
 from distprof.analyses import summaries
 from distprof.reports import tables
 
@@ -228,3 +231,58 @@ def test_busiest_host_thread_is_what_runs_under_the_step_not_the_step(tmp_path):
     [rank] = sources.read(trace.write(tmp_path / "rank0.json"), CONFIG)
     device = {row["device"]: row["busy_ns"] for row in summaries.rank_tables(rank.events, CONFIG)["device"]}
     assert device == {"thread 100": 3 * ms, "thread 200": 2 * ms}
+
+
+# -- PyTorch NVTX op ranges: one row per op, not per call ----------------------------------------
+
+NVTX_CALL = re.compile(r"^(.*?), (?:seq|op_id) = -?\d+(?:,|$)", re.S)  # independent of names.base_name
+
+
+def _user_rows(rows, count):
+    """One rank with a 100 ns step and these USER ranges: (name, start, end)."""
+    all_rows = [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, 0, 100, 0), *((ev.RANGE, ev.USER, *r, 0) for r in rows)]
+    kind, category, name, start, end, step = (np.array(c, dtype=object) for c in zip(*all_rows))
+    return ev.make_events(kind=kind, category=category, name=name, start_ns=start.astype(np.int64),
+                          end_ns=end.astype(np.int64), lane=np.full(count + 1, HOST, np.int64),
+                          step=step.astype(np.int64), phase=np.full(count + 1, "", object),
+                          correlation_id=np.full(count + 1, -1, np.int64), pid=10,
+                          lane_kind=ev.HOST_THREAD, device=-1)
+
+
+def test_user_table_groups_pytorch_nvtx_calls_under_the_op():
+    ranges = [("aten::to, seq = 12, op_id = 998", 10, 20), ("aten::to, op_id = 999", 30, 35),
+              ("aten::to, seq = 13, op_id = 1000, sizes = [[2, 3]]", 40, 41), ("aten::to", 50, 52),
+              ("my_range", 60, 90)]
+    user = summaries.rank_tables(_user_rows(ranges, len(ranges)), CONFIG)["user"]
+    assert [(r["name"], r["calls"], r["total_ns"], r["max_ns"], r["min_ns"]) for r in user["rows"]] == [
+        ("my_range", 1, 30, 30, 30), ("aten::to", 4, 10 + 5 + 1 + 2, 10, 1)]
+    merged = summaries.merge_tables([summaries.rank_tables(_user_rows(ranges, len(ranges)), CONFIG)] * 2, [0, 1])
+    assert [(r["name"], r["calls"]) for r in merged["merged"]["user"]["rows"]] == [("my_range", 2), ("aten::to", 8)]
+
+
+def test_real_nsys_pytorch_nvtx_ops_group_under_their_base_name(monkeypatch):
+    """nsysai_h100_2gpu_1s: every NVTX text carries PyTorch's ``, op_id = N`` (16,582 distinct texts of
+    176 ops, counted with an independent regex over the raw SQL). The UserDefined table's rows are the
+    per-call table's rows summed by that regex's base name, exactly."""
+    path = real_export("nsysai_h100_2gpu_1s.sqlite")
+    with sqlite3.connect(path) as db:
+        texts = [t for (t,) in db.execute("SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e "
+                                         "LEFT JOIN StringIds s ON s.id = e.textId") if t]
+    suffixed = {t for t in texts if NVTX_CALL.match(t)}
+    assert len(suffixed) == 16582 and len({NVTX_CALL.match(t).group(1) for t in suffixed}) == 176
+    traces = sources.read(path, CONFIG)
+    grouped = [summaries.rank_tables(t.events, CONFIG, max_rows=10**6)["user"] for t in traces]
+    monkeypatch.setattr(names, "base_name", str)  # the table as it was: one row per distinct text
+    per_call = [summaries.rank_tables(t.events, CONFIG, max_rows=10**6)["user"] for t in traces]
+    for table, calls in zip(grouped, per_call):
+        expected: dict[str, list] = {}
+        for row in calls["rows"]:
+            match = NVTX_CALL.match(row["name"])
+            base = expected.setdefault(match.group(1) if match else row["name"], [0, 0, 0, None])
+            base[0] += row["calls"]
+            base[1] += row["total_ns"]
+            base[2] = max(base[2], row["max_ns"])
+            base[3] = row["min_ns"] if base[3] is None else min(base[3], row["min_ns"])
+        assert {r["name"]: [r["calls"], r["total_ns"], r["max_ns"], r["min_ns"]] for r in table["rows"]} == expected
+        assert len(calls["rows"]) > 1000 and len(table["rows"]) <= 176
+        assert not any(NVTX_CALL.match(r["name"]) for r in table["rows"])

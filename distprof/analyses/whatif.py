@@ -39,6 +39,7 @@ import pandas as pd
 
 from ..align import Matching
 from ..results import RankResult
+from . import steptime
 
 WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it ...
 WAIT_SHARE = 0.1                  # ... or, for a host op, this share of its segment
@@ -500,8 +501,9 @@ def _step_table(g: Graph, t: np.ndarray) -> pd.DataFrame:
 
 
 def _job_steps(table: pd.DataFrame) -> pd.Series:
-    """Per step: the median over ranks of the step's duration."""
-    return table.groupby("step")["ns"].median()
+    """Per step: the job's step time (analyses.steptime: the median over ranks of the step's duration)."""
+    steps, per_step = steptime.per_step(table["step"].to_numpy(), table["ns"].to_numpy())
+    return pd.Series(per_step, index=pd.Index(steps, name="step"))
 
 
 def _rank_medians(table: pd.DataFrame) -> pd.Series:

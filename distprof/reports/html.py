@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from .. import outpaths
+from ..analyses.steptime import PER_STEP_DEFINITION
 from ..names import cap_names
 from ..ranges import rank_ranges
 from ..units import duration, phrase
@@ -194,7 +195,8 @@ def _step_band(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
             canvas.text(axes.x(s), axes.top + axes.height + 14, str(int(s)), "middle")
     axes.title("x", "step")
     axes.frame()
-    svg.legend(canvas, axes.left + 10, 16, [("fastest to slowest rank", "#a9d8f3"), ("median rank", "#0072B2")])
+    svg.legend(canvas, axes.left + 10, 16, [("fastest to slowest rank", "#a9d8f3"),
+                                            ("median rank (the step time)", "#0072B2")])
 
 
 def _step_ranks(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
@@ -467,8 +469,9 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
     steps = step_plot(summary, unit)
     if steps:
         body += ["<h2>Step time</h2>",
-                 _figure(steps, "Left: ProfileStep duration per step (band: fastest to slowest rank). "
-                                "Right: each rank's mean step time (bar) and its slowest step (mark).")]
+                 _figure(steps, "Left: ProfileStep duration per step (band: fastest to slowest rank; line: "
+                                f"median rank, the {PER_STEP_DEFINITION}). Right: each rank's own mean step "
+                                "(bar) and its slowest step (mark).")]
     body.append(checks_html(summary.get("checks") or []))
     body.append(summary_tables_html(summary, unit, sorted_by))
     if summary.get("warnings"):

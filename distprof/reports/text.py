@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..analyses.steptime import STEP_TIME_DEFINITION
 from ..names import cap_names
 from ..units import phrase
 from . import findings as findings_report
@@ -129,7 +130,8 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
     steps = skew.get("steps_summary")
     if steps and steps.get("imbalance"):
         imbalance = steps["imbalance"]
-        lines += ["", f"Steps: {steps['count']}, median {t(steps['duration_median_ns'])}; imbalance (max/median) "
+        lines += ["", f"Steps: {steps['count']}, {STEP_TIME_DEFINITION} {t(steps['duration_median_ns'])}; "
+                      "imbalance (slowest rank / median rank) "
                       f"median {imbalance['median']:.2f}, worst {imbalance['max']:.2f} at step {imbalance['max_step']} "
                       f"(rank {imbalance['max_rank']}); start spread median {t(steps['start_spread_ns']['median'])}"
                       + ("" if steps.get("clock_verified", True) else " (clock not verified)")]
