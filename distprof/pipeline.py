@@ -18,6 +18,7 @@ from . import transport
 from .analyses import collectives as coll
 from .analyses import cost, diagnose, distributed, skew, streams, summaries, whatif
 from .ranges import rank_ranges
+from .reports import findings as findings_report
 from .results import ClockEstimate, RankResult, Summary
 
 
@@ -166,7 +167,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
-        checks=checks, skew=skew_summary, findings=cost.price_findings(found, what),
+        checks=checks, skew=skew_summary, findings=findings_report.worded(cost.price_findings(found, what)),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what)
 

@@ -11,6 +11,7 @@ from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline, sources
 from distprof.analyses import diagnose, streams
+from distprof.reports import findings as findings_report
 
 CONFIG = config_mod.load()
 PYTORCH_WORDS = (".item()", "torch.compile", "DDP", "FSDP", "PyTorch", "DataLoader", "pin_memory")
@@ -32,7 +33,7 @@ def host_bound_events(host_op: str):
 
 def host_bound_advice(host_op: str, source: str = "nsys") -> str:
     trace = ev.RankTrace(events=host_bound_events(host_op), rank=0, device=0, source=source)
-    [finding] = diagnose.findings([pipeline.reduce_rank(trace, CONFIG)], [], {}, CONFIG)
+    [finding] = findings_report.worded(diagnose.findings([pipeline.reduce_rank(trace, CONFIG)], [], {}, CONFIG))
     assert finding["finding"] == "host_bound_gpu"
     return finding["advice"]
 
