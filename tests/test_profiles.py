@@ -1,0 +1,184 @@
+"""Operator Summary, FLOPs/MFU and memory profiles, checked against the model's known shape and
+against plain-Python counts over the raw Kineto JSON (tests/data/torch_flops: 2 ranks, DDP over
+4 x Linear(1024, 1024) at batch 64, record_shapes + profile_memory, ProfilerSteps #2-#4)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distprof import config as config_mod
+from distprof import pipeline
+from distprof.analyses import operators, profiles
+from distprof.results import RankProfile
+from distprof.sources import kineto
+
+DATA = Path(__file__).parent / "data" / "torch_flops"
+FILES = sorted(DATA.glob("rank*.json.gz"))
+UNIT = 2 * 64 * 1024 * 1024          # one 64x1024 @ 1024x1024 GEMM
+FORWARD = 4 * UNIT                   # 536,870,912
+BACKWARD = 2 * FORWARD - UNIT        # weight and input gradients, no input gradient for layer 1
+
+
+def _raw(path: Path) -> list[dict]:
+    return json.load(gzip.open(path))["traceEvents"]
+
+
+def _steps(raw: list[dict]) -> list[tuple[float, float]]:
+    return [(e["ts"], e["ts"] + e["dur"]) for e in raw if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
+
+
+def _in_steps(ts: float, steps) -> bool:
+    return any(a <= ts < b for a, b in steps)
+
+
+@pytest.fixture(scope="module")
+def summary():
+    return pipeline.merge_files(FILES, config_mod.load(overrides={"hardware": {"peak_tflops": 0.5}})).to_json()
+
+
+def test_flops_per_step_equal_the_model_gemms(summary):
+    for row in summary["ranks"]:
+        assert row["flops_per_step"] == FORWARD + BACKWARD == 1_476_395_008
+        assert row["flops_by_phase"]["forward"] == FORWARD == 536_870_912
+        assert row["flops_by_phase"]["backward"] == BACKWARD
+        assert row["flops_source"] == "shapes" and row["flops_uncounted"]["ops"] == 0
+
+
+def test_flops_equal_a_plain_count_over_the_raw_json(summary):
+    """Innermost GEMMs (mm/addmm) by Input Dims, inside the ProfilerSteps; MFU over the peak."""
+    for path, row in zip(FILES, summary["ranks"]):
+        raw = _raw(path)
+        steps = _steps(raw)
+        total = 0
+        for e in raw:
+            if e.get("cat") == "cpu_op" and e["name"] in ("aten::mm", "aten::addmm") and _in_steps(e["ts"], steps):
+                dims = e["args"]["Input Dims"][1:3] if e["name"] == "aten::addmm" else e["args"]["Input Dims"][:2]
+                total += 2 * dims[0][0] * dims[0][1] * dims[1][1]
+        step_ns = sum(round((b - a) * 1000) for a, b in steps)
+        assert row["flops_total"] == total == 3 * (FORWARD + BACKWARD)
+        assert row["achieved_tflops"] == pytest.approx(total / step_ns / 1e3, rel=1e-5)
+        assert row["mfu"] == pytest.approx(row["achieved_tflops"] / 0.5)
+
+
+def test_peak_allocated_is_the_largest_sample_in_the_window(summary):
+    for path, row in zip(FILES, summary["ranks"]):
+        raw = _raw(path)
+        steps = _steps(raw)
+        samples = [e for e in raw if e.get("ph") == "i" and e.get("name") == "[memory]" and _in_steps(e["ts"], steps)]
+        assert row["memory_peak_allocated_bytes"] == max(e["args"]["Total Allocated"] for e in samples)
+        assert row["memory_peak_reserved_bytes"] == max(e["args"]["Total Reserved"] for e in samples)
+        (device,) = row["memory_devices"]
+        per_step = [max(e["args"]["Total Allocated"] for e in samples if a <= e["ts"] < b) for a, b in steps]
+        assert device["device"] == "CPU" and device["step_peak_allocated_bytes"] == per_step
+        assert device["growth_per_step_bytes"] == pytest.approx(np.polyfit(range(len(per_step)), per_step, 1)[0])
+
+
+def _self_ns(op: dict, ops: list[dict]) -> int:
+    """Own duration minus its direct children's (contained cpu_ops on its thread with no op between)."""
+    def inside(a, b):
+        return a is not b and a["tid"] == b["tid"] and b["ts"] <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"]
+    below = [o for o in ops if inside(o, op)]
+    direct = [o for o in below if not any(inside(o, mid) for mid in below)]
+    return round(op["dur"] * 1000) - sum(round(o["dur"] * 1000) for o in direct)
+
+
+def test_operator_rows_equal_a_plain_count_over_the_raw_json(summary):
+    merged = {}
+    for path, rank in zip(FILES, summary["tables"]["by_rank"]):
+        raw = _raw(path)
+        steps = _steps(raw)
+        ops = [e for e in raw if e.get("cat") == "cpu_op"]
+        for name in ("aten::addmm", "aten::linear", "aten::mm"):
+            mine = [e for e in ops if e["name"] == name and _in_steps(e["ts"], steps)]
+            row = next(r for r in rank["operator"]["rows"] if r["name"] == name)
+            assert row["calls"] == len(mine)
+            assert row["cpu_total_ns"] == sum(round(e["dur"] * 1000) for e in mine)
+            assert row["cpu_max_ns"] == max(round(e["dur"] * 1000) for e in mine)
+            assert row["cpu_self_ns"] == sum(_self_ns(e, ops) for e in mine)
+            assert row["gpu_total_ns"] is None   # CPU-only trace
+            merged.setdefault(name, [0, 0])
+            merged[name][0] += row["calls"]
+            merged[name][1] += row["cpu_total_ns"]
+    rows = {r["name"]: r for r in summary["tables"]["merged"]["operator"]["rows"]}
+    assert rows["aten::addmm"]["calls"] == 2 * 3 * 4 and rows["aten::mm"]["calls"] == 2 * 3 * 7
+    for name, (calls, total) in merged.items():
+        assert (rows[name]["calls"], rows[name]["cpu_total_ns"], rows[name]["ranks"]) == (calls, total, 2)
+
+
+def test_op_tree_parents_self_time_and_gpu_up_the_tree():
+    #      0: [0, 100)  ├ 1: [10, 50)  ├ 2: [20, 30)   3: [60, 70)     4: [0, 5) on another thread
+    thread = np.array([0, 0, 0, 0, 1])
+    start, end = np.array([0, 10, 20, 60, 0]), np.array([100, 50, 30, 70, 5])
+    parent, depth = operators.op_tree(thread, start, end)
+    assert parent.tolist() == [-1, 0, 1, 0, -1] and depth.tolist() == [1, 2, 3, 2, 1]
+    assert operators.up_the_tree(np.array([1, 2, 4, 8, 16]), parent, depth).tolist() == [15, 6, 4, 8, 16]
+
+
+def test_shape_flops_formulas():
+    assert profiles.shape_flops("aten::linear", [[8, 4, 16], [32, 16], [32]], None) == 2 * 32 * 16 * 32
+    assert profiles.shape_flops("aten::bmm", [[3, 4, 5], [3, 5, 6]], None) == 2 * 3 * 4 * 5 * 6
+    assert profiles.shape_flops("aten::baddbmm", [[3, 4, 6], [3, 4, 5], [3, 5, 6]], None) == 2 * 3 * 4 * 5 * 6
+    # conv2d: 1x3x8x8 input, 4x3x3x3 weight, stride 1, padding 1 -> 8x8 output
+    concrete = ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]
+    assert profiles.shape_flops("aten::conv2d", [[1, 3, 8, 8], [4, 3, 3, 3], [4]], concrete) == 2 * 4 * 64 * 3 * 9
+    assert profiles.shape_flops("aten::mm", [[2, 3], [4, 5]], None) is None   # shapes that do not fit
+    assert profiles.shape_flops("aten::relu", [[2, 3]], None) is None
+
+
+def test_kineto_side_tables_hold_every_cpu_op_and_memory_sample():
+    trace = kineto.read(FILES[0], config_mod.load())[0]
+    raw = _raw(FILES[0])
+    assert len(trace.profiles["operators"]) == sum(e.get("cat") == "cpu_op" for e in raw)
+    assert len(trace.profiles["memory"]) == sum(e.get("name") == "[memory]" and e.get("ph") == "i" for e in raw)
+
+
+def test_rank_profile_round_trips_through_json(summary):
+    row = summary["ranks"][1]
+    profile = RankProfile.from_json(row)
+    assert profile.to_json() == {k: row[k] for k in profile.to_json()}
+    assert json.loads(json.dumps(profile.to_json())) == profile.to_json()
+
+
+def test_across_ranks_names_the_slowest_rank(summary):
+    tflops = {r["rank"]: r["achieved_tflops"] for r in summary["ranks"]}
+    spread = summary["profiles"]["achieved_tflops"]
+    assert summary["profiles"]["slowest_rank"] == min(tflops, key=tflops.get) == spread["min_rank"]
+    assert spread["max_over_min"] == pytest.approx(max(tflops.values()) / min(tflops.values()))
+
+
+def _with_memory(result, peaks: list[int]):
+    device = {"device": "GPU0", "peak_allocated_bytes": max(peaks), "peak_reserved_bytes": max(peaks),
+              "steps": list(range(len(peaks))), "step_peak_allocated_bytes": peaks,
+              "step_peak_reserved_bytes": peaks,
+              "growth_per_step_bytes": float(np.polyfit(range(len(peaks)), peaks, 1)[0])}
+    return replace(result, profile=replace(result.profile, memory_peak_allocated_bytes=max(peaks),
+                                           memory_devices=[device]))
+
+
+def test_memory_creep_and_outlier_findings_invent_no_saving():
+    config = config_mod.load()
+    base = [pipeline.reduce_rank(kineto.read(path, config)[0], config) for path in FILES]
+    creeping = [_with_memory(base[0], [100, 110, 120, 130]), _with_memory(base[1], [100, 100, 100, 100])]
+    (creep,) = profiles.memory_findings(creeping, config)
+    assert creep["finding"] == "memory_creep" and creep["ranks"] == [0]
+    assert creep["evidence"]["growth_per_step_bytes"] == pytest.approx(10)
+    assert creep["predicted_saving_ns"] is None and creep["why_not"] == "memory, not time"
+    uneven = [_with_memory(base[0], [100, 100, 100]), _with_memory(base[1], [300, 300, 300]),
+              _with_memory(base[1], [100, 100, 100])]
+    uneven[2] = replace(uneven[2], rank=2)
+    (outlier,) = profiles.memory_findings(uneven, config)
+    assert outlier["finding"] == "memory_imbalance" and outlier["ranks"] == [1]
+    assert outlier["predicted_saving_ns"] is None and outlier["cost_ns"] == 0
+    assert profiles.memory_findings(base, config) == []  # the real traces: steady memory, equal ranks
+
+
+def test_peak_tflops_is_validated():
+    with pytest.raises(config_mod.ConfigError):
+        config_mod.load(overrides={"hardware": {"peak_tflops": -1}})
+    assert config_mod.load()["hardware"]["peak_tflops"] is None
