@@ -182,3 +182,42 @@ def test_peak_tflops_is_validated():
     with pytest.raises(config_mod.ConfigError):
         config_mod.load(overrides={"hardware": {"peak_tflops": -1}})
     assert config_mod.load()["hardware"]["peak_tflops"] is None
+
+
+def test_nsys_nvtx_operators_on_an_export_with_nsys_ddl(tmp_path):
+    """emit_nvtx-style ranges (``aten::op, seq = N, sizes = [...]``) in an export written with nsys's
+    own DDL: the Operator Summary (GPU time of the kernel launched under addmm, counted for linear
+    too) and the FLOPs from the sizes."""
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL not available")
+    export = fx.NsysExport(schema="2026.2")
+    pid = 4242
+    export.range(pid, 1_000, 40_000, "ProfileStep#0")
+    export.range(pid, 2_000, 9_000, "aten::linear, seq = 1, sizes = [[64, 1024], [1024, 1024], [1024]]")
+    export.range(pid, 2_500, 8_000, "aten::addmm, seq = 1, sizes = [[1024], [64, 1024], [1024, 1024], [], []]")
+    export.kernel(pid, 0, 7, 1_500, 1_800, "fill", launch=(1_100, 1_200))  # the step's GPU window opens here
+    export.kernel(pid, 0, 7, 10_000, 20_000, "gemm", launch=(3_000, 3_500))
+    path = export.write(tmp_path / "rank0.sqlite")
+    out = pipeline.merge_files([path], config_mod.load()).to_json()
+    rows = {r["name"]: r for r in out["tables"]["by_rank"][0]["operator"]["rows"]}
+    assert (rows["aten::addmm"]["calls"], rows["aten::addmm"]["cpu_total_ns"], rows["aten::addmm"]["cpu_self_ns"],
+            rows["aten::addmm"]["gpu_total_ns"]) == (1, 5_500, 5_500, 10_000)
+    assert (rows["aten::linear"]["cpu_total_ns"], rows["aten::linear"]["cpu_self_ns"],
+            rows["aten::linear"]["gpu_total_ns"]) == (7_000, 1_500, 10_000)
+    assert out["ranks"][0]["flops_per_step"] == UNIT
+
+
+def test_reports_show_the_operator_summary_and_the_profiles(summary):
+    from distprof.reports import html, tables, text
+    report = text.render(summary, sorted_by="calls", top=5)
+    assert "Operator Summary (all ranks)" in report and "FLOPs and Memory" in report
+    section = report[report.index("Operator Summary (all ranks)"):]
+    most_calls = max(summary["tables"]["merged"]["operator"]["rows"], key=lambda r: r["calls"])
+    first_row = section.splitlines()[3]
+    assert first_row.startswith(most_calls["name"][:40]) and f" {most_calls['calls']} " in first_row
+    assert "1.476" in report   # GFLOPs per step
+    page = html.render(summary)
+    assert "<h3>Operator Summary</h3>" in page and "<h2>FLOPs and Memory</h2>" in page
+    assert [r["name"] for r in tables.sort_operator_rows(summary["tables"]["merged"]["operator"]["rows"],
+                                                         "cpu_self")][0] == "aten::mm"

@@ -19,6 +19,7 @@ from ..ranges import rank_ranges
 from ..units import duration, phrase
 from . import format, svg
 from . import tables as text_tables
+from .text import profile_section
 from .whatif_report import parts as whatif_parts
 
 REPORT_FILE = "report.html"
@@ -434,7 +435,42 @@ def summary_tables_html(summary: dict, unit: str, sorted_by: str = "cpu_total") 
         note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
             if len(rows_in) > KERNEL_ROWS else ""
         out.append(f"<h3>{title}</h3>" + _table(headers, rows, left=len(keys)) + note)
+    out.append(operator_html(tables.get("operator"), scale, sorted_by, merged))
     return "".join(out)
+
+
+def operator_html(table: dict | None, scale: int, sorted_by: str, merged: bool) -> str:
+    """The Operator Summary (CPU total/self/avg/max/min, GPU time launched under the operator)."""
+    if not table or not table["rows"]:
+        return ""
+    rows_in = text_tables.sort_operator_rows(table["rows"], sorted_by)
+    has_gpu = any(r.get("gpu_total_ns") is not None for r in rows_in)
+    headers = ["Name", "Calls", "CPU total", "self", "avg", "max", "min", "Ratio (%)"]
+    headers += ["GPU total", "avg"] if has_gpu else []
+    headers += ["Ranks", "Max at rank"] if merged else []
+    rows = []
+    for r in rows_in[:KERNEL_ROWS]:
+        times = (text_tables._time(r.get(k), scale) for k in ("cpu_total_ns", "cpu_self_ns", "cpu_avg_ns",
+                                                              "cpu_max_ns", "cpu_min_ns"))
+        row = [r["name"], r["calls"], *times, text_tables._ratio(r.get("ratio"))]
+        row += [text_tables._time(r.get("gpu_total_ns"), scale), text_tables._time(r.get("gpu_avg_ns"), scale)] \
+            if has_gpu else []
+        row += [r.get("ranks"), r.get("max_rank")] if merged else []
+        rows.append(row)
+    note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
+        if len(rows_in) > KERNEL_ROWS else ""
+    return ("<h3>Operator Summary</h3><p class=\"meta\">self = own time minus the child operators'; ratio = CPU "
+            "total / window (nested operators overlap); GPU = kernels launched under the operator</p>"
+            + _table(headers, rows) + note)
+
+
+def profile_html(summary: dict) -> str:
+    """FLOPs and memory per rank, as the text report's section."""
+    section = profile_section(summary)
+    if not section:
+        return ""
+    lines = section[0].splitlines()
+    return "<h2>FLOPs and Memory</h2><pre>" + _e("\n".join(lines[1:])) + "</pre>"
 
 
 def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str:
@@ -454,6 +490,7 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
              distributed_table_html(summary, unit)]
     body.append(collectives_html(summary, unit))
     body.append(whatif_html(summary, unit))
+    body.append(profile_html(summary))
     heatmap = skew_heatmap(summary, unit)
     if heatmap:
         skew = summary.get("skew") or {}
