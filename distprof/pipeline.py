@@ -169,7 +169,8 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         findings=whatif.rank_findings(diagnose.findings(final, checks, skew_summary, config, collective_table)
                                       + profiles.memory_findings(final, config), what),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
-        collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final))
+        collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
+        model_profile=profiles.model_profile(final))
 
 
 def _collectives(aligned: align_mod.Alignment, config: dict,

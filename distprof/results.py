@@ -223,6 +223,7 @@ class Summary:
     collectives: dict = field(default_factory=dict)  # analyses.collectives.summary: the Collectives table
     whatif: dict | None = None  # analyses.whatif.whatif: replayed step time and scenarios
     profiles: dict = field(default_factory=dict)  # analyses.profiles.across_ranks: FLOPS spread, memory
+    model_profile: dict | None = None  # analyses.profiles.model_profile: the live FLOPs profile (flops=True)
 
     def rank(self, rank: int) -> RankResult:
         """The result of one rank by its number."""

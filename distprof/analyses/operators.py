@@ -110,15 +110,14 @@ def _nvtx_sizes(name: str) -> str | None:
 
 
 def _thread_keys(*pairs: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
-    """Dense int codes of (pid, lane) pairs, shared across the given arrays."""
-    stacked = np.concatenate([np.stack([p, lane], axis=1) for p, lane in pairs]) if pairs else np.empty((0, 2))
-    _, codes = np.unique(stacked, axis=0, return_inverse=True) if len(stacked) else (None, np.empty(0, np.int64))
-    codes = codes.ravel()
-    out, at = [], 0
-    for p, _ in pairs:
-        out.append(codes[at:at + p.size])
-        at += p.size
-    return out
+    """One int64 key per (pid, lane) pair, equal across the given arrays for equal pairs (each
+    side's dense code, combined: 1-D sorts only)."""
+    pid = np.concatenate([np.asarray(p, np.int64) for p, _ in pairs])
+    lane = np.concatenate([np.asarray(lane, np.int64) for _, lane in pairs])
+    lanes, lane_code = np.unique(lane, return_inverse=True)
+    _, pid_code = np.unique(pid, return_inverse=True)
+    key = pid_code.ravel().astype(np.int64) * max(lanes.size, 1) + lane_code.ravel()
+    return np.split(key, np.cumsum([p.size for p, _ in pairs])[:-1])
 
 
 def launched_gpu_ns(events: pd.DataFrame, operators: pd.DataFrame, op_thread: np.ndarray) -> np.ndarray | None:

@@ -44,7 +44,7 @@ from ..sources.joins import innermost_enclosing
 from . import intervals as iv
 from . import operators as ops_mod
 from .distributed import analysis_window
-from .summaries import _in_window, model_row
+from .summaries import MAX_STEPS, _in_window, model_row
 
 _GEMM = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
 _CONV = re.compile(r"^aten::(_?convolution|conv[123]d|cudnn_convolution|mkldnn_convolution|_convolution)$")
@@ -224,12 +224,13 @@ def memory_figures(events: pd.DataFrame, memory: pd.DataFrame | None, window: iv
         per_step = part[part["step"] >= 0].groupby("step")["allocated"].max()
         growth = float(np.polyfit(per_step.index.to_numpy(np.float64), per_step.to_numpy(np.float64), 1)[0]) \
             if len(per_step) >= 2 else None
+        reserved = part[part["step"] >= 0].groupby("step")["reserved"].max()
         devices.append({"device": _device_label(dtype, did), "peak_allocated_bytes": int(part["allocated"].max()),
-                        "peak_reserved_bytes": int(part["reserved"].max()),
-                        "steps": per_step.index.astype(int).tolist(),
-                        "step_peak_allocated_bytes": per_step.astype(int).tolist(),
-                        "step_peak_reserved_bytes": part[part["step"] >= 0].groupby("step")["reserved"].max()
-                        .astype(int).tolist(), "growth_per_step_bytes": growth})
+                        "peak_reserved_bytes": int(part["reserved"].max()),   # series: the first MAX_STEPS steps
+                        "steps": per_step.index.astype(int).tolist()[:MAX_STEPS],
+                        "step_peak_allocated_bytes": per_step.astype(int).tolist()[:MAX_STEPS],
+                        "step_peak_reserved_bytes": reserved.astype(int).tolist()[:MAX_STEPS],
+                        "growth_per_step_bytes": growth})
     gpus = [d for d in devices if d["device"] != "CPU"]
     main = max(gpus or devices, key=lambda d: d["peak_allocated_bytes"])
     return {"memory_peak_allocated_bytes": main["peak_allocated_bytes"],
@@ -322,3 +323,10 @@ def memory_findings(results: list, config: dict) -> list[dict]:
                 "uneven batches); the rank at the peak limits the batch size of all", worst_rank=worst,
                 peak_by_rank={str(r): int(p) for r, p in peaks.items()}, median_bytes=median))
     return out
+
+
+def model_profile(results: list) -> dict | None:
+    """summary.json ``model_profile``: each rank's live FLOPs profile (distprof.torch.instrument
+    with flops=True, carried in the rank file's metadata) in rank order; None when no rank has one."""
+    ranks = [{**r.meta["model_profile"], "rank": r.rank} for r in results if r.meta.get("model_profile")]
+    return {"ranks": ranks} if ranks else None

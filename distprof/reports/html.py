@@ -19,7 +19,7 @@ from ..ranges import rank_ranges
 from ..units import duration, phrase
 from . import format, svg
 from . import tables as text_tables
-from .text import profile_section
+from .text import model_profile_section, profile_section
 from .whatif_report import parts as whatif_parts
 
 REPORT_FILE = "report.html"
@@ -224,6 +224,37 @@ def step_plot(summary: dict, unit: str = "ms") -> str | None:
     canvas = svg.Canvas(1100, 310)
     _step_band(canvas, steps, UNITS[unit], unit)
     _step_ranks(canvas, steps, UNITS[unit], unit)
+    return canvas.svg()
+
+
+_RANK_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+MEMORY_PLOT_RANKS = 16
+
+
+def memory_plot(summary: dict) -> str | None:
+    """Peak allocated memory per step, one line per rank (its headline device; the first
+    MEMORY_PLOT_RANKS ranks): creep is a line that keeps rising, an outlier a line above the rest."""
+    lines = []
+    for rank in summary.get("ranks", [])[:MEMORY_PLOT_RANKS]:
+        device = next((d for d in rank.get("memory_devices") or [] if d["device"] == rank.get("memory_device")), None)
+        if device and device["steps"]:
+            lines.append((rank["rank"], device["steps"], [v / 2 ** 20 for v in device["step_peak_allocated_bytes"]]))
+    if not lines:
+        return None
+    canvas = svg.Canvas(1100, 310)
+    axes = svg.Axes(canvas, 80, 30, 900, 230)
+    steps = [s for _, xs, _ in lines for s in xs]
+    ticks = svg.nice_ticks(max(v for _, _, ys in lines for v in ys))
+    axes.x_range, axes.y_range = (min(steps) - 0.5, max(steps) + 0.5), (0.0, ticks[-1])
+    axes.value_axis("y", ticks, "peak allocated (MiB)")
+    for index, (rank, xs, ys) in enumerate(lines):
+        colour = _RANK_COLOURS[index % len(_RANK_COLOURS)]
+        canvas.polyline([(axes.x(x), axes.y(y)) for x, y in zip(xs, ys)], colour)
+        canvas.text(axes.x(xs[-1]) + 6, axes.y(ys[-1]) + 4, f"rank {rank}")
+    for step in sorted(set(steps)) if len(set(steps)) <= 30 else []:
+        canvas.text(axes.x(step), axes.top + axes.height + 14, str(step), "middle")
+    axes.title("x", "step")
+    axes.frame()
     return canvas.svg()
 
 
@@ -466,11 +497,15 @@ def operator_html(table: dict | None, scale: int, sorted_by: str, merged: bool) 
 
 def profile_html(summary: dict) -> str:
     """FLOPs and memory per rank, as the text report's section."""
-    section = profile_section(summary)
-    if not section:
-        return ""
-    lines = section[0].splitlines()
-    return "<h2>FLOPs and Memory</h2><pre>" + _e("\n".join(lines[1:])) + "</pre>"
+    out = []
+    for title, section in (("FLOPs and Memory", profile_section(summary)),
+                           ("Model FLOPs Profile", model_profile_section(summary))):
+        if section:
+            out.append(f"<h2>{title}</h2><pre>" + _e("\n".join(section[0].splitlines()[1:])) + "</pre>")
+            if title == "FLOPs and Memory" and memory_plot(summary):
+                out.append(_figure(memory_plot(summary), "Peak allocated memory per step and rank (the rank's "
+                                                         "GPU with the largest peak, else its CPU)."))
+    return "".join(out)
 
 
 def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str:

@@ -41,7 +41,8 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
     parts = [_banner("Distributed Summary", width),
              f"world size {summary['world_size']} · source {summary['source']} · time unit {unit}",
              table, "", lanes_table(summary)]
-    for section in extra_sections(summary, unit) + collectives_section(summary, unit) + profile_section(summary):
+    for section in (extra_sections(summary, unit) + collectives_section(summary, unit) + profile_section(summary)
+                    + model_profile_section(summary, unit)):
         parts += ["", section]
     if summary.get("whatif"):
         from . import whatif_report
@@ -91,6 +92,35 @@ def profile_section(summary: dict) -> list[str]:
                  "ProfileStep time")
     width = max(len(line) for line in text.splitlines())
     return ["\n".join([_banner("FLOPs and Memory", width), text, *notes])]
+
+
+def model_profile_section(summary: dict, unit: str = "ms") -> list[str]:
+    """The live FLOPs profile (instrument(flops=True)): per rank, then rank 0's largest modules by depth."""
+    ranks = ((summary.get("model_profile") or {}).get("ranks")) or []
+    if not ranks:
+        return []
+
+    def t(ns) -> str:
+        return format.figure("x_ns", ns, unit)
+
+    def num(value, digits=3) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    rows = [[r["rank"], f"{r['params']:,}", num(r["fwd_flops_per_step"] / 1e9), num(r["bwd_flops_per_step"] / 1e9),
+             t(r.get("fwd_latency_ns")), t(r.get("bwd_latency_ns")), t(r.get("step_latency_ns")),
+             t(r.get("iter_latency_ns")), num(r.get("achieved_tflops"), 4), num(r.get("samples_per_s"), 1),
+             "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"] for r in ranks]
+    text = tabulate(rows, headers=["Rank", "Params", "fwd GFLOPs", "bwd GFLOPs", f"fwd ({unit})", f"bwd ({unit})",
+                                   f"step ({unit})", f"iter ({unit})", "TFLOPS", "samples/s", "MFU"],
+                    tablefmt="simple", disable_numparse=True)
+    modules = tabulate([[m["depth"], m["name"], f"{m['params']:,}", f"{m['macs'] / 1e6:.2f}",
+                         t(m.get("fwd_latency_ns")), num(m.get("tflops"), 4)] for m in ranks[0].get("modules", [])],
+                       headers=["Depth", f"Module (rank {ranks[0]['rank']})", "Params", "MMACs", f"fwd ({unit})",
+                                "TFLOPS"], tablefmt="simple", disable_numparse=True)
+    width = max(len(line) for line in text.splitlines())
+    return ["\n".join([_banner("Model FLOPs Profile (live, one step)", width), text, "", modules,
+                        "FLOPs counted by torch.utils.flop_counter on the first recorded step (which alone pays "
+                        "for the counting and the module timing)"])]
 
 
 def collectives_section(summary: dict, unit: str) -> list[str]:
