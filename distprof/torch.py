@@ -188,7 +188,19 @@ class _FlopsProbe:
             torch.cuda.synchronize()  # the probed step only: module latencies of GPU work
         return clock_ns()
 
+    def close(self) -> None:
+        """Leave the counter and the module hooks (a probed step that never reached optimizer.step)."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        if self._counter is not None:
+            self._counter.__exit__(None, None, None)
+            self._counter = None
+        self.state = "done"
+
     def forward_begins(self) -> None:
+        if self.state in ("forward", "backward"):  # a second forward before any optimizer step
+            self.close()
         if self.state != "armed" or ROUTE.append is None:  # the probed step is a recorded one
             return
         from torch.utils.flop_counter import FlopCounterMode
@@ -419,6 +431,8 @@ class Instrumentation:
     def remove(self) -> None:
         """Take the forward/backward/optimizer hooks off (DDP cannot unregister a comm hook:
         it stays, and keeps recording while a collector is active)."""
+        if self.flops is not None and self.flops.state in ("forward", "backward", "step"):
+            self.flops.close()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
