@@ -266,3 +266,17 @@ def test_flops_probe_closes_without_an_optimizer_step(tmp_path, monkeypatch):
         model(torch.randn(2, 8))                                # no optimizer step in between
         assert _get_current_dispatch_mode_stack() == [] and inst.model_profile is None
         inst.remove()
+
+
+def test_side_tables_agree_without_msgspec(monkeypatch):
+    """The stdlib JSON fallback reads the same operators, shapes and memory samples."""
+    config = config_mod.load()
+    fast = kineto.read(FILES[1], config)[0].profiles
+    monkeypatch.setattr(kineto, "msgspec", None)
+    slow = kineto.read(FILES[1], config)[0].profiles
+    assert fast["memory"].equals(slow["memory"])
+    for side in (fast, slow):
+        side["shapes"] = [side["input_dims"][code] for code in side["operators"]["dims"]]
+    assert fast["shapes"] == slow["shapes"]
+    columns = ["start_ns", "end_ns", "pid", "lane", "flops"]
+    assert fast["operators"][columns].equals(slow["operators"][columns])

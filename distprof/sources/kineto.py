@@ -671,7 +671,11 @@ def _profile_tables(doc: _Document, rows: list, name_codes, name_uniques, start_
     where = np.flatnonzero(is_op)
     args = doc.args(compress(rows, is_op.tolist()))
     dims_codes, dims = doc.json_arg(args, "input_dims")
-    concrete_codes, concrete = doc.json_arg(args, "concrete")
+    # Concrete Inputs (stride/padding/dilation) only matter for convolutions: decoded for those only
+    conv_name = np.array(["conv" in name for name in name_uniques] + [False], bool)
+    conv = np.flatnonzero(conv_name[name_codes[where]]) if where.size else np.empty(0, np.int64)
+    concrete_codes = np.full(where.size, -1, np.int64)
+    concrete_codes[conv], concrete = doc.json_arg([args[i] for i in conv.tolist()], "concrete")
     operators = pd.DataFrame({
         "start_ns": start_ns[where], "end_ns": end_ns[where], "pid": ids["pid"][where], "lane": ids["tid"][where],
         "name": pd.Categorical.from_codes(name_codes[where], categories=name_uniques) if where.size else
