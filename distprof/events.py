@@ -174,3 +174,7 @@ class RankTrace:
     rank_from: str = "unknown"        # where the rank number came from (env, file order, ...)
     warnings: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    # side tables that only analyses.profiles reads (never shipped to rank 0): "operators" (framework
+    # ops with their flops / shape args), "input_dims"/"concrete_inputs" (their distinct values),
+    # "memory" (allocator samples: time_ns, allocated, reserved, device_type, device_id)
+    profiles: dict = field(default_factory=dict)

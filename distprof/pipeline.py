@@ -16,7 +16,7 @@ from . import align as align_mod
 from . import events as ev
 from . import transport
 from .analyses import collectives as coll
-from .analyses import cost, diagnose, distributed, skew, streams, summaries, whatif
+from .analyses import cost, diagnose, distributed, profiles, skew, streams, summaries, whatif
 from .ranges import rank_ranges
 from .reports import findings as findings_report
 from .results import ClockEstimate, RankResult, Summary
@@ -27,15 +27,16 @@ def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
     lane_names = trace.meta.get("lane_names")
     figures, lanes = distributed.rank_figures(trace.events, config, lane_names,
                                                     trace.meta.get("gpu_step_windows"))
+    profile, operator_table = profiles.rank_profile(trace, config)
     return RankResult(
         rank=trace.rank, source=trace.source, source_file=trace.source_file, pid=trace.pid, device=trace.device,
         rank_from=trace.rank_from, figures=figures, lanes=lanes,
         markers=skew.rank_markers(trace.events, config, lane_names),
         gpu_gaps=diagnose.rank_gpu_gaps(trace.events, config)["gpu_gaps"],
-        tables=summaries.rank_tables(trace.events, config, trace.meta),
+        tables={**summaries.rank_tables(trace.events, config, trace.meta), "operator": operator_table},
         clock=ClockEstimate(offset_ns=int(trace.clock_offset_ns), uncertainty_ns=int(trace.clock_uncertainty_ns)),
         warnings=tuple(trace.warnings) + _no_steps(trace, figures.steps, config), meta=dict(trace.meta),
-        frameworks=ev.frameworks(trace.events, trace.source))
+        frameworks=ev.frameworks(trace.events, trace.source), profile=profile)
 
 
 NO_STEPS = {
@@ -167,9 +168,12 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
-        checks=checks, skew=skew_summary, findings=findings_report.worded(cost.price_findings(found, what)),
+        checks=checks, skew=skew_summary,
+        findings=findings_report.worded(cost.price_findings(found + profiles.memory_findings(final, config),
+                                                            what)),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
-        collectives=collective_table, whatif=what)
+        collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
+        model_profile=profiles.model_profile(final))
 
 
 def _collectives(aligned: align_mod.Alignment, config: dict,

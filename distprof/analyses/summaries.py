@@ -36,7 +36,7 @@ from .. import events as ev
 from .. import lanes as lanes_mod
 from .. import names
 from . import intervals as iv
-from . import steptime
+from . import operators, steptime
 from .distributed import analysis_window
 
 MODEL_ROWS = ("ProfileStep", "Dataloader", "Forward", "Backward", "Optimization", "Others")
@@ -445,6 +445,8 @@ def _merge_steps(tables_by_rank, ranks) -> dict:
 def _trimmed(tables: dict, rows: int) -> dict:
     """A rank's tables for summary.json: by-name tables cut to ``rows``, no step series."""
     out = {k: v for k, v in tables.items() if k != "steps"}
+    if tables.get("operator"):
+        out["operator"] = operators.trimmed(tables["operator"], rows)
     for key in SORTABLE:
         table = tables[key]
         rest = table["rows"][rows:]
@@ -470,6 +472,7 @@ def merge_tables(tables_by_rank: list[dict | None], ranks: list[int], max_rows: 
         "memory": _merge_by_name(tables, ranks, "memory", ["kind", "name"], max_rows, "tables"),
         "user": _merge_by_name(tables, ranks, "user", ["name"], max_rows, "window"),
         "steps": _merge_steps(tables, ranks),
+        "operator": operators.merge_operator_tables(tables, ranks, max_rows),
     }
     keep = max_rows if len(pairs) == 1 else rank_rows  # one rank: its own tables are the merged ones
     return {"ranks": ranks, "merged": merged,

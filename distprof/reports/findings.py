@@ -200,12 +200,42 @@ def _dataloader_advice(finding: dict) -> str:
             + "cheaper decoding/augmentation or preprocessed data")
 
 
+def _mib(value: float) -> str:
+    return f"{value / 2 ** 20:.1f} MiB"
+
+
+def _memory_creep_message(finding: dict) -> str:
+    e = finding["evidence"]
+    return (f"memory creep on {len(finding['ranks'])}/{e['ranks_total']} ranks: the peak allocated on rank "
+            f"{e['worst_rank']} ({e['device']}) grows {_mib(e['growth_per_step_bytes'])} per step "
+            f"({_mib(e['first_peak_bytes'])} -> {_mib(e['last_peak_bytes'])} over {e['steps']} steps)")
+
+
+def _memory_imbalance_message(finding: dict) -> str:
+    e = finding["evidence"]
+    peak = e["peak_by_rank"][str(e["worst_rank"])]
+    return (f"rank {e['worst_rank']} holds {_mib(peak)} at its peak, {peak / e['median_bytes']:.2f}x the median of "
+            f"the ranks ({_mib(e['median_bytes'])})")
+
+
+def _memory_creep_advice(finding: dict) -> str:
+    return ("look for tensors kept across steps (losses or outputs appended without .item()/.detach(), caches, "
+            "growing lists); a leak ends in an out-of-memory error")
+
+
+def _memory_imbalance_advice(finding: dict) -> str:
+    return ("balance what each rank holds (sharding of parameters/optimizer state, pipeline stage sizes, "
+            "uneven batches); the rank at the peak limits the batch size of all")
+
+
 WORDS = {"serialized_communication": (_placement_message, _placement_advice),
          "unoverlapped_communication": (_placement_message, _placement_advice),
          "straggler": (_straggler_message, _straggler_advice),
          "slow_collective": (_slow_collective_message, _slow_collective_advice),
          "host_bound_gpu": (_host_bound_message, _host_bound_advice),
-         "dataloader_bound": (_dataloader_message, _dataloader_advice)}
+         "dataloader_bound": (_dataloader_message, _dataloader_advice),
+         "memory_creep": (_memory_creep_message, _memory_creep_advice),
+         "memory_imbalance": (_memory_imbalance_message, _memory_imbalance_advice)}
 
 
 def worded(findings: list[dict]) -> list[dict]:
