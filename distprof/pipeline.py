@@ -246,12 +246,15 @@ def _reduce_files(paths: list[Path], indices: list[int], config: dict,
     for index in _progress(indices, "reading") if progress else indices:
         try:
             traces = sources.read(paths[index], config)
+            reduced += [(index, position, reduce_rank(trace, config)) for position, trace in enumerate(traces)]
+            del traces  # bound memory by one file's events
         except ev.SourceError as error:
             warnings.append((index, f"skipped {error}"))
             print(f"distprof: warning: skipped {error}", file=sys.stderr)
-            continue
-        reduced += [(index, position, reduce_rank(trace, config)) for position, trace in enumerate(traces)]
-        del traces  # bound memory by one file's events
+        except Exception as error:  # noqa: BLE001 - one unreadable file costs that file, not the merge
+            text = f"skipped {paths[index]}: could not be read ({type(error).__name__}: {error})"
+            warnings.append((index, text))
+            print(f"distprof: warning: {text}", file=sys.stderr)
     return reduced, warnings
 
 
@@ -283,8 +286,14 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
     worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
     mine = transport.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
     extra = warnings
-    reduced, warnings = _reduce_here(paths, mine, config) if comm is None else \
-        _reduce_files(paths, mine, config)
+    try:
+        reduced, warnings = _reduce_here(paths, mine, config) if comm is None else \
+            _reduce_files(paths, mine, config)
+    except Exception as error:  # noqa: BLE001 - an MPI worker that fails still reaches the gather
+        if comm is None:
+            raise
+        reduced, warnings = [], [(min(mine, default=0), f"merge worker {worker} failed on its files "
+                                                        f"({type(error).__name__}: {error}): left out")]
     gathered = transport.gather_workers(comm, reduced, warnings)
     if gathered is None:
         return None
