@@ -86,11 +86,13 @@ def progress(items, desc: str):
     return tqdm(items, desc=desc, unit="file", leave=False, disable=not sys.stderr.isatty() or len(items) < 2)
 
 
-def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None) -> dict | None:
+def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None,
+                allow_duplicate_ranks: bool = False) -> dict | None:
     """summary.json's content of a merge (pipeline.merge_files); None on MPI workers other than 0.
     ``warnings`` (e.g. from sources.expand) go into the summary's ``warnings``."""
     from . import pipeline
-    summary = pipeline.merge_files(paths, config, comm=comm, warnings=warnings)
+    summary = pipeline.merge_files(paths, config, comm=comm, warnings=warnings,
+                                   allow_duplicate_ranks=allow_duplicate_ranks)
     return None if summary is None else summary.to_json()
 
 
@@ -119,7 +121,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if tasks > 1 and (comm is None or comm.Get_size() == 1):
         print(f"distprof: warning: launched as {tasks} tasks but MPI did not start a {tasks}-rank world: "
               "every task merges every file (with srun, try --mpi=pmix)", file=sys.stderr)
-    summary = merge_files(paths, config, comm=comm, warnings=notes)
+    summary = merge_files(paths, config, comm=comm, warnings=notes, allow_duplicate_ranks=args.allow_duplicate_ranks)
     if summary is None:  # an MPI worker other than rank 0: its results went to rank 0
         return 0
     out = Path(args.out)
@@ -310,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="analyse the ProfileStep window (default) or the whole trace")
     merge.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     merge.add_argument("--no-align", action="store_true", help=NO_ALIGN_HELP)
+    merge.add_argument("--allow-duplicate-ranks", action="store_true",
+                       help="merge inputs that claim the same rank, renumbering the later ones (else an error)")
     merge.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
                        help="ranks per node when the traces name no host: node = rank // N, for the Collectives "
                             "table's intra-/inter-node split (config hardware.gpus_per_node)")

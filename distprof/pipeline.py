@@ -274,7 +274,22 @@ def _reduce_here(paths: list[Path], mine: list[int], config: dict) -> tuple[list
     return [item for part in parts for item in part[0]], [item for part in parts for item in part[1]]
 
 
-def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None) -> Summary | None:
+def _claimed_twice(reduced: list, paths: list[Path]) -> str | None:
+    """The first rank two inputs of one kind claim (two runs' files in one folder), as one line."""
+    seen: dict[tuple[str, int], int] = {}
+    for index, _, result in reduced:  # one per rank result
+        if result.rank is None:
+            continue
+        key = (result.source, result.rank)
+        if key in seen and seen[key] != index:
+            return (f"rank {result.rank} is claimed by two inputs: {paths[seen[key]]} and {paths[index]} (two runs in "
+                    "one folder?): give one run's files, or --allow-duplicate-ranks to renumber them")
+        seen.setdefault(key, index)
+    return None
+
+
+def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None,
+                allow_duplicate_ranks: bool = False) -> Summary | None:
     """Read every input one at a time, keep only its compact per-rank results, combine.
 
     Under ``mpirun -n K distprof merge ...`` (``comm`` = COMM_WORLD) the files are spread over
@@ -298,7 +313,11 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
     if gathered is None:
         return None
     reduced, warnings = gathered
-    results = [result for _, _, result in sorted(reduced, key=lambda item: item[:2])]
+    reduced = sorted(reduced, key=lambda item: item[:2])
+    clash = None if allow_duplicate_ranks else _claimed_twice(reduced, paths)
+    if clash:
+        raise ev.SourceError(clash)
+    results = [result for _, _, result in reduced]
     warnings = [*(extra or []), *(text for _, text in sorted(warnings))]
     if not results:
         raise ev.SourceError("no readable rank file among the inputs" + (f": {warnings[0]}" if warnings else ""))
