@@ -62,11 +62,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(" ".join(command))
         return 0
     returncode = subprocess.call(command)
-    if returncode == 0:
-        from .reports import export, html
-        out = Path(args.out)
-        print(f"\nwrote {out / export.SUMMARY_FILE}\nwrote {out / html.REPORT_FILE}\n"
-              f"rank files: {out / 'rank*.sqlite'} ({ranks})")
+    if returncode == 0:  # rank 0 said where it wrote the summary and what to run next
+        print(f"rank files: {Path(args.out) / 'rank*.sqlite'} ({ranks} ranks, for `distprof merge`)")
     return returncode
 
 
@@ -131,6 +128,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.html:
         from .reports import html
         print(f"wrote {html.write_report(summary, out, args.unit)}")
+    print(text.next_steps(out, args.html))
     return 0
 
 

@@ -307,8 +307,9 @@ class Profiler:
                                    warnings=warnings).to_json()
         from .reports import export, html, text
         export.write_summary(summary, self.out)
-        html.write_report(summary, self.out)
+        report = html.write_report(summary, self.out)
         if not self.quiet:
             sys.stdout.write(text.render(summary))
+            sys.stdout.write(f"\nwrote {self.out / export.SUMMARY_FILE}\nwrote {report}\n{text.next_steps(self.out)}\n")
             sys.stdout.flush()
         return summary

@@ -230,3 +230,10 @@ def render_benchmark(summary: dict, unit: str = "ms") -> str:
                      tablefmt="simple", disable_numparse=True)
     width = max(len(line) for line in table.splitlines())
     return "\n".join([_banner("Perf Summary", width), table]) + "\n"
+
+
+def next_steps(out, html: bool = True) -> str:
+    """The line after a merge or a live run: where to look next, as commands to copy."""
+    return ("next: " + (f"open {out}/report.html; " if html else "")
+            + f"`distprof whatif {out}` (what each fix saves), `distprof trace {out}` (timeline for Perfetto), "
+            f"`distprof diff {out} OTHER_OUT` (did a change help)")
