@@ -16,7 +16,7 @@ from . import align as align_mod
 from . import events as ev
 from . import transport
 from .analyses import collectives as coll
-from .analyses import cost, diagnose, distributed, skew, streams, summaries, whatif
+from .analyses import cost, critical_path, diagnose, distributed, skew, streams, summaries, whatif
 from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
 
@@ -158,8 +158,10 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     skew_summary = _skew_summary(aligned, config, inst, missing)
     skew_summary["notes"] += _unsplit_note(final) + _unnamed_groups_note(final, world_size)
     checks = streams.stream_checks(final, config)
+    replay_graph: dict = {}
     what = whatif.safe_whatif(final, aligned.matching, config, warnings,
-                              (skew_summary.get("straggler") or {}).get("rank"))
+                              (skew_summary.get("straggler") or {}).get("rank"), keep=replay_graph)
+    path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings)
     skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what)}
     found = diagnose.findings(final, checks, skew_summary, config, collective_table)
     return Summary(
@@ -167,7 +169,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
         checks=checks, skew=skew_summary, findings=cost.price_findings(found, what),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
-        collectives=collective_table, whatif=what)
+        collectives=collective_table, whatif=what, critical_path=path)
 
 
 def _collectives(aligned: align_mod.Alignment, config: dict,

@@ -194,6 +194,7 @@ class Summary:
     tables: dict
     collectives: dict = field(default_factory=dict)  # analyses.collectives.summary: the Collectives table
     whatif: dict | None = None  # analyses.whatif.whatif: replayed step time and scenarios
+    critical_path: dict | None = None  # analyses.critical_path: what sets each step, across ranks
 
     def rank(self, rank: int) -> RankResult:
         """The result of one rank by its number."""
