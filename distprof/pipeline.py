@@ -159,9 +159,10 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     skew_summary["notes"] += _unsplit_note(final) + _unnamed_groups_note(final, world_size)
     checks = streams.stream_checks(final, config)
     replay_graph: dict = {}
-    what = whatif.safe_whatif(final, aligned.matching, config, warnings,
-                              (skew_summary.get("straggler") or {}).get("rank"), keep=replay_graph)
-    path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings)
+    straggler_rank = (skew_summary.get("straggler") or {}).get("rank")
+    what = whatif.safe_whatif(final, aligned.matching, config, warnings, straggler_rank, keep=replay_graph)
+    path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings, straggler_rank,
+                                            str(config.get("phases", {}).get("dataloader", "Dataloader")))
     skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what)}
     found = diagnose.findings(final, checks, skew_summary, config, collective_table)
     return Summary(

@@ -80,8 +80,37 @@ def test_three_ranks_one_late_gives_exactly_the_known_path():
                                                    "communication": T / step_ns})
     assert path["top"][0] == {"name": "forward", "kind": "compute", "ns": 3 * (F + delay),
                               "share": pytest.approx((F + delay) / step_ns), "ranks": [2]}
+    # what each what-if scenario acts on: the straggler's forward, the transfer, the compute
+    assert summary["skew"]["straggler"]["rank"] == 2
+    assert path["scenario_shares"] == pytest.approx({
+        "no_straggler": (F + delay) / step_ns, "overlap_communication": T / step_ns, "comm_bandwidth_x2": T / step_ns,
+        "no_dataloader_wait": 0.0, "balanced_ranks": (F + delay + OPT) / step_ns})
     # forward is 50 of 65 ms of the path: it dominates
     assert path["dominant"] == {"by": "phase", "name": "forward", "share": pytest.approx((F + delay) / step_ns)}
+
+
+def overlapped_job(ranks: int, steps: int = 3) -> list:
+    """Each step: forward F; an allreduce on a worker thread issued at F/4 that ends at F/2 (hidden
+    behind forward: nothing waits for it); the optimizer from forward's end."""
+    rows = {r: [] for r in range(ranks)}
+    for s in range(steps):
+        start = s * (F + OPT)
+        for r in range(ranks):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start, start + F + OPT, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "forward", start, start + F, 1, s, ""),
+                        (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_reduce", start + F // 4, start + F // 2, COMM_LANE,
+                         s, "allreduce"),
+                        (ev.RANGE, ev.PHASE, "optimizer", start + F, start + F + OPT, 1, s, "")]
+    return [_reduced(r, rows[r]) for r in range(ranks)]
+
+
+def test_serial_communication_is_on_the_path_overlapped_is_not():
+    serial = summarize(late_job(3, late=1, delay=0))["critical_path"]
+    overlapped = summarize(overlapped_job(3))["critical_path"]
+    assert serial["share_by_kind"]["communication"] == pytest.approx(T / (F + T + OPT))
+    assert overlapped["share_by_kind"] == {"compute": 1.0}
+    assert [(s["name"], s["end_ns"] - s["start_ns"]) for s in overlapped["steps"][1]["segments"]] == \
+        [("forward", F), ("optimizer", OPT)]
 
 
 def test_the_time_a_rank_waits_is_never_on_the_path():

@@ -26,6 +26,7 @@ COMPUTE, COMMUNICATION, HOST, WAIT, IDLE = "compute", "communication", "host", "
 KINDS = (COMPUTE, COMMUNICATION, HOST, WAIT, IDLE)
 CHAIN_LANE = "thread"          # the issuing thread of the rank (the replay's chain)
 NO_PHASE = "(no phase)"
+TRACE_START = "(trace starts)"  # the path reaches a rank's first point: its trace starts after the step did
 DOMINANT_SHARE = 0.5           # a phase or name above this share of the path dominates it
 TOP = 10
 _POINT, _OP_END, _OP_START = range(3)
@@ -147,6 +148,7 @@ def _segments(g: Graph, r: ReplayTimes, walked: pd.DataFrame, chain_lanes: list[
     op = np.where(host_op >= 0, host_op, op)
     phase = _phases_at(_phase_table(g, r.t), rank, mid)
     name = np.where(phase == "", NO_PHASE, phase).astype(object)
+    name[(kind == IDLE) & (op < 0)] = TRACE_START
     lane = np.full(op.size, CHAIN_LANE, dtype=object)
     on_op = op >= 0
     name[on_op], lane[on_op] = g.o_name[op[on_op]], g.o_lane[op[on_op]]
@@ -214,11 +216,27 @@ def _shares(frame: pd.DataFrame, by: str, total: int) -> dict:
     return {str(key): float(value / total) for key, value in ns.items()} if total else {}
 
 
+def scenario_shares(frame: pd.DataFrame, total: int, straggler_rank: int | None, dataloader: str) -> dict:
+    """Per what-if scenario, the share of the path it acts on (the part it can shorten): the
+    straggler's own work, the communication, the dataloader phase, the compute; None where the
+    scenario has nothing to act on (no straggler named)."""
+    def share(mask) -> float:
+        return float(frame["ns"][mask].sum() / total) if total else 0.0
+    communication = share(frame["kind"] == COMMUNICATION)
+    return {"no_straggler": None if straggler_rank is None else
+            share((frame["rank"] == straggler_rank) & (frame["kind"] != COMMUNICATION)),
+            "overlap_communication": communication, "comm_bandwidth_x2": communication,
+            "no_dataloader_wait": share(frame["phase"] == dataloader),
+            "balanced_ranks": share(frame["kind"].isin([COMPUTE, HOST]))}
+
+
 def critical_path(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
-                  chain_lanes: list[set[str]] | None = None) -> dict:
+                  chain_lanes: list[set[str]] | None = None, straggler_rank: int | None = None,
+                  dataloader: str = "Dataloader") -> dict:
     """summary.json's ``critical_path``: the path of every step, the shares of the total path
-    length (all steps) by rank, kind and phase, the top contributors by name, and ``dominant``:
-    the phase or name that holds more than ``DOMINANT_SHARE`` of the path (None: none does)."""
+    length (all steps) by rank, kind and phase, the top contributors by name, ``dominant``: the
+    phase or name that holds more than ``DOMINANT_SHARE`` of the path (None: none does), and
+    ``scenario_shares``: the part of the path each what-if scenario acts on."""
     steps = paths(g, r, w, transfer, edges, chain_lanes)
     rows = [seg for step in steps for seg in step["segments"]]
     frame = pd.DataFrame(rows, columns=list(_SEGMENT_COLUMNS))
@@ -238,10 +256,11 @@ def critical_path(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray,
             break
     return {"steps": steps, "length_ns": total, "share_by_rank": _shares(frame, "rank", total),
             "share_by_kind": _shares(frame, "kind", total), "share_by_phase": by_phase, "top": top,
-            "dominant": dominant}
+            "dominant": dominant, "scenario_shares": scenario_shares(frame, total, straggler_rank, dataloader)}
 
 
-def safe_critical_path(g: Graph | None, results: list, warnings: list[str]) -> dict | None:
+def safe_critical_path(g: Graph | None, results: list, warnings: list[str], straggler_rank: int | None = None,
+                       dataloader: str = "Dataloader") -> dict | None:
     """``critical_path`` of the measured replay for pipeline.combine (None without a graph or
     steps); ``results`` (RankResults, the graph's rows) name each rank's computing threads. A graph
     the walk cannot follow costs the critical path, with a warning, not the merge."""
@@ -251,7 +270,7 @@ def safe_critical_path(g: Graph | None, results: list, warnings: list[str]) -> d
         inputs = (g.p_w, g.o_transfer, g.edges)
         chain_lanes = [{lane.label for lane in result.lanes
                         if lane.lane_kind == HOST_THREAD and lane.computation_ns > 0} for result in results]
-        return critical_path(g, whatif.replay_times(g, *inputs), *inputs, chain_lanes)
+        return critical_path(g, whatif.replay_times(g, *inputs), *inputs, chain_lanes, straggler_rank, dataloader)
     except (ValueError, KeyError, IndexError) as error:
         warnings.append(f"critical path skipped: {type(error).__name__}: {error}")
         return None

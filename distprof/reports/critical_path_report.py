@@ -7,6 +7,7 @@ import html
 
 from . import format
 from .tables import tabulate
+from .whatif_report import TITLES
 
 TITLE = "Critical path (what sets the step)"
 SHOWN = 6  # shares listed per line
@@ -33,6 +34,11 @@ def parts(path: dict, unit: str = "ms") -> tuple[list[str], list[str], list[list
              "by rank: " + _shares(path.get("share_by_rank", {}), "rank "),
              "by kind: " + _shares(path.get("share_by_kind", {})),
              "by phase: " + _shares(path.get("share_by_phase", {}))]
+    acts = {TITLES.get(name, name): share for name, share in (path.get("scenario_shares") or {}).items()
+            if share is not None}
+    if acts:
+        lines.append("what-if scenarios act on: " + ", ".join(f"{name} {100 * share:.0f}%"
+                                                           for name, share in acts.items()) + " of the path")
     dominant = path.get("dominant")
     if dominant:
         lines.append(f"{dominant['by']} {dominant['name']} holds {100 * dominant['share']:.0f}% of the path")
