@@ -184,3 +184,16 @@ def test_demo_straggler_forward_on_the_path(tmp_path):
     on_path = [any(s["rank"] == 1 and s["name"] == "forward" for s in step["segments"]) for step in path["steps"]]
     assert sum(on_path) > len(on_path) / 2, on_path
     assert path["share_by_rank"]["1"] > 0.5, path["share_by_rank"]
+
+
+def test_nsys_gpu_job_path_is_its_step(tmp_path):
+    # 2 ranks of nsys exports written with nsys's own DDL: 4 ProfileStep NVTX ranges, NCCL kernels
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL not available")
+    paths = [fx.bulk_kernels(tmp_path / f"rank{r}.sqlite", 4000, rank=r) for r in (0, 1)]
+    path = pipeline.merge_files(paths, CONFIG).critical_path
+    assert len(path["steps"]) == 4
+    for step in path["steps"]:
+        assert step["length_ns"] == step["rank_step_ns"]
+        assert all(a["end_ns"] == b["start_ns"] for a, b in zip(step["segments"], step["segments"][1:]))
