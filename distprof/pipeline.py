@@ -168,7 +168,8 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
-        checks=checks, skew=skew_summary, findings=cost.price_findings(found, what),
+        checks=checks, skew=skew_summary,
+        findings=critical_path.with_path_evidence(cost.price_findings(found, what), path),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what, critical_path=path)
 

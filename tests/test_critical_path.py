@@ -85,6 +85,8 @@ def test_three_ranks_one_late_gives_exactly_the_known_path():
     assert path["scenario_shares"] == pytest.approx({
         "no_straggler": (F + delay) / step_ns, "overlap_communication": T / step_ns, "comm_bandwidth_x2": T / step_ns,
         "no_dataloader_wait": 0.0, "balanced_ranks": (F + delay + OPT) / step_ns})
+    straggler = next(f for f in summary["findings"] if f["finding"] == "straggler")
+    assert straggler["evidence"]["critical_path_share"] == pytest.approx((F + delay) / step_ns)
     # forward is 50 of 65 ms of the path: it dominates
     assert path["dominant"] == {"by": "phase", "name": "forward", "share": pytest.approx((F + delay) / step_ns)}
 

@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..events import HOST_THREAD
 from . import whatif
+from .cost import FINDING_SCENARIOS
 from .whatif import Graph, ReplayTimes
 
 COMPUTE, COMMUNICATION, HOST, WAIT, IDLE = "compute", "communication", "host", "wait", "idle"
@@ -274,3 +275,18 @@ def safe_critical_path(g: Graph | None, results: list, warnings: list[str], stra
     except (ValueError, KeyError, IndexError) as error:
         warnings.append(f"critical path skipped: {type(error).__name__}: {error}")
         return None
+
+
+def with_path_evidence(findings: list[dict], path: dict | None) -> list[dict]:
+    """Findings with ``critical_path_share`` in their evidence: the share of the critical path that
+    the scenario pricing their fix acts on (the straggler's own work, the communication, ...),
+    where there is a path and that scenario acts on some of it."""
+    shares = (path or {}).get("scenario_shares") or {}
+    out = []
+    for finding in findings:  # one per finding (a short list)
+        share = shares.get(FINDING_SCENARIOS.get(finding.get("finding"), ""))
+        evidence = finding.get("evidence")
+        if share is not None and isinstance(evidence, dict):
+            finding = {**finding, "evidence": {**evidence, "critical_path_share": share}}
+        out.append(finding)
+    return out
