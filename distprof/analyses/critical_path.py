@@ -30,6 +30,7 @@ NO_PHASE = "(no phase)"
 TRACE_START = "(trace starts)"  # the path reaches a rank's first point: its trace starts after the step did
 DOMINANT_SHARE = 0.5           # a phase or name above this share of the path dominates it
 TOP = 10
+NESTING = 8                    # phases looked back over to find the one holding a time
 _POINT, _OP_END, _OP_START = range(3)
 _NEG = np.iinfo(np.int64).min // 4
 
@@ -100,17 +101,29 @@ def _phase_table(g: Graph, t: np.ndarray) -> pd.DataFrame:
 
 
 def _phases_at(phases: pd.DataFrame, rank: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Per (rank row, time): the innermost phase that holds it (the latest started), or ''."""
+    """Per (rank row, time): the innermost phase that holds it (the latest started of those that
+    hold it, looking back over ``NESTING`` phases), or ''. Vectorized over the queries."""
     out = np.full(rank.size, "", dtype=object)
-    for row in np.unique(rank).tolist():  # one per rank on the path
-        mine = phases[phases["rank"] == row].sort_values("start", kind="stable")
-        which = np.flatnonzero(rank == row)
-        if not len(mine):
-            continue
-        when = at[which, None]
-        inside = (mine["start"].to_numpy()[None, :] <= when) & (mine["end"].to_numpy()[None, :] > when)
-        latest = np.where(inside, np.arange(len(mine))[None, :], -1).max(axis=1)
-        out[which[latest >= 0]] = mine["name"].to_numpy(object)[latest[latest >= 0]]
+    if not len(phases) or not rank.size:
+        return out
+    table = phases.sort_values(["rank", "start"], kind="stable")
+    key_rank, starts = table["rank"].to_numpy(np.int64), table["start"].to_numpy(np.int64)
+    ends, names = table["end"].to_numpy(np.int64), table["name"].to_numpy(object)
+    # phases and queries in one (rank, time) order, a phase before a query at the same time: the
+    # running max of phase positions is, per query, the last phase started at or before it
+    is_query = np.r_[np.zeros(starts.size, np.int64), np.ones(rank.size, np.int64)]
+    order = np.lexsort((is_query, np.r_[starts, at], np.r_[key_rank, rank]))
+    position = np.r_[np.arange(starts.size), np.full(rank.size, -1)][order]
+    last = np.empty(rank.size, np.int64)
+    last[order[is_query[order] == 1] - starts.size] = np.maximum.accumulate(position)[is_query[order] == 1]
+    found = np.full(rank.size, -1, np.int64)
+    for back in range(NESTING):  # a few passes: the enclosing phases of a nested one
+        k = last - back
+        ok = (found < 0) & (k >= 0)
+        kk = np.maximum(k, 0)
+        hit = ok & (key_rank[kk] == rank) & (ends[kk] > at)
+        found[hit] = kk[hit]
+    out[found >= 0] = names[found[found >= 0]]
     return out
 
 
