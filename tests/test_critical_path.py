@@ -165,6 +165,15 @@ def test_length_is_the_replayed_step_on_real_traces(pattern):
         assert all(a["end_ns"] == b["start_ns"] for a, b in zip(segs, segs[1:]))
         assert all(s["kind"] in critical_path.KINDS and s["end_ns"] > s["start_ns"] for s in segs)
     assert abs(sum(path["share_by_rank"].values()) - 1) < 1e-9
+    # the times walked are the replay's: each op's end is its last arrival + transfer (or its start),
+    # each point is the later of (previous point + segment) and (waited op's end + gap)
+    times = whatif.replay_times(g, g.p_w, g.o_transfer, g.edges)
+    assert (times.t == t).all()
+    assert (times.end == np.maximum(times.start, times.start[times.last_op] + g.o_transfer)).all()
+    via = np.where(g.p_first, g.p_t, np.r_[0, t[:-1]] + g.p_w)
+    if g.edges.shape[0]:
+        np.maximum.at(via, g.edges[:, 0], times.end[g.edges[:, 1]] + g.edges[:, 2])
+    assert (via == t).all()
 
 
 def test_multi_group_gloo_the_late_rank_holds_the_largest_share():
