@@ -214,6 +214,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
                                 label=f"{Path(name).name}, pid {trace.pid}", steps=steps,
                                 lane_names=trace.meta.get("lane_names"))
             del traces  # bound memory by one file's events
+        writer.add_critical_path(summary.get("critical_path"), steps)
         if not writer.ranks or (steps is not None and not writer.selected):
             what = f"--steps {args.steps}" if writer.ranks else "the rank selection"
             raise config_mod.ConfigError(f"{what}: matches no events; {out} not written")

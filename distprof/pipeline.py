@@ -16,7 +16,7 @@ from . import align as align_mod
 from . import events as ev
 from . import transport
 from .analyses import collectives as coll
-from .analyses import cost, diagnose, distributed, profiles, skew, streams, summaries, whatif
+from .analyses import cost, critical_path, diagnose, distributed, profiles, skew, streams, summaries, whatif
 from .ranges import rank_ranges
 from .reports import findings as findings_report
 from .results import ClockEstimate, RankResult, Summary
@@ -161,19 +161,22 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     skew_summary = _skew_summary(aligned, config, inst, missing)
     skew_summary["notes"] += _unsplit_note(final) + _unnamed_groups_note(final, world_size)
     checks = streams.stream_checks(final, config)
-    what = whatif.safe_whatif(final, aligned.matching, config, warnings,
-                              (skew_summary.get("straggler") or {}).get("rank"))
+    replay_graph: dict = {}
+    straggler_rank = (skew_summary.get("straggler") or {}).get("rank")
+    what = whatif.safe_whatif(final, aligned.matching, config, warnings, straggler_rank, keep=replay_graph)
+    path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings, straggler_rank,
+                                            str(config.get("phases", {}).get("dataloader", "Dataloader")))
     skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what)}
     found = diagnose.findings(final, checks, skew_summary, config, collective_table)
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
         checks=checks, skew=skew_summary,
-        findings=findings_report.worded(cost.price_findings(found + profiles.memory_findings(final, config),
-                                                            what)),
+        findings=findings_report.worded(critical_path.with_path_evidence(
+            cost.price_findings(found + profiles.memory_findings(final, config), what), path)),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
-        model_profile=profiles.model_profile(final))
+        model_profile=profiles.model_profile(final), critical_path=path)
 
 
 def _collectives(aligned: align_mod.Alignment, config: dict,

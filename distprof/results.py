@@ -225,6 +225,7 @@ class Summary:
     whatif: dict | None = None  # analyses.whatif.whatif: replayed step time and scenarios
     profiles: dict = field(default_factory=dict)  # analyses.profiles.across_ranks: FLOPS spread, memory
     model_profile: dict | None = None  # analyses.profiles.model_profile: the live FLOPs profile (flops=True)
+    critical_path: dict | None = None  # analyses.critical_path: what sets each step, across ranks
 
     def rank(self, rank: int) -> RankResult:
         """The result of one rank by its number."""

@@ -37,7 +37,9 @@ def check_structure(events: list[dict]) -> None:
     for flow_id, pair in phases_by_id.items():
         assert sorted(f["ph"] for f in pair) == ["f", "s"], flow_id
         begin, end = sorted(pair, key=lambda f: f["ph"], reverse=True)
-        assert begin["ts"] <= end["ts"] and end.get("bp") == "e" and begin["pid"] == end["pid"]
+        assert begin["ts"] <= end["ts"] and end.get("bp") == "e"
+        # a launch flow stays in its rank; the critical path's arrows go from rank to rank
+        assert begin["pid"] == end["pid"] or begin["cat"] == end["cat"] == "critical_path", pair
 
 
 def thread_names(events: list[dict]) -> dict[int, set[str]]:
@@ -109,7 +111,10 @@ def test_demo_trace_cli(demo_overlap, tmp_path):
     summary = json.loads((demo_overlap / "summary.json").read_text())
     world = summary["world_size"]
     assert {e["pid"] for e in events} == set(range(world))
-    assert all(len(lanes) == 2 for lanes in thread_names(events).values())   # main and comm threads
+    # main and comm threads, and the critical path's track where the path visits the rank
+    assert all(len(lanes - {"critical path"}) == 2 for lanes in thread_names(events).values())
+    path = [e for e in events if e.get("cat") == "critical_path" and e["ph"] == "X"]
+    assert len(path) == sum(len(step["segments"]) for step in summary["critical_path"]["steps"])
     steps = [e for e in events if e["name"] == "ProfileStep"]
     assert len(steps) == sum(r["steps"] for r in summary["ranks"])
     assert min(e["ts"] for e in events if e["ph"] == "X") == 0        # origin = earliest aligned event

@@ -83,6 +83,8 @@ class Graph:
     edges: np.ndarray          # (n, 3) int64: point, op, gap
     p_kind: np.ndarray         # _PHASE_END, _STEP_END, _STEP_START, _PHASE_START or _ISSUE
     p_label: np.ndarray        # "name<" / "name>" for phase bounds, "@op" for issues
+    o_name: np.ndarray         # each op's name and lane label (the critical path's segments)
+    o_lane: np.ndarray
 
 
 def _points(markers, step_set: set, dataloader: str) -> pd.DataFrame:
@@ -243,7 +245,8 @@ def _finish_graph(results: list[RankResult], points: pd.DataFrame, ops: pd.DataF
                  ops["rank"].to_numpy(np.int64), col, ops["issue"].to_numpy(np.int64),
                  ops["lane_prev"].to_numpy(np.int64), delta, end - last, start, end,
                  op_end_point.to_numpy(np.int64), last < column_last, ~ops["host"].to_numpy(bool), edges,
-                 points["kind"].to_numpy(np.int64), points["label"].to_numpy(object))
+                 points["kind"].to_numpy(np.int64), points["label"].to_numpy(object),
+                 ops["name"].astype(str).to_numpy(object), ops["lane"].astype(str).to_numpy(object))
 
 
 def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -351,6 +354,39 @@ def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
         if mine.size:
             np.maximum.at(chains.b, by_op[mine, 0], ends[by_op[mine, 1]] + by_op[mine, 2])
     return chains.all(), ends
+
+
+@dataclass(frozen=True)
+class ReplayTimes:
+    """A replay's times, all of them, for backtracking (critical_path): point times, and per op
+    when it was ready (its issue point's time, or its queue predecessor's ready), started, ended,
+    and the member of its join whose start was the last arrival (itself when it came last)."""
+
+    t: np.ndarray
+    ready: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    last_op: np.ndarray
+
+
+def replay_times(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray) -> ReplayTimes:
+    """``replay`` and the op times it implies, re-derived vectorized from its point times and op
+    ends (start = max(ready, lane predecessor's end) + launch delay; the last member is the
+    latest start among the members the op joined)."""
+    t, ends = replay(g, w, transfer, edges)
+    issue_t = np.where(g.o_issue >= 0, t[np.maximum(g.o_issue, 0)], 0)
+    ready = _measured_ready(issue_t, g.o_issue, g.o_lane_prev)
+    prev_end = np.where(g.o_lane_prev >= 0, ends[np.maximum(g.o_lane_prev, 0)], _NEG)
+    starts = np.maximum(ready, prev_end) + g.o_delta
+    by_start = np.lexsort((-starts, g.o_col))                # per column, the latest start first
+    head = np.r_[True, g.o_col[by_start][1:] != g.o_col[by_start][:-1]] if by_start.size else np.zeros(0, bool)
+    latest = pd.Series(by_start[head], index=g.o_col[by_start][head])
+    last_op = latest.reindex(g.o_col).to_numpy(np.int64).copy() if g.o_col.size else np.zeros(0, np.int64)
+    for col in np.unique(g.o_col[g.o_partial]).tolist():  # one per column that is not one join
+        members = np.flatnonzero(g.o_col == col)
+        joins = g.o_start[members][None, :] <= g.o_end[members][:, None]
+        last_op[members] = members[np.where(joins, starts[members][None, :], _NEG).argmax(axis=1)]
+    return ReplayTimes(t, ready, starts, ends, last_op)
 
 
 # -- scenarios: new durations or dependencies, replayed --------------------------------------
@@ -554,16 +590,20 @@ def _unwaited_gpu_note(g: Graph) -> list[str]:
 
 
 def whatif(results: list[RankResult], matching: Matching, config: dict,
-           scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None = None) -> dict:
+           scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None = None,
+           keep: dict | None = None) -> dict:
     """summary.json's ``whatif``: measured and replayed median step, the replay error (median over
     steps of |replayed − measured| / measured) and each scenario's predicted median step,
     saving against the measured one and the ranks whose own median step drops.
     ``straggler_rank``: the rank the skew analysis named (skew.py holds the one straggler rule),
     None when it named none: no_straggler then does not apply. Where it applies, every other
     scenario is also replayed on top of it (``saving_after_straggler_ns``): a delay the straggler
-    causes is its cost, not also that of the waits it propagates into."""
+    causes is its cost, not also that of the waits it propagates into. ``keep``: a dict that
+    receives the graph (``keep["graph"]``), for the critical path, so it is built once."""
     dataloader = str(config.get("phases", {}).get("dataloader", "Dataloader"))
     g = build_graph(results, matching, dataloader)
+    if keep is not None:
+        keep["graph"] = g
     if not g.step_start.size:
         info = {"reason": "no_steps"}
         return {"measured_step_ns": None, "replayed_step_ns": None, "replay_error": None, "replay_error_max": None,
@@ -617,11 +657,11 @@ def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank
 
 
 def safe_whatif(results: list[RankResult], matching: Matching, config: dict, warnings: list[str],
-                straggler_rank: int | None = None) -> dict | None:
+                straggler_rank: int | None = None, keep: dict | None = None) -> dict | None:
     """``whatif`` for pipeline.combine: a trace the replay cannot read costs the what-if, with a
     warning saying so, not the whole merge."""
     try:
-        return whatif(results, matching, config, straggler_rank=straggler_rank)
+        return whatif(results, matching, config, straggler_rank=straggler_rank, keep=keep)
     except (ValueError, KeyError, IndexError) as error:
         warnings.append(f"what-if replay skipped: {type(error).__name__}: {error}")
         return None

@@ -4,8 +4,9 @@ Layout: one process per rank (``pid`` = rank), one track per lane (host thread o
 on the aligned clock (each rank's own timestamps + its ``clock_offset_ns`` from the summary),
 relative to one origin so microsecond timestamps keep nanosecond digits. Slices carry their
 category as ``cat`` and a colour (``cname``); a flow arrow goes from each launching runtime call
-to its kernel/memcpy/memset where the source knows the correlation id. Ranks are written one at a
-time, so memory stays at one rank's events.
+to its kernel/memcpy/memset where the source knows the correlation id. The critical path (summary.json
+``critical_path``) gets its own track per rank, category ``critical_path``, with flow arrows where it
+moves between ranks. Ranks are written one at a time, so memory stays at one rank's events.
 
 Serialization is vectorized (pandas ``to_json`` per rank), not a Python loop per event.
 """
@@ -200,6 +201,45 @@ def flow_records(events: pd.DataFrame, tid: np.ndarray, start: np.ndarray, rank:
     return _lines(begin) + "\n" + _lines(end), int(ids[-1]) + 1
 
 
+CRITICAL_PATH = "critical_path"
+CRITICAL_PATH_TID = 1_000_000  # its own track in each rank's process, after the lanes
+
+
+def critical_path_records(path: dict | None, origin_ns: int, ranks: list[int],
+                          steps: Selection | set[int] | None, first_flow_id: int) -> tuple[str, int]:
+    """The critical path (summary.json ``critical_path``) as slices on a "critical path" track of
+    each rank it visits (category ``critical_path``) and a flow arrow wherever it moves to
+    another rank, so it can be followed across ranks; only ``ranks`` (those written) and
+    ``steps``."""
+    rows = [{**seg, "step": step["step"], "walk": i} for i, step in enumerate((path or {}).get("steps", []))
+            for seg in step["segments"]]
+    frame = pd.DataFrame(rows, columns=["rank", "lane", "name", "kind", "start_ns", "end_ns", "phase", "step",
+                                        "walk"])
+    frame = frame[frame["rank"].isin(ranks) & (_selected(frame["step"].to_numpy(), steps) if steps is not None
+                                                else True)].reset_index(drop=True)
+    if not len(frame):
+        return "", first_flow_id
+    meta = [json.dumps({"ph": "M", "ts": 0, "pid": int(rank), "tid": CRITICAL_PATH_TID, "name": name,
+                        "args": {"name": "critical path"} if name == "thread_name" else {"sort_index": -1}},
+                       separators=(",", ":"))
+            for rank in sorted(set(frame["rank"].tolist())) for name in ("thread_name", "thread_sort_index")]
+    ts = (frame["start_ns"].to_numpy() - origin_ns) / 1000.0
+    slices = pd.DataFrame({"name": frame["kind"] + ": " + frame["name"], "cat": CRITICAL_PATH, "ph": "X", "ts": ts,
+                           "dur": (frame["end_ns"] - frame["start_ns"]).to_numpy() / 1000.0,
+                           "pid": frame["rank"].to_numpy(), "tid": CRITICAL_PATH_TID, "cname": "terrible"})
+    args = frame[["step", "kind", "lane", "phase"]]
+    moves = np.flatnonzero((frame["walk"].to_numpy()[1:] == frame["walk"].to_numpy()[:-1])
+                           & (frame["rank"].to_numpy()[1:] != frame["rank"].to_numpy()[:-1]))
+    ids = first_flow_id + np.arange(moves.size)
+    common = {"name": "critical path", "cat": CRITICAL_PATH, "id": ids, "tid": CRITICAL_PATH_TID}
+    begin = pd.DataFrame({**common, "ph": "s", "ts": (frame["end_ns"].to_numpy()[moves] - origin_ns) / 1000.0,
+                          "pid": frame["rank"].to_numpy()[moves]})
+    end = pd.DataFrame({**common, "ph": "f", "bp": "e", "ts": ts[moves + 1],
+                        "pid": frame["rank"].to_numpy()[moves + 1]})
+    parts = ["\n".join(meta), _with_args(_lines(slices), args), _lines(begin), _lines(end)]
+    return "\n".join(p for p in parts if p), int(first_flow_id + moves.size)
+
+
 class TraceWriter:
     """Streams ranks into one gzip'd Chrome-trace JSON file: ``add_rank`` per rank, then ``close``."""
 
@@ -229,6 +269,14 @@ class TraceWriter:
             self._first = False
             self.events += text.count("\n") + 1
         self.ranks.append(rank)
+
+    def add_critical_path(self, path: dict | None, steps: Selection | set[int] | None = None) -> None:
+        """The summary's critical path on the ranks written so far (call after ``add_rank``)."""
+        text, self._next_flow = critical_path_records(path, self.origin_ns or 0, self.ranks, steps, self._next_flow)
+        if text:
+            self._file.write(("" if self._first else ",\n") + text.replace("\n", ",\n"))
+            self._first = False
+            self.events += text.count("\n") + 1
 
     def close(self) -> Path:
         meta = {**self.metadata, "origin_ns": self.origin_ns, "ranks": self.ranks,

@@ -49,6 +49,9 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
     if summary.get("whatif"):
         from . import whatif_report
         parts += ["", whatif_report.render(summary["whatif"], unit)]
+    if summary.get("critical_path"):
+        from . import critical_path_report
+        parts += ["", critical_path_report.render(summary["critical_path"], unit)]
     parts += [part for section in tables.sections(summary, unit, **table_options) for part in ("", section)]
     if summary.get("warnings"):
         parts += ["", _banner("Warnings", width), *(f"! {w}" for w in summary["warnings"])]

@@ -1,0 +1,219 @@
+"""Critical path across ranks (analyses/critical_path.py): by construction on synthetic jobs whose
+path is known, and on the real traces of tests/data (length = the replayed step; the late rank
+holds the largest share)."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from distprof import align, pipeline
+from distprof import config as config_mod
+from distprof import events as ev
+from distprof.analyses import critical_path, whatif
+
+CONFIG = config_mod.load()
+MS = 1_000_000
+DATA = Path(__file__).parent / "data"
+F, T, OPT = 20 * MS, 10 * MS, 5 * MS  # forward, transfer, optimizer
+COMM_LANE = 7
+
+
+def late_job(ranks: int, late: int, delay: int, steps: int = 3) -> list:
+    """Each step on every rank: forward (``delay`` longer on rank ``late``), then a blocking
+    allreduce on a worker thread from the rank's arrival to ``T`` after the last arrival, then the
+    optimizer from the allreduce's end. By construction the path of every step is: the late
+    rank's forward, the transfer (last arrival to end), the optimizer of the rank walked from."""
+    rows = {r: [] for r in range(ranks)}
+    start = 0
+    for s in range(steps):
+        arrive = start + F + np.where(np.arange(ranks) == late, delay, 0)
+        last = int(arrive.max())
+        for r in range(ranks):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start, last + T + OPT, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "forward", start, int(arrive[r]), 1, s, ""),
+                        (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_reduce", int(arrive[r]), last + T, COMM_LANE, s,
+                         "allreduce"),
+                        (ev.RANGE, ev.PHASE, "optimizer", last + T, last + T + OPT, 1, s, "")]
+        start = last + T + OPT
+    return [_reduced(r, rows[r]) for r in range(ranks)]
+
+
+def _reduced(rank: int, rows: list):
+    kind, category, name, begin, end, lane, step, collective = (np.array(c, dtype=object) for c in zip(*rows))
+    events = ev.make_events(kind=kind, category=category, name=name, rank=rank, step=step.astype(np.int64),
+                            start_ns=begin.astype(np.int64), end_ns=end.astype(np.int64),
+                            lane=lane.astype(np.int64), collective=collective)
+    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
+
+
+def summarize(results) -> dict:
+    return pipeline.combine(results, CONFIG, source="test", world_size=len(results)).to_json()
+
+
+def test_three_ranks_one_late_gives_exactly_the_known_path():
+    delay = 30 * MS
+    results = late_job(3, late=2, delay=delay)
+    summary = summarize(results)
+    path = summary["critical_path"]
+    comm_lane = results[0].markers.collectives["lane"][0]
+    step_ns = F + delay + T + OPT
+    assert len(path["steps"]) == 3
+    for s, step in enumerate(path["steps"]):
+        begin = s * step_ns
+        # every rank's step is the same: the median is each of them; the walk starts on rank 0
+        assert step["rank"] == 0 and step["rank_rule"] == "median" and step["length_ns"] == step_ns
+        assert step["segments"] == [
+            {"rank": 2, "lane": "thread", "name": "forward", "kind": "compute", "start_ns": begin,
+             "end_ns": begin + F + delay, "phase": "forward"},
+            {"rank": 0, "lane": comm_lane, "name": "allreduce", "kind": "communication",
+             "start_ns": begin + F + delay, "end_ns": begin + F + delay + T, "phase": ""},
+            {"rank": 0, "lane": "thread", "name": "optimizer", "kind": "compute",
+             "start_ns": begin + F + delay + T, "end_ns": begin + step_ns, "phase": "optimizer"}]
+    total = 3 * step_ns
+    assert path["length_ns"] == total
+    assert path["share_by_rank"] == pytest.approx({"2": (F + delay) / step_ns, "0": (T + OPT) / step_ns})
+    assert path["share_by_kind"] == pytest.approx({"compute": (F + delay + OPT) / step_ns,
+                                                   "communication": T / step_ns})
+    assert path["top"][0] == {"name": "forward", "kind": "compute", "ns": 3 * (F + delay),
+                              "share": pytest.approx((F + delay) / step_ns), "ranks": [2]}
+    # what each what-if scenario acts on: the straggler's forward, the transfer, the compute
+    assert summary["skew"]["straggler"]["rank"] == 2
+    assert path["scenario_shares"] == pytest.approx({
+        "no_straggler": (F + delay) / step_ns, "overlap_communication": T / step_ns, "comm_bandwidth_x2": T / step_ns,
+        "no_dataloader_wait": 0.0, "balanced_ranks": (F + delay + OPT) / step_ns})
+    straggler = next(f for f in summary["findings"] if f["finding"] == "straggler")
+    assert straggler["evidence"]["critical_path_share"] == pytest.approx((F + delay) / step_ns)
+    # forward is 50 of 65 ms of the path: it dominates
+    assert path["dominant"] == {"by": "phase", "name": "forward", "share": pytest.approx((F + delay) / step_ns)}
+
+
+def overlapped_job(ranks: int, steps: int = 3) -> list:
+    """Each step: forward F; an allreduce on a worker thread issued at F/4 that ends at F/2 (hidden
+    behind forward: nothing waits for it); the optimizer from forward's end."""
+    rows = {r: [] for r in range(ranks)}
+    for s in range(steps):
+        start = s * (F + OPT)
+        for r in range(ranks):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start, start + F + OPT, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "forward", start, start + F, 1, s, ""),
+                        (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_reduce", start + F // 4, start + F // 2, COMM_LANE,
+                         s, "allreduce"),
+                        (ev.RANGE, ev.PHASE, "optimizer", start + F, start + F + OPT, 1, s, "")]
+    return [_reduced(r, rows[r]) for r in range(ranks)]
+
+
+def test_serial_communication_is_on_the_path_overlapped_is_not():
+    serial = summarize(late_job(3, late=1, delay=0))["critical_path"]
+    overlapped = summarize(overlapped_job(3))["critical_path"]
+    assert serial["share_by_kind"]["communication"] == pytest.approx(T / (F + T + OPT))
+    assert overlapped["share_by_kind"] == {"compute": 1.0}
+    assert [(s["name"], s["end_ns"] - s["start_ns"]) for s in overlapped["steps"][1]["segments"]] == \
+        [("forward", F), ("optimizer", OPT)]
+
+
+def test_the_time_a_rank_waits_is_never_on_the_path():
+    path = summarize(late_job(3, late=1, delay=40 * MS))["critical_path"]
+    for step in path["steps"]:
+        # ranks 0 and 2 wait from their arrival (F) to rank 1's (F + 40 ms): no segment of theirs there
+        begin = step["segments"][0]["start_ns"]
+        waits = [(begin + F, begin + F + 40 * MS)]
+        for seg in step["segments"]:
+            if seg["rank"] != 1:
+                assert all(seg["end_ns"] <= a or seg["start_ns"] >= b for a, b in waits), seg
+
+
+def test_an_even_rank_count_walks_from_the_rank_closest_to_the_median_and_says_so():
+    path = summarize(late_job(2, late=1, delay=10 * MS))["critical_path"]
+    assert all(step["rank_rule"] == "closest_to_median" for step in path["steps"])
+    assert all(step["length_ns"] == step["rank_step_ns"] == F + 10 * MS + T + OPT for step in path["steps"])
+
+
+def test_a_job_without_steps_has_no_critical_path():
+    events = ev.make_events(kind=[ev.RANGE], category=[ev.PHASE], name=["forward"], start_ns=[0], end_ns=[MS])
+    assert summarize([pipeline.reduce_rank(ev.RankTrace(events=events, rank=0), CONFIG)])["critical_path"] is None
+
+
+REAL = ["torch_cpu/rank*.json.gz", "torch_cpu_nolate/rank*.json.gz", "kineto_h100/gloo_cuda/rank*.json.gz",
+        "demo_ranks/rank*.sqlite", "kineto/hta_trace_filter_2rank/*.json.gz",
+        "kineto/hta_nccl_parser_config_1of2/*.json.gz", "kineto/hta_negative_queue_1of16/*.json.gz",
+        "kineto/hta_trace_diff_control_1of8/*.json.gz", "kineto_h100/nccl_world1/*.json.gz",
+        "torch_cpu_whatif/late/rank*.json.gz", "torch_cpu_whatif/clean/rank*.json.gz"]
+
+
+@pytest.mark.parametrize("pattern", REAL)
+def test_length_is_the_replayed_step_on_real_traces(pattern):
+    summary = pipeline.merge_files(sorted(DATA.glob(pattern)), CONFIG)
+    path = summary.critical_path
+    aligned = align.align(list(summary.ranks), CONFIG)
+    g = whatif.build_graph(aligned.results, aligned.matching)
+    t, _ = whatif.replay(g, g.p_w, g.o_transfer, g.edges)
+    replayed = {(int(g.rank_numbers[r]), int(s)): int(t[e] - t[b])
+                for r, s, b, e in zip(g.step_rank, g.step_index, g.step_start, g.step_end)}
+    assert path is not None and len(path["steps"]) == summary.whatif["steps"]
+    for step in path["steps"]:
+        durations = sorted(ns for (rank, s), ns in replayed.items() if s == step["step"])
+        median = float(np.median(durations))
+        assert step["rank_step_ns"] == replayed[(step["rank"], step["step"])]
+        assert abs(step["length_ns"] - step["rank_step_ns"]) <= 0.01 * step["rank_step_ns"]
+        assert abs(step["rank_step_ns"] - median) == min(abs(d - median) for d in durations)
+        segs = step["segments"]
+        # one unbroken walk: each segment starts where the one before it ended
+        assert all(a["end_ns"] == b["start_ns"] for a, b in zip(segs, segs[1:]))
+        assert all(s["kind"] in critical_path.KINDS and s["end_ns"] > s["start_ns"] for s in segs)
+    assert abs(sum(path["share_by_rank"].values()) - 1) < 1e-9
+    # the times walked are the replay's: each op's end is its last arrival + transfer (or its start),
+    # each point is the later of (previous point + segment) and (waited op's end + gap)
+    times = whatif.replay_times(g, g.p_w, g.o_transfer, g.edges)
+    assert (times.t == t).all()
+    assert (times.end == np.maximum(times.start, times.start[times.last_op] + g.o_transfer)).all()
+    via = np.where(g.p_first, g.p_t, np.r_[0, t[:-1]] + g.p_w)
+    if g.edges.shape[0]:
+        np.maximum.at(via, g.edges[:, 0], times.end[g.edges[:, 1]] + g.edges[:, 2])
+    assert (via == t).all()
+
+
+def test_multi_group_gloo_the_late_rank_holds_the_largest_share():
+    # tests/data/torch_cpu: 4 ranks, several process groups, rank 2 late (make_traces.py)
+    path = pipeline.merge_files(sorted(DATA.glob("torch_cpu/rank*.json.gz")), CONFIG).critical_path
+    shares = path["share_by_rank"]
+    assert max(shares, key=shares.get) == "2" and shares["2"] > 0.5
+
+
+def test_demo_straggler_forward_on_the_path(tmp_path):
+    load = os.getloadavg()[0]
+    result = run_cli("demo", "--ranks", "2", "--steps", "6", "--straggler", "1:50", "--out", str(tmp_path))
+    load = max(load, os.getloadavg()[0])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Critical path" in result.stdout
+    if load > 2 * (os.cpu_count() or 1):
+        pytest.skip(f"machine overloaded (load {load:.1f}): straggler timing not asserted")
+    path = json.loads((tmp_path / "summary.json").read_text())["critical_path"]
+    on_path = [any(s["rank"] == 1 and s["name"] == "forward" for s in step["segments"]) for step in path["steps"]]
+    assert sum(on_path) > len(on_path) / 2, on_path
+    assert path["share_by_rank"]["1"] > 0.5, path["share_by_rank"]
+
+
+def test_nsys_gpu_job_path_is_its_step(tmp_path):
+    # 2 ranks of nsys exports written with nsys's own DDL: 4 ProfileStep NVTX ranges, NCCL kernels
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL not available")
+    paths = [fx.bulk_kernels(tmp_path / f"rank{r}.sqlite", 4000, rank=r) for r in (0, 1)]
+    path = pipeline.merge_files(paths, CONFIG).critical_path
+    assert len(path["steps"]) == 4
+    for step in path["steps"]:
+        assert step["length_ns"] == step["rank_step_ns"]
+        assert all(a["end_ns"] == b["start_ns"] for a, b in zip(step["segments"], step["segments"][1:]))
+
+
+def test_a_segment_takes_the_innermost_phase_of_its_own_rank():
+    import pandas as pd
+    phases = pd.DataFrame({"rank": [0, 0, 1], "name": ["step", "forward", "backward"],
+                           "start": [0, 10, 0], "end": [100, 20, 50]})
+    rank = np.array([0, 0, 0, 0, 1, 1])
+    at = np.array([5, 15, 50, 150, 15, 60])
+    assert critical_path._phases_at(phases, rank, at).tolist() == ["step", "forward", "step", "", "backward", ""]
