@@ -268,10 +268,11 @@ class Profiler:
 
     def _aggregate(self, failure: str | None = None) -> dict | None:
         """Reduce this rank's own file, send it to rank 0 (bounded), combine there. A rank that
-        failed sends only its failure line: rank 0 names it and reads its file where it can."""
-        from . import pipeline  # the analysis stack loads at the end of a session, not at import
+        failed sends only its failure line: rank 0 names it and reads its file where it can. The
+        analysis stack loads only where a result is made (a failed rank never waits for its import)."""
         try:
             if self._link() is None and self.world_size > 1:
+                from . import pipeline
                 self._stop_sample([])
                 result = self._own_result(failure)
                 results = transport.results_from_files(

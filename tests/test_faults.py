@@ -209,7 +209,7 @@ def test_torchrun_gloo_rank_raising_ends_like_without_distprof(tmp_path):
                                 timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
         elapsed[use] = time.monotonic() - started
         assert result.returncode != 0 and "ValueError: bad batch" in result.stdout + result.stderr
-    assert elapsed["distprof"] <= elapsed["plain"] + 10, elapsed
+    assert elapsed["distprof"] <= elapsed["plain"] + max(10.0, 0.5 * elapsed["plain"]), elapsed  # loaded machine
     assert steps_in(tmp_path / "distprof" / "rank1.sqlite") == 2
 
 
