@@ -7,6 +7,7 @@ a merge with some bad or missing rank files goes on and says so.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import subprocess
@@ -285,6 +286,28 @@ NO_ALIGN_HELP = ("keep the sources' clock offsets (MPI ping-pong, nsys session s
                  "do not refine them by the ends of matched collectives")
 
 
+def _seed(text: str) -> int:
+    """argparse type of --seed: numpy's generators take 0 .. 2**32-1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 0 <= value < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {2 ** 32 - 1}, got {value}")
+    return value
+
+
+def _percent(text: str) -> float:
+    """argparse type of --min-change: a finite percentage >= 0 (nan made every change 'under nan%')."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite percentage >= 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .analyses.diff import MIN_CHANGE as DIFF_MIN_CHANGE
     from .reports import tables
@@ -347,8 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--html", action="store_true",
                       help="also write OUT/diff.html, and OUT/report.html: the after run's report with the diff on top")
     diff.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
-    diff.add_argument("--seed", type=int, default=0, help="seed of the bootstrap interval (default 0)")
-    diff.add_argument("--min-change", type=float, default=100 * DIFF_MIN_CHANGE, metavar="PCT",
+    diff.add_argument("--seed", type=_seed, default=0, help="seed of the bootstrap interval (default 0)")
+    diff.add_argument("--min-change", type=_percent, default=100 * DIFF_MIN_CHANGE, metavar="PCT",
                       help="smallest change of the step time called significant, in %% "
                            f"(default {100 * DIFF_MIN_CHANGE:g})")
     diff.add_argument("--config", default=None, help="YAML config file (for inputs that need a merge)")

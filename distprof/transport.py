@@ -61,9 +61,29 @@ def detect_world(environ=None) -> tuple[int, int, str]:
     environ = os.environ if environ is None else environ
     for rank_var in _RANK_VARS:
         if rank_var in environ:
-            size = next((int(environ[v]) for v in _SIZE_VARS if v in environ), int(environ[rank_var]) + 1)
-            return int(environ[rank_var]), size, f"env {rank_var}"
+            rank = _launcher_int(environ, rank_var, 0)
+            size_var = next((v for v in _SIZE_VARS if v in environ), None)
+            size = rank + 1 if size_var is None else _launcher_int(environ, size_var, 1)
+            if rank >= size:
+                raise ValueError(f"distprof: launcher variables disagree: {rank_var}={rank} is not below "
+                                 f"{size_var}={size}")
+            return rank, size, f"env {rank_var}"
     return 0, 1, "single process"
+
+
+MAX_WORLD_SIZE = 1 << 24  # far above any job; WORLD_SIZE=1e9 would make rank 0 wait on a billion files
+
+
+def _launcher_int(environ, name: str, low: int) -> int:
+    """A launcher variable as an int in [low, MAX_WORLD_SIZE], else a ValueError naming it."""
+    text = environ[name]
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"distprof: environment variable {name}={text!r} is not an integer") from None
+    if not low <= value <= MAX_WORLD_SIZE:
+        raise ValueError(f"distprof: environment variable {name}={value} is outside {low}..{MAX_WORLD_SIZE}")
+    return value
 
 
 def results_from_files(rank_file, world_size: int, timeout_s: float, own_result, load) -> list:
@@ -78,6 +98,8 @@ def results_from_files(rank_file, world_size: int, timeout_s: float, own_result,
     results = {0: own_result}
     while len(results) < world_size and time.monotonic() < deadline:
         for rank in range(world_size):
+            if time.monotonic() > deadline:  # a pass over many ranks must not run past the deadline
+                break
             path = rank_file(rank)
             if rank in results or not path.exists():
                 continue

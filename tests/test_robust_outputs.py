@@ -6,6 +6,7 @@ ranges, and one that matches nothing leaves an existing trace untouched."""
 import gzip
 import json
 import os
+import re
 import threading
 
 import pytest
@@ -233,3 +234,34 @@ def test_advice_names_no_other_framework():
     from distprof.analyses import diagnose, streams
     for module in (diagnose, streams):
         assert "MegEngine" not in inspect.getsource(module)
+
+
+# ---------------------------------------------------------------- issue 23: outputs and flags
+def test_csv_cells_that_would_run_as_formulas_are_neutralised(tmp_path):
+    import csv
+    summary = {"ranks": [{"rank": 0, "steps": 2, "source_file": "=HYPERLINK(\"http://x\")", "window_ns": -5}],
+               "collectives": {"rows": [{"kind": "allreduce", "group": "@evil", "count": 3}]}}
+    export.write_csv(summary, tmp_path / "ranks.csv")
+    with open(tmp_path / "ranks.csv", newline="") as handle:
+        row = list(csv.DictReader(handle))[0]
+    assert row["source_file"] == "'=HYPERLINK(\"http://x\")" and row["window_ns"] == "-5"  # numbers stay numbers
+    export.write_collectives_csv(summary, tmp_path / "collectives.csv")
+    with open(tmp_path / "collectives.csv", newline="") as handle:
+        assert list(csv.DictReader(handle))[0]["group"] == "'@evil"
+
+
+@pytest.mark.parametrize("flags", [["--min-change", "nan"], ["--min-change", "-3"], ["--min-change", "inf"],
+                                   ["--seed", "-1"], ["--seed", "x"]])
+def test_diff_flags_are_checked_before_reading_anything(tmp_path, flags):
+    result = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), *flags)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and flags[0] in result.stderr
+
+
+@pytest.mark.parametrize(("environ", "name"), [({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK='abc'"),
+                                               ({"RANK": "0", "WORLD_SIZE": "1e9"}, "WORLD_SIZE='1e9'"),
+                                               ({"RANK": "0", "WORLD_SIZE": "1000000000"}, "WORLD_SIZE=1000000000"),
+                                               ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3")])
+def test_launcher_variables_that_make_no_sense_are_named(environ, name):
+    from distprof.transport import detect_world
+    with pytest.raises(ValueError, match=re.escape(name)):
+        detect_world(environ)
