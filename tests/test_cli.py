@@ -107,3 +107,17 @@ def test_merge_says_where_it_wrote_and_what_to_run_next(tmp_path):
     assert f"wrote {tmp_path / 'out' / 'summary.json'}" in lines
     assert f"wrote {tmp_path / 'out' / 'report.html'}" in lines
     assert lines[-1].startswith(f"next: open {tmp_path / 'out'}/report.html; `distprof whatif {tmp_path / 'out'}`")
+
+
+def test_warnings_come_first_and_wrap(tmp_path):
+    """A warning that changes what the tables mean (here: no ProfileStep ranges, the window is the whole
+    trace) is printed above them, wrapped at 160 characters (issue 29)."""
+    data = Path(__file__).parent / "data" / "nsys" / "pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite.gz"
+    result = run_cli("merge", str(data), "-o", str(tmp_path / "out"), "--no-html")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    first_warning = next(i for i, line in enumerate(lines) if line.startswith("! "))
+    assert first_warning < next(i for i, line in enumerate(lines) if line.startswith("Rank "))
+    assert "no ProfileStep" in lines[first_warning]
+    table = next(i for i, line in enumerate(lines) if line.startswith("Rank "))
+    assert all(len(line) <= 160 for line in lines[first_warning:table])

@@ -42,7 +42,7 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
     width = max(len(line) for line in table.splitlines())
     parts = [_banner("Distributed Summary", width),
              f"world size {summary['world_size']} · source {summary['source']} · time unit {unit}",
-             table, "", lanes_table(summary)]
+             *warning_lines(summary.get("warnings") or []), table, "", lanes_table(summary)]
     for section in (extra_sections(summary, unit) + collectives_section(summary, unit) + profile_section(summary)
                     + model_profile_section(summary, unit)):
         parts += ["", section]
@@ -53,9 +53,20 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
         from . import critical_path_report
         parts += ["", critical_path_report.render(summary["critical_path"], unit)]
     parts += [part for section in tables.sections(summary, unit, **table_options) for part in ("", section)]
-    if summary.get("warnings"):
-        parts += ["", _banner("Warnings", width), *(f"! {w}" for w in summary["warnings"])]
     return "\n".join(parts) + "\n"
+
+
+WRAP = 160  # console lines: warnings and notes wrap here
+
+
+def warning_lines(warnings: list[str]) -> list[str]:
+    """The warnings first, above the tables whose meaning they change (renumbered ranks, missing
+    ranks, clocks not verified, no steps), each wrapped at ``WRAP`` characters."""
+    import textwrap
+    lines = []
+    for warning in warnings:
+        lines += textwrap.wrap(warning, WRAP, initial_indent="! ", subsequent_indent="  ", break_on_hyphens=False)
+    return lines
 
 
 def _mib(value) -> str:
