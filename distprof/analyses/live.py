@@ -61,7 +61,8 @@ def _noise(values: list[float]) -> float:
 @dataclass
 class AlertRule:
     """The alert state across windows. A straggler is alerted once it is named in
-    ``straggler_windows`` consecutive windows, and its recovery once it is not named in as many.
+    ``straggler_windows`` consecutive windows at a cost of at least ``min_cost_share`` of the step
+    (the what-if saving, as in the final summary), and its recovery once it is not so named in as many.
     A rank's step time (or exposed communication per step) jumps when it rises above the median of
     its previous ``baseline`` windows by ``jump_share`` of it and by ``jump_noise`` times the
     baseline's noise (exposed communication: and by ``floor_share`` of the step time), in
@@ -69,6 +70,7 @@ class AlertRule:
     longer above (the baseline caught up or it fell)."""
 
     straggler_windows: int = 2
+    min_cost_share: float = 0.10
     baseline: int = 3
     min_baseline: int = 2
     jump_share: float = 0.25
@@ -83,7 +85,8 @@ class AlertRule:
     def update(self, window: dict) -> list[dict]:
         """The alerts of this window: {steps, code, rank, ...numbers}."""
         steps = window["steps"]
-        self.named.append((window["straggler"] or {}).get("rank"))
+        straggler = window["straggler"] or {}
+        self.named.append(straggler.get("rank") if (straggler.get("cost_share") or 0) >= self.min_cost_share else None)
         out = self._straggler(steps, window)
         step_time = window["step_time_ns"] or 0.0
         for row in window["ranks"]:  # one per rank

@@ -76,5 +76,5 @@ def section(live: dict | None) -> list[str]:
              f"{len(windows)} window(s) of {live['every_steps']} steps; step time (ms) per window: "
              + " ".join(_ms(w["step_time_ns"]) for w in windows),
              "straggler per window: " + ", ".join(named)]
-    lines += [alert_line(alert) for alert in live.get("alerts", [])] or ["no alerts"]
+    lines += ["  " + alert_line(alert).removeprefix(PREFIX + " ") for alert in live.get("alerts", [])] or ["no alerts"]
     return ["\n".join(lines)]
