@@ -43,12 +43,13 @@ class LiveProcess:
         self.process, self.out = process, out
 
 
-def start(out: Path, world_size: int, config: dict, started_wall_ns: int) -> LiveProcess | None:
+def start(out: Path, world_size: int, config: dict, started_wall_ns: int, quiet: bool = False) -> LiveProcess | None:
     """Start the view (rank 0); None, with one line on stderr, when it cannot start: training goes on."""
     package_parent = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")])),
            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    setup = {"out": str(out), "world_size": world_size, "config": config, "started_wall_ns": started_wall_ns}
+    setup = {"out": str(out), "world_size": world_size, "config": config, "started_wall_ns": started_wall_ns,
+             "quiet": quiet}
     try:
         process = subprocess.Popen([sys.executable, "-m", "distprof.live"], stdin=subprocess.PIPE, env=env,
                                    close_fds=True)
@@ -271,7 +272,8 @@ def _emit(lines: list[str]) -> None:
         pass
 
 
-def watch(out: Path, world_size: int, config: dict, started_wall_ns: int, stopped: threading.Event) -> dict:
+def watch(out: Path, world_size: int, config: dict, started_wall_ns: int, stopped: threading.Event,
+          quiet: bool = False) -> dict:
     """Follow the rank files until ``stopped`` is set, then report the windows complete by then."""
     from . import pipeline  # noqa: F401 - the analysis stack loads while the first window trains
     from .analyses import live as live_analysis
@@ -291,7 +293,8 @@ def watch(out: Path, world_size: int, config: dict, started_wall_ns: int, stoppe
             next_first = windows[-1][1] + 1
         if not final and len(windows) > MAX_PENDING:
             record["skipped"] += [list(w) for w in windows[:-MAX_PENDING]]
-            _emit([live_text.skipped_line(w) for w in windows[:-MAX_PENDING]])
+            if not quiet:
+                _emit([live_text.skipped_line(w) for w in windows[:-MAX_PENDING]])
             windows = windows[-MAX_PENDING:]
         for window in windows:
             summary, behind = window_summary(cursors, window, config, world_size)
@@ -301,7 +304,8 @@ def watch(out: Path, world_size: int, config: dict, started_wall_ns: int, stoppe
             alerts = rule.update(figures) if config["live"]["alerts"] else []
             record["windows"].append(figures)
             record["alerts"] += alerts
-            _emit(live_text.window_lines(figures) + [live_text.alert_line(a) for a in alerts])
+            if not quiet:
+                _emit(live_text.window_lines(figures) + [live_text.alert_line(a) for a in alerts])
             metrics.update(figures, alerts)
             if not _write_record(out, record) and disk_ok:
                 disk_ok = False
@@ -328,7 +332,8 @@ def main() -> int:
         stopped.set()
     threading.Thread(target=wait_for_stop, name="distprof-live-stop", daemon=True).start()
     try:
-        watch(Path(setup["out"]), int(setup["world_size"]), setup["config"], int(setup["started_wall_ns"]), stopped)
+        watch(Path(setup["out"]), int(setup["world_size"]), setup["config"], int(setup["started_wall_ns"]), stopped,
+              bool(setup.get("quiet")))
     except Exception as error:  # noqa: BLE001 - the view dies alone, with one line; training goes on
         sys.stderr.write(f"distprof: warning: live view stopped ({type(error).__name__}: {error})\n")
         return 1

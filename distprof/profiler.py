@@ -113,7 +113,7 @@ class Profiler:
             import time
 
             from . import live
-            self._live = live.start(self.out, self.world_size, self.config, time.time_ns())
+            self._live = live.start(self.out, self.world_size, self.config, time.time_ns(), self.quiet)
 
     def _abort_if_unhandled(self) -> None:
         """Under MPI, an exception that reaches the top of the program aborts the job once Python has
