@@ -42,6 +42,10 @@ def demo_command(args: argparse.Namespace, ranks: int, mpirun: str) -> list[str]
         command += ["--straggler", args.straggler]
     if args.config:
         command += ["--config", str(args.config)]
+    if getattr(args, "live_every", None) is not None:
+        command += ["--live-every", str(args.live_every)]
+    if getattr(args, "prometheus_port", None) is not None:
+        command += ["--prometheus-port", str(args.prometheus_port)]
     if getattr(args, "no_align", False):
         command.append("--no-align")
     return command
@@ -53,6 +57,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if value is not None and value < 1:  # 0 would quietly mean the default, -3 would reach mpirun
             raise config_mod.ConfigError(f"{option}: expected a positive integer, got {value}")
     ranks = args.ranks or config["demo"]["ranks"]
+    if getattr(args, "live_every", None) is not None and args.live_every < 0:
+        raise config_mod.ConfigError(f"--live-every: expected a number of steps >= 0 (0: off), got {args.live_every}")
+    port = getattr(args, "prometheus_port", None)
+    if port is not None and not 1 <= port <= 65535:
+        raise config_mod.ConfigError(f"--prometheus-port: expected a TCP port 1..65535, got {port}")
     if args.straggler:
         check_straggler(args.straggler, ranks)
     mpirun = find_mpirun()
@@ -69,10 +78,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def check_straggler(text: str, ranks: int) -> None:
-    """--straggler RANK:MS, RANK one of the demo's ranks: say which part is wrong."""
-    rank, sep, ms = text.partition(":")
+    """--straggler RANK:MS[@STEP], RANK one of the demo's ranks: say which part is wrong."""
+    rank, sep, rest = text.partition(":")
+    ms, at, step = rest.partition("@")
     if not sep or not ms.replace(".", "", 1).isdigit():
-        raise config_mod.ConfigError(f"--straggler: expected RANK:MS, e.g. 2:50, got {text!r}")
+        raise config_mod.ConfigError(f"--straggler: expected RANK:MS, e.g. 2:50, or RANK:MS@STEP (from step "
+                                     f"STEP on), e.g. 1:50@12, got {text!r}")
+    if at and not step.isdigit():
+        raise config_mod.ConfigError(f"--straggler: STEP must be a step number >= 0 (RANK:MS@STEP), got {text!r}")
     if not rank.isdigit() or int(rank) >= ranks:
         raise config_mod.ConfigError(f"--straggler: RANK must be 0..{ranks - 1} (the demo runs {ranks} ranks), "
                                      f"got {text!r}")
@@ -319,7 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: config demo.steps)")
     demo.add_argument("--comm", choices=("overlap", "serial"), default=None,
                       help="overlap: allreduce on a comm thread during backward; serial: after backward")
-    demo.add_argument("--straggler", default=None, metavar="RANK:MS", help="that rank sleeps MS ms per step")
+    demo.add_argument("--straggler", default=None, metavar="RANK:MS[@STEP]",
+                      help="that rank sleeps MS ms per step (from step STEP on)")
+    demo.add_argument("--live-every", type=int, default=None, metavar="K",
+                      help="live view: a rolling summary every K steps while the job trains (config live.every_steps)")
+    demo.add_argument("--prometheus-port", type=int, default=None, metavar="P",
+                      help="live view: rank 0 serves Prometheus /metrics on port P (config live.prometheus_port)")
     demo.add_argument("--out", default="distprof_out", help="output directory (default distprof_out/)")
     demo.add_argument("--config", default=None, help="YAML config file")
     demo.add_argument("--dry-run", action="store_true", help="print the mpirun command and exit")

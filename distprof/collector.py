@@ -113,7 +113,7 @@ class Collector:
         self._db.executescript(NATIVE_SCHEMA)
         self.set_meta(schema_version=SCHEMA_VERSION, rank=rank, world_size=world_size, pid=os.getpid(),
                       hostname=socket.gethostname(), clock="time.perf_counter_ns (CLOCK_MONOTONIC)",
-                      wall_minus_clock_ns=time.time_ns() - clock_ns(), complete=0)
+                      wall_minus_clock_ns=time.time_ns() - clock_ns(), started_wall_ns=time.time_ns(), complete=0)
         self.active = False
         # process CPU time over wall time since the collector started: the Device Summary's
         # CPU(Process) row (up to cores x 100 %); written at every flush, so a crash keeps it

@@ -59,11 +59,17 @@ DEFAULTS: dict[str, Any] = {
         "memory_creep_share": 0.01,     # per-step memory peaks growing every step by more than this share: finding
         "memory_outlier_share": 0.20,   # a rank's memory peak above the median of the ranks by this share: finding
     },
+    "live": {
+        "every_steps": 0,           # a rolling Distributed Summary every this many committed steps; 0: off
+        "prometheus_port": None,    # rank 0 serves /metrics on this port; None: off
+        "textfile": None,           # node-exporter textfile (.prom) rewritten each window; None: off
+        "alerts": True,             # straggler / step-time / exposed-communication alerts
+    },
     "demo": {
         "ranks": 4,
         "steps": 12,
         "comm": "overlap",          # overlap | serial
-        "straggler": "",            # "RANK:MS", e.g. "2:50"
+        "straggler": "",            # "RANK:MS" or "RANK:MS@STEP", e.g. "2:50", "1:50@12"
         "layers": 4,
         "width": 512,
         "batch": 256,
@@ -83,11 +89,11 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "diagnosis.dataloader_share": (0, 1), "diagnosis.gpu_idle_share": (0, 1),
     "diagnosis.memory_creep_share": (0, None), "diagnosis.memory_outlier_share": (0, None),
     "demo.ranks": (1, None), "demo.steps": (1, None), "demo.layers": (1, None), "demo.width": (1, None),
-    "demo.batch": (1, None),
+    "demo.batch": (1, None), "live.every_steps": (0, None), "live.prometheus_port": (1, 65535),
 }
 # keys whose default is None (not known): a number of this type, or null; must be > 0
 NULLABLE: dict[str, type] = {"hardware.peak_busbw_gbps": float, "hardware.gpus_per_node": int,
-                             "hardware.peak_tflops": float}
+                             "hardware.peak_tflops": float, "live.prometheus_port": int, "live.textfile": str}
 NON_EMPTY_ITEMS = ("communication.kernel_prefixes",)  # an empty prefix would match every kernel
 
 
@@ -131,6 +137,11 @@ def _nullable(path: str, value: Any, source: str) -> Any:
     if value is None:
         return None
     kind = NULLABLE[path]
+    if kind is str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{source}: key '{path}' must be a non-empty string or null, got "
+                              f"{type(value).__name__} ({value!r})")
+        return value
     allowed = (int, float) if kind is float else (int,)
     if isinstance(value, bool) or not isinstance(value, allowed):
         what = "a number" if kind is float else "an integer"
@@ -138,6 +149,7 @@ def _nullable(path: str, value: Any, source: str) -> Any:
                           f"({value!r})")
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{source}: key '{path}' must be > 0 or null, got {value!r}")
+    _check_value(path, value, source)
     return float(value) if kind is float else int(value)
 
 

@@ -49,6 +49,7 @@ class Profiler:
         self._closed = False
         self._stop_link = False  # not made yet
         self._failed: list[int] = []  # ranks that failed, told when rank 0's summary is written
+        self._live = None  # rank 0's live view process (config live.every_steps)
 
     # -- session ---------------------------------------------------------------------------
     def __enter__(self) -> Profiler:
@@ -61,6 +62,7 @@ class Profiler:
             self.collector = Collector(self.rank_file(self.rank), self.rank, self.world_size)
             self._clock_sample("start")
             self._follow_schedule()
+            self._start_live()
         self._begin_step(clock_ns())
         return self
 
@@ -93,10 +95,25 @@ class Profiler:
                                                           if self.collector is not None else "\n"))
             sys.stderr.flush()
             self._abort_if_unhandled()
-        if self.timer_only:
-            self.summary = self._aggregate_timers(failure)
-        elif self.collector is not None:
-            self.summary = self._aggregate(failure)  # the exception (if any) propagates after this
+        try:
+            if self.timer_only:
+                self.summary = self._aggregate_timers(failure)
+            elif self.collector is not None:
+                self.summary = self._aggregate(failure)  # the exception (if any) propagates after this
+        finally:
+            if self._live is not None:  # a stop that wrote no summary: the view ends now
+                from . import live
+                live.stop(self._live, wait_s=0.5)
+                self._live = None
+
+    def _start_live(self) -> None:
+        """Rank 0: the rolling view (live.py), a separate process reading the rank files; the
+        training thread never waits for it."""
+        if self.rank == 0 and self.config["live"]["every_steps"] > 0:
+            import time
+
+            from . import live
+            self._live = live.start(self.out, self.world_size, self.config, time.time_ns(), self.quiet)
 
     def _abort_if_unhandled(self) -> None:
         """Under MPI, an exception that reaches the top of the program aborts the job once Python has
@@ -304,8 +321,12 @@ class Profiler:
         results = None if results is None else [r for r in results if r is not None]
         if not results:
             return None
-        summary = pipeline.combine(results, self.config, source="distprof (live)", world_size=self.world_size,
-                                   warnings=warnings).to_json()
+        from dataclasses import replace
+
+        from . import live
+        live_record, self._live = live.stop(self._live), None  # every rank file is complete by now
+        summary = replace(pipeline.combine(results, self.config, source="distprof (live)", world_size=self.world_size,
+                                           warnings=warnings), live=live_record).to_json()
         from .reports import export, html, text
         export.write_summary(summary, self.out)
         report = html.write_report(summary, self.out)

@@ -226,6 +226,7 @@ class Summary:
     profiles: dict = field(default_factory=dict)  # analyses.profiles.across_ranks: FLOPS spread, memory
     model_profile: dict | None = None  # analyses.profiles.model_profile: the live FLOPs profile (flops=True)
     critical_path: dict | None = None  # analyses.critical_path: what sets each step, across ranks
+    live: dict | None = None  # live.watch's record: every_steps, windows[] (analyses.live.window_figures), alerts[]
 
     def rank(self, rank: int) -> RankResult:
         """The result of one rank by its number."""
@@ -235,6 +236,8 @@ class Summary:
         """summary.json's content: the one place it is written from."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["ranks"] = [result.to_json() for result in self.ranks]
+        if self.live is None:  # only a session with the live view on has one
+            del out["live"]
         # messages carry duration tokens (units.duration): written out here in readable units,
         # kept as templates so a report can phrase them in the unit its reader asked for
         out["findings"] = [{**f, "message": phrase(f["message"]), "template": f["message"]} for f in self.findings]

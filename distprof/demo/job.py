@@ -5,7 +5,8 @@ that are summed across ranks with MPI Iallreduce (polled, so waiting ranks yield
   overlap: each layer's allreduce is issued on a communication thread while backward goes
            on with the next layer (numpy matmul releases the GIL, so both really run);
   serial:  every allreduce runs after backward, on the main thread.
-``--straggler RANK:MS`` makes that rank sleep MS ms in its forward pass every step.
+``--straggler RANK:MS`` makes that rank sleep MS ms in its forward pass every step;
+``RANK:MS@STEP`` from step STEP on (a rank that starts lagging while the job runs).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import numpy as np
 import distprof
 
 
-def parse_straggler(text: str) -> tuple[int, float] | None:
+def parse_straggler(text: str) -> tuple[int, float, int] | None:
+    """(rank, seconds of sleep per step, first step) of ``RANK:MS[@STEP]`` (checked by the CLI)."""
     if not text:
         return None
-    rank, _, ms = text.partition(":")
-    return int(rank), float(ms) / 1000.0
+    rank, _, rest = text.partition(":")
+    ms, _, step = rest.partition("@")
+    return int(rank), float(ms) / 1000.0, int(step or 0)
 
 
 def synthetic_batches(rng: np.random.Generator, batch: int, width: int, steps: int):
@@ -92,6 +95,10 @@ def train(args: argparse.Namespace) -> dict | None:
     lr = 0.01
     comm_thread = CommThread(comm) if mode == "overlap" else None
     overrides = {"clock": {"align": False}} if args.no_align else {}
+    live = {key: value for key, value in (("every_steps", args.live_every),
+                                          ("prometheus_port", args.prometheus_port)) if value is not None}
+    if live:
+        overrides["live"] = live
     profiler = distprof.Profiler(config=args.config, out=args.out, **overrides)
     with profiler as prof:
         for x, target in prof.loader(synthetic_batches(rng, batch, width, steps)):
@@ -99,7 +106,7 @@ def train(args: argparse.Namespace) -> dict | None:
                 activations = [x]
                 for w in weights:
                     activations.append(np.maximum(activations[-1] @ w, 0.0))
-                if straggler and straggler[0] == rank:
+                if straggler and straggler[0] == rank and prof.step_num >= straggler[2]:
                     time.sleep(straggler[1])
             with distprof.range("loss"):  # a user range: the UserDefined table has a row
                 error = activations[-1] - target
@@ -136,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--straggler", default=None)
     parser.add_argument("--out", default="distprof_out")
     parser.add_argument("--config", default=None)
+    parser.add_argument("--live-every", type=int, default=None)
+    parser.add_argument("--prometheus-port", type=int, default=None)
     parser.add_argument("--no-align", action="store_true", help="keep the ping-pong clock offsets as they are")
     train(parser.parse_args(argv))
     return 0

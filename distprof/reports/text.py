@@ -43,8 +43,9 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
     parts = [_banner("Distributed Summary", width),
              f"world size {summary['world_size']} · source {summary['source']} · time unit {unit}",
              *warning_lines(summary.get("warnings") or []), table, "", lanes_table(summary)]
+    from .live_text import section as live_section
     for section in (extra_sections(summary, unit) + collectives_section(summary, unit) + profile_section(summary)
-                    + model_profile_section(summary, unit)):
+                    + model_profile_section(summary, unit) + live_section(summary.get("live"))):
         parts += ["", section]
     if summary.get("whatif"):
         from . import whatif_report

@@ -23,9 +23,15 @@ def _connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path)
 
 
-def _query(path: Path) -> tuple[dict, list, int, int, list, dict]:
+def _query(path: Path, window: tuple[int, int, int] | None = None) -> tuple[dict, list, int, int, list, dict]:
     """Meta, good range rows (a name id missing from distprof_names gets a placeholder name, so
-    its time is kept), the counts of rows skipped and of names missing, clock rows, lane names."""
+    its time is kept), the counts of rows skipped and of names missing, clock rows, lane names.
+    ``window`` (rowid after, first step, last step): only those rows, found by rowid (the live
+    view reads a growing file window by window, never all of it)."""
+    where, arguments = _GOOD_ROW, (ev.USER, ev.RANGE)
+    if window is not None:
+        where += " AND r.rowid > ? AND r.step BETWEEN ? AND ?"
+        arguments += tuple(int(v) for v in window)
     try:
         with _connect(path) as db:
             meta = dict(db.execute("SELECT key, value FROM distprof_meta"))
@@ -33,9 +39,9 @@ def _query(path: Path) -> tuple[dict, list, int, int, list, dict]:
                 "SELECT r.start_ns, r.end_ns, r.tid, r.step, "
                 "COALESCE(n.name, '<unknown name ' || r.name_id || '>'), COALESCE(n.category, ?), "
                 f"COALESCE(n.kind, ?), {_comm_columns(db)}, n.id IS NULL FROM distprof_ranges r "
-                f"LEFT JOIN distprof_names n ON n.id = r.name_id WHERE {_GOOD_ROW}",
-                (ev.USER, ev.RANGE)).fetchall()
-            bad = db.execute(f"SELECT count(*) FROM distprof_ranges r WHERE NOT ({_GOOD_ROW})").fetchone()[0]
+                f"LEFT JOIN distprof_names n ON n.id = r.name_id WHERE {where}", arguments).fetchall()
+            bad = 0 if window is not None else \
+                db.execute(f"SELECT count(*) FROM distprof_ranges r WHERE NOT ({_GOOD_ROW})").fetchone()[0]
             clock_rows = db.execute("SELECT phase, offset_ns, rtt_ns FROM distprof_clock "
                                     "WHERE typeof(offset_ns) = 'integer' AND typeof(rtt_ns) = 'integer'").fetchall()
             lane_names = dict(db.execute("SELECT tid, name FROM distprof_threads"))
@@ -65,9 +71,10 @@ def _int_meta(meta: dict, key: str, path: Path, warnings: list[str]) -> int | No
         return None
 
 
-def read(path: Path, config: dict) -> list[ev.RankTrace]:
-    """One RankTrace from a native file; a rank that crashed gives its completed steps."""
-    meta, rows, bad, unnamed, clock_rows, lane_names = _query(path)
+def read(path: Path, config: dict, window: tuple[int, int, int] | None = None) -> list[ev.RankTrace]:
+    """One RankTrace from a native file; a rank that crashed gives its completed steps.
+    ``window``: (rowid after, first step, last step) of a live window (see _query)."""
+    meta, rows, bad, unnamed, clock_rows, lane_names = _query(path, window)
     warnings: list[str] = []
     try:
         rank = int(meta["rank"])

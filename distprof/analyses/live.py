@@ -1,0 +1,137 @@
+"""The live view's numbers: one window's per-rank figures from its Summary (the same figures,
+straggler rule and cost model as the final summary, since the window went through
+pipeline.combine) and the alert rule over consecutive windows. Codes and numbers only; the
+wording is in reports/live_text.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import steptime
+
+MAD_TO_SIGMA = 1.4826  # a normal sample's standard deviation from its median absolute deviation
+
+
+def _durations(step_bounds: dict, first: int, last: int) -> list[int]:
+    steps = np.asarray(step_bounds.get("step", []), np.int64)
+    keep = (steps >= first) & (steps <= last)
+    ends = np.asarray(step_bounds.get("end_ns", []), np.int64)[keep]
+    return (ends - np.asarray(step_bounds.get("start_ns", []), np.int64)[keep]).tolist()
+
+
+def window_figures(summary, window: tuple[int, int], behind: dict[int, int | None]) -> dict:
+    """summary.json's ``live.windows[]`` entry: per rank its step time (median of its steps),
+    each step's duration, and communication / computation / overlap / exposed communication summed
+    over the window; the job's step time; the spread across ranks; the priced straggler or None."""
+    first, last = window
+    ranks = []
+    for result in summary.ranks:  # one per rank present in the window
+        figures = result.figures
+        durations = _durations(result.markers.step_bounds, first, last)
+        ranks.append({"rank": result.rank, "steps": figures.steps,
+                      "step_ns": float(np.median(durations)) if durations else None, "step_durations_ns": durations,
+                      "communication_ns": figures.communication_ns, "computation_ns": figures.computation_ns,
+                      "overlap_ns": figures.overlap_ns, "exposed_communication_ns": figures.exposed_communication_ns,
+                      "overlap_ratio": figures.overlap_ratio})
+    step_rows = [(step, d) for result, row in zip(summary.ranks, ranks)
+                 for step, d in zip(range(first, first + len(row["step_durations_ns"])), row["step_durations_ns"])]
+    per_step = steptime.per_step(np.array([s for s, _ in step_rows], np.int64),
+                                 np.array([d for _, d in step_rows], np.int64))[1] if step_rows else []
+    timed = [row for row in ranks if row["step_ns"] is not None]
+    exposed = [row["exposed_communication_ns"] for row in ranks]
+    straggler = summary.skew.get("straggler")
+    return {
+        "steps": [first, last], "ranks": ranks, "step_time_ns": steptime.run_step_time(per_step),
+        "spread": {"step_ns": max(r["step_ns"] for r in timed) - min(r["step_ns"] for r in timed) if timed else None,
+                   "slowest_rank": max(timed, key=lambda r: r["step_ns"])["rank"] if timed else None,
+                   "exposed_communication_ns": max(exposed) - min(exposed) if exposed else None},
+        "straggler": None if not straggler else {key: straggler.get(key) for key in
+                                                 ("rank", "cost_ns", "cost_share", "waits_caused_ns", "late_in", "of")},
+        "behind": [{"rank": rank, "committed_step": step} for rank, step in sorted(behind.items())],
+    }
+
+
+def _noise(values: list[float]) -> float:
+    values = np.asarray(values, np.float64)
+    return MAD_TO_SIGMA * float(np.median(np.abs(values - np.median(values)))) if values.size else 0.0
+
+
+@dataclass
+class AlertRule:
+    """The alert state across windows. A straggler is alerted once it is named in
+    ``straggler_windows`` consecutive windows at a cost of at least ``min_cost_share`` of the step
+    (the what-if saving, as in the final summary), and its recovery once it is not so named in as many.
+    A rank's step time (or exposed communication per step) jumps when it rises above the median of
+    its previous ``baseline`` windows by ``jump_share`` of it and by ``jump_noise`` times the
+    baseline's noise (exposed communication: and by ``floor_share`` of the step time), in
+    ``straggler_windows`` consecutive windows; one alert per jump, re-armed when the figure is no
+    longer above (the baseline caught up or it fell)."""
+
+    straggler_windows: int = 2
+    min_cost_share: float = 0.10
+    baseline: int = 3
+    min_baseline: int = 2
+    jump_share: float = 0.25
+    jump_noise: float = 3.0
+    floor_share: float = 0.10
+    named: list = field(default_factory=list)      # straggler rank (or None) per window
+    alerted: int | None = None                     # the straggler last alerted
+    history: dict = field(default_factory=dict)    # (code, rank) -> [(value, per-step values)]
+    high: set = field(default_factory=set)         # (code, rank) alerted and still above
+    above: dict = field(default_factory=dict)      # (code, rank) -> consecutive windows above
+
+    def update(self, window: dict) -> list[dict]:
+        """The alerts of this window: {steps, code, rank, ...numbers}."""
+        steps = window["steps"]
+        straggler = window["straggler"] or {}
+        self.named.append(straggler.get("rank") if (straggler.get("cost_share") or 0) >= self.min_cost_share else None)
+        out = self._straggler(steps, window)
+        step_time = window["step_time_ns"] or 0.0
+        for row in window["ranks"]:  # one per rank
+            if row["step_ns"] is not None:
+                out += self._jump("step_time_jump", row["rank"], steps, row["step_ns"], row["step_durations_ns"], 0.0)
+            exposed = row["exposed_communication_ns"] / max(row["steps"], 1)
+            out += self._jump("exposed_communication_jump", row["rank"], steps, exposed, [exposed],
+                              self.floor_share * step_time)
+        return out
+
+    def _straggler(self, steps: list[int], window: dict) -> list[dict]:
+        recent = self.named[-self.straggler_windows:]
+        if len(recent) < self.straggler_windows:
+            return []
+        out = []
+        if self.alerted is not None and self.alerted not in recent:
+            out.append({"steps": steps, "code": "straggler_recovered", "rank": self.alerted})
+            self.alerted = None
+        if recent[0] is not None and all(rank == recent[0] for rank in recent) and recent[0] != self.alerted:
+            if self.alerted is not None:
+                out.append({"steps": steps, "code": "straggler_recovered", "rank": self.alerted})
+            self.alerted = recent[0]
+            straggler = window["straggler"]
+            out.append({"steps": steps, "code": "straggler", "rank": recent[0], "cost_ns": straggler.get("cost_ns"),
+                        "cost_share": straggler.get("cost_share"), "windows": self.straggler_windows})
+        return out
+
+    def _jump(self, code: str, rank: int, steps: list[int], value: float, samples: list, floor: float) -> list[dict]:
+        key = (code, rank)
+        past = self.history.setdefault(key, [])
+        out, above = [], False
+        if len(past) >= self.min_baseline:
+            recent = past[-self.baseline:]
+            base = float(np.median([v for v, _ in recent]))
+            pooled = [s for _, values in recent for s in values] if len(samples) > 1 else [v for v, _ in recent]
+            noise = _noise(pooled)
+            rise = value - base
+            above = rise > self.jump_share * base and rise > self.jump_noise * noise and rise > floor
+            self.above[key] = self.above.get(key, 0) + 1 if above else 0
+            if self.above[key] >= self.straggler_windows and key not in self.high:
+                out.append({"steps": steps, "code": code, "rank": rank, "value_ns": value, "baseline_ns": base,
+                            "noise_ns": noise})
+                self.high.add(key)
+            elif not above:
+                self.high.discard(key)
+        if not above:  # the baseline is what came before a jump, not the jump
+            past.append((value, list(samples)))
+        return out

@@ -1,0 +1,80 @@
+"""The live view's wording: the block printed per window, the ALERT lines, and the Live section
+of the text report. Every printed line starts with ``[distprof live] steps A-B``."""
+
+from __future__ import annotations
+
+PREFIX = "[distprof live]"
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value / 1e6:.1f}"
+
+
+def _per_step(row: dict, key: str) -> float:
+    return row[key] / max(row["steps"], 1)
+
+
+def _straggler(window: dict) -> str:
+    straggler = window["straggler"]
+    if not straggler:
+        return "no straggler"
+    cost = straggler.get("cost_ns")
+    share = straggler.get("cost_share")
+    priced = (f"costs {_ms(cost)} ms/step" + (f" ({100 * share:.0f}% of the step)" if share is not None else "")
+              if cost is not None else "cost not known")
+    return f"straggler rank {straggler['rank']} ({priced}; late in {straggler.get('late_in')}/{straggler.get('of')})"
+
+
+def window_lines(window: dict) -> list[str]:
+    """One compact block: the job line, then one line per rank (per step, in ms)."""
+    first, last = window["steps"]
+    head = f"{PREFIX} steps {first}-{last}"
+    spread = window["spread"]
+    lines = [f"{head}: step {_ms(window['step_time_ns'])} ms · spread {_ms(spread['step_ns'])} ms "
+             f"(slowest rank {spread['slowest_rank']}) · {_straggler(window)}"]
+    for row in window["ranks"]:  # one per rank
+        ratio = "-" if row["overlap_ratio"] is None else f"{100 * row['overlap_ratio']:.0f}%"
+        lines.append(f"{head} rank {row['rank']}: step {_ms(row['step_ns'])} · comm "
+                     f"{_ms(_per_step(row, 'communication_ns'))} · comp {_ms(_per_step(row, 'computation_ns'))} · "
+                     f"overlap {_ms(_per_step(row, 'overlap_ns'))} ({ratio}) · exposed comm "
+                     f"{_ms(_per_step(row, 'exposed_communication_ns'))} ms/step")
+    for row in window["behind"]:
+        at = "no step committed" if row["committed_step"] is None else f"at step {row['committed_step']}"
+        lines.append(f"{head} rank {row['rank']}: behind ({at}), left out of this window")
+    return lines
+
+
+def skipped_line(window: tuple[int, int]) -> str:
+    return f"{PREFIX} steps {window[0]}-{window[1]}: skipped (the live view fell behind the job)"
+
+
+def alert_line(alert: dict) -> str:
+    """``[distprof live] ALERT steps A-B: ...`` for one alert of analyses.live.AlertRule."""
+    first, last = alert["steps"]
+    head = f"{PREFIX} ALERT steps {first}-{last}:"
+    code, rank = alert["code"], alert["rank"]
+    if code == "straggler":
+        share = alert.get("cost_share")
+        cost = "cost not known" if alert.get("cost_ns") is None else \
+            f"costs {_ms(alert['cost_ns'])} ms/step" + (f" ({100 * share:.0f}%)" if share is not None else "")
+        return f"{head} straggler rank {rank} ({cost}; named in {alert['windows']} windows in a row)"
+    if code == "straggler_recovered":
+        return f"{head} straggler rank {rank} recovered (no longer named)"
+    what = {"step_time_jump": "step time", "exposed_communication_jump": "exposed communication"}[code]
+    return (f"{head} rank {rank} {what} jumped to {_ms(alert['value_ns'])} ms/step from {_ms(alert['baseline_ns'])} "
+            f"(noise {_ms(alert['noise_ns'])})")
+
+
+def section(live: dict | None) -> list[str]:
+    """The text report's Live section: windows seen, the straggler over time, the alerts."""
+    if not live or not live.get("windows"):
+        return []
+    windows = live["windows"]
+    named = [f"{w['steps'][0]}-{w['steps'][1]}: " + (f"rank {w['straggler']['rank']}" if w["straggler"] else "-")
+             for w in windows]
+    lines = ["-------Live view-------",
+             f"{len(windows)} window(s) of {live['every_steps']} steps; step time (ms) per window: "
+             + " ".join(_ms(w["step_time_ns"]) for w in windows),
+             "straggler per window: " + ", ".join(named)]
+    lines += ["  " + alert_line(alert).removeprefix(PREFIX + " ") for alert in live.get("alerts", [])] or ["no alerts"]
+    return ["\n".join(lines)]

@@ -1,0 +1,252 @@
+"""The live view (issue 27): config, demo flags, window readiness, the alert rule, the view's file
+cursor and exports, and real mpirun / torchrun jobs printing windows while they train."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from distprof import collector, live
+from distprof import config as config_mod
+from distprof import events as ev
+from distprof.analyses.live import AlertRule
+from distprof.demo.job import parse_straggler
+from distprof.reports import live_text
+from distprof.sources import native
+
+
+@pytest.mark.parametrize("live_config, key", [({"every_steps": -1}, "live.every_steps"),
+                                              ({"prometheus_port": 0}, "live.prometheus_port"),
+                                              ({"prometheus_port": 70000}, "live.prometheus_port"),
+                                              ({"prometheus_port": "9100"}, "live.prometheus_port"),
+                                              ({"textfile": ""}, "live.textfile"),
+                                              ({"alerts": 1}, "live.alerts")])
+def test_live_keys_are_validated(live_config, key):
+    with pytest.raises(config_mod.ConfigError, match=f"key '{key}'"):
+        config_mod.load(None, {"live": live_config})
+
+
+def test_live_is_off_by_default_and_takes_its_keys():
+    assert config_mod.load()["live"] == {"every_steps": 0, "prometheus_port": None, "textfile": None, "alerts": True}
+    loaded = config_mod.load(None, {"live": {"every_steps": 4, "prometheus_port": 9100, "textfile": "x.prom"}})
+    assert loaded["live"] == {"every_steps": 4, "prometheus_port": 9100, "textfile": "x.prom", "alerts": True}
+
+
+def test_straggler_from_a_step_parses_and_old_form_still_works():
+    assert parse_straggler("1:50@12") == (1, 0.05, 12)
+    assert parse_straggler("2:50") == (2, 0.05, 0)
+
+
+@pytest.mark.parametrize("text", ["1:50@", "1:50@x", "1:50@-2"])
+def test_demo_rejects_bad_straggler_step(text):
+    result = run_cli("demo", "--ranks", "2", "--straggler", text, "--dry-run")
+    assert result.returncode == 2 and "--straggler: STEP" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_demo_passes_live_flags_to_the_job():
+    result = run_cli("demo", "--ranks", "2", "--straggler", "1:50@12", "--live-every", "4",
+                     "--prometheus-port", "9109", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "--straggler 1:50@12 --live-every 4 --prometheus-port 9109" in result.stdout
+    bad = run_cli("demo", "--prometheus-port", "0", "--dry-run")
+    assert bad.returncode == 2 and "--prometheus-port: expected a TCP port" in bad.stderr
+
+
+def test_windows_are_ready_when_every_rank_committed_or_one_is_a_window_past():
+    assert live.ready_windows([3, 2], 0, 4, final=False) == []
+    assert live.ready_windows([3, 3], 0, 4, final=False) == [(0, 3)]
+    assert live.ready_windows([9, 6], 0, 4, final=False) == [(0, 3)]  # 4-7 waits for rank 1
+    assert live.ready_windows([7, None], 0, 4, final=False) == [(0, 3)]  # rank 1 missing: behind
+    assert live.ready_windows([6, None], 0, 4, final=False) == []
+    assert live.ready_windows([5, 2], 4, 4, final=True) == []
+    assert live.ready_windows([9, 2], 4, 4, final=True) == [(4, 7)]
+    assert live.ready_windows([None, None], 0, 4, final=True) == []
+
+
+def _window(first: int, straggler: int | None, step_ms: list[float], exposed_ms: float = 1.0) -> dict:
+    durations = [int(v * 1e6) for v in step_ms]
+    row = {"rank": 0, "steps": len(durations), "step_ns": sorted(durations)[len(durations) // 2],
+           "step_durations_ns": durations, "exposed_communication_ns": int(exposed_ms * 1e6 * len(durations))}
+    return {"steps": [first, first + len(durations) - 1], "ranks": [row],
+            "step_time_ns": row["step_ns"], "straggler": None if straggler is None else
+            {"rank": straggler, "cost_ns": 5_000_000, "cost_share": 0.1}}
+
+
+def test_straggler_alert_needs_two_windows_in_a_row_and_says_recovery():
+    rule = AlertRule()
+    named = [None, 1, None, 1, 1, 1, None, 1, None, None]
+    codes = []
+    for index, rank in enumerate(named):
+        codes += [(index, a["code"], a["rank"]) for a in rule.update(_window(4 * index, rank, [100, 101, 99, 100]))
+                  if a["code"].startswith("straggler")]
+    assert codes == [(4, "straggler", 1), (9, "straggler_recovered", 1)]
+
+
+def test_a_cheap_straggler_raises_no_alert():
+    rule = AlertRule()
+    cheap = [{**_window(4 * i, 1, [100, 100]), "straggler": {"rank": 1, "cost_ns": 5e6, "cost_share": 0.05}}
+             for i in range(4)]
+    assert [a for window in cheap for a in rule.update(window)] == []
+
+
+def test_step_time_jump_alerts_once_after_two_windows_above_baseline_and_noise():
+    rule = AlertRule()
+    series = [[100, 102, 98, 101], [99, 100, 103, 100], [101, 99, 100, 100],  # baseline ~100 ms, noise ~1.5 ms
+              [120, 119, 121, 120],  # +20%: under the 25% share
+              [140, 141, 139, 140], [141, 140, 142, 139], [140, 140, 141, 139],  # +40%: alert on the 2nd window
+              [100, 101, 99, 100]]
+    alerts = [(i, a["code"]) for i, steps in enumerate(series) for a in rule.update(_window(4 * i, None, steps))]
+    assert alerts == [(5, "step_time_jump")]
+
+
+def test_noisy_baseline_raises_no_jump():
+    rule = AlertRule()
+    series = [[100, 160, 70, 130], [90, 150, 100, 60], [140, 80, 120, 100], [150, 140, 130, 135],
+              [150, 130, 140, 145]]  # +40% over the median, within 3 x the noise of the baseline
+    assert [a for steps in series for a in rule.update(_window(0, None, steps))] == []
+
+
+def test_window_and_alert_lines_start_with_the_prefix():
+    window = {**_window(12, 1, [100, 100, 100, 100]), "spread": {"step_ns": 1e6, "slowest_rank": 1},
+              "behind": [{"rank": 2, "committed_step": 9}]}
+    window["ranks"][0].update(communication_ns=4e7, computation_ns=3e8, overlap_ns=2e7, overlap_ratio=0.5)
+    lines = live_text.window_lines(window)
+    assert all(line.startswith("[distprof live] steps 12-15") for line in lines)
+    assert "straggler rank 1 (costs 5.0 ms/step (10% of the step)" in lines[0]
+    assert lines[-1].endswith("rank 2: behind (at step 9), left out of this window")
+    alert = live_text.alert_line({"steps": [16, 19], "code": "straggler", "rank": 1, "cost_ns": 5e6,
+                                  "cost_share": 0.1, "windows": 2})
+    assert alert.startswith("[distprof live] ALERT steps 16-19: straggler rank 1")
+
+
+def _file_with_steps(path: Path, steps: int) -> collector.Collector:
+    rec = collector.Collector(path, 0, 1)
+    rec.activate()
+    for step in range(steps):
+        rec.step = step
+        rec.record(ev.PROFILE_STEP, ev.PHASE, ev.RANGE, 1000 * step, 1000 * step + 900)
+        rec.record("forward", ev.PHASE, ev.RANGE, 1000 * step + 100, 1000 * step + 500)
+        rec.flush()
+    return rec
+
+
+def test_cursor_follows_a_file_being_written_and_reads_only_the_window(tmp_path):
+    path = tmp_path / "rank0.sqlite"
+    rec = _file_with_steps(path, 6)
+    cursor = live.RankCursor(path, 0)
+    assert cursor.poll() == 5
+    rec.step = 6
+    rec.record(ev.PROFILE_STEP, ev.PHASE, ev.RANGE, 6000, 6900)
+    rec.flush()
+    assert cursor.poll() == 6
+    trace = native.read(path, config_mod.load(), (cursor.floor(4), 4, 5))[0]
+    assert sorted(set(trace.events["start_ns"].tolist())) == [4000, 4100, 5000, 5100]
+    rec.close()
+
+
+def test_cursor_ignores_a_previous_runs_file(tmp_path):
+    path = tmp_path / "rank0.sqlite"
+    _file_with_steps(path, 3).close()
+    assert live.RankCursor(path, time.time_ns() + 10**9).poll() is None
+    assert live.RankCursor(tmp_path / "rank1.sqlite", 0).poll() is None  # no file: not created either
+    assert not (tmp_path / "rank1.sqlite").exists()
+
+
+def test_textfile_export_and_a_failing_disk_cost_only_a_warning(tmp_path, capsys):
+    pytest.importorskip("prometheus_client")
+    window = {**_window(0, 1, [100, 100]), "behind": []}
+    window["ranks"][0].update(communication_ns=4e7, computation_ns=3e8, overlap_ratio=0.5)
+    target = tmp_path / "distprof.prom"
+    live.Metrics({"textfile": str(target), "prometheus_port": None}).update(window, [])
+    text = target.read_text()
+    assert 'distprof_step_seconds{rank="0"} 0.1' in text and "distprof_straggler_rank 1.0" in text
+    assert "distprof_straggler_cost_seconds 0.005" in text
+    broken = live.Metrics({"textfile": str(tmp_path / "missing" / "x.prom"), "prometheus_port": None})
+    broken.update(window, [])
+    broken.update(window, [])
+    assert capsys.readouterr().err.count("live view: cannot write") == 1
+    assert live._write_record(tmp_path / "missing", {}) is False
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_mpirun_demo_prints_windows_alerts_the_late_straggler_and_serves_metrics(tmp_path):
+    pytest.importorskip("prometheus_client")
+    port = _free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    job = subprocess.Popen([sys.executable, "-m", "distprof", "demo", "--ranks", "2", "--steps", "28",
+                            "--live-every", "4", "--straggler", "1:50@12", "--prometheus-port", str(port),
+                            "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=env)
+    scraped, deadline = None, time.monotonic() + 55
+    try:
+        while scraped is None and job.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                    body = response.read().decode()
+                if "distprof_step_seconds{" in body:
+                    scraped = body
+            except OSError:
+                time.sleep(0.2)
+        output, _ = job.communicate(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, output[-3000:]
+    assert scraped is not None and "distprof_exposed_communication_seconds{" in scraped, "no /metrics during the run"
+    heads = [line.split(":")[0] for line in output.splitlines() if line.startswith("[distprof live] steps")]
+    assert [h for h in heads if " rank " not in h] == [f"[distprof live] steps {a}-{a + 3}" for a in range(0, 28, 4)]
+    alerts = [line for line in output.splitlines() if line.startswith("[distprof live] ALERT")]
+    straggler = [a for a in alerts if ": straggler rank" in a and "recovered" not in a]
+    assert not any(a.startswith(tuple(f"[distprof live] ALERT steps {s}-" for s in (0, 4, 8))) for a in straggler)
+    if os.getloadavg()[0] > 2 * (os.cpu_count() or 1):  # timing needs the machine mostly to the job
+        pytest.skip(f"machine overloaded (load {os.getloadavg()[0]:.1f}): alert timing not asserted")
+    assert straggler and straggler[0].startswith(("[distprof live] ALERT steps 12-15: straggler rank 1",
+                                                  "[distprof live] ALERT steps 16-19: straggler rank 1")), alerts
+    assert len(straggler) == 1, alerts
+    record = json.loads((tmp_path / "summary.json").read_text())["live"]
+    assert record["every_steps"] == 4 and [w["steps"] for w in record["windows"]][:2] == [[0, 3], [4, 7]]
+    assert [a["rank"] for a in record["alerts"] if a["code"] == "straggler"] == [1]
+
+
+TORCH_LIVE_JOB = """
+import sys, time
+import torch
+import torch.distributed as dist
+import distprof
+dist.init_process_group("gloo")
+with distprof.Profiler(out=sys.argv[1], live={"every_steps": 2}) as prof:
+    for step in range(8):
+        with distprof.phase("forward"):
+            time.sleep(0.02)
+        with distprof.comm("allreduce", group=[0, 1]):
+            dist.all_reduce(torch.ones(1000))
+        prof.step()
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_gloo_job_prints_windows(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "job.py"
+    script.write_text(TORCH_LIVE_JOB)
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script),
+                             str(tmp_path / "out")], capture_output=True, text=True, timeout=58,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    heads = [line.split(":")[0] for line in result.stdout.splitlines()
+             if line.startswith("[distprof live] steps") and " rank " not in line.split(":")[0]]
+    assert heads == [f"[distprof live] steps {a}-{a + 1}" for a in range(0, 8, 2)], result.stdout[-3000:]
+    record = json.loads((tmp_path / "out" / "summary.json").read_text())["live"]
+    assert [sorted(r["rank"] for r in w["ranks"]) for w in record["windows"]] == [[0, 1]] * 4
