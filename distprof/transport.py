@@ -238,7 +238,9 @@ def stop_exchange(link, rank: int, size: int, failure: str | None, timeout_s: fl
             if link.take("plan", 0, start + min(FAIL_GRACE_S, timeout_s)) is not MISSING:
                 link.take("done", 0, start + timeout_s)
             return None
-        plan = link.take("plan", 0, start + timeout_s)
+        # rank 0 gives up on the others after timeout_s: a rank that arrived waits longer than that for
+        # its answer, or both could time out at once and rank 0 then wait for it in the clock sample
+        plan = link.take("plan", 0, start + 2 * timeout_s + FAIL_GRACE_S)
         if plan is MISSING or not plan:
             return None
         ready(plan)
@@ -251,8 +253,8 @@ def stop_exchange(link, rank: int, size: int, failure: str | None, timeout_s: fl
         return None
     statuses = _statuses(link, peers, start + timeout_s)
     participants = [peer for peer, line in statuses.items() if line is None]
-    for peer in statuses:
-        link.put("plan", participants, peer)
+    for peer in peers:  # the ones it gave up on hear at once, when they come, that there is no summary
+        link.put("plan", participants if peer in statuses else [], peer)
     ready(participants)
     parts = {0: payload()}
     deadline = time.monotonic() + timeout_s
