@@ -188,8 +188,8 @@ def match_collectives(collectives_by_rank: list[dict], ranks: list[int],
                         empty.copy(), empty.astype(bool), excluded=excluded, nbytes=empty.copy(),
                         launch_ns=empty.copy())
     all_rows = np.concatenate([np.full(c["kind"].size, row, np.int64) for row, c in enumerate(columns)])
-    kinds, kind_code = np.unique(cat["kind"].astype(str), return_inverse=True)
-    groups, group_code = np.unique(cat["group"].astype(str), return_inverse=True)
+    kinds, kind_code = ev.distinct_texts(cat["kind"])
+    groups, group_code = ev.distinct_texts(cat["group"])
     series, series_of, _ = unique_rows(np.stack([kind_code, group_code, cat["src"], cat["dst"]], axis=1))
     order = np.lexsort((cat["start"], cat["step"], series_of, all_rows))  # per rank, series, step, time
     sorted_rows, sorted_series, sorted_step = all_rows[order], series_of[order], cat["step"][order]

@@ -50,8 +50,9 @@ DEFAULTS: dict[str, Any] = {
         "peak_tflops": None,       # the device's peak TFLOPS (dense, the training dtype): MFU; None: no MFU
     },
     "input": {
-        "max_file_mb": 20480,           # input files above this size are refused (one line, no read)
-        "max_uncompressed_mb": 20480,   # a .gz input that expands beyond this is refused while streaming
+        # None: one eighth of this machine's memory (a Kineto JSON takes about 4x its size to merge)
+        "max_file_mb": None,            # input files above this size are refused (one line, no read)
+        "max_uncompressed_mb": None,    # a .gz input that expands beyond this is refused while streaming
     },
     "diagnosis": {
         "dataloader_share": 0.20,   # Dataloader above this share of ProfileStep: finding
@@ -87,7 +88,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 # keys whose default is None (not known): a number of this type, or null; must be > 0
 NULLABLE: dict[str, type] = {"hardware.peak_busbw_gbps": float, "hardware.gpus_per_node": int,
-                             "hardware.peak_tflops": float}
+                             "hardware.peak_tflops": float, "input.max_file_mb": int,
+                             "input.max_uncompressed_mb": int}
 NON_EMPTY_ITEMS = ("communication.kernel_prefixes",)  # an empty prefix would match every kernel
 
 
@@ -136,6 +138,7 @@ def _nullable(path: str, value: Any, source: str) -> Any:
         what = "a number" if kind is float else "an integer"
         raise ConfigError(f"{source}: key '{path}' must be {what} > 0 or null, got {type(value).__name__} "
                           f"({value!r})")
+    _check_value(path, value, source)
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{source}: key '{path}' must be > 0 or null, got {value!r}")
     return float(value) if kind is float else int(value)

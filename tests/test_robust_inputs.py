@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 
 import pytest
@@ -284,3 +285,52 @@ def test_nsys_missing_strings_keep_events_with_placeholder(tmp_path):
     assert any(name.startswith("<unknown string ") for name in trace.events["name"].astype(str))
     told = [w for w in trace.warnings if "missing from StringIds" in w]
     assert len(told) == 1 and str(path) in told[0]
+
+
+# ---------------------------------------------------------------- memory (issue 23)
+
+def peak_rss_of_cli(*args: str) -> tuple[subprocess.CompletedProcess, int]:
+    """(result, peak RSS in bytes) of `distprof ...` run in a child of a fresh Python: the
+    grandchild's getrusage(RUSAGE_CHILDREN) counts that run alone."""
+    probe = ("import resource, subprocess, sys; "
+             "r = subprocess.run([sys.executable, '-m', 'distprof', *sys.argv[1:]], capture_output=True, text=True); "
+             "sys.stderr.write(r.stderr); sys.stdout.write(r.stdout); "
+             "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)")
+    result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=300)
+    peak_kb = int(result.stdout.rsplit("PEAK_KB", 1)[1].split()[0])
+    return result, peak_kb * 1024
+
+
+def test_one_200k_character_name_merges_under_1_gb(tmp_path):
+    """Name categories are tested per distinct name: a per-row fixed-width copy of 2,000 names
+    with one of 200,000 characters asked for 1.6 GB (measured before the fix)."""
+    trace = overlap_trace(rank=0)
+    for i in range(2000):
+        trace.cpu_op(f"aten::add_{i % 7}", 1000 + i, 1001 + i)
+    trace.cpu_op("user::" + "x" * 200_000, 11_000, 12_000, cat="user_annotation")
+    path = trace.write(tmp_path / "rank0.json")
+    result, peak = peak_rss_of_cli("merge", str(path), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert peak < 1 << 30, peak
+
+
+def test_default_input_limits_come_from_the_machines_memory(tmp_path, monkeypatch):
+    """No limit in the config: one eighth of the machine's memory, named in the one-line refusal
+    (the fixed 20 GiB default was above the RAM of the machine it ran on)."""
+    from distprof import config as config_mod
+    physical_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1 << 20)
+    defaults = config_mod.load()
+    assert sources.input_limit_mb(defaults, "max_file_mb")[0] <= physical_mb // 8
+    assert sources.input_limit_mb(defaults, "max_uncompressed_mb")[0] <= physical_mb // 8
+    monkeypatch.setattr(sources, "machine_memory_mb", lambda: 16)  # a 16 MB machine: 2 MB limits
+    big = tmp_path / "rank1.json"
+    big.write_bytes(b" " * (3 << 20))
+    with pytest.raises(SourceError) as refused:
+        sources.check_file(big, defaults)
+    message = str(refused.value)
+    assert "\n" not in message and str(big) in message and "refused unread: 3 MB" in message
+    assert "input.max_file_mb = 2 (default: 1/8 of this machine's 16 MB of memory)" in message
+    packed = tmp_path / "rank1.json.gz"
+    packed.write_bytes(gzip.compress(b" " * (3 << 20)))
+    with pytest.raises(SourceError, match="gzip expands beyond input.max_uncompressed_mb = 2 .default"):
+        sources.read_bytes(packed, defaults)
