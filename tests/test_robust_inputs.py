@@ -334,3 +334,71 @@ def test_default_input_limits_come_from_the_machines_memory(tmp_path, monkeypatc
     packed.write_bytes(gzip.compress(b" " * (3 << 20)))
     with pytest.raises(SourceError, match="gzip expands beyond input.max_uncompressed_mb = 2 .default"):
         sources.read_bytes(packed, defaults)
+
+
+# ---------------------------------------------------------------- what inputs claim (issue 23)
+
+DAY_NS = 86_400 * 10 ** 9
+
+
+def same_host_ranks(tmp_path, second_start_shift_ns, steps=4):
+    """Two nsys exports naming host node0, each step one compute kernel and one allreduce at the same
+    times on each rank's own clock; rank 1's session starts ``second_start_shift_ns`` later."""
+    import nsys_fixtures as fx
+    paths = []
+    for rank in (0, 1):
+        export = fx.NsysExport(env={"RANK": str(rank), "HOSTNAME": "node0"},
+                               session_start_utc_ns=1_700_000_000_000_000_000 + rank * second_start_shift_ns)
+        for step in range(steps):
+            t = step * 100_000
+            export.range(4242, t + 1_000, t + 90_000, f"ProfileStep#{step}")
+            export.kernel(4242, 0, fx.COMPUTE_STREAM, t + 10_000, t + 20_000, "gemm", launch=(t + 3_000, t + 3_500))
+            export.kernel(4242, 0, fx.NCCL_STREAM, t + 25_000, t + 40_000, fx.NCCL_KERNEL,
+                          launch=(t + 20_200, t + 20_700))
+        paths.append(export.write(tmp_path / f"rank{rank}.sqlite"))
+    return paths
+
+
+@pytest.mark.parametrize("steps", [4, 1])  # 4: collective ends contradict the host; 1: too few to refine
+def test_one_day_offset_on_one_host_is_distrusted_not_a_straggler(tmp_path, steps):
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL folder is absent")
+    from distprof import config as config_mod
+    from distprof import pipeline
+    paths = same_host_ranks(tmp_path, DAY_NS, steps)
+    summary = pipeline.merge_files(paths, config_mod.load()).to_json()
+    assert summary["skew"]["straggler"] is None
+    assert not [f for f in summary["findings"] if f["finding"] == "straggler"]
+    told = [w for w in summary["warnings"] if "distrusted" in w]
+    assert len(told) == 1 and str(paths[1]) in told[0] and "rank 1" in told[0] and "86,400.000 s" in told[0]
+    rank1 = summary["skew"]["alignment"][1]
+    assert rank1["uncertainty_ns"] is None and not rank1["verified"]
+    step_ns = 89_000  # ProfileStep 1 us .. 90 us on each rank's own clock
+    for finding in summary["findings"]:
+        assert max(finding["figure_ns"], finding["cost_ns"] or 0) <= steps * step_ns
+
+
+def test_same_host_offset_of_seconds_is_still_trusted(tmp_path):
+    """Files of one host starting 5 s apart: a plain job start, the shared clock is kept."""
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL folder is absent")
+    from distprof import config as config_mod
+    from distprof import pipeline
+    summary = pipeline.merge_files(same_host_ranks(tmp_path, 5 * 10 ** 9), config_mod.load()).to_json()
+    assert not [w for w in summary["warnings"] if "distrusted" in w]
+    assert summary["skew"]["alignment"][1]["method"] == "same host"
+
+
+def test_finding_longer_than_the_window_is_dropped_with_a_warning():
+    from types import SimpleNamespace
+
+    from distprof import pipeline
+    ranks = [SimpleNamespace(figures=SimpleNamespace(window_ns=1_000_000, gpu_window_ns=None))]
+    ok = {"finding": "gpu_idle", "figure_ns": 400_000, "cost_ns": 300_000, "predicted_saving_ns": 300_000}
+    bad = {"finding": "straggler", "figure_ns": DAY_NS, "cost_ns": 0, "predicted_saving_ns": 0}
+    kept, warnings = pipeline._plausible_findings([ok, bad], ranks)
+    assert kept == [ok]
+    assert warnings == ["finding straggler dropped: its figure (86,400.000000 s) exceeds the longest analysed "
+                        "window (0.001000 s); the inputs' times are inconsistent"]
