@@ -225,8 +225,7 @@ DEEP = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1, "args": ' + b'{"
      "timestamp out of range"),
     (DEEP, "nested too deep"),
     (kineto_bytes([{"ph": "X", "cat": "cpu_op", "name": "a", "dur": 1}]), "no event with a timestamp"),
-    (kineto_bytes([cpu_event(9_223_372_036_854_775), cpu_event(1, 5)]), "does not fit int64"),
-    (kineto_bytes([cpu_event(-5_000_000_000_000), cpu_event(1000)]), "corrupt timestamps"),
+    (kineto_bytes([cpu_event(9_223_372_036_854_775, 10_000)]), "overflows int64"),
 ])
 def test_bad_kineto_is_one_line_and_skipped_beside_good(tmp_path, data, needle):
     bad = tmp_path / "rank1.json"
@@ -402,3 +401,83 @@ def test_finding_longer_than_the_window_is_dropped_with_a_warning():
     assert kept == [ok]
     assert warnings == ["finding straggler dropped: its figure (86,400.000000 s) exceeds the longest analysed "
                         "window (0.001000 s); the inputs' times are inconsistent"]
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"tid": 1e30}, "tid out of range"), ({"pid": 1e30}, "pid out of range"),
+    ({"ts": 1e30}, "ts out of range"), ({"dur": 1e30}, "dur out of range"),
+    ({"ts": "1e400"}, "ts out of range"), ({"tid": "1e400"}, "tid out of range"),
+    ({"ts": 9_223_372_036_854_775, "dur": 10_000}, "outside the plausible span"),  # ts + dur overflows int64
+    ({"ts": -5_000_000_000_000}, "outside the plausible span"),  # 58 days before the others
+])
+def test_kineto_number_no_int64_can_hold_drops_that_event(tmp_path, bad, needle):
+    """A float 1e30 where Kineto writes an integer aborted the merge: the event is dropped, the
+    file warns (naming itself), and the other events keep their figures."""
+    path = tmp_path / "rank0.json"
+    good = [cpu_event(1000 + 100 * k, 50, name=f"aten::op{k}") for k in range(3)]
+    path.write_text(json.dumps({"traceEvents": good + [{**cpu_event(1100, 50, name="aten::bad"), **bad}]}))
+    trace = sources.read(path, {})[0]
+    assert sorted(trace.events["name"].astype(str)) == ["aten::op0", "aten::op1", "aten::op2"]
+    assert sorted(trace.events["start_ns"]) == [1_000_000, 1_100_000, 1_200_000]
+    told = [w for w in trace.warnings if needle in w]
+    assert len(told) == 1 and told[0].startswith(f"{path}: 1 event(s) dropped"), trace.warnings
+
+
+@pytest.mark.parametrize("size", [1e30, "1e400", 2 ** 62])
+def test_kineto_collective_size_out_of_range_is_unknown(tmp_path, size):
+    """``"1e400"`` elements was read as 1 element (the digits before the exponent): unknown now."""
+    comm = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 2000, "dur": 30,
+            "args": {"In msg nelems": size, "Out msg nelems": size, "dtype": "Float",
+                     "Collective name": "allreduce"}}
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": [cpu_event(1000, 5000, name="ProfilerStep#1"), comm]}))
+    trace = sources.read(path, {})[0]
+    assert (trace.events["nbytes"] != 4).all() and (trace.events["nbytes"] <= 0).all()
+    told = [w for w in trace.warnings if "message size" in w]
+    assert len(told) == 1 and str(path) in told[0] and "unknown" in told[0]
+
+
+def test_nsys_timestamp_near_2_63_is_dropped_with_a_warning(tmp_path):
+    """A kernel at 2**63 ns gave a 292-year window (and passed for a normalized absolute time)."""
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL folder is absent")
+    clean = fx.one_step_rank(fx.NsysExport()).write(tmp_path / "clean.sqlite")
+    path = fx.one_step_rank(fx.NsysExport()).write(tmp_path / "rank0.sqlite")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 9223372036854000000, end = 9223372036854000100 "
+                   "WHERE rowid = 1")
+        (gemm_start,) = db.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid = 2").fetchone()
+    expected = sources.read(clean, {})[0]
+    trace = sources.read(path, {})[0]
+    assert trace.clock_offset_ns == expected.clock_offset_ns  # not taken for a normalized time
+    assert int(trace.events["end_ns"].max()) < 10 ** 9 and gemm_start in set(trace.events["start_ns"])
+    assert len(trace.events) == len(expected.events) - 2  # the kernel and the activity mark at its end
+    told = [w for w in trace.warnings if "outside the plausible span" in w]
+    assert len(told) == 1 and told[0].startswith(f"{path}: 1 event(s) dropped")
+
+
+@pytest.mark.parametrize("origin_ns", [-100_000, -10 ** 12, -(2 ** 62)])
+@pytest.mark.parametrize("time_format", ["us3", "int"])
+def test_negative_kineto_timestamps_keep_the_figures(tmp_path, origin_ns, time_format):
+    """overlap_trace's figures, worked out by hand in its docstring, on an axis starting below 0
+    (straddling 0, far below, near -2**62): computation 90 us, communication 60 us, window 199 us."""
+    from distprof import config as config_mod
+    from distprof import pipeline
+    if time_format == "int" and origin_ns % 1000:
+        pytest.skip("int microseconds")
+    path = overlap_trace(rank=0, origin_ns=origin_ns, time_format=time_format, base_time_ns=None).write(
+        tmp_path / "rank0.json")
+    rank = pipeline.merge_files([path], config_mod.load()).to_json()["ranks"][0]
+    assert (rank["computation_ns"], rank["communication_ns"], rank["window_ns"]) == (90_000, 60_000, 199_000)
+
+
+def test_negative_native_timestamps_keep_the_figures(tmp_path):
+    """A collector file whose clock starts below 0: the Forward phases are 2 x 490 us of computation."""
+    from distprof import config as config_mod
+    from distprof import pipeline
+    path = native_file(tmp_path / "rank0.sqlite", rank=0, world_size=1)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE distprof_ranges SET start_ns = start_ns - 10000000000000, end_ns = end_ns - 10000000000000")
+    rank = pipeline.merge_files([path], config_mod.load()).to_json()["ranks"][0]
+    assert (rank["computation_ns"], rank["window_ns"], rank["steps"]) == (980_000, 1_800_000, 2)

@@ -131,6 +131,33 @@ def input_limit_mb(config: dict, key: str) -> tuple[int, str]:
     return limit, f"input.{key} = {limit} (default: 1/8 of this machine's {memory} MB of memory)"
 
 
+MAX_SPAN_NS = 7 * 86_400 * 10 ** 9  # a trace longer than a week is a corrupt timestamp, not a job
+
+
+def plausible_span(start_ns, end_ns, path) -> tuple:
+    """(mask of the rows to keep or None when all are, warnings): rows that overflowed (end before
+    start) or lie outside the week holding the most row starts are corrupt timestamps (one near
+    2**63 made a 292-year window), dropped with a warning naming the file and the span."""
+    import numpy as np
+    start_ns, end_ns = np.asarray(start_ns, np.int64), np.asarray(end_ns, np.int64)
+    if not start_ns.size:
+        return None, []
+    order = np.sort(start_ns)
+    top = np.iinfo(np.int64).max
+    with np.errstate(over="ignore"):
+        reach = np.searchsorted(order, np.where(order > top - MAX_SPAN_NS, top, order + MAX_SPAN_NS), side="right")
+    low = int(order[int(np.argmax(reach - np.arange(order.size)))])
+    keep = (end_ns >= start_ns) & (start_ns >= low) & (end_ns - low <= MAX_SPAN_NS)
+    if keep.all():
+        return None, []
+    if not keep.any():
+        raise SourceError(f"{path}: every event overflows int64 nanoseconds (ts + dur): corrupt timestamps")
+    first, last = int(start_ns.min()), int(end_ns.max())
+    return keep, [f"{path}: {int((~keep).sum())} event(s) dropped outside the plausible span (the busiest "
+                  f"{MAX_SPAN_NS // 86_400_000_000_000} days; all events span ts {first} to {last} ns): "
+                  "corrupt timestamps"]
+
+
 def check_file(path: Path, config: dict) -> None:
     """Refuse what would hang or exhaust memory before opening it: a FIFO blocks a reader forever,
     a huge file is read whole by the Kineto reader."""
