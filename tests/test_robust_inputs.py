@@ -481,3 +481,90 @@ def test_negative_native_timestamps_keep_the_figures(tmp_path):
         db.execute("UPDATE distprof_ranges SET start_ns = start_ns - 10000000000000, end_ns = end_ns - 10000000000000")
     rank = pipeline.merge_files([path], config_mod.load()).to_json()["ranks"][0]
     assert (rank["computation_ns"], rank["window_ns"], rank["steps"]) == (980_000, 1_800_000, 2)
+
+
+# ---------------------------------------------------------------- diff and whatif inputs (issue 23)
+
+@pytest.fixture(scope="module")
+def merged_out(tmp_path_factory):
+    """A two-rank Kineto merge's output folder."""
+    base = tmp_path_factory.mktemp("merged23")
+    files = [overlap_trace(rank=r).write(base / f"rank{r}.json") for r in (0, 1)]
+    result = run_cli("merge", *map(str, files), "-o", str(base / "out"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return base / "out"
+
+
+def edited_summary(merged_out, tmp_path, edit, raw=None):
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    summary = json.loads((merged_out / "summary.json").read_text())
+    edit(summary)
+    (folder / "summary.json").write_text(raw if raw is not None else json.dumps(summary))
+    return folder
+
+
+def _million_steps(summary):
+    summary["tables"]["merged"]["steps"]["median_ns"] = [1000] * 1_000_000
+
+
+def _wrong_ranks(summary):
+    summary["ranks"][0]["communication_ns"] = {"a": 1}
+    summary["across_ranks"] = [1, 2]
+
+
+def _wrong_steps(summary):
+    summary["tables"]["merged"]["steps"] = {"median_ns": {"x": 1}}
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (_million_steps, "refused: 1,000,000 steps, above the 2,000"),
+    (_wrong_ranks, "not a complete distprof summary.json"),
+    (_wrong_steps, "not a complete distprof summary.json (step times"),
+])
+def test_diff_hostile_summary_is_one_line_naming_it(merged_out, tmp_path, edit, needle):
+    bad = edited_summary(merged_out, tmp_path, edit)
+    result = run_cli("diff", str(merged_out), str(bad), "-o", str(tmp_path / "d"))
+    line = one_line_error(result, needle)
+    assert line.startswith(f"distprof: error: {bad}: "), line
+
+
+@pytest.mark.parametrize("raw, needle", [
+    ('{"ranks": [], "world_size": 1, "source": "x", "a": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deep"),
+    ('{"ranks": [], "world_size": 1, "source": "x", "a": ' + "[" * 40 + "]" * 40 + "}",
+     "nested more than 32 levels deep"),
+])
+def test_diff_and_whatif_deep_summary_is_one_line(merged_out, tmp_path, raw, needle):
+    bad = edited_summary(merged_out, tmp_path, lambda s: None, raw)
+    one_line_error(run_cli("diff", str(bad), str(merged_out), "-o", str(tmp_path / "d")), str(bad), needle)
+    one_line_error(run_cli("whatif", str(bad)), str(bad), needle)
+
+
+def test_whatif_wrong_types_is_one_line(merged_out, tmp_path):
+    bad = edited_summary(merged_out, tmp_path, lambda s: s.update(whatif={"scenarios": 7, "steps": "x"}))
+    one_line_error(run_cli("whatif", str(bad)), str(bad), "not a complete distprof summary.json")
+
+
+@pytest.mark.parametrize("option, value, needle", [
+    ("--min-change", "nan", "must be a percentage from 0 to 100"),
+    ("--min-change", "-1", "must be a percentage from 0 to 100"),
+    ("--min-change", "inf", "must be a percentage from 0 to 100"),
+    ("--min-change", "x", "is not a number"),
+    ("--seed", "-1", "must be from 0 to 4294967295"),
+    ("--seed", "1.5", "is not an integer"),
+])
+def test_diff_options_are_validated_by_argparse(merged_out, tmp_path, option, value, needle):
+    result = run_cli("diff", str(merged_out), str(merged_out), "-o", str(tmp_path / "d"), option, value)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"argument {option}: {value!r} {needle}" in result.stderr, result.stderr
+
+
+def test_whatif_prints_the_merges_warnings(tmp_path):
+    path = overlap_trace(rank=0).write(tmp_path / "rank0.json")  # of a world of 2: a partial result
+    merged = run_cli("merge", str(path), "-o", str(tmp_path / "out"))
+    result = run_cli("whatif", str(path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["warnings"] and merged.returncode == 0
+    for warning in summary["warnings"]:
+        assert f"distprof: warning: {warning}" in result.stderr
