@@ -231,3 +231,35 @@ def test_advice_names_no_other_framework():
     from distprof.analyses import diagnose, streams
     for module in (diagnose, streams):
         assert "MegEngine" not in inspect.getsource(module)
+
+
+# ---------------------------------------------------------------- CSV formulas (issue 23)
+
+def test_csv_cells_that_start_a_formula_are_quoted_numbers_stay(tmp_path):
+    """A process-group name from a trace ("=HYPERLINK(...") went raw into collectives.csv."""
+    import csv
+
+    from kineto_fixtures import CommOp, collective_job
+    hostile = '=HYPERLINK("http://example.invalid","x")'
+    ops = {r: [CommOp("allreduce", hostile, (0, 1), 1024, start_us=100.0 + 300 * k) for k in range(3)]
+           for r in (0, 1)}
+    files = collective_job(tmp_path / "job", ops, world_size=2)
+    out = tmp_path / "out"
+    result = run_cli("merge", *map(str, files), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(out / "collectives.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and all(row["group"].startswith("'=HYPERLINK(") for row in rows), rows
+    assert all(float(row["count"]) == 3 for row in rows)  # numbers are written as numbers
+    for text in (tmp_path / "out" / "collectives.csv", tmp_path / "out" / "ranks.csv"):
+        cells = [cell for row in csv.reader(open(text, newline="")) for cell in row]
+        assert not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r") or
+                    (c.startswith("-") and not c.lstrip("-").replace(".", "", 1).isdigit())]
+
+
+@pytest.mark.parametrize("value, written", [
+    ("=1+2", "'=1+2"), ("+cmd", "'+cmd"), ("-x", "'-x"), ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"),
+    ("\rx", "'\rx"), ("ok", "ok"), (-5, -5), (-0.5, -0.5), (None, ""), (3, 3),
+])
+def test_csv_cell(value, written):
+    assert export.csv_cell(value) == written

@@ -30,13 +30,26 @@ def write_json(summary: dict, out: str | Path) -> Path:
     return outpaths.write_text(path, json.dumps(summary, indent=1, sort_keys=False) + "\n")
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A CSV cell a spreadsheet shows as text: text starting like a formula (a process-group name
+    "=HYPERLINK(..." from a trace) gets a leading ' ; numbers stay numbers, None is empty."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def write_csv(summary: dict, path: Path) -> Path:
     columns = ["rank", "steps", *FIGURES, "clock_offset_ns", "clock_uncertainty_ns", "source_file"]
     with outpaths.atomic_open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(columns)
         for row in summary["ranks"]:
-            writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+            writer.writerow([csv_cell(row.get(c)) for c in columns])
     return path
 
 
@@ -54,7 +67,7 @@ def write_collectives_csv(summary: dict, path: Path) -> Path | None:
         writer = csv.writer(handle)
         writer.writerow(COLLECTIVE_CSV)
         for row in rows:
-            writer.writerow(["" if row.get(c) is None else row.get(c) for c in COLLECTIVE_CSV])
+            writer.writerow([csv_cell(row.get(c)) for c in COLLECTIVE_CSV])
     return path
 
 
