@@ -62,6 +62,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(" ".join(command))
         return 0
+    outpaths.check_dir(args.out, OUTPUT_FILES)  # before mpirun starts the job
     returncode = subprocess.call(command)
     if returncode == 0:
         from .reports import export, html
@@ -95,6 +96,15 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
     return None if summary is None else summary.to_json()
 
 
+OUTPUT_FILES = ("summary.json", "ranks.csv", "collectives.csv", "report.html")  # what merge writes
+
+
+def _env_count(name: str) -> int:
+    """A launcher's task count from the environment; what is not a positive integer counts as 1."""
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() and len(text) < 10 else 1
+
+
 def _warn(text: str, into: list[str]) -> None:
     """A warning on stderr now and kept for the summary's ``warnings``."""
     print(f"distprof: warning: {text}", file=sys.stderr)
@@ -111,12 +121,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.gpus_per_node is not None:  # on top of the file's hardware section, validated like it
         config = config_mod.load(None, {**{k: v for k, v in config.items() if k != "hardware"},
                                         "hardware": {**config["hardware"], "gpus_per_node": args.gpus_per_node}})
-    outpaths.check_dir(args.out)  # before the analysis, not after it
+    outpaths.check_dir(args.out, OUTPUT_FILES)  # before the analysis, not after it
     notes: list[str] = []
     paths = sources.expand(args.inputs, warn=lambda text: _warn(text, notes))
     from .transport import mpi_world
     comm = mpi_world()
-    tasks = max(int(os.environ.get(v, "1") or 1) for v in ("SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
+    tasks = max(_env_count(v) for v in ("SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
     if tasks > 1 and (comm is None or comm.Get_size() == 1):
         print(f"distprof: warning: launched as {tasks} tasks but MPI did not start a {tasks}-rank world: "
               "every task merges every file (with srun, try --mpi=pmix)", file=sys.stderr)

@@ -76,9 +76,23 @@ def detect_world(environ=None) -> tuple[int, int, str]:
     environ = os.environ if environ is None else environ
     for rank_var in _RANK_VARS:
         if rank_var in environ:
-            size = next((int(environ[v]) for v in _SIZE_VARS if v in environ), int(environ[rank_var]) + 1)
-            return int(environ[rank_var]), size, f"env {rank_var}"
+            rank = _env_int(environ, rank_var, 0, MAX_RANKS - 1)
+            size_var = next((v for v in _SIZE_VARS if v in environ), None)
+            size = _env_int(environ, size_var, rank + 1, MAX_RANKS) if size_var else rank + 1
+            return rank, size, f"env {rank_var}"
     return 0, 1, "single process"
+
+
+MAX_RANKS = 1 << 20  # a world above this is a corrupt variable (WORLD_SIZE=1e9 polled past merge_timeout_s)
+
+
+def _env_int(environ, name: str, low: int, high: int) -> int:
+    """An integer launcher variable within [low, high]; else one ConfigError line naming it."""
+    from .config import ConfigError
+    text = str(environ[name]).strip()
+    if not (text.lstrip("-").isdigit() and len(text) < 12 and low <= int(text) <= high):
+        raise ConfigError(f"environment variable {name}={text[:40]!r}: expected an integer from {low} to {high}")
+    return int(text)
 
 
 def results_from_files(rank_file, world_size: int, timeout_s: float, own_result, load) -> list:

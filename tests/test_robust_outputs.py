@@ -263,3 +263,76 @@ def test_csv_cells_that_start_a_formula_are_quoted_numbers_stay(tmp_path):
 ])
 def test_csv_cell(value, written):
     assert export.csv_cell(value) == written
+
+
+# ---------------------------------------------------------------- output errors up front (issue 23)
+
+@pytest.mark.parametrize("name", ["summary.json", "ranks.csv", "report.html"])
+def test_output_file_that_is_a_directory_fails_before_the_analysis(merged, tmp_path, name):
+    files, _ = merged
+    out = tmp_path / "out"
+    (out / name).mkdir(parents=True)
+    result = run_cli("merge", str(files[0]), "-o", str(out))
+    one_line_error(result, str(out / name), "is an existing directory")
+    assert "Overall Summary" not in result.stdout and "Distributed Summary" not in result.stdout
+
+
+def test_demo_bad_output_is_one_line_before_mpirun(tmp_path):
+    for out, needle in bad_outputs(tmp_path):
+        result = run_cli("demo", "--ranks", "2", "--steps", "2", "--out", out, timeout=60)
+        one_line_error(result, out, needle)
+    (tmp_path / "d" / "summary.json").mkdir(parents=True)
+    result = run_cli("demo", "--ranks", "2", "--steps", "2", "--out", str(tmp_path / "d"), timeout=60)
+    one_line_error(result, str(tmp_path / "d" / "summary.json"), "is an existing directory")
+    assert not list((tmp_path / "d").glob("rank*.sqlite"))  # the job never started
+
+
+def test_profiler_bad_output_is_one_line_naming_it(tmp_path):
+    from distprof import Profiler
+    from distprof.events import SourceError
+    for out, needle in bad_outputs(tmp_path):
+        with pytest.raises(SourceError) as refused:
+            Profiler(out=out)
+        assert out in str(refused.value) and needle in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_output_probe_catches_what_access_cannot(tmp_path, monkeypatch):
+    """root passes os.access on any folder; the probe file is what fails on a read-only mount."""
+    import tempfile
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    with pytest.raises(Exception, match=r"not writable \(Read-only file system\)") as refused:
+        outpaths.check_dir(tmp_path)
+    assert str(tmp_path) in str(refused.value)
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"RANK": "abc"}, "environment variable RANK='abc': expected an integer"),
+    ({"RANK": "0", "WORLD_SIZE": "1e9"}, "environment variable WORLD_SIZE='1e9'"),
+    ({"RANK": "0", "WORLD_SIZE": "1000000000"}, "WORLD_SIZE='1000000000': expected an integer from 1 to 1048576"),
+    ({"RANK": "5", "WORLD_SIZE": "2"}, "WORLD_SIZE='2': expected an integer from 6"),
+])
+def test_launcher_variables_are_named_when_wrong(env, needle):
+    from distprof import transport
+    from distprof.config import ConfigError
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        transport.detect_world(env)
+
+
+def test_profiler_with_rank_abc_is_one_line_naming_the_variable(tmp_path):
+    """A live job with RANK=abc: the exception's one line names the variable (was int()'s ValueError)."""
+    import subprocess
+    import sys
+    script = ("import distprof\n"
+              "try:\n"
+              f"    with distprof.Profiler(out={str(tmp_path / 'o')!r}, quiet=True):\n"
+              "        pass\n"
+              "except Exception as error:\n"
+              "    print(type(error).__name__, error)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM"))}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**env, "RANK": "abc", "WORLD_SIZE": "2"})
+    assert result.stdout.strip() == ("ConfigError environment variable RANK='abc': expected an integer from 0 to "
+                                     "1048575"), result.stdout + result.stderr
