@@ -358,7 +358,7 @@ def hosts_cluster(hosts: list[str | None], corrections, spreads, reference: int)
         return None
     value = np.array([0.0 if row == reference else (np.nan if c is None else float(c))
                       for row, c in enumerate(corrections)])
-    host_of = np.unique(np.asarray(hosts, dtype=str), return_inverse=True)[1]
+    host_of = ev.distinct_texts(hosts)[1]
     medians, within = {}, []
     for host in np.unique(host_of):  # one iteration per host
         mine = value[(host_of == host) & ~np.isnan(value)]
