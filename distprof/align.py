@@ -188,8 +188,8 @@ def match_collectives(collectives_by_rank: list[dict], ranks: list[int],
                         empty.copy(), empty.astype(bool), excluded=excluded, nbytes=empty.copy(),
                         launch_ns=empty.copy())
     all_rows = np.concatenate([np.full(c["kind"].size, row, np.int64) for row, c in enumerate(columns)])
-    kinds, kind_code = np.unique(cat["kind"].astype(str), return_inverse=True)
-    groups, group_code = np.unique(cat["group"].astype(str), return_inverse=True)
+    kinds, kind_code = ev.distinct_texts(cat["kind"])
+    groups, group_code = ev.distinct_texts(cat["group"])
     series, series_of, _ = unique_rows(np.stack([kind_code, group_code, cat["src"], cat["dst"]], axis=1))
     order = np.lexsort((cat["start"], cat["step"], series_of, all_rows))  # per rank, series, step, time
     sorted_rows, sorted_series, sorted_step = all_rows[order], series_of[order], cat["step"][order]
@@ -330,6 +330,7 @@ class Alignment:
     matching: Matching
     reference_rank: int | None
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)   # clock claims distrusted, naming file and rank
 
 
 # hosts "cluster" when their median corrections differ by more than this many within-host
@@ -357,7 +358,7 @@ def hosts_cluster(hosts: list[str | None], corrections, spreads, reference: int)
         return None
     value = np.array([0.0 if row == reference else (np.nan if c is None else float(c))
                       for row, c in enumerate(corrections)])
-    host_of = np.unique(np.asarray(hosts, dtype=str), return_inverse=True)[1]
+    host_of = ev.distinct_texts(hosts)[1]
     medians, within = {}, []
     for host in np.unique(host_of):  # one iteration per host
         mine = value[(host_of == host) & ~np.isnan(value)]
@@ -374,7 +375,7 @@ def hosts_cluster(hosts: list[str | None], corrections, spreads, reference: int)
 
 
 def _final_estimates(results: list[RankResult], refined: list[dict], reference: int, aligned_on: bool,
-                     cluster: dict | None) -> list[dict]:
+                     cluster: dict | None, warnings: list[str] | None = None) -> list[dict]:
     """Method, offset and uncertainty per row: None where nothing verified the offset; a rank on
     the host of a verified rank shares its clock (and its offset's error relative to the reference)."""
     hosts = [r.host for r in results]
@@ -395,10 +396,41 @@ def _final_estimates(results: list[RankResult], refined: list[dict], reference: 
             method = "MPI ping-pong"
         out.append({**estimate, "method": method, "verified": verified,
                     "uncertainty_ns": estimate["uncertainty_ns"] if verified else None})
-    return _same_host(out, results, hosts, reference)
+    return _same_host(out, results, hosts, reference, warnings)
 
 
-def _same_host(out: list[dict], results: list[RankResult], hosts: list, reference: int) -> list[dict]:
+# one host has one clock: collective ends a minute apart on it, or (without collectives to tell)
+# the files of one job starting an hour apart, mean the file's clock claim is wrong, not the job
+SAME_HOST_MAX_END_GAP_NS = 60 * 1_000_000_000
+SAME_HOST_MAX_START_GAP_NS = 3600 * 1_000_000_000
+
+
+def _same_host_gap(out: list[dict], results: list[RankResult], row: int, anchor: int) -> int | None:
+    """How far ``row``'s clock is from its host's where that is implausible (None: plausible): by
+    the collective ends when refined, else by the sources' own offsets."""
+    own = out[row].get("correction_ns")
+    if own is not None:
+        gap = int(own) - int(out[anchor].get("correction_ns") or 0)
+        return gap if abs(gap) > SAME_HOST_MAX_END_GAP_NS else None
+    gap = int(results[row].clock.offset_ns) - int(results[anchor].clock.offset_ns)
+    same_kind = results[row].source == results[anchor].source
+    return gap if same_kind and abs(gap) > SAME_HOST_MAX_START_GAP_NS else None
+
+
+def _distrusted(entry: dict, result: RankResult, gap: int, warnings: list[str]) -> dict:
+    """A rank whose clock its host contradicts: offset by the collective ends where they exist,
+    unverified (no straggler is named from it), and one warning naming the file and rank."""
+    host = result.host
+    warnings.append(f"{result.source_file}: rank {result.rank} names host {host} like another rank, but its "
+                    f"clock is {gap / 1e9:,.3f} s off that host's: its clock offset is distrusted "
+                    "(not the same-host clock, unverified; no straggler is named from it)")
+    offset = entry["offset_ns"] if entry.get("correction_ns") is not None else int(result.clock.offset_ns)
+    return {**entry, "offset_ns": int(offset), "uncertainty_ns": None, "verified": False,
+            "method": "source offset (distrusted: contradicts its host's clock)"}
+
+
+def _same_host(out: list[dict], results: list[RankResult], hosts: list, reference: int,
+               warnings: list[str] | None = None) -> list[dict]:
     """Ranks on the reference's host share its clock (uncertainty 0); on another host, the clock of
     that host's best-verified rank (its uncertainty). Native offsets (to rank 0 by ping-pong) are
     replaced by that rank's (one CLOCK_MONOTONIC); nsys/Kineto offsets are on the host's one system
@@ -413,6 +445,10 @@ def _same_host(out: list[dict], results: list[RankResult], hosts: list, referenc
         if not anchors:
             continue
         anchor = min(anchors, key=lambda k: (out[k]["uncertainty_ns"] or 0))
+        gap = _same_host_gap(out, results, row, anchor)
+        if gap is not None:
+            out[row] = _distrusted(out[row], results[row], gap, warnings if warnings is not None else [])
+            continue
         if host != hosts[reference] and out[row]["verified"] \
                 and (out[row]["uncertainty_ns"] or 0) <= (out[anchor]["uncertainty_ns"] or 0):
             continue
@@ -454,9 +490,10 @@ def align(results: list[RankResult], config: dict | None = None) -> Alignment:
         notes.append(f"collective ends differ by host (up to {cluster['gap_ns'] / 1e6:.2f} ms between hosts, "
                      f"{cluster['spread_ns'] / 1e6:.3f} ms within one): not used to align clocks across hosts "
                      "(the difference may be physical); offsets across hosts are the sources' own, unverified")
-    estimates = _final_estimates(results, refined, reference, aligned_on, cluster)
+    warnings: list[str] = []
+    estimates = _final_estimates(results, refined, reference, aligned_on, cluster, warnings)
     aligned = []
     for result, (offset0, uncertainty0), estimate in zip(results, initial, estimates):
         clock = ClockEstimate(**estimate, source_offset_ns=offset0, source_uncertainty_ns=uncertainty0)
         aligned.append(replace(result, clock=clock))
-    return Alignment(aligned, matching, results[reference].rank if results else None, notes)
+    return Alignment(aligned, matching, results[reference].rank if results else None, notes, warnings)

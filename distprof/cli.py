@@ -71,6 +71,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(" ".join(command))
         return 0
+    outpaths.check_dir(args.out, OUTPUT_FILES)  # before mpirun starts the job
     returncode = subprocess.call(command)
     if returncode == 0:  # rank 0 said where it wrote the summary and what to run next
         print(f"rank files: {Path(args.out) / 'rank*.sqlite'} ({ranks} ranks, for `distprof merge`)")
@@ -107,6 +108,15 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
     return None if summary is None else summary.to_json()
 
 
+OUTPUT_FILES = ("summary.json", "ranks.csv", "collectives.csv", "report.html")  # what merge writes
+
+
+def _env_count(name: str) -> int:
+    """A launcher's task count from the environment; what is not a positive integer counts as 1."""
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() and len(text) < 10 else 1
+
+
 def _warn(text: str, into: list[str]) -> None:
     """A warning on stderr now and kept for the summary's ``warnings``."""
     print(f"distprof: warning: {text}", file=sys.stderr)
@@ -123,12 +133,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.gpus_per_node is not None:  # on top of the file's hardware section, validated like it
         config = config_mod.load(None, {**{k: v for k, v in config.items() if k != "hardware"},
                                         "hardware": {**config["hardware"], "gpus_per_node": args.gpus_per_node}})
-    outpaths.check_dir(args.out)  # before the analysis, not after it
+    outpaths.check_dir(args.out, OUTPUT_FILES)  # before the analysis, not after it
     notes: list[str] = []
     paths = sources.expand(args.inputs, warn=lambda text: _warn(text, notes))
     from .transport import mpi_world
     comm = mpi_world()
-    tasks = max(int(os.environ.get(v, "1") or 1) for v in ("SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
+    tasks = max(_env_count(v) for v in ("SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
     if tasks > 1 and (comm is None or comm.Get_size() == 1):
         print(f"distprof: warning: launched as {tasks} tasks but MPI did not start a {tasks}-rank world: "
               "every task merges every file (with srun, try --mpi=pmix)", file=sys.stderr)
@@ -244,7 +254,7 @@ def diff_side(item: str, config: dict) -> dict:
     from .reports import export
     path = Path(item)
     if (path.is_dir() and (path / export.SUMMARY_FILE).exists()) or path.name == export.SUMMARY_FILE:
-        return export.read_summary(path)
+        return _checked_steps(export.read_summary(path), item)
     found = sources.expand([item])
     missing = [p for p in found if not p.is_file()]
     if missing:
@@ -253,17 +263,59 @@ def diff_side(item: str, config: dict) -> dict:
     return merge_files(found, config)
 
 
+def _checked_steps(summary: dict, item: str) -> dict:
+    """A summary whose step series a diff resamples: at most the MAX_STEPS merge keeps (1M steps
+    in a 7 MB file asked the bootstrap for 29.8 GiB)."""
+    from .analyses import diff as diff_mod
+    from .analyses.summaries import MAX_STEPS
+    try:
+        steps = diff_mod.step_durations(summary).size
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise SourceError(f"{item}: not a complete distprof summary.json (step times: {_what(error)})") from None
+    if steps > MAX_STEPS:
+        raise SourceError(f"{item}: refused: {steps:,} steps, above the {MAX_STEPS:,} a summary keeps")
+    return summary
+
+
+def _what(error: Exception) -> str:
+    return f"missing key {error}" if isinstance(error, KeyError) else f"unexpected content: {error}"
+
+
+_BAD_CONTENT = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+
+
+def _diff_text(args: argparse.Namespace, before: dict, after: dict, config: dict) -> tuple[dict, str]:
+    """The diff and its text; a summary of the wrong shape is named in one line (each side is
+    tried against itself to tell which), not a KeyError."""
+    from .analyses import diff as diff_mod
+    from .reports import diff_report
+
+    def run(b: dict, a: dict) -> tuple[dict, str]:
+        result = diff_mod.diff(b, a, seed=args.seed, min_change=args.min_change / 100,
+                               prefixes=tuple(config["communication"]["kernel_prefixes"]))
+        return result, diff_report.render(result, (args.before, args.after), args.unit)
+    try:
+        return run(before, after)
+    except _BAD_CONTENT as error:
+        culprit, detail = f"{args.before} or {args.after}", _what(error)
+        for label, side in ((args.before, before), (args.after, after)):
+            try:
+                run(side, side)
+            except _BAD_CONTENT as own:
+                culprit, detail = label, _what(own)
+                break
+        raise SourceError(f"{culprit}: not a complete distprof summary.json ({detail})") from None
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     """Before/after: per-rank figures, step time with a bootstrap interval, movers, findings."""
-    from .analyses import diff as diff_mod
     from .reports import diff_report
     config = config_mod.load(args.config)
     outpaths.check_dir(args.out)  # before the merges, not after them
     before, after = diff_side(args.before, config), diff_side(args.after, config)
-    result = diff_mod.diff(before, after, seed=args.seed, min_change=args.min_change / 100,
-                           prefixes=tuple(config["communication"]["kernel_prefixes"]))
+    result, shown = _diff_text(args, before, after, config)
     labels = (args.before, args.after)
-    sys.stdout.write(diff_report.render(result, labels, args.unit))
+    sys.stdout.write(shown)
     print(f"\nwrote {diff_report.write_json(result, args.out)}")
     if args.html:
         print(f"wrote {diff_report.write_html(result, labels, args.out, args.unit)}")
@@ -281,12 +333,20 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     config = config_mod.load(args.config)
     inputs = args.inputs[0] if len(args.inputs) == 1 else None
     summary = diff_side(inputs, config) if inputs else merge_files(_expand(args.inputs), config)
-    result = summary.get("whatif")
-    if result and args.scenario:
-        result = {**result, "scenarios": [r for r in result["scenarios"] if r["name"] in args.scenario]}
-    if not result:
-        raise SourceError("no what-if in this summary (made by an older distprof, or the replay was skipped)")
-    sys.stdout.write(whatif_report.render(result, args.unit) + "\n")
+    for text in summary.get("warnings") if isinstance(summary.get("warnings"), list) else []:  # as merge shows them
+        print(f"distprof: warning: {text}", file=sys.stderr)
+    label = " ".join(args.inputs)
+    try:
+        result = summary.get("whatif")
+        if result and args.scenario:
+            result = {**result, "scenarios": [r for r in result["scenarios"] if r["name"] in args.scenario]}
+        if not result:
+            raise SourceError(f"{label}: no what-if in this summary (made by an older distprof, or the replay was "
+                              "skipped)")
+        shown = whatif_report.render(result, args.unit)
+    except _BAD_CONTENT as error:
+        raise SourceError(f"{label}: not a complete distprof summary.json (whatif: {_what(error)})") from None
+    sys.stdout.write(shown + "\n")
     return 0
 
 
@@ -295,30 +355,31 @@ def _expand(inputs: list[str]) -> list[Path]:
     return sources.expand(inputs)
 
 
-NO_ALIGN_HELP = ("keep the sources' clock offsets (MPI ping-pong, nsys session start, Kineto base time); "
-                 "do not refine them by the ends of matched collectives")
-
-
-def _seed(text: str) -> int:
-    """argparse type of --seed: numpy's generators take 0 .. 2**32-1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if not 0 <= value < 2 ** 32:
-        raise argparse.ArgumentTypeError(f"must be between 0 and {2 ** 32 - 1}, got {value}")
-    return value
-
-
-def _percent(text: str) -> float:
-    """argparse type of --min-change: a finite percentage >= 0 (nan made every change 'under nan%')."""
+def percentage(text: str) -> float:
+    """An argparse type: a finite percentage from 0 to 100 (nan compared false with everything:
+    "not significant: under nan%")."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite percentage >= 0, got {text}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and 0 <= value <= 100):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a percentage from 0 to 100")
     return value
+
+
+def seed_number(text: str) -> int:
+    """An argparse type: a bootstrap seed numpy accepts (0 .. 2**32-1; -1 raised ValueError)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from 0 to {2 ** 32 - 1}")
+    return value
+
+
+NO_ALIGN_HELP = ("keep the sources' clock offsets (MPI ping-pong, nsys session start, Kineto base time); "
+                 "do not refine them by the ends of matched collectives")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -388,8 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--html", action="store_true",
                       help="also write OUT/diff.html, and OUT/report.html: the after run's report with the diff on top")
     diff.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
-    diff.add_argument("--seed", type=_seed, default=0, help="seed of the bootstrap interval (default 0)")
-    diff.add_argument("--min-change", type=_percent, default=100 * DIFF_MIN_CHANGE, metavar="PCT",
+    diff.add_argument("--seed", type=seed_number, default=0,
+                      help="seed of the bootstrap interval, 0 .. 2**32-1 (default 0)")
+    diff.add_argument("--min-change", type=percentage, default=100 * DIFF_MIN_CHANGE, metavar="PCT",
                       help="smallest change of the step time called significant, in %% "
                            f"(default {100 * DIFF_MIN_CHANGE:g})")
     diff.add_argument("--config", default=None, help="YAML config file (for inputs that need a merge)")

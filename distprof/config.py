@@ -50,8 +50,9 @@ DEFAULTS: dict[str, Any] = {
         "peak_tflops": None,       # the device's peak TFLOPS (dense, the training dtype): MFU; None: no MFU
     },
     "input": {
-        "max_file_mb": 20480,           # input files above this size are refused (one line, no read)
-        "max_uncompressed_mb": 20480,   # a .gz input that expands beyond this is refused while streaming
+        # None: one eighth of this machine's memory (a Kineto JSON takes about 4x its size to merge)
+        "max_file_mb": None,            # input files above this size are refused (one line, no read)
+        "max_uncompressed_mb": None,    # a .gz input that expands beyond this is refused while streaming
     },
     "diagnosis": {
         "dataloader_share": 0.20,   # Dataloader above this share of ProfileStep: finding
@@ -78,22 +79,24 @@ DEFAULTS: dict[str, Any] = {
 
 
 CHOICES = {"window": ("steps", "all"), "demo.comm": ("overlap", "serial")}
-# numeric keys and their allowed closed range (None: unbounded); a value outside is an error
+# numeric keys and their allowed closed range (None: unbounded); a value outside is an error. Counts
+# that size work or memory are bounded above: pingpong_samples 1e9 hung the demo's start
 RANGES: dict[str, tuple[float | None, float | None]] = {
-    "collector.merge_timeout_s": (0, None), "clock.pingpong_samples": (0, None),
+    "collector.merge_timeout_s": (0, None), "clock.pingpong_samples": (1, 10_000),
     "clock.refine_min_collectives": (0, None), "checks.overlap_warn_ratio": (0, 1),
     "skew.straggler_min_ns": (0, None), "skew.straggler_min_step_fraction": (0, 1),
-    "skew.straggler_min_late_share": (0, 1), "skew.straggler_min_lead": (0, None), "skew.max_rows": (0, None),
+    "skew.straggler_min_late_share": (0, 1), "skew.straggler_min_lead": (0, None), "skew.max_rows": (0, 1_000_000),
     "skew.late_min_ns": (0, None), "hardware.slow_collective_share": (0, 1),
     "input.max_file_mb": (1, None), "input.max_uncompressed_mb": (1, None),
     "diagnosis.dataloader_share": (0, 1), "diagnosis.gpu_idle_share": (0, 1),
     "diagnosis.memory_creep_share": (0, None), "diagnosis.memory_outlier_share": (0, None),
-    "demo.ranks": (1, None), "demo.steps": (1, None), "demo.layers": (1, None), "demo.width": (1, None),
-    "demo.batch": (1, None), "live.every_steps": (0, None), "live.prometheus_port": (1, 65535),
+    "demo.ranks": (1, 1024), "demo.steps": (1, 1_000_000), "demo.layers": (1, 1000), "demo.width": (1, 65_536),
+    "demo.batch": (1, 1_000_000), "live.every_steps": (0, None), "live.prometheus_port": (1, 65535),
 }
 # keys whose default is None (not known): a number of this type, or null; must be > 0
 NULLABLE: dict[str, type] = {"hardware.peak_busbw_gbps": float, "hardware.gpus_per_node": int,
-                             "hardware.peak_tflops": float, "live.prometheus_port": int, "live.textfile": str}
+                             "hardware.peak_tflops": float, "input.max_file_mb": int,
+                             "input.max_uncompressed_mb": int, "live.prometheus_port": int, "live.textfile": str}
 NON_EMPTY_ITEMS = ("communication.kernel_prefixes",)  # an empty prefix would match every kernel
 
 
@@ -147,6 +150,7 @@ def _nullable(path: str, value: Any, source: str) -> Any:
         what = "a number" if kind is float else "an integer"
         raise ConfigError(f"{source}: key '{path}' must be {what} > 0 or null, got {type(value).__name__} "
                           f"({value!r})")
+    _check_value(path, value, source)
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{source}: key '{path}' must be > 0 or null, got {value!r}")
     _check_value(path, value, source)

@@ -37,13 +37,31 @@ def _check_writable_dir(path: Path, shown: Path) -> None:
         raise SourceError(f"{shown}: output directory {path} is not writable")
 
 
-def check_dir(out: str | Path) -> Path:
-    """``out`` as an output directory that exists or can be created and written; one-line error."""
+def check_dir(out: str | Path, files: tuple[str, ...] = ()) -> Path:
+    """``out`` as an output directory that exists or can be created and written, and ``files`` in
+    it as files that can be written (one named summary.json being a directory failed only after
+    the whole analysis); a probe file proves an existing folder writable. One-line errors."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise SourceError(f"{out}: output directory is an existing file (choose another -o)")
     _check_writable_dir(_nearest_existing(out), out)
+    for name in files:
+        if (out / name).is_dir():
+            raise SourceError(f"{out / name}: output file is an existing directory (remove it or choose another -o)")
+    if out.is_dir():
+        _probe(out)
     return out
+
+
+def _probe(folder: Path) -> None:
+    """Create and remove a temporary file in ``folder``: what os.access cannot tell (a read-only
+    mount seen by root, ACLs, a full disk of inodes) fails here, before any analysis."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".distprof-probe.", dir=folder)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as error:
+        raise SourceError(f"{folder}: output directory is not writable ({error.strerror or error})") from None
 
 
 def check_file(path: str | Path) -> Path:

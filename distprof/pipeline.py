@@ -149,7 +149,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     if missing:
         warnings.append(f"partial result: no data for {_rank_ranges(missing)} of {world_size}")
     aligned = align_mod.align(numbered, config)
-    warnings += aligned.matching.warnings
+    warnings += aligned.matching.warnings + aligned.warnings
     unverified = [r.rank for r in aligned.results if r.clock.uncertainty_ns is None]
     if unverified and len(aligned.results) > 1:
         shown = ", ".join(map(str, unverified[:8])) + (" ..." if len(unverified) > 8 else "")
@@ -168,15 +168,35 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
                                             str(config.get("phases", {}).get("dataloader", "Dataloader")))
     skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what)}
     found = diagnose.findings(final, checks, skew_summary, config, collective_table)
+    priced, dropped = _plausible_findings(cost.price_findings(found + profiles.memory_findings(final, config), what),
+                                          final)
+    warnings += dropped
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
         checks=checks, skew=skew_summary,
-        findings=findings_report.worded(critical_path.with_path_evidence(
-            cost.price_findings(found + profiles.memory_findings(final, config), what), path)),
+        findings=findings_report.worded(critical_path.with_path_evidence(priced, path)),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
         model_profile=profiles.model_profile(final), critical_path=path)
+
+
+def _plausible_findings(findings: list[dict], results: list[RankResult]) -> tuple[list[dict], list[str]]:
+    """The findings whose figure and cost fit in the longest analysed window of any rank, and a
+    warning per one that does not: a per-step figure longer than the whole window is a bug upstream
+    (a one-day clock offset once printed a HIGH "waiting 86,400 s per step"), never printed."""
+    limit = max((max(int(r.figures.window_ns or 0), int(r.figures.gpu_window_ns or 0)) for r in results), default=0)
+    if limit <= 0:
+        return findings, []
+    kept, warnings = [], []
+    for finding in findings:  # a handful per job
+        worst = max(int(finding.get(key) or 0) for key in ("figure_ns", "cost_ns", "predicted_saving_ns"))
+        if worst > limit:
+            warnings.append(f"finding {finding['finding']} dropped: its figure ({worst / 1e9:,.6f} s) exceeds the "
+                            f"longest analysed window ({limit / 1e9:,.6f} s); the inputs' times are inconsistent")
+        else:
+            kept.append(finding)
+    return kept, warnings
 
 
 def _collectives(aligned: align_mod.Alignment, config: dict,

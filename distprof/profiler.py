@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from . import annotate, clock, transport
+from . import annotate, clock, outpaths, transport
 from . import config as config_mod
 from . import events as ev
 from . import schedule as schedule_mod
@@ -38,7 +38,7 @@ class Profiler:
             self.config = config_mod.load(None, config)
         else:
             self.config = config_mod.load(config, overrides or None)
-        self.out = Path(out if out is not None else self.config["out"])
+        self.out = outpaths.check_dir(out if out is not None else self.config["out"])  # one line, before the job
         self.quiet = quiet
         self.summary: dict | None = None
         self.collector: Collector | None = None

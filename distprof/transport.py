@@ -61,29 +61,23 @@ def detect_world(environ=None) -> tuple[int, int, str]:
     environ = os.environ if environ is None else environ
     for rank_var in _RANK_VARS:
         if rank_var in environ:
-            rank = _launcher_int(environ, rank_var, 0)
+            rank = _env_int(environ, rank_var, 0, MAX_RANKS - 1)
             size_var = next((v for v in _SIZE_VARS if v in environ), None)
-            size = rank + 1 if size_var is None else _launcher_int(environ, size_var, 1)
-            if rank >= size:
-                raise ValueError(f"distprof: launcher variables disagree: {rank_var}={rank} is not below "
-                                 f"{size_var}={size}")
+            size = _env_int(environ, size_var, rank + 1, MAX_RANKS) if size_var else rank + 1
             return rank, size, f"env {rank_var}"
     return 0, 1, "single process"
 
 
-MAX_WORLD_SIZE = 1 << 24  # far above any job; WORLD_SIZE=1e9 would make rank 0 wait on a billion files
+MAX_RANKS = 1 << 20  # a world above this is a corrupt variable (WORLD_SIZE=1e9 polled past merge_timeout_s)
 
 
-def _launcher_int(environ, name: str, low: int) -> int:
-    """A launcher variable as an int in [low, MAX_WORLD_SIZE], else a ValueError naming it."""
-    text = environ[name]
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"distprof: environment variable {name}={text!r} is not an integer") from None
-    if not low <= value <= MAX_WORLD_SIZE:
-        raise ValueError(f"distprof: environment variable {name}={value} is outside {low}..{MAX_WORLD_SIZE}")
-    return value
+def _env_int(environ, name: str, low: int, high: int) -> int:
+    """An integer launcher variable within [low, high]; else one ConfigError line naming it."""
+    from .config import ConfigError
+    text = str(environ[name]).strip()
+    if not (text.lstrip("-").isdigit() and len(text) < 12 and low <= int(text) <= high):
+        raise ConfigError(f"environment variable {name}={text[:40]!r}: expected an integer from {low} to {high}")
+    return int(text)
 
 
 def results_from_files(rank_file, world_size: int, timeout_s: float, own_result, load) -> list:

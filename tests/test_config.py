@@ -68,9 +68,13 @@ def test_default_yaml_documents_every_key():
 
 @pytest.mark.parametrize("text, message", [
     ("demo:\n  ranks: 2\n  ranks: 3\n", "duplicate key 'ranks' at line 3"),
-    ("skew:\n  max_rows: -1\n", "key 'skew.max_rows' must be at least 0"),
+    ("skew:\n  max_rows: -1\n", "key 'skew.max_rows' must be between 0 and 1000000"),
     ("clock:\n  refine_min_collectives: -3\n", "key 'clock.refine_min_collectives' must be at least 0"),
-    ("clock:\n  pingpong_samples: -1\n", "key 'clock.pingpong_samples' must be at least 0"),
+    ("clock:\n  pingpong_samples: -1\n", "key 'clock.pingpong_samples' must be between 1 and 10000"),
+    ("clock:\n  pingpong_samples: 1000000000\n", "key 'clock.pingpong_samples' must be between 1 and 10000, "
+     "got 1000000000"),
+    ("clock:\n  pingpong_samples: 1e9\n", "key 'clock.pingpong_samples' must be int, got str"),
+    ("demo:\n  width: 100000000\n", "key 'demo.width' must be between 1 and 65536"),
     ("checks:\n  overlap_warn_ratio: .nan\n", "key 'checks.overlap_warn_ratio' must be a finite number"),
     ("checks:\n  overlap_warn_ratio: 5\n", "key 'checks.overlap_warn_ratio' must be between 0 and 1"),
     ("communication:\n  kernel_prefixes: ['']\n", "key 'communication.kernel_prefixes' must not hold an empty"),

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 
 import pytest
@@ -224,8 +225,7 @@ DEEP = b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1, "args": ' + b'{"
      "timestamp out of range"),
     (DEEP, "nested too deep"),
     (kineto_bytes([{"ph": "X", "cat": "cpu_op", "name": "a", "dur": 1}]), "no event with a timestamp"),
-    (kineto_bytes([cpu_event(9_223_372_036_854_775), cpu_event(1, 5)]), "does not fit int64"),
-    (kineto_bytes([cpu_event(-5_000_000_000_000), cpu_event(1000)]), "corrupt timestamps"),
+    (kineto_bytes([cpu_event(9_223_372_036_854_775, 10_000)]), "overflows int64"),
 ])
 def test_bad_kineto_is_one_line_and_skipped_beside_good(tmp_path, data, needle):
     bad = tmp_path / "rank1.json"
@@ -304,3 +304,287 @@ def test_two_runs_in_one_folder_are_an_error_naming_the_files(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert sorted(r["rank"] for r in summary["ranks"]) == [0, 1, 2, 3]
     assert sum("appears twice; renumbered" in w for w in summary["warnings"]) == 2
+
+
+# ---------------------------------------------------------------- memory (issue 23)
+
+def peak_rss_of_cli(*args: str) -> tuple[subprocess.CompletedProcess, int]:
+    """(result, peak RSS in bytes) of `distprof ...` run in a child of a fresh Python: the
+    grandchild's getrusage(RUSAGE_CHILDREN) counts that run alone."""
+    probe = ("import resource, subprocess, sys; "
+             "r = subprocess.run([sys.executable, '-m', 'distprof', *sys.argv[1:]], capture_output=True, text=True); "
+             "sys.stderr.write(r.stderr); sys.stdout.write(r.stdout); "
+             "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)")
+    result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=300)
+    peak_kb = int(result.stdout.rsplit("PEAK_KB", 1)[1].split()[0])
+    return result, peak_kb * 1024
+
+
+def test_one_200k_character_name_merges_under_1_gb(tmp_path):
+    """Name categories are tested per distinct name: a per-row fixed-width copy of 2,000 names
+    with one of 200,000 characters asked for 1.6 GB (measured before the fix)."""
+    trace = overlap_trace(rank=0)
+    for i in range(2000):
+        trace.cpu_op(f"aten::add_{i % 7}", 1000 + i, 1001 + i)
+    trace.cpu_op("user::" + "x" * 200_000, 11_000, 12_000, cat="user_annotation")
+    path = trace.write(tmp_path / "rank0.json")
+    result, peak = peak_rss_of_cli("merge", str(path), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert peak < 1 << 30, peak
+
+
+def test_default_input_limits_come_from_the_machines_memory(tmp_path, monkeypatch):
+    """No limit in the config: one eighth of the machine's memory, named in the one-line refusal
+    (the fixed 20 GiB default was above the RAM of the machine it ran on)."""
+    from distprof import config as config_mod
+    physical_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1 << 20)
+    defaults = config_mod.load()
+    assert sources.input_limit_mb(defaults, "max_file_mb")[0] <= physical_mb // 8
+    assert sources.input_limit_mb(defaults, "max_uncompressed_mb")[0] <= physical_mb // 8
+    monkeypatch.setattr(sources, "machine_memory_mb", lambda: 16)  # a 16 MB machine: 2 MB limits
+    big = tmp_path / "rank1.json"
+    big.write_bytes(b" " * (3 << 20))
+    with pytest.raises(SourceError) as refused:
+        sources.check_file(big, defaults)
+    message = str(refused.value)
+    assert "\n" not in message and str(big) in message and "refused unread: 3 MB" in message
+    assert "input.max_file_mb = 2 (default: 1/8 of this machine's 16 MB of memory)" in message
+    packed = tmp_path / "rank1.json.gz"
+    packed.write_bytes(gzip.compress(b" " * (3 << 20)))
+    with pytest.raises(SourceError, match="gzip expands beyond input.max_uncompressed_mb = 2 .default"):
+        sources.read_bytes(packed, defaults)
+
+
+# ---------------------------------------------------------------- what inputs claim (issue 23)
+
+DAY_NS = 86_400 * 10 ** 9
+
+
+def same_host_ranks(tmp_path, second_start_shift_ns, steps=4):
+    """Two nsys exports naming host node0, each step one compute kernel and one allreduce at the same
+    times on each rank's own clock; rank 1's session starts ``second_start_shift_ns`` later."""
+    import nsys_fixtures as fx
+    paths = []
+    for rank in (0, 1):
+        export = fx.NsysExport(env={"RANK": str(rank), "HOSTNAME": "node0"},
+                               session_start_utc_ns=1_700_000_000_000_000_000 + rank * second_start_shift_ns)
+        for step in range(steps):
+            t = step * 100_000
+            export.range(4242, t + 1_000, t + 90_000, f"ProfileStep#{step}")
+            export.kernel(4242, 0, fx.COMPUTE_STREAM, t + 10_000, t + 20_000, "gemm", launch=(t + 3_000, t + 3_500))
+            export.kernel(4242, 0, fx.NCCL_STREAM, t + 25_000, t + 40_000, fx.NCCL_KERNEL,
+                          launch=(t + 20_200, t + 20_700))
+        paths.append(export.write(tmp_path / f"rank{rank}.sqlite"))
+    return paths
+
+
+@pytest.mark.parametrize("steps", [4, 1])  # 4: collective ends contradict the host; 1: too few to refine
+def test_one_day_offset_on_one_host_is_distrusted_not_a_straggler(tmp_path, steps):
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL folder is absent")
+    from distprof import config as config_mod
+    from distprof import pipeline
+    paths = same_host_ranks(tmp_path, DAY_NS, steps)
+    summary = pipeline.merge_files(paths, config_mod.load()).to_json()
+    assert summary["skew"]["straggler"] is None
+    assert not [f for f in summary["findings"] if f["finding"] == "straggler"]
+    told = [w for w in summary["warnings"] if "distrusted" in w]
+    assert len(told) == 1 and str(paths[1]) in told[0] and "rank 1" in told[0] and "86,400.000 s" in told[0]
+    rank1 = summary["skew"]["alignment"][1]
+    assert rank1["uncertainty_ns"] is None and not rank1["verified"]
+    step_ns = 89_000  # ProfileStep 1 us .. 90 us on each rank's own clock
+    for finding in summary["findings"]:
+        assert max(finding["figure_ns"], finding["cost_ns"] or 0) <= steps * step_ns
+
+
+def test_same_host_offset_of_seconds_is_still_trusted(tmp_path):
+    """Files of one host starting 5 s apart: a plain job start, the shared clock is kept."""
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL folder is absent")
+    from distprof import config as config_mod
+    from distprof import pipeline
+    summary = pipeline.merge_files(same_host_ranks(tmp_path, 5 * 10 ** 9), config_mod.load()).to_json()
+    assert not [w for w in summary["warnings"] if "distrusted" in w]
+    assert summary["skew"]["alignment"][1]["method"] == "same host"
+
+
+def test_finding_longer_than_the_window_is_dropped_with_a_warning():
+    from types import SimpleNamespace
+
+    from distprof import pipeline
+    ranks = [SimpleNamespace(figures=SimpleNamespace(window_ns=1_000_000, gpu_window_ns=None))]
+    ok = {"finding": "gpu_idle", "figure_ns": 400_000, "cost_ns": 300_000, "predicted_saving_ns": 300_000}
+    bad = {"finding": "straggler", "figure_ns": DAY_NS, "cost_ns": 0, "predicted_saving_ns": 0}
+    kept, warnings = pipeline._plausible_findings([ok, bad], ranks)
+    assert kept == [ok]
+    assert warnings == ["finding straggler dropped: its figure (86,400.000000 s) exceeds the longest analysed "
+                        "window (0.001000 s); the inputs' times are inconsistent"]
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"tid": 1e30}, "tid out of range"), ({"pid": 1e30}, "pid out of range"),
+    ({"ts": 1e30}, "ts out of range"), ({"dur": 1e30}, "dur out of range"),
+    ({"ts": "1e400"}, "ts out of range"), ({"tid": "1e400"}, "tid out of range"),
+    ({"ts": 9_223_372_036_854_775, "dur": 10_000}, "outside the plausible span"),  # ts + dur overflows int64
+    ({"ts": -5_000_000_000_000}, "outside the plausible span"),  # 58 days before the others
+])
+def test_kineto_number_no_int64_can_hold_drops_that_event(tmp_path, bad, needle):
+    """A float 1e30 where Kineto writes an integer aborted the merge: the event is dropped, the
+    file warns (naming itself), and the other events keep their figures."""
+    path = tmp_path / "rank0.json"
+    good = [cpu_event(1000 + 100 * k, 50, name=f"aten::op{k}") for k in range(3)]
+    path.write_text(json.dumps({"traceEvents": good + [{**cpu_event(1100, 50, name="aten::bad"), **bad}]}))
+    trace = sources.read(path, {})[0]
+    assert sorted(trace.events["name"].astype(str)) == ["aten::op0", "aten::op1", "aten::op2"]
+    assert sorted(trace.events["start_ns"]) == [1_000_000, 1_100_000, 1_200_000]
+    told = [w for w in trace.warnings if needle in w]
+    assert len(told) == 1 and told[0].startswith(f"{path}: 1 event(s) dropped"), trace.warnings
+
+
+@pytest.mark.parametrize("size", [1e30, "1e400", 2 ** 62])
+def test_kineto_collective_size_out_of_range_is_unknown(tmp_path, size):
+    """``"1e400"`` elements was read as 1 element (the digits before the exponent): unknown now."""
+    comm = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 2000, "dur": 30,
+            "args": {"In msg nelems": size, "Out msg nelems": size, "dtype": "Float",
+                     "Collective name": "allreduce"}}
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": [cpu_event(1000, 5000, name="ProfilerStep#1"), comm]}))
+    trace = sources.read(path, {})[0]
+    assert (trace.events["nbytes"] != 4).all() and (trace.events["nbytes"] <= 0).all()
+    told = [w for w in trace.warnings if "message size" in w]
+    assert len(told) == 1 and str(path) in told[0] and "unknown" in told[0]
+
+
+def test_nsys_timestamp_near_2_63_is_dropped_with_a_warning(tmp_path):
+    """A kernel at 2**63 ns gave a 292-year window (and passed for a normalized absolute time)."""
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL folder is absent")
+    clean = fx.one_step_rank(fx.NsysExport()).write(tmp_path / "clean.sqlite")
+    path = fx.one_step_rank(fx.NsysExport()).write(tmp_path / "rank0.sqlite")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 9223372036854000000, end = 9223372036854000100 "
+                   "WHERE rowid = 1")
+        (gemm_start,) = db.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid = 2").fetchone()
+    expected = sources.read(clean, {})[0]
+    trace = sources.read(path, {})[0]
+    assert trace.clock_offset_ns == expected.clock_offset_ns  # not taken for a normalized time
+    assert int(trace.events["end_ns"].max()) < 10 ** 9 and gemm_start in set(trace.events["start_ns"])
+    assert len(trace.events) == len(expected.events) - 2  # the kernel and the activity mark at its end
+    told = [w for w in trace.warnings if "outside the plausible span" in w]
+    assert len(told) == 1 and told[0].startswith(f"{path}: 1 event(s) dropped")
+
+
+@pytest.mark.parametrize("origin_ns", [-100_000, -10 ** 12, -(2 ** 62)])
+@pytest.mark.parametrize("time_format", ["us3", "int"])
+def test_negative_kineto_timestamps_keep_the_figures(tmp_path, origin_ns, time_format):
+    """overlap_trace's figures, worked out by hand in its docstring, on an axis starting below 0
+    (straddling 0, far below, near -2**62): computation 90 us, communication 60 us, window 199 us."""
+    from distprof import config as config_mod
+    from distprof import pipeline
+    if time_format == "int" and origin_ns % 1000:
+        pytest.skip("int microseconds")
+    path = overlap_trace(rank=0, origin_ns=origin_ns, time_format=time_format, base_time_ns=None).write(
+        tmp_path / "rank0.json")
+    rank = pipeline.merge_files([path], config_mod.load()).to_json()["ranks"][0]
+    assert (rank["computation_ns"], rank["communication_ns"], rank["window_ns"]) == (90_000, 60_000, 199_000)
+
+
+def test_negative_native_timestamps_keep_the_figures(tmp_path):
+    """A collector file whose clock starts below 0: the Forward phases are 2 x 490 us of computation."""
+    from distprof import config as config_mod
+    from distprof import pipeline
+    path = native_file(tmp_path / "rank0.sqlite", rank=0, world_size=1)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE distprof_ranges SET start_ns = start_ns - 10000000000000, end_ns = end_ns - 10000000000000")
+    rank = pipeline.merge_files([path], config_mod.load()).to_json()["ranks"][0]
+    assert (rank["computation_ns"], rank["window_ns"], rank["steps"]) == (980_000, 1_800_000, 2)
+
+
+# ---------------------------------------------------------------- diff and whatif inputs (issue 23)
+
+@pytest.fixture(scope="module")
+def merged_out(tmp_path_factory):
+    """A two-rank Kineto merge's output folder."""
+    base = tmp_path_factory.mktemp("merged23")
+    files = [overlap_trace(rank=r).write(base / f"rank{r}.json") for r in (0, 1)]
+    result = run_cli("merge", *map(str, files), "-o", str(base / "out"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return base / "out"
+
+
+def edited_summary(merged_out, tmp_path, edit, raw=None):
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    summary = json.loads((merged_out / "summary.json").read_text())
+    edit(summary)
+    (folder / "summary.json").write_text(raw if raw is not None else json.dumps(summary))
+    return folder
+
+
+def _million_steps(summary):
+    summary["tables"]["merged"]["steps"]["median_ns"] = [1000] * 1_000_000
+
+
+def _wrong_ranks(summary):
+    summary["ranks"][0]["communication_ns"] = {"a": 1}
+    summary["across_ranks"] = [1, 2]
+
+
+def _wrong_steps(summary):
+    summary["tables"]["merged"]["steps"] = {"median_ns": {"x": 1}}
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (_million_steps, "refused: 1,000,000 steps, above the 2,000"),
+    (_wrong_ranks, "not a complete distprof summary.json"),
+    (_wrong_steps, "not a complete distprof summary.json (step times"),
+])
+def test_diff_hostile_summary_is_one_line_naming_it(merged_out, tmp_path, edit, needle):
+    bad = edited_summary(merged_out, tmp_path, edit)
+    result = run_cli("diff", str(merged_out), str(bad), "-o", str(tmp_path / "d"))
+    line = one_line_error(result, needle)
+    assert line.startswith(f"distprof: error: {bad}: "), line
+
+
+@pytest.mark.parametrize("raw, needle", [
+    ('{"ranks": [], "world_size": 1, "source": "x", "a": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deep"),
+    ('{"ranks": [], "world_size": 1, "source": "x", "a": ' + "[" * 40 + "]" * 40 + "}",
+     "nested more than 32 levels deep"),
+])
+def test_diff_and_whatif_deep_summary_is_one_line(merged_out, tmp_path, raw, needle):
+    bad = edited_summary(merged_out, tmp_path, lambda s: None, raw)
+    one_line_error(run_cli("diff", str(bad), str(merged_out), "-o", str(tmp_path / "d")), str(bad), needle)
+    one_line_error(run_cli("whatif", str(bad)), str(bad), needle)
+
+
+def test_whatif_wrong_types_is_one_line(merged_out, tmp_path):
+    bad = edited_summary(merged_out, tmp_path, lambda s: s.update(whatif={"scenarios": 7, "steps": "x"}))
+    one_line_error(run_cli("whatif", str(bad)), str(bad), "not a complete distprof summary.json")
+
+
+@pytest.mark.parametrize("option, value, needle", [
+    ("--min-change", "nan", "must be a percentage from 0 to 100"),
+    ("--min-change", "-1", "must be a percentage from 0 to 100"),
+    ("--min-change", "inf", "must be a percentage from 0 to 100"),
+    ("--min-change", "x", "is not a number"),
+    ("--seed", "-1", "must be from 0 to 4294967295"),
+    ("--seed", "1.5", "is not an integer"),
+])
+def test_diff_options_are_validated_by_argparse(merged_out, tmp_path, option, value, needle):
+    result = run_cli("diff", str(merged_out), str(merged_out), "-o", str(tmp_path / "d"), option, value)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"argument {option}: {value!r} {needle}" in result.stderr, result.stderr
+
+
+def test_whatif_prints_the_merges_warnings(tmp_path):
+    path = overlap_trace(rank=0).write(tmp_path / "rank0.json")  # of a world of 2: a partial result
+    merged = run_cli("merge", str(path), "-o", str(tmp_path / "out"))
+    result = run_cli("whatif", str(path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["warnings"] and merged.returncode == 0
+    for warning in summary["warnings"]:
+        assert f"distprof: warning: {warning}" in result.stderr

@@ -6,7 +6,6 @@ ranges, and one that matches nothing leaves an existing trace untouched."""
 import gzip
 import json
 import os
-import re
 import threading
 
 import pytest
@@ -236,32 +235,106 @@ def test_advice_names_no_other_framework():
         assert "MegEngine" not in inspect.getsource(module)
 
 
-# ---------------------------------------------------------------- issue 23: outputs and flags
-def test_csv_cells_that_would_run_as_formulas_are_neutralised(tmp_path):
+# ---------------------------------------------------------------- CSV formulas (issue 23)
+
+def test_csv_cells_that_start_a_formula_are_quoted_numbers_stay(tmp_path):
+    """A process-group name from a trace ("=HYPERLINK(...") went raw into collectives.csv."""
     import csv
-    summary = {"ranks": [{"rank": 0, "steps": 2, "source_file": "=HYPERLINK(\"http://x\")", "window_ns": -5}],
-               "collectives": {"rows": [{"kind": "allreduce", "group": "@evil", "count": 3}]}}
-    export.write_csv(summary, tmp_path / "ranks.csv")
-    with open(tmp_path / "ranks.csv", newline="") as handle:
-        row = list(csv.DictReader(handle))[0]
-    assert row["source_file"] == "'=HYPERLINK(\"http://x\")" and row["window_ns"] == "-5"  # numbers stay numbers
-    export.write_collectives_csv(summary, tmp_path / "collectives.csv")
-    with open(tmp_path / "collectives.csv", newline="") as handle:
-        assert list(csv.DictReader(handle))[0]["group"] == "'@evil"
+
+    from kineto_fixtures import CommOp, collective_job
+    hostile = '=HYPERLINK("http://example.invalid","x")'
+    ops = {r: [CommOp("allreduce", hostile, (0, 1), 1024, start_us=100.0 + 300 * k) for k in range(3)]
+           for r in (0, 1)}
+    files = collective_job(tmp_path / "job", ops, world_size=2)
+    out = tmp_path / "out"
+    result = run_cli("merge", *map(str, files), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(out / "collectives.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and all(row["group"].startswith("'=HYPERLINK(") for row in rows), rows
+    assert all(float(row["count"]) == 3 for row in rows)  # numbers are written as numbers
+    for text in (tmp_path / "out" / "collectives.csv", tmp_path / "out" / "ranks.csv"):
+        cells = [cell for row in csv.reader(open(text, newline="")) for cell in row]
+        assert not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r") or
+                    (c.startswith("-") and not c.lstrip("-").replace(".", "", 1).isdigit())]
 
 
-@pytest.mark.parametrize("flags", [["--min-change", "nan"], ["--min-change", "-3"], ["--min-change", "inf"],
-                                   ["--seed", "-1"], ["--seed", "x"]])
-def test_diff_flags_are_checked_before_reading_anything(tmp_path, flags):
-    result = run_cli("diff", str(tmp_path / "a"), str(tmp_path / "b"), *flags)
-    assert result.returncode == 2 and "Traceback" not in result.stderr and flags[0] in result.stderr
+@pytest.mark.parametrize("value, written", [
+    ("=1+2", "'=1+2"), ("+cmd", "'+cmd"), ("-x", "'-x"), ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"),
+    ("\rx", "'\rx"), ("ok", "ok"), (-5, -5), (-0.5, -0.5), (None, ""), (3, 3),
+])
+def test_csv_cell(value, written):
+    assert export.csv_cell(value) == written
 
 
-@pytest.mark.parametrize(("environ", "name"), [({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK='abc'"),
-                                               ({"RANK": "0", "WORLD_SIZE": "1e9"}, "WORLD_SIZE='1e9'"),
-                                               ({"RANK": "0", "WORLD_SIZE": "1000000000"}, "WORLD_SIZE=1000000000"),
-                                               ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3")])
-def test_launcher_variables_that_make_no_sense_are_named(environ, name):
-    from distprof.transport import detect_world
-    with pytest.raises(ValueError, match=re.escape(name)):
-        detect_world(environ)
+# ---------------------------------------------------------------- output errors up front (issue 23)
+
+@pytest.mark.parametrize("name", ["summary.json", "ranks.csv", "report.html"])
+def test_output_file_that_is_a_directory_fails_before_the_analysis(merged, tmp_path, name):
+    files, _ = merged
+    out = tmp_path / "out"
+    (out / name).mkdir(parents=True)
+    result = run_cli("merge", str(files[0]), "-o", str(out))
+    one_line_error(result, str(out / name), "is an existing directory")
+    assert "Overall Summary" not in result.stdout and "Distributed Summary" not in result.stdout
+
+
+def test_demo_bad_output_is_one_line_before_mpirun(tmp_path):
+    for out, needle in bad_outputs(tmp_path):
+        result = run_cli("demo", "--ranks", "2", "--steps", "2", "--out", out, timeout=60)
+        one_line_error(result, out, needle)
+    (tmp_path / "d" / "summary.json").mkdir(parents=True)
+    result = run_cli("demo", "--ranks", "2", "--steps", "2", "--out", str(tmp_path / "d"), timeout=60)
+    one_line_error(result, str(tmp_path / "d" / "summary.json"), "is an existing directory")
+    assert not list((tmp_path / "d").glob("rank*.sqlite"))  # the job never started
+
+
+def test_profiler_bad_output_is_one_line_naming_it(tmp_path):
+    from distprof import Profiler
+    from distprof.events import SourceError
+    for out, needle in bad_outputs(tmp_path):
+        with pytest.raises(SourceError) as refused:
+            Profiler(out=out)
+        assert out in str(refused.value) and needle in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_output_probe_catches_what_access_cannot(tmp_path, monkeypatch):
+    """root passes os.access on any folder; the probe file is what fails on a read-only mount."""
+    import tempfile
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    with pytest.raises(Exception, match=r"not writable \(Read-only file system\)") as refused:
+        outpaths.check_dir(tmp_path)
+    assert str(tmp_path) in str(refused.value)
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"RANK": "abc"}, "environment variable RANK='abc': expected an integer"),
+    ({"RANK": "0", "WORLD_SIZE": "1e9"}, "environment variable WORLD_SIZE='1e9'"),
+    ({"RANK": "0", "WORLD_SIZE": "1000000000"}, "WORLD_SIZE='1000000000': expected an integer from 1 to 1048576"),
+    ({"RANK": "5", "WORLD_SIZE": "2"}, "WORLD_SIZE='2': expected an integer from 6"),
+])
+def test_launcher_variables_are_named_when_wrong(env, needle):
+    from distprof import transport
+    from distprof.config import ConfigError
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        transport.detect_world(env)
+
+
+def test_profiler_with_rank_abc_is_one_line_naming_the_variable(tmp_path):
+    """A live job with RANK=abc: the exception's one line names the variable (was int()'s ValueError)."""
+    import subprocess
+    import sys
+    script = ("import distprof\n"
+              "try:\n"
+              f"    with distprof.Profiler(out={str(tmp_path / 'o')!r}, quiet=True):\n"
+              "        pass\n"
+              "except Exception as error:\n"
+              "    print(type(error).__name__, error)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM"))}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**env, "RANK": "abc", "WORLD_SIZE": "2"})
+    assert result.stdout.strip() == ("ConfigError environment variable RANK='abc': expected an integer from 0 to "
+                                     "1048575"), result.stdout + result.stderr

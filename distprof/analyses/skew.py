@@ -72,9 +72,8 @@ def _duplicate_ops(events: pd.DataFrame, comm_mask) -> np.ndarray:
     ranges on CPU traces, NCCL kernels on GPU): one collective is then counted once, by the
     exchange, not twice under two kinds."""
     comm_mask = np.asarray(comm_mask, bool)
-    names = events["name"].astype(str).to_numpy()
-    is_op = np.char.startswith(names.astype(str), "c10d::") if names.size else np.zeros(0, bool)
-    return comm_mask & is_op if (comm_mask & ~is_op).any() else np.zeros(names.size, bool)
+    is_op = ev.rows_where_name(events["name"], lambda text: text.startswith("c10d::"))
+    return comm_mask & is_op if (comm_mask & ~is_op).any() else np.zeros(is_op.size, bool)
 
 
 def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = None) -> RankMarkers:
@@ -289,7 +288,7 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str
     a = arrivals
     present, rank_of = matching.present, matching.ranks.tolist()
     groups = matching.group if matching.group.size == matching.size else np.full(matching.size, "", object)
-    label = np.array([f"{k}|{g}" for k, g in zip(matching.name.tolist(), groups.tolist())], dtype=str)
+    label = np.array([f"{k}|{g}" for k, g in zip(matching.name.tolist(), groups.tolist())], dtype=object)
     kinds, notes = [], []
     for pair in np.unique(label):  # one iteration per (kind, group)
         kind, group = pair.split("|", 1)
@@ -497,11 +496,11 @@ def _phase_skew(aligned_by_rank: list[dict], rank_of: list[int]) -> dict:
     """Per (step, phase name): start/end spread and busy time across ranks; per phase name the
     aggregates of summary.json's skew.phases (``rows``)."""
     phases: list[dict] = []
-    phase_names = np.unique(np.concatenate([np.asarray(a["phases"]["name"], dtype=str) for a in aligned_by_rank]
-                                           + [np.empty(0, dtype=str)]))
-    phase_keys = [np.stack([np.asarray(a["phases"]["step"], np.int64),
-                            np.searchsorted(phase_names, np.asarray(a["phases"]["name"], dtype=str))], axis=1)
-                  .reshape(-1, 2).astype(np.int64) for a in aligned_by_rank]
+    per_rank_names = [np.asarray(a["phases"]["name"], dtype=object).ravel() for a in aligned_by_rank]
+    phase_names, name_code = ev.distinct_texts(np.concatenate(per_rank_names + [np.empty(0, object)]))
+    name_codes = np.split(name_code, np.cumsum([n.size for n in per_rank_names])[:-1])
+    phase_keys = [np.stack([np.asarray(a["phases"]["step"], np.int64), codes], axis=1)
+                  .reshape(-1, 2).astype(np.int64) for a, codes in zip(aligned_by_rank, name_codes)]
     pkeys, ppresent, pm = _dense(phase_keys, [{"start": np.asarray(a["phases"]["start_ns"], np.int64),
                                                "end": np.asarray(a["phases"]["end_ns"], np.int64),
                                                "busy": np.asarray(a["phases"]["busy_ns"], np.int64)}

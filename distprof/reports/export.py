@@ -33,9 +33,9 @@ def write_json(summary: dict, out: str | Path) -> Path:
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
-def csv_cell(value):
-    """A CSV cell: "" for None; text a spreadsheet would run as a formula (a process-group name
-    "=HYPERLINK(...)" from a trace) gets a leading apostrophe; numbers as they are."""
+def csv_cell(value: object) -> object:
+    """A CSV cell a spreadsheet shows as text: text starting like a formula (a process-group name
+    "=HYPERLINK(..." from a trace) gets a leading ' ; numbers stay numbers, None is empty."""
     if value is None:
         return ""
     if isinstance(value, str) and value.startswith(FORMULA_STARTS):
@@ -72,6 +72,9 @@ def write_collectives_csv(summary: dict, path: Path) -> Path | None:
 
 
 REQUIRED_KEYS = ("ranks", "world_size", "source")
+MAX_SUMMARY_MB = 512   # a summary of 100k ranks is tens of MB; beyond this it is not one
+MAX_DEPTH = 32         # a summary nests 7 levels deep
+MAX_ITEMS = 1 << 20    # a list of a summary: at most one row per rank (sources.MAX_WORLD_SIZE)
 RANK_FILE_HINT = "is a rank file, not a summary: run `distprof merge {path} -o OUT` first, then `distprof report OUT`"
 
 
@@ -83,6 +86,12 @@ def read_summary(path: str | Path) -> dict:
     if path.is_dir():
         path = path / SUMMARY_FILE
     try:
+        if path.is_dir():
+            raise SourceError(f"{path}: is a directory, not a summary.json")
+        size = path.stat().st_size
+        if size > MAX_SUMMARY_MB << 20:
+            raise SourceError(f"{path}: refused unread: {size >> 20} MB, above the {MAX_SUMMARY_MB} MB a "
+                              "summary.json can be")
         data = path.read_bytes()
     except OSError as error:
         raise SourceError(f"{path}: cannot read ({error.strerror or error})") from None
@@ -94,6 +103,11 @@ def read_summary(path: str | Path) -> dict:
         raise SourceError(f"{path}: not a distprof summary.json (not UTF-8 text)") from None
     except json.JSONDecodeError as error:
         raise SourceError(f"{path}: not valid JSON (line {error.lineno})") from None
+    except RecursionError:
+        raise SourceError(f"{path}: not a distprof summary.json (JSON nested too deep)") from None
+    problem = _shape_problem(summary)
+    if problem:
+        raise SourceError(f"{path}: not a distprof summary.json ({problem})")
     if isinstance(summary, (dict, list)) and (isinstance(summary, list) or "traceEvents" in summary):
         raise SourceError(f"{path}: {RANK_FILE_HINT.format(path=path)}")
     if not isinstance(summary, dict):
@@ -104,3 +118,22 @@ def read_summary(path: str | Path) -> dict:
     if not isinstance(summary["ranks"], list) or not all(isinstance(r, dict) and "rank" in r for r in summary["ranks"]):
         raise SourceError(f"{path}: not a distprof summary.json ('ranks' is not a list of rank rows)")
     return summary
+
+
+def _shape_problem(summary: object) -> str | None:
+    """The first list longer than MAX_ITEMS or nesting deeper than MAX_DEPTH ("where: what"), or
+    None: what reads a summary must not recurse without bound or size arrays by a hostile list."""
+    stack: list[tuple[object, str, int]] = [(summary, "$", 0)]
+    while stack:  # containers only
+        value, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"nested more than {MAX_DEPTH} levels deep at {where}"
+        if isinstance(value, list):
+            if len(value) > MAX_ITEMS:
+                return f"{where} holds {len(value):,} items, above the limit of {MAX_ITEMS:,}"
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)
+                         if isinstance(item, (dict, list)))
+        elif isinstance(value, dict):
+            stack.extend((item, f"{where}.{key}", depth + 1) for key, item in value.items()
+                         if isinstance(item, (dict, list)))
+    return None

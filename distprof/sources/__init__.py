@@ -22,6 +22,7 @@ REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems reports: need `nsys 
 # distprof's own outputs, skipped when a directory or glob is merged (merge OUTDIR)
 OWN_OUTPUTS = frozenset({"summary.json", "trace.json.gz", "report.html", "ranks.csv", "diff.json", "whatif.json"})
 MB = 1 << 20
+DEFAULT_MEMORY_MB = 16 * 1024  # when the machine's memory cannot be read
 MAX_WORLD_SIZE = 1 << 20  # a world_size above this in a file is a corrupt value, not a job
 
 
@@ -104,6 +105,59 @@ def communication_prefixes(config: dict) -> tuple[str, ...]:
     return tuple((config.get("communication") or {}).get("kernel_prefixes", default))
 
 
+def machine_memory_mb() -> int:
+    """This machine's memory in MB: physical RAM, or the cgroup's limit when that is lower."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        total = DEFAULT_MEMORY_MB * MB
+    try:
+        cgroup = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        total = min(total, int(cgroup)) if cgroup.isdigit() else total
+    except (OSError, ValueError):
+        pass
+    return max(1, total // MB)
+
+
+def input_limit_mb(config: dict, key: str) -> tuple[int, str]:
+    """(limit in MB, how a refusal names it) for ``input.<key>``: the config's value, else one
+    eighth of this machine's memory (a 20 GiB default once let a 3.6 MB .json.gz of 12.8M events
+    take 4.6 GiB on a machine that could not hold it)."""
+    value = (config.get("input") or {}).get(key)
+    if value is not None:
+        return int(value), f"input.{key} = {int(value)}"
+    memory = machine_memory_mb()
+    limit = max(1, memory // 8)
+    return limit, f"input.{key} = {limit} (default: 1/8 of this machine's {memory} MB of memory)"
+
+
+MAX_SPAN_NS = 7 * 86_400 * 10 ** 9  # a trace longer than a week is a corrupt timestamp, not a job
+
+
+def plausible_span(start_ns, end_ns, path) -> tuple:
+    """(mask of the rows to keep or None when all are, warnings): rows that overflowed (end before
+    start) or lie outside the week holding the most row starts are corrupt timestamps (one near
+    2**63 made a 292-year window), dropped with a warning naming the file and the span."""
+    import numpy as np
+    start_ns, end_ns = np.asarray(start_ns, np.int64), np.asarray(end_ns, np.int64)
+    if not start_ns.size:
+        return None, []
+    order = np.sort(start_ns)
+    top = np.iinfo(np.int64).max
+    with np.errstate(over="ignore"):
+        reach = np.searchsorted(order, np.where(order > top - MAX_SPAN_NS, top, order + MAX_SPAN_NS), side="right")
+    low = int(order[int(np.argmax(reach - np.arange(order.size)))])
+    keep = (end_ns >= start_ns) & (start_ns >= low) & (end_ns - low <= MAX_SPAN_NS)
+    if keep.all():
+        return None, []
+    if not keep.any():
+        raise SourceError(f"{path}: every event overflows int64 nanoseconds (ts + dur): corrupt timestamps")
+    first, last = int(start_ns.min()), int(end_ns.max())
+    return keep, [f"{path}: {int((~keep).sum())} event(s) dropped outside the plausible span (the busiest "
+                  f"{MAX_SPAN_NS // 86_400_000_000_000} days; all events span ts {first} to {last} ns): "
+                  "corrupt timestamps"]
+
+
 def check_file(path: Path, config: dict) -> None:
     """Refuse what would hang or exhaust memory before opening it: a FIFO blocks a reader forever,
     a huge file is read whole by the Kineto reader."""
@@ -113,16 +167,17 @@ def check_file(path: Path, config: dict) -> None:
         raise SourceError(f"{path}: cannot read ({error.strerror or error})") from None
     if not stat.S_ISREG(info.st_mode):
         raise SourceError(f"{path}: not a regular file (a pipe, device or directory); give trace files")
-    limit = config.get("input", {}).get("max_file_mb", 20480)
+    limit, named = input_limit_mb(config, "max_file_mb")
     if info.st_size > limit * MB:
-        raise SourceError(f"{path}: {info.st_size / MB:.0f} MB, above input.max_file_mb = {limit} "
-                          "(raise it in the config to read this file)")
+        raise SourceError(f"{path}: refused unread: {info.st_size / MB:.0f} MB, above {named}; "
+                          "raise it in the config to read this file")
 
 
 def read_bytes(path: Path, config: dict) -> bytes | bytearray:
     """The file's bytes, gunzipped while streaming: a gzip expanding beyond
     ``input.max_uncompressed_mb`` is refused before it fills memory."""
-    limit = config.get("input", {}).get("max_uncompressed_mb", 20480) * MB
+    limit_mb, named = input_limit_mb(config, "max_uncompressed_mb")
+    limit = limit_mb * MB
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -139,8 +194,8 @@ def read_bytes(path: Path, config: dict) -> bytes | bytearray:
             while True:
                 out += chunk
                 if len(out) > limit:
-                    raise SourceError(f"{path}: gzip expands beyond input.max_uncompressed_mb = {limit // MB} "
-                                      "(raise it in the config to read this file)")
+                    raise SourceError(f"{path}: refused while decompressing: gzip expands beyond {named}; "
+                                      "raise it in the config to read this file")
                 if inflate.eof or not inflate.unconsumed_tail:
                     break
                 chunk = inflate.decompress(inflate.unconsumed_tail, 16 * MB)
@@ -188,7 +243,8 @@ def _decompressed(path: Path, codec: str, config: dict, folder: str) -> Path:
     """The SQLite file inside ``path``, written to ``folder`` (bounded by input.max_uncompressed_mb)."""
     import shutil
     target = Path(folder) / (path.name.rsplit(".", 1)[0] or "trace.sqlite")
-    limit = config.get("input", {}).get("max_uncompressed_mb", 20480) * MB
+    limit_mb, named = input_limit_mb(config, "max_uncompressed_mb")
+    limit = limit_mb * MB
     if codec == "gzip":
         import gzip
         opened = gzip.open(path, "rb")
@@ -203,7 +259,7 @@ def _decompressed(path: Path, codec: str, config: dict, folder: str) -> Path:
         while chunk := source.read(1 << 20):
             out.write(chunk)
             if out.tell() > limit:
-                raise SourceError(f"{path}: expands beyond input.max_uncompressed_mb = {limit // MB} MB")
+                raise SourceError(f"{path}: expands beyond {named} MB")
     shutil.copystat(path, target)
     return target
 

@@ -89,7 +89,7 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
-from . import communication_prefixes, dtype_size, sane_rank
+from . import communication_prefixes, dtype_size, plausible_span, sane_rank
 from .joins import innermost_enclosing, launch_join, span_of_groups
 
 try:
@@ -121,7 +121,7 @@ _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 # text's value, so the integer/fraction split recovers the exact nanosecond (see _us_to_ns).
 _EXACT_FLOAT_LIMIT_US = 2.0 ** 43
 _INT_US_LIMIT = (2 ** 63 - 1) // 1000
-MAX_SPAN_NS = 7 * 86_400 * 10 ** 9  # a trace longer than a week is a corrupt timestamp, not a job
+_MAX_ELEMENTS = 2 ** 59  # a message size in elements above this (x 8 bytes) is corrupt
 _NO_TRACE_EVENTS = "JSON without a 'traceEvents' list, not a PyTorch profiler trace"
 
 # field -> JSON key, for the stdlib fallback (msgspec structs carry the same names as attributes)
@@ -386,32 +386,57 @@ def _is_number(value) -> bool:
         return False
 
 
-def _int_column(values: list, default: int = -1) -> np.ndarray:
+def _int_column(values: list, default: int = -1, corrupt: list | None = None) -> np.ndarray:
     """Integer ids (pid, tid, stream, device, correlation) from JSON values; text such as
-    'stream 7' gives its number, anything else the default. Loops only over distinct values."""
+    'stream 7' gives its number, anything else the default. Loops only over distinct values.
+    With ``corrupt`` (a list), appends the mask of rows holding a number no int64 can be (1e30,
+    "1e400", inf): the caller drops or distrusts them, and says so."""
     if not values:
+        if corrupt is not None:
+            corrupt.append(np.zeros(0, bool))
         return np.empty(0, np.int64)
     try:
         inferred = np.array(values)
         if inferred.dtype.kind == "i" and inferred.ndim == 1:
+            if corrupt is not None:
+                corrupt.append(np.zeros(inferred.size, bool))
             return inferred.astype(np.int64, copy=False)
     except (OverflowError, ValueError):
         pass
     codes, uniques = pd.factorize(np.array(values, dtype=object))
     mapped = np.array([_to_int(value, default) for value in uniques] + [default], dtype=np.int64)
+    if corrupt is not None:
+        corrupt.append(np.array([_beyond_int64(value) for value in uniques] + [False], bool)[codes])
     return mapped[codes]  # code -1 (None) picks the trailing default
 
 
+def _exact_number(value) -> Decimal | None:
+    """A JSON number, or numeric text ("12", "1e400"), as a Decimal; None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal, str)):
+        return None
+    try:
+        return Decimal(value.strip() if isinstance(value, str) else value)
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def _beyond_int64(value) -> bool:
+    """A number that no int64 id or size can be: infinite, NaN or beyond +-2**63."""
+    number = _exact_number(value)
+    return number is not None and (not number.is_finite() or not -2 ** 63 <= number < 2 ** 63)
+
+
 def _to_int(value, default: int) -> int:
-    if isinstance(value, bool):
+    """An integral number within int64 (also as numeric text) as it is; 'stream 7' its number;
+    anything else, including 1e30 and "1e400", the default (a size of 1 from "1e400" was a bug)."""
+    number = _exact_number(value)
+    if number is not None:
+        if number.is_finite() and number == number.to_integral_value() and -2 ** 63 <= number < 2 ** 63:
+            return int(number)
         return default
-    if isinstance(value, int):
-        return value if -2 ** 63 <= value < 2 ** 63 else default
-    if isinstance(value, (float, Decimal)) and value == value and value == int(value):
-        return int(value)
     if isinstance(value, str):
         match = re.search(r"-?\d+", value)
-        if match:
+        if match and len(match.group()) <= 20 and -2 ** 63 <= int(match.group()) < 2 ** 63:
             return int(match.group())
     return default
 
@@ -430,7 +455,12 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     """The rank's event table: rows of known categories, their times and ids, the steps, then
     the categorical columns."""
     rows, classes, skipped = _known_rows(doc)
+    rows, classes, corrupt_warnings = _without_corrupt_numbers(doc, rows, classes, path)
     rows, classes, start_ns, end_ns, negative = _times(doc, rows, classes, skipped)
+    keep, span_warnings = plausible_span(start_ns, end_ns, path)
+    if keep is not None:
+        rows, classes = list(compress(rows, keep.tolist())), classes[keep]
+        start_ns, end_ns = start_ns[keep], end_ns[keep]
     time_warnings = _check_times(start_ns, end_ns, _to_int(doc.info.get("baseTimeNanoseconds"), 0), path)
     name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
     ids = _ids(doc, rows, classes)
@@ -450,7 +480,10 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     used = device[gpu & (device >= 0)]
     main_device = int(np.bincount(used).argmax()) if used.size else None
     warnings = [f"{path}: {negative} event(s) with negative duration, clamped to 0"] if negative else []
-    warnings += time_warnings + rank_warnings + comm_warnings
+    if facts["corrupt_sizes"]:
+        warnings.append(f"{path}: {facts['corrupt_sizes']} collective message size(s) (in/out msg nelems) out of "
+                        "range (e.g. 1e400): taken as unknown")
+    warnings += corrupt_warnings + span_warnings + time_warnings + rank_warnings + comm_warnings
     meta = _meta(doc, main_device, int(steps["work"].size - (steps["launch"] >= 0).sum()), skipped)
     meta.update(comm_meta)
     meta["world_size"] = world_size
@@ -475,6 +508,39 @@ def _known_rows(doc: _Document) -> tuple[list, np.ndarray, dict]:
     if not rows:
         raise ev.SourceError("no CPU or GPU events in the trace (only metadata or unknown categories)")
     return rows, classes[keep], skipped
+
+
+def _beyond_time_range(values: list) -> np.ndarray:
+    """Mask of ts/dur values (µs) that no int64 nanosecond can hold: 1e30, inf, "1e400"."""
+    try:
+        inferred = np.array(values)
+        if inferred.ndim == 1 and inferred.dtype.kind in "if":
+            with np.errstate(invalid="ignore"):
+                return ~(np.abs(inferred.astype(np.float64)) <= _INT_US_LIMIT)
+    except (OverflowError, ValueError):
+        pass
+    codes, uniques = pd.factorize(np.array(values, dtype=object))
+    number = [_exact_number(value) for value in uniques]
+    bad = [n is not None and (not n.is_finite() or abs(n) > _INT_US_LIMIT) for n in number]
+    return np.array(bad + [False], bool)[codes]
+
+
+def _without_corrupt_numbers(doc: _Document, rows: list, classes: np.ndarray, path: Path):
+    """Rows whose pid, tid, ts or dur is a number no int64 can hold (a float 1e30 where Kineto
+    writes an integer) are dropped with one warning, not the whole file."""
+    masks: list[np.ndarray] = []
+    for field in ("pid", "tid"):
+        _int_column(doc.field(rows, field), corrupt=masks)
+    masks += [_beyond_time_range(doc.field(rows, field)) for field in ("ts", "dur")]
+    bad = np.logical_or.reduce(masks)
+    if not bad.any():
+        return rows, classes, []
+    fields = [name for name, mask in zip(("pid", "tid", "ts", "dur"), masks) if mask.any()]
+    if bad.all():
+        raise ev.SourceError(f"every CPU/GPU event ({bad.size}) has a {'/'.join(fields)} out of range "
+                             "(timestamp out of range or id beyond int64)")
+    warning = f"{path}: {int(bad.sum())} event(s) dropped: {'/'.join(fields)} out of range (beyond int64)"
+    return list(compress(rows, (~bad).tolist())), classes[~bad], [warning]
 
 
 def _times(doc: _Document, rows: list, classes: np.ndarray, skipped: dict):
@@ -748,7 +814,11 @@ def _comm_facts(doc: _Document, rows: list, source: np.ndarray, name_codes, name
     name_kind = _kind_codes([name_uniques[code] for code in used.tolist()])[used_codes.ravel()] if where.size \
         else np.empty(0, np.int64)
     name_kind[src == _SRC_PARAM] = 0  # the name record_param_comms says nothing
-    nelems = np.maximum(_int_column(doc.arg(args, "in_nelems")), _int_column(doc.arg(args, "out_nelems")))
+    corrupt: list[np.ndarray] = []
+    nelems = np.maximum(_int_column(doc.arg(args, "in_nelems"), corrupt=corrupt),
+                        _int_column(doc.arg(args, "out_nelems"), corrupt=corrupt))
+    huge = nelems > _MAX_ELEMENTS  # times 8 bytes would overflow int64: not a real message
+    nelems = np.where(huge, -1, nelems)
     dtype_codes, dtypes = _factorize(doc.arg(args, "dtype"))
     element = np.array([dtype_size(d) for d in dtypes], np.int64)[dtype_codes] if where.size else nelems
     tensor_bytes, input_only = _shape_bytes(doc, args, src)
@@ -761,7 +831,8 @@ def _comm_facts(doc: _Document, rows: list, source: np.ndarray, name_codes, name
             "tensor_bytes": tensor_bytes, "input_only": input_only, "group": group,
             "group_size": _int_column(doc.arg(args, "group_size")),
             "peer": np.where(np.isin(name_kind, _P2P_CODES) & (src == _SRC_C10D), peer, -1),
-            "named_groups": _named_groups(group, doc.arg(args, "pg_ranks"))}
+            "named_groups": _named_groups(group, doc.arg(args, "pg_ranks")),
+            "corrupt_sizes": int((corrupt[0] | corrupt[1] | huge).sum())}
 
 
 def _shape_bytes(doc: _Document, args: list, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1094,16 +1165,14 @@ def _step_gpu_bounds(step_numbers, work_step, work_start, work_end, step_start, 
 
 
 def _check_times(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int, path: Path) -> list[str]:
-    """Refuse times that overflowed int64 once converted, or that span more than MAX_SPAN_NS (a
+    """Refuse times that overflowed int64 once converted (rows beyond a plausible span are already
+    dropped by plausible_span: a
     corrupt ts near 2**63 or far below 0 would make a 292-year window); warn on negative times."""
     if not start_ns.size:
         return []
     if (end_ns < start_ns).any():
         raise ev.SourceError("ts + dur does not fit int64 nanoseconds")
     first, last = int(start_ns.min()), int(end_ns.max())
-    if last - first > MAX_SPAN_NS:
-        raise ev.SourceError(f"events span {(last - first) / 86_400e9:.0f} days (ts from {first // 1000} "
-                             f"to {last // 1000} µs): corrupt timestamps")
     if not (-2 ** 63 <= first + base_ns and last + base_ns < 2 ** 63):
         raise ev.SourceError("ts + baseTimeNanoseconds does not fit int64 nanoseconds")
     negative = int((start_ns < 0).sum())

@@ -141,9 +141,9 @@ def _comm_fields(names: np.ndarray, kinds: np.ndarray, group_texts: np.ndarray) 
     is_comm = kinds == ev.COMM_OP
     collective = np.full(names.size, "", dtype=object)
     if is_comm.any():
-        distinct, codes = np.unique(names[is_comm].astype(str), return_inverse=True)
+        distinct, codes = ev.distinct_texts(names[is_comm])
         collective[is_comm] = np.array([ev.collective_kind(name) for name in distinct], dtype=object)[codes]
-    distinct, codes = np.unique(group_texts.astype(str), return_inverse=True)
+    distinct, codes = ev.distinct_texts(group_texts)
     labels = np.array([GROUP_PREFIX + text if text else "" for text in distinct], dtype=object)
     process_groups = {}
     for text, label in zip(distinct, labels):  # one per distinct group

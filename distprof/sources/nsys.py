@@ -76,7 +76,7 @@ import pandas as pd
 
 from .. import events as ev
 from ..events import RankTrace, SourceError
-from . import communication_prefixes
+from . import communication_prefixes, plausible_span
 from .joins import innermost_enclosing, launch_join, span_of_groups
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -652,6 +652,7 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
     nvtx = _read_nvtx(export)
     gpu, op_launch = _drop_reversed(gpu, op_launch, warnings, path, "GPU ops")
     nvtx, _ = _drop_reversed(nvtx, None, warnings, path, "NVTX ranges")
+    gpu, op_launch, nvtx = _drop_implausible(gpu, op_launch, nvtx, warnings, path)
     phase_names = _assign_phases_and_steps(gpu, calls, op_launch, nvtx)
     gpu["collective"] = _kernel_collectives(gpu, calls, op_launch, nvtx)
     del op_launch
@@ -693,6 +694,8 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
                           _event_columns(nvtx, nvtx["thread"] & _PID_MASK, lane_kind_host),
                           _event_columns(marks, marks["thread"] & _PID_MASK, lane_kind_host)])
     del gpu, calls, nvtx  # only the event rows are needed from here on
+    keep, _ = plausible_span(rows["start"], rows["end"], path)  # marks/launches of dropped rows (told above)
+    rows = rows if keep is None else _kept(rows, None, keep)[0]
     file_facts = {"nsys_version": metadata.get("EXPORT_PRODUCT_VERSION"),
                   "schema_version": metadata.get("EXPORT_SCHEMA_VERSION"),
                   "time_normalized": bool(normalized), "session_start_utc_ns": session_start,
@@ -800,7 +803,25 @@ def _drop_reversed(columns: dict, op_launch: np.ndarray | None, warnings: list[s
     if not bad.any():
         return columns, op_launch
     warnings.append(f"{path}: ignored {int(bad.sum())} {what} that end before they start")
-    keep = ~bad
+    return _kept(columns, op_launch, ~bad)
+
+
+def _drop_implausible(gpu: dict, op_launch: np.ndarray, nvtx: dict, warnings: list[str], path: Path):
+    """GPU ops and NVTX ranges outside the plausible span (sources.plausible_span: a timestamp near
+    2**63 made a 292-year window, and would pass for a normalized absolute time) are dropped."""
+    keep, told = plausible_span(np.concatenate([gpu["start"], nvtx["start"]]),
+                                np.concatenate([gpu["end"], nvtx["end"]]), path)
+    if keep is None:
+        return gpu, op_launch, nvtx
+    warnings += told
+    n_gpu = gpu["start"].size
+    gpu, op_launch = _kept(gpu, op_launch, keep[:n_gpu])
+    return gpu, op_launch, _kept(nvtx, None, keep[n_gpu:])[0]
+
+
+def _kept(columns: dict, op_launch: np.ndarray | None, keep: np.ndarray):
+    """The rows of ``keep`` of every per-row column (and of the launch index)."""
+    bad = ~keep
     cleaned = {key: (value[keep] if isinstance(value, np.ndarray) and value.shape == bad.shape and key != "names"
                      else value) for key, value in columns.items()}
     return cleaned, (op_launch[keep] if op_launch is not None else None)
