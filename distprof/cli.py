@@ -1,4 +1,4 @@
-"""`distprof demo | merge | report | trace | diff | whatif`: the command line.
+"""`distprof demo | merge | report | trace | diff | whatif | hang`: the command line.
 
 Bad input ends with one line on stderr ("distprof: error: <file>: <problem>") and exit code 2;
 a merge with some bad or missing rank files goes on and says so.
@@ -275,6 +275,29 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hang(args: argparse.Namespace) -> int:
+    """Which rank a hang started at, from Flight Recorder dumps and distprof's watchdog files: OUT/hang.json
+    and a short report on stdout."""
+    import json
+
+    from .analyses import hang
+    from .reports import hang_report
+    from .sources import flight_recorder
+    out = outpaths.check_dir(args.out)
+    dumps, states = flight_recorder.read_all(args.inputs)
+    if not states:
+        raise SourceError(f"{', '.join(args.inputs)}: no dump files (names ending in a rank number)")
+    result = hang.analyse(dumps).to_json()
+    inputs = [s.to_json() for s in states]
+    out.mkdir(parents=True, exist_ok=True)
+    outpaths.write_text(out / HANG_JSON, json.dumps({**result, "inputs": inputs}, indent=1) + "\n")
+    sys.stdout.write(hang_report.render(result, inputs) + f"wrote {out / HANG_JSON}\n")
+    return 0
+
+
+HANG_JSON = "hang.json"
+
+
 def _expand(inputs: list[str]) -> list[Path]:
     from . import sources
     return sources.expand(inputs)
@@ -357,6 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     what.add_argument("--config", default=None, help="YAML config file")
     what.set_defaults(func=cmd_whatif)
+
+    hang = sub.add_parser("hang", help="which rank a hang started at, in which collective, why "
+                                       "(Flight Recorder dumps, distprof watchdog files)")
+    hang.add_argument("inputs", nargs="+", help="dump files or folders (rank<r>.json, nccl_trace_rank_<r>, "
+                                                "hang_rank<r>.json)")
+    hang.add_argument("-o", "--out", default="distprof_hang", help="output directory for hang.json")
+    hang.set_defaults(func=cmd_hang)
     return parser
 
 
