@@ -59,7 +59,17 @@ class Profiler:
             self._clock_sample("start")
             self._follow_schedule()
         self._begin_step(clock_ns())
+        self._watchdog = self._start_watchdog()
         return self
+
+    def _start_watchdog(self):
+        """The hang watchdog when ``collector.hang_dump_s`` is set (None otherwise)."""
+        limit = self.config["collector"]["hang_dump_s"]
+        if limit is None:
+            return None
+        from .watchdog import HangWatchdog
+        return HangWatchdog(lambda: (self.step_num, self._step_start), limit, self.out, self.rank,
+                            self.world_size).start()
 
     def state(self, step: int | None = None) -> schedule_mod.State:
         """Schedule state of a step (the current one by default)."""
@@ -73,6 +83,8 @@ class Profiler:
             self.collector.deactivate()
 
     def __exit__(self, exc_type, exc, traceback) -> None:
+        if getattr(self, "_watchdog", None) is not None:
+            self._watchdog.stop()
         self._end_step_nvtx()
         failure = None if exc_type is None else f"rank {self.rank} left the profiler through {exc_type.__name__}: {exc}"
         if self.timer_only:  # a failing rank still takes part in the gather, or the others wait on it

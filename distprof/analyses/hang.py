@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from ..events import COMMUNICATION
 from ..sources.flight_recorder import Entry, RankDump
 
 MISSING, SIZE, KIND, DTYPE, NOT_DUMPED = "missing", "size_mismatch", "kind_mismatch", "dtype_mismatch", "not_dumped"
@@ -176,7 +177,7 @@ def _comm_group(ranges, world: tuple[int, ...]) -> list[tuple[str, tuple[int, ..
     """(group name, ranks, comm name) of a rank's open comm ranges."""
     out = []
     for r in ranges:
-        if r.category == "COMMUNICATION":
+        if r.category == COMMUNICATION:
             ranks = r.group if r.group else world
             out.append(("ranks " + ",".join(map(str, ranks)) if r.group else WORLD, tuple(ranks), r.name))
     return out

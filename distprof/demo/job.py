@@ -6,6 +6,8 @@ that are summed across ranks with MPI Iallreduce (polled, so waiting ranks yield
            on with the next layer (numpy matmul releases the GIL, so both really run);
   serial:  every allreduce runs after backward, on the main thread.
 ``--straggler RANK:MS`` makes that rank sleep MS ms in its forward pass every step.
+``--hang RANK:STEP`` makes that rank stop (sleep for an hour) in its forward pass of that step, with the hang
+watchdog on (``collector.hang_dump_s`` = ``--hang-dump-s``): every rank writes its hang file.
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ def parse_straggler(text: str) -> tuple[int, float] | None:
         return None
     rank, _, ms = text.partition(":")
     return int(rank), float(ms) / 1000.0
+
+
+def parse_hang(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    rank, _, step = text.partition(":")
+    return int(rank), int(step)
+
+
+HANG_SLEEP_S = 3600.0  # "stops": ``distprof demo --hang`` ends the job once the hang files exist
 
 
 def synthetic_batches(rng: np.random.Generator, batch: int, width: int, steps: int):
@@ -92,6 +104,9 @@ def train(args: argparse.Namespace) -> dict | None:
     lr = 0.01
     comm_thread = CommThread(comm) if mode == "overlap" else None
     overrides = {"clock": {"align": False}} if args.no_align else {}
+    hang = parse_hang(args.hang)
+    if hang is not None:
+        overrides["collector"] = {"hang_dump_s": args.hang_dump_s}
     profiler = distprof.Profiler(config=args.config, out=args.out, **overrides)
     with profiler as prof:
         for x, target in prof.loader(synthetic_batches(rng, batch, width, steps)):
@@ -101,6 +116,8 @@ def train(args: argparse.Namespace) -> dict | None:
                     activations.append(np.maximum(activations[-1] @ w, 0.0))
                 if straggler and straggler[0] == rank:
                     time.sleep(straggler[1])
+                if hang is not None and hang == (rank, prof.step_num):
+                    time.sleep(HANG_SLEEP_S)
             with distprof.range("loss"):  # a user range: the UserDefined table has a row
                 error = activations[-1] - target
                 loss = float(np.mean(error * error))  # noqa: F841 - what a training loop would log
@@ -134,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=0)
     parser.add_argument("--comm", choices=("overlap", "serial"), default=None)
     parser.add_argument("--straggler", default=None)
+    parser.add_argument("--hang", default=None, help="RANK:STEP: that rank stops at that step")
+    parser.add_argument("--hang-dump-s", type=float, default=2.0, help="the hang watchdog's limit with --hang")
     parser.add_argument("--out", default="distprof_out")
     parser.add_argument("--config", default=None)
     parser.add_argument("--no-align", action="store_true", help="keep the ping-pong clock offsets as they are")

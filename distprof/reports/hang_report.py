@@ -14,9 +14,15 @@ def _ranks(ranks) -> str:
     return ",".join(map(str, ranks))
 
 
-def _culprit_line(culprit: dict) -> str:
-    group = f"group {culprit['group_name']} (ranks {_ranks(culprit['group_ranks'])})"
-    where = f"{culprit['kind']} #{culprit['seq']} of {group}"
+def _where(kind: str, seq: int, group_name: str, group_ranks, by_step: bool) -> str:
+    """'all_reduce #4 of group 0 (ranks 0,1,2,3)'; from the watchdog (no sequence numbers): '... at step 5'."""
+    group = f"group {group_name}" if group_name.startswith("ranks ") or group_ranks is None \
+        else f"group {group_name} (ranks {_ranks(group_ranks)})"
+    return f"{kind} at step {seq} in {group}" if by_step else f"{kind} #{seq} of {group}"
+
+
+def _culprit_line(culprit: dict, by_step: bool) -> str:
+    where = _where(culprit["kind"], culprit["seq"], culprit["group_name"], culprit["group_ranks"], by_step)
     before, after = REASONS.get(culprit["reason"], (culprit["reason"], ""))
     line = f"  rank {culprit['rank']}: {before} {where}{after}"
     detail = culprit.get("detail", {})
@@ -26,7 +32,7 @@ def _culprit_line(culprit: dict) -> str:
     last = detail.get("last_entry")
     if last and culprit["reason"] == "missing":
         line += f"; its last entry there: {last['kind']} #{last['seq']} ({last['state']})"
-    if "step" in detail:
+    if "step" in detail and not by_step:
         line += f"; at step {detail['step']}"
     ranges = detail.get("open_ranges")
     if ranges:
@@ -37,16 +43,18 @@ def _culprit_line(culprit: dict) -> str:
 def render(result: dict, inputs: list[dict]) -> str:
     """The text printed by ``distprof hang``."""
     lines = []
+    by_step = result["source"] == "distprof_watchdog"
     roots = result["root_ranks"]
     if roots:
         lines.append(f"Hang: root rank{'s' if len(roots) > 1 else ''} {_ranks(roots)} "
                      f"(from {result['source'].replace('_', ' ')})")
-        lines += [_culprit_line(c) for c in result["culprits"]]
+        lines += [_culprit_line(c, by_step) for c in result["culprits"]]
     else:
         lines.append(f"No hang seen: no rank waits in an unfinished collective ({len(result['ranks_dumped'])} "
                      "ranks dumped)")
     for wait in result["waiting"]:
-        lines.append(f"  rank {wait['rank']} waits in {wait['kind']} #{wait['seq']} of group {wait['group_name']}")
+        lines.append(f"  rank {wait['rank']} waits in "
+                     + _where(wait["kind"], wait["seq"], wait["group_name"], None, by_step))
     stuck = [g for g in result["groups"] if g["first_incomplete_seq"] is not None]
     for group in stuck:
         issued = ", ".join(f"{r} {state}" for r, state in group["issued"].items()) or "none"
