@@ -143,3 +143,37 @@ def test_cli_writes_hang_json(tmp_path):
 def test_cli_no_dumps_is_one_line(tmp_path):
     result = run_cli("hang", str(tmp_path), "-o", str(tmp_path / "out"))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_hostile_pickle_refused_in_every_protocol(tmp_path, protocol):
+    marker = tmp_path / "ran"
+    path = tmp_path / "nccl_trace_rank_1"
+    path.write_bytes(pickle.dumps({"entries": [], "x": Hostile(marker)}, protocol=protocol))
+    with pytest.raises(SourceError, match="refused"):
+        fr.read(path)
+    assert not marker.exists()
+
+
+def edges(pairs):
+    return [hang._Edge(a, b, "missing", "0", 1, "all_reduce") for a, b in pairs]
+
+
+def waits(ranks):
+    return [hang.Waiting(r, "0", 1, "all_reduce") for r in ranks]
+
+
+@pytest.mark.parametrize("pairs, waiting, roots", [
+    ([(0, 1), (1, 2)], [0, 1], [2]),                    # a chain ends at the rank that waits on nobody
+    ([(0, 1), (1, 2), (2, 1)], [0, 1, 2], [1, 2]),      # a terminal cycle: all its ranks
+    ([(0, 1), (1, 0), (0, 2)], [0, 1], [2]),             # a cycle that waits on someone else is not the root
+    ([(3, 4), (5, 6)], [3, 5], [4, 6]),                  # two independent hangs
+    ([], [0, 1], []),                                    # waiting on nobody known: no root named
+])
+def test_root_ranks_by_construction(pairs, waiting, roots):
+    assert hang.root_ranks(edges(pairs), waits(waiting)) == roots
+
+
+def test_root_ranks_of_a_long_chain_without_recursion():
+    n = 5000
+    assert hang.root_ranks(edges([(i, i + 1) for i in range(n)]), waits([0])) == [n]

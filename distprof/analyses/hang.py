@@ -101,8 +101,18 @@ def group_members(dumps: list[RankDump], world_size: int | None) -> dict[str, tu
     return members
 
 
-def _by_seq(dump: RankDump, group: str) -> dict[int, Entry]:
-    return {e.seq: e for e in dump.entries if e.group_name == group and not e.is_p2p and e.seq >= 0}
+Index = dict[int, dict[str, dict[int, Entry]]]  # rank -> group name -> seq -> entry (collectives only)
+
+
+def index(dumps: dict[int, RankDump]) -> Index:
+    """Each rank's collectives by group and seq, built once (later entries of a seq win)."""
+    out: Index = {}
+    for rank, dump in dumps.items():
+        groups = out.setdefault(rank, {})
+        for entry in dump.entries:
+            if not entry.is_p2p and entry.seq >= 0:
+                groups.setdefault(entry.group_name, {})[entry.seq] = entry
+    return out
 
 
 def _mismatch(entries: dict[int, Entry]) -> dict[str, dict[str, list[int]]]:
@@ -131,8 +141,8 @@ def _odd_ranks(mismatch: dict[str, dict[str, list[int]]]) -> dict[int, str]:
     return {}
 
 
-def group_state(name: str, desc: str, ranks: tuple[int, ...], dumps: dict[int, RankDump]) -> GroupState:
-    by_rank = {r: _by_seq(dumps[r], name) for r in ranks if r in dumps and dumps[r].has_flight_recorder}
+def group_state(name: str, desc: str, ranks: tuple[int, ...], dumps: dict[int, RankDump], idx: Index) -> GroupState:
+    by_rank = {r: idx[r].get(name, {}) for r in ranks if r in dumps and dumps[r].has_flight_recorder}
     done = {r: max((s for s, e in seqs.items() if e.completed), default=0) for r, seqs in by_rank.items()}
     last_all = min(done.values(), default=0)
     later = sorted({s for seqs in by_rank.values() for s in seqs if s > last_all})
@@ -149,12 +159,15 @@ def group_state(name: str, desc: str, ranks: tuple[int, ...], dumps: dict[int, R
 
 
 # -- waits -------------------------------------------------------------------------------------------------
-def _fr_edges(dumps: dict[int, RankDump], members, groups: dict[str, GroupState]) -> tuple[list[Waiting], list]:
+def _fr_edges(dumps: dict[int, RankDump], members, groups: dict[str, GroupState],
+              idx: Index) -> tuple[list[Waiting], list]:
     """Each rank's lowest pending collective per group, and whom it waits for there."""
     waiting, edges = [], []
-    for rank, dump in sorted(dumps.items()):
-        for name, (_desc, ranks) in sorted(members.items()):
-            pending = sorted((s, e) for s, e in _by_seq(dump, name).items() if not e.completed)
+    last = {(r, name): max(seqs) for r, by_group in idx.items() for name, seqs in by_group.items() if seqs}
+    for rank in sorted(dumps):
+        for name, seqs in sorted(idx[rank].items()):
+            ranks = members[name][1]
+            pending = sorted((s, e) for s, e in seqs.items() if not e.completed)
             if not pending:
                 continue
             seq, entry = pending[0]
@@ -168,7 +181,7 @@ def _fr_edges(dumps: dict[int, RankDump], members, groups: dict[str, GroupState]
                     continue
                 if other not in dumps or not dumps[other].has_flight_recorder:
                     edges.append(_Edge(rank, other, NOT_DUMPED, name, seq, entry.kind))
-                elif max(_by_seq(dumps[other], name), default=0) < seq:
+                elif last.get((other, name), 0) < seq:
                     edges.append(_Edge(rank, other, MISSING, name, seq, entry.kind))
     return waiting, edges
 
@@ -203,29 +216,64 @@ def _watchdog_edges(dumps: dict[int, RankDump], world_size: int) -> tuple[list[W
     return waiting, edges
 
 
+def _components(out: dict[int, list[int]], nodes: list[int]) -> dict[int, int]:
+    """Node -> strongly connected component id (Tarjan, iterative: a long wait chain must not hit the
+    recursion limit)."""
+    order, low, comp, stack, on_stack, counter = {}, {}, {}, [], set(), 0
+    for root in nodes:
+        if root in order:
+            continue
+        work = [(root, iter(out.get(root, ())))]
+        order[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == order[node]:
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        comp[member] = node
+                        if member == node:
+                            break
+            elif child not in order:
+                order[child] = low[child] = counter
+                counter += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(out.get(child, ()))))
+            elif child in on_stack:
+                low[node] = min(low[node], order[child])
+    return comp
+
+
 def root_ranks(edges: list[_Edge], waiting: list[Waiting]) -> list[int]:
-    """The ranks at the end of the wait chains: every rank reachable from a waiting rank from which every
-    rank it reaches leads back to it (a rank that waits on nobody; or all ranks of a terminal cycle)."""
-    out: dict[int, set[int]] = {}
+    """The ranks at the end of the wait chains: the ranks of every component of the wait graph that waits on no
+    other component (a rank that waits on nobody, or all ranks of a terminal cycle), that a waiting rank waits for."""
+    out: dict[int, list[int]] = {}
     for edge in edges:
-        out.setdefault(edge.waiter, set()).add(edge.target)
-
-    def reach(start: int) -> set[int]:
-        seen, todo = {start}, [start]
-        while todo:
-            for nxt in out.get(todo.pop(), ()):
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        return seen
-
-    starts = {w.rank for w in waiting}
-    reachable = set().union(*(reach(r) for r in starts)) if starts else set()
-    reaches = {r: reach(r) for r in reachable}
-    return sorted(r for r in reachable if all(r in reaches[o] for o in reaches[r]))
+        out.setdefault(edge.waiter, []).append(edge.target)
+    # from the ranks waiting ranks wait for: a rank waiting in a collective every member issued alike waits for
+    # no rank that can be named, and is no root by itself
+    reachable, todo = set(), sorted({b for w in {w.rank for w in waiting} for b in out.get(w, ())})
+    while todo:
+        node = todo.pop()
+        if node not in reachable:
+            reachable.add(node)
+            todo.extend(out.get(node, ()))
+    comp = _components(out, sorted(reachable))
+    exits = {comp[a] for a in reachable for b in out.get(a, ()) if comp[a] != comp[b]}
+    return sorted(r for r in reachable if comp[r] not in exits)
 
 
-def _culprits(edges: list[_Edge], roots: list[int], members, dumps: dict[int, RankDump]) -> list[Culprit]:
+def _culprits(edges: list[_Edge], roots: list[int], members, dumps: dict[int, RankDump],
+              idx: Index) -> list[Culprit]:
     found: dict[tuple, Culprit] = {}
     for edge in edges:
         if edge.target not in roots:
@@ -234,18 +282,18 @@ def _culprits(edges: list[_Edge], roots: list[int], members, dumps: dict[int, Ra
         if key in found:
             continue
         found[key] = Culprit(edge.target, edge.reason, edge.group, list(members.get(edge.group, ("", ()))[1]),
-                             edge.seq, edge.kind, _detail(edge, dumps))
+                             edge.seq, edge.kind, _detail(edge, dumps, idx))
     causes = {c.rank for c in found.values() if c.reason != MISSING}  # a mismatch explains its own lateness
     return sorted((c for c in found.values() if c.reason != MISSING or c.rank not in causes),
                   key=lambda c: (c.rank, c.group_name, c.seq))
 
 
-def _detail(edge: _Edge, dumps: dict[int, RankDump]) -> dict:
+def _detail(edge: _Edge, dumps: dict[int, RankDump], idx: Index) -> dict:
     """Numbers and codes behind one culprit: its last entry in the group, its step and open ranges."""
     dump = dumps.get(edge.target)
     if dump is None:
         return {}
-    seqs = _by_seq(dump, edge.group)
+    seqs = idx.get(edge.target, {}).get(edge.group, {})
     last = seqs[max(seqs)] if seqs else (dump.entries[-1] if dump.entries else None)
     detail: dict = {}
     if last is not None:
@@ -268,9 +316,10 @@ def analyse(dumps: list[RankDump], world_size: int | None = None) -> HangResult:
     by_rank = {d.rank: d for d in dumps}
     world_size = world_size or max((d.world_size or 0 for d in dumps), default=0) or None
     members = group_members(dumps, world_size)
+    idx = index(by_rank)
     if any(d.entries for d in dumps):
-        groups = {name: group_state(name, desc, ranks, by_rank) for name, (desc, ranks) in members.items()}
-        waiting, edges = _fr_edges(by_rank, members, groups)
+        groups = {name: group_state(name, desc, ranks, by_rank, idx) for name, (desc, ranks) in members.items()}
+        waiting, edges = _fr_edges(by_rank, members, groups, idx)
         source = "flight_recorder"
     elif any(d.open_ranges for d in dumps):
         world_size = world_size or (max(by_rank) + 1)
@@ -281,7 +330,7 @@ def analyse(dumps: list[RankDump], world_size: int | None = None) -> HangResult:
     else:
         groups, waiting, edges, source = {}, [], [], "none"
     roots = root_ranks(edges, waiting)
-    return HangResult(roots, _culprits(edges, roots, members, by_rank), waiting,
+    return HangResult(roots, _culprits(edges, roots, members, by_rank, idx), waiting,
                       [groups[name] for name in sorted(groups)], sorted(by_rank), source)
 
 
