@@ -69,11 +69,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.hang is not None:
         return run_hang_demo(command, Path(args.out), ranks)
     returncode = subprocess.call(command)
-    if returncode == 0:
-        from .reports import export, html
-        out = Path(args.out)
-        print(f"\nwrote {out / export.SUMMARY_FILE}\nwrote {out / html.REPORT_FILE}\n"
-              f"rank files: {out / 'rank*.sqlite'} ({ranks})")
+    if returncode == 0:  # rank 0 said where it wrote the summary and what to run next
+        print(f"rank files: {Path(args.out) / 'rank*.sqlite'} ({ranks} ranks, for `distprof merge`)")
     return returncode
 
 
@@ -146,11 +143,13 @@ def progress(items, desc: str):
     return tqdm(items, desc=desc, unit="file", leave=False, disable=not sys.stderr.isatty() or len(items) < 2)
 
 
-def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None) -> dict | None:
+def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None,
+                allow_duplicate_ranks: bool = False) -> dict | None:
     """summary.json's content of a merge (pipeline.merge_files); None on MPI workers other than 0.
     ``warnings`` (e.g. from sources.expand) go into the summary's ``warnings``."""
     from . import pipeline
-    summary = pipeline.merge_files(paths, config, comm=comm, warnings=warnings)
+    summary = pipeline.merge_files(paths, config, comm=comm, warnings=warnings,
+                                   allow_duplicate_ranks=allow_duplicate_ranks)
     return None if summary is None else summary.to_json()
 
 
@@ -179,7 +178,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if tasks > 1 and (comm is None or comm.Get_size() == 1):
         print(f"distprof: warning: launched as {tasks} tasks but MPI did not start a {tasks}-rank world: "
               "every task merges every file (with srun, try --mpi=pmix)", file=sys.stderr)
-    summary = merge_files(paths, config, comm=comm, warnings=notes)
+    summary = merge_files(paths, config, comm=comm, warnings=notes, allow_duplicate_ranks=args.allow_duplicate_ranks)
     if summary is None:  # an MPI worker other than rank 0: its results went to rank 0
         return 0
     out = Path(args.out)
@@ -189,6 +188,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.html:
         from .reports import html
         print(f"wrote {html.write_report(summary, out, args.unit)}")
+    print(text.next_steps(out, args.html))
     return 0
 
 
@@ -368,6 +368,7 @@ NO_ALIGN_HELP = ("keep the sources' clock offsets (MPI ping-pong, nsys session s
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .analyses.diff import MIN_CHANGE as DIFF_MIN_CHANGE
     from .reports import tables
     parser = argparse.ArgumentParser(prog="distprof", description="Where the time goes across ranks.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -395,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="analyse the ProfileStep window (default) or the whole trace")
     merge.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     merge.add_argument("--no-align", action="store_true", help=NO_ALIGN_HELP)
+    merge.add_argument("--allow-duplicate-ranks", action="store_true",
+                       help="merge inputs that claim the same rank, renumbering the later ones (else an error)")
     merge.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
                        help="ranks per node when the traces name no host: node = rank // N, for the Collectives "
                             "table's intra-/inter-node split (config hardware.gpus_per_node)")
@@ -430,8 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also write OUT/diff.html, and OUT/report.html: the after run's report with the diff on top")
     diff.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     diff.add_argument("--seed", type=int, default=0, help="seed of the bootstrap interval (default 0)")
-    diff.add_argument("--min-change", type=float, default=10.0, metavar="PCT",
-                      help="smallest change of the median step called significant, in %% (default 5)")
+    diff.add_argument("--min-change", type=float, default=100 * DIFF_MIN_CHANGE, metavar="PCT",
+                      help="smallest change of the step time called significant, in %% "
+                           f"(default {100 * DIFF_MIN_CHANGE:g})")
     diff.add_argument("--config", default=None, help="YAML config file (for inputs that need a merge)")
     diff.set_defaults(func=cmd_diff)
 

@@ -14,14 +14,16 @@ from .collector import clock_ns
 _TAG = 7307
 
 
-def pingpong(comm, samples: int = 16) -> tuple[int, int]:
-    """(this rank's clock − rank 0's clock, RTT of the best sample) in ns; (0, 0) on rank 0."""
+def pingpong(comm, samples: int = 16, peers: list[int] | None = None) -> tuple[int, int]:
+    """(this rank's clock − rank 0's clock, RTT of the best sample) in ns; (0, 0) on rank 0.
+    ``peers``: only these ranks take part (the live stop: a rank that failed does not), and each
+    gets its sample by a message, not a collective; None: every rank, at the start."""
     rank, size = comm.Get_rank(), comm.Get_size()
     stamp = np.zeros(1, dtype=np.int64)
     best_by_rank = None
     if rank == 0:
-        best_by_rank = [(0, 0)]
-        for peer in range(1, size):
+        best_by_rank = [(0, 0)] * size
+        for peer in (range(1, size) if peers is None else peers):
             best = None
             for _ in range(samples):
                 sent = clock_ns()
@@ -31,13 +33,17 @@ def pingpong(comm, samples: int = 16) -> tuple[int, int]:
                 rtt = received - sent
                 if best is None or rtt < best[1]:
                     best = (int(stamp[0]) - (sent + received) // 2, rtt)
-            best_by_rank.append(best)
+            best_by_rank[peer] = best
+            if peers is not None:
+                comm.send(best, dest=peer, tag=_TAG + 1)
     else:
         for _ in range(samples):
             comm.Recv(stamp, source=0, tag=_TAG)
             stamp[0] = clock_ns()
             comm.Send(stamp, dest=0, tag=_TAG)
-    return comm.scatter(best_by_rank, root=0)
+        if peers is not None:
+            return comm.recv(source=0, tag=_TAG + 1)
+    return comm.scatter(best_by_rank, root=0) if peers is None else (0, 0)
 
 
 def offset_to_root(samples: list[tuple[str, int, int]]) -> tuple[int, int]:

@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
         "peak_busbw_gbps": None,   # the link's peak bus bandwidth (GB/s, nccl-tests busbw); None: not known
         "gpus_per_node": None,     # ranks per node when the traces name no hosts (rank // this = node)
         "slow_collective_share": 0.5,   # a Collectives row below this share of the peak: finding
+        "peak_tflops": None,       # the device's peak TFLOPS (dense, the training dtype): MFU; None: no MFU
     },
     "input": {
         "max_file_mb": 20480,           # input files above this size are refused (one line, no read)
@@ -56,6 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "diagnosis": {
         "dataloader_share": 0.20,   # Dataloader above this share of ProfileStep: finding
         "gpu_idle_share": 0.20,     # GPU idle above this share of the window: finding
+        "memory_creep_share": 0.01,     # per-step memory peaks growing every step by more than this share: finding
+        "memory_outlier_share": 0.20,   # a rank's memory peak above the median of the ranks by this share: finding
     },
     "demo": {
         "ranks": 4,
@@ -79,12 +82,13 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "skew.late_min_ns": (0, None), "hardware.slow_collective_share": (0, 1),
     "input.max_file_mb": (1, None), "input.max_uncompressed_mb": (1, None),
     "diagnosis.dataloader_share": (0, 1), "diagnosis.gpu_idle_share": (0, 1),
+    "diagnosis.memory_creep_share": (0, None), "diagnosis.memory_outlier_share": (0, None),
     "demo.ranks": (1, None), "demo.steps": (1, None), "demo.layers": (1, None), "demo.width": (1, None),
     "demo.batch": (1, None),
 }
 # keys whose default is None (not known): a number of this type, or null; must be > 0
 NULLABLE: dict[str, type] = {"hardware.peak_busbw_gbps": float, "hardware.gpus_per_node": int,
-                             "collector.hang_dump_s": float}
+                             "hardware.peak_tflops": float, "collector.hang_dump_s": float}
 NON_EMPTY_ITEMS = ("communication.kernel_prefixes",)  # an empty prefix would match every kernel
 
 

@@ -29,6 +29,14 @@ LANE_KINDS = (GPU_STREAM, HOST_THREAD)
 
 # The ProfileStep range name: one range per step, category PHASE, ``step`` = its index.
 PROFILE_STEP = "ProfileStep"
+# a step range as the sources read it or as the framework wrote it (Kineto keeps ProfilerStep#N)
+STEP_RANGE_NAME = re.compile(r"^(?:ProfileStep|Profiler?Step#\d+)$")
+
+# Frameworks whose advice fits a trace, by what the trace holds (names or source); see frameworks()
+PYTORCH = "pytorch"
+_PYTORCH_PREFIXES = ("aten::", "c10d::", "ProfilerStep#", "autograd::", "torch::", "torch.", "Optimizer.step#",
+                     "Optimizer.zero_grad#", "DistributedDataParallel", "FullyShardedDataParallel",
+                     "record_param_comms", "nccl:", "gloo:", "enumerate(DataLoader)#")
 
 # collective: the operation a communication row performs, one canonical kind whatever the source
 # calls it (nccl:all_reduce, gloo:all_reduce, c10d::allreduce_, ncclKernel_AllReduce_*,
@@ -74,6 +82,26 @@ def collective_kind(text: str) -> str:
     op = kernel.group(1) if kernel else _OP_PREFIX.sub("", text.split("(")[0])
     squashed = re.sub(r"[^a-z]", "", op.lower())
     return next((kind for word, kind in _KIND_RULES if word in squashed), OTHER_COMM)
+
+
+def frameworks(events: pd.DataFrame, source: str = "") -> tuple[str, ...]:
+    """The frameworks the trace shows (so advice can name their knobs): PyTorch when it is a
+    PyTorch profiler (Kineto) trace or holds PyTorch's op/range names (``aten::``, ``c10d::``,
+    ``ProfilerStep#``...), tested once per distinct name."""
+    if source == "kineto":
+        return (PYTORCH,)
+    names = events["name"].astype("category").cat.categories.astype(str)
+    return (PYTORCH,) if bool(names.str.startswith(_PYTORCH_PREFIXES).any()) else ()
+
+
+def step_range_rows(events: pd.DataFrame):
+    """Boolean mask of the step ranges (ProfileStep and the framework's ProfilerStep#N rows),
+    tested once per distinct name."""
+    import numpy as np
+    names = events["name"].astype("category")
+    hit = np.asarray(names.cat.categories.astype(str).str.match(STEP_RANGE_NAME.pattern), bool)
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes >= 0, hit[codes] if hit.size else False, False)
 
 
 def make_events(**columns) -> pd.DataFrame:
@@ -146,3 +174,7 @@ class RankTrace:
     rank_from: str = "unknown"        # where the rank number came from (env, file order, ...)
     warnings: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    # side tables that only analyses.profiles reads (never shipped to rank 0): "operators" (framework
+    # ops with their flops / shape args), "input_dims"/"concrete_inputs" (their distinct values),
+    # "memory" (allocator samples: time_ns, allocated, reserved, device_type, device_id)
+    profiles: dict = field(default_factory=dict)

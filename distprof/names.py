@@ -1,7 +1,9 @@
 """Display names: events keep full names; reports shorten them (100 kB names once made a 117 MB
-summary.json)."""
+summary.json). Tables group an op's calls under its base name and know a step marker's name."""
 
 from __future__ import annotations
+
+import re
 
 MAX_NAME_CHARS = 256
 ELLIPSIS = "…"
@@ -42,3 +44,23 @@ def cap_names(value: object) -> object:
 
 def _cap(text: str, limit: int) -> str:
     return text if len(text) <= limit else short_name(text, limit)
+
+
+# PyTorch's NVTX op ranges (emit_nvtx, nsys) append per-call numbers to the op name:
+# "aten::to, seq = 12, op_id = 998", then ", sizes = [...]", ", input_op_ids = [...]"
+_CALL_SUFFIX = re.compile(r", (?:seq|op_id) = -?\d+(?:,.*)?$", re.DOTALL)
+_STEP_NAME = re.compile(r"^(?:ProfilerStep#\d+|ProfileStep)$")
+
+
+def base_name(name: object) -> str:
+    """The op name without PyTorch's per-call ``, seq = N`` / ``, op_id = N`` suffix (and what follows
+    it), so one op's calls form one row instead of one row per call."""
+    text = str(name)
+    if ", seq = " not in text and ", op_id = " not in text:
+        return text
+    return _CALL_SUFFIX.sub("", text) or text
+
+
+def is_step_name(name: object) -> bool:
+    """A step marker (``ProfilerStep#N`` as Kineto and nsys name it, or the canonical ``ProfileStep``)."""
+    return bool(_STEP_NAME.match(str(name)))

@@ -16,8 +16,9 @@ from . import align as align_mod
 from . import events as ev
 from . import transport
 from .analyses import collectives as coll
-from .analyses import cost, diagnose, distributed, skew, streams, summaries, whatif
+from .analyses import cost, diagnose, distributed, profiles, skew, streams, summaries, whatif
 from .ranges import rank_ranges
+from .reports import findings as findings_report
 from .results import ClockEstimate, RankResult, Summary
 
 
@@ -26,14 +27,16 @@ def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
     lane_names = trace.meta.get("lane_names")
     figures, lanes = distributed.rank_figures(trace.events, config, lane_names,
                                                     trace.meta.get("gpu_step_windows"))
+    profile, operator_table = profiles.rank_profile(trace, config)
     return RankResult(
         rank=trace.rank, source=trace.source, source_file=trace.source_file, pid=trace.pid, device=trace.device,
         rank_from=trace.rank_from, figures=figures, lanes=lanes,
         markers=skew.rank_markers(trace.events, config, lane_names),
         gpu_gaps=diagnose.rank_gpu_gaps(trace.events, config)["gpu_gaps"],
-        tables=summaries.rank_tables(trace.events, config, trace.meta),
+        tables={**summaries.rank_tables(trace.events, config, trace.meta), "operator": operator_table},
         clock=ClockEstimate(offset_ns=int(trace.clock_offset_ns), uncertainty_ns=int(trace.clock_uncertainty_ns)),
-        warnings=tuple(trace.warnings) + _no_steps(trace, figures.steps, config), meta=dict(trace.meta))
+        warnings=tuple(trace.warnings) + _no_steps(trace, figures.steps, config), meta=dict(trace.meta),
+        frameworks=ev.frameworks(trace.events, trace.source), profile=profile)
 
 
 NO_STEPS = {
@@ -165,9 +168,12 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
-        checks=checks, skew=skew_summary, findings=cost.price_findings(found, what),
+        checks=checks, skew=skew_summary,
+        findings=findings_report.worded(cost.price_findings(found + profiles.memory_findings(final, config),
+                                                            what)),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
-        collectives=collective_table, whatif=what)
+        collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
+        model_profile=profiles.model_profile(final))
 
 
 def _collectives(aligned: align_mod.Alignment, config: dict,
@@ -240,12 +246,15 @@ def _reduce_files(paths: list[Path], indices: list[int], config: dict,
     for index in _progress(indices, "reading") if progress else indices:
         try:
             traces = sources.read(paths[index], config)
+            reduced += [(index, position, reduce_rank(trace, config)) for position, trace in enumerate(traces)]
+            del traces  # bound memory by one file's events
         except ev.SourceError as error:
             warnings.append((index, f"skipped {error}"))
             print(f"distprof: warning: skipped {error}", file=sys.stderr)
-            continue
-        reduced += [(index, position, reduce_rank(trace, config)) for position, trace in enumerate(traces)]
-        del traces  # bound memory by one file's events
+        except Exception as error:  # noqa: BLE001 - one unreadable file costs that file, not the merge
+            text = f"skipped {paths[index]}: could not be read ({type(error).__name__}: {error})"
+            warnings.append((index, text))
+            print(f"distprof: warning: {text}", file=sys.stderr)
     return reduced, warnings
 
 
@@ -265,7 +274,22 @@ def _reduce_here(paths: list[Path], mine: list[int], config: dict) -> tuple[list
     return [item for part in parts for item in part[0]], [item for part in parts for item in part[1]]
 
 
-def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None) -> Summary | None:
+def _claimed_twice(reduced: list, paths: list[Path]) -> str | None:
+    """The first rank two inputs of one kind claim (two runs' files in one folder), as one line."""
+    seen: dict[tuple[str, int], int] = {}
+    for index, _, result in reduced:  # one per rank result
+        if result.rank is None:
+            continue
+        key = (result.source, result.rank)
+        if key in seen and seen[key] != index:
+            return (f"rank {result.rank} is claimed by two inputs: {paths[seen[key]]} and {paths[index]} (two runs in "
+                    "one folder?): give one run's files, or --allow-duplicate-ranks to renumber them")
+        seen.setdefault(key, index)
+    return None
+
+
+def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None,
+                allow_duplicate_ranks: bool = False) -> Summary | None:
     """Read every input one at a time, keep only its compact per-rank results, combine.
 
     Under ``mpirun -n K distprof merge ...`` (``comm`` = COMM_WORLD) the files are spread over
@@ -277,13 +301,23 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
     worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
     mine = transport.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
     extra = warnings
-    reduced, warnings = _reduce_here(paths, mine, config) if comm is None else \
-        _reduce_files(paths, mine, config)
+    try:
+        reduced, warnings = _reduce_here(paths, mine, config) if comm is None else \
+            _reduce_files(paths, mine, config)
+    except Exception as error:  # noqa: BLE001 - an MPI worker that fails still reaches the gather
+        if comm is None:
+            raise
+        reduced, warnings = [], [(min(mine, default=0), f"merge worker {worker} failed on its files "
+                                                        f"({type(error).__name__}: {error}): left out")]
     gathered = transport.gather_workers(comm, reduced, warnings)
     if gathered is None:
         return None
     reduced, warnings = gathered
-    results = [result for _, _, result in sorted(reduced, key=lambda item: item[:2])]
+    reduced = sorted(reduced, key=lambda item: item[:2])
+    clash = None if allow_duplicate_ranks else _claimed_twice(reduced, paths)
+    if clash:
+        raise ev.SourceError(clash)
+    results = [result for _, _, result in reduced]
     warnings = [*(extra or []), *(text for _, text in sorted(warnings))]
     if not results:
         raise ev.SourceError("no readable rank file among the inputs" + (f": {warnings[0]}" if warnings else ""))

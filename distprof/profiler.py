@@ -46,6 +46,9 @@ class Profiler:
         self._step_start = 0
         self._step_range = None
         self._step_attributes = annotate.event_attributes(ev.PROFILE_STEP, ev.PHASE)
+        self._closed = False
+        self._stop_link = False  # not made yet
+        self._failed: list[int] = []  # ranks that failed, told when rank 0's summary is written
 
     # -- session ---------------------------------------------------------------------------
     def __enter__(self) -> Profiler:
@@ -83,23 +86,44 @@ class Profiler:
             self.collector.deactivate()
 
     def __exit__(self, exc_type, exc, traceback) -> None:
+        """The stop. A rank that leaves through an exception commits its data, says so, and enters
+        no collective: the other ranks may be inside the job's own collectives, waiting for it, and
+        its error must end the job as it would without distprof. Every wait of the stop is bounded
+        (transport.stop_exchange)."""
         if getattr(self, "_watchdog", None) is not None:
             self._watchdog.stop()
         self._end_step_nvtx()
         failure = None if exc_type is None else f"rank {self.rank} left the profiler through {exc_type.__name__}: {exc}"
-        if self.timer_only:  # a failing rank still takes part in the gather, or the others wait on it
-            self.summary = self._aggregate_timers(failure)
-            return
-        if self.collector is None:
-            return
-        self.collector.deactivate()
+        if self.collector is not None and not self.timer_only:
+            self.collector.deactivate()
+            if failure is not None:
+                self.collector.set_meta(failed=failure)
+                self.collector.close()  # nothing collected is lost, whatever happens next
+                self._closed = True
         if failure is not None:
-            self.collector.set_meta(failed=failure)
-        try:
-            self._clock_sample("stop")  # collective: a failing rank still takes part, or the others hang
-        finally:
-            self.collector.close()
-        self.summary = self._aggregate(failure)  # the exception (if any) propagates after this
+            sys.stderr.write(f"distprof: {failure}; " + (f"its steps are in {self.rank_file(self.rank)}\n"
+                                                          if self.collector is not None else "\n"))
+            sys.stderr.flush()
+            self._abort_if_unhandled()
+        if self.timer_only:
+            self.summary = self._aggregate_timers(failure)
+        elif self.collector is not None:
+            self.summary = self._aggregate(failure)  # the exception (if any) propagates after this
+
+    def _abort_if_unhandled(self) -> None:
+        """Under MPI, an exception that reaches the top of the program aborts the job once Python has
+        printed it (as ``python -m mpi4py`` does): the ranks still in the job's collectives would
+        otherwise wait for this one forever, and its MPI_Finalize for them. One the program catches
+        aborts nothing."""
+        if self._comm is None or self.world_size <= 1:
+            return
+        previous, comm = sys.excepthook, self._comm
+
+        def hook(kind, value, trace) -> None:
+            previous(kind, value, trace)
+            sys.stderr.flush()
+            comm.Abort(1)
+        sys.excepthook = hook
 
     def rank_file(self, rank: int) -> Path:
         return self.out / f"rank{rank}.sqlite"
@@ -156,26 +180,60 @@ class Profiler:
 
     # -- clocks and aggregation ------------------------------------------------------------
     def _aggregate_timers(self, failure: str | None = None) -> dict | None:
-        """timer_only: the benchmark figures of every rank (with any rank's failure line), gathered to rank 0."""
+        """timer_only: the benchmark figures of every rank (with any rank's failure line), to rank 0."""
         from .analyses import benchmark
         from .reports import export, text
         own = {"rank": self.rank, **benchmark.perf_summary(self.batch_ns, self.reader_ns, self.batch_size)}
-        if self._comm is not None:
-            parts = transport.gather_to_root(self._comm, (own, failure))
-        elif transport.torch_group_initialized():
-            parts = transport.gather_torch((own, failure))
-        else:
-            parts = [(own, failure)] if self.rank == 0 else None
-        if parts is None:
+        gathered = self._stop_exchange(failure, lambda participants: None, lambda: own)
+        if gathered is None:
             return None
+        parts, warnings = gathered
         summary = {"world_size": self.world_size, "source": "distprof (timer only)",
-                   "benchmark": benchmark.across_ranks([figures for figures, _ in parts]),
-                   "warnings": [line for _, line in parts if line is not None]}
-        export.write_json(summary, self.out)
-        if not self.quiet:
-            sys.stdout.write(text.render_benchmark(summary))
-            sys.stdout.flush()
+                   "benchmark": benchmark.across_ranks([parts[r] for r in sorted(parts)]), "warnings": warnings}
+        try:
+            export.write_json(summary, self.out)
+            if not self.quiet:
+                sys.stdout.write(text.render_benchmark(summary))
+                sys.stdout.flush()
+        finally:
+            if self._link() is not None:
+                transport.tell_done(self._link(), self._failed)
+                transport.drain(self._link())
         return summary
+
+    def _link(self):
+        """How this rank's stop talks to rank 0: MPI messages, the torch store, or None (files);
+        made once per session (a store link numbers its keys by session)."""
+        if self._stop_link is False:
+            if self._comm is not None and self.world_size > 1:
+                self._stop_link = transport.MpiLink(self._comm)
+            else:
+                self._stop_link = transport.torch_store_link(self.rank) if self.world_size > 1 else None
+        return self._stop_link
+
+    def _stop_exchange(self, failure: str | None, ready, payload) -> tuple[dict, list[str]] | None:
+        """transport.stop_exchange over this rank's link; on rank 0 ({rank: payload}, warnings),
+        else None. Without a link: this rank's own payload (one process) or None."""
+        link = self._link()
+        if link is None:
+            if self.world_size > 1:
+                return None
+            ready([])
+            return {0: payload()}, [failure] if failure else []
+        timeout = float(self.config["collector"]["merge_timeout_s"])
+        try:
+            out = transport.stop_exchange(link, self.rank, self.world_size, failure, timeout, ready, payload)
+        finally:
+            transport.drain(link)
+        if out is None:
+            return None
+        parts, failed, gave_up = out
+        self._failed = sorted(failed)
+        warnings = ([failure] if failure else []) + [failed[r] or f"rank {r} failed" for r in sorted(failed)]
+        if gave_up:
+            warnings.append(f"rank(s) {', '.join(map(str, gave_up))} did not reach the end of the profiler within "
+                            f"{timeout:g} s (collector.merge_timeout_s): left out, their files kept")
+        return parts, warnings
 
     def _clock_sample(self, phase: str) -> None:
         if self._comm is not None and self.world_size > 1:
@@ -183,8 +241,7 @@ class Profiler:
             self.collector.record_clock(phase, offset_ns, rtt_ns)
 
     def _own_result(self, failure: str | None):
-        """This rank's RankResult; None when a failing rank's file cannot be reduced (it still
-        takes part in the gather so the others do not wait on it)."""
+        """This rank's RankResult; None when a failing rank's file cannot be reduced."""
         from . import pipeline
         try:
             return pipeline.reduce_rank(native.read(self.rank_file(self.rank), self.config)[0], self.config)
@@ -193,27 +250,68 @@ class Profiler:
                 raise
             return None
 
+    def _stop_sample(self, participants: list[int]) -> None:
+        """The stop clock sample with the ranks that take part (MPI), then the file is complete."""
+        if self._comm is not None and self.world_size > 1 and (self.rank != 0 or participants):
+            offset_ns, rtt_ns = clock.pingpong(self._comm, self.config["clock"]["pingpong_samples"], participants)
+            if self.rank != 0:
+                self.collector.record_clock("stop", offset_ns, rtt_ns)
+        self._close()
+
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.collector.close()
+
+    def _failed_results(self, warnings: list[str]) -> list:
+        """Rank 0: the results of ranks that failed, from their files where this host sees them
+        (their data up to the failure); a file it cannot read stays a warning."""
+        from . import pipeline
+        out = []
+        for line in warnings:
+            rank = int(line.split()[1]) if line.startswith("rank ") and line.split()[1].isdigit() else None
+            path = self.rank_file(rank) if rank is not None and rank != self.rank else None
+            if path is not None and path.exists():
+                try:
+                    out.append(pipeline.reduce_rank(native.read(path, self.config)[0], self.config))
+                except Exception:  # noqa: BLE001 - a failed rank's file may be cut short: its warning stays
+                    continue
+        return out
+
     def _aggregate(self, failure: str | None = None) -> dict | None:
-        """Reduce this rank's own file, gather to rank 0, combine there. A rank that failed
-        sends its result with a failure line: rank 0 names it in the summary's warnings."""
+        """Reduce this rank's own file, send it to rank 0 (bounded), combine there. A rank that
+        failed sends only its failure line: rank 0 names it and reads its file where it can."""
         from . import pipeline  # the analysis stack loads at the end of a session, not at import
-        result = self._own_result(failure)
-        warnings = [failure] if failure is not None and result is None else []
-        if self._comm is not None or transport.torch_group_initialized():
-            mine = (result, failure if result is None else None)  # a result carries its file's failure line
-            parts = transport.gather_to_root(self._comm, mine) if self._comm is not None \
-                else transport.gather_torch(mine)
-            if parts is None:
-                return None
-            results = [r for r, _ in parts if r is not None]
-            warnings = [f for _, f in parts if f is not None]
-        elif self.world_size > 1:
-            results = transport.results_from_files(
-                self.rank_file, self.world_size, self.config["collector"]["merge_timeout_s"], result,
-                lambda path: pipeline.reduce_rank(native.read(path, self.config)[0], self.config)) \
-                if self.rank == 0 else None
-        else:
-            results = [result]
+        try:
+            if self._link() is None and self.world_size > 1:
+                self._stop_sample([])
+                result = self._own_result(failure)
+                results = transport.results_from_files(
+                    self.rank_file, self.world_size, self.config["collector"]["merge_timeout_s"], result,
+                    lambda path: pipeline.reduce_rank(native.read(path, self.config)[0], self.config)) \
+                    if self.rank == 0 else None
+                warnings = [failure] if failure is not None else []
+            else:
+                gathered = self._stop_exchange(failure, self._stop_sample, lambda: self._own_result(failure))
+                if gathered is None:
+                    return None
+                parts, warnings = gathered
+                failed = self._failed_results(warnings)  # their files name their failure themselves
+                results = [parts[r] for r in sorted(parts)] + failed
+                loaded = {f"rank {r.rank} " for r in failed}
+                warnings = [w for w in warnings if not any(w.startswith(prefix) for prefix in loaded)]
+        finally:
+            self._close()
+        try:
+            return self._write_summary(results, warnings)
+        finally:
+            if self.rank == 0 and self._link() is not None:
+                transport.tell_done(self._link(), self._failed)
+                transport.drain(self._link())
+
+    def _write_summary(self, results: list | None, warnings: list[str]) -> dict | None:
+        """Rank 0: combine, write summary.json and report.html, print the Distributed Summary."""
+        from . import pipeline
         results = None if results is None else [r for r in results if r is not None]
         if not results:
             return None
@@ -221,10 +319,9 @@ class Profiler:
                                    warnings=warnings).to_json()
         from .reports import export, html, text
         export.write_summary(summary, self.out)
-        html.write_report(summary, self.out)
+        report = html.write_report(summary, self.out)
         if not self.quiet:
             sys.stdout.write(text.render(summary))
+            sys.stdout.write(f"\nwrote {self.out / export.SUMMARY_FILE}\nwrote {report}\n{text.next_steps(self.out)}\n")
             sys.stdout.flush()
         return summary
-
-

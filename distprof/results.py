@@ -47,6 +47,32 @@ class RankFigures:
 
 
 @dataclass(frozen=True)
+class RankProfile:
+    """A rank's FLOPs and memory profile (analyses.profiles.rank_profile); None = not in the trace."""
+
+    flops_per_step: int | None = None      # median over ProfileSteps of the counted FLOPs
+    flops_total: int | None = None         # counted FLOPs in the window
+    achieved_tflops: float | None = None   # flops_total / window (= ProfileStep time)
+    mfu: float | None = None               # achieved_tflops / hardware.peak_tflops
+    flops_by_phase: dict | None = None     # {"forward"|"backward"|"optimizer"|...: median FLOPs per step}
+    flops_source: str | None = None        # "args" (Kineto flops), "shapes" (Input Dims), "args+shapes"
+    flops_uncounted: dict = field(default_factory=lambda: {"ops": 0, "by_name": {}})  # GEMM/conv ops, no shapes
+    memory_peak_allocated_bytes: int | None = None   # of memory_device
+    memory_peak_reserved_bytes: int | None = None
+    memory_growth_per_step_bytes: float | None = None  # slope of the per-step peaks of memory_device
+    memory_device: str | None = None       # the headline device: the GPU with the largest peak, else "CPU"
+    memory_devices: list = field(default_factory=list)  # per device: peaks, per-step peaks, growth
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict) -> RankProfile:
+        """The profile of a summary.json rank row (keys it lacks keep their defaults)."""
+        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
+
+
+@dataclass(frozen=True)
 class Lane:
     """One lane (GPU stream or host thread) of a rank and the work it carried in the window."""
 
@@ -147,6 +173,8 @@ class RankResult:
     clock: ClockEstimate
     warnings: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict)
+    frameworks: tuple[str, ...] = ()  # events.frameworks: whose advice fits this trace ("pytorch")
+    profile: RankProfile = field(default_factory=RankProfile)   # FLOPs and memory (analyses.profiles)
 
     @property
     def host(self) -> str | None:
@@ -172,7 +200,8 @@ class RankResult:
                 "rank_from": self.rank_from, **asdict(self.figures),
                 "comm_lanes": self.comm_lanes, "compute_lanes": self.compute_lanes,
                 "lanes": [lane.to_json() for lane in self.lanes],
-                "clock_offset_ns": self.clock.offset_ns, "clock_uncertainty_ns": self.clock.uncertainty_ns}
+                "clock_offset_ns": self.clock.offset_ns, "clock_uncertainty_ns": self.clock.uncertainty_ns,
+                **self.profile.to_json()}
 
 
 @dataclass(frozen=True)
@@ -194,6 +223,8 @@ class Summary:
     tables: dict
     collectives: dict = field(default_factory=dict)  # analyses.collectives.summary: the Collectives table
     whatif: dict | None = None  # analyses.whatif.whatif: replayed step time and scenarios
+    profiles: dict = field(default_factory=dict)  # analyses.profiles.across_ranks: FLOPS spread, memory
+    model_profile: dict | None = None  # analyses.profiles.model_profile: the live FLOPs profile (flops=True)
 
     def rank(self, rank: int) -> RankResult:
         """The result of one rank by its number."""

@@ -164,13 +164,125 @@ class _GpuTimer:
         self._pending = still
 
 
+MODULES_PER_DEPTH = 3   # model_profile.modules: the largest modules (by MACs) at each depth
+
+
+class _FlopsProbe:
+    """The live model FLOPs profile (``instrument(..., flops=True)``): on the first recorded step,
+    ``torch.utils.flop_counter.FlopCounterMode`` runs from forward to the optimizer step (so the
+    backward that ``loss.backward()`` starts is counted too: autograd keeps the mode it was called
+    under) and every submodule's forward is timed with hooks. Only that step pays."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int | None) -> None:
+        self.model, self.batch_size = model, batch_size
+        self.state = "armed"
+        self.result: dict | None = None
+        self._counter = None
+        self._times: dict[str, int] = {}
+        self._marks: dict[str, int] = {}
+        self._hooks: list = []
+        self._cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
+
+    def _now(self) -> int:
+        if self._cuda:
+            torch.cuda.synchronize()  # the probed step only: module latencies of GPU work
+        return clock_ns()
+
+    def close(self) -> None:
+        """Leave the counter and the module hooks (a probed step that never reached optimizer.step)."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        if self._counter is not None:
+            self._counter.__exit__(None, None, None)
+            self._counter = None
+        self.state = "done"
+
+    def forward_begins(self) -> None:
+        if self.state in ("forward", "backward"):  # a second forward before any optimizer step
+            self.close()
+        if self.state != "armed" or ROUTE.append is None:  # the probed step is a recorded one
+            return
+        from torch.utils.flop_counter import FlopCounterMode
+        self.state = "forward"
+        for name, module in self.model.named_modules():
+            if name:
+                self._hooks.append(module.register_forward_pre_hook(
+                    lambda m, a, name=name: self._marks.__setitem__(name, self._now())))
+                self._hooks.append(module.register_forward_hook(
+                    lambda m, a, o, name=name: self._times.__setitem__(
+                        name, self._times.get(name, 0) + self._now() - self._marks.pop(name, self._now())),
+                    always_call=True))
+        self._counter = FlopCounterMode(display=False)
+        self._counter.__enter__()
+        self._marks["<iter>"] = self._marks["<forward>"] = self._now()
+
+    def forward_ends(self) -> None:
+        if self.state != "forward":
+            return
+        self._times["<forward>"] = self._now() - self._marks["<forward>"]
+        self._forward_flops = int(self._counter.get_total_flops())
+        self._module_flops = {name: int(sum(ops.values())) for name, ops in self._counter.get_flop_counts().items()}
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        self.state = "backward"
+
+    def backward(self, start_ns: int, end_ns: int) -> None:
+        if self.state == "backward":
+            self._times["<backward>"] = end_ns - start_ns
+
+    def step_begins(self) -> None:
+        if self.state != "backward":
+            return
+        self._backward_flops = int(self._counter.get_total_flops()) - self._forward_flops
+        self._counter.__exit__(None, None, None)
+        self._counter = None
+        self._marks["<step>"] = self._now()
+        self.state = "step"
+
+    def step_ends(self, rank: int, peak_tflops: float | None) -> dict | None:
+        if self.state != "step":
+            return None
+        now = self._now()
+        self.state = "done"
+        self.result = self._profile(rank, now - self._marks["<step>"], now - self._marks["<iter>"], peak_tflops)
+        return self.result
+
+    def _profile(self, rank: int, step_ns: int, iter_ns: int, peak_tflops: float | None) -> dict:
+        flops = self._forward_flops + self._backward_flops
+        tflops = flops / iter_ns / 1e3 if iter_ns else None
+        named = dict(self.model.named_modules())
+        modules = []
+        for name, value in self._module_flops.items():  # FlopCounterMode's names: "Sequential.0", ...
+            path = name.split(".", 1)[1] if "." in name else "module" * (name != "Global")  # the top: DDP's module
+            path = next((p for p in (path, f"module.{path}") if path and p in named), None)  # under DDP: module.*
+            if path is None:
+                continue
+            module, latency = named[path], self._times.get(path)
+            modules.append({"name": path, "depth": path.count(".") + 1,
+                            "params": int(sum(p.numel() for p in module.parameters())), "macs": value // 2,
+                            "fwd_latency_ns": latency, "tflops": value / latency / 1e3 if latency else None})
+        modules.sort(key=lambda m: (m["depth"], -m["macs"], m["name"]))
+        kept = [m for m in modules if sum(1 for o in modules if o["depth"] == m["depth"] and
+                                          (-o["macs"], o["name"]) < (-m["macs"], m["name"])) < MODULES_PER_DEPTH]
+        return {"rank": rank, "params": int(sum(p.numel() for p in self.model.parameters())),
+                "fwd_flops_per_step": self._forward_flops, "bwd_flops_per_step": self._backward_flops,
+                "fwd_latency_ns": self._times.get("<forward>"), "bwd_latency_ns": self._times.get("<backward>"),
+                "step_latency_ns": step_ns, "iter_latency_ns": iter_ns, "achieved_tflops": tflops,
+                "samples_per_s": self.batch_size / iter_ns * 1e9 if self.batch_size and iter_ns else None,
+                "mfu": tflops / peak_tflops if tflops is not None and peak_tflops else None, "modules": kept}
+
+
 class Instrumentation:
     """The hooks installed by :func:`instrument`; ``remove()`` (or leaving ``with``) takes them off."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                  profiler=None, comm_hook: tuple[object, Callable] | None = None,
-                 comm_name: str = "allreduce", gpu_timing: bool | None = None) -> None:
+                 comm_name: str = "allreduce", gpu_timing: bool | None = None, flops: bool = False,
+                 batch_size: int | None = None) -> None:
         self.model = model
+        self.flops = _FlopsProbe(model, batch_size) if flops else None
         self.optimizer = optimizer
         self.profiler = profiler
         self.comm_name = comm_name
@@ -208,8 +320,12 @@ class Instrumentation:
         annotate.phase(FORWARD).__enter__()
         if self._gpu is not None:
             self._gpu.begin(FORWARD)
+        if self.flops is not None:
+            self.flops.forward_begins()
 
     def _forward_ends(self, module, args, output) -> None:
+        if self.flops is not None:
+            self.flops.forward_ends()
         if self._gpu is not None:
             self._gpu.end(FORWARD)
         annotate.phase(FORWARD).__exit__(None, None, None)
@@ -233,9 +349,13 @@ class Instrumentation:
             if self._gpu is not None:
                 self._gpu.end(BACKWARD)
             self._train_lane.end(token)
+            if self.flops is not None:
+                self.flops.backward(token[0], clock_ns())
 
     # -- optimizer -------------------------------------------------------------------------
     def _step_begins(self, optimizer, args, kwargs) -> None:
+        if self.flops is not None:
+            self.flops.step_begins()
         annotate.phase(OPTIMIZER).__enter__()
         if self._gpu is not None:
             self._gpu.begin(OPTIMIZER)
@@ -246,8 +366,27 @@ class Instrumentation:
         annotate.phase(OPTIMIZER).__exit__(None, None, None)
         if self._gpu is not None:
             self._gpu.collect()
+        if self.flops is not None:
+            self._flops_done()
         if self.profiler is not None:
             self.profiler.step()
+
+    def _flops_done(self) -> None:
+        """The probed step's model profile, into the rank file's metadata (summary.json's model_profile)."""
+        profiler = self.profiler
+        config = getattr(profiler, "config", None) or {}
+        rank = getattr(profiler, "rank", None)
+        rank = rank if rank is not None else (dist.get_rank() if dist.is_available() and dist.is_initialized() else 0)
+        result = self.flops.step_ends(int(rank), (config.get("hardware") or {}).get("peak_tflops"))
+        collector = getattr(profiler, "collector", None)
+        if result is not None and collector is not None:
+            import json
+            collector.set_meta(model_profile=json.dumps(result))
+
+    @property
+    def model_profile(self) -> dict | None:
+        """This rank's live FLOPs profile (``flops=True``) once the probed step ended; else None."""
+        return None if self.flops is None else self.flops.result
 
     # -- DDP communication -----------------------------------------------------------------
     def _install_comm_hook(self, comm_hook: tuple[object, Callable] | None) -> None:
@@ -292,6 +431,8 @@ class Instrumentation:
     def remove(self) -> None:
         """Take the forward/backward/optimizer hooks off (DDP cannot unregister a comm hook:
         it stays, and keeps recording while a collector is active)."""
+        if self.flops is not None and self.flops.state in ("forward", "backward", "step"):
+            self.flops.close()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -335,7 +476,7 @@ def _allreduce_mean(process_group, bucket):
 
 def instrument(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, profiler=None,
                *, comm_hook: tuple[object, Callable] | None = None, comm_name: str = "allreduce",
-               gpu_timing: bool | None = None) -> Instrumentation:
+               gpu_timing: bool | None = None, flops: bool = False, batch_size: int | None = None) -> Instrumentation:
     """Record forward, backward, optimizer and DDP bucket communication without touching the loop.
 
     ``model``: the top module the loop calls (the DDP wrapper under DDP: its comm hook is then
@@ -343,7 +484,10 @@ def instrument(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None =
     ends a ProfileStep, so the loop needs no ``prof.step()``. ``comm_hook``: your own DDP comm
     hook as ``(state, hook)``, timed instead of the default allreduce (DDP accepts one hook).
     ``gpu_timing``: CUDA-event phase timing; default on when the model is on a GPU.
+    ``flops``: count FLOPs and MACs per module (FlopCounterMode) and time each module's forward on
+    the first recorded step (that step only pays); ``batch_size`` gives samples/s. The result is
+    summary.json's ``model_profile`` (and :attr:`Instrumentation.model_profile`).
     Use it as a context manager (or call ``remove()``) so no step is marked after the profiler ends.
     """
     return Instrumentation(model, optimizer, profiler, comm_hook=comm_hook, comm_name=comm_name,
-                           gpu_timing=gpu_timing)
+                           gpu_timing=gpu_timing, flops=flops, batch_size=batch_size)

@@ -1,4 +1,5 @@
-"""Moving results between processes, nothing else: MPI and torch.distributed gathers to rank 0,
+"""Moving results between processes, nothing else: the bounded stop exchange to rank 0 (MPI
+messages or torch.distributed's store), merge workers' gather,
 world detection (MPI or launcher variables), polling rank files when there is no process group,
 and spreading input files over merge workers.
 
@@ -20,28 +21,12 @@ def gather_workers(comm, reduced: list, warnings: list) -> tuple[list, list] | N
     return [item for part in parts for item in part[0]], [item for part in parts for item in part[1]]
 
 
-def gather_to_root(comm, result):
-    """MPI gather of the compact per-rank results; rank 0 gets the list, others None."""
-    return comm.gather(result, root=0)
-
-
 def torch_group_initialized() -> bool:
     """True when the job imported torch.distributed and initialized its default process group
     (looked up in sys.modules: a job without torch never imports it here)."""
     import sys
     dist = sys.modules.get("torch.distributed")
     return dist is not None and dist.is_available() and dist.is_initialized()
-
-
-def gather_torch(result):
-    """torch.distributed gather_object of the compact per-rank results over the job's default
-    process group (gloo or NCCL; with NCCL, torch.cuda.set_device must name this rank's GPU);
-    rank 0 gets the list, others None."""
-    import torch.distributed as dist
-    rank = dist.get_rank()
-    results = [None] * dist.get_world_size() if rank == 0 else None
-    dist.gather_object(result, results, dst=0)
-    return results
 
 
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID")
@@ -144,3 +129,147 @@ def local_workers(files: int, environ=None) -> int:
         return max(1, min(files, int(environ["DISTPROF_READ_WORKERS"])))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(files, int(cores - busy_elsewhere() + 0.5)))
+
+
+# -- the stop of a live session: bounded, and a failed rank never enters a collective -------------
+
+MISSING = object()   # what ``take`` returns when nothing came before the deadline
+FAIL_GRACE_S = 3.0   # how long a failed rank waits for rank 0 to hear of it before it lets the error go on
+_TAGS = {"status": 7311, "plan": 7312, "result": 7313, "done": 7314}
+
+
+class MpiLink:
+    """Point-to-point messages over MPI, each receive bounded by a deadline (iprobe polling): no
+    collective, so a rank that failed or never comes cannot hold the others."""
+
+    def __init__(self, comm) -> None:
+        self.comm = comm
+        self.pending: list = []
+
+    def put(self, kind: str, obj, dest: int) -> None:
+        self.pending.append(self.comm.isend(obj, dest=dest, tag=_TAGS[kind]))
+
+    def take(self, kind: str, source: int, deadline: float):
+        import time
+        while True:
+            if self.comm.iprobe(source=source, tag=_TAGS[kind]):
+                return self.comm.recv(source=source, tag=_TAGS[kind])
+            if time.monotonic() >= deadline:
+                return MISSING
+            time.sleep(0.002)
+
+
+class StoreLink:
+    """The same messages through torch.distributed's key-value store (TCPStore under torchrun):
+    bounded waits, no collective on the process group the job's own collectives use."""
+
+    _session = 0
+
+    def __init__(self, store, rank: int) -> None:
+        StoreLink._session += 1  # every rank opens its sessions in the same order
+        self.store, self.prefix = store, f"distprof/stop/{StoreLink._session}"
+        self.rank = rank
+
+    def put(self, kind: str, obj, dest: int) -> None:
+        import pickle
+        self.store.set(f"{self.prefix}/{kind}/{self.rank}-{dest}", pickle.dumps(obj))
+
+    def take(self, kind: str, source: int, deadline: float):
+        import pickle
+        import time
+        key = f"{self.prefix}/{kind}/{source}-{self.rank}"
+        while True:
+            if self.store.check([key]):
+                return pickle.loads(self.store.get(key))
+            if time.monotonic() >= deadline:
+                return MISSING
+            time.sleep(0.005)
+
+
+def torch_store_link(rank: int) -> StoreLink | None:
+    """A StoreLink on the job's default process group's store, or None."""
+    if not torch_group_initialized():
+        return None
+    import torch.distributed.distributed_c10d as c10d
+    try:
+        return StoreLink(c10d._get_default_store(), rank)
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+
+
+def stop_exchange(link, rank: int, size: int, failure: str | None, timeout_s: float, ready, payload):
+    """The stop of a live session, rank 0 collecting. Every rank first tells rank 0 whether it
+    failed. A failed rank sends nothing more, waits at most ``FAIL_GRACE_S`` for rank 0's word and
+    returns, so its error goes on as it would without distprof. Rank 0 waits at most ``timeout_s``
+    for the others, then sends the ranks that came the list of the ones that take part; those run
+    ``ready(participants)`` (the stop clock sample) and send ``payload()`` to rank 0.
+
+    Returns, on rank 0: ({rank: payload}, {rank: failure line}, [ranks it gave up on]); else None.
+    A failed rank 0 tells the others there is no summary (they keep their files). A failed rank
+    that rank 0 answered waits (``timeout_s``) for ``tell_done``, so its error does not end the job
+    before the summary that names it is written."""
+    import time
+    start = time.monotonic()
+    if rank != 0:
+        link.put("status", failure, 0)
+        if failure is not None:  # rank 0 at the stop answers at once; then let it write its summary
+            if link.take("plan", 0, start + min(FAIL_GRACE_S, timeout_s)) is not MISSING:
+                link.take("done", 0, start + timeout_s)
+            return None
+        plan = link.take("plan", 0, start + timeout_s)
+        if plan is MISSING or not plan:
+            return None
+        ready(plan)
+        link.put("result", payload(), 0)
+        return None
+    peers = list(range(1, size))
+    if failure is not None:
+        for peer in peers:
+            link.put("plan", [], peer)
+        return None
+    statuses = _statuses(link, peers, start + timeout_s)
+    participants = [peer for peer, line in statuses.items() if line is None]
+    for peer in statuses:
+        link.put("plan", participants, peer)
+    ready(participants)
+    parts = {0: payload()}
+    deadline = time.monotonic() + timeout_s
+    for peer in participants:  # one per rank: its compact result
+        got = link.take("result", peer, deadline)
+        if got is not MISSING:
+            parts[peer] = got
+    failed = {peer: line for peer, line in statuses.items() if line is not None}
+    gave_up = [peer for peer in peers if peer not in statuses or (peer in participants and peer not in parts)]
+    return parts, failed, gave_up
+
+
+def tell_done(link, ranks) -> None:
+    """Rank 0: the summary is written; the failed ranks waiting for it may let their errors go on."""
+    for rank in ranks:
+        link.put("done", True, rank)
+
+
+def _statuses(link, peers: list[int], deadline: float) -> dict:
+    """Rank 0: each peer's word at the stop (None: finished, else its failure line), until all have
+    spoken or the deadline passes."""
+    import time
+    statuses: dict = {}
+    while True:
+        for peer in peers:  # one per rank that has not spoken yet
+            if peer not in statuses:
+                got = link.take("status", peer, 0.0)
+                if got is not MISSING:
+                    statuses[peer] = got
+        if len(statuses) == len(peers) or time.monotonic() >= deadline:
+            return statuses
+        time.sleep(0.005)
+
+
+def drain(link, seconds: float = 1.0) -> None:
+    """Let this rank's sent messages leave before the process goes on (MPI requests), bounded."""
+    import time
+    pending = getattr(link, "pending", [])
+    deadline = time.monotonic() + seconds
+    while pending and time.monotonic() < deadline:
+        pending[:] = [request for request in pending if not request.Test()]
+        time.sleep(0.002)

@@ -69,7 +69,8 @@ def train(args: argparse.Namespace) -> dict | None:
 
     # step 0 (DDP builds its buckets, allocators warm up) is run but not recorded
     profiler = distprof.Profiler(config=args.config, out=args.out, schedule=(1, args.steps + 1))
-    with profiler as prof, distprof.torch.instrument(ddp, optimizer, profiler=prof):
+    with profiler as prof, distprof.torch.instrument(ddp, optimizer, profiler=prof, flops=args.flops,
+                                                     batch_size=args.batch):
         for _ in range(args.steps + 1):
             x = torch.randn(args.batch, args.width, generator=generator)
             x, target = x.to(device), torch.tanh(x @ teacher).to(device)
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--flops", action="store_true",
+                        help="live model FLOPs profile on the first recorded step (summary.json model_profile)")
     parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="distprof YAML config")
     train(parser.parse_args(argv))
     return 0

@@ -3,7 +3,7 @@
 # The script makes a distprof.Profiler on every rank; rank 0 prints the Distributed Summary.
 #
 #   launch/mpirun.sh -n 4 [--oversubscribe] [--dry-run] -- python train.py --your-args
-# (--oversubscribe is added when there are fewer cores than ranks; --allow-run-as-root as root)
+# (--oversubscribe when there are fewer cores than ranks; --allow-run-as-root as root; python = the venv's)
 set -euo pipefail
 
 usage() {
@@ -25,14 +25,16 @@ done
 [[ -n "$ranks" && "$ranks" =~ ^[1-9][0-9]*$ ]] || { echo "mpirun.sh: -n RANKS is required (a positive integer)" >&2; exit 2; }
 [[ $# -gt 0 ]] || { echo "mpirun.sh: no training command after --" >&2; exit 2; }
 
-python_bin="${PYTHON:-python3}"
-mpirun_bin="$("$python_bin" -c 'import os, sys; p = os.path.join(os.path.dirname(sys.executable), "mpirun"); print(p if os.path.exists(p) else "mpirun")')"
+# shellcheck source=launch/_tools.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_tools.sh"
+mpirun_bin="$(tool_next_to mpirun mpirun.sh)" || exit 2
+mapfile -d '' -t training < <(python_command "$@")
 # more ranks than cores: mpirun refuses without --oversubscribe, so add it (and do not pin ranks to cores)
 cores="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)"
 (( oversubscribe == 1 || ranks > cores )) && extra+=(--oversubscribe --bind-to none)
 [[ "$(id -u)" == 0 ]] && extra+=(--allow-run-as-root)
 
-command=("$mpirun_bin" -n "$ranks" "${extra[@]}" "$@")
+command=("$mpirun_bin" -n "$ranks" "${extra[@]}" "${training[@]}")
 if [[ $dry_run == 1 ]]; then
   printf '%q ' "${command[@]}"; echo
   exit 0

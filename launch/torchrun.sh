@@ -23,7 +23,10 @@ done
 [[ -n "$nproc" && "$nproc" =~ ^[1-9][0-9]*$ ]] || { echo "torchrun.sh: --nproc N is required (a positive integer)" >&2; exit 2; }
 [[ $# -gt 0 ]] || { echo "torchrun.sh: no training script after --" >&2; exit 2; }
 
-command=(torchrun --standalone --nproc_per_node "$nproc" "$@")
+# shellcheck source=launch/_tools.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_tools.sh"
+torchrun_bin="$(tool_next_to torchrun torchrun.sh)" || exit 2
+command=("$torchrun_bin" --standalone --nproc_per_node "$nproc" "$@")
 if [[ $dry_run == 1 ]]; then
   printf '%q ' "${command[@]}"; echo
   exit 0

@@ -2,6 +2,7 @@
 
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 from conftest import run_cli
@@ -96,3 +97,13 @@ def test_report_errors(tmp_path):
     (tmp_path / "summary.json").write_text("{broken")
     result = run_cli("report", str(tmp_path))
     assert result.returncode == 2 and "not valid JSON" in result.stderr
+
+
+def test_merge_says_where_it_wrote_and_what_to_run_next(tmp_path):
+    data = Path(__file__).parent / "data" / "torch_ddp" / "healthy"
+    result = run_cli("merge", str(data), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert f"wrote {tmp_path / 'out' / 'summary.json'}" in lines
+    assert f"wrote {tmp_path / 'out' / 'report.html'}" in lines
+    assert lines[-1].startswith(f"next: open {tmp_path / 'out'}/report.html; `distprof whatif {tmp_path / 'out'}`")

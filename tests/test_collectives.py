@@ -288,7 +288,8 @@ def test_hardware_keys_accept_null_and_numbers(tmp_path):
     path = tmp_path / "hw.yaml"
     path.write_text("hardware:\n  peak_busbw_gbps: 180\n  gpus_per_node: 8\n")
     config = config_mod.load(path)
-    assert config["hardware"] == {"peak_busbw_gbps": 180.0, "gpus_per_node": 8, "slow_collective_share": 0.5}
+    assert config["hardware"] == {"peak_busbw_gbps": 180.0, "gpus_per_node": 8, "slow_collective_share": 0.5,
+                                  "peak_tflops": None}
     path.write_text("hardware:\n  peak_busbw_gbps: null\n")
     assert config_mod.load(path)["hardware"]["peak_busbw_gbps"] is None
 

@@ -9,6 +9,7 @@ from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline
 from distprof.analyses import cost, diagnose
+from distprof.reports import findings as findings_report
 from distprof.reports import text
 
 CONFIG = config_mod.load()
@@ -51,7 +52,8 @@ def test_host_bound_finding():
     assert result.gpu_gaps["host_bound_ns"] == 400  # reduce_rank computes it next to the events
     [finding] = diagnose.findings([result], [], {}, CONFIG)
     assert finding["finding"] == "host_bound_gpu" and finding["figure_ns"] == 400
-    assert "40% of the window" in finding["message"]
+    assert "message" not in finding  # analyses give numbers; reports/findings.py words them
+    assert "40% of the window" in findings_report.worded([finding])[0]["message"]
     [priced] = cost.price_findings([finding], None)  # no scenario models the fix: said, not guessed
     assert priced["predicted_saving_ns"] is None and priced["cost_ns"] is None
     assert priced["severity"] == "unpriced" and priced["why_not"] == cost.NO_SCENARIO
@@ -79,7 +81,7 @@ def test_dataloader_bound_finding():
     [finding] = diagnose.findings(results, [], {}, CONFIG)
     assert finding["finding"] == "dataloader_bound" and finding["ranks"] == [1]
     assert finding["figure_ns"] == 60 and finding["evidence"]["steps_above"] == 2
-    assert "30% of ProfileStep on rank 1" in finding["message"]
+    assert "30% of ProfileStep on rank 1" in findings_report.worded([finding])[0]["message"]
     assert diagnose.findings([host_result(0, 20)], [], {}, CONFIG) == []  # 20% is not above 20%
 
 

@@ -4,6 +4,7 @@ and real demo runs (serial vs overlap, straggler vs none, same configuration twi
 import gzip
 import json
 import os
+import re
 import resource
 import time
 from pathlib import Path
@@ -319,8 +320,8 @@ def _kineto_steps(folder: Path) -> dict[int, dict[int, int]]:
 
 
 def test_torch_cpu_late_rank_makes_steps_slower(tmp_path):
-    """BEFORE: no late rank; AFTER: rank 2 late 30 ms a step. The diff's median step change is
-    the one computed independently from the raw ProfilerStep spans (slowest rank per step,
+    """BEFORE: no late rank; AFTER: rank 2 late 30 ms a step. The diff's step time change is
+    the one computed independently from the raw ProfilerStep spans (median rank per step,
     median over steps); 3 active steps a run are too few for an interval, so no verdict."""
     data, text = _diff_cli(DATA / "torch_cpu_nolate", DATA / "torch_cpu", tmp_path)
     step = data["step_time"]
@@ -328,7 +329,7 @@ def test_torch_cpu_late_rank_makes_steps_slower(tmp_path):
     for folder in (DATA / "torch_cpu_nolate", DATA / "torch_cpu"):
         ranks = _kineto_steps(folder)
         numbers = sorted(set.intersection(*(set(s) for s in ranks.values())))
-        medians.append(float(np.median([max(s[n] for s in ranks.values()) for n in numbers])))
+        medians.append(float(np.median([np.median([s[n] for s in ranks.values()]) for n in numbers])))
     assert step["steps_before"] == step["steps_after"] == 3, text
     assert abs(step["before_median_ns"] - medians[0]) <= 1 and abs(step["after_median_ns"] - medians[1]) <= 1, text
     assert abs(step["delta_ns"] - (medians[1] - medians[0])) <= 2, text  # Kineto's fractional us, rounded to ns
@@ -338,3 +339,105 @@ def test_torch_cpu_late_rank_makes_steps_slower(tmp_path):
     late = next(r for r in data["ranks"] if r["rank"] == 2)
     # the sleep is idle time on the late rank: 3 steps of up to 30 ms (the window cuts the first short)
     assert 3 * 15 * MS <= late["delta"]["idle_ns"] <= 3 * 30 * MS, text
+
+
+def _merge_cli(folder: Path, out: Path) -> dict:
+    result = run_cli("merge", str(folder), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_torch_cpu_one_step_time_across_merge_whatif_and_diff(tmp_path):
+    """merge's per-step series, the skew's and whatif's measured step and diff's figure are one number:
+    the median over ranks of each step's ProfilerStep span, median over steps, from the raw JSON."""
+    summary_after = _merge_cli(DATA / "torch_cpu", tmp_path / "after")
+    ranks = _kineto_steps(DATA / "torch_cpu")
+    numbers = sorted(set.intersection(*(set(s) for s in ranks.values())))
+    per_step = [float(np.median([s[n] for s in ranks.values()])) for n in numbers]
+    expected = float(np.median(per_step))
+    merged = summary_after["tables"]["merged"]["steps"]
+    assert merged["step"] == numbers and all(abs(m - p) <= 1 for m, p in zip(merged["median_ns"], per_step))
+    assert abs(summary_after["skew"]["steps_summary"]["duration_median_ns"] - expected) <= 1
+    assert abs(summary_after["whatif"]["measured_step_ns"] - expected) <= 1
+    data, text = _diff_cli(DATA / "torch_cpu_nolate", tmp_path / "after", tmp_path / "diff")
+    assert abs(data["step_time"]["after_median_ns"] - expected) <= 1
+    assert "Step time (median rank per step, median over steps): " in text and "slowest rank per step" not in text
+    report = run_cli("report", str(tmp_path / "after"))
+    assert "step time (median rank per step, median over steps)" in report.stdout, report.stderr[-2000:]
+
+
+def test_torch_cpu_diff_fills_every_figure_both_summaries_hold(tmp_path):
+    """Comm wait / Comm transfer / Memory were '- -> -' on every rank: diff kept 8 of the figures."""
+    before = _merge_cli(DATA / "torch_cpu_nolate", tmp_path / "before")
+    after = _merge_cli(DATA / "torch_cpu", tmp_path / "after")
+    data, text = _diff_cli(tmp_path / "before", tmp_path / "after", tmp_path / "diff")
+    by_rank = {side: {r["rank"]: r for r in s["ranks"]} for side, s in (("before", before), ("after", after))}
+    checked = set()
+    for entry in data["ranks"]:
+        for side in ("before", "after"):
+            mine = by_rank[side][entry["rank"]]
+            for key in ("communication_wait_ns", "communication_transfer_ns", "memory_ns", "gpu_window_ns",
+                        "communication_ns", "idle_ns"):
+                assert entry[side][key] == mine[key], (key, entry["rank"])
+                if mine[key] is not None:
+                    checked.add(key)
+    assert checked >= {"communication_wait_ns", "communication_transfer_ns", "memory_ns"}
+    # no memcpy/memset in a CPU-only trace (raw JSON): memory is 0, not unknown
+    assert all(e["before"]["memory_ns"] == 0 == e["after"]["memory_ns"] for e in data["ranks"])
+    table = text.split("Distributed Summary per rank")[1].split("Top movers")[0]
+    assert "Comm wait (ms)" in table and "Memory (ms)" in table
+    assert "GPU window" not in table  # neither side has a GPU: the column is left out, not '- -> -'
+    rank0 = next(line for line in table.splitlines() if line.startswith("0 "))
+    wait = by_rank["before"][0]["communication_wait_ns"] / MS, by_rank["after"][0]["communication_wait_ns"] / MS
+    assert f"{wait[0]:.2f} -> {wait[1]:.2f}" in rank0 and "- -> -" not in rank0
+
+
+def test_unit_of_work_is_never_a_step():
+    """A CPU Kineto trace's ProfilerStep#N ranges are USER rows, and the model table has ProfileStep:
+    the most frequent of them is still the step, not a unit of work."""
+    base = summary({0: (1, 1, 1, 0, 1, 0)})
+    tables = base["tables"]["merged"]
+    tables["user"] = {"rows": [{"name": "ProfilerStep#3", "calls": 40, "total_ns": 40 * MS},
+                               {"name": "## forward ##", "calls": 8, "total_ns": 4 * MS}]}
+    tables["model"] = [{"name": "ProfileStep", "calls": 40, "cpu_total_ns": 40 * MS},
+                       {"name": "Forward", "calls": 8, "cpu_total_ns": 4 * MS}]
+    assert diff.dominant_unit(base, base)[:2] == ("user", "## forward ##")
+    tables["user"] = {"rows": tables["user"]["rows"][:1]}
+    assert diff.dominant_unit(base, base)[:2] == ("phase", "Forward")
+    tables["model"] = tables["model"][:1]
+    assert diff.dominant_unit(base, base) is None
+
+
+def _with_user_rows(rows: list[tuple[str, int, float]]) -> dict:
+    data = summary({0: (1, 1, 1, 0, 1, 0)}, [100] * 5)
+    data["tables"]["merged"]["user"] = {"rows": [{"name": n, "calls": c, "total_ns": int(t * MS)}
+                                                 for n, c, t in rows]}
+    return data
+
+
+def test_movers_and_unit_group_pytorch_nvtx_calls_under_the_op():
+    """Summaries written before merge grouped them: every call of aten::to its own row, with op ids
+    that never repeat across runs. diff sums them under the op."""
+    before = _with_user_rows([("aten::to, seq = 12, op_id = 998", 1, 2.0), ("aten::to, op_id = 999", 1, 3.0),
+                              ("my_range", 1, 1.0)])
+    after = _with_user_rows([("aten::to, seq = 40, op_id = 2001", 1, 4.0), ("aten::to, op_id = 2002", 1, 4.0),
+                             ("aten::to, seq = 41, op_id = 2003, sizes = [[2]]", 1, 1.0), ("my_range", 1, 1.0)])
+    result = diff.diff(before, after)
+    users = [m for m in result["movers"] if m["category"] == "user"]
+    assert [(m["name"], m["before"], m["after"]) for m in users] == [("aten::to", 5 * MS / 5, 9 * MS / 5)]
+    assert result["unit_of_work"]["name"] == "aten::to" and result["unit_of_work"]["count"]["after"] == 3
+    assert "op_id" not in diff_report.render(result, ("b", "a"))
+
+
+def test_cli_help_gives_the_min_change_default_it_uses(tmp_path):
+    """--help said 5 while the default was 10."""
+    shown = run_cli("diff", "--help").stdout
+    default = float(re.search(r"called significant, in\s+%\s+\(default ([\d.]+)\)", shown).group(1))
+    assert default == 100 * diff.MIN_CHANGE == 10
+    # and the CLI applies it: a 3% change that excludes 0 is 'under 10%', not significant
+    for name, steps in (("b", [100, 100.5, 101, 100.2, 100.7, 100.1, 100.4, 100.9]),
+                        ("a", [103, 103.5, 104, 103.2, 103.7, 103.1, 103.4, 103.9])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary({0: (1, 1, 1, 0, 1, 0)}, steps)))
+    result = run_cli("diff", str(tmp_path / "b"), str(tmp_path / "a"), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0 and f"under {default:.0f}%" in result.stdout, result.stderr[-2000:]

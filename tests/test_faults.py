@@ -7,6 +7,8 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
+
 from distprof.cli import find_mpirun
 from distprof.transport import detect_world
 
@@ -87,6 +89,8 @@ def test_launcher_world_beats_mpi_singleton():
 
 TORCHRUN_LIKE = """
 import sys
+
+import pytest
 from mpi4py import MPI  # noqa: F401  a torchrun job that imports mpi4py: MPI's singleton world
 import distprof
 with distprof.Profiler(out=sys.argv[1], quiet=True) as prof:
@@ -117,3 +121,119 @@ def test_no_steps_says_how_to_fix(tmp_path):
     warning = next(w for w in prof.summary["warnings"] if "0 steps" in w)
     assert warning.startswith("rank 0: no prof.step() was called") and "window: all" in warning
     assert warning in json.loads((tmp_path / "summary.json").read_text())["warnings"]
+
+
+# -- issue 23: a crash stays a crash; every wait of the stop is bounded ----------------------------
+
+COLLECTIVE_JOB = """
+import sys, time
+import numpy as np
+from mpi4py import MPI
+use, out, when = sys.argv[1], sys.argv[2], sys.argv[3]
+comm, rank = MPI.COMM_WORLD, MPI.COMM_WORLD.Get_rank()
+def train(prof=None):
+    for step in range(6):
+        if rank == 1 and when == "mid" and step == 2:
+            raise ValueError("bad batch")
+        comm.Allreduce(MPI.IN_PLACE, np.ones(1000))  # the others wait here for rank 1
+        time.sleep(0.02)
+        if prof:
+            prof.step()
+    if rank == 1 and when == "end":
+        raise ValueError("bad end")
+if use == "distprof":
+    import distprof
+    with distprof.Profiler(out=out, quiet=True) as prof:
+        train(prof)
+else:
+    train()
+"""
+
+
+def timed_mpirun(tmp_path, args: list[str], use: str, when: str) -> tuple[subprocess.CompletedProcess, float]:
+    import time
+    script = tmp_path / "collective_job.py"
+    script.write_text(COLLECTIVE_JOB)
+    command = [find_mpirun(), "-n", "3", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,sm"]
+    if os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    started = time.monotonic()
+    result = subprocess.run([*command, sys.executable, *args, str(script), use, str(tmp_path / use), when],
+                            capture_output=True, text=True, timeout=90)
+    return result, time.monotonic() - started
+
+
+@pytest.mark.parametrize("args", [[], ["-m", "mpi4py"]], ids=["python", "python-m-mpi4py"])
+def test_rank_raising_while_the_others_are_in_collectives_ends_the_job(tmp_path, args):
+    """Rank 1 raises at step 2 while ranks 0 and 2 wait for it in MPI_Allreduce. Without distprof a
+    plain ``python job.py`` hangs there (its MPI_Finalize waits for them: measured > 60 s) and
+    ``-m mpi4py`` aborts in about 1 s. With distprof both end within a few seconds of that: the
+    failed rank enters no collective, and its unhandled error aborts the job once printed."""
+    result, elapsed = timed_mpirun(tmp_path, args, "distprof", "mid")
+    assert result.returncode != 0 and "ValueError: bad batch" in result.stderr
+    assert "distprof: rank 1 left the profiler through ValueError: bad batch" in result.stderr
+    if args:
+        _, without = timed_mpirun(tmp_path, args, "plain", "mid")
+        assert elapsed <= without + 10, (elapsed, without)
+    else:
+        assert elapsed < 30, elapsed
+    out = tmp_path / "distprof"
+    assert steps_in(out / "rank1.sqlite") == 2 and "failed" in meta(out / "rank1.sqlite")
+    assert steps_in(out / "rank0.sqlite") >= 2  # committed at each step, before the abort
+
+
+def test_rank_raising_at_the_end_is_named_in_the_summary(tmp_path):
+    result, elapsed = timed_mpirun(tmp_path, ["-m", "mpi4py"], "distprof", "end")
+    assert result.returncode != 0 and "ValueError: bad end" in result.stderr and elapsed < 30
+    summary = json.loads((tmp_path / "distprof" / "summary.json").read_text())
+    assert sorted(r["rank"] for r in summary["ranks"]) == [0, 1, 2]  # rank 1's file, read by rank 0
+    assert any("rank 1 left the profiler through ValueError: bad end" in w for w in summary["warnings"])
+
+
+TORCH_JOB = COLLECTIVE_JOB.replace("import numpy as np\nfrom mpi4py import MPI\n", "import torch\n"
+                                   "import torch.distributed as dist\n").replace(
+    "comm, rank = MPI.COMM_WORLD, MPI.COMM_WORLD.Get_rank()", "dist.init_process_group('gloo')\nrank = dist.get_rank()"
+).replace("comm.Allreduce(MPI.IN_PLACE, np.ones(1000))", "dist.all_reduce(torch.ones(1000))")
+
+
+def test_torchrun_gloo_rank_raising_ends_like_without_distprof(tmp_path):
+    pytest.importorskip("torch")
+    import time
+    script = tmp_path / "torch_job.py"
+    script.write_text(TORCH_JOB)
+    elapsed = {}
+    for use in ("plain", "distprof"):
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                                 str(script), use, str(tmp_path / use), "mid"], capture_output=True, text=True,
+                                timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        elapsed[use] = time.monotonic() - started
+        assert result.returncode != 0 and "ValueError: bad batch" in result.stdout + result.stderr
+    assert elapsed["distprof"] <= elapsed["plain"] + 10, elapsed
+    assert steps_in(tmp_path / "distprof" / "rank1.sqlite") == 2
+
+
+SLOW_RANK_JOB = """
+import sys, time
+import distprof
+with distprof.Profiler(out=sys.argv[1], quiet=True, collector={"merge_timeout_s": 2}) as prof:
+    for _ in range(3):
+        with distprof.phase("forward"):
+            sum(range(10000))
+        prof.step()
+    if prof.rank == 1:
+        time.sleep(6)  # reaches the stop long after the others
+"""
+
+
+def test_rank_0_gives_up_on_a_rank_that_does_not_come_and_says_which(tmp_path):
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_RANK_JOB)
+    command = [find_mpirun(), "-n", "3", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,sm",
+               *(["--allow-run-as-root"] if os.geteuid() == 0 else []), sys.executable, str(script), str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert sorted(r["rank"] for r in summary["ranks"]) == [0, 2]
+    assert any(w.startswith("rank(s) 1 did not reach the end of the profiler within 2 s") for w in summary["warnings"])
+    assert meta(tmp_path / "rank1.sqlite")["complete"] == "1"  # its own file is whole

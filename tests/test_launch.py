@@ -1,7 +1,9 @@
 """Launch helpers: argument handling and the commands they would run (--dry-run)."""
 
 import subprocess
+from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 
@@ -14,7 +16,9 @@ def test_mpirun_dry_run():
     assert result.returncode == 0, result.stderr
     words = result.stdout.split()
     assert words[0].endswith("mpirun") and words[1:3] == ["-n", "4"]
-    assert "--oversubscribe" in words and words[-4:] == ["python", "train.py", "--lr", "0.1"]
+    # the checkout's venv Python runs the job, activated or not (its mpirun is the wheel's, beside it)
+    assert "--oversubscribe" in words and words[-3:] == ["train.py", "--lr", "0.1"]
+    assert Path(words[-4]).parent == Path(words[0]).parent and Path(words[-4]).name.startswith("python")
 
 
 def test_mpirun_oversubscribes_when_ranks_exceed_cores():
@@ -29,7 +33,23 @@ def test_mpirun_oversubscribes_when_ranks_exceed_cores():
 def test_torchrun_dry_run():
     result = launch("torchrun.sh", "--nproc", "2", "--dry-run", "--", "train.py")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["torchrun", "--standalone", "--nproc_per_node", "2", "train.py"]
+    words = result.stdout.split()
+    assert Path(words[0]).name == "torchrun" and words[1:] == ["--standalone", "--nproc_per_node", "2", "train.py"]
+
+
+def test_scripts_find_their_venv_without_activation_or_say_what_is_missing(tmp_path):
+    """From a fresh shell (PATH without the venv): the checkout's .venv is used; with a Python that
+    has no mpirun beside it and none on PATH, one line says what is missing."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    plain = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-n", "2", "--dry-run", "--", "python", "t.py"],
+                           capture_output=True, text=True, env=env)
+    if not (ROOT / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv in this checkout")
+    assert plain.returncode == 0 and plain.stdout.split()[0] == str(ROOT / ".venv" / "bin" / "mpirun")
+    lost = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-n", "2", "--", "python", "t.py"],
+                          capture_output=True, text=True, env={**env, "PYTHON": str(tmp_path / "python3")})
+    assert lost.returncode == 2 and len(lost.stderr.strip().splitlines()) == 1
+    assert "no 'mpirun' next to" in lost.stderr and "README" in lost.stderr
 
 
 def test_bad_arguments_are_one_line():

@@ -26,9 +26,14 @@ def printed_commands(result: subprocess.CompletedProcess) -> list[list[str]]:
     return [shlex.split(line) for line in result.stdout.splitlines()]
 
 
+def venv_tool(name: str) -> str:
+    """The tool next to the Python the scripts run with (the venv's), else its bare name."""
+    candidate = os.path.join(os.path.dirname(sys.executable), name)
+    return candidate if os.path.exists(candidate) else name
+
+
 def venv_mpirun() -> str:
-    candidate = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    return candidate if os.path.exists(candidate) else "mpirun"
+    return venv_tool("mpirun")
 
 
 @pytest.mark.parametrize("script", [MPIRUN, TORCHRUN])
@@ -64,7 +69,7 @@ def test_mpirun_dry_run(tmp_path):
          "--force-overwrite", "true", "python", "train.py", "--lr", "0.1 warm"],
         *[["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", f"{out}/rank{rank}.sqlite",
            f"{out}/rank{rank}.nsys-rep"] for rank in range(3)],
-        ["distprof", "merge", f"{out}/rank0.sqlite", f"{out}/rank1.sqlite", f"{out}/rank2.sqlite",
+        [venv_tool("distprof"), "merge", f"{out}/rank0.sqlite", f"{out}/rank1.sqlite", f"{out}/rank2.sqlite",
          "-o", f"{out}/summary"],
     ]
     assert not (tmp_path / "reports").exists()  # a dry run creates nothing

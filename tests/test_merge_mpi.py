@@ -46,3 +46,26 @@ def test_tasks_without_an_mpi_world_are_warned(demo_overlap, tmp_path):
                              "-o", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "launched as 3 tasks but MPI did not start a 3-rank world" in result.stderr
+
+
+def test_a_worker_whose_reader_fails_does_not_hang_the_merge(tmp_path):
+    """A Kineto file with a thread id of 1e30 (a float where an integer belongs) read by one of two
+    MPI workers: the merge ends with the other files and a warning naming the file, the same result
+    as one process, never a hang (the failing worker still reaches the gather)."""
+    import gzip
+    from pathlib import Path
+    data = Path(__file__).parent / "data" / "torch_ddp" / "healthy"
+    events = json.load(gzip.open(data / "rank1.json.gz"))
+    next(e for e in events["traceEvents"] if e.get("ph") == "X")["tid"] = 1e30
+    bad = tmp_path / "bad_rank1.json"
+    bad.write_text(json.dumps(events))
+    inputs = [str(data / "rank0.json.gz"), str(bad)]
+    single = run_cli("merge", *inputs, "-o", str(tmp_path / "one"), "--no-html")
+    assert single.returncode == 0 and "Traceback" not in single.stderr, single.stderr[-2000:]
+    command = [find_mpirun(), "-n", "2", "--oversubscribe", "--allow-run-as-root",
+               sys.executable, "-m", "distprof", "merge", *inputs, "-o", str(tmp_path / "two"), "--no-html"]
+    double = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert double.returncode == 0 and "Traceback" not in double.stderr, double.stderr[-2000:]
+    one = json.loads((tmp_path / "one" / "summary.json").read_text())
+    two = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert one == two and any("bad_rank1.json" in w for w in two["warnings"])

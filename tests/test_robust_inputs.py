@@ -284,3 +284,23 @@ def test_nsys_missing_strings_keep_events_with_placeholder(tmp_path):
     assert any(name.startswith("<unknown string ") for name in trace.events["name"].astype(str))
     told = [w for w in trace.warnings if "missing from StringIds" in w]
     assert len(told) == 1 and str(path) in told[0]
+
+
+def test_two_runs_in_one_folder_are_an_error_naming_the_files(tmp_path):
+    """Two runs' Kineto files (the same ranks twice): one line naming the clashing files; renumbered on
+    purpose with --allow-duplicate-ranks (issue 29)."""
+    from pathlib import Path
+    data = Path(__file__).parent / "data" / "torch_ddp"
+    for run_name, prefix in (("healthy", "a"), ("late", "b")):
+        for rank in (0, 1):
+            shutil.copy(data / run_name / f"rank{rank}.json.gz", tmp_path / f"{prefix}_rank{rank}.json.gz")
+    result = run_cli("merge", str(tmp_path), "-o", str(tmp_path / "out"), "--no-html")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "rank 0 is claimed by two inputs" in result.stderr and "a_rank0.json.gz" in result.stderr
+    assert "b_rank0.json.gz" in result.stderr and "--allow-duplicate-ranks" in result.stderr
+    forced = run_cli("merge", str(tmp_path), "-o", str(tmp_path / "out"), "--no-html", "--allow-duplicate-ranks")
+    assert forced.returncode == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert sorted(r["rank"] for r in summary["ranks"]) == [0, 1, 2, 3]
+    assert sum("appears twice; renumbered" in w for w in summary["warnings"]) == 2

@@ -215,13 +215,15 @@ def test_expand_warnings_reach_the_summary(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- findings in HTML
 def test_findings_evidence_is_readable_in_the_report_unit():
-    finding = {"severity": "high", "finding": "host_bound_gpu", "cost_ns": 723_650_062, "ranks": [0],
+    finding = {"severity": "high", "finding": "straggler", "cost_ns": 723_650_062, "ranks": [0],
+               "predicted_saving_ns": 723_650_062, "saving_share": 0.5, "priced_by": "no_straggler",
                "message": "m", "advice": "a",
                "evidence": {"worst_rank": 0, "host_bound_ns_by_rank": {"0": 723_650_062}, "gaps": 19,
                             "idle_ns": 724_054_763, "lanes": [f"stream {i}" for i in range(20)]}}
     shown = html.findings_html([finding], "ms")
     assert "host bound by rank: rank 0: 723.65 ms" in shown and "idle: 724.05 ms" in shown
-    assert "cost 723.65 ms" in shown and "_ns" not in shown and "{" not in shown and "stream 19" not in shown
+    assert "fix saves 723.65 ms per step (50.0% of the step time)" in shown
+    assert "_ns" not in shown and "{" not in shown and "stream 19" not in shown
     assert "idle: 724,054.76 us" in html.findings_html([finding], "us")
 
 

@@ -2,13 +2,18 @@
 intervals are known by construction, merged across ranks, rendered as text; and on the demo."""
 
 import json
+import re
+import sqlite3
 
+import kineto_fixtures as kf
 import numpy as np
 import pytest
 from conftest import run_cli
+from nsys_fixtures import real_export
 
 from distprof import config as config_mod
 from distprof import events as ev
+from distprof import names, sources
 from distprof.analyses import summaries
 from distprof.reports import tables
 
@@ -76,7 +81,11 @@ def test_device_summary():
     device = summaries.rank_tables(gpu_rank(), CONFIG)["device"]
     assert by(device, "device", "GPU0") == {"device": "GPU0", "kind": "gpu", "busy_ns": 115, "elapsed_ns": 200,
                                             "utilization": 115 / 200}
-    assert by(device, "device", "thread 1")["busy_ns"] == 188   # [0,80) [85,95) [100,198)
+    # a GPU trace: the kernels are the work, the phases only mark where; busy = the launches and USER ranges
+    # [12,14) [20,30) [42,44) [107,108) [120,125) [137,139) [150,190)
+    assert by(device, "device", "thread 1")["busy_ns"] == 62
+    # host-only with no COMPUTE ranges: the phases are the work [0,80) [85,95) [100,198)
+    assert by(summaries.rank_tables(host_rank(), CONFIG)["device"], "device", "thread 1")["busy_ns"] == 188
     assert by(device, "device", "thread 2")["busy_ns"] == 30
     assert not any(d["kind"] == "cpu_process" for d in device)
     meta = {"process_cpu_ns": 300, "elapsed_ns": 200}
@@ -165,7 +174,7 @@ def test_merge_across_ranks():
     gpu = by(merged["device"], "kind", "gpu")
     assert gpu["utilization_by_rank"] == [0.575, None] and gpu["mean"] == 0.575
     thread = by(merged["device"], "kind", "host_thread")
-    assert thread["utilization_by_rank"] == [0.94, 0.94]
+    assert thread["utilization_by_rank"] == [0.31, 0.94]
     phase = by(merged["overview"], "type", "Phase")
     assert phase["total_ns"] == 366 and phase["total_ns_by_rank"] == [183, 183] and phase["ratio"] == 366 / 400
     assert merged["steps"]["median_ns"] == [100, 100] and merged["steps"]["mean_ns_by_rank"] == [100.0, 100.0]
@@ -206,3 +215,74 @@ def test_demo_tables_agree_with_distributed_summary(demo_overlap):
     assert one.returncode == 0 and "Model Summary (rank 1)" in one.stdout
     bad = run_cli("report", str(demo_overlap), "--rank", "99")
     assert bad.returncode == 2 and "no such rank" in bad.stderr
+
+
+def test_busiest_host_thread_is_what_runs_under_the_step_not_the_step(tmp_path):
+    """A Kineto step [0, 10 ms): ``## forward ##`` [0, 6) in which the thread sleeps 5 ms (aten::mm
+    [5, 6)), ``## backward ##`` [6, 10) with aten::mm [6, 8); gloo:all_reduce [7, 9) on a worker."""
+    ms = 1_000_000
+    trace = kf.KinetoTrace(rank=0, world_size=2, pid=100, backend="gloo", base_time_ns=None)
+    trace.step(1, 0, 10 * ms)
+    trace.cpu_op("## forward ##", 0, 6 * ms, cat="user_annotation")
+    trace.cpu_op("aten::mm", 5 * ms, 6 * ms)
+    trace.cpu_op("## backward ##", 6 * ms, 10 * ms, cat="user_annotation")
+    trace.cpu_op("aten::mm", 6 * ms, 8 * ms)
+    trace.cpu_op("gloo:all_reduce", 7 * ms, 9 * ms, tid=200, cat="user_annotation")
+    [rank] = sources.read(trace.write(tmp_path / "rank0.json"), CONFIG)
+    device = {row["device"]: row["busy_ns"] for row in summaries.rank_tables(rank.events, CONFIG)["device"]}
+    assert device == {"thread 100": 3 * ms, "thread 200": 2 * ms}
+
+
+# -- PyTorch NVTX op ranges: one row per op, not per call ----------------------------------------
+
+NVTX_CALL = re.compile(r"^(.*?), (?:seq|op_id) = -?\d+(?:,|$)", re.S)  # independent of names.base_name
+
+
+def _user_rows(rows, count):
+    """One rank with a 100 ns step and these USER ranges: (name, start, end)."""
+    all_rows = [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, 0, 100, 0), *((ev.RANGE, ev.USER, *r, 0) for r in rows)]
+    kind, category, name, start, end, step = (np.array(c, dtype=object) for c in zip(*all_rows))
+    return ev.make_events(kind=kind, category=category, name=name, start_ns=start.astype(np.int64),
+                          end_ns=end.astype(np.int64), lane=np.full(count + 1, HOST, np.int64),
+                          step=step.astype(np.int64), phase=np.full(count + 1, "", object),
+                          correlation_id=np.full(count + 1, -1, np.int64), pid=10,
+                          lane_kind=ev.HOST_THREAD, device=-1)
+
+
+def test_user_table_groups_pytorch_nvtx_calls_under_the_op():
+    ranges = [("aten::to, seq = 12, op_id = 998", 10, 20), ("aten::to, op_id = 999", 30, 35),
+              ("aten::to, seq = 13, op_id = 1000, sizes = [[2, 3]]", 40, 41), ("aten::to", 50, 52),
+              ("my_range", 60, 90)]
+    user = summaries.rank_tables(_user_rows(ranges, len(ranges)), CONFIG)["user"]
+    assert [(r["name"], r["calls"], r["total_ns"], r["max_ns"], r["min_ns"]) for r in user["rows"]] == [
+        ("my_range", 1, 30, 30, 30), ("aten::to", 4, 10 + 5 + 1 + 2, 10, 1)]
+    merged = summaries.merge_tables([summaries.rank_tables(_user_rows(ranges, len(ranges)), CONFIG)] * 2, [0, 1])
+    assert [(r["name"], r["calls"]) for r in merged["merged"]["user"]["rows"]] == [("my_range", 2), ("aten::to", 8)]
+
+
+def test_real_nsys_pytorch_nvtx_ops_group_under_their_base_name(monkeypatch):
+    """nsysai_h100_2gpu_1s: every NVTX text carries PyTorch's ``, op_id = N`` (16,582 distinct texts of
+    176 ops, counted with an independent regex over the raw SQL). The UserDefined table's rows are the
+    per-call table's rows summed by that regex's base name, exactly."""
+    path = real_export("nsysai_h100_2gpu_1s.sqlite")
+    with sqlite3.connect(path) as db:
+        texts = [t for (t,) in db.execute("SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e "
+                                         "LEFT JOIN StringIds s ON s.id = e.textId") if t]
+    suffixed = {t for t in texts if NVTX_CALL.match(t)}
+    assert len(suffixed) == 16582 and len({NVTX_CALL.match(t).group(1) for t in suffixed}) == 176
+    traces = sources.read(path, CONFIG)
+    grouped = [summaries.rank_tables(t.events, CONFIG, max_rows=10**6)["user"] for t in traces]
+    monkeypatch.setattr(names, "base_name", str)  # the table as it was: one row per distinct text
+    per_call = [summaries.rank_tables(t.events, CONFIG, max_rows=10**6)["user"] for t in traces]
+    for table, calls in zip(grouped, per_call):
+        expected: dict[str, list] = {}
+        for row in calls["rows"]:
+            match = NVTX_CALL.match(row["name"])
+            base = expected.setdefault(match.group(1) if match else row["name"], [0, 0, 0, None])
+            base[0] += row["calls"]
+            base[1] += row["total_ns"]
+            base[2] = max(base[2], row["max_ns"])
+            base[3] = row["min_ns"] if base[3] is None else min(base[3], row["min_ns"])
+        assert {r["name"]: [r["calls"], r["total_ns"], r["max_ns"], r["min_ns"]] for r in table["rows"]} == expected
+        assert len(calls["rows"]) > 1000 and len(table["rows"]) <= 176
+        assert not any(NVTX_CALL.match(r["name"]) for r in table["rows"])

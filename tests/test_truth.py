@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sqlite3
 from decimal import Decimal
 from pathlib import Path
@@ -16,10 +17,13 @@ from result_views import rank_row
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline, sources
+from distprof.analyses import summaries
 
 DATA = Path(__file__).parent / "data"
 HTA = sorted((DATA / "kineto").glob("*/*.json.gz"))
 TORCH_CPU = sorted((DATA / "torch_cpu").glob("rank*.json.gz"))
+TORCH_DDP = sorted((DATA / "torch_ddp" / "healthy").glob("rank*.json.gz"))
+HTA_FILTER = DATA / "kineto" / "hta_trace_filter_2rank" / "sampled_rank-0.json.gz"
 
 
 def ns(value) -> int:
@@ -135,11 +139,23 @@ def test_kernels_without_launch_get_a_step_but_no_phase():
 
 # -- item 3: CPU-only (gloo) traces -----------------------------------------------------------
 
-@pytest.mark.parametrize("path", TORCH_CPU, ids=lambda p: p.name)
-def test_cpu_trace_communication_is_the_union_of_gloo_and_c10d_ranges(path):
+def executed_comm(raw: list[dict]) -> list[dict]:
+    """The communication rows by the rule "where it executes": gloo:* ranges, and c10d::* ops only
+    on a thread when no gloo:* range lies on some other thread (else the op only issues)."""
+    gloo = [e for e in raw if e["name"].startswith("gloo:")]
+    gloo_threads = {(e.get("pid"), e.get("tid")) for e in gloo}
+    ops = [e for e in raw if e["name"].startswith("c10d::")
+           and not gloo_threads - {(e.get("pid"), e.get("tid"))}]
+    return gloo + ops
+
+
+@pytest.mark.parametrize("path", TORCH_CPU + TORCH_DDP, ids=lambda p: p.parent.name + "/" + p.name)
+def test_cpu_trace_communication_is_the_union_of_the_executing_ranges(path):
     raw = raw_events(path)
     window = union(cpu_steps(raw))
-    comm = [interval(e) for e in raw if e["name"].startswith(("gloo:", "c10d::"))]
+    comm = [interval(e) for e in executed_comm(raw)]
+    issued = [e for e in raw if e["name"].startswith("c10d::")]
+    assert issued and not any(e["name"].startswith("c10d::") for e in executed_comm(raw))  # gloo runs them all
     result = summary(path)
     assert result["communication_ns"] == covered(comm, window) > 0
     table = read(path).events
@@ -147,8 +163,8 @@ def test_cpu_trace_communication_is_the_union_of_gloo_and_c10d_ranges(path):
     name = table["name"].astype(str)
     assert (category[name.str.startswith("aten::")] == ev.COMPUTE).all()
     assert (category[name.str.startswith("gloo:")] == ev.COMMUNICATION).all()
-    assert set(name[category == ev.PHASE]) == {"## forward ##", "## backward ##", "Optimizer.step#SGD.step",
-                                                ev.PROFILE_STEP}
+    optimizer = "## optimizer ##" if path.parent.name == "healthy" else "Optimizer.step#SGD.step"
+    assert set(name[category == ev.PHASE]) == {"## forward ##", "## backward ##", optimizer, ev.PROFILE_STEP}
     gloo_lanes = set(table["lane"][name.str.startswith("gloo:")])
     main_lane = set(table["lane"][name.str.startswith("ProfilerStep#")])
     assert gloo_lanes and not gloo_lanes & main_lane  # the gloo worker threads are lanes of their own
@@ -253,15 +269,16 @@ def clip(intervals, window) -> list[tuple[int, int]]:
     return [(max(a, c), min(b, d)) for a, b in intervals for c, d in window if min(b, d) > max(a, c)]
 
 
-@pytest.mark.parametrize("path", TORCH_CPU, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", TORCH_CPU + TORCH_DDP, ids=lambda p: p.parent.name + "/" + p.name)
 def test_cpu_trace_computation_is_aten_ops_minus_communication_per_thread(path):
     raw = raw_events(path)
     window = union(cpu_steps(raw))
+    executed = executed_comm(raw)
     busy = []
     for thread in {(e.get("pid"), e.get("tid")) for e in raw}:
         on = [e for e in raw if (e.get("pid"), e.get("tid")) == thread]
         aten = clip([interval(e) for e in on if e["name"].startswith("aten::")], window)
-        comm = clip([interval(e) for e in on if e["name"].startswith(("gloo:", "c10d::"))], window)
+        comm = clip([interval(e) for e in executed if (e.get("pid"), e.get("tid")) == thread], window)
         busy += minus(aten, comm)
     assert summary(path)["computation_ns"] == sum(b - a for a, b in union(busy)) > 0
 
@@ -349,3 +366,26 @@ def test_host_bound_gaps_leave_out_host_communication(path):
     assert gaps["host_comm_ns"] > 0.5 * covered(gloo, window)  # the GPU mostly idles while gloo runs
     assert gaps["host_bound_ns"] + gaps["host_comm_ns"] <= gaps["idle_ns"]
     assert gaps["host_bound_ns"] < 0.1 * gaps["window_ns"]  # was 520 ms of 561: the CPU was blamed for gloo
+
+
+_PHASE = re.compile(r"^(## *(forward|backward|optimi[sz]er|optimi[sz]er[._ ]step|data_?load(er|ing)?) *##"
+                    r"|Optimizer\.step#.*|enumerate\(DataLoader\)#.*)$", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("path", [HTA_FILTER, TORCH_DDP[0]], ids=lambda p: p.parent.name + "/" + p.name)
+def test_host_thread_busy_is_what_runs_under_the_step(path):
+    """Busy share of the thread of the steps: its host ranges and runtime calls but not the
+    ProfilerStep#N ranges nor the outermost phase ranges (they mark where, not what runs)."""
+    raw = raw_events(path)
+    steps = [e for e in raw if e["name"].startswith("ProfilerStep#")]
+    thread = (steps[0]["pid"], steps[0]["tid"])
+    window = union(cpu_steps(raw))
+    on = [e for e in raw if (e["pid"], e["tid"]) == thread
+          and e.get("cat") in ("cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver")]
+    phases = [interval(e) for e in on if _PHASE.match(e["name"])]
+    outer = {p for p in phases if not any(q != p and q[0] <= p[0] and p[1] <= q[1] for q in phases)}
+    work = [interval(e) for e in on if not e["name"].startswith("ProfilerStep#")
+            and not (_PHASE.match(e["name"]) and interval(e) in outer)]
+    device = summaries.rank_tables(read(path).events, config_mod.load())["device"]
+    [row] = [r for r in device if r["device"] == f"thread {thread[1]}"]
+    assert row["busy_ns"] == covered(work, window) < sum(b - a for a, b in window)

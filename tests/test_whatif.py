@@ -386,3 +386,15 @@ def test_replay_error_on_a_two_rank_nsys_gpu_job(tmp_path):
     # its steps (the host's ProfileStep ranges)
     bandwidth = scenario({"whatif": what}, "comm_bandwidth_x2")
     assert bandwidth["applies"] and bandwidth["saving_ns"] == 0
+
+
+def test_overlap_moves_only_collectives_issued_outside_every_phase_on_real_ddp_traces():
+    """Real 2-rank DDP gloo jobs: with no_sync the buckets are issued inside the last micro-batch's
+    backward (the step's merged backward range is still open): they keep their issue points; the
+    manual job's blocking all_reduce per gradient after backward is issued as its inputs are ready."""
+    def overlap(name: str) -> dict:
+        paths = sorted((DATA / "torch_ddp" / name).glob("rank*.json.gz"))
+        return scenario(pipeline.merge_files(paths, CONFIG).to_json(), "overlap_communication")
+    assert overlap("nosync")["issued_earlier"] == 0 and overlap("healthy")["issued_earlier"] == 0
+    manual = overlap("manual_sync")
+    assert manual["issued_earlier"] > 0 and manual["saving_ns"] > 0

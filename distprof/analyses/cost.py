@@ -22,6 +22,8 @@ FINDING_SCENARIOS = {"straggler": "no_straggler", "serialized_communication": "o
                      "unoverlapped_communication": "overlap_communication", "dataloader_bound": "no_dataloader_wait",
                      "slow_collective": "comm_bandwidth_x2", "imbalance": "balanced_ranks"}
 NO_SCENARIO = "no what-if scenario models this fix"
+NOT_TIME = "memory, not time"
+MEMORY_FINDINGS = ("memory_creep", "memory_imbalance")
 NO_REPLAY = "the what-if replay did not run on this trace"
 ABOVE_STEP = "the replay's saving exceeds the measured step: not trusted"
 
@@ -42,7 +44,7 @@ def saving(code: str, whatif: dict | None) -> tuple[int | None, str | None, bool
     """(predicted saving per step, why not, priced after the straggler's fix) of a finding's fix."""
     scenario = FINDING_SCENARIOS.get(code)
     if scenario is None:
-        return None, NO_SCENARIO, False
+        return None, NOT_TIME if code in MEMORY_FINDINGS else NO_SCENARIO, False
     row = _scenario_rows(whatif).get(scenario)
     if row is None:
         return None, NO_REPLAY, False

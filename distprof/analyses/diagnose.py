@@ -15,16 +15,11 @@ import pandas as pd
 from .. import events as ev
 from ..results import RankResult
 from ..sources.joins import launch_join
-from ..units import duration
 from . import collectives as collectives_mod
 from . import intervals as iv
 from .distributed import analysis_window, is_gpu_trace, work_masks
 
 _GPU_WORK = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
-
-
-def _pct(part: float, whole: float | None) -> str:
-    return f"{100 * part / whole:.0f}%" if whole else "-"
 
 
 # -- per rank: host-bound GPU gaps ---------------------------------------------------------
@@ -83,166 +78,74 @@ def _device_gaps(rows: pd.DataFrame, window: iv.IntervalSet, host_comm: iv.Inter
             "launch_known": float(np.mean(~np.isnan(launch_ns[opens]))) if opens.size else None}
 
 
-# -- findings at rank 0 --------------------------------------------------------------------
+# -- findings at rank 0: codes and numbers (reports/findings.py words them) ------------------
 
-def _finding(name: str, figure_ns: int, ranks: list[int], message: str, advice: str, **evidence) -> dict:
-    """A finding before pricing (analyses/cost.py adds its cost, severity and order)."""
-    return {"finding": name, "figure_ns": int(figure_ns), "ranks": ranks, "message": message, "advice": advice,
-            "evidence": evidence}
+def _finding(name: str, figure_ns: int, ranks: list[int], **evidence) -> dict:
+    """A finding before pricing (analyses/cost.py adds its cost, severity and order) and before
+    wording (reports/findings.py): its code, ranks, the figure it describes and its evidence."""
+    return {"finding": name, "figure_ns": int(figure_ns), "ranks": ranks, "evidence": evidence}
+
+
+
+def _on_lanes(result: RankResult, lanes: list[str]) -> dict:
+    """What the advice of a placement finding depends on: the kinds and groups of the collectives
+    on these lanes, whether a lane is a GPU stream and whether the trace shows PyTorch."""
+    collectives = result.markers.collectives
+    names = collectives.get("name", ())
+    pairs = set(zip(names, collectives.get("lane", ()), collectives.get("group") or [""] * len(names)))
+    return {"lane_collectives": sorted({k for k, lane, _ in pairs if lane in lanes}),
+            "lane_groups": sorted({g for _, lane, g in pairs if lane in lanes and g}),
+            "on_gpu": any(lane.label in lanes and lane.lane_kind == ev.GPU_STREAM for lane in result.lanes),
+            "pytorch": ev.PYTORCH in result.frameworks}
 
 
 def _placement_findings(results: list[RankResult], checks: list[dict]) -> list[dict]:
     out = []
-    by_rank = {r.rank: r.figures for r in results}
-    lane_kinds = {r.rank: {lane.label: lane.lane_kind for lane in r.lanes} for r in results}
+    by_rank = {r.rank: r for r in results}
     for status, name in (("FAIL", "serialized_communication"), ("WARN", "unoverlapped_communication")):
         rows = [c for c in checks if c["status"] == status]
         if not rows:
             continue
-        exposed = {c["rank"]: by_rank[c["rank"]].exposed_communication_ns or 0 for c in rows}
+        exposed = {c["rank"]: by_rank[c["rank"]].figures.exposed_communication_ns or 0 for c in rows}
         worst = max(exposed, key=exposed.get)
-        ranks = sorted(exposed)
-        share = f"{len(ranks)}/{len(results)} ranks"
         worst_row = next(c for c in rows if c["rank"] == worst)
-        lanes = ", ".join(worst_row["shared_lanes"] or worst_row["comm_lanes"])
-        if status == "FAIL":
-            what = ", ".join(worst_row["kinds"]) or "communication"
-            shown = worst_row["shared_lanes"] or worst_row["comm_lanes"]
-            on_stream = bool(shown) and lane_kinds[worst].get(shown[0]) == ev.GPU_STREAM
-            word = "stream" if on_stream else "thread"  # by the lane's kind, not its label
-            message = (f"serialized communication on {share}: {what} on the compute {word} "
-                       f"({lanes} on rank {worst}); exposed communication {duration(exposed[worst])} "
-                       f"({_pct(exposed[worst], by_rank[worst].window_ns)} of the window) on rank {worst}")
-        else:
-            ratio = worst_row.get("overlap_ratio") or 0.0
-            message = (f"communication barely overlaps computation on {share}: overlap {100 * ratio:.1f}% "
-                       f"on rank {worst} ({lanes}), exposed communication {duration(exposed[worst])} "
-                       f"({_pct(exposed[worst], by_rank[worst].window_ns)} of the window)")
-        advice = _placement_advice(next(r for r in results if r.rank == worst),
-                                   worst_row["shared_lanes"] or worst_row["comm_lanes"], status == "FAIL")
-        out.append(_finding(name, exposed[worst], ranks, message, advice,
-                            worst_rank=worst, exposed_communication_ns_by_rank={str(k): v for k, v in exposed.items()},
-                            lanes=worst_row["shared_lanes"] or worst_row["comm_lanes"]))
+        lanes = worst_row["shared_lanes"] or worst_row["comm_lanes"]
+        lane_kind = {lane.label: lane.lane_kind for lane in by_rank[worst].lanes}.get(lanes[0]) if lanes else None
+        out.append(_finding(name, exposed[worst], sorted(exposed), worst_rank=worst, ranks_total=len(results),
+                            exposed_communication_ns_by_rank={str(k): v for k, v in exposed.items()},
+                            lanes=lanes, lane_kind=lane_kind, kinds=worst_row["kinds"],
+                            overlap_ratio=worst_row.get("overlap_ratio"),
+                            window_ns=by_rank[worst].figures.window_ns, **_on_lanes(by_rank[worst], lanes)))
     return out
-
-
-_SIDE_TEXT = {"host": "host side: its collective calls are issued late too",
-              "device": "device side: launched on time, but its GPU starts the collective late"}
-_SIDE_ADVICE = {
-    "host": ("its host is late to the collective: check CPU binding and other processes on its cores, data "
-             "loading on this rank, and Python work outside the annotated phases (compare its host timeline "
-             "with a peer's)"),
-    "device": ("its GPU is busy longer before the collective: compare its kernels with a peer's (counts, shapes), "
-               "its clocks and thermals (nvidia-smi -q -d CLOCK,PERFORMANCE), and whether another process shares "
-               "the GPU"),
-    None: ("find what delays it: on the host (CPU binding, data loading, work outside the phases) or on its GPU "
-           "(longer kernels, clocks, another process)"),
-}
-
-
-_P2P_KINDS = (ev.SEND, ev.RECV, ev.SENDRECV)
-_REDUCING = (ev.ALLREDUCE, ev.REDUCE_SCATTER, ev.REDUCE)
-_GATHERING = (ev.ALLGATHER, ev.ALLTOALL, ev.BROADCAST, ev.GATHER, ev.SCATTER)
-
-
-def _placement_advice(result: RankResult, lanes: list[str], serialized: bool) -> str:
-    """What fits the communication that is serialized (or not overlapped) on these lanes: by its
-    kind (p2p needs no bucketing, reductions are bucketed, gathers prefetched, barriers dropped),
-    naming its groups, and a framework only where the trace shows one (PyTorch for Kineto traces)."""
-    collectives = result.markers.collectives
-    pairs = set(zip(collectives.get("name", ()), collectives.get("lane", ()), collectives.get("group") or
-                    [""] * len(collectives.get("name", ()))))
-    kinds = sorted({k for k, lane, _ in pairs if lane in lanes})
-    groups = sorted({g for _, lane, g in pairs if lane in lanes and g})
-    on_gpu = any(lane.label in lanes and lane.lane_kind == ev.GPU_STREAM for lane in result.lanes)
-    word = "stream" if on_gpu else "thread"
-    where = f" (group {', '.join(groups[:4])})" if groups else ""
-    parts = []
-    p2p = [k for k in kinds if k in _P2P_KINDS]
-    if p2p:
-        parts.append(f"the point-to-point {'/'.join(p2p)}{where} (pipeline or sequence-parallel exchange) "
-                     f"{'run on the compute ' + word if serialized else 'wait on the computation'}: post them "
-                     f"asynchronously on their own {word} and compute the next micro-batch meanwhile (they need no "
-                     "bucketing)")
-    reducing = [k for k in kinds if k in _REDUCING]
-    if reducing:
-        framework = "; PyTorch DDP/FSDP do this by default" if result.source == "kineto" else ""
-        parts.append(f"issue each {'/'.join(reducing)}{where} on a separate {word} as soon as its input is ready "
-                     f"(in buckets, while the computation that follows still runs){framework}")
-    gathering = [k for k in kinds if k in _GATHERING]
-    if gathering:
-        parts.append(f"issue the {'/'.join(gathering)}{where} for the next layer or batch ahead of its use on a "
-                     f"separate {word} (prefetch), so it runs under the current computation")
-    if ev.BARRIER in kinds:
-        parts.append("drop the barrier from the step (or move it out of the loop): it only waits")
-    if not parts:
-        parts.append(f"move the communication to its own {word} and issue it without blocking, so it runs "
-                     "under the computation")
-    return "; ".join(parts)
 
 
 def _straggler_finding(skew: dict) -> list[dict]:
     """The straggler: the waits it causes the ranks it shares collectives with per step, how often,
-    where (host or device, which phase) and what fits that. Its cost is the replay's saving of
-    removing its lateness (cost.price_straggler), not those waits."""
+    where (host or device, which phase). Its cost is the replay's saving of removing its lateness
+    (cost.price_straggler), not those waits."""
     straggler = skew.get("straggler")
     if not straggler:
         return []
-    rank, waits = straggler["rank"], straggler["waits_caused_ns"]
-    if straggler["pattern"] == "single step":
-        pattern = "one profiled step: cannot tell persistent from one-off"
-    else:
-        pattern = f"{straggler['pattern']}: late in {straggler['steps_late']}/{straggler['steps']} steps"
-    message = (f"straggler: rank {rank} is last, and waited for alone, in {straggler['late_in']} of its "
-               f"{straggler['of']} collectives ({pattern}); the ranks it shares them with wait "
-               f"{duration(waits)} per step for it")
-    if straggler.get("side") in _SIDE_TEXT:
-        message += f"; {_SIDE_TEXT[straggler['side']]}"
-    if straggler.get("phase"):
-        message += (f"; it spends {duration(straggler['phase_extra_ns'])} per step more than the median rank in "
-                    f"{straggler['phase']}")
-    else:
-        message += "; the delay is outside any annotated phase"
-    advice = _SIDE_ADVICE[straggler.get("side") if straggler.get("side") in _SIDE_ADVICE else None]
-    if straggler.get("phase"):
-        advice = f"look at {straggler['phase']} on rank {rank} first; " + advice
-    else:
-        advice += "; mark more of the step as phases to see where"
-    if straggler["pattern"] == "single step":
-        advice += "; one step only: profile more steps to see whether it repeats"
     evidence = {k: v for k, v in straggler.items() if k not in ("rank", "cost_ns", "cost_share", "cost_why_not")}
-    return [_finding("straggler", waits, [rank], message, advice, slow_phase=straggler.get("phase"),
+    return [_finding("straggler", straggler["waits_caused_ns"], [straggler["rank"]],
+                     slow_phase=straggler.get("phase"),
                      slow_phase_extra_ns=straggler.get("phase_extra_ns") if straggler.get("phase") else None,
                      **evidence)]
 
 
 def _slow_collective_findings(collectives: dict | None, config: dict) -> list[dict]:
     """Collectives table rows whose median busbw is below ``hardware.slow_collective_share`` of the
-    configured peak (no peak, no finding). Cost: the transfer time a rank would save at the peak."""
+    configured peak (no peak, no finding). Figure: the transfer time a rank would save at the peak."""
     rows = collectives_mod.slow_rows((collectives or {}).get("rows") or [], config)
     if not rows:
         return []
-    peak = float(config["hardware"]["peak_busbw_gbps"])
     saved = [r["count"] * (r["transfer_median_ns"] or 0) * (1 - (r["peak_share"] or 0)) for r in rows]
-    worst = rows[int(np.argmax(saved))]
-    where = f" in group {worst['group']!r}" if worst["group"] else ""
-    span = f", {worst['node_span']}" if worst["node_span"] else ""
-    limit = 100 * float(config["hardware"]["slow_collective_share"])
-    message = (f"slow collectives: {len(rows)} kind/size row(s) below {limit:.0f}% of the {peak:g} GB/s peak; "
-               f"worst {worst['kind']}{where} ({worst['size_bucket']}{span}): median busbw "
-               f"{worst['busbw_median_gbps']:.1f} GB/s ({100 * worst['peak_share']:.0f}% of peak) over "
-               f"{worst['count']} instances, median transfer {duration(worst['transfer_median_ns'] or 0)}")
-    small = worst["size_bucket"] in ("<=64 KiB", "64 KiB-1 MiB")
-    advice = ("messages this small are latency-bound, not bandwidth-bound: fuse them into fewer, larger ones "
-              "(bigger buckets)" if small else
-              "measure the same size and group with a bandwidth benchmark (nccl-tests for NCCL) on these ranks; "
-              + ("check the network path between the nodes (transport, interface, adapters)"
-                 if worst["node_span"] == "inter-node" else "check the links between the GPUs of the node "
-                 "(topology, PCIe vs NVLink) and that peer-to-peer is enabled"))
-    return [_finding("slow_collective", int(sum(saved)), [], message, advice,
-                     rows=[{k: r[k] for k in ("kind", "group", "node_span", "size_bucket", "count",
-                                              "busbw_median_gbps", "peak_share")} for r in rows[:8]],
-                     peak_busbw_gbps=peak)]
+    keys = ("kind", "group", "node_span", "size_bucket", "count", "busbw_median_gbps", "peak_share",
+            "transfer_median_ns")
+    return [_finding("slow_collective", int(sum(saved)), [], rows=[{k: r[k] for k in keys} for r in rows[:8]],
+                     rows_below=len(rows), worst={k: rows[int(np.argmax(saved))][k] for k in keys},
+                     peak_busbw_gbps=float(config["hardware"]["peak_busbw_gbps"]),
+                     limit_share=float(config["hardware"]["slow_collective_share"]))]
 
 
 def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[dict]:
@@ -256,15 +159,12 @@ def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[dict]:
         return []
     worst = max(hit, key=lambda r: hit[r]["host_bound_ns"])
     gaps = hit[worst]
-    message = (f"host-bound GPU on {len(hit)}/{len(results)} ranks: the GPU waits for kernel launches "
-               f"{duration(gaps['host_bound_ns'])} "
-               f"({100 * gaps['host_bound_ns'] / gaps['window_ns']:.0f}% of the window, "
-               f"{gaps['host_bound_gaps']} gaps) on rank {worst}")
-    advice = ("the CPU does not launch work fast enough: remove host syncs in the loop (.item(), .cpu(), "
-              "prints), fuse small kernels or use CUDA graphs / torch.compile, raise the batch size")
-    return [_finding("host_bound_gpu", gaps["host_bound_ns"], sorted(hit), message, advice,
-                     worst_rank=worst, host_bound_ns_by_rank={str(r): g["host_bound_ns"] for r, g in hit.items()},
-                     host_bound_gaps=gaps["host_bound_gaps"], gaps=gaps["gaps"], idle_ns=gaps["idle_ns"])]
+    return [_finding("host_bound_gpu", gaps["host_bound_ns"], sorted(hit), worst_rank=worst,
+                     ranks_total=len(results),
+                     host_bound_ns_by_rank={str(r): g["host_bound_ns"] for r, g in hit.items()},
+                     host_bound_gaps=gaps["host_bound_gaps"], gaps=gaps["gaps"], idle_ns=gaps["idle_ns"],
+                     window_ns=gaps["window_ns"],
+                     pytorch=any(ev.PYTORCH in result.frameworks for result in results if result.rank in hit))]
 
 
 def rank_dataloader_share(result: RankResult, phase_name: str) -> dict | None:
@@ -301,21 +201,18 @@ def _dataloader_findings(results: list[RankResult], config: dict) -> list[dict]:
         return []
     worst = max(hit, key=lambda r: hit[r]["dataloader_ns"])
     share = hit[worst]
-    above = int((share["per_step_share"] > limit).sum())
-    message = (f"dataloader-bound on {len(hit)}/{len(results)} ranks: {name} takes {100 * share['share']:.0f}% "
-               f"of ProfileStep on rank {worst} ({duration(share['dataloader_ns'])}; "
-               f"{above}/{share['steps'].size} steps "
-               f"above {100 * limit:.0f}%)")
-    advice = ("load ahead of the step: more DataLoader workers, pin_memory and prefetch_factor, "
-              "cheaper decoding/augmentation or preprocessed data")
-    return [_finding("dataloader_bound", share["dataloader_ns"], sorted(hit), message, advice,
-                     worst_rank=worst, share_by_rank={str(r): float(s["share"]) for r, s in hit.items()},
-                     steps_above=above)]
+    return [_finding("dataloader_bound", share["dataloader_ns"], sorted(hit), worst_rank=worst,
+                     ranks_total=len(results), phase=name, share=float(share["share"]),
+                     dataloader_ns=share["dataloader_ns"], steps=int(share["steps"].size), limit_share=limit,
+                     share_by_rank={str(r): float(s["share"]) for r, s in hit.items()},
+                     steps_above=int((share["per_step_share"] > limit).sum()),
+                     pytorch=any(ev.PYTORCH in result.frameworks for result in results if result.rank in hit))]
 
 
 def findings(results: list[RankResult], checks: list[dict], skew: dict, config: dict,
              collectives: dict | None = None) -> list[dict]:
-    """All findings, unpriced and unordered: analyses/cost.py prices and orders them."""
+    """All findings, unpriced, unordered and unworded: analyses/cost.py prices and orders them,
+    reports/findings.py words them."""
     return (_placement_findings(results, checks) + _straggler_finding(skew)
             + _slow_collective_findings(collectives, config)
             + _gpu_gap_findings(results, config) + _dataloader_findings(results, config))

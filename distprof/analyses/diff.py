@@ -4,27 +4,35 @@ Works on two ``summary.json`` dicts (the documented keys only), so it reads any 
 and survives changes of the internals. Numbers and codes only; ``reports/diff_report.py``
 phrases them.
 
-* **Step time**: the job's step time is the slowest rank's ProfileStep per step (a synchronous
-  job waits for it). Medians of both runs, their difference, and a seeded percentile bootstrap
-  interval of the difference of medians; ``significant`` only when the interval excludes 0
-  and the change is at least ``MIN_CHANGE`` (10%) of the median.
+* **Step time**: the job's step time of analyses.steptime (per step the median rank's
+  ProfileStep, the run's figure the median over steps). Both runs' figures, their difference,
+  and a seeded percentile bootstrap interval of the difference (steps resampled);
+  ``significant`` only when the interval excludes 0 and the change is at least ``MIN_CHANGE``
+  (10%) of the step time.
   The interval covers the step-to-step noise inside each run, not the run-to-run noise of a
   shared machine.
-* **Ranks**: every Distributed Summary figure before/after per rank (matched by rank number)
-  and across ranks, with delta (after - before) and relative delta.
+* **Ranks**: every Distributed Summary figure (results.RankFigures) before/after per rank
+  (matched by rank number) and across ranks, with delta (after - before) and relative delta.
 * **Unit of work**: the most frequent compute kernel (else user range, else phase) present in
-  both runs; figures per unit apply when a side has no steps or the step counts differ.
+  both runs, by base name (names.base_name), never a step marker; figures per unit apply when
+  a side has no steps or the step counts differ.
 * **Movers**: phases, kernels, user ranges and collectives ranked by absolute change per step
-  (per unit, or per window, when there are no steps); bandwidth when the summaries hold bytes.
+  (per unit, or per window, when there are no steps), an op's calls under its base name;
+  bandwidth when the summaries hold bytes.
 * **Findings**: resolved / new / kept by finding code, and stream placement verdicts that changed.
 """
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
-FIGURES = ("window_ns", "steps", "communication_ns", "computation_ns", "overlap_ns",
-           "exposed_communication_ns", "overlap_ratio", "idle_ns")
+from .. import names
+from ..results import RankFigures
+from . import steptime
+
+FIGURES = tuple(f.name for f in fields(RankFigures))   # every Distributed Summary figure of a rank
 ACROSS_STATS = ("min", "median", "max", "mean")
 MIN_STEPS = 5           # fewer steps on a side: no interval ("too few steps")
 RESAMPLES = 4000
@@ -33,7 +41,7 @@ LEVEL = 0.95
 MIN_CHANGE = 0.10       # smaller relative changes of the median step are never called significant
 TOP_MOVERS = 20
 COMM_PREFIXES = ("nccl",)
-_NOT_UNITS = ("ProfileStep", "Others")    # model rows that are not a repeated unit of work
+_NOT_UNITS = ("Others",)    # a model row that is not a repeated unit of work (nor is a step: names.is_step_name)
 
 
 def change(before: float | None, after: float | None) -> dict:
@@ -46,15 +54,17 @@ def change(before: float | None, after: float | None) -> dict:
 # -- step time --------------------------------------------------------------------------------
 
 def step_durations(summary: dict) -> np.ndarray:
-    """The job's duration of each step: the slowest rank's ProfileStep (the others wait for it).
+    """The job's step time of each step (analyses.steptime: the median over ranks of the step's
+    ProfileStep duration), as merge wrote it.
 
-    From ``tables.merged.steps.max_ns`` (all steps, up to 2000), else ``skew.steps`` (at most
+    From ``tables.merged.steps.median_ns`` (all steps, up to 2000), else ``skew.steps`` (at most
     ``skew.max_rows`` steps kept)."""
     steps = ((summary.get("tables") or {}).get("merged") or {}).get("steps") or {}
-    if steps.get("max_ns"):
-        return np.asarray(steps["max_ns"], dtype=np.float64)
+    if steps.get("median_ns"):
+        return np.asarray(steps["median_ns"], dtype=np.float64)
     rows = (summary.get("skew") or {}).get("steps") or []
-    return np.asarray([r["duration_max_ns"] for r in rows if r.get("duration_max_ns") is not None], np.float64)
+    return np.asarray([r["duration_median_ns"] for r in rows if r.get("duration_median_ns") is not None],
+                      np.float64)
 
 
 def bootstrap_interval(before: np.ndarray, after: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED,
@@ -79,8 +89,7 @@ def step_time(before: dict, after: dict, resamples: int = RESAMPLES, seed: int =
     shared machine also differ by a few percent from run to run, which no interval of one pair
     can see, so a smaller change is reported (``excludes_zero``) but not called significant."""
     b, a = step_durations(before), step_durations(after)
-    out = {"before_median_ns": float(np.median(b)) if b.size else None,
-           "after_median_ns": float(np.median(a)) if a.size else None,
+    out = {"before_median_ns": steptime.run_step_time(b), "after_median_ns": steptime.run_step_time(a),
            "delta_ns": None, "relative": None, "ci_low_ns": None, "ci_high_ns": None, "significant": False,
            "excludes_zero": False, "min_change": min_change, "steps_before": int(b.size),
            "steps_after": int(a.size), "level": LEVEL, "resamples": resamples, "seed": seed,
@@ -147,14 +156,33 @@ def _merged(summary: dict) -> dict:
     return ((summary.get("tables") or {}).get("merged")) or {}
 
 
+def _by_base_name(rows: list[dict]) -> dict[str, dict]:
+    """Rows with calls, summed under their base name (names.base_name: one row per op, not per
+    call, also for summaries written before merge grouped them); never a step marker."""
+    out: dict[str, dict] = {}
+    for row in rows:  # one per table row (at most summaries.MAX_ROWS)
+        name = names.base_name(row["name"])
+        if not row.get("calls") or names.is_step_name(name):
+            continue
+        total = row.get("total_ns")
+        if name in out:
+            seen = out[name]["total_ns"]
+            total = None if seen is None or total is None else seen + total
+            out[name] = {"calls": out[name]["calls"] + row["calls"], "total_ns": total}
+        else:
+            out[name] = {"calls": row["calls"], "total_ns": total}
+    return out
+
+
 def _unit_candidates(summary: dict, prefixes: tuple[str, ...]) -> list[tuple[str, dict[str, dict]]]:
     """Repeated units by table, in order of preference: compute kernels, user ranges, phases."""
     merged = _merged(summary)
-    kernels = {r["name"]: r for r in (merged.get("kernel") or {}).get("rows") or []
-               if not str(r["name"]).startswith(prefixes) and r.get("calls")}
-    users = {r["name"]: r for r in (merged.get("user") or {}).get("rows") or [] if r.get("calls")}
-    phases = {r["name"]: {"calls": r["calls"], "total_ns": r.get("gpu_total_ns") or r.get("cpu_total_ns")}
-              for r in merged.get("model") or [] if r["name"] not in _NOT_UNITS and r.get("calls")}
+    kernels = _by_base_name([r for r in (merged.get("kernel") or {}).get("rows") or []
+                             if not str(r["name"]).startswith(prefixes)])
+    users = _by_base_name((merged.get("user") or {}).get("rows") or [])
+    phases = _by_base_name([{"name": r["name"], "calls": r.get("calls"),
+                             "total_ns": r.get("gpu_total_ns") or r.get("cpu_total_ns")}
+                            for r in merged.get("model") or [] if r["name"] not in _NOT_UNITS])
     return [("kernel", kernels), ("user", users), ("phase", phases)]
 
 
@@ -212,8 +240,9 @@ def _rows(summary: dict) -> dict[tuple, float]:
             if row.get(f"{side}_total_ns") is not None:
                 out[("phase", row["name"], f"{side}_total_ns")] = row[f"{side}_total_ns"]
     for table, category in (("kernel", "kernel"), ("user", "user"), ("memory", "memory")):
-        for row in (merged.get(table) or {}).get("rows") or []:
-            out[(category, str(row["name"]), "total_ns")] = row["total_ns"]
+        for row in (merged.get(table) or {}).get("rows") or []:  # an op's calls under its base name
+            key = (category, names.base_name(row["name"]), "total_ns")
+            out[key] = out.get(key, 0) + row["total_ns"]
     for kind in (summary.get("skew") or {}).get("kinds") or []:
         name = collective_name(kind)
         out[("collective", name, "wait_ns")] = sum((kind.get("wait_ns_by_rank") or {}).values())

@@ -8,7 +8,10 @@ GPU traces: computation = kernels, communication = NCCL kernels plus the host ra
 real transfers (MPI calls, gloo:*), not the NCCL/c10d API calls that only enqueue kernels.
 Host-only traces: communication ranges, and computation = COMPUTE ranges (the aten ops of a CPU
 PyTorch trace) when there are any, else compute phases; either excludes the communication
-nested in it on the same thread (a thread blocked in MPI is not computing).
+nested in it on the same thread (a thread blocked in MPI is not computing). A collective is
+communication where it *executes*: a ``c10d::*`` op whose rank runs its collectives on another
+thread (gloo's ``gloo:*`` worker ranges) only issues them; that call is host time, not
+communication on the calling thread (the way NCCL API calls are not communication on GPU traces).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ FIGURES = ("window_ns", "communication_ns", "computation_ns", "memory_ns", "over
            "communication_transfer_ns")
 # host API calls that only enqueue communication kernels: not communication on GPU traces
 ENQUEUE_PREFIXES = ("nccl", "c10d::", "record_param_comms")
+# host-only traces: ops that issue a collective a backend thread may execute (gloo's workers)
+ISSUE_PREFIXES = ("c10d::",)
 
 
 def analysis_window(events: pd.DataFrame, mode: str = "steps") -> iv.IntervalSet:
@@ -53,6 +58,7 @@ def work_masks(events: pd.DataFrame, config: dict) -> tuple[np.ndarray, np.ndarr
         kernel = kind == ev.KERNEL
         return kernel & (category == ev.COMMUNICATION) | host_comm & ~_enqueue_calls(events), \
             kernel & (category == ev.COMPUTE)
+    host_comm = host_comm & ~issued_elsewhere(events, host_comm)
     compute = (kind == ev.RANGE) & (category == ev.COMPUTE)
     if not compute.any():
         non_compute = set(config["phases"]["non_compute"]) | {ev.PROFILE_STEP}
@@ -68,6 +74,29 @@ def _enqueue_calls(events: pd.DataFrame) -> np.ndarray:
     enqueue = np.asarray(lowered.str.startswith(ENQUEUE_PREFIXES), bool)
     codes = names.cat.codes.to_numpy()
     return np.where(codes >= 0, enqueue[codes] if enqueue.size else False, False)
+
+
+def issued_elsewhere(events: pd.DataFrame, comm_mask: np.ndarray) -> np.ndarray:
+    """Communication rows that only issue a collective: ``c10d::*`` ops on a lane when the rank's
+    other communication rows (the execution, e.g. ``gloo:*`` on gloo's worker threads) lie on
+    some other lane. Placement and the summary then read the execution lane, not the caller's."""
+    comm_mask = np.asarray(comm_mask, bool)
+    issue = comm_mask & _name_starts(events, ISSUE_PREFIXES)
+    execution = comm_mask & ~issue
+    if not issue.any() or not execution.any():
+        return np.zeros(len(events), bool)
+    _, index = lanes_mod.lane_index(events)
+    execution_lanes = np.unique(index[execution])
+    on_execution_lane = np.isin(index, execution_lanes)
+    return issue & (execution_lanes.size - on_execution_lane.astype(np.int64) > 0)
+
+
+def _name_starts(events: pd.DataFrame, prefixes: tuple[str, ...]) -> np.ndarray:
+    """Rows whose name starts with one of ``prefixes`` (tested once per distinct name)."""
+    names = events["name"].astype("category")
+    hit = np.asarray(names.cat.categories.astype(str).str.startswith(prefixes), bool)
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes >= 0, hit[codes] if hit.size else False, False)
 
 
 def memory_mask(events: pd.DataFrame) -> np.ndarray:

@@ -17,6 +17,7 @@ from ..results import RankMarkers
 from ..sources.joins import launch_join
 from ..units import duration
 from . import collectives as coll
+from . import steptime
 from .distributed import work_masks
 
 _INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -555,7 +556,8 @@ def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> di
     start_spread = _masked_max(m["start"], present) - _masked_min(m["start"], present)
     end_spread = _masked_max(m["end"], present) - _masked_min(m["end"], present)
     duration = m["end"] - m["start"]
-    median_duration = _masked_median(duration, present)
+    rows_present, cols_present = np.nonzero(present)  # every column (step) has a rank: _dense made it
+    median_duration = steptime.per_step(cols_present, duration[rows_present, cols_present])[1]
     max_duration = _masked_max(duration, present)
     slowest = np.where(present, duration, _INT_MIN).argmax(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -585,6 +587,6 @@ def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> di
             "median": float(np.median(imbalance[finite])), "max": float(imbalance[worst_step]),
             "max_step": int(steps[worst_step]), "max_rank": rank_of[slowest[worst_step]]},
         "start_spread_ns": _stats(start_spread), "end_spread_ns": _stats(end_spread),
-        "duration_median_ns": int(round(float(np.median(median_duration)))),
+        "duration_median_ns": int(round(steptime.run_step_time(median_duration))),  # the job's step time
     }
     return result

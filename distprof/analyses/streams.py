@@ -1,13 +1,14 @@
 """Stream placement check: is communication on its own lane, where it can overlap computation?
 
 Per rank and device, from the per-lane figures of the Distributed Summary (``lanes``): a lane
-(GPU stream, or host thread on host-only traces) that carries both communication and
-computation serializes them: ``FAIL``. Separate lanes but an overlap ratio below
-``checks.overlap_warn_ratio``: ``WARN``. Otherwise ``PASS``. A rank/device with no
-communication, or with no computation to overlap with, gets ``N/A`` (nothing to check; it is
-not counted as passing). A lane "carries" communication/computation when its time in the
-window is above zero. The overlap ratio is the rank's (lanes only carry totals); ranks drive
-one device in all supported sources, so that is the device's too.
+(GPU stream, or host thread) that carries both communication and computation serializes them:
+``FAIL``. Separate lanes but an overlap ratio below ``checks.overlap_warn_ratio``: ``WARN``.
+Otherwise ``PASS``. Host threads are placed beside the rank's device (gloo or MPI on host
+threads next to kernels on a stream are two lanes of one row, not two rows of N/A). A
+rank/device with no communication, or with no computation to overlap with, gets ``N/A``
+(nothing to check; it is not counted as passing). A lane "carries" communication/computation
+when its time in the window is above zero. The overlap ratio is the rank's (lanes only carry
+totals); ranks drive one device in all supported sources, so that is the device's too.
 """
 
 from __future__ import annotations
@@ -18,11 +19,22 @@ from ..results import RankResult
 CHECK = "stream_placement"
 PASS, WARN, FAIL, NA = "PASS", "WARN", "FAIL", "N/A"
 
-ADVICE_SERIALIZED = ("bucket gradients and issue collectives on a separate stream or thread, as DDP and "
-                     "NCCL do by default, so each allreduce starts while backward is still computing")
-ADVICE_NO_OVERLAP = ("start each bucket's allreduce as soon as its gradients are ready (DDP bucketing, "
-                     "smaller buckets) instead of after backward, and make sure the communication "
-                     "stream does not wait on the compute stream")
+# by whether the trace shows PyTorch (events.frameworks): DDP is named only where it applies
+ADVICE_SERIALIZED = {
+    True: ("bucket gradients and issue collectives on a separate stream or thread, as DDP and "
+           "NCCL do by default, so each allreduce starts while backward is still computing"),
+    False: ("issue collectives without blocking on a separate stream or thread (non-blocking calls such as "
+            "MPI_Iallreduce, NCCL on its own stream), in buckets as their inputs are ready, so each runs "
+            "while the computation continues"),
+}
+ADVICE_NO_OVERLAP = {
+    True: ("start each bucket's allreduce as soon as its gradients are ready (DDP bucketing, "
+           "smaller buckets) instead of after backward, and make sure the communication "
+           "stream does not wait on the compute stream"),
+    False: ("start each collective as soon as its input is ready (in buckets, non-blocking) instead of after "
+            "all the computation, and make sure the communication stream or thread does not wait on the compute "
+            "one"),
+}
 
 
 def _kinds_on_lanes(collectives: dict, lanes: set[str]) -> list[str]:
@@ -39,11 +51,13 @@ def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
     """One stream placement row per device of a rank's result (host-only: one row)."""
     lanes = result.lanes
     figures = result.figures
-    devices = sorted({lane.device for lane in lanes}) or [result.device]
+    host = [lane for lane in lanes if lane.device is None or lane.device < 0]
+    devices = sorted({lane.device for lane in lanes if lane not in host}) or [None if host else result.device]
     warn_ratio = float(config["checks"]["overlap_warn_ratio"])
     rows = []
     for device in devices:
-        on_device = [lane for lane in lanes if lane.device == device]
+        # host threads (gloo workers, MPI calls) serve the rank's device: placed beside its streams
+        on_device = [lane for lane in lanes if lane.device == device and lane not in host] + host
         comm = [lane for lane in on_device if lane.communication_ns > 0]
         compute = [lane for lane in on_device if lane.computation_ns > 0]
         shared = [lane for lane in comm if lane.computation_ns > 0]
@@ -64,12 +78,12 @@ def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
             kinds = _kinds_on_lanes(result.markers.collectives, set(row["shared_lanes"]))
             what = ", ".join(kinds) or "communication"
             verb = "runs" if len(kinds) <= 1 else "run"
-            row.update(status=FAIL, kinds=kinds, advice=ADVICE_SERIALIZED,
+            row.update(status=FAIL, kinds=kinds, advice=ADVICE_SERIALIZED[ev.PYTORCH in result.frameworks],
                        message=f"{what} {verb} on the compute {word} ({', '.join(row['shared_lanes'])}): "
                                "communication is serialized with computation")
         elif (figures.overlap_ratio or 0.0) < warn_ratio:
             ratio = figures.overlap_ratio or 0.0
-            row.update(status=WARN, advice=ADVICE_NO_OVERLAP,
+            row.update(status=WARN, advice=ADVICE_NO_OVERLAP[ev.PYTORCH in result.frameworks],
                        message=f"separate {_lane_word(comm[0].lane_kind)}, but communication does not "
                                f"overlap computation (overlap {100 * ratio:.1f}% < {100 * warn_ratio:.0f}%): "
                                "issued after the compute it could hide behind, or waits on it")

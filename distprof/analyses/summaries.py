@@ -3,8 +3,12 @@
 Per rank (:func:`rank_tables`, next to the events, so only these compact rows travel):
 
 * **Device**: GPU utilization = |∪ kernels on the device ∩ W| / |W|; each host thread's busy
-  share (∪ of its ranges other than ProfileStep); the process CPU utilization (CPU time / wall
-  time, so up to 100 % × cores) when the source recorded ``process_cpu_ns`` and ``elapsed_ns``.
+  share: ∪ of what runs on it under the step (its ops and calls), not of the ranges that only
+  mark where it is: the step ranges (``ProfilerStep#N`` included) and the phases (a thread asleep
+  or blocked inside ``## forward ##`` is not busy). Phases count only on host-only traces without
+  COMPUTE ranges, where they are the work (as in the Distributed Summary). The process CPU
+  utilization (CPU time / wall time, so up to 100 % × cores) when the source recorded
+  ``process_cpu_ns`` and ``elapsed_ns``.
 * **Overview**: time by event type, each the *union* of that type's intervals within W (parallel
   threads or streams count once), as a share of |W|.
 * **Model**: ProfileStep, Dataloader, Forward, Backward, Optimization, Others. CPU time is the
@@ -12,7 +16,8 @@ Per rank (:func:`rank_tables`, next to the events, so only these compact rows tr
   memset) whose ``phase`` (filled by the sources from the launching call) maps to the row, one
   "call" per step. Others = ProfileStep − the named rows. Ratios are of the ProfileStep total.
 * **Kernel**, **Memory** (memcpy/memset) and **UserDefined** (USER ranges): by name, calls and
-  total/avg/max/min, ratio of the table's total (UserDefined: of |W|).
+  total/avg/max/min, ratio of the table's total (UserDefined: of |W|). UserDefined rows are by
+  base name: PyTorch's NVTX op ranges ``aten::to, seq = 12, op_id = 998`` count as ``aten::to``.
 
 An event belongs to the window W when its start lies in W (as a range belongs to the step that
 holds its start); unions are clipped to W. Everything is numpy/pandas group-bys: no Python loop
@@ -29,7 +34,9 @@ import pandas as pd
 
 from .. import events as ev
 from .. import lanes as lanes_mod
+from .. import names
 from . import intervals as iv
+from . import operators, steptime
 from .distributed import analysis_window
 
 MODEL_ROWS = ("ProfileStep", "Dataloader", "Forward", "Backward", "Optimization", "Others")
@@ -75,6 +82,17 @@ def _mapped(categorical: pd.Series, mapper) -> np.ndarray:
     cats = [mapper(str(c)) for c in categorical.cat.categories]
     table = np.array(cats + [None], dtype=object)
     return table[categorical.cat.codes.to_numpy()]   # code −1 (NaN) reads the None slot
+
+
+def _base_names(column: pd.Series) -> pd.Categorical:
+    """names.base_name of each row, computed once per distinct name; categorical in the order of
+    the names it came from (the by-name tables break ties of total by that order)."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype(str).astype("category")
+    base_of_category = np.array([names.base_name(c) for c in column.cat.categories] + [""], dtype=object)
+    order = pd.Index(pd.unique(base_of_category[:-1]))
+    code_of_category = np.append(order.get_indexer(base_of_category[:-1]), -1)
+    return pd.Categorical.from_codes(code_of_category[column.cat.codes.to_numpy()], categories=order)
 
 
 def _stats_by(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -140,8 +158,10 @@ def device_table(events: pd.DataFrame, window: iv.IntervalSet, meta: dict | None
         busy = iv.total(iv.covered_within(starts[on], ends[on], window))
         rows.append({"device": f"GPU{int(device)}", "kind": "gpu", "busy_ns": busy, "elapsed_ns": window_ns,
                      "utilization": busy / window_ns if window_ns else None})
-    host = ((events["lane_kind"] == ev.HOST_THREAD).to_numpy() & (kind != ev.MARK)
-            & (events["name"] != ev.PROFILE_STEP).to_numpy())
+    host = (events["lane_kind"] == ev.HOST_THREAD).to_numpy() & (kind != ev.MARK) & ~ev.step_range_rows(events)
+    phase = (events["category"] == ev.PHASE).to_numpy()
+    if kernel.any() or ((kind == ev.RANGE) & (events["category"] == ev.COMPUTE).to_numpy()).any():
+        host &= ~phase  # the ops (or kernels) are the work; a phase only marks where they are
     lanes = events.loc[host, ["pid", "lane"]].to_numpy()
     for pid, lane in np.unique(lanes, axis=0) if len(lanes) else []:  # one iteration per host thread
         on = host & (events["pid"].to_numpy() == pid) & (events["lane"].to_numpy() == lane)
@@ -260,6 +280,7 @@ def rank_tables(events: pd.DataFrame, config: dict, meta: dict | None = None, ma
     memory = _durations(events, np.isin(kind, (ev.MEMCPY, ev.MEMSET)) & in_window, "kind", "name")
     user = _durations(events, (events["category"] == ev.USER).to_numpy() & np.isin(kind, (ev.RANGE, ev.MARK))
                       & in_window, "name")
+    user = user.assign(name=_base_names(user["name"]))  # one row per op, not per PyTorch NVTX call
     kernel_table = _by_name(kernels, ["name"], int(kernels["duration"].sum()), max_rows)
     # category rides along as the first seen per name (a name is one category in practice)
     if kernel_table["rows"]:
@@ -399,7 +420,8 @@ def _merge_device(tables_by_rank, ranks) -> list[dict]:
 
 
 def _merge_steps(tables_by_rank, ranks) -> dict:
-    """Per step: min / median / max duration across ranks and the slowest rank; per rank: mean."""
+    """Per step: min / max duration across ranks and the slowest rank, ``median_ns`` the job's step
+    time per step (analyses.steptime); per rank: mean and max."""
     parts = [pd.DataFrame(t["steps"]).assign(rank=r) for t, r in zip(tables_by_rank, ranks) if t["steps"]["step"]]
     if not parts:
         return {"step": [], "min_ns": [], "median_ns": [], "max_ns": [], "max_rank": [], "ranks": ranks,
@@ -407,7 +429,9 @@ def _merge_steps(tables_by_rank, ranks) -> dict:
     frame = pd.concat(parts, ignore_index=True)
     by_step = frame.groupby("step")["duration_ns"]
     slowest = frame.loc[by_step.idxmax(), ["step", "rank"]].set_index("step")["rank"]
-    stats = by_step.agg(["min", "median", "max"])
+    stats = by_step.agg(["min", "max"])
+    job_steps, job_ns = steptime.per_step(frame["step"].to_numpy(), frame["duration_ns"].to_numpy())
+    stats["median"] = pd.Series(job_ns, index=job_steps).reindex(stats.index)
     per_rank = frame.groupby("rank")["duration_ns"].agg(["mean", "max"])
     return {"step": stats.index.astype(int).tolist(), "min_ns": stats["min"].astype("int64").tolist(),
             "median_ns": stats["median"].round().astype("int64").tolist(),
@@ -421,6 +445,8 @@ def _merge_steps(tables_by_rank, ranks) -> dict:
 def _trimmed(tables: dict, rows: int) -> dict:
     """A rank's tables for summary.json: by-name tables cut to ``rows``, no step series."""
     out = {k: v for k, v in tables.items() if k != "steps"}
+    if tables.get("operator"):
+        out["operator"] = operators.trimmed(tables["operator"], rows)
     for key in SORTABLE:
         table = tables[key]
         rest = table["rows"][rows:]
@@ -446,6 +472,7 @@ def merge_tables(tables_by_rank: list[dict | None], ranks: list[int], max_rows: 
         "memory": _merge_by_name(tables, ranks, "memory", ["kind", "name"], max_rows, "tables"),
         "user": _merge_by_name(tables, ranks, "user", ["name"], max_rows, "window"),
         "steps": _merge_steps(tables, ranks),
+        "operator": operators.merge_operator_tables(tables, ranks, max_rows),
     }
     keep = max_rows if len(pairs) == 1 else rank_rows  # one rank: its own tables are the merged ones
     return {"ranks": ranks, "merged": merged,

@@ -39,6 +39,7 @@ import pandas as pd
 
 from ..align import Matching
 from ..results import RankResult
+from . import steptime
 
 WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it ...
 WAIT_SHARE = 0.1                  # ... or, for a host op, this share of its segment
@@ -414,8 +415,8 @@ def _named(g: Graph, rank: int | None) -> tuple[int | None, dict]:
 def _input_phases(g: Graph, waited: np.ndarray) -> np.ndarray:
     """Per op (rows: from point, to point, fraction in ppm; -1: keep its issue point): where a
     collective could have been issued had it been issued as soon as its input was ready. The
-    K collectives issued one after another right after a phase ends (no phase opens in between,
-    same step; ops queued behind them on their lane included), of which the chain waits for at
+    K collectives issued one after another right after a phase ends (outside every phase, no
+    phase opens in between, same step; ops queued behind them on their lane included), of which the chain waits for at
     least one, are taken to have their inputs ready evenly through that phase, the k-th at
     (k + 1) / K of it, as DDP buckets during backward; the last stays at the phase's end. A
     collective issued inside a phase keeps its issue point."""
@@ -427,8 +428,12 @@ def _input_phases(g: Graph, waited: np.ndarray) -> np.ndarray:
     last_bound = np.maximum.accumulate(np.where(bound, np.arange(g.p_kind.size), -1))
     after = np.where(root >= 0, last_bound[np.maximum(root, 0)], -1)
     safe = np.maximum(after, 0)
+    step_in = (g.p_kind == _PHASE_START).astype(np.int64) - (g.p_kind == _PHASE_END)
+    opened = np.cumsum(step_in)  # phases open at each point, counted from the rank's first point
+    depth = opened - np.repeat(opened[g.p_first] - step_in[g.p_first],
+                               np.diff(np.r_[np.flatnonzero(g.p_first), g.p_kind.size]))
     ok = (after >= 0) & (g.p_kind[safe] == _PHASE_END) & (g.p_rank[safe] == g.p_rank[np.maximum(root, 0)]) \
-        & ~g.p_loader[safe]
+        & ~g.p_loader[safe] & (depth[np.maximum(root, 0)] == 0)  # issued outside every phase
     groups = np.unique(after[ok])
     serialized = np.unique(after[waited[ok[waited]]]) if waited.size else np.zeros(0, np.int64)
     starts = _phase_starts(g, np.intersect1d(groups, serialized))
@@ -496,8 +501,9 @@ def _step_table(g: Graph, t: np.ndarray) -> pd.DataFrame:
 
 
 def _job_steps(table: pd.DataFrame) -> pd.Series:
-    """Per step: the median over ranks of the step's duration."""
-    return table.groupby("step")["ns"].median()
+    """Per step: the job's step time (analyses.steptime: the median over ranks of the step's duration)."""
+    steps, per_step = steptime.per_step(table["step"].to_numpy(), table["ns"].to_numpy())
+    return pd.Series(per_step, index=pd.Index(steps, name="step"))
 
 
 def _rank_medians(table: pd.DataFrame) -> pd.Series:

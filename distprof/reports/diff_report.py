@@ -10,6 +10,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .. import names, outpaths
+from ..analyses.steptime import PER_STEP_DEFINITION, STEP_TIME_DEFINITION
 from . import format, svg
 
 DIFF_FILE = "diff.json"
@@ -17,7 +18,6 @@ DIFF_HTML = "diff.html"
 UNITS = format.UNITS
 MOVERS_SHOWN = 10
 RANKS_SHOWN = 32
-_FIGURES = tuple(c for c in format.SUMMARY_COLUMNS if c[0] != "overlap_ratio")  # durations only
 _UNIT_WORDS = {"kernel": "kernel", "user": "range", "phase": "phase"}
 _REASONS = {"no_steps": "a run has no ProfileSteps", "step_counts_differ": "the step counts differ"}
 
@@ -34,7 +34,7 @@ def _pct(relative: float | None) -> str:
 
 def step_lines(step: dict, unit: str) -> list[str]:
     """Median step time before -> after, the change, its interval and the verdict."""
-    head = "Step time (slowest rank per step, median): "
+    head = f"{STEP_TIME_DEFINITION[0].upper()}{STEP_TIME_DEFINITION[1:]}: "
     if step["reason"] == "no_steps":
         return [head + "no ProfileSteps in " + ("either run" if not step["steps_before"] and not step["steps_after"]
                                                 else "one run") + ": compare per unit of work below"]
@@ -61,19 +61,25 @@ def _cell(b: float | None, a: float | None, unit: str) -> str:
     return f"{_t(b, unit)} -> {_t(a, unit)} {'-' if not b else f'{100 * (a - b) / b:+.0f}%'}"
 
 
+def _figures(diff: dict) -> tuple:
+    """The duration columns of the Distributed Summary, optional ones only where a side has them."""
+    sides = [side for entry in diff["ranks"] for side in (entry["before"], entry["after"]) if side]
+    return tuple(c for c in format.summary_columns(sides) if c[0] != "overlap_ratio")
+
+
 def ranks_table(diff: dict, unit: str) -> str:
     """One row per rank (and the across-ranks median and max): before -> after (relative)."""
-    rows = []
+    rows, figures = [], _figures(diff)
     for entry in diff["ranks"][:RANKS_SHOWN]:
         b, a = entry["before"] or {}, entry["after"] or {}
         rows.append([entry["rank"], f"{b.get('steps', '-')} -> {a.get('steps', '-')}",
-                     *(_cell(b.get(k), a.get(k), unit) for k, _ in _FIGURES)])
+                     *(_cell(b.get(k), a.get(k), unit) for k, _ in figures)])
     across = diff.get("across_ranks") or {}
     if len(diff["ranks"]) > 1:
         for stat in ("median", "max"):
-            pairs = [(across.get(k) or {}).get(stat) or {} for k, _ in _FIGURES]
+            pairs = [(across.get(k) or {}).get(stat) or {} for k, _ in figures]
             rows.append([stat, "", *(_cell(p.get("before"), p.get("after"), unit) for p in pairs)])
-    headers = ["Rank", "Steps", *(format.column_title(k, title, unit) for k, title in _FIGURES)]
+    headers = ["Rank", "Steps", *(format.column_title(k, title, unit) for k, title in figures)]
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
@@ -213,7 +219,7 @@ def rank_bars(diff: dict, unit: str = "ms") -> str | None:
 
 
 def step_bars(step: dict, unit: str = "ms") -> str | None:
-    """Each step's duration (slowest rank), before and after, with the medians dashed."""
+    """Each step's step time (median rank), before and after, with the medians over steps dashed."""
     if not step["before_steps_ns"] and not step["after_steps_ns"]:
         return None
     scale = UNITS[unit]
@@ -223,7 +229,7 @@ def step_bars(step: dict, unit: str = "ms") -> str | None:
     axes = svg.Axes(canvas, 70, 30, 1010, 220)
     ticks = svg.nice_ticks(max(values["before"] + values["after"]))
     axes.x_range, axes.y_range = (-0.5, count - 0.5), (0.0, ticks[-1])
-    axes.value_axis("y", ticks, f"step time, slowest rank ({unit})")
+    axes.value_axis("y", ticks, f"{PER_STEP_DEFINITION} ({unit})")
     width = axes.width / count
     for side, shift in (("before", -0.2), ("after", 0.2)):
         colour = STEP_COLOURS[side]
@@ -258,8 +264,8 @@ def section_html(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
     body = [f'<h2>Diff: {_e(labels[0])} &rarr; {_e(labels[1])}</h2>',
             *(f'<p class="meta">{_e(w)}</p>' for w in warning_lines(diff)),
             "".join(f"<p>{_e(line)}</p>" for line in lines),
-            _figure(step_bars(step, unit), "Step time per step (slowest rank), before (grey) and after (blue); "
-                                      "dashed: the medians."),
+            _figure(step_bars(step, unit), f"The {PER_STEP_DEFINITION}, before (grey) and after (blue); "
+                                      "dashed: the medians over steps."),
             _figure(rank_bars(diff, unit), "Each rank's window before (pale, upper bar) and after (lower bar): "
                                       "computation only, overlap, exposed communication, idle."),
             f"<h3>Top movers</h3><pre>{_e(movers_table(diff, unit))}</pre>",

@@ -1,12 +1,15 @@
-"""The wording of findings' costs and of the straggler verdict: analyses give the numbers
-(analyses/cost.py prices each finding by the what-if replay), this module phrases them once for
-the text and HTML reports."""
+"""All wording of findings: their message and advice, their cost and the straggler verdict.
+Analyses give codes and numbers (analyses/diagnose.py finds, analyses/cost.py prices each finding
+by the what-if replay); this module words them once, for summary.json and the text and HTML
+reports (pipeline.combine attaches the words)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from .. import events as ev
 from ..analyses import cost
+from ..units import duration
 
 HEADING = "Findings (ordered by what the fix saves per step, predicted by the what-if replay):"
 SCENARIO_TITLES = {"no_straggler": "no straggler", "overlap_communication": "overlap communication",
@@ -44,3 +47,203 @@ def straggler_line(straggler: dict | None, t: Callable[[int | None], str]) -> st
     return (f"Straggler: rank {straggler['rank']}, {saving_text}; the others wait {t(straggler['waits_caused_ns'])} "
             f"per step for it; last in {straggler['late_in']} of {straggler['of']} collectives, {pattern}; "
             f"side {straggler.get('side') or 'unknown'}; {where} (threshold {t(straggler['threshold_ns'])})")
+
+
+# -- the words of each finding: message (with duration tokens, phrased in the reader's unit) and advice
+
+def _pct(part: float, whole: float | None) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def _placement_message(finding: dict) -> str:
+    e = finding["evidence"]
+    worst, exposed = e["worst_rank"], e["exposed_communication_ns_by_rank"][str(e["worst_rank"])]
+    share = f"{len(finding['ranks'])}/{e['ranks_total']} ranks"
+    lanes = ", ".join(e["lanes"])
+    if finding["finding"] == "serialized_communication":
+        word = "stream" if e.get("lane_kind") == ev.GPU_STREAM else "thread"  # by the lane's kind, not its label
+        return (f"serialized communication on {share}: {', '.join(e['kinds']) or 'communication'} on the compute "
+                f"{word} ({lanes} on rank {worst}); exposed communication {duration(exposed)} "
+                f"({_pct(exposed, e['window_ns'])} of the window) on rank {worst}")
+    return (f"communication barely overlaps computation on {share}: overlap {100 * (e['overlap_ratio'] or 0):.1f}% "
+            f"on rank {worst} ({lanes}), exposed communication {duration(exposed)} "
+            f"({_pct(exposed, e['window_ns'])} of the window)")
+
+
+_P2P_KINDS = (ev.SEND, ev.RECV, ev.SENDRECV)
+_REDUCING = (ev.ALLREDUCE, ev.REDUCE_SCATTER, ev.REDUCE)
+_GATHERING = (ev.ALLGATHER, ev.ALLTOALL, ev.BROADCAST, ev.GATHER, ev.SCATTER)
+
+
+def _placement_advice(finding: dict) -> str:
+    """What fits the communication that is serialized (or not overlapped) on these lanes: by its
+    kind (p2p needs no bucketing, reductions are bucketed, gathers prefetched, barriers dropped),
+    naming its groups, and a framework only where the trace shows its ops."""
+    e = finding["evidence"]
+    serialized = finding["finding"] == "serialized_communication"
+    kinds, groups, word = e["lane_collectives"], e["lane_groups"], "stream" if e["on_gpu"] else "thread"
+    where = f" (group {', '.join(groups[:4])})" if groups else ""
+    parts = []
+    p2p = [k for k in kinds if k in _P2P_KINDS]
+    if p2p:
+        parts.append(f"the point-to-point {'/'.join(p2p)}{where} (pipeline or sequence-parallel exchange) "
+                     f"{'run on the compute ' + word if serialized else 'wait on the computation'}: post them "
+                     f"asynchronously on their own {word} and compute the next micro-batch meanwhile (they need no "
+                     "bucketing)")
+    reducing = [k for k in kinds if k in _REDUCING]
+    if reducing:
+        framework = "; PyTorch DDP/FSDP do this by default" if e["pytorch"] else ""
+        parts.append(f"issue each {'/'.join(reducing)}{where} on a separate {word} as soon as its input is ready "
+                     f"(in buckets, while the computation that follows still runs){framework}")
+    gathering = [k for k in kinds if k in _GATHERING]
+    if gathering:
+        parts.append(f"issue the {'/'.join(gathering)}{where} for the next layer or batch ahead of its use on a "
+                     f"separate {word} (prefetch), so it runs under the current computation")
+    if ev.BARRIER in kinds:
+        parts.append("drop the barrier from the step (or move it out of the loop): it only waits")
+    if not parts:
+        parts.append(f"move the communication to its own {word} and issue it without blocking, so it runs "
+                     "under the computation")
+    return "; ".join(parts)
+
+
+_SIDE_TEXT = {"host": "host side: its collective calls are issued late too",
+              "device": "device side: launched on time, but its GPU starts the collective late"}
+_SIDE_ADVICE = {
+    "host": ("its host is late to the collective: check CPU binding and other processes on its cores, data "
+             "loading on this rank, and Python work outside the annotated phases (compare its host timeline "
+             "with a peer's)"),
+    "device": ("its GPU is busy longer before the collective: compare its kernels with a peer's (counts, shapes), "
+               "its clocks and thermals (nvidia-smi -q -d CLOCK,PERFORMANCE), and whether another process shares "
+               "the GPU"),
+    None: ("find what delays it: on the host (CPU binding, data loading, work outside the phases) or on its GPU "
+           "(longer kernels, clocks, another process)"),
+}
+
+
+def _straggler_message(finding: dict) -> str:
+    e, rank = finding["evidence"], finding["ranks"][0]
+    pattern = ("one profiled step: cannot tell persistent from one-off" if e["pattern"] == "single step"
+               else f"{e['pattern']}: late in {e['steps_late']}/{e['steps']} steps")
+    message = (f"straggler: rank {rank} is last, and waited for alone, in {e['late_in']} of its {e['of']} "
+                f"collectives ({pattern}); the ranks it shares them with wait {duration(e['waits_caused_ns'])} "
+                "per step for it")
+    if e.get("side") in _SIDE_TEXT:
+        message += f"; {_SIDE_TEXT[e['side']]}"
+    if e.get("phase"):
+        return message + (f"; it spends {duration(e['phase_extra_ns'])} per step more than the median rank in "
+                          f"{e['phase']}")
+    return message + "; the delay is outside any annotated phase"
+
+
+def _straggler_advice(finding: dict) -> str:
+    e, rank = finding["evidence"], finding["ranks"][0]
+    advice = _SIDE_ADVICE[e.get("side") if e.get("side") in _SIDE_ADVICE else None]
+    advice = (f"look at {e['phase']} on rank {rank} first; " + advice if e.get("phase")
+              else advice + "; mark more of the step as phases to see where")
+    if e["pattern"] == "single step":
+        advice += "; one step only: profile more steps to see whether it repeats"
+    return advice
+
+
+def _slow_collective_message(finding: dict) -> str:
+    e = finding["evidence"]
+    worst = e["worst"]
+    where = f" in group {worst['group']!r}" if worst["group"] else ""
+    span = f", {worst['node_span']}" if worst["node_span"] else ""
+    return (f"slow collectives: {e['rows_below']} kind/size row(s) below {100 * e['limit_share']:.0f}% of the "
+            f"{e['peak_busbw_gbps']:g} GB/s peak; worst {worst['kind']}{where} ({worst['size_bucket']}{span}): "
+            f"median busbw {worst['busbw_median_gbps']:.1f} GB/s ({100 * worst['peak_share']:.0f}% of peak) over "
+            f"{worst['count']} instances, median transfer {duration(worst['transfer_median_ns'] or 0)}")
+
+
+def _slow_collective_advice(finding: dict) -> str:
+    worst = finding["evidence"]["worst"]
+    if worst["size_bucket"] in ("<=64 KiB", "64 KiB-1 MiB"):
+        return ("messages this small are latency-bound, not bandwidth-bound: fuse them into fewer, larger ones "
+                "(bigger buckets)")
+    return ("measure the same size and group with a bandwidth benchmark (nccl-tests for NCCL) on these ranks; "
+            + ("check the network path between the nodes (transport, interface, adapters)"
+               if worst["node_span"] == "inter-node" else "check the links between the GPUs of the node "
+               "(topology, PCIe vs NVLink) and that peer-to-peer is enabled"))
+
+
+def _host_bound_message(finding: dict) -> str:
+    e = finding["evidence"]
+    bound = e["host_bound_ns_by_rank"][str(e["worst_rank"])]
+    return (f"host-bound GPU on {len(finding['ranks'])}/{e['ranks_total']} ranks: the GPU waits for kernel launches "
+            f"{duration(bound)} ({100 * bound / e['window_ns']:.0f}% of the window, {e['host_bound_gaps']} gaps) "
+            f"on rank {e['worst_rank']}")
+
+
+def _host_bound_advice(finding: dict) -> str:
+    """PyTorch's knobs only where the trace shows PyTorch, else what any CUDA program can do."""
+    if finding["evidence"]["pytorch"]:
+        return ("the CPU does not launch work fast enough: remove host syncs in the loop (.item(), .cpu(), "
+                "prints), fuse small kernels or use CUDA graphs / torch.compile, raise the batch size")
+    return ("the CPU does not launch work fast enough: take host-device synchronizations out of the loop "
+            "(blocking copies, device/stream synchronize calls), launch fewer, larger kernels (fuse small ones), "
+            "give each launch more work")
+
+
+def _dataloader_message(finding: dict) -> str:
+    e = finding["evidence"]
+    return (f"dataloader-bound on {len(finding['ranks'])}/{e['ranks_total']} ranks: {e['phase']} takes "
+            f"{100 * e['share']:.0f}% of ProfileStep on rank {e['worst_rank']} ({duration(e['dataloader_ns'])}; "
+            f"{e['steps_above']}/{e['steps']} steps above {100 * e['limit_share']:.0f}%)")
+
+
+def _dataloader_advice(finding: dict) -> str:
+    return ("load ahead of the step: " + ("more DataLoader workers, pin_memory and prefetch_factor, "
+                                          if finding["evidence"]["pytorch"]
+                                          else "more loader processes or threads, prefetch the next batch, ")
+            + "cheaper decoding/augmentation or preprocessed data")
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2 ** 20:.1f} MiB"
+
+
+def _memory_creep_message(finding: dict) -> str:
+    e = finding["evidence"]
+    return (f"memory creep on {len(finding['ranks'])}/{e['ranks_total']} ranks: the peak allocated on rank "
+            f"{e['worst_rank']} ({e['device']}) grows {_mib(e['growth_per_step_bytes'])} per step "
+            f"({_mib(e['first_peak_bytes'])} -> {_mib(e['last_peak_bytes'])} over {e['steps']} steps)")
+
+
+def _memory_imbalance_message(finding: dict) -> str:
+    e = finding["evidence"]
+    peak = e["peak_by_rank"][str(e["worst_rank"])]
+    return (f"rank {e['worst_rank']} holds {_mib(peak)} at its peak, {peak / e['median_bytes']:.2f}x the median of "
+            f"the ranks ({_mib(e['median_bytes'])})")
+
+
+def _memory_creep_advice(finding: dict) -> str:
+    return ("look for tensors kept across steps (losses or outputs appended without .item()/.detach(), caches, "
+            "growing lists); a leak ends in an out-of-memory error")
+
+
+def _memory_imbalance_advice(finding: dict) -> str:
+    return ("balance what each rank holds (sharding of parameters/optimizer state, pipeline stage sizes, "
+            "uneven batches); the rank at the peak limits the batch size of all")
+
+
+WORDS = {"serialized_communication": (_placement_message, _placement_advice),
+         "unoverlapped_communication": (_placement_message, _placement_advice),
+         "straggler": (_straggler_message, _straggler_advice),
+         "slow_collective": (_slow_collective_message, _slow_collective_advice),
+         "host_bound_gpu": (_host_bound_message, _host_bound_advice),
+         "dataloader_bound": (_dataloader_message, _dataloader_advice),
+         "memory_creep": (_memory_creep_message, _memory_creep_advice),
+         "memory_imbalance": (_memory_imbalance_message, _memory_imbalance_advice)}
+
+
+def worded(findings: list[dict]) -> list[dict]:
+    """Each finding with its ``message`` (duration tokens kept: units.phrase writes them in the
+    reader's unit) and ``advice``; a finding that already has its words keeps them."""
+    out = []
+    for finding in findings:  # one per finding: a handful
+        message, advice = WORDS.get(finding["finding"], (None, None))
+        out.append(finding if message is None or "message" in finding else
+                   {**finding, "message": message(finding), "advice": advice(finding)})
+    return out

@@ -14,12 +14,14 @@ import re
 from pathlib import Path
 
 from .. import outpaths
+from ..analyses.steptime import PER_STEP_DEFINITION
 from ..names import cap_names
 from ..ranges import rank_ranges
 from ..units import duration, phrase
 from . import findings as findings_report
 from . import format, svg
 from . import tables as text_tables
+from .text import model_profile_section, profile_section
 from .whatif_report import parts as whatif_parts
 
 REPORT_FILE = "report.html"
@@ -194,7 +196,8 @@ def _step_band(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
             canvas.text(axes.x(s), axes.top + axes.height + 14, str(int(s)), "middle")
     axes.title("x", "step")
     axes.frame()
-    svg.legend(canvas, axes.left + 10, 16, [("fastest to slowest rank", "#a9d8f3"), ("median rank", "#0072B2")])
+    svg.legend(canvas, axes.left + 10, 16, [("fastest to slowest rank", "#a9d8f3"),
+                                            ("median rank (the step time)", "#0072B2")])
 
 
 def _step_ranks(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
@@ -224,6 +227,37 @@ def step_plot(summary: dict, unit: str = "ms") -> str | None:
     canvas = svg.Canvas(1100, 310)
     _step_band(canvas, steps, UNITS[unit], unit)
     _step_ranks(canvas, steps, UNITS[unit], unit)
+    return canvas.svg()
+
+
+_RANK_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+MEMORY_PLOT_RANKS = 16
+
+
+def memory_plot(summary: dict) -> str | None:
+    """Peak allocated memory per step, one line per rank (its headline device; the first
+    MEMORY_PLOT_RANKS ranks): creep is a line that keeps rising, an outlier a line above the rest."""
+    lines = []
+    for rank in summary.get("ranks", [])[:MEMORY_PLOT_RANKS]:
+        device = next((d for d in rank.get("memory_devices") or [] if d["device"] == rank.get("memory_device")), None)
+        if device and device["steps"]:
+            lines.append((rank["rank"], device["steps"], [v / 2 ** 20 for v in device["step_peak_allocated_bytes"]]))
+    if not lines:
+        return None
+    canvas = svg.Canvas(1100, 310)
+    axes = svg.Axes(canvas, 80, 30, 900, 230)
+    steps = [s for _, xs, _ in lines for s in xs]
+    ticks = svg.nice_ticks(max(v for _, _, ys in lines for v in ys))
+    axes.x_range, axes.y_range = (min(steps) - 0.5, max(steps) + 0.5), (0.0, ticks[-1])
+    axes.value_axis("y", ticks, "peak allocated (MiB)")
+    for index, (rank, xs, ys) in enumerate(lines):
+        colour = _RANK_COLOURS[index % len(_RANK_COLOURS)]
+        canvas.polyline([(axes.x(x), axes.y(y)) for x, y in zip(xs, ys)], colour)
+        canvas.text(axes.x(xs[-1]) + 6, axes.y(ys[-1]) + 4, f"rank {rank}")
+    for step in sorted(set(steps)) if len(set(steps)) <= 30 else []:
+        canvas.text(axes.x(step), axes.top + axes.height + 14, str(step), "middle")
+    axes.title("x", "step")
+    axes.frame()
     return canvas.svg()
 
 
@@ -435,6 +469,45 @@ def summary_tables_html(summary: dict, unit: str, sorted_by: str = "cpu_total") 
         note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
             if len(rows_in) > KERNEL_ROWS else ""
         out.append(f"<h3>{title}</h3>" + _table(headers, rows, left=len(keys)) + note)
+    out.append(operator_html(tables.get("operator"), scale, sorted_by, merged))
+    return "".join(out)
+
+
+def operator_html(table: dict | None, scale: int, sorted_by: str, merged: bool) -> str:
+    """The Operator Summary (CPU total/self/avg/max/min, GPU time launched under the operator)."""
+    if not table or not table["rows"]:
+        return ""
+    rows_in = text_tables.sort_operator_rows(table["rows"], sorted_by)
+    has_gpu = any(r.get("gpu_total_ns") is not None for r in rows_in)
+    headers = ["Name", "Calls", "CPU total", "self", "avg", "max", "min", "Ratio (%)"]
+    headers += ["GPU total", "avg"] if has_gpu else []
+    headers += ["Ranks", "Max at rank"] if merged else []
+    rows = []
+    for r in rows_in[:KERNEL_ROWS]:
+        times = (text_tables._time(r.get(k), scale) for k in ("cpu_total_ns", "cpu_self_ns", "cpu_avg_ns",
+                                                              "cpu_max_ns", "cpu_min_ns"))
+        row = [r["name"], r["calls"], *times, text_tables._ratio(r.get("ratio"))]
+        row += [text_tables._time(r.get("gpu_total_ns"), scale), text_tables._time(r.get("gpu_avg_ns"), scale)] \
+            if has_gpu else []
+        row += [r.get("ranks"), r.get("max_rank")] if merged else []
+        rows.append(row)
+    note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
+        if len(rows_in) > KERNEL_ROWS else ""
+    return ("<h3>Operator Summary</h3><p class=\"meta\">self = own time minus the child operators'; ratio = CPU "
+            "total / window (nested operators overlap); GPU = kernels launched under the operator</p>"
+            + _table(headers, rows) + note)
+
+
+def profile_html(summary: dict) -> str:
+    """FLOPs and memory per rank, as the text report's section."""
+    out = []
+    for title, section in (("FLOPs and Memory", profile_section(summary)),
+                           ("Model FLOPs Profile", model_profile_section(summary))):
+        if section:
+            out.append(f"<h2>{title}</h2><pre>" + _e("\n".join(section[0].splitlines()[1:])) + "</pre>")
+            if title == "FLOPs and Memory" and memory_plot(summary):
+                out.append(_figure(memory_plot(summary), "Peak allocated memory per step and rank (the rank's "
+                                                         "GPU with the largest peak, else its CPU)."))
     return "".join(out)
 
 
@@ -455,6 +528,7 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
              distributed_table_html(summary, unit)]
     body.append(collectives_html(summary, unit))
     body.append(whatif_html(summary, unit))
+    body.append(profile_html(summary))
     heatmap = skew_heatmap(summary, unit)
     if heatmap:
         skew = summary.get("skew") or {}
@@ -467,8 +541,9 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
     steps = step_plot(summary, unit)
     if steps:
         body += ["<h2>Step time</h2>",
-                 _figure(steps, "Left: ProfileStep duration per step (band: fastest to slowest rank). "
-                                "Right: each rank's mean step time (bar) and its slowest step (mark).")]
+                 _figure(steps, "Left: ProfileStep duration per step (band: fastest to slowest rank; line: "
+                                f"median rank, the {PER_STEP_DEFINITION}). Right: each rank's own mean step "
+                                "(bar) and its slowest step (mark).")]
     body.append(checks_html(summary.get("checks") or []))
     body.append(summary_tables_html(summary, unit, sorted_by))
     if summary.get("warnings"):

@@ -1,7 +1,7 @@
 """Text rendering of the summary tables (Device, Overview, Model, Kernel, Memory Manipulation,
-UserDefined) in the layout of the Paddle profiler, from ``summary["tables"]``.
+UserDefined, Operator) in the layout of the Paddle profiler, from ``summary["tables"]``.
 
-Only the by-name tables (Kernel, Memory, UserDefined) are reordered by ``--sorted-by`` and cut
+Only the by-name tables (Kernel, Memory, UserDefined, Operator) are reordered by ``--sorted-by`` and cut
 by ``--top``; Device, Overview and Model keep their fixed order, as in Paddle.
 """
 
@@ -19,7 +19,7 @@ def tabulate(rows, **options) -> str:
 
 UNITS = format.UNITS
 SORT_KEYS = ("cpu_total", "cpu_avg", "cpu_max", "cpu_min", "gpu_total", "gpu_avg", "gpu_max", "gpu_min",
-             "calls", "name")
+             "calls", "name", "cpu_self")   # cpu_self: the Operator Summary's self time (elsewhere: total)
 NAME_WIDTH = 64
 
 
@@ -71,6 +71,7 @@ def sort_rows(rows: list[dict], sorted_by: str) -> list[dict]:
     if sorted_by == "name":
         return sorted(rows, key=lambda r: str(r.get("name", "")))
     column = "calls" if sorted_by == "calls" else sorted_by.split("_", 1)[1] + "_ns"
+    column = "total_ns" if column == "self_ns" else column
     return sorted(rows, key=lambda r: -(r.get(column) if r.get(column) is not None else float("-inf")))
 
 
@@ -153,6 +154,42 @@ def by_name_table(table: dict, scale: int, sorted_by: str, top: int | None, side
     return tabulate(out, headers=headers, tablefmt="simple", disable_numparse=True), notes
 
 
+def sort_operator_rows(rows: list[dict], sorted_by: str) -> list[dict]:
+    """Order Operator Summary rows: cpu_X by the CPU column X, gpu_total/avg by the GPU ones (the
+    GPU max/min are not kept per operator: by GPU total), calls, name."""
+    if sorted_by not in SORT_KEYS:
+        raise ValueError(f"--sorted-by must be one of {', '.join(SORT_KEYS)}")
+    if sorted_by == "name":
+        return sorted(rows, key=lambda r: str(r.get("name", "")))
+    column = {"calls": "calls", "gpu_max": "gpu_total_ns", "gpu_min": "gpu_total_ns"}.get(sorted_by, sorted_by + "_ns")
+    return sorted(rows, key=lambda r: -(r.get(column) if r.get(column) is not None else float("-inf")))
+
+
+def operator_table(table: dict, scale: int, sorted_by: str, top: int | None, merged: bool) -> tuple[str, list[str]]:
+    """The Operator Summary: rows sorted and cut, and the notes saying what was left out."""
+    rows = sort_operator_rows(table["rows"], sorted_by)
+    shown = rows if not top else rows[:top]
+    has_gpu = any(r.get("gpu_total_ns") is not None for r in rows)
+    headers = ["Name", "Calls", "CPU Total / Self / Avg / Max / Min", "Ratio(%)"]
+    headers += ["GPU Total / Avg"] if has_gpu else []
+    headers += ["Ranks", "Max at rank"] if merged else []
+    out = []
+    for r in shown:
+        line = [_name(str(r["name"])), r["calls"], " / ".join(_time(r.get(k), scale) for k in (
+            "cpu_total_ns", "cpu_self_ns", "cpu_avg_ns", "cpu_max_ns", "cpu_min_ns")), _ratio(r.get("ratio"))]
+        if has_gpu:
+            line.append(f"{_time(r.get('gpu_total_ns'), scale)} / {_time(r.get('gpu_avg_ns'), scale)}")
+        if merged:
+            line += [r.get("ranks", "-"), r.get("max_rank", "-")]
+        out.append(line)
+    notes = [f"({len(rows) - len(shown)} more rows; --top 0 shows all {len(rows)})"] if len(shown) < len(rows) else []
+    dropped = table.get("dropped") or {}
+    if dropped.get("rows"):
+        notes.append(f"({dropped['rows']} smaller rows not stored: {dropped['calls']} calls, "
+                     f"{dropped['total_ns'] / scale:.2f} CPU total)")
+    return tabulate(out, headers=headers, tablefmt="simple", disable_numparse=True), notes
+
+
 def sections(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top: int | None = 20,
              rank: int | None = None) -> list[str]:
     """The summary-table sections of a summary, each a titled text block (empty tables left out)."""
@@ -179,6 +216,11 @@ def sections(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top:
         if table and table["rows"]:
             text, notes = by_name_table(table, scale, sorted_by, top, side, merged, keys)
             out.append(_section(f"{title} ({scope})", text, [f"Time unit: {unit}", *notes]))
+    if (tables.get("operator") or {}).get("rows"):
+        text, notes = operator_table(tables["operator"], scale, sorted_by, top, merged)
+        out.append(_section(f"Operator Summary ({scope})", text, [
+            f"Time unit: {unit}; Self = own time minus the child operators'; Ratio = CPU total / window (nested "
+            "operators overlap); GPU = kernels launched under the operator", *notes]))
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..analyses.steptime import STEP_TIME_DEFINITION
 from ..names import cap_names
 from ..units import phrase
 from . import findings as findings_report
@@ -42,7 +43,8 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
     parts = [_banner("Distributed Summary", width),
              f"world size {summary['world_size']} · source {summary['source']} · time unit {unit}",
              table, "", lanes_table(summary)]
-    for section in extra_sections(summary, unit) + collectives_section(summary, unit):
+    for section in (extra_sections(summary, unit) + collectives_section(summary, unit) + profile_section(summary)
+                    + model_profile_section(summary, unit)):
         parts += ["", section]
     if summary.get("whatif"):
         from . import whatif_report
@@ -51,6 +53,76 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
     if summary.get("warnings"):
         parts += ["", _banner("Warnings", width), *(f"! {w}" for w in summary["warnings"])]
     return "\n".join(parts) + "\n"
+
+
+def _mib(value) -> str:
+    return "-" if value is None else f"{value / 2 ** 20:.1f}"
+
+
+def profile_section(summary: dict) -> list[str]:
+    """FLOPs and memory per rank (analyses.profiles); [] when no rank has either."""
+    ranks = [r for r in summary["ranks"] if r.get("flops_total") is not None
+             or r.get("memory_peak_allocated_bytes") is not None]
+    if not ranks:
+        return []
+    rows = []
+    for r in ranks:
+        phases = r.get("flops_by_phase") or {}
+        rows.append([r["rank"], "-" if r.get("flops_per_step") is None else f"{r['flops_per_step'] / 1e9:.3f}",
+                     " / ".join(f"{phases.get(k, 0) / 1e9:.3f}" for k in ("forward", "backward", "optimizer"))
+                     if phases else "-",
+                     "-" if r.get("achieved_tflops") is None else f"{r['achieved_tflops']:.3f}",
+                     "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%",
+                     r.get("memory_device") or "-", _mib(r.get("memory_peak_allocated_bytes")),
+                     _mib(r.get("memory_peak_reserved_bytes")), _mib(r.get("memory_growth_per_step_bytes"))])
+    text = tabulate(rows, headers=["Rank", "GFLOPs/step", "fwd / bwd / opt", "TFLOPS", "MFU", "Memory on",
+                                   "Peak alloc (MiB)", "Peak reserved", "Growth/step"],
+                    tablefmt="simple", disable_numparse=True)
+    notes = []
+    across = (summary.get("profiles") or {}).get("achieved_tflops")
+    if across and len(ranks) > 1:
+        notes.append(f"TFLOPS across ranks: min {across['min']:.3f} (rank {across['min_rank']}, the slowest), "
+                     f"max {across['max']:.3f} (rank {across['max_rank']})")
+    uncounted = sum((r.get("flops_uncounted") or {}).get("ops", 0) for r in ranks)
+    if uncounted:
+        names = sorted({n for r in ranks for n in ((r.get("flops_uncounted") or {}).get("by_name") or {})})
+        notes.append(f"not counted: {uncounted} GEMM/conv op(s) without usable shapes ({', '.join(names[:5])}): "
+                     "record_shapes=True counts them")
+    if any(r.get("mfu") is None for r in ranks if r.get("achieved_tflops") is not None):
+        notes.append("no MFU: set hardware.peak_tflops")
+    notes.append("FLOPs: innermost GEMM/conv ops (Kineto flops args, else record_shapes Input Dims); TFLOPS over "
+                 "ProfileStep time")
+    width = max(len(line) for line in text.splitlines())
+    return ["\n".join([_banner("FLOPs and Memory", width), text, *notes])]
+
+
+def model_profile_section(summary: dict, unit: str = "ms") -> list[str]:
+    """The live FLOPs profile (instrument(flops=True)): per rank, then rank 0's largest modules by depth."""
+    ranks = ((summary.get("model_profile") or {}).get("ranks")) or []
+    if not ranks:
+        return []
+
+    def t(ns) -> str:
+        return format.figure("x_ns", ns, unit)
+
+    def num(value, digits=3) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    rows = [[r["rank"], f"{r['params']:,}", num(r["fwd_flops_per_step"] / 1e9), num(r["bwd_flops_per_step"] / 1e9),
+             t(r.get("fwd_latency_ns")), t(r.get("bwd_latency_ns")), t(r.get("step_latency_ns")),
+             t(r.get("iter_latency_ns")), num(r.get("achieved_tflops"), 4), num(r.get("samples_per_s"), 1),
+             "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"] for r in ranks]
+    text = tabulate(rows, headers=["Rank", "Params", "fwd GFLOPs", "bwd GFLOPs", f"fwd ({unit})", f"bwd ({unit})",
+                                   f"step ({unit})", f"iter ({unit})", "TFLOPS", "samples/s", "MFU"],
+                    tablefmt="simple", disable_numparse=True)
+    modules = tabulate([[m["depth"], m["name"], f"{m['params']:,}", f"{m['macs'] / 1e6:.2f}",
+                         t(m.get("fwd_latency_ns")), num(m.get("tflops"), 4)] for m in ranks[0].get("modules", [])],
+                       headers=["Depth", f"Module (rank {ranks[0]['rank']})", "Params", "MMACs", f"fwd ({unit})",
+                                "TFLOPS"], tablefmt="simple", disable_numparse=True)
+    width = max(len(line) for line in text.splitlines())
+    return ["\n".join([_banner("Model FLOPs Profile (live, one step)", width), text, "", modules,
+                        "FLOPs counted by torch.utils.flop_counter on the first recorded step (which alone pays "
+                        "for the counting and the module timing)"])]
 
 
 def collectives_section(summary: dict, unit: str) -> list[str]:
@@ -129,7 +201,8 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
     steps = skew.get("steps_summary")
     if steps and steps.get("imbalance"):
         imbalance = steps["imbalance"]
-        lines += ["", f"Steps: {steps['count']}, median {t(steps['duration_median_ns'])}; imbalance (max/median) "
+        lines += ["", f"Steps: {steps['count']}, {STEP_TIME_DEFINITION} {t(steps['duration_median_ns'])}; "
+                      "imbalance (slowest rank / median rank) "
                       f"median {imbalance['median']:.2f}, worst {imbalance['max']:.2f} at step {imbalance['max_step']} "
                       f"(rank {imbalance['max_rank']}); start spread median {t(steps['start_spread_ns']['median'])}"
                       + ("" if steps.get("clock_verified", True) else " (clock not verified)")]
@@ -157,3 +230,10 @@ def render_benchmark(summary: dict, unit: str = "ms") -> str:
                      tablefmt="simple", disable_numparse=True)
     width = max(len(line) for line in table.splitlines())
     return "\n".join([_banner("Perf Summary", width), table]) + "\n"
+
+
+def next_steps(out, html: bool = True) -> str:
+    """The line after a merge or a live run: where to look next, as commands to copy."""
+    return ("next: " + (f"open {out}/report.html; " if html else "")
+            + f"`distprof whatif {out}` (what each fix saves), `distprof trace {out}` (timeline for Perfetto), "
+            f"`distprof diff {out} OTHER_OUT` (did a change help)")

@@ -3,6 +3,7 @@ saving and the ranks that gain (or why it does not apply)."""
 
 from __future__ import annotations
 
+from ..analyses.steptime import STEP_TIME_DEFINITION
 from . import format
 from .tables import tabulate
 
@@ -19,8 +20,9 @@ def parts(whatif: dict, unit: str = "ms") -> tuple[str, list[str], list[list[str
         return "-" if ns is None else f"{ns / scale:.2f}"
 
     error = whatif.get("replay_error")
-    head = (f"measured median step {t(whatif['measured_step_ns'])} {unit}, replayed {t(whatif['replayed_step_ns'])} "
-            f"{unit} (replay error median {100 * error:.1f}% over {whatif['steps']} steps)"
+    head = (f"measured {STEP_TIME_DEFINITION} {t(whatif['measured_step_ns'])} {unit}, replayed "
+            f"{t(whatif['replayed_step_ns'])} {unit} (replay error median {100 * error:.1f}% over {whatif['steps']} "
+            "steps)"
             if error is not None else "no steps to replay")
     rows = []
     for row in whatif["scenarios"]:

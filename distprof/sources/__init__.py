@@ -17,7 +17,7 @@ from pathlib import Path
 from ..events import RankTrace, SourceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz")
+TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz", ".sqlite.gz", ".sqlite.zst")
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems reports: need `nsys export --type sqlite`
 # distprof's own outputs, skipped when a directory or glob is merged (merge OUTDIR)
 OWN_OUTPUTS = frozenset({"summary.json", "trace.json.gz", "report.html", "ranks.csv", "diff.json", "whatif.json"})
@@ -168,13 +168,61 @@ def _nsys_report(path: Path) -> Path:
     return target
 
 
+def _compressed_sqlite(path: Path) -> str | None:
+    """'gzip' or 'zstd' when the file is a compressed SQLite file (an nsys export or a rank file kept
+    as .sqlite.gz / .sqlite.zst), else None."""
+    import gzip
+    import zlib
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+        handle.seek(0)
+        if head.startswith(b"\x1f\x8b"):
+            try:
+                return "gzip" if gzip.GzipFile(fileobj=handle).read(16) == SQLITE_MAGIC else None
+            except (OSError, EOFError, zlib.error):
+                return None
+    return "zstd" if head == b"\x28\xb5\x2f\xfd" and path.name.endswith(".sqlite.zst") else None
+
+
+def _decompressed(path: Path, codec: str, config: dict, folder: str) -> Path:
+    """The SQLite file inside ``path``, written to ``folder`` (bounded by input.max_uncompressed_mb)."""
+    import shutil
+    target = Path(folder) / (path.name.rsplit(".", 1)[0] or "trace.sqlite")
+    limit = config.get("input", {}).get("max_uncompressed_mb", 20480) * MB
+    if codec == "gzip":
+        import gzip
+        opened = gzip.open(path, "rb")
+    else:
+        try:
+            import zstandard
+        except ImportError:
+            raise SourceError(f"{path}: a zstd-compressed file: `pip install zstandard`, or decompress it "
+                              "(`zstd -d`)") from None
+        opened = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+    with opened as source, open(target, "wb") as out:
+        while chunk := source.read(1 << 20):
+            out.write(chunk)
+            if out.tell() > limit:
+                raise SourceError(f"{path}: expands beyond input.max_uncompressed_mb = {limit // MB} MB")
+    shutil.copystat(path, target)
+    return target
+
+
 def read(path: str | Path, config: dict) -> list[RankTrace]:
-    """Read one file of any supported format."""
+    """Read one file of any supported format; a compressed SQLite file (.sqlite.gz, .sqlite.zst)
+    is decompressed to a temporary file first and read like the plain one."""
     path = Path(path)
     check_file(path, config)
     if path.name.endswith(REPORT_SUFFIXES):
         path = _nsys_report(path)
         check_file(path, config)
+    codec = _compressed_sqlite(path)
+    if codec is not None:
+        import dataclasses
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="distprof-") as folder:
+            traces = read(_decompressed(path, codec, config, folder), config)
+        return [dataclasses.replace(trace, source_file=str(path)) for trace in traces]
     kind = detect(path)
     if kind == "native":
         from . import native

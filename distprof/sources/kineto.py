@@ -81,7 +81,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from itertools import compress, count, repeat
-from operator import attrgetter, eq, is_, methodcaller
+from operator import attrgetter, eq, is_, is_not, methodcaller
 from pathlib import Path
 from typing import Any, Union
 
@@ -129,7 +129,9 @@ _ARG_KEYS = {"stream": "stream", "device": "device", "correlation": "correlation
              "collective": "Collective name", "in_nelems": "In msg nelems",
              "out_nelems": "Out msg nelems", "group_size": "Group size", "dtype": "dtype",
              "pg_name": "Process Group Name", "pg_ranks": "Process Group Ranks",
-             "input_dims": "Input Dims", "input_type": "Input type", "concrete": "Concrete Inputs"}
+             "input_dims": "Input Dims", "input_type": "Input type", "concrete": "Concrete Inputs",
+             "flops": "flops", "total_allocated": "Total Allocated", "total_reserved": "Total Reserved",
+             "device_type": "Device Type", "device_id": "Device Id"}
 # args that can be bulky on every cpu_op of a record_shapes trace: kept as raw JSON text by msgspec
 # and decoded only for the communication rows
 _RAW_ARGS = ("input_dims", "input_type", "concrete")
@@ -150,10 +152,16 @@ if msgspec is not None:
         input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw())
         input_type: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw())
         concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=msgspec.Raw())
+        flops: Any = None      # with_flops (older PyTorch writes it on the GEMM/conv ops)
+        total_allocated: Any = msgspec.field(name="Total Allocated", default=None)  # [memory] instants
+        total_reserved: Any = msgspec.field(name="Total Reserved", default=None)
+        device_type: Any = msgspec.field(name="Device Type", default=None)
+        device_id: Any = msgspec.field(name="Device Id", default=None)
 
-    # Every phase of the Chrome trace event format except X: decoded as empty structs, so that
-    # flows, metadata and instants (a third of a real trace) cost next to nothing.
-    _OTHER_PHASES = "BEiICbnesSTpFtfPNODMVvRc()"
+    # Every phase of the Chrome trace event format except X and i: decoded as empty structs, so that
+    # flows and metadata cost next to nothing; i (instants) keeps name, ts and args for the
+    # profile_memory samples ("[memory]").
+    _OTHER_PHASES = "BEICbnesSTpFtfPNODMVvRc()"
 
     def _decoder(time_type, tagged: bool):
         """A decoder of the trace into structs, ``ts``/``dur`` decoded as ``time_type``. Tagged:
@@ -163,17 +171,20 @@ if msgspec is not None:
                   ("args", Union[_Args, None], None)]  # noqa: UP007 - msgspec needs a runtime type
         if tagged:
             complete = msgspec.defstruct("_Complete", fields, gc=False, tag_field="ph", tag="X")
+            instant = msgspec.defstruct("_Instant", [("name", Any, ""), ("ts", time_type, None),
+                                                     ("args", Union[_Args, None], None)],  # noqa: UP007
+                                        gc=False, tag_field="ph", tag="i")
             others = [msgspec.defstruct(f"_Phase{index}", [], gc=False, tag_field="ph", tag=phase)
                       for index, phase in enumerate(_OTHER_PHASES)]
-            event = Union[tuple([complete, *others])]  # noqa: UP007
+            event = Union[tuple([complete, instant, *others])]  # noqa: UP007
         else:
-            complete = None
+            complete = instant = None
             event = msgspec.defstruct("_Event", [("ph", Any, None), *fields], gc=False)
         trace = msgspec.defstruct("_Trace", [
             ("traceEvents", list[event]), ("distributedInfo", Any, None), ("baseTimeNanoseconds", Any, None),
             ("deviceProperties", Any, None), ("host_name", Any, None),
         ], gc=False)
-        return msgspec.json.Decoder(trace), complete
+        return msgspec.json.Decoder(trace), complete, instant
 
     _DECODERS = {(exact, tagged): _decoder(Union[int, Decimal, None] if exact else  # noqa: UP007
                                            Union[int, float, str, None], tagged)  # noqa: UP007
@@ -188,11 +199,12 @@ class _NeedText(Exception):
 class _Document:
     """The parts of a trace file that the reader uses, however it was decoded."""
 
-    def __init__(self, events: list, info: dict, structs: bool, complete_type=None) -> None:
+    def __init__(self, events: list, info: dict, structs: bool, complete_type=None, instant_type=None) -> None:
         self.events = events
         self.info = info          # distributedInfo, baseTimeNanoseconds, deviceProperties
         self.structs = structs    # events are msgspec structs (attributes) or dicts (keys)
         self.complete_type = complete_type  # the struct of X events when decoded as a tagged union
+        self.instant_type = instant_type    # the struct of i events, likewise
 
     def complete_events(self) -> list:
         """The complete ("X") events."""
@@ -219,6 +231,15 @@ class _Document:
             texts = [None if value is None else json.dumps(value, default=str) for value in values]
         codes, uniques = _factorize(texts)
         return codes, [None if text is None else json.loads(text) for text in uniques]
+
+    def memory_samples(self) -> list:
+        """The profile_memory instants ("i" events named "[memory]") that carry a time."""
+        if self.instant_type is not None:
+            instants = list(compress(self.events, map(isinstance, self.events, repeat(self.instant_type))))
+        else:
+            instants = list(compress(self.events, map(eq, self.field(self.events, "ph"), repeat("i"))))
+        named = list(compress(instants, map(eq, self.field(instants, "name"), repeat("[memory]"))))
+        return list(compress(named, map(is_not, self.field(named, "ts"), repeat(None))))
 
     def args(self, items) -> list:
         """The args of many events; an empty one where absent or not an object."""
@@ -276,7 +297,7 @@ def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document
     data = _read_bytes(path, config or {})
     if msgspec is not None:
         for tagged in (True, False):  # untagged only when some event has no or an unknown "ph"
-            decoder, complete_type = _DECODERS[exact_text, tagged]
+            decoder, complete_type, instant_type = _DECODERS[exact_text, tagged]
             try:
                 trace = decoder.decode(data)
                 break
@@ -288,7 +309,8 @@ def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document
                     from None
         info = {"distributedInfo": trace.distributedInfo, "baseTimeNanoseconds": trace.baseTimeNanoseconds,
                 "deviceProperties": trace.deviceProperties, "host_name": trace.host_name}
-        return _Document(trace.traceEvents, info, structs=True, complete_type=complete_type)
+        return _Document(trace.traceEvents, info, structs=True, complete_type=complete_type,
+                         instant_type=instant_type)
     try:  # stdlib fallback
         document = json.loads(data, parse_float=Decimal) if exact_text else json.loads(data)
     except (ValueError, UnicodeDecodeError) as error:
@@ -413,6 +435,7 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
     ids = _ids(doc, rows, classes)
     facts = _comm_facts(doc, rows, _comm_sources(classes, name_codes, name_uniques, config), name_codes, name_uniques)
+    profiles = _profile_tables(doc, rows, name_codes, name_uniques, start_ns, end_ns, ids)
     del rows
     doc.events = []  # everything is read: free the structs now (their raw args hold the whole file's text)
     steps = _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids)
@@ -436,7 +459,7 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
                                 "end_ns": steps["gpu_end"].tolist()}
     return ev.RankTrace(events=table, rank=rank, source="kineto", source_file=str(path), pid=steps["host_pid"],
                         device=main_device, clock_offset_ns=_to_int(doc.info.get("baseTimeNanoseconds"), 0),
-                        rank_from=rank_from, warnings=warnings, meta=meta)
+                        rank_from=rank_from, warnings=warnings, meta=meta, profiles=profiles)
 
 
 def _known_rows(doc: _Document) -> tuple[list, np.ndarray, dict]:
@@ -627,6 +650,46 @@ def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, ste
     columns["phase"] = pd.Categorical.from_codes(phase_code.ravel(), categories=names) if "" in names or not \
         names else pd.Categorical.from_codes(phase_code.ravel() + 1, categories=["", *names])
     return columns, name_uniques
+
+
+# ---------------------------------------------------------------------------- profiles
+_OP_CATEGORIES = ("cpu_op", "operator")
+
+
+def _number_column(values: list) -> np.ndarray:
+    """float64 numbers from JSON values (NaN where absent or not a number)."""
+    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+
+
+def _profile_tables(doc: _Document, rows: list, name_codes, name_uniques, start_ns, end_ns, ids: dict) -> dict:
+    """The side tables of analyses.profiles, read before the raw rows are released: the framework
+    operators (cpu_op rows) with their ``flops`` arg and record_shapes' Input Dims / Concrete
+    Inputs (codes into distinct decoded values), and the profile_memory samples. Facts only."""
+    cat_codes, cats = _factorize(doc.field(rows, "cat"))
+    op_cat = np.array([str(cat).lower() in _OP_CATEGORIES for cat in cats], bool)
+    is_op = op_cat[cat_codes] if cat_codes.size else np.zeros(0, bool)
+    where = np.flatnonzero(is_op)
+    args = doc.args(compress(rows, is_op.tolist()))
+    dims_codes, dims = doc.json_arg(args, "input_dims")
+    # Concrete Inputs (stride/padding/dilation) only matter for convolutions: decoded for those only
+    conv_name = np.array(["conv" in name for name in name_uniques] + [False], bool)
+    conv = np.flatnonzero(conv_name[name_codes[where]]) if where.size else np.empty(0, np.int64)
+    concrete_codes = np.full(where.size, -1, np.int64)
+    concrete_codes[conv], concrete = doc.json_arg([args[i] for i in conv.tolist()], "concrete")
+    operators = pd.DataFrame({
+        "start_ns": start_ns[where], "end_ns": end_ns[where], "pid": ids["pid"][where], "lane": ids["tid"][where],
+        "name": pd.Categorical.from_codes(name_codes[where], categories=name_uniques) if where.size else
+        pd.Categorical([]), "flops": _number_column(doc.arg(args, "flops")),
+        "dims": dims_codes, "concrete": concrete_codes})
+    samples = doc.memory_samples()
+    sample_args = doc.args(samples)
+    time_ns, _ = _us_to_ns(doc.field(samples, "ts")) if samples else (np.empty(0, np.int64), None)
+    memory = pd.DataFrame({"time_ns": time_ns,
+                           "allocated": _int_column(doc.arg(sample_args, "total_allocated")),
+                           "reserved": _int_column(doc.arg(sample_args, "total_reserved")),
+                           "device_type": _int_column(doc.arg(sample_args, "device_type")),
+                           "device_id": _int_column(doc.arg(sample_args, "device_id"))})
+    return {"operators": operators, "input_dims": dims, "concrete_inputs": concrete, "memory": memory}
 
 
 # ---------------------------------------------------------------------------- communication

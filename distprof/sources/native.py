@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -110,7 +111,21 @@ def read(path: Path, config: dict) -> list[ev.RankTrace]:
                                "process_cpu_ns": _int_meta(meta, "process_cpu_ns", path, warnings),
                                "elapsed_ns": _int_meta(meta, "elapsed_ns", path, warnings),
                                **({"process_groups": process_groups, "group_from": GROUP_FROM}
-                                  if process_groups else {})})]
+                                  if process_groups else {}),
+                               **_model_profile(meta, path, warnings)})]
+
+
+def _model_profile(meta: dict, path: Path, warnings: list[str]) -> dict:
+    """The live FLOPs profile (distprof.torch.instrument(flops=True)) stored as JSON text, if any."""
+    text = meta.get("model_profile")
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        warnings.append(f"{path}: model_profile in distprof_meta is not JSON; ignored")
+        return {}
+    return {"model_profile": value} if isinstance(value, dict) else {}
 
 
 def _comm_fields(names: np.ndarray, kinds: np.ndarray, group_texts: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -1,0 +1,237 @@
+"""The Operator Summary (Paddle's): per framework operator, calls, CPU total/self/avg/max/min and
+the GPU time of the kernels launched under it, per rank and merged across ranks.
+
+Operators are the Kineto ``cpu_op`` rows (``RankTrace.profiles["operators"]``), else the host
+ranges named ``aten::...`` (nsys NVTX ranges of ``torch.autograd.profiler.emit_nvtx``, whose
+``, seq = N`` / ``, sizes = [...]`` tails are cut from the name). An operator belongs to the
+window when its start lies in it.
+
+* **self** = own duration − Σ durations of its direct child operators (same thread, contained):
+  nested operators (``aten::linear`` → ``aten::addmm``) are not counted twice in ``cpu_self_ns``.
+* **GPU** = the GPU ops (kernels, memcpy, memset) whose launching runtime call (the one launch
+  join) lies under the operator, its children's included; None on traces without GPU work.
+* **ratio** = CPU total / |W| (nested operators overlap, so ratios add up to more than 1).
+
+Everything is sorts, ``searchsorted`` and group-bys; the only loops run once per nesting level.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from .. import events as ev
+from ..sources.joins import innermost_enclosing, launch_join
+from . import intervals as iv
+
+MAX_ROWS = 200
+_NVTX_OP = re.compile(r"^(aten|c10d|prim|quantized|torchvision)::")
+_NVTX_TAIL = re.compile(r",\s*(seq|sizes|op_id|stack|input_op_ids)\s*=.*$")
+_NVTX_SIZES = re.compile(r"sizes\s*=\s*(\[.*?\]\])")
+_GPU_KINDS = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
+
+
+def op_tree(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parent (index of the innermost enclosing operator on the same thread, -1 for a top-level
+    one) and nesting depth (1 = top level) of nested intervals; equal intervals nest in row order."""
+    n = start.size
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    order = np.lexsort((np.arange(n), -end, start, thread))
+    position = np.empty(n, np.int64)
+    position[order] = np.arange(n)
+    # depth sweep: at one time ends close before starts open (half-open), a zero-length op's own
+    # end comes after its start; starts at one time in nesting order
+    tie = np.concatenate([np.ones(n, np.int8), np.where(end == start, 2, 0).astype(np.int8)])
+    sweep = np.lexsort((np.concatenate([position, position]), tie, np.concatenate([start, end]),
+                        np.concatenate([thread, thread])))
+    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    level = np.empty(2 * n, np.int64)
+    level[sweep] = np.cumsum(delta[sweep])
+    depth = np.maximum(level[:n], 1)
+    # parent: the last operator before it (nesting order) on the same thread one level up
+    _, thread_code = np.unique(thread, return_inverse=True)
+    span = (int(depth.max()) + 1) * n
+    key = thread_code.ravel().astype(np.int64) * span + depth * n + position
+    ordered = np.sort(key)
+    query = key - n  # same thread, depth - 1, same position
+    at = np.searchsorted(ordered, query, side="left") - 1
+    found = (at >= 0) & (depth > 1)
+    found &= ordered[np.maximum(at, 0)] // n == query // n
+    parent = np.full(n, -1, np.int64)
+    parent_pos = ordered[np.maximum(at, 0)] % n
+    parent[found] = order[parent_pos[found]]
+    safe = np.maximum(parent, 0)
+    contained = (start[safe] <= start) & (end <= end[safe])
+    parent[~contained] = -1
+    return parent, depth
+
+
+def up_the_tree(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Each operator's value plus those of all its descendants (one pass per nesting level)."""
+    total = values.astype(np.float64 if values.dtype.kind == "f" else np.int64, copy=True)
+    for level in range(int(depth.max(initial=1)), 1, -1):  # deepest level first
+        at = np.flatnonzero((depth == level) & (parent >= 0))
+        np.add.at(total, parent[at], total[at])
+    return total
+
+
+def nvtx_operators(events: pd.DataFrame) -> tuple[pd.DataFrame, list]:
+    """Operators of a trace without a cpu_op side table: host ranges named ``aten::...`` (nsys NVTX
+    of emit_nvtx), names without their ``, seq = N, sizes = [...]`` tails; the ``sizes`` (emit_nvtx
+    with record_shapes) as Input Dims: (operators, distinct dims)."""
+    host = (events["lane_kind"] == ev.HOST_THREAD).to_numpy() & np.isin(events["kind"].to_numpy(),
+                                                                          (ev.RANGE, ev.COMM_OP))
+    names = events["name"].cat.categories.astype(str)
+    is_op = np.array([bool(_NVTX_OP.match(n)) for n in names] + [False])[events["name"].cat.codes.to_numpy()]
+    part = events.loc[host & is_op, ["start_ns", "end_ns", "pid", "lane", "name"]]
+    codes = part["name"].cat.codes.to_numpy()
+    clean = np.asarray([_NVTX_TAIL.sub("", n) for n in names], object)
+    sizes = [_nvtx_sizes(n) for n in names]
+    distinct = sorted({text for text in sizes if text is not None})
+    dims_code = np.array([distinct.index(text) if text is not None else -1 for text in sizes] + [-1], np.int64)
+    frame = part.assign(name=pd.Categorical(clean[codes]), flops=np.nan, dims=dims_code[codes], concrete=-1)
+    return frame.reset_index(drop=True), [json.loads(text) for text in distinct]
+
+
+def _nvtx_sizes(name: str) -> str | None:
+    """The JSON text of ``sizes = [[...], ...]`` in an emit_nvtx range name, or None."""
+    match = _NVTX_SIZES.search(name)
+    if not match:
+        return None
+    try:
+        json.loads(match.group(1))
+    except ValueError:
+        return None
+    return match.group(1)
+
+
+def _thread_keys(*pairs: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
+    """One int64 key per (pid, lane) pair, equal across the given arrays for equal pairs (each
+    side's dense code, combined: 1-D sorts only)."""
+    pid = np.concatenate([np.asarray(p, np.int64) for p, _ in pairs])
+    lane = np.concatenate([np.asarray(lane, np.int64) for _, lane in pairs])
+    lanes, lane_code = np.unique(lane, return_inverse=True)
+    _, pid_code = np.unique(pid, return_inverse=True)
+    key = pid_code.ravel().astype(np.int64) * max(lanes.size, 1) + lane_code.ravel()
+    return np.split(key, np.cumsum([p.size for p, _ in pairs])[:-1])
+
+
+def launched_gpu_ns(events: pd.DataFrame, operators: pd.DataFrame, op_thread: np.ndarray) -> np.ndarray | None:
+    """Per operator, the GPU time of the GPU ops whose launching call lies under it (innermost
+    operator only; see :func:`up_the_tree`); None when the trace has no GPU work."""
+    kind = events["kind"].to_numpy()
+    gpu = np.flatnonzero(np.isin(kind, _GPU_KINDS))
+    if not gpu.size:
+        return None
+    calls = np.flatnonzero(kind == ev.RUNTIME)
+    pid, lane = events["pid"].to_numpy(), events["lane"].to_numpy()
+    corr, start, end = events["correlation_id"].to_numpy(), events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    launch = launch_join(corr[gpu], corr[calls], pid[gpu], pid[calls])
+    launched = launch >= 0
+    call = calls[launch[launched]]
+    call_thread, = _thread_keys((pid[call], lane[call]))
+    op_of = innermost_enclosing(op_thread, operators["start_ns"].to_numpy(), operators["end_ns"].to_numpy(),
+                                call_thread, start[call], end[call])
+    duration = (end - start)[gpu[launched]]
+    hit = op_of >= 0
+    return np.bincount(op_of[hit], weights=duration[hit], minlength=len(operators)).astype(np.int64)
+
+
+def prepared(events: pd.DataFrame, profiles: dict) -> dict:
+    """The operators with their nesting, thread keys and self time: what the Operator Summary and
+    the FLOPs profile share (from the source's side table, else from NVTX op ranges)."""
+    ops = profiles.get("operators")
+    dims, concrete = profiles.get("input_dims") or [], profiles.get("concrete_inputs") or []
+    if ops is None or not len(ops):
+        ops, dims = nvtx_operators(events)
+    start, end = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    pid, lane = ops["pid"].to_numpy(), ops["lane"].to_numpy()
+    (thread,) = _thread_keys((pid, lane)) if len(ops) else (np.empty(0, np.int64),)
+    parent, depth = op_tree(thread, start, end)
+    duration = end - start
+    child = np.bincount(parent[parent >= 0], weights=duration[parent >= 0], minlength=len(ops)).astype(np.int64)
+    return {"ops": ops, "thread": thread, "parent": parent, "depth": depth, "duration": duration,
+            "self": np.maximum(duration - child, 0), "input_dims": dims, "concrete_inputs": concrete}
+
+
+def operator_table(events: pd.DataFrame, tree: dict, window: iv.IntervalSet, in_window: np.ndarray,
+                   limit: int = MAX_ROWS) -> dict:
+    """One rank's Operator Summary: rows by name, sorted by CPU total, ``limit`` kept."""
+    ops = tree["ops"]
+    window_ns = iv.total(window)
+    own_gpu = launched_gpu_ns(events, ops, tree["thread"]) if len(ops) else None
+    gpu = None if own_gpu is None else up_the_tree(own_gpu, tree["parent"], tree["depth"])
+    frame = pd.DataFrame({"name": ops["name"].astype(str).to_numpy(), "cpu": tree["duration"],
+                          "self": tree["self"], "gpu": gpu if gpu is not None else 0})[in_window]
+    empty = {"rows": [], "denominator_ns": int(window_ns), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}
+    if not len(frame):
+        return empty
+    stats = frame.groupby("name", sort=False).agg(
+        calls=("cpu", "size"), cpu_total_ns=("cpu", "sum"), cpu_self_ns=("self", "sum"), cpu_max_ns=("cpu", "max"),
+        cpu_min_ns=("cpu", "min"), gpu_total_ns=("gpu", "sum")).reset_index()
+    stats["cpu_avg_ns"] = stats["cpu_total_ns"] / stats["calls"]
+    stats["gpu_avg_ns"] = stats["gpu_total_ns"] / stats["calls"]
+    if gpu is None:
+        stats["gpu_total_ns"] = stats["gpu_avg_ns"] = None
+    stats["ratio"] = stats["cpu_total_ns"] / window_ns if window_ns else None
+    return _kept(stats, limit, int(window_ns))
+
+
+_COLUMNS = ("name", "calls", "cpu_total_ns", "cpu_self_ns", "cpu_avg_ns", "cpu_max_ns", "cpu_min_ns",
+            "gpu_total_ns", "gpu_avg_ns", "ratio")
+_INTS = ("calls", "cpu_total_ns", "cpu_self_ns", "cpu_max_ns", "cpu_min_ns", "gpu_total_ns", "ranks", "max_rank")
+
+
+def _kept(stats: pd.DataFrame, limit: int, denominator: int, dropped: dict | None = None) -> dict:
+    """Rows sorted by CPU total (then name), ``limit`` kept, the rest counted in ``dropped``."""
+    stats = stats.sort_values(["cpu_total_ns", "name"], ascending=[False, True], kind="stable")
+    kept, rest = stats.iloc[:limit], stats.iloc[limit:]
+    columns = [c for c in (*_COLUMNS, "ranks", "max_rank", "cpu_total_ns_by_rank") if c in stats.columns]
+    rows = []
+    for row in kept[columns].to_dict("records"):
+        rows.append({k: (None if v is None or (isinstance(v, float) and np.isnan(v)) else
+                         int(v) if k in _INTS else float(v) if isinstance(v, (float, np.floating)) else v)
+                     for k, v in row.items()})
+    dropped = dict(dropped or {"rows": 0, "calls": 0, "total_ns": 0})
+    dropped = {"rows": dropped["rows"] + len(rest), "calls": dropped["calls"] + int(rest["calls"].sum()),
+               "total_ns": dropped["total_ns"] + int(rest["cpu_total_ns"].sum())}
+    return {"rows": rows, "denominator_ns": denominator, "dropped": dropped}
+
+
+def merge_operator_tables(tables: list[dict], ranks: list[int], limit: int = MAX_ROWS) -> dict:
+    """The Operator Summary across ranks: sums, max of maxes, min of mins, avg = Σ total / Σ calls,
+    the number of ranks that ran the operator and the rank with the largest CPU total."""
+    parts = [pd.DataFrame(t["operator"]["rows"]).assign(rank=r) for t, r in zip(tables, ranks)
+             if t.get("operator") and t["operator"]["rows"]]
+    denominator = int(sum(t["window_ns"] for t in tables))
+    dropped = {k: sum(t["operator"]["dropped"][k] for t in tables if t.get("operator"))
+               for k in ("rows", "calls", "total_ns")}
+    if not parts:
+        return {"rows": [], "denominator_ns": denominator, "dropped": dropped}
+    frame = pd.concat(parts, ignore_index=True)
+    has_gpu = frame["gpu_total_ns"].notna().any()
+    merged = frame.groupby("name", sort=False).agg(
+        calls=("calls", "sum"), cpu_total_ns=("cpu_total_ns", "sum"), cpu_self_ns=("cpu_self_ns", "sum"),
+        cpu_max_ns=("cpu_max_ns", "max"), cpu_min_ns=("cpu_min_ns", "min"),
+        gpu_total_ns=("gpu_total_ns", "sum"), ranks=("rank", "nunique")).reset_index()
+    top = frame.loc[frame.groupby("name", sort=False)["cpu_total_ns"].idxmax(), ["name", "rank"]]
+    merged = merged.merge(top.rename(columns={"rank": "max_rank"}), on="name", how="left")
+    merged["cpu_avg_ns"] = merged["cpu_total_ns"] / merged["calls"]
+    merged["gpu_avg_ns"] = merged["gpu_total_ns"] / merged["calls"]
+    if not has_gpu:
+        merged["gpu_total_ns"] = merged["gpu_avg_ns"] = None
+    merged["ratio"] = merged["cpu_total_ns"] / denominator if denominator else None
+    return _kept(merged, limit, denominator, dropped)
+
+
+def trimmed(table: dict, rows: int) -> dict:
+    """A rank's Operator Summary cut to ``rows`` for summary.json's ``by_rank``."""
+    rest = table["rows"][rows:]
+    return {"rows": table["rows"][:rows], "denominator_ns": table["denominator_ns"],
+            "dropped": {"rows": table["dropped"]["rows"] + len(rest),
+                        "calls": table["dropped"]["calls"] + sum(r["calls"] for r in rest),
+                        "total_ns": table["dropped"]["total_ns"] + sum(r["cpu_total_ns"] for r in rest)}}

@@ -1,0 +1,318 @@
+"""Per-rank profiles next to the Distributed Summary: FLOPs (achieved TFLOPS, MFU) and memory
+(allocated / reserved peaks per device and step), and across ranks the spread, the slowest rank,
+memory creep and a rank whose peak stands out.
+
+FLOPs of an operator: Kineto's ``flops`` arg where present (``with_flops`` of older PyTorch),
+else from record_shapes' Input Dims for GEMM and convolution ops (2 x multiply-adds):
+
+=======================  ===============================  =============================
+op                       Input Dims                       FLOPs
+=======================  ===============================  =============================
+aten::mm                 [M,K], [K,N]                     2·M·K·N
+aten::addmm              bias, [M,K], [K,N]               2·M·K·N
+aten::bmm                [B,M,K], [B,K,N]                 2·B·M·K·N
+aten::baddbmm            bias, [B,M,K], [B,K,N]           2·B·M·K·N
+aten::linear             [...,K], [N,K]                   2·Π(...)·K·N
+aten::conv*/convolution  [N,C,...], [O,C/g,k...] and      2·N·O·Π(out)·(C/g)·Π(k)
+                         stride/padding/dilation          (out from the concrete inputs)
+=======================  ===============================  =============================
+
+Each GEMM is counted once: an op with FLOPs under another op with FLOPs (``aten::linear`` →
+``aten::addmm``) counts, its ancestors do not (the innermost op). GEMM/conv ops without usable
+shapes are counted in ``flops_uncounted``. Steps and phases of an op: the ProfileStep holding its
+start, the innermost phase range around it on its thread.
+
+Memory: Kineto's ``[memory]`` samples (``profile_memory=True``): ``Total Allocated`` /
+``Total Reserved`` per (Device Type, Device Id) after each allocation; peaks are the largest
+samples whose time lies in the window; per step the largest in that step; growth per step is the
+least-squares slope of the per-step peaks. The rank's headline device is its GPU with the
+largest peak, else the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from .. import events as ev
+from ..results import RankProfile
+from ..sources.joins import innermost_enclosing
+from . import intervals as iv
+from . import operators as ops_mod
+from .distributed import analysis_window
+from .summaries import MAX_STEPS, _in_window, model_row
+
+_GEMM = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
+_CONV = re.compile(r"^aten::(_?convolution|conv[123]d|cudnn_convolution|mkldnn_convolution|_convolution)$")
+_FLOP_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|linear|matmul|_?convolution|conv[123]d|cudnn_convolution"
+                       r"|mkldnn_convolution|conv_transpose[123]d)$")
+_PHASE_KEYS = {"Forward": "forward", "Backward": "backward", "Optimization": "optimizer", "Dataloader": "dataloader"}
+_DEVICE_TYPES = {0: "CPU", 1: "GPU"}   # c10::DeviceType: CPU 0, CUDA 1
+
+
+def _prod(values) -> int:
+    return int(math.prod(int(v) for v in values))
+
+
+def _gemm_flops(name: str, dims) -> int | None:
+    """FLOPs of a GEMM from its Input Dims (None when the shapes do not fit)."""
+    try:
+        if name == "aten::linear":
+            x, w = dims[0], dims[1]
+            return 2 * _prod(x[:-1]) * int(x[-1]) * int(w[0]) if len(w) == 2 and x and x[-1] == w[1] else None
+        a, b = (dims[i] for i in _GEMM[name])
+        if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
+            return 2 * int(a[0]) * int(a[1]) * int(b[1])
+        if len(a) == 3 and len(b) == 3 and a[2] == b[1]:
+            return 2 * int(a[0]) * int(a[1]) * int(a[2]) * int(b[2])
+    except (IndexError, TypeError, ValueError, KeyError):
+        return None
+    return None
+
+
+def _concrete_list(value, size: int) -> list[int] | None:
+    """A stride/padding/dilation argument as ``size`` ints ('[1, 1]', '1', 1)."""
+    try:
+        value = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return None
+    if isinstance(value, int):
+        return [value] * size
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return value * size if len(value) == 1 else value if len(value) == size else None
+    return None
+
+
+def _conv_flops(name: str, dims, concrete) -> int | None:
+    """FLOPs of a (not transposed) convolution from Input Dims and the concrete stride/padding/dilation."""
+    try:
+        x, w = dims[0], dims[1]
+        spatial = len(x) - 2
+        if spatial < 1 or len(w) != len(x) or not concrete:
+            return None
+        stride, padding, dilation = (_concrete_list(concrete[i], spatial) for i in (3, 4, 5))
+        if name in ("aten::convolution", "aten::_convolution") and str(concrete[6]).lower() not in ("false", "0"):
+            return None  # transposed
+        if None in (stride, padding, dilation):
+            return None
+        out = [(x[2 + i] + 2 * padding[i] - dilation[i] * (w[2 + i] - 1) - 1) // stride[i] + 1 for i in range(spatial)]
+        return 2 * int(x[0]) * int(w[0]) * _prod(out) * int(w[1]) * _prod(w[2:])
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
+def shape_flops(name: str, dims, concrete) -> int | None:
+    """FLOPs of one GEMM/conv op from its recorded shapes; None when not a GEMM/conv op or not known."""
+    if not isinstance(dims, list):
+        return None
+    if name in _GEMM or name == "aten::linear":
+        return _gemm_flops(name, dims)
+    if _CONV.match(name):
+        return _conv_flops(name, dims, concrete)
+    return None
+
+
+def op_flops(tree: dict, input_dims: list, concrete_inputs: list) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """Per operator: FLOPs counted (innermost op with FLOPs only), a mask of the FLOP ops whose
+    shapes were not usable, and where the FLOPs came from ("args", "shapes", "args+shapes")."""
+    ops = tree["ops"]
+    names = ops["name"].astype(str).to_numpy()
+    arg = ops["flops"].to_numpy(np.float64)
+    keys = pd.DataFrame({"name": names, "dims": ops["dims"].to_numpy(), "concrete": ops["concrete"].to_numpy()})
+    distinct = keys.drop_duplicates()
+    per_key = []
+    for name, dims, concrete in distinct.itertuples(index=False):  # per distinct (name, shapes), not per event
+        value = shape_flops(name, input_dims[dims] if dims >= 0 else None,
+                            concrete_inputs[concrete] if concrete >= 0 else None)
+        per_key.append(-1 if value is None else value)
+    lookup = distinct.assign(shape=np.asarray(per_key, np.int64))
+    shape = keys.merge(lookup, on=["name", "dims", "concrete"], how="left")["shape"].to_numpy()
+    from_args = np.isfinite(arg) & (arg > 0)
+    flops = np.where(from_args, np.nan_to_num(arg), np.maximum(shape, 0)).astype(np.int64)
+    has = flops > 0
+    below = ops_mod.up_the_tree(has.astype(np.int64), tree["parent"], tree["depth"]) - has  # descendants with FLOPs
+    counted = np.where(has & (below == 0), flops, 0)
+    categories = pd.Categorical(names)
+    flop_op = np.array([bool(_FLOP_OPS.match(n)) for n in categories.categories] + [False], bool)
+    is_flop_op = flop_op[categories.codes]
+    uncounted = is_flop_op & ~has & (below == 0)
+    used = {"args" if (from_args & (counted > 0)).any() else "", "shapes" if (~from_args & (counted > 0)).any() else ""}
+    source = "+".join(sorted(u for u in used if u)) or None
+    return counted, uncounted, source
+
+
+def _step_and_phase(events: pd.DataFrame, tree: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per operator: the ProfileStep index holding its start (-1) and its Model Summary phase key ("")."""
+    ops = tree["ops"]
+    start, end = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    kind, name = events["kind"].to_numpy(), events["name"]
+    is_step = (kind == ev.RANGE) & (name == ev.PROFILE_STEP).to_numpy()
+    steps = events[is_step]
+    found = innermost_enclosing(np.zeros(len(steps), np.int64), steps["start_ns"].to_numpy(),
+                                steps["end_ns"].to_numpy(), np.zeros(start.size, np.int64), start, start)
+    step = np.where(found >= 0, steps["step"].to_numpy()[np.maximum(found, 0)], -1) if len(steps) else \
+        np.full(start.size, -1)
+    phase_rows = events[(kind == ev.RANGE) & (events["category"] == ev.PHASE).to_numpy() & ~is_step]
+    phase = np.full(start.size, "", object)
+    if len(phase_rows):
+        thread_ops, thread_phase = ops_mod._thread_keys((ops["pid"].to_numpy(), ops["lane"].to_numpy()),
+                                                        (phase_rows["pid"].to_numpy(), phase_rows["lane"].to_numpy()))
+        at = innermost_enclosing(thread_phase, phase_rows["start_ns"].to_numpy(), phase_rows["end_ns"].to_numpy(),
+                                 thread_ops, start, end)
+        names = phase_rows["name"].astype(str).to_numpy()
+        key = np.array([_PHASE_KEYS.get(model_row(n) or "", "other") for n in names], object)
+        phase[at >= 0] = key[at[at >= 0]]
+    return step, phase
+
+
+def flops_figures(events: pd.DataFrame, tree: dict, window: iv.IntervalSet,
+                  in_window: np.ndarray, peak_tflops: float | None) -> dict:
+    """The rank's FLOPs figures (all None when no operator has FLOPs)."""
+    counted, uncounted, source = op_flops(tree, tree["input_dims"], tree["concrete_inputs"])
+    names = tree["ops"]["name"].astype(str).to_numpy()
+    missing = pd.Series(names[uncounted & in_window]).value_counts()
+    out = {"flops_source": source, "flops_uncounted": {"ops": int(missing.sum()), "by_name": missing.head(20)
+                                                       .astype(int).to_dict()}}
+    if not (counted[in_window] > 0).any():
+        return {**out, "flops_per_step": None, "flops_total": None, "achieved_tflops": None, "mfu": None,
+                "flops_by_phase": None}
+    step, phase = _step_and_phase(events, tree)
+    total = int(counted[in_window].sum())
+    window_ns = iv.total(window)
+    per_step = pd.Series(counted[step >= 0]).groupby(step[step >= 0]).sum()
+    achieved = total / window_ns / 1e3 if window_ns else None   # FLOP/ns = GFLOP/s
+    by_phase = None
+    if (phase != "").any() and len(per_step):
+        frame = pd.DataFrame({"step": step, "phase": phase, "flops": counted})
+        frame = frame[(frame["step"] >= 0) & (frame["phase"] != "")]
+        table = frame.pivot_table(index="step", columns="phase", values="flops", aggfunc="sum", fill_value=0)
+        table = table.reindex(per_step.index, fill_value=0)
+        by_phase = {str(k): int(round(table[k].median())) for k in table.columns}
+    return {**out, "flops_per_step": int(round(per_step.median())) if len(per_step) else None,
+            "flops_total": total, "achieved_tflops": achieved,
+            "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None,
+            "flops_by_phase": by_phase}
+
+
+def _device_label(device_type: int, device_id: int) -> str:
+    kind = _DEVICE_TYPES.get(int(device_type), f"device type {int(device_type)}")
+    return kind if kind == "CPU" else f"{kind}{max(int(device_id), 0)}"
+
+
+def memory_figures(events: pd.DataFrame, memory: pd.DataFrame | None, window: iv.IntervalSet) -> dict:
+    """Peaks of allocated / reserved bytes per device, per step, and their growth per step."""
+    none = {"memory_peak_allocated_bytes": None, "memory_peak_reserved_bytes": None,
+            "memory_growth_per_step_bytes": None, "memory_device": None, "memory_devices": []}
+    if memory is None or not len(memory):
+        return none
+    samples = memory[_in_window(memory["time_ns"].to_numpy(), window)]
+    if not len(samples):
+        return none
+    steps = events[((events["kind"] == ev.RANGE) & (events["name"] == ev.PROFILE_STEP)).to_numpy()]
+    steps = steps.sort_values("start_ns")
+    starts, ends = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    at = np.searchsorted(starts, samples["time_ns"].to_numpy(), side="right") - 1
+    ok = (at >= 0) & (samples["time_ns"].to_numpy() < ends[np.maximum(at, 0)]) if starts.size else at >= 0
+    samples = samples.assign(step=np.where(ok, steps["step"].to_numpy()[np.maximum(at, 0)], -1) if starts.size
+                             else -1)
+    devices = []
+    for (dtype, did), part in samples.groupby(["device_type", "device_id"], sort=True):  # per device
+        per_step = part[part["step"] >= 0].groupby("step")["allocated"].max()
+        growth = float(np.polyfit(per_step.index.to_numpy(np.float64), per_step.to_numpy(np.float64), 1)[0]) \
+            if len(per_step) >= 2 else None
+        reserved = part[part["step"] >= 0].groupby("step")["reserved"].max()
+        devices.append({"device": _device_label(dtype, did), "peak_allocated_bytes": int(part["allocated"].max()),
+                        "peak_reserved_bytes": int(part["reserved"].max()),   # series: the first MAX_STEPS steps
+                        "steps": per_step.index.astype(int).tolist()[:MAX_STEPS],
+                        "step_peak_allocated_bytes": per_step.astype(int).tolist()[:MAX_STEPS],
+                        "step_peak_reserved_bytes": reserved.astype(int).tolist()[:MAX_STEPS],
+                        "growth_per_step_bytes": growth})
+    gpus = [d for d in devices if d["device"] != "CPU"]
+    main = max(gpus or devices, key=lambda d: d["peak_allocated_bytes"])
+    return {"memory_peak_allocated_bytes": main["peak_allocated_bytes"],
+            "memory_peak_reserved_bytes": main["peak_reserved_bytes"],
+            "memory_growth_per_step_bytes": main["growth_per_step_bytes"], "memory_device": main["device"],
+            "memory_devices": devices}
+
+
+def rank_profile(trace: ev.RankTrace, config: dict) -> tuple[RankProfile, dict]:
+    """The rank's FLOPs and memory profile and its Operator Summary table."""
+    events, profiles = trace.events, trace.profiles or {}
+    window = analysis_window(events, config["window"])
+    tree = ops_mod.prepared(events, profiles)
+    in_window = _in_window(tree["ops"]["start_ns"].to_numpy(), window)
+    table = ops_mod.operator_table(events, tree, window, in_window)
+    peak = (config.get("hardware") or {}).get("peak_tflops")
+    figures = {**flops_figures(events, tree, window, in_window, peak),
+               **memory_figures(events, profiles.get("memory"), window)}
+    return RankProfile(**figures), table
+
+
+def _spread(values: dict[int, float]) -> dict | None:
+    """min / median / max across ranks, max/min, and the argmin / argmax rank."""
+    if not values:
+        return None
+    ranks = sorted(values)
+    series = pd.Series([values[r] for r in ranks], index=ranks, dtype=np.float64)
+    low = float(series.min())
+    return {"min": low, "median": float(series.median()), "max": float(series.max()),
+            "max_over_min": float(series.max()) / low if low else None,
+            "min_rank": int(series.idxmin()), "max_rank": int(series.idxmax())}
+
+
+def across_ranks(results: list) -> dict:
+    """summary.json ``profiles``: the spread of achieved TFLOPS (the slowest rank runs the fewest
+    FLOPS), of FLOPs per step (unequal work) and of peak allocated memory."""
+    tflops = {r.rank: r.profile.achieved_tflops for r in results if r.profile.achieved_tflops is not None}
+    work = {r.rank: r.profile.flops_per_step for r in results if r.profile.flops_per_step is not None}
+    peaks = {r.rank: r.profile.memory_peak_allocated_bytes for r in results
+             if r.profile.memory_peak_allocated_bytes is not None}
+    spread = _spread(tflops)
+    return {"achieved_tflops": spread, "slowest_rank": spread["min_rank"] if spread else None,
+            "flops_per_step": _spread(work), "memory_peak_allocated_bytes": _spread(peaks)}
+
+
+def _memory_finding(name: str, ranks: list[int], **evidence) -> dict:
+    """Memory is not time: no figure in ns and no predicted saving (analyses/cost.py says why);
+    reports/findings.py words it."""
+    return {"finding": name, "figure_ns": 0, "ranks": ranks, "evidence": evidence}
+
+
+def memory_findings(results: list, config: dict) -> list[dict]:
+    """Memory creep (per-step peaks that grow every step, by more than ``diagnosis.memory_creep_share``
+    of the first step's over the steps) and a rank whose peak stands out (above the median of the
+    ranks by more than ``diagnosis.memory_outlier_share``)."""
+    diagnosis = config.get("diagnosis") or {}
+    creep_share, outlier_share = diagnosis.get("memory_creep_share", 0.01), diagnosis.get("memory_outlier_share", 0.2)
+    out, creeping = [], {}
+    for result in results:  # one iteration per rank
+        for device in result.profile.memory_devices:
+            peaks = np.asarray(device["step_peak_allocated_bytes"], np.float64)
+            if peaks.size >= 3 and (np.diff(peaks) > 0).all() and peaks[-1] - peaks[0] > creep_share * peaks[0]:
+                creeping[(result.rank, device["device"])] = (device["growth_per_step_bytes"], peaks)
+    if creeping:
+        (rank, device), (growth, peaks) = max(creeping.items(), key=lambda item: item[1][0])
+        out.append(_memory_finding("memory_creep", sorted({r for r, _ in creeping}), ranks_total=len(results),
+                                   worst_rank=rank, device=device, growth_per_step_bytes=growth,
+                                   first_peak_bytes=float(peaks[0]), last_peak_bytes=float(peaks[-1]),
+                                   steps=int(peaks.size)))
+    peaks = {r.rank: r.profile.memory_peak_allocated_bytes for r in results
+             if r.profile.memory_peak_allocated_bytes}
+    if len(peaks) >= 2:
+        median = float(np.median(list(peaks.values())))
+        high = {r: p for r, p in peaks.items() if p > (1 + outlier_share) * median}
+        if high:
+            out.append(_memory_finding("memory_imbalance", sorted(high), worst_rank=max(high, key=high.get),
+                                       peak_by_rank={str(r): int(p) for r, p in peaks.items()}, median_bytes=median))
+    return out
+
+
+def model_profile(results: list) -> dict | None:
+    """summary.json ``model_profile``: each rank's live FLOPs profile (distprof.torch.instrument
+    with flops=True, carried in the rank file's metadata) in rank order; None when no rank has one."""
+    ranks = [{**r.meta["model_profile"], "rank": r.rank} for r in results if r.meta.get("model_profile")]
+    return {"ranks": ranks} if ranks else None

@@ -1,0 +1,288 @@
+"""Operator Summary, FLOPs/MFU and memory profiles, checked against the model's known shape and
+against plain-Python counts over the raw Kineto JSON (tests/data/torch_flops: 2 ranks, DDP over
+4 x Linear(1024, 1024) at batch 64, record_shapes + profile_memory, ProfilerSteps #2-#4)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distprof import config as config_mod
+from distprof import pipeline
+from distprof.analyses import cost, operators, profiles
+from distprof.reports import findings as findings_report
+from distprof.results import RankProfile
+from distprof.sources import kineto
+
+DATA = Path(__file__).parent / "data" / "torch_flops"
+FILES = sorted(DATA.glob("rank*.json.gz"))
+UNIT = 2 * 64 * 1024 * 1024          # one 64x1024 @ 1024x1024 GEMM
+FORWARD = 4 * UNIT                   # 536,870,912
+BACKWARD = 2 * FORWARD - UNIT        # weight and input gradients, no input gradient for layer 1
+
+
+def _raw(path: Path) -> list[dict]:
+    return json.load(gzip.open(path))["traceEvents"]
+
+
+def _steps(raw: list[dict]) -> list[tuple[float, float]]:
+    return [(e["ts"], e["ts"] + e["dur"]) for e in raw if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
+
+
+def _in_steps(ts: float, steps) -> bool:
+    return any(a <= ts < b for a, b in steps)
+
+
+@pytest.fixture(scope="module")
+def summary():
+    return pipeline.merge_files(FILES, config_mod.load(overrides={"hardware": {"peak_tflops": 0.5}})).to_json()
+
+
+def test_flops_per_step_equal_the_model_gemms(summary):
+    for row in summary["ranks"]:
+        assert row["flops_per_step"] == FORWARD + BACKWARD == 1_476_395_008
+        assert row["flops_by_phase"]["forward"] == FORWARD == 536_870_912
+        assert row["flops_by_phase"]["backward"] == BACKWARD
+        assert row["flops_source"] == "shapes" and row["flops_uncounted"]["ops"] == 0
+
+
+def test_flops_equal_a_plain_count_over_the_raw_json(summary):
+    """Innermost GEMMs (mm/addmm) by Input Dims, inside the ProfilerSteps; MFU over the peak."""
+    for path, row in zip(FILES, summary["ranks"]):
+        raw = _raw(path)
+        steps = _steps(raw)
+        total = 0
+        for e in raw:
+            if e.get("cat") == "cpu_op" and e["name"] in ("aten::mm", "aten::addmm") and _in_steps(e["ts"], steps):
+                dims = e["args"]["Input Dims"][1:3] if e["name"] == "aten::addmm" else e["args"]["Input Dims"][:2]
+                total += 2 * dims[0][0] * dims[0][1] * dims[1][1]
+        step_ns = sum(round((b - a) * 1000) for a, b in steps)
+        assert row["flops_total"] == total == 3 * (FORWARD + BACKWARD)
+        assert row["achieved_tflops"] == pytest.approx(total / step_ns / 1e3, rel=1e-5)
+        assert row["mfu"] == pytest.approx(row["achieved_tflops"] / 0.5)
+
+
+def test_peak_allocated_is_the_largest_sample_in_the_window(summary):
+    for path, row in zip(FILES, summary["ranks"]):
+        raw = _raw(path)
+        steps = _steps(raw)
+        samples = [e for e in raw if e.get("ph") == "i" and e.get("name") == "[memory]" and _in_steps(e["ts"], steps)]
+        assert row["memory_peak_allocated_bytes"] == max(e["args"]["Total Allocated"] for e in samples)
+        assert row["memory_peak_reserved_bytes"] == max(e["args"]["Total Reserved"] for e in samples)
+        (device,) = row["memory_devices"]
+        per_step = [max(e["args"]["Total Allocated"] for e in samples if a <= e["ts"] < b) for a, b in steps]
+        assert device["device"] == "CPU" and device["step_peak_allocated_bytes"] == per_step
+        assert device["growth_per_step_bytes"] == pytest.approx(np.polyfit(range(len(per_step)), per_step, 1)[0])
+
+
+def _self_ns(op: dict, ops: list[dict]) -> int:
+    """Own duration minus its direct children's (contained cpu_ops on its thread with no op between)."""
+    def inside(a, b):
+        return a is not b and a["tid"] == b["tid"] and b["ts"] <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"]
+    below = [o for o in ops if inside(o, op)]
+    direct = [o for o in below if not any(inside(o, mid) for mid in below)]
+    return round(op["dur"] * 1000) - sum(round(o["dur"] * 1000) for o in direct)
+
+
+def test_operator_rows_equal_a_plain_count_over_the_raw_json(summary):
+    merged = {}
+    for path, rank in zip(FILES, summary["tables"]["by_rank"]):
+        raw = _raw(path)
+        steps = _steps(raw)
+        ops = [e for e in raw if e.get("cat") == "cpu_op"]
+        for name in ("aten::addmm", "aten::linear", "aten::mm"):
+            mine = [e for e in ops if e["name"] == name and _in_steps(e["ts"], steps)]
+            row = next(r for r in rank["operator"]["rows"] if r["name"] == name)
+            assert row["calls"] == len(mine)
+            assert row["cpu_total_ns"] == sum(round(e["dur"] * 1000) for e in mine)
+            assert row["cpu_max_ns"] == max(round(e["dur"] * 1000) for e in mine)
+            assert row["cpu_self_ns"] == sum(_self_ns(e, ops) for e in mine)
+            assert row["gpu_total_ns"] is None   # CPU-only trace
+            merged.setdefault(name, [0, 0])
+            merged[name][0] += row["calls"]
+            merged[name][1] += row["cpu_total_ns"]
+    rows = {r["name"]: r for r in summary["tables"]["merged"]["operator"]["rows"]}
+    assert rows["aten::addmm"]["calls"] == 2 * 3 * 4 and rows["aten::mm"]["calls"] == 2 * 3 * 7
+    for name, (calls, total) in merged.items():
+        assert (rows[name]["calls"], rows[name]["cpu_total_ns"], rows[name]["ranks"]) == (calls, total, 2)
+
+
+def test_op_tree_parents_self_time_and_gpu_up_the_tree():
+    #      0: [0, 100)  ├ 1: [10, 50)  ├ 2: [20, 30)   3: [60, 70)     4: [0, 5) on another thread
+    thread = np.array([0, 0, 0, 0, 1])
+    start, end = np.array([0, 10, 20, 60, 0]), np.array([100, 50, 30, 70, 5])
+    parent, depth = operators.op_tree(thread, start, end)
+    assert parent.tolist() == [-1, 0, 1, 0, -1] and depth.tolist() == [1, 2, 3, 2, 1]
+    assert operators.up_the_tree(np.array([1, 2, 4, 8, 16]), parent, depth).tolist() == [15, 6, 4, 8, 16]
+
+
+def test_shape_flops_formulas():
+    assert profiles.shape_flops("aten::linear", [[8, 4, 16], [32, 16], [32]], None) == 2 * 32 * 16 * 32
+    assert profiles.shape_flops("aten::bmm", [[3, 4, 5], [3, 5, 6]], None) == 2 * 3 * 4 * 5 * 6
+    assert profiles.shape_flops("aten::baddbmm", [[3, 4, 6], [3, 4, 5], [3, 5, 6]], None) == 2 * 3 * 4 * 5 * 6
+    # conv2d: 1x3x8x8 input, 4x3x3x3 weight, stride 1, padding 1 -> 8x8 output
+    concrete = ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]
+    assert profiles.shape_flops("aten::conv2d", [[1, 3, 8, 8], [4, 3, 3, 3], [4]], concrete) == 2 * 4 * 64 * 3 * 9
+    assert profiles.shape_flops("aten::mm", [[2, 3], [4, 5]], None) is None   # shapes that do not fit
+    assert profiles.shape_flops("aten::relu", [[2, 3]], None) is None
+
+
+def test_kineto_side_tables_hold_every_cpu_op_and_memory_sample():
+    trace = kineto.read(FILES[0], config_mod.load())[0]
+    raw = _raw(FILES[0])
+    assert len(trace.profiles["operators"]) == sum(e.get("cat") == "cpu_op" for e in raw)
+    assert len(trace.profiles["memory"]) == sum(e.get("name") == "[memory]" and e.get("ph") == "i" for e in raw)
+
+
+def test_rank_profile_round_trips_through_json(summary):
+    row = summary["ranks"][1]
+    profile = RankProfile.from_json(row)
+    assert profile.to_json() == {k: row[k] for k in profile.to_json()}
+    assert json.loads(json.dumps(profile.to_json())) == profile.to_json()
+
+
+def test_across_ranks_names_the_slowest_rank(summary):
+    tflops = {r["rank"]: r["achieved_tflops"] for r in summary["ranks"]}
+    spread = summary["profiles"]["achieved_tflops"]
+    assert summary["profiles"]["slowest_rank"] == min(tflops, key=tflops.get) == spread["min_rank"]
+    assert spread["max_over_min"] == pytest.approx(max(tflops.values()) / min(tflops.values()))
+
+
+def _with_memory(result, peaks: list[int]):
+    device = {"device": "GPU0", "peak_allocated_bytes": max(peaks), "peak_reserved_bytes": max(peaks),
+              "steps": list(range(len(peaks))), "step_peak_allocated_bytes": peaks,
+              "step_peak_reserved_bytes": peaks,
+              "growth_per_step_bytes": float(np.polyfit(range(len(peaks)), peaks, 1)[0])}
+    return replace(result, profile=replace(result.profile, memory_peak_allocated_bytes=max(peaks),
+                                           memory_devices=[device]))
+
+
+def test_memory_creep_and_outlier_findings_invent_no_saving():
+    config = config_mod.load()
+    base = [pipeline.reduce_rank(kineto.read(path, config)[0], config) for path in FILES]
+    creeping = [_with_memory(base[0], [100, 110, 120, 130]), _with_memory(base[1], [100, 100, 100, 100])]
+    (creep,) = profiles.memory_findings(creeping, config)
+    assert creep["finding"] == "memory_creep" and creep["ranks"] == [0]
+    assert creep["evidence"]["growth_per_step_bytes"] == pytest.approx(10)
+    [priced] = cost.price_findings([creep], None)  # memory is not time: priced by nothing, and says so
+    assert priced["predicted_saving_ns"] is None and priced["why_not"] == "memory, not time"
+    assert priced["severity"] == "unpriced"
+    assert "grows 0.0 MiB per step" in findings_report.worded([creep])[0]["message"]
+    uneven = [_with_memory(base[0], [100, 100, 100]), _with_memory(base[1], [300, 300, 300]),
+              _with_memory(base[1], [100, 100, 100])]
+    uneven[2] = replace(uneven[2], rank=2)
+    (outlier,) = profiles.memory_findings(uneven, config)
+    assert outlier["finding"] == "memory_imbalance" and outlier["ranks"] == [1]
+    [priced] = cost.price_findings([outlier], None)
+    assert priced["predicted_saving_ns"] is None and priced["cost_ns"] is None
+    assert "rank 1 holds" in findings_report.worded([outlier])[0]["message"]
+    assert profiles.memory_findings(base, config) == []  # the real traces: steady memory, equal ranks
+
+
+def test_peak_tflops_is_validated():
+    with pytest.raises(config_mod.ConfigError):
+        config_mod.load(overrides={"hardware": {"peak_tflops": -1}})
+    assert config_mod.load()["hardware"]["peak_tflops"] is None
+
+
+def test_nsys_nvtx_operators_on_an_export_with_nsys_ddl(tmp_path):
+    """emit_nvtx-style ranges (``aten::op, seq = N, sizes = [...]``) in an export written with nsys's
+    own DDL: the Operator Summary (GPU time of the kernel launched under addmm, counted for linear
+    too) and the FLOPs from the sizes."""
+    import nsys_fixtures as fx
+    if not fx.ddl_available():
+        pytest.skip("nsys DDL not available")
+    export = fx.NsysExport(schema="2026.2")
+    pid = 4242
+    export.range(pid, 1_000, 40_000, "ProfileStep#0")
+    export.range(pid, 2_000, 9_000, "aten::linear, seq = 1, sizes = [[64, 1024], [1024, 1024], [1024]]")
+    export.range(pid, 2_500, 8_000, "aten::addmm, seq = 1, sizes = [[1024], [64, 1024], [1024, 1024], [], []]")
+    export.kernel(pid, 0, 7, 1_500, 1_800, "fill", launch=(1_100, 1_200))  # the step's GPU window opens here
+    export.kernel(pid, 0, 7, 10_000, 20_000, "gemm", launch=(3_000, 3_500))
+    path = export.write(tmp_path / "rank0.sqlite")
+    out = pipeline.merge_files([path], config_mod.load()).to_json()
+    rows = {r["name"]: r for r in out["tables"]["by_rank"][0]["operator"]["rows"]}
+    assert (rows["aten::addmm"]["calls"], rows["aten::addmm"]["cpu_total_ns"], rows["aten::addmm"]["cpu_self_ns"],
+            rows["aten::addmm"]["gpu_total_ns"]) == (1, 5_500, 5_500, 10_000)
+    assert (rows["aten::linear"]["cpu_total_ns"], rows["aten::linear"]["cpu_self_ns"],
+            rows["aten::linear"]["gpu_total_ns"]) == (7_000, 1_500, 10_000)
+    assert out["ranks"][0]["flops_per_step"] == UNIT
+
+
+def test_reports_show_the_operator_summary_and_the_profiles(summary):
+    from distprof.reports import html, tables, text
+    report = text.render(summary, sorted_by="calls", top=5)
+    assert "Operator Summary (all ranks)" in report and "FLOPs and Memory" in report
+    section = report[report.index("Operator Summary (all ranks)"):]
+    most_calls = max(summary["tables"]["merged"]["operator"]["rows"], key=lambda r: r["calls"])
+    first_row = section.splitlines()[3]
+    assert first_row.startswith(most_calls["name"][:40]) and f" {most_calls['calls']} " in first_row
+    assert "1.476" in report   # GFLOPs per step
+    page = html.render(summary)
+    assert "<h3>Operator Summary</h3>" in page and "<h2>FLOPs and Memory</h2>" in page
+    assert "peak allocated (MiB)" in page and page.count(">rank ") >= 2   # the memory plot, a line per rank
+    assert [r["name"] for r in tables.sort_operator_rows(summary["tables"]["merged"]["operator"]["rows"],
+                                                         "cpu_self")][0] == "aten::mm"
+
+
+def test_live_flops_profile_under_torchrun(tmp_path):
+    """examples/torch_ddp.py --flops: 2 ranks (gloo), DDP over 2 x (Linear(64, 64), ReLU) at batch 32:
+    params and forward FLOPs known by construction, backward = 2 x forward minus layer 1's input grad."""
+    pytest.importorskip("torch")
+    from test_torch import torchrun
+    summary = torchrun(tmp_path, "--flops", "--width", "64", "--layers", "2", "--batch", "32")
+    gemm = 2 * 32 * 64 * 64
+    ranks = summary["model_profile"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for row in ranks:
+        assert row["params"] == 2 * (64 * 64 + 64)
+        assert row["fwd_flops_per_step"] == 2 * gemm and row["bwd_flops_per_step"] == 3 * gemm
+        assert row["samples_per_s"] == pytest.approx(32 / row["iter_latency_ns"] * 1e9)
+        assert row["achieved_tflops"] == pytest.approx(5 * gemm / row["iter_latency_ns"] / 1e3)
+        top = next(m for m in row["modules"] if m["name"] == "module")
+        assert (top["depth"], top["params"], top["macs"]) == (1, row["params"], gemm)
+        first = next(m for m in row["modules"] if m["name"] == "module.0")
+        assert (first["depth"], first["params"], first["macs"]) == (2, 64 * 64 + 64, gemm // 2)
+        assert first["fwd_latency_ns"] > 0 and row["fwd_latency_ns"] >= first["fwd_latency_ns"]
+    from distprof.reports import html, text
+    assert "Model FLOPs Profile (live, one step)" in text.render(summary)
+    assert "<h2>Model FLOPs Profile</h2>" in html.render(summary)
+
+
+def test_flops_probe_closes_without_an_optimizer_step(tmp_path, monkeypatch):
+    """A probed step that never reaches optimizer.step: the next forward (or remove) leaves the
+    counter, so later steps do not pay and no profile is invented."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    import distprof
+    import distprof.torch as dtorch
+    for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        inst = dtorch.instrument(model, torch.optim.SGD(model.parameters(), lr=0.1), profiler=prof, flops=True)
+        model(torch.randn(2, 8)).sum().backward()
+        assert len(_get_current_dispatch_mode_stack()) == 1     # the counter, until the step
+        model(torch.randn(2, 8))                                # no optimizer step in between
+        assert _get_current_dispatch_mode_stack() == [] and inst.model_profile is None
+        inst.remove()
+
+
+def test_side_tables_agree_without_msgspec(monkeypatch):
+    """The stdlib JSON fallback reads the same operators, shapes and memory samples."""
+    config = config_mod.load()
+    fast = kineto.read(FILES[1], config)[0].profiles
+    monkeypatch.setattr(kineto, "msgspec", None)
+    slow = kineto.read(FILES[1], config)[0].profiles
+    assert fast["memory"].equals(slow["memory"])
+    for side in (fast, slow):
+        side["shapes"] = [side["input_dims"][code] for code in side["operators"]["dims"]]
+    assert fast["shapes"] == slow["shapes"]
+    columns = ["start_ns", "end_ns", "pid", "lane", "flops"]
+    assert fast["operators"][columns].equals(slow["operators"][columns])
