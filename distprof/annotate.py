@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable
 
 import nvtx
@@ -108,11 +109,29 @@ def comm_metadata(group=None, nbytes: int | None = None, peer: int | None = None
     return text, values[0], values[1]
 
 
+# Every Range made (one per thread and name, made once): the hang watchdog reads which are open from
+# here, so the hot path stays as it was.
+_ALL_RANGES: weakref.WeakSet = weakref.WeakSet()
+_ALL_RANGES_LOCK = threading.Lock()
+
+
+def open_ranges() -> list[tuple[str, str, str, int, list[int]]]:
+    """(name, category, comm group text, thread id, start times) of every range open now, on any thread."""
+    with _ALL_RANGES_LOCK:
+        ranges = list(_ALL_RANGES)
+    found = []
+    for item in ranges:
+        starts = list(item._starts)  # a copy: the owning thread may push or pop meanwhile
+        if starts:
+            found.append((item.label[0], item.label[1], item._comm[0], item._thread, starts))
+    return found
+
+
 class Range:
     """A named range of one thread. ``phase("forward")`` returns the same object every time on
     a given thread, so entering it allocates nothing; nesting stacks its start times."""
 
-    __slots__ = ("_name_id", "_attributes", "_starts", "_thread", "label", "_comm")
+    __slots__ = ("_name_id", "_attributes", "_starts", "_thread", "label", "_comm", "__weakref__")
 
     def __init__(self, name: str, category: str = ev.PHASE, kind: str = ev.RANGE,
                  comm: tuple[str, int, int] = NO_COMM) -> None:
@@ -122,6 +141,8 @@ class Range:
         self._starts: list[int] = []
         self._thread = threading.get_native_id()  # the lane: OS thread id, as nsys shows it
         THREAD_NAMES[self._thread] = threading.current_thread().name
+        with _ALL_RANGES_LOCK:
+            _ALL_RANGES.add(self)
 
     def __enter__(self) -> Range:
         _state.push(self._attributes)

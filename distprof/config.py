@@ -18,6 +18,7 @@ DEFAULTS: dict[str, Any] = {
         "enabled": True,        # record ranges into the per-rank native file
         "nvtx": True,           # emit NVTX ranges (seen by nsys)
         "merge_timeout_s": 120.0,   # without MPI: how long rank 0 waits for the other ranks' files
+        "hang_dump_s": None,    # a step running longer than this (s) writes OUT/hang_rank<r>.json; None: off
     },
     "phases": {
         "dataloader": "Dataloader",   # name of the phase recorded around each next() of prof.loader
@@ -96,7 +97,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 # keys whose default is None (not known): a number of this type, or null; must be > 0
 NULLABLE: dict[str, type] = {"hardware.peak_busbw_gbps": float, "hardware.gpus_per_node": int,
                              "hardware.peak_tflops": float, "input.max_file_mb": int,
-                             "input.max_uncompressed_mb": int, "live.prometheus_port": int, "live.textfile": str}
+                             "input.max_uncompressed_mb": int, "live.prometheus_port": int, "live.textfile": str,
+                             "collector.hang_dump_s": float}
 NON_EMPTY_ITEMS = ("communication.kernel_prefixes",)  # an empty prefix would match every kernel
 
 

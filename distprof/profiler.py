@@ -64,7 +64,17 @@ class Profiler:
             self._follow_schedule()
             self._start_live()
         self._begin_step(clock_ns())
+        self._watchdog = self._start_watchdog()
         return self
+
+    def _start_watchdog(self):
+        """The hang watchdog when ``collector.hang_dump_s`` is set (None otherwise)."""
+        limit = self.config["collector"]["hang_dump_s"]
+        if limit is None:
+            return None
+        from .watchdog import HangWatchdog
+        return HangWatchdog(lambda: (self.step_num, self._step_start), limit, self.out, self.rank,
+                            self.world_size).start()
 
     def state(self, step: int | None = None) -> schedule_mod.State:
         """Schedule state of a step (the current one by default)."""
@@ -82,6 +92,8 @@ class Profiler:
         no collective: the other ranks may be inside the job's own collectives, waiting for it, and
         its error must end the job as it would without distprof. Every wait of the stop is bounded
         (transport.stop_exchange)."""
+        if getattr(self, "_watchdog", None) is not None:
+            self._watchdog.stop()
         self._end_step_nvtx()
         failure = None if exc_type is None else f"rank {self.rank} left the profiler through {exc_type.__name__}: {exc}"
         if self.collector is not None and not self.timer_only:

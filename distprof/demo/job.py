@@ -7,6 +7,8 @@ that are summed across ranks with MPI Iallreduce (polled, so waiting ranks yield
   serial:  every allreduce runs after backward, on the main thread.
 ``--straggler RANK:MS`` makes that rank sleep MS ms in its forward pass every step;
 ``RANK:MS@STEP`` from step STEP on (a rank that starts lagging while the job runs).
+``--hang RANK:STEP`` makes that rank stop (sleep for an hour) in its forward pass of that step, with the hang
+watchdog on (``collector.hang_dump_s`` = ``--hang-dump-s``): every rank writes its hang file.
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ def parse_straggler(text: str) -> tuple[int, float, int] | None:
     rank, _, rest = text.partition(":")
     ms, _, step = rest.partition("@")
     return int(rank), float(ms) / 1000.0, int(step or 0)
+
+
+def parse_hang(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    rank, _, step = text.partition(":")
+    return int(rank), int(step)
+
+
+HANG_SLEEP_S = 3600.0  # "stops": ``distprof demo --hang`` ends the job once the hang files exist
 
 
 def synthetic_batches(rng: np.random.Generator, batch: int, width: int, steps: int):
@@ -99,6 +111,9 @@ def train(args: argparse.Namespace) -> dict | None:
                                           ("prometheus_port", args.prometheus_port)) if value is not None}
     if live:
         overrides["live"] = live
+    hang = parse_hang(args.hang)
+    if hang is not None:
+        overrides["collector"] = {"hang_dump_s": args.hang_dump_s}
     profiler = distprof.Profiler(config=args.config, out=args.out, **overrides)
     with profiler as prof:
         for x, target in prof.loader(synthetic_batches(rng, batch, width, steps)):
@@ -108,6 +123,8 @@ def train(args: argparse.Namespace) -> dict | None:
                     activations.append(np.maximum(activations[-1] @ w, 0.0))
                 if straggler and straggler[0] == rank and prof.step_num >= straggler[2]:
                     time.sleep(straggler[1])
+                if hang is not None and hang == (rank, prof.step_num):
+                    time.sleep(HANG_SLEEP_S)
             with distprof.range("loss"):  # a user range: the UserDefined table has a row
                 error = activations[-1] - target
                 loss = float(np.mean(error * error))  # noqa: F841 - what a training loop would log
@@ -141,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=0)
     parser.add_argument("--comm", choices=("overlap", "serial"), default=None)
     parser.add_argument("--straggler", default=None)
+    parser.add_argument("--hang", default=None, help="RANK:STEP: that rank stops at that step")
+    parser.add_argument("--hang-dump-s", type=float, default=2.0, help="the hang watchdog's limit with --hang")
     parser.add_argument("--out", default="distprof_out")
     parser.add_argument("--config", default=None)
     parser.add_argument("--live-every", type=int, default=None)
