@@ -8,7 +8,11 @@ from conftest import ROOT
 
 
 def launch(script, *args):
-    return subprocess.run(["bash", str(ROOT / "launch" / script), *args], capture_output=True, text=True)
+    """The script run with this interpreter as its Python (as from this checkout's venv)."""
+    import os
+    import sys
+    return subprocess.run(["bash", str(ROOT / "launch" / script), *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable})
 
 
 def test_mpirun_dry_run():
