@@ -465,12 +465,8 @@ NO_ALIGN_HELP = ("keep the sources' clock offsets (MPI ping-pong, nsys session s
                  "do not refine them by the ends of matched collectives")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from .analyses.diff import MIN_CHANGE as DIFF_MIN_CHANGE
-    from .reports import tables
-    parser = argparse.ArgumentParser(prog="distprof", description="Where the time goes across ranks.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _demo_parser(sub) -> None:
+    """`distprof demo` and its options."""
     demo = sub.add_parser("demo", help="run the embedded multi-rank MPI demo job and print its summary")
     demo.add_argument("--ranks", type=int, default=None, help="MPI ranks (default: config demo.ranks = 4)")
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: config demo.steps)")
@@ -491,6 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-align", action="store_true", help=NO_ALIGN_HELP)
     demo.set_defaults(func=cmd_demo)
 
+
+def _merge_parser(sub) -> None:
+    """`distprof merge` and its options."""
     merge = sub.add_parser("merge", help="merge per-rank files (distprof, nsys .sqlite, Kineto .json[.gz])")
     merge.add_argument("inputs", nargs="+", help="files, directories or globs")
     merge.add_argument("-o", "--out", default="distprof_out", help="output directory for summary.json")
@@ -508,6 +507,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also write OUT/report.html (default; --no-html to skip)")
     merge.set_defaults(func=cmd_merge)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    from .analyses.diff import MIN_CHANGE as DIFF_MIN_CHANGE
+    from .reports import tables
+    parser = argparse.ArgumentParser(prog="distprof", description="Where the time goes across ranks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _demo_parser(sub)
+    _merge_parser(sub)
     report = sub.add_parser("report", help="print the tables of a summary.json")
     report.add_argument("summary", help="summary.json or the directory holding it")
     report.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
