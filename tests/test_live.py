@@ -250,3 +250,17 @@ def test_torchrun_gloo_job_prints_windows(tmp_path):
     assert heads == [f"[distprof live] steps {a}-{a + 1}" for a in range(0, 8, 2)], result.stdout[-3000:]
     record = json.loads((tmp_path / "out" / "summary.json").read_text())["live"]
     assert [sorted(r["rank"] for r in w["ranks"]) for w in record["windows"]] == [[0, 1]] * 4
+
+
+def test_report_html_shows_the_windows_over_time():
+    from distprof.reports import live_text
+    live = {"every_steps": 4, "alerts": [{"steps": [16, 19], "code": "straggler", "rank": 1}],
+            "windows": [{"steps": [a, a + 3], "step_time_ns": 100_000_000,
+                         "ranks": [{"rank": 0, "step_ns": 100_000_000},
+                                   {"rank": 1, "step_ns": 150_000_000 if a >= 12 else 100_000_000}]}
+                        for a in range(0, 28, 4)]}
+    section = live_text.html_section(live, "ms")
+    assert section.startswith("<h2>Live view</h2>") and "7 windows, 1 alerts" in section
+    assert section.count("<polyline") == 3  # two ranks and the job's step time
+    assert ">straggler 1</text>" in section and 'stroke="#D55E00"' in section
+    assert live_text.html_section(None) == "" and live_text.html_section({"windows": []}) == ""

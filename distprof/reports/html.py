@@ -18,7 +18,7 @@ from ..analyses.steptime import PER_STEP_DEFINITION
 from ..names import cap_names
 from ..ranges import rank_ranges
 from ..units import duration, phrase
-from . import critical_path_report, format, svg
+from . import critical_path_report, format, live_text, svg
 from . import findings as findings_report
 from . import tables as text_tables
 from .text import model_profile_section, profile_section
@@ -530,6 +530,7 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
     body.append(whatif_html(summary, unit))
     body.append(profile_html(summary))
     body.append(critical_path_report.html_section(summary.get("critical_path"), unit, _table))
+    body.append(live_text.html_section(summary.get("live"), unit))
     heatmap = skew_heatmap(summary, unit)
     if heatmap:
         skew = summary.get("skew") or {}

@@ -78,3 +78,43 @@ def section(live: dict | None) -> list[str]:
              "straggler per window: " + ", ".join(named)]
     lines += ["  " + alert_line(alert).removeprefix(PREFIX + " ") for alert in live.get("alerts", [])] or ["no alerts"]
     return ["\n".join(lines)]
+
+
+def html_section(live: dict | None, unit: str = "ms") -> str:
+    """The live windows over time in report.html: each rank's step time per window (lines), the
+    job's step time (bold) and the windows an alert fired in (marks on top); '' without windows."""
+    from . import format, svg
+    windows = (live or {}).get("windows") or []
+    if not windows:
+        return ""
+    scale = format.UNITS[unit]
+    ends = [w["steps"][1] for w in windows]
+    series: dict = {}
+    for window in windows:  # one per window: dozens
+        for row in window["ranks"]:
+            series.setdefault(row["rank"], []).append((window["steps"][1], row["step_ns"]))
+    values = [ns for points in series.values() for _, ns in points if ns is not None]
+    values += [w["step_time_ns"] for w in windows if w.get("step_time_ns") is not None]
+    canvas = svg.Canvas(1100, 300)
+    axes = svg.Axes(canvas, 70, 30, 1000, 220)
+    ticks = svg.nice_ticks(max(values, default=0) / scale or 1)
+    axes.x_range, axes.y_range = (min(ends) - 0.5, max(ends) + 0.5), (0.0, ticks[-1])
+    axes.value_axis("y", ticks, f"step time ({unit})")
+    for i, points in enumerate(series[rank] for rank in sorted(series)):  # one line per rank
+        shown = [(axes.x(s), axes.y(ns / scale)) for s, ns in points if ns is not None]
+        red, green, blue = svg.colour_of(0.2 + 0.6 * i / max(len(series) - 1, 1))
+        canvas.polyline(shown, f"#{red:02x}{green:02x}{blue:02x}", width=1)
+    job = [(axes.x(w["steps"][1]), axes.y(w["step_time_ns"] / scale)) for w in windows if w.get("step_time_ns")]
+    canvas.polyline(job, "#0072B2", width=2.5)
+    for alert in (live or {}).get("alerts") or []:  # a handful
+        x = axes.x(alert["steps"][1])
+        canvas.line(x, axes.top, x, axes.top + axes.height, "#D55E00", 1.5)
+        canvas.text(x + 3, axes.top + 10, f"{alert['code']} {alert.get('rank', '')}".strip(), size=10)
+    for step in ends[:: max(1, len(ends) // 12)]:
+        canvas.text(axes.x(step), axes.top + axes.height + 14, str(step), "middle")
+    axes.title("x", "last step of the window")
+    axes.frame()
+    svg.legend(canvas, axes.left + 10, 16, [("job step time", "#0072B2"), ("each rank", "#999999"),
+                                            ("alert", "#D55E00")])
+    return (f"<h2>Live view</h2><p class=\"meta\">every {live['every_steps']} steps, {len(windows)} windows, "
+            f"{len((live or {}).get('alerts') or [])} alerts</p>{canvas.svg()}")
