@@ -91,6 +91,12 @@ ROUTE = Route()
 THREAD_NAMES: dict[int, str] = {}  # OS thread id (or synthetic lane id) -> name, for the native file
 
 
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity), recorded so that rank 0 can tell when the
+    ranks of a host outnumber its cores (the what-if replay assumes they do not)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 class Collector:
     """Records the ranges of one rank into ``path`` (the native file, schema above)."""
 
@@ -112,7 +118,7 @@ class Collector:
         self._db.execute("PRAGMA synchronous=NORMAL")  # commits survive a process crash
         self._db.executescript(NATIVE_SCHEMA)
         self.set_meta(schema_version=SCHEMA_VERSION, rank=rank, world_size=world_size, pid=os.getpid(),
-                      hostname=socket.gethostname(), clock="time.perf_counter_ns (CLOCK_MONOTONIC)",
+                      hostname=socket.gethostname(), cpus=usable_cpus(), clock="time.perf_counter_ns (CLOCK_MONOTONIC)",
                       wall_minus_clock_ns=time.time_ns() - clock_ns(), started_wall_ns=time.time_ns(), complete=0)
         self.active = False
         # process CPU time over wall time since the collector started: the Device Summary's

@@ -166,10 +166,14 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     what = whatif.safe_whatif(final, aligned.matching, config, warnings, straggler_rank, keep=replay_graph)
     path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings, straggler_rank,
                                             str(config.get("phases", {}).get("dataloader", "Dataloader")))
-    skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what)}
+    crowded = cost.oversubscribed_hosts(final)
+    if crowded:
+        said = cost.OVERSUBSCRIBED.format(detail=cost.hosts_detail(crowded))
+        warnings.append(said[0].upper() + said[1:] + " (findings unpriced; the what-if table kept for reference)")
+    skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what, crowded)}
     found = diagnose.findings(final, checks, skew_summary, config, collective_table)
-    priced, dropped = _plausible_findings(cost.price_findings(found + profiles.memory_findings(final, config), what),
-                                          final)
+    priced, dropped = _plausible_findings(cost.price_findings(found + profiles.memory_findings(final, config), what,
+                                                              crowded), final)
     warnings += dropped
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),

@@ -26,6 +26,26 @@ NOT_TIME = "memory, not time"
 MEMORY_FINDINGS = ("memory_creep", "memory_imbalance")
 NO_REPLAY = "the what-if replay did not run on this trace"
 ABOVE_STEP = "the replay's saving exceeds the measured step: not trusted"
+OVERSUBSCRIBED = ("ranks outnumber the cores of their host ({detail}): a rank that sleeps or waits frees a core "
+                  "for the others, which the replay cannot see, so its savings are not given as costs")
+
+
+def oversubscribed_hosts(results) -> list[dict]:
+    """Hosts whose ranks outnumber the cores each rank may use (rank files record ``cpus``; other
+    sources do not, and are never flagged): there the replay's premise, that a rank's compute takes
+    as long without the others' waits as with them, fails (measured: the 4-rank demo on 2 cores,
+    rank 2 sleeping 50 ms a step: no_straggler predicted 34.6 ms/step, removing the sleep saved 4.1)."""
+    hosts: dict = {}
+    for result in results:  # one per rank
+        cpus = result.meta.get("cpus")
+        if result.host and isinstance(cpus, int) and cpus > 0:
+            hosts.setdefault(result.host, []).append(cpus)
+    return [{"host": host, "ranks": len(cpus), "cpus": min(cpus)} for host, cpus in sorted(hosts.items())
+            if len(cpus) > min(cpus)]
+
+
+def hosts_detail(hosts: list[dict]) -> str:
+    return "; ".join(f"{h['ranks']} ranks on {h['host']} with {h['cpus']} cores" for h in hosts[:4])
 
 
 def severity(saving_ns: int | None, step_ns: int | None) -> str:
@@ -40,11 +60,14 @@ def _scenario_rows(whatif: dict | None) -> dict[str, dict]:
     return {row["name"]: row for row in (whatif or {}).get("scenarios", [])}
 
 
-def saving(code: str, whatif: dict | None) -> tuple[int | None, str | None, bool]:
+def saving(code: str, whatif: dict | None, oversubscribed: list[dict] | None = None
+           ) -> tuple[int | None, str | None, bool]:
     """(predicted saving per step, why not, priced after the straggler's fix) of a finding's fix."""
     scenario = FINDING_SCENARIOS.get(code)
     if scenario is None:
         return None, NOT_TIME if code in MEMORY_FINDINGS else NO_SCENARIO, False
+    if oversubscribed:
+        return None, OVERSUBSCRIBED.format(detail=hosts_detail(oversubscribed)), False
     row = _scenario_rows(whatif).get(scenario)
     if row is None:
         return None, NO_REPLAY, False
@@ -58,10 +81,10 @@ def saving(code: str, whatif: dict | None) -> tuple[int | None, str | None, bool
     return value, None, after
 
 
-def price(finding: dict, whatif: dict | None) -> dict:
+def price(finding: dict, whatif: dict | None, oversubscribed: list[dict] | None = None) -> dict:
     """The finding with its cost: ``predicted_saving_ns`` (= ``cost_ns``), its share of the step,
     ``severity``, the scenario that priced it and, when unpriced, ``why_not``."""
-    value, why_not, after = saving(finding["finding"], whatif)
+    value, why_not, after = saving(finding["finding"], whatif, oversubscribed)
     step_ns = (whatif or {}).get("measured_step_ns")
     return {**finding, "severity": severity(value, step_ns), "cost_ns": value, "predicted_saving_ns": value,
             "saving_share": value / step_ns if value is not None and step_ns else None,
@@ -69,21 +92,22 @@ def price(finding: dict, whatif: dict | None) -> dict:
             "priced_after_straggler": after, "why_not": why_not}
 
 
-def price_findings(findings: list[dict], whatif: dict | None) -> list[dict]:
+def price_findings(findings: list[dict], whatif: dict | None, oversubscribed: list[dict] | None = None) -> list[dict]:
     """Every finding priced, the priced ones first by saving (largest first), then the unpriced by
     the figure they describe (``figure_ns``)."""
-    priced = [price(f, whatif) for f in findings]
+    priced = [price(f, whatif, oversubscribed) for f in findings]
     return sorted(priced, key=lambda f: (f["predicted_saving_ns"] is None, -(f["predicted_saving_ns"] or 0),
                                          -(f.get("figure_ns") or 0)))
 
 
-def price_straggler(straggler: dict | None, whatif: dict | None) -> dict | None:
+def price_straggler(straggler: dict | None, whatif: dict | None, oversubscribed: list[dict] | None = None
+                    ) -> dict | None:
     """skew.straggler with ``cost_ns`` = the step-time saving of removing its lateness (the
     no_straggler scenario) and ``cost_share`` of the measured step; the waits it causes stay in
     ``waits_caused_ns``."""
     if not straggler:
         return straggler
-    value, why_not, _ = saving("straggler", whatif)
+    value, why_not, _ = saving("straggler", whatif, oversubscribed)
     step_ns = (whatif or {}).get("measured_step_ns")
     return {**straggler, "cost_ns": value, "cost_share": value / step_ns if value is not None and step_ns else None,
             "cost_why_not": why_not}

@@ -114,6 +114,7 @@ def read(path: Path, config: dict, window: tuple[int, int, int] | None = None) -
                          device=None, clock_offset_ns=offset_ns, clock_uncertainty_ns=uncertainty_ns,
                          rank_from="distprof file" if rank is not None else "unknown", warnings=warnings,
                          meta={"world_size": world_size or 0, "hostname": meta.get("hostname", ""),
+                               "cpus": _int_meta(meta, "cpus", path, warnings),
                                "lane_names": lane_names,
                                "process_cpu_ns": _int_meta(meta, "process_cpu_ns", path, warnings),
                                "elapsed_ns": _int_meta(meta, "elapsed_ns", path, warnings),
