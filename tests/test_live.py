@@ -264,3 +264,16 @@ def test_report_html_shows_the_windows_over_time():
     assert section.count("<polyline") == 3  # two ranks and the job's step time
     assert ">straggler 1</text>" in section and 'stroke="#D55E00"' in section
     assert live_text.html_section(None) == "" and live_text.html_section({"windows": []}) == ""
+
+
+def test_an_unpriced_straggler_alerts_by_the_waits_it_causes():
+    """Ranks outnumbering their cores give the straggler no replay price; the alert then weighs the
+    waits it causes, so a lagging rank on a crowded host is still told."""
+    from distprof.analyses.live import AlertRule
+    rule = AlertRule()
+    alerts = []
+    for first in range(0, 16, 4):
+        window = {"steps": [first, first + 3], "ranks": [], "step_time_ns": 100_000_000,
+                  "straggler": {"rank": 1, "cost_ns": None, "cost_share": None, "waits_caused_share": 0.3}}
+        alerts += rule.update(window)
+    assert [a["code"] for a in alerts] == ["straggler"] and alerts[0]["rank"] == 1

@@ -21,6 +21,9 @@ def _durations(step_bounds: dict, first: int, last: int) -> list[int]:
     return (ends - np.asarray(step_bounds.get("start_ns", []), np.int64)[keep]).tolist()
 
 
+_STRAGGLER_KEYS = ("rank", "cost_ns", "cost_share", "waits_caused_ns", "waits_caused_share", "late_in", "of")
+
+
 def window_figures(summary, window: tuple[int, int], behind: dict[int, int | None]) -> dict:
     """summary.json's ``live.windows[]`` entry: per rank its step time (median of its steps),
     each step's duration, and communication / computation / overlap / exposed communication summed
@@ -47,8 +50,7 @@ def window_figures(summary, window: tuple[int, int], behind: dict[int, int | Non
         "spread": {"step_ns": max(r["step_ns"] for r in timed) - min(r["step_ns"] for r in timed) if timed else None,
                    "slowest_rank": max(timed, key=lambda r: r["step_ns"])["rank"] if timed else None,
                    "exposed_communication_ns": max(exposed) - min(exposed) if exposed else None},
-        "straggler": None if not straggler else {key: straggler.get(key) for key in
-                                                 ("rank", "cost_ns", "cost_share", "waits_caused_ns", "late_in", "of")},
+        "straggler": None if not straggler else {key: straggler.get(key) for key in _STRAGGLER_KEYS},
         "behind": [{"rank": rank, "committed_step": step} for rank, step in sorted(behind.items())],
     }
 
@@ -86,7 +88,10 @@ class AlertRule:
         """The alerts of this window: {steps, code, rank, ...numbers}."""
         steps = window["steps"]
         straggler = window["straggler"] or {}
-        self.named.append(straggler.get("rank") if (straggler.get("cost_share") or 0) >= self.min_cost_share else None)
+        # the replay's price; where it gives none (ranks outnumbering their cores) the waits it causes
+        share = straggler.get("cost_share")
+        share = straggler.get("waits_caused_share") if share is None else share
+        self.named.append(straggler.get("rank") if (share or 0) >= self.min_cost_share else None)
         out = self._straggler(steps, window)
         step_time = window["step_time_ns"] or 0.0
         for row in window["ranks"]:  # one per rank
