@@ -49,6 +49,7 @@ class Profiler:
         self._closed = False
         self._stop_link = False  # not made yet
         self._failed: list[int] = []  # ranks that failed, told when rank 0's summary is written
+        self._failure_lines: dict[int, str | None] = {}  # what each of them said
         self._live = None  # rank 0's live view process (config live.every_steps)
 
     # -- session ---------------------------------------------------------------------------
@@ -245,7 +246,7 @@ class Profiler:
         if out is None:
             return None
         parts, failed, gave_up = out
-        self._failed = sorted(failed)
+        self._failed, self._failure_lines = sorted(failed), dict(failed)
         warnings = ([failure] if failure else []) + [failed[r] or f"rank {r} failed" for r in sorted(failed)]
         if gave_up:
             warnings.append(f"rank(s) {', '.join(map(str, gave_up))} did not reach the end of the profiler within "
@@ -280,15 +281,14 @@ class Profiler:
             self._closed = True
             self.collector.close()
 
-    def _failed_results(self, warnings: list[str]) -> list:
-        """Rank 0: the results of ranks that failed, from their files where this host sees them
-        (their data up to the failure); a file it cannot read stays a warning."""
+    def _failed_results(self) -> list:
+        """Rank 0: the results of the ranks that failed, from their files where this host sees them
+        (their data up to the failure); a file it cannot read leaves the rank's failure line."""
         from . import pipeline
         out = []
-        for line in warnings:
-            rank = int(line.split()[1]) if line.startswith("rank ") and line.split()[1].isdigit() else None
-            path = self.rank_file(rank) if rank is not None and rank != self.rank else None
-            if path is not None and path.exists():
+        for rank in self._failed:  # one per failed rank
+            path = self.rank_file(rank)
+            if rank != self.rank and path.exists():
                 try:
                     out.append(pipeline.reduce_rank(native.read(path, self.config)[0], self.config))
                 except Exception:  # noqa: BLE001 - a failed rank's file may be cut short: its warning stays
@@ -314,10 +314,10 @@ class Profiler:
                 if gathered is None:
                     return None
                 parts, warnings = gathered
-                failed = self._failed_results(warnings)  # their files name their failure themselves
+                failed = self._failed_results()  # their files name their failure themselves
                 results = [parts[r] for r in sorted(parts)] + failed
-                loaded = {f"rank {r.rank} " for r in failed}
-                warnings = [w for w in warnings if not any(w.startswith(prefix) for prefix in loaded)]
+                said = {self._failure_lines.get(r.rank) for r in failed}
+                warnings = [w for w in warnings if w not in said]
         finally:
             self._close()
         try:
