@@ -50,6 +50,7 @@ def test_overlap_run_passes_and_names_no_straggler(demo_overlap):
     assert all(f["finding"] != "straggler" for f in summary["findings"])
 
 
+@pytest.mark.slow
 def test_serial_run_fails_on_every_rank(tmp_path):
     result = run_cli("demo", "--comm", "serial", "--steps", "6", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
@@ -71,6 +72,7 @@ def test_serial_run_fails_on_every_rank(tmp_path):
     assert f"exposed communication {first['figure_ns'] / 1e3:.2f} us" in finding_line  # the worst rank's
 
 
+@pytest.mark.slow
 def test_straggler_run_names_rank_2(tmp_path):
     load = load_now()
     result = run_cli("demo", "--straggler", "2:50", "--steps", "8", "--out", str(tmp_path))

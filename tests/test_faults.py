@@ -163,6 +163,7 @@ def timed_mpirun(tmp_path, args: list[str], use: str, when: str) -> tuple[subpro
     return result, time.monotonic() - started
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [[], ["-m", "mpi4py"]], ids=["python", "python-m-mpi4py"])
 def test_rank_raising_while_the_others_are_in_collectives_ends_the_job(tmp_path, args):
     """Rank 1 raises at step 2 while ranks 0 and 2 wait for it in MPI_Allreduce. Without distprof a
@@ -196,6 +197,7 @@ TORCH_JOB = COLLECTIVE_JOB.replace("import numpy as np\nfrom mpi4py import MPI\n
 ).replace("comm.Allreduce(MPI.IN_PLACE, np.ones(1000))", "dist.all_reduce(torch.ones(1000))")
 
 
+@pytest.mark.slow
 def test_torchrun_gloo_rank_raising_ends_like_without_distprof(tmp_path):
     pytest.importorskip("torch")
     import time
@@ -226,6 +228,7 @@ with distprof.Profiler(out=sys.argv[1], quiet=True, collector={"merge_timeout_s"
 """
 
 
+@pytest.mark.slow
 def test_rank_0_gives_up_on_a_rank_that_does_not_come_and_says_which(tmp_path):
     script = tmp_path / "slow.py"
     script.write_text(SLOW_RANK_JOB)

@@ -90,6 +90,7 @@ FR_JOB = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_watchdog_file_carries_the_flight_recorder_dump(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(FR_JOB % (29620 + os.getpid() % 200))
@@ -115,6 +116,7 @@ def processes_naming(text: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_demo_hang_ends_on_its_own_and_names_the_rank(tmp_path):
     out = tmp_path / "demo_hang"
     started = time.monotonic()

@@ -181,6 +181,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_mpirun_demo_prints_windows_alerts_the_late_straggler_and_serves_metrics(tmp_path):
     pytest.importorskip("prometheus_client")
     port = _free_port()
@@ -237,6 +238,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_torchrun_gloo_job_prints_windows(tmp_path):
     pytest.importorskip("torch")
     script = tmp_path / "job.py"

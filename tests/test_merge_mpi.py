@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import run_cli
 
 from distprof.cli import find_mpirun
@@ -19,6 +20,7 @@ def test_assign_files_balances_bytes_and_keeps_order():
     assert assign_files([1, 2], 4)[2:] == [[], []]
 
 
+@pytest.mark.slow
 def test_two_workers_equal_one(demo_overlap, tmp_path):
     inputs = [str(demo_overlap / f"rank{r}.sqlite") for r in range(4)]
     bad = tmp_path / "rank9.sqlite"
@@ -48,6 +50,7 @@ def test_tasks_without_an_mpi_world_are_warned(demo_overlap, tmp_path):
     assert "launched as 3 tasks but MPI did not start a 3-rank world" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_worker_whose_reader_fails_does_not_hang_the_merge(tmp_path):
     """A Kineto file with a thread id of 1e30 (a float where an integer belongs) read by one of two
     MPI workers: the merge ends with the other files and a warning naming the file, the same result

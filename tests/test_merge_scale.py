@@ -58,6 +58,7 @@ def test_reader_sees_the_generated_job(job_files):
             assert late.min() >= 0 and late.max() < JOB.jitter_ns
 
 
+@pytest.mark.slow
 def test_two_mpi_workers_equal_one_and_find_the_straggler(job_files, tmp_path):
     inputs = [str(p) for p in job_files]
     single = run_cli("merge", *inputs, "-o", str(tmp_path / "one"), "--no-html")

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from distprof import config as config_mod
 from distprof import pipeline, transport
 
 KINETO = Path(__file__).resolve().parent / "data" / "kineto"
 
 
+@pytest.mark.slow
 def test_parallel_read_equals_serial(monkeypatch, tmp_path):
     paths = sorted(KINETO.glob("*/*.json.gz")) + [tmp_path / "missing.json.gz"]  # a bad file among them
     config = config_mod.load(None)

@@ -230,6 +230,7 @@ def test_reports_show_the_operator_summary_and_the_profiles(summary):
                                                          "cpu_self")][0] == "aten::mm"
 
 
+@pytest.mark.slow
 def test_live_flops_profile_under_torchrun(tmp_path):
     """examples/torch_ddp.py --flops: 2 ranks (gloo), DDP over 2 x (Linear(64, 64), ReLU) at batch 32:
     params and forward FLOPs known by construction, backward = 2 x forward minus layer 1's input grad."""

@@ -213,6 +213,7 @@ def torchrun(out, *args):
     return json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_torchrun_ddp_overlap_visible(tmp_path):
     summary = torchrun(tmp_path, "--bucket-cap-mb", "1")
     assert summary["world_size"] == 2 and summary["missing_ranks"] == []
@@ -225,6 +226,7 @@ def test_torchrun_ddp_overlap_visible(tmp_path):
     assert all(c["status"] == "PASS" for c in placement), placement
 
 
+@pytest.mark.slow
 def test_torchrun_ddp_overlap_defeated(tmp_path):
     summary = torchrun(tmp_path, "--no-overlap")
     assert summary["world_size"] == 2 and summary["missing_ranks"] == []
