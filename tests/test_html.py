@@ -111,17 +111,53 @@ def test_demo_report_cli(demo_overlap, tmp_path):
     assert len(text) < 1_000_000
 
 
-def test_chromium_renders_report(demo_overlap, tmp_path):
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run", "--hide-scrollbars",
+                  "--enable-logging=stderr", "--v=0")
+
+
+def chromium_or_skip() -> str:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+        pytest.skip("chromium is not installed (tests/browser.sh installs it where it can)")
+    return chromium
+
+
+def console_lines(stderr: str) -> list[str]:
+    """What the page wrote to the browser console (script errors, failed loads): Chromium logs each
+    as a ``...:CONSOLE...`` line on stderr with --enable-logging=stderr."""
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+def test_console_check_sees_a_page_error(tmp_path):
+    """The check below can fail: a page with a script error shows up in the console lines."""
+    chromium = chromium_or_skip()
+    page = tmp_path / "broken.html"
+    page.write_text("<html><body><p>x</p><script>undefinedFunction();</script></body></html>")
+    run = subprocess.run([chromium, *CHROMIUM_FLAGS, "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=120)
+    assert any("undefinedFunction" in line for line in console_lines(run.stderr)), run.stderr[-2000:]
+
+
+def test_chromium_renders_report(demo_overlap, tmp_path):
+    """The page as the browser rendered it: the DOM after loading holds the plots (SVG with marks) and
+    the tables, nothing was logged to the console, and the screenshot's plot area is not blank."""
+    chromium = chromium_or_skip()
+    uri = (demo_overlap / "report.html").as_uri()
+    dom = subprocess.run([chromium, *CHROMIUM_FLAGS, "--dump-dom", uri], capture_output=True, text=True,
+                         timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert console_lines(dom.stderr) == []
+    page = parse(dom.stdout)
+    assert page.tags.get("svg", 0) >= 3 and page.tags.get("table", 0) >= 5
+    assert page.tags.get("rect", 0) + page.tags.get("path", 0) + page.tags.get("polyline", 0) >= 10
+    assert "Model Summary" in page.sections
     shot = tmp_path / "report.png"
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--disable-component-update", "--no-first-run", "--hide-scrollbars",
-                    f"--screenshot={shot}", "--window-size=1400,2400",
-                    (demo_overlap / "report.html").as_uri()], capture_output=True, timeout=120)
+    subprocess.run([chromium, *CHROMIUM_FLAGS, f"--screenshot={shot}", "--window-size=1400,2400", uri],
+                   capture_output=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 20_000
     import matplotlib.image
     pixels = matplotlib.image.imread(shot)
     assert pixels.shape[:2] == (2400, 1400)
     assert pixels[..., :3].std() > 0.05          # not a blank page: plots and tables were drawn
+    assert pixels[:1200, :, :3].std(axis=(0, 1)).max() > 0.05   # the top half (the plots) is drawn too
