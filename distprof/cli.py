@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from . import config as config_mod
-from . import outpaths
+from . import console, outpaths
 from .events import SourceError
 from .ranges import rank_ranges
 
@@ -179,7 +179,7 @@ def _env_count(name: str) -> int:
 
 def _warn(text: str, into: list[str]) -> None:
     """A warning on stderr now and kept for the summary's ``warnings``."""
-    print(f"distprof: warning: {text}", file=sys.stderr)
+    console.warn(text)
     into.append(text)
 
 
@@ -287,7 +287,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             try:
                 traces = sources.read(path, config)
             except SourceError as error:
-                print(f"distprof: warning: skipped {error}", file=sys.stderr)
+                console.warn(f"skipped {error}")
                 continue
             for trace in traces:
                 row = rows.get((name, trace.pid)) or next(
@@ -394,7 +394,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     inputs = args.inputs[0] if len(args.inputs) == 1 else None
     summary = diff_side(inputs, config) if inputs else merge_files(_expand(args.inputs), config)
     for text in summary.get("warnings") if isinstance(summary.get("warnings"), list) else []:  # as merge shows them
-        print(f"distprof: warning: {text}", file=sys.stderr)
+        console.warn(text)
     label = " ".join(args.inputs)
     try:
         result = summary.get("whatif")

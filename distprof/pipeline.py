@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from . import align as align_mod
+from . import console, transport
 from . import events as ev
-from . import transport
 from .analyses import collectives as coll
 from .analyses import cost, critical_path, diagnose, distributed, profiles, skew, streams, summaries, whatif
 from .ranges import rank_ranges
@@ -277,11 +277,11 @@ def _reduce_files(paths: list[Path], indices: list[int], config: dict,
             del traces  # bound memory by one file's events
         except ev.SourceError as error:
             warnings.append((index, f"skipped {error}"))
-            print(f"distprof: warning: skipped {error}", file=sys.stderr)
+            console.warn(f"skipped {error}")
         except Exception as error:  # noqa: BLE001 - one unreadable file costs that file, not the merge
             text = f"skipped {paths[index]}: could not be read ({type(error).__name__}: {error})"
             warnings.append((index, text))
-            print(f"distprof: warning: {text}", file=sys.stderr)
+            console.warn(text)
     return reduced, warnings
 
 

@@ -106,7 +106,9 @@ def test_merge_says_where_it_wrote_and_what_to_run_next(tmp_path):
     lines = result.stdout.splitlines()
     assert f"wrote {tmp_path / 'out' / 'summary.json'}" in lines
     assert f"wrote {tmp_path / 'out' / 'report.html'}" in lines
-    assert lines[-1].startswith(f"next: open {tmp_path / 'out'}/report.html; `distprof whatif {tmp_path / 'out'}`")
+    next_text = " ".join(result.stdout[result.stdout.rindex("next: "):].split())  # the last lines, unwrapped
+    assert next_text.startswith(f"next: open {tmp_path / 'out'}/report.html; `distprof whatif {tmp_path / 'out'}`")
+    assert next_text.endswith("(did a change help)") and all(len(line) <= 160 for line in lines)
 
 
 def test_warnings_come_first_and_wrap(tmp_path):

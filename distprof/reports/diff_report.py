@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from .. import names, outpaths
 from ..analyses.steptime import PER_STEP_DEFINITION, STEP_TIME_DEFINITION
-from . import format, svg
+from . import format, svg, tables
 
 DIFF_FILE = "diff.json"
 DIFF_HTML = "diff.html"
@@ -80,7 +80,7 @@ def ranks_table(diff: dict, unit: str) -> str:
             pairs = [(across.get(k) or {}).get(stat) or {} for k, _ in figures]
             rows.append([stat, "", *(_cell(p.get("before"), p.get("after"), unit) for p in pairs)])
     headers = ["Rank", "Steps", *(format.column_title(k, title, unit) for k, title in figures)]
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    return tables.fitted(rows, headers, keep=2)
 
 
 def unit_lines(unit_of_work: dict | None, unit: str) -> list[str]:
@@ -159,8 +159,9 @@ def render(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
     parts = [format.banner("distprof diff", min(width, 100)),
              f"before: {labels[0]} (world size {ws['before']}, {src['before']})",
              f"after:  {labels[1]} (world size {ws['after']}, {src['after']})",
-             *warning_lines(diff), "", *step_lines(diff["step_time"], unit),
-             *unit_lines(diff["unit_of_work"], unit), "",
+             *warning_lines(diff), "",
+             *(line for text in step_lines(diff["step_time"], unit) + unit_lines(diff["unit_of_work"], unit)
+               for line in format.wrapped(text)), "",
              "Distributed Summary per rank, before -> after and the relative change:", table, "",
              movers_table(diff, unit), "", *finding_lines(diff, unit)]
     return "\n".join(parts) + "\n"

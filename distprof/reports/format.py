@@ -3,6 +3,8 @@ titles, banners and duration/ratio formatting, in one place for text, tables and
 
 from __future__ import annotations
 
+from ..console import TABLE_WIDTH, WRAP, wrapped  # noqa: F401 - the reports' console widths
+
 UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 # the Distributed Summary columns of every report: (summary.json key, title)

@@ -17,6 +17,34 @@ def tabulate(rows, **options) -> str:
     return render(rows, **options)
 
 
+def fitted(rows: list[list], headers: list[str], keep: int = 1, width: int = format.TABLE_WIDTH) -> str:
+    """A "simple" table that fits ``width`` columns: when too wide, its columns after the first ``keep``
+    (the row labels, repeated) are split into the fewest consecutive tables that fit, of even widths
+    (a column takes its widest line, 2 of padding and 2 between columns)."""
+    text = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    if max(len(line) for line in text.splitlines()) <= width or len(headers) <= keep + 1:
+        return text
+    cells = [[str(cell) for cell in row] for row in rows]
+    needs = [4 + max(len(line) for cell in [headers[i], *(row[i] for row in cells)] for line in cell.splitlines())
+             for i in range(len(headers))]
+    labels, columns = sum(needs[:keep]), list(range(keep, len(headers)))
+    for count in range(2, len(columns) + 1):
+        share = sum(needs[keep:]) / count
+        chunks, current, used = [], [], 0
+        for column in columns:  # close a chunk once it holds its even share (or the next would not fit)
+            if current and (used >= share or labels + used + needs[column] > width):
+                chunks.append(current)
+                current, used = [], 0
+            current.append(column)
+            used += needs[column]
+        chunks.append(current)
+        if len(chunks) <= count and all(labels + sum(needs[c] for c in chunk) <= width for chunk in chunks):
+            break
+    return "\n\n".join(tabulate([[row[i] for i in (*range(keep), *chunk)] for row in cells],
+                                headers=[headers[i] for i in (*range(keep), *chunk)], tablefmt="simple",
+                                disable_numparse=True) for chunk in chunks)
+
+
 UNITS = format.UNITS
 SORT_KEYS = ("cpu_total", "cpu_avg", "cpu_max", "cpu_min", "gpu_total", "gpu_avg", "gpu_max", "gpu_min",
              "calls", "name", "cpu_self")   # cpu_self: the Operator Summary's self time (elsewhere: total)
@@ -43,7 +71,7 @@ def _banner(title: str, table: str) -> str:
 
 
 def _section(title: str, table: str, notes: list[str] = ()) -> str:
-    return "\n".join([_banner(title, table), table, *notes])
+    return "\n".join([_banner(title, table), table, *(line for note in notes for line in format.wrapped(note))])
 
 
 def select(summary: dict, rank: int | None = None) -> dict | None:

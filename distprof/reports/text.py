@@ -24,7 +24,7 @@ def distributed_table(summary: dict, unit: str = "ms") -> str:
             rows.append([stat, "", *(format.figure(k, (across.get(k) or {}).get(stat), unit) for k, _ in columns)])
         rows.append(["max at rank", "", *((across.get(k) or {}).get("max_rank", "-") for k, _ in columns)])
     headers = ["Rank", "Steps", *(format.column_title(key, title, unit) for key, title in columns)]
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    return tables.fitted(rows, headers, keep=2)
 
 
 def lanes_table(summary: dict) -> str:
@@ -57,7 +57,7 @@ def render(summary: dict, unit: str = "ms", **table_options) -> str:
     return "\n".join(parts) + "\n"
 
 
-WRAP = 160  # console lines: warnings and notes wrap here
+WRAP = format.WRAP  # console lines: warnings and notes wrap here
 
 
 def warning_lines(warnings: list[str]) -> list[str]:
@@ -154,7 +154,8 @@ def collectives_section(summary: dict, unit: str) -> list[str]:
              "upper bound). Wait share = sync wait / duration of the matched ones. busbw as nccl-tests"
              + (f"; peak {peak:g} GB/s (hardware.peak_busbw_gbps)" if peak else
                 "; no % of peak: set hardware.peak_busbw_gbps")]
-    return ["\n".join([_banner("Collectives", width), text, *notes])]
+    return ["\n".join([_banner("Collectives", width), text,
+                       *(line for note in notes for line in format.wrapped(note))])]
 
 
 def extra_sections(summary: dict, unit: str) -> list[str]:
@@ -187,10 +188,10 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
         rows = [[c["rank"], "-" if c["device"] is None else c["device"], c["check"], c["status"],
                  ", ".join(c["comm_lanes"]) or "-", ", ".join(c["compute_lanes"]) or "-", c["message"]]
                 for c in shown]
-        if rows:
+        if rows:  # lane lists and messages wrap inside their cells: the table fits format.TABLE_WIDTH
             lines.append(tabulate(rows, headers=["Rank", "Device", "Check", "Status", "Comm lanes",
-                                                 "Compute lanes", "Message"],
-                                  tablefmt="simple", disable_numparse=True))
+                                                 "Compute lanes", "Message"], tablefmt="simple",
+                                  disable_numparse=True, maxcolwidths=[None, None, None, None, 28, 28, 72]))
 
     if skew.get("matched"):
         kinds = ", ".join(f"{k['name']}{' [group ' + k['group'] + ']' if k.get('group') else ''} {k['matched']}"
@@ -225,7 +226,8 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
         lines.append(findings_report.straggler_line(skew.get("straggler"), t))
     lines += [f"note: {phrase(note, unit)}" for note in skew.get("note_templates", skew.get("notes", []))]
     width = min(max(len(line) for text in lines for line in text.splitlines()), 150)
-    return [_banner("Diagnosis", width) + "\n" + "\n".join(lines)]
+    return [_banner("Diagnosis", width) + "\n" + "\n".join(fitted for text in lines for line in text.splitlines()
+                                                           for fitted in format.wrapped(line))]
 
 
 def render_benchmark(summary: dict, unit: str = "ms") -> str:
@@ -249,6 +251,7 @@ def render_benchmark(summary: dict, unit: str = "ms") -> str:
 
 def next_steps(out, html: bool = True) -> str:
     """The line after a merge or a live run: where to look next, as commands to copy."""
-    return ("next: " + (f"open {out}/report.html; " if html else "")
-            + f"`distprof whatif {out}` (what each fix saves), `distprof trace {out}` (timeline for Perfetto), "
-            f"`distprof diff {out} OTHER_OUT` (did a change help)")
+    return "\n".join(format.wrapped(
+        "next: " + (f"open {out}/report.html; " if html else "")
+        + f"`distprof whatif {out}` (what each fix saves), `distprof trace {out}` (timeline for Perfetto), "
+        f"`distprof diff {out} OTHER_OUT` (did a change help)"))

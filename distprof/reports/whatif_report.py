@@ -42,6 +42,6 @@ def render(whatif: dict | None, unit: str = "ms") -> str:
     head, headers, rows, notes = parts(whatif, unit)
     table = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
     width = max(len(line) for line in table.splitlines())
-    lines = [format.banner("What-if", min(width, 150)), head, table]
-    lines += [f"note: {note}" for note in notes]
+    lines = [format.banner("What-if", min(width, 150)), *format.wrapped(head), table]
+    lines += [line for note in notes for line in format.wrapped(f"note: {note}")]
     return "\n".join(lines)

@@ -9,11 +9,11 @@ import shutil
 import sqlite3
 import stat
 import subprocess
-import sys
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import console
 from ..events import RankTrace, SourceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -295,7 +295,7 @@ def _wanted(path: Path) -> bool:
 
 
 def _stderr(message: str) -> None:
-    print(f"distprof: warning: {message}", file=sys.stderr)
+    console.warn(message)
 
 
 def expand(inputs: list[str], warn: Callable[[str], None] = _stderr) -> list[Path]:
