@@ -7,7 +7,7 @@ are documented in the README and only ever added to.
 
 Where a figure comes from: ``Summary.ranks[r].figures.overlap_ratio`` is set by
 ``analyses.distributed.rank_figures``; a new per-rank figure (e.g. ``memory_ns``) is a field of
-:class:`RankFigures` computed there (and added to ``analyses.distributed.FIGURES`` when it should
+:class:`RankFigures` computed there (and added to ``FIGURES`` when it should
 get min/median/max across ranks).
 """
 
@@ -44,6 +44,12 @@ class RankFigures:
     # None when the rank has no matched collective (its waits are not known)
     communication_wait_ns: int | None = None
     communication_transfer_ns: int | None = None
+
+
+# the figures of a rank the across-ranks statistics, the CSV and the reports show, in their order
+FIGURES = ("window_ns", "communication_ns", "computation_ns", "memory_ns", "overlap_ns",
+           "exposed_communication_ns", "overlap_ratio", "idle_ns", "gpu_window_ns", "communication_wait_ns",
+           "communication_transfer_ns")
 
 
 @dataclass(frozen=True)

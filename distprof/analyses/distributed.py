@@ -21,12 +21,9 @@ import pandas as pd
 
 from .. import events as ev
 from .. import lanes as lanes_mod
-from ..results import Lane, RankFigures
+from ..results import FIGURES, Lane, RankFigures
 from . import intervals as iv
 
-FIGURES = ("window_ns", "communication_ns", "computation_ns", "memory_ns", "overlap_ns",
-           "exposed_communication_ns", "overlap_ratio", "idle_ns", "gpu_window_ns", "communication_wait_ns",
-           "communication_transfer_ns")
 # host API calls that only enqueue communication kernels: not communication on GPU traces
 ENQUEUE_PREFIXES = ("nccl", "c10d::", "record_param_comms")
 # host-only traces: ops that issue a collective a backend thread may execute (gloo's workers)

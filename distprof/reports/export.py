@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from .. import outpaths
-from ..analyses.distributed import FIGURES
 from ..names import cap_names
+from ..results import FIGURES
 
 SUMMARY_FILE = "summary.json"
 
