@@ -344,21 +344,23 @@ def _what(error: Exception) -> str:
 _BAD_CONTENT = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-def _diff_text(args: argparse.Namespace, before: dict, after: dict, config: dict) -> tuple[dict, str]:
-    """The diff and its text; a summary of the wrong shape is named in one line (each side is
-    tried against itself to tell which), not a KeyError."""
+def _diff_text(args: argparse.Namespace, labels: tuple[str, str], befores: list[dict], afters: list[dict],
+               config: dict) -> tuple[dict, str]:
+    """The diff and its text (``befores[0]``/``afters[0]``: each side's median run); a summary of the
+    wrong shape is named in one line (each side is tried against itself to tell which), not a KeyError."""
     from .analyses import diff as diff_mod
     from .reports import diff_report
 
-    def run(b: dict, a: dict) -> tuple[dict, str]:
-        result = diff_mod.diff(b, a, seed=args.seed, min_change=args.min_change / 100,
-                               prefixes=tuple(config["communication"]["kernel_prefixes"]))
-        return result, diff_report.render(result, (args.before, args.after), args.unit)
+    def run(b: list[dict], a: list[dict]) -> tuple[dict, str]:
+        result = diff_mod.diff(b[0], a[0], seed=args.seed, min_change=args.min_change / 100,
+                               prefixes=tuple(config["communication"]["kernel_prefixes"]),
+                               more_before=b[1:], more_after=a[1:])
+        return result, diff_report.render(result, labels, args.unit)
     try:
-        return run(before, after)
+        return run(befores, afters)
     except _BAD_CONTENT as error:
-        culprit, detail = f"{args.before} or {args.after}", _what(error)
-        for label, side in ((args.before, before), (args.after, after)):
+        culprit, detail = " or ".join(labels), _what(error)
+        for label, side in zip(labels, (befores, afters)):
             try:
                 run(side, side)
             except _BAD_CONTENT as own:
@@ -367,19 +369,39 @@ def _diff_text(args: argparse.Namespace, before: dict, after: dict, config: dict
         raise SourceError(f"{culprit}: not a complete distprof summary.json ({detail})") from None
 
 
+def _diff_runs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(before runs, after runs) as given: ``BEFORE AFTER``, or ``RUN... --vs RUN...``."""
+    if args.vs:
+        return args.runs, args.vs
+    if len(args.runs) != 2:
+        raise config_mod.ConfigError(f"diff: {len(args.runs)} run(s) given: give BEFORE AFTER, or several runs a "
+                                     "side as RUN... --vs RUN...")
+    return args.runs[:1], args.runs[1:]
+
+
+def _median_first(items: list[str], summaries: list[dict]) -> tuple[list[str], list[dict]]:
+    """A side's runs with its median run (by step time) first: the run the detail compares."""
+    from .analyses import diff as diff_mod
+    first = diff_mod.median_run(summaries)
+    order = [first, *(k for k in range(len(items)) if k != first)]
+    return [items[k] for k in order], [summaries[k] for k in order]
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     """Before/after: per-rank figures, step time with a bootstrap interval, movers, findings."""
     from .reports import diff_report
     config = config_mod.load(args.config)
+    before_items, after_items = _diff_runs(args)
     outpaths.check_dir(args.out)  # before the merges, not after them
-    before, after = diff_side(args.before, config), diff_side(args.after, config)
-    result, shown = _diff_text(args, before, after, config)
-    labels = (args.before, args.after)
+    before_items, befores = _median_first(before_items, [diff_side(item, config) for item in before_items])
+    after_items, afters = _median_first(after_items, [diff_side(item, config) for item in after_items])
+    labels = (before_items[0], after_items[0])
+    result, shown = _diff_text(args, labels, befores, afters, config)
     sys.stdout.write(shown)
     print(f"\nwrote {diff_report.write_json(result, args.out)}")
     if args.html:
         print(f"wrote {diff_report.write_html(result, labels, args.out, args.unit)}")
-        print(f"wrote {diff_report.write_combined(result, labels, after, args.out, args.unit)}")
+        print(f"wrote {diff_report.write_combined(result, labels, afters[0], args.out, args.unit)}")
     return 0
 
 
@@ -537,8 +559,11 @@ def build_parser() -> argparse.ArgumentParser:
     trace.set_defaults(func=cmd_trace)
 
     diff = sub.add_parser("diff", help="compare two runs: per-rank figures, step time (is it real?), movers, findings")
-    diff.add_argument("before", help="output folder with summary.json, or trace files / folder / glob to merge")
-    diff.add_argument("after", help="the same, for the run after the change")
+    diff.add_argument("runs", nargs="+", metavar="RUN",
+                      help="BEFORE AFTER: output folders with summary.json, or trace files / folder / glob to merge; "
+                           "with --vs: the before runs")
+    diff.add_argument("--vs", nargs="+", metavar="RUN", default=None,
+                      help="the after runs: with two or more runs a side, the step time is judged between runs")
     diff.add_argument("-o", "--out", default="distprof_diff", help="output directory for diff.json")
     diff.add_argument("--html", action="store_true",
                       help="also write OUT/diff.html, and OUT/report.html: the after run's report with the diff on top")

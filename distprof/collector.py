@@ -91,6 +91,14 @@ ROUTE = Route()
 THREAD_NAMES: dict[int, str] = {}  # OS thread id (or synthetic lane id) -> name, for the native file
 
 
+def _load_1m() -> float | None:
+    """The host's 1-minute load average (a diff says when two runs' machines were loaded unlike)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
 def usable_cpus() -> int:
     """The cores this process may run on (its affinity), recorded so that rank 0 can tell when the
     ranks of a host outnumber its cores (the what-if replay assumes they do not)."""
@@ -119,7 +127,8 @@ class Collector:
         self._db.executescript(NATIVE_SCHEMA)
         self.set_meta(schema_version=SCHEMA_VERSION, rank=rank, world_size=world_size, pid=os.getpid(),
                       hostname=socket.gethostname(), cpus=usable_cpus(), clock="time.perf_counter_ns (CLOCK_MONOTONIC)",
-                      wall_minus_clock_ns=time.time_ns() - clock_ns(), started_wall_ns=time.time_ns(), complete=0)
+                      wall_minus_clock_ns=time.time_ns() - clock_ns(), started_wall_ns=time.time_ns(), complete=0,
+                      load_1m_start=_load_1m())
         self.active = False
         # process CPU time over wall time since the collector started: the Device Summary's
         # CPU(Process) row (up to cores x 100 %); written at every flush, so a crash keeps it
@@ -179,7 +188,7 @@ class Collector:
         self.flush()
         self.flush()  # picks up rows that raced with the previous swap
         self.deactivate()
-        self.set_meta(complete=1)
+        self.set_meta(complete=1, load_1m_stop=_load_1m())
         with self._lock:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()

@@ -16,7 +16,7 @@ from . import align as align_mod
 from . import console, transport
 from . import events as ev
 from .analyses import collectives as coll
-from .analyses import cost, critical_path, diagnose, distributed, profiles, skew, streams, summaries, whatif
+from .analyses import cost, critical_path, diagnose, distributed, machine, profiles, skew, streams, summaries, whatif
 from .ranges import rank_ranges
 from .reports import findings as findings_report
 from .results import ClockEstimate, RankResult, Summary
@@ -182,7 +182,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         findings=findings_report.worded(critical_path.with_path_evidence(priced, path)),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
-        model_profile=profiles.model_profile(final), critical_path=path)
+        model_profile=profiles.model_profile(final), critical_path=path, machine=machine.facts(final))
 
 
 def _plausible_findings(findings: list[dict], results: list[RankResult]) -> tuple[list[dict], list[str]]:

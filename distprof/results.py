@@ -232,6 +232,7 @@ class Summary:
     profiles: dict = field(default_factory=dict)  # analyses.profiles.across_ranks: FLOPS spread, memory
     model_profile: dict | None = None  # analyses.profiles.model_profile: the live FLOPs profile (flops=True)
     critical_path: dict | None = None  # analyses.critical_path: what sets each step, across ranks
+    machine: list[dict] = field(default_factory=list)  # analyses.machine.facts: hosts, cores, GPUs, load
     live: dict | None = None  # live.watch's record: every_steps, windows[] (analyses.live.window_figures), alerts[]
 
     def rank(self, rank: int) -> RankResult:

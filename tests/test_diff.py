@@ -194,6 +194,85 @@ def test_cli_side_that_is_nothing_readable_is_one_line(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+# -- several runs a side, machine conditions ------------------------------------------------------
+
+def runs_of(centres: list[float], machine: list[dict] | None = None) -> list[dict]:
+    """One synthetic run per centre (ms): 10 steps within +-1 ms of it, their median the centre."""
+    out = []
+    for centre in centres:
+        run = summary({0: (800, 100, 600, 0, 100, 100)}, [centre + (i % 5) * 0.5 - 1 for i in range(10)])
+        out.append({**run, "machine": machine or []})
+    return out
+
+
+def test_runs_that_differ_less_than_their_run_to_run_noise_are_not_significant():
+    """Within each run the steps are tight, so the median runs alone look significant (+10 ms, +10%);
+    between runs (before 90/100/125, after 100/110/135 ms) the change is inside the noise."""
+    befores, afters = runs_of([90, 100, 125]), runs_of([100, 110, 135])
+    result = diff.diff(befores[1], afters[1], more_before=[befores[0], befores[2]], more_after=[afters[0], afters[2]])
+    assert result["step_time"]["significant"]               # one run a side: the steps' noise only
+    runs = result["runs"]
+    assert runs["before"]["runs_ns"] == [100 * MS, 90 * MS, 125 * MS]  # the median run first, then the others
+    assert runs["before"]["median_ns"] == 100 * MS and runs["after"]["median_ns"] == 110 * MS
+    assert runs["delta_ns"] == 10 * MS and runs["relative"] == pytest.approx(0.10)
+    assert runs["before"]["spread"] == pytest.approx(0.35) and runs["after"]["spread"] == pytest.approx(35 / 110)
+    assert runs["ci_low_ns"] < 0 < runs["ci_high_ns"] and not runs["significant"]
+
+
+def test_runs_that_separate_beyond_their_noise_are_significant():
+    befores, afters = runs_of([100, 101, 102]), runs_of([130, 131, 133])
+    result = diff.diff(befores[0], afters[0], more_before=befores[1:], more_after=afters[1:])
+    runs = result["runs"]
+    assert runs["before"]["median_ns"] == 101 * MS and runs["after"]["median_ns"] == 131 * MS
+    assert 0 < runs["ci_low_ns"] <= 30 * MS <= runs["ci_high_ns"] and runs["significant"]
+
+
+def test_one_run_a_side_says_the_run_to_run_noise_is_not_measured():
+    befores, afters = runs_of([100]), runs_of([130])
+    result = diff.diff(befores[0], afters[0])
+    assert result["runs"] is None
+    text = " ".join(diff_report.render(result, ("A", "B")).split())
+    assert "one run a side: the run-to-run noise is not measured" in text and "--vs" in text
+
+
+def test_median_run_is_the_detail_of_a_side():
+    assert diff.median_run(runs_of([125, 90, 100])) == 2 and diff.median_run(runs_of([90, 125])) == 0
+
+
+def test_machine_conditions_that_differ_are_said_before_the_verdict():
+    small = [{"host": "node-a", "ranks": 2, "cpus": 2, "gpus": [], "load_1m": 0.3}]
+    busy = [{"host": "node-b", "ranks": 2, "cpus": 2, "gpus": [], "load_1m": 3.1}]
+    result = diff.diff(runs_of([100], small)[0], runs_of([130], busy)[0])
+    assert result["machine"] == [{"fact": "hosts", "before": ["node-a"], "after": ["node-b"]},
+                                 {"fact": "load_per_core", "before": 0.15, "after": 1.55}]
+    text = diff_report.render(result, ("A", "B"))
+    said = " ".join(text.split())
+    assert "the machine conditions differ (hosts node-a before, node-b after; 1-minute load per core 0.15 before, " \
+           "1.55 after)" in said and "may be the machine" in said
+    assert text.index("machine conditions differ") < text.index("Step time")
+    same = diff.diff(runs_of([100], small)[0], runs_of([130], small)[0])
+    assert same["machine"] == [] and "machine conditions" not in diff_report.render(same, ("A", "B"))
+
+
+def test_cli_several_runs_a_side(tmp_path):
+    sides = {"b": [100, 101, 102], "a": [130, 131, 133]}
+    for name, centres in sides.items():
+        for k, run in enumerate(runs_of(centres)):
+            (tmp_path / f"{name}{k}").mkdir()
+            (tmp_path / f"{name}{k}" / "summary.json").write_text(json.dumps(run))
+    result = run_cli("diff", *(str(tmp_path / f"b{k}") for k in range(3)), "--vs",
+                     *(str(tmp_path / f"a{k}") for k in range(3)), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stdout.split())
+    assert "Between runs: before 3 runs, median 101.00 ms" in said and "after 3 runs, median 131.00 ms" in said
+    assert f"before: {tmp_path / 'b1'}" in result.stdout          # the median run is the detail's
+    data = json.loads((tmp_path / "out" / "diff.json").read_text())
+    assert data["runs"]["significant"] and len(data["runs"]["after"]["runs_ns"]) == 3
+    odd = run_cli("diff", str(tmp_path / "b0"), "-o", str(tmp_path / "out"))
+    assert odd.returncode == 2 and odd.stderr.startswith("distprof: error: diff: 1 run(s) given")
+    assert odd.stderr.strip().count("\n") == 0
+
+
 # -- real demo runs --------------------------------------------------------------------------------
 
 SMALL = "demo:\n  width: 128\n  batch: 64\n"   # little compute: a 50 ms sleep dominates the step
@@ -255,6 +334,7 @@ def _diff_cli(before: Path, after: Path, out: Path) -> tuple[dict, str]:
     return json.loads((out / "diff.json").read_text()), result.stdout
 
 
+@pytest.mark.slow
 def test_demo_serial_to_overlap_resolves_serialized_communication(demo_runs, tmp_path):
     data, text = _diff_cli(demo_runs["serial"], demo_runs["same0a"], tmp_path)
     assert "serialized_communication" in [f["code"] for f in data["findings"]["resolved"]], text
@@ -262,6 +342,7 @@ def test_demo_serial_to_overlap_resolves_serialized_communication(demo_runs, tmp
     assert "resolved  serialized_communication" in text
 
 
+@pytest.mark.slow
 def test_demo_straggler_is_significant_with_its_size(demo_runs, tmp_path):
     data, text = _diff_cli(demo_runs["small"], demo_runs["straggler"], tmp_path)
     step = data["step_time"]
@@ -278,6 +359,7 @@ def test_demo_straggler_is_significant_with_its_size(demo_runs, tmp_path):
     assert 30 * MS <= step["delta_ns"] <= 70 * MS, text  # 50 ms a step, +-40%
 
 
+@pytest.mark.slow
 def test_demo_same_configuration_is_not_significant(demo_runs, tmp_path):
     """The interval covers the noise between the steps of a run; two runs also differ by a few
     percent, which is why a change under 10% is never significant. A job beside a run makes it
@@ -300,6 +382,7 @@ def test_demo_same_configuration_is_not_significant(demo_runs, tmp_path):
     assert sum(v for v, _, _ in verdicts) <= (1 if counted > 1 else 0), verdicts
 
 
+@pytest.mark.slow
 def test_demo_side_merged_from_rank_files_equals_its_summary(demo_runs, tmp_path):
     data, _ = _diff_cli(demo_runs["same0a"], Path(demo_runs["same0a"]) / "rank*.sqlite", tmp_path)
     assert data["step_time"]["delta_ns"] == 0 and not data["step_time"]["significant"]
@@ -441,3 +524,11 @@ def test_cli_help_gives_the_min_change_default_it_uses(tmp_path):
         (tmp_path / name / "summary.json").write_text(json.dumps(summary({0: (1, 1, 1, 0, 1, 0)}, steps)))
     result = run_cli("diff", str(tmp_path / "b"), str(tmp_path / "a"), "-o", str(tmp_path / "out"))
     assert result.returncode == 0 and f"under {default:.0f}%" in result.stdout, result.stderr[-2000:]
+
+
+def test_a_live_run_records_its_machine(demo_overlap):
+    """The collector records the host, its usable cores and the 1-minute load at start and stop."""
+    import socket
+    machine = json.loads((demo_overlap / "summary.json").read_text())["machine"]
+    assert [(m["host"], m["ranks"]) for m in machine] == [(socket.gethostname(), 4)]
+    assert machine[0]["cpus"] == len(os.sched_getaffinity(0)) and isinstance(machine[0]["load_1m"], float)

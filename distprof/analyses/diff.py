@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import names
 from ..results import RankFigures
-from . import steptime
+from . import machine, steptime
 
 FIGURES = tuple(f.name for f in fields(RankFigures))   # every Distributed Summary figure of a rank
 ACROSS_STATS = ("min", "median", "max", "mean")
@@ -109,6 +109,56 @@ def step_time(before: dict, after: dict, resamples: int = RESAMPLES, seed: int =
         out.update(ci_low_ns=low, ci_high_ns=high, excludes_zero=excludes, significant=excludes and large,
                    reason="below_min_change" if excludes and not large else None)
     return out
+
+
+def _run_medians(durations: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(runs, resamples): each run's step time (median step) over steps resampled with replacement."""
+    return np.stack([np.median(d[rng.integers(0, d.size, (resamples, d.size))], axis=1) for d in durations])
+
+
+def _side_resamples(durations: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """A side's step time (the median of its runs') per two-level resample: runs drawn with
+    replacement, then each drawn run's steps: the interval sees run-to-run and step noise both."""
+    per_run = _run_medians(durations, resamples, rng)
+    drawn = rng.integers(0, len(durations), (resamples, len(durations)))
+    return np.median(per_run[drawn, np.arange(resamples)[:, None]], axis=1)
+
+
+def runs_step_time(befores: list[dict], afters: list[dict], resamples: int = RESAMPLES, seed: int = SEED,
+                   min_change: float = MIN_CHANGE) -> dict:
+    """Several runs a side: each run's step time (analyses.steptime), each side's the median of its
+    runs', their spread (max - min over the median: the run-to-run noise), and a seeded two-level
+    bootstrap interval of the change (runs, then steps). ``significant`` when the interval
+    excludes 0 and the change is at least ``min_change``, as for one run a side."""
+    sides = {"before": [step_durations(s) for s in befores], "after": [step_durations(s) for s in afters]}
+    out: dict = {"level": LEVEL, "resamples": resamples, "seed": seed, "min_change": min_change,
+                 "ci_low_ns": None, "ci_high_ns": None, "significant": False, "excludes_zero": False, "reason": None}
+    for side, runs in sides.items():
+        times = [steptime.run_step_time(d) if d.size else None for d in runs]
+        known = [x for x in times if x is not None]
+        median = float(np.median(known)) if known else None
+        out[side] = {"runs_ns": times, "steps": [int(d.size) for d in runs], "median_ns": median,
+                     "spread": (max(known) - min(known)) / median if len(known) > 1 and median else None}
+    moved = change(out["before"]["median_ns"], out["after"]["median_ns"])
+    out["delta_ns"], out["relative"] = moved["delta"], moved["relative"]
+    if any(d.size < MIN_STEPS for runs in sides.values() for d in runs):
+        out["reason"] = "too_few_steps"
+        return out
+    rng = np.random.default_rng(seed)
+    before, after = (_side_resamples(sides[s], resamples, rng) for s in ("before", "after"))
+    tail = 100 * (1 - LEVEL) / 2
+    low, high = (float(x) for x in np.percentile(after - before, [tail, 100 - tail]))
+    excludes, large = bool(low > 0 or high < 0), abs(out["relative"] or 0.0) >= min_change
+    out.update(ci_low_ns=low, ci_high_ns=high, excludes_zero=excludes, significant=excludes and large,
+               reason="below_min_change" if excludes and not large else None)
+    return out
+
+
+def median_run(summaries: list[dict]) -> int:
+    """Index of a side's median run by step time (the lower middle one for an even count; runs
+    without steps last): the run the detailed comparison uses."""
+    times = [steptime.run_step_time(d) if (d := step_durations(s)).size else float("inf") for s in summaries]
+    return int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])
 
 
 # -- ranks ------------------------------------------------------------------------------------
@@ -328,13 +378,21 @@ def check_changes(before: dict, after: dict) -> list[dict]:
 
 
 def diff(before: dict, after: dict, resamples: int = RESAMPLES, seed: int = SEED,
-         prefixes: tuple[str, ...] = COMM_PREFIXES, min_change: float = MIN_CHANGE) -> dict:
-    """The whole diff of two summaries (the ``diff.json`` contract)."""
+         prefixes: tuple[str, ...] = COMM_PREFIXES, min_change: float = MIN_CHANGE,
+         more_before: list[dict] = (), more_after: list[dict] = ()) -> dict:
+    """The whole diff of two summaries (the ``diff.json`` contract). ``more_before`` /
+    ``more_after``: the other runs of each side (``before`` and ``after`` being its median run);
+    with two or more runs a side, ``runs`` judges the step time between runs."""
     unit = unit_of_work(before, after, prefixes)
     per, divisors = normaliser(before, after, unit)
+    befores, afters = [before, *more_before], [after, *more_after]
     return {"world_size": {"before": before.get("world_size"), "after": after.get("world_size")},
             "source": {"before": before.get("source"), "after": after.get("source")},
             "warnings": warnings(before, after),
+            "machine": machine.differences([h for s in befores for h in s.get("machine") or []],
+                                           [h for s in afters for h in s.get("machine") or []]),
+            "runs": (runs_step_time(befores, afters, resamples, seed, min_change)
+                     if len(befores) > 1 and len(afters) > 1 else None),
             "step_time": step_time(before, after, resamples, seed, min_change),
             "ranks": rank_changes(before, after),
             "across_ranks": across_changes(before, after),

@@ -55,6 +55,58 @@ def step_lines(step: dict, unit: str) -> list[str]:
                   f"{verdict} ({counts}, {step['resamples']} resamples, seed {step['seed']})"]
 
 
+_FACTS = {"hosts": "hosts", "cores": "usable cores", "gpus": "GPUs", "load_per_core": "1-minute load per core"}
+ONE_RUN = ("one run a side: the run-to-run noise is not measured (two runs of one configuration on a shared machine "
+           "can differ by more than this interval); for a verdict between runs give several a side: "
+           "distprof diff A1 A2 A3 --vs B1 B2 B3")
+
+
+def machine_lines(differences: list[dict]) -> list[str]:
+    """A warning, before the verdict, when the two runs' machines differ where both record it."""
+    if not differences:
+        return []
+    said = "; ".join(f"{_FACTS[d['fact']]} {_listed(d['before'])} before, {_listed(d['after'])} after"
+                     for d in differences)
+    return [f"! the machine conditions differ ({said}): the change may be the machine, not the code"]
+
+
+def _listed(value) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def runs_lines(runs: dict | None, unit: str) -> list[str]:
+    """Several runs a side: each side's runs and spread, the change and its two-level interval;
+    one run a side: that the run-to-run noise is not measured."""
+    if runs is None:
+        return [ONE_RUN]
+
+    def side(name: str) -> str:
+        s = runs[name]
+        each = ", ".join(_t(x, unit) for x in s["runs_ns"])
+        spread = "" if s["spread"] is None else f", spread {100 * s['spread']:.1f}%"
+        return f"{name} {len(s['runs_ns'])} runs, median {_t(s['median_ns'], unit)} {unit} ({each}{spread})"
+
+    line = (f"Between runs: {side('before')}; {side('after')}: change {_t(runs['delta_ns'], unit, True)} {unit} "
+            f"({_pct(runs['relative'])})")
+    if runs["reason"] == "too_few_steps":
+        return [line + "; too few steps in a run for an interval"]
+    verdict = ("significant" if runs["significant"] else
+               f"not significant: under {100 * runs['min_change']:.0f}%" if runs["reason"] == "below_min_change"
+               else "not significant: the interval includes 0")
+    return [line + f"; {100 * runs['level']:.0f}% interval over runs then steps [{_t(runs['ci_low_ns'], unit, True)}, "
+                   f"{_t(runs['ci_high_ns'], unit, True)}] {unit}: {verdict}"]
+
+
+def verdict_lines(diff: dict, unit: str) -> list[str]:
+    """The step-time verdict: between runs (several a side, then the median runs' own) or of one run
+    a side (and that run-to-run noise is not measured), then the unit of work."""
+    own = step_lines(diff["step_time"], unit)
+    if diff.get("runs"):
+        own[0] = "Median runs (the detail below compares them): " + own[0]
+        return runs_lines(diff["runs"], unit) + own + unit_lines(diff["unit_of_work"], unit)
+    return own + [ONE_RUN] + unit_lines(diff["unit_of_work"], unit)
+
+
 def _cell(b: float | None, a: float | None, unit: str) -> str:
     if b is None or a is None:
         return f"{_t(b, unit)} -> {_t(a, unit)}"
@@ -159,9 +211,9 @@ def render(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
     parts = [format.banner("distprof diff", min(width, 100)),
              f"before: {labels[0]} (world size {ws['before']}, {src['before']})",
              f"after:  {labels[1]} (world size {ws['after']}, {src['after']})",
-             *warning_lines(diff), "",
-             *(line for text in step_lines(diff["step_time"], unit) + unit_lines(diff["unit_of_work"], unit)
+             *(line for text in warning_lines(diff) + machine_lines(diff.get("machine") or [])
                for line in format.wrapped(text)), "",
+             *(line for text in verdict_lines(diff, unit) for line in format.wrapped(text)), "",
              "Distributed Summary per rank, before -> after and the relative change:", table, "",
              movers_table(diff, unit), "", *finding_lines(diff, unit)]
     return "\n".join(parts) + "\n"

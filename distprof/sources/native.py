@@ -71,6 +71,18 @@ def _int_meta(meta: dict, key: str, path: Path, warnings: list[str]) -> int | No
         return None
 
 
+def _load_meta(meta: dict) -> float | None:
+    """The higher of the 1-minute load averages the collector saw at start and stop (None: not
+    recorded, e.g. files of older versions or a platform without getloadavg)."""
+    loads = []
+    for key in ("load_1m_start", "load_1m_stop"):
+        try:
+            loads.append(float(meta[key]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return max(loads) if loads else None
+
+
 def read(path: Path, config: dict, window: tuple[int, int, int] | None = None) -> list[ev.RankTrace]:
     """One RankTrace from a native file; a rank that crashed gives its completed steps.
     ``window``: (rowid after, first step, last step) of a live window (see _query)."""
@@ -115,6 +127,7 @@ def read(path: Path, config: dict, window: tuple[int, int, int] | None = None) -
                          rank_from="distprof file" if rank is not None else "unknown", warnings=warnings,
                          meta={"world_size": world_size or 0, "hostname": meta.get("hostname", ""),
                                "cpus": _int_meta(meta, "cpus", path, warnings),
+                               "load_1m": _load_meta(meta),
                                "lane_names": lane_names,
                                "process_cpu_ns": _int_meta(meta, "process_cpu_ns", path, warnings),
                                "elapsed_ns": _int_meta(meta, "elapsed_ns", path, warnings),

@@ -1,0 +1,54 @@
+"""The machine a run ran on, as its inputs record it (host names, usable cores, GPU model, the
+1-minute load average): a diff of two runs made under different conditions may measure the
+machine, not the change, and says so. Facts only where a source records them."""
+
+from __future__ import annotations
+
+from ..results import RankResult
+
+LOAD_PER_CORE_DIFFERS = 0.25   # 1-minute load averages this far apart per core: "the load differs"
+
+
+def facts(results: list[RankResult]) -> list[dict]:
+    """One entry per host: its ranks, the cores a rank may use, GPU models, the highest 1-minute
+    load average a rank saw at its start or stop (None where not recorded)."""
+    hosts: dict[str, dict] = {}
+    for result in results:
+        entry = hosts.setdefault(result.host or "", {"host": result.host, "ranks": 0, "cpus": None, "gpus": set(),
+                                                     "load_1m": None})
+        entry["ranks"] += 1
+        cpus, gpu, load = result.meta.get("cpus"), result.meta.get("gpu_name"), result.meta.get("load_1m")
+        if isinstance(cpus, int) and cpus > 0:
+            entry["cpus"] = cpus if entry["cpus"] is None else min(entry["cpus"], cpus)
+        if isinstance(gpu, str) and gpu:
+            entry["gpus"].add(gpu)
+        if isinstance(load, (int, float)):
+            entry["load_1m"] = float(load) if entry["load_1m"] is None else max(entry["load_1m"], float(load))
+    return [{**entry, "gpus": sorted(entry["gpus"])} for _, entry in sorted(hosts.items())]
+
+
+def differences(before: list[dict] | None, after: list[dict] | None) -> list[dict]:
+    """What differs between two runs' machines, where both record it: ``{"fact", "before", "after"}``
+    for hosts, cores, GPU models and load (per core, at least ``LOAD_PER_CORE_DIFFERS`` apart)."""
+    if not before or not after:
+        return []
+    out = []
+
+    def known(entries: list[dict], key: str) -> list:
+        return sorted({str(value) for e in entries for value in
+                       (e[key] if isinstance(e.get(key), list) else [e.get(key)]) if value not in (None, "")})
+
+    for fact, key in (("hosts", "host"), ("cores", "cpus"), ("gpus", "gpus")):
+        b, a = known(before, key), known(after, key)
+        if b and a and b != a:
+            out.append({"fact": fact, "before": b, "after": a})
+    b_load, a_load = _load_per_core(before), _load_per_core(after)
+    if b_load is not None and a_load is not None and abs(b_load - a_load) >= LOAD_PER_CORE_DIFFERS:
+        out.append({"fact": "load_per_core", "before": round(b_load, 2), "after": round(a_load, 2)})
+    return out
+
+
+def _load_per_core(entries: list[dict]) -> float | None:
+    """The busiest host's 1-minute load average per usable core."""
+    loads = [e["load_1m"] / e["cpus"] for e in entries if e.get("load_1m") is not None and e.get("cpus")]
+    return max(loads) if loads else None
