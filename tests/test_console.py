@@ -15,8 +15,7 @@ def widest(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
-@pytest.mark.parametrize("inputs", ["torch_cpu", "torch_ddp/late", "torch_ddp/manual_sync", "demo_ranks", "nsys",
-                                    "torch_flops"])
+@pytest.mark.parametrize("inputs", ["torch_cpu", "torch_ddp/manual_sync", "demo_ranks", "nsys", "torch_flops"])
 def test_merge_fits_on_real_inputs(inputs, tmp_path):
     """merge prints every section (summary, diagnosis, what-if, critical path, tables)."""
     merged = run_cli("merge", str(DATA / inputs), "-o", str(tmp_path / "out"))

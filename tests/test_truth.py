@@ -3,6 +3,7 @@ files (plain Python over the JSON, sqlite3 over the nsys export), never distprof
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
@@ -63,10 +64,13 @@ def cpu_steps(events: list[dict]) -> list[tuple[int, int]]:
     return sorted(interval(e) for e in events if e["name"].startswith("ProfilerStep#"))
 
 
+@functools.cache
 def read(path: Path) -> ev.RankTrace:
+    """A file as distprof reads it, once per module (tests only read it; the big HTA rank takes ~0.5 s)."""
     return sources.read(path, config_mod.load())[0]
 
 
+@functools.cache
 def summary(path: Path, window: str = "steps") -> dict:
     return rank_row(pipeline.reduce_rank(read(path), config_mod.load(overrides={"window": window})))
 
