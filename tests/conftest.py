@@ -25,11 +25,20 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subpro
 
 @pytest.fixture(scope="session")
 def demo_overlap(tmp_path_factory) -> Path:
-    """One real 4-rank MPI demo run in overlap mode, shared by the tests that read its output."""
-    out = tmp_path_factory.mktemp("demo_overlap")
-    load_before = os.getloadavg()[0]
-    result = run_cli("demo", "--ranks", "4", "--steps", "6", "--out", str(out))
-    assert result.returncode == 0, result.stderr[-2000:]
-    # timing assertions look at how loaded the machine was around this run, not later
-    (out / "load_around_run.txt").write_text(str(max(load_before, os.getloadavg()[0])))
+    """One real 4-rank MPI demo run in overlap mode, shared by the tests that read its output (and by
+    the xdist workers: the first one to get here runs it, under a lock, the others read it)."""
+    import fcntl
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # a worker's base is popen-gwN; its parent is this session's, shared by all
+    out = shared / "demo_overlap"
+    with open(shared / "demo_overlap.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "load_around_run.txt").exists():
+            out.mkdir(exist_ok=True)
+            load_before = os.getloadavg()[0]
+            result = run_cli("demo", "--ranks", "4", "--steps", "6", "--out", str(out))
+            assert result.returncode == 0, result.stderr[-2000:]
+            # timing assertions look at how loaded the machine was around this run, not later
+            (out / "load_around_run.txt").write_text(str(max(load_before, os.getloadavg()[0])))
     return out

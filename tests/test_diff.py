@@ -276,7 +276,7 @@ def test_cli_several_runs_a_side(tmp_path):
 # -- real demo runs --------------------------------------------------------------------------------
 
 SMALL = "demo:\n  width: 128\n  batch: 64\n"   # little compute: a 50 ms sleep dominates the step
-PAIRS = 3
+PAIRS = 2
 
 
 @pytest.fixture(scope="module")
