@@ -3,8 +3,9 @@ empty `with` block, measured in one run, printed as ratios. Targets: phase <= 1.
 `nvtx.annotate("forward")` (the form most users write) and <= 1.0x the colour+domain form
 `nvtx.annotate("forward", color="green", domain="distprof")`.
 
-Each variant runs in interleaved rounds and keeps its best round, so a busy machine slows all
-variants alike instead of whichever happened to run during the noise.
+Each variant runs in interleaved rounds (a round: every variant once, back to back). The verdict
+is the median over rounds of each round's own ratio (paired: a busy moment slows both sides of a
+ratio alike), with the spread of the ratios; the per-variant figures are each one's best round.
 
     python benchmarks/collector_overhead.py [--rounds 30] [--per-round 20000]
 """
@@ -12,6 +13,7 @@ variants alike instead of whichever happened to run during the noise.
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import timeit
 
@@ -67,10 +69,14 @@ def main() -> None:
                     "distprof.phase": distprof_phase,
                     "phase+NVTX calls": distprof_phase_nvtx_calls}
         best = dict.fromkeys(variants, float("inf"))
+        paired: dict[str, list[float]] = {"nvtx.annotate": [], "annotate+colour": []}
         for _ in range(args.rounds):
+            this_round = {}
             for name, func in variants.items():
-                seconds = timeit.timeit(func, number=args.per_round)
-                best[name] = min(best[name], seconds / args.per_round * 1e9)
+                this_round[name] = timeit.timeit(func, number=args.per_round) / args.per_round * 1e9
+                best[name] = min(best[name], this_round[name])
+            for base, ratios in paired.items():
+                ratios.append(this_round["distprof.phase"] / this_round[base])
             collector.flush()  # one step's worth of rows to disk, as prof.step() does
         rows_before = len(collector.rows)
         timer = timeit.default_timer
@@ -89,9 +95,13 @@ def main() -> None:
     print(f"  flush to SQLite  {flush_ns_per_row:8.0f} ns per row (once per step, not per range)")
     for base, form in (("nvtx.annotate", 'nvtx.annotate("forward")'),
                        ("annotate+colour", 'nvtx.annotate("forward", color=, domain=)')):
-        ratio = best["distprof.phase"] / best[base]
+        ratios = sorted(paired[base])
+        ratio = statistics.median(ratios)
+        quartiles = statistics.quantiles(ratios, n=4)
         verdict = "met" if ratio <= 1.0 else "NOT met"
-        print(f"ratio distprof.phase / {form} = {ratio:.2f}  (target <= 1.00: {verdict})")
+        print(f"ratio distprof.phase / {form} = {ratio:.2f} median of {len(ratios)} paired rounds "
+              f"(quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f}, range {ratios[0]:.2f}-{ratios[-1]:.2f}; "
+              f"target <= 1.00: {verdict})")
     print(f"ratio distprof.phase / empty with    = {best['distprof.phase'] / best['empty with']:.2f}")
     print(f"ratio phase+NVTX calls / annotate+colour = {best['phase+NVTX calls'] / best['annotate+colour']:.2f}"
           "  (the path taken under nsys, where annotate's own calls also do real work)")

@@ -121,7 +121,8 @@ def open_ranges() -> list[tuple[str, str, str, int, list[int]]]:
         ranges = list(_ALL_RANGES)
     found = []
     for item in ranges:
-        starts = list(item._starts)  # a copy: the owning thread may push or pop meanwhile
+        start, outer = item._start, list(item._outer)  # read once: the owning thread may open or close meanwhile
+        starts = [*outer, start] if start is not None else []
         if starts:
             found.append((item.label[0], item.label[1], item._comm[0], item._thread, starts))
     return found
@@ -129,39 +130,43 @@ def open_ranges() -> list[tuple[str, str, str, int, list[int]]]:
 
 class Range:
     """A named range of one thread. ``phase("forward")`` returns the same object every time on
-    a given thread, so entering it allocates nothing; nesting stacks its start times."""
+    a given thread, so entering it allocates nothing. It holds the start of its open use in one
+    slot; only when the same range nests in itself are the outer starts kept in ``_outer``."""
 
-    __slots__ = ("_name_id", "_attributes", "_starts", "_thread", "label", "_comm", "__weakref__")
+    __slots__ = ("_name_id", "_attributes", "_start", "_outer", "_thread", "label", "_comm", "__weakref__")
 
     def __init__(self, name: str, category: str = ev.PHASE, kind: str = ev.RANGE,
                  comm: tuple[str, int, int] = NO_COMM) -> None:
         self.label = (name, category, kind)
         self._comm = comm
         self._name_id, self._attributes = descriptor(name, category, kind, comm)
-        self._starts: list[int] = []
+        self._start: int | None = None
+        self._outer: list[int] = []
         self._thread = threading.get_native_id()  # the lane: OS thread id, as nsys shows it
         THREAD_NAMES[self._thread] = threading.current_thread().name
         with _ALL_RANGES_LOCK:
             _ALL_RANGES.add(self)
 
-    def __enter__(self) -> Range:
+    def __enter__(self, clock=clock_ns) -> Range:  # defaults: bound once, no global lookup per call
         _state.push(self._attributes)
-        self._starts.append(clock_ns())
+        if self._start is not None:
+            self._outer.append(self._start)
+        self._start = clock()
         return self
 
-    def __exit__(self, exc_type, exc, traceback) -> None:
-        end = clock_ns()
-        _state.pop()
-        append = _state.append
+    def __exit__(self, exc_type, exc, traceback, clock=clock_ns, route=_state) -> None:
+        end = clock()
+        route.pop()
+        start = self._start
+        self._start = self._outer.pop() if self._outer else None
+        append = route.append
         if append is not None:
-            append((self._starts.pop(), end, self._thread, self._name_id))  # atomic under the GIL
-        else:
-            self._starts.pop()
+            append((start, end, self._thread, self._name_id))  # atomic under the GIL
 
     def cancel(self) -> None:
         """Close the innermost open use without recording it (e.g. a next() that ended the loader)."""
         _state.pop()
-        self._starts.pop()
+        self._start = self._outer.pop() if self._outer else None
 
     def __call__(self, func: Callable) -> Callable:
         """Decorator form: the calling thread's range around every call of ``func``."""
@@ -182,20 +187,22 @@ class _RangeWithoutTool(Range):
 
     __slots__ = ()
 
-    def __enter__(self) -> Range:
-        self._starts.append(clock_ns())
+    def __enter__(self, clock=clock_ns) -> Range:
+        if self._start is not None:
+            self._outer.append(self._start)
+        self._start = clock()
         return self
 
-    def __exit__(self, exc_type, exc, traceback) -> None:
-        end = clock_ns()
-        append = _state.append
+    def __exit__(self, exc_type, exc, traceback, clock=clock_ns, route=_state) -> None:
+        end = clock()
+        start = self._start
+        self._start = self._outer.pop() if self._outer else None
+        append = route.append
         if append is not None:
-            append((self._starts.pop(), end, self._thread, self._name_id))
-        else:
-            self._starts.pop()
+            append((start, end, self._thread, self._name_id))
 
     def cancel(self) -> None:
-        self._starts.pop()
+        self._start = self._outer.pop() if self._outer else None
 
 
 def _range_class() -> type[Range]:

@@ -194,3 +194,17 @@ def test_process_cpu_time_fills_the_cpu_process_row(tmp_path):
     result = pipeline.reduce_rank(native.read(tmp_path / "rank0.sqlite", config)[0], config)
     row = next(r for r in result.tables["device"] if r["device"] == "CPU(Process)")
     assert row["busy_ns"] == cpu_ns and row["utilization"] == pytest.approx(cpu_ns / elapsed_ns)
+
+
+def test_a_range_nested_in_itself_reports_and_closes_both_uses(tmp_path):
+    """One start slot per range, the outer starts kept only while it nests in itself: the hang
+    watchdog sees both open uses, outer first, and closing restores the outer one."""
+    from distprof.annotate import open_ranges
+    with distprof.Profiler(out=str(tmp_path), quiet=True):
+        forward = distprof.phase("forward")
+        with forward:
+            with forward:
+                opened = [starts for name, _, _, _, starts in open_ranges() if name == "forward"]
+                assert len(opened) == 1 and len(opened[0]) == 2 and opened[0][0] <= opened[0][1]
+            assert [len(s) for n, _, _, _, s in open_ranges() if n == "forward"] == [1]
+        assert not [s for n, _, _, _, s in open_ranges() if n == "forward"]
