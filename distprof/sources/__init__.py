@@ -173,7 +173,7 @@ def check_file(path: Path, config: dict) -> None:
                           "raise it in the config to read this file")
 
 
-def read_bytes(path: Path, config: dict) -> bytes | bytearray:
+def read_bytes(path: Path, config: dict) -> bytes:
     """The file's bytes, gunzipped while streaming: a gzip expanding beyond
     ``input.max_uncompressed_mb`` is refused before it fills memory."""
     limit_mb, named = input_limit_mb(config, "max_uncompressed_mb")
@@ -186,15 +186,15 @@ def read_bytes(path: Path, config: dict) -> bytes | bytearray:
     if data[:2] != b"\x1f\x8b":
         return data
     inflater, errors = _inflater()
-    out = bytearray()
-    rest = data
+    chunks, total, rest = [], 0, data
     try:
         while rest[:2] == b"\x1f\x8b":  # one gzip member after another, like gzip.decompress
             inflate = inflater.decompressobj(zlib.MAX_WBITS | 16)
             chunk = inflate.decompress(rest, 64 * MB)
             while True:
-                out += chunk
-                if len(out) > limit:
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > limit:
                     raise SourceError(f"{path}: refused while decompressing: gzip expands beyond {named}; "
                                       "raise it in the config to read this file")
                 if inflate.eof or not inflate.unconsumed_tail:
@@ -205,7 +205,8 @@ def read_bytes(path: Path, config: dict) -> bytes | bytearray:
             rest = inflate.unused_data.lstrip(b"\x00")
     except errors as error:
         raise SourceError(f"{path}: corrupt or truncated gzip ({error})") from None
-    return out
+    # one chunk (a trace up to 64 MB inflated) is the buffer itself: no second copy at the peak
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _inflater():
