@@ -307,6 +307,8 @@ def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document
             except msgspec.DecodeError as error:
                 raise ev.SourceError(f"{path}: not valid JSON ({str(error).removeprefix('JSON is malformed: ')})") \
                     from None
+        _detach_raw_args(trace.traceEvents)
+        del data  # now referenced by nothing: freed before the columns are built
         info = {"distributedInfo": trace.distributedInfo, "baseTimeNanoseconds": trace.baseTimeNanoseconds,
                 "deviceProperties": trace.deviceProperties, "host_name": trace.host_name}
         return _Document(trace.traceEvents, info, structs=True, complete_type=complete_type,
@@ -322,6 +324,19 @@ def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document
     if not all(map(isinstance, events, repeat(dict))):
         raise ev.SourceError(f"{path}: 'traceEvents' holds entries that are not JSON objects")
     return _Document(events, document, structs=False)
+
+
+def _detach_raw_args(events: list) -> None:
+    """Copy the raw JSON args (msgspec.Raw, views into the decoded buffer) out of the buffer: the few
+    MB of shapes then outlive the tens of MB of text, which is freed before the columns are built."""
+    for args in map(attrgetter("args"), filter(_has_args, events)):
+        if args is not None and (args.input_dims or args.input_type or args.concrete):
+            args.input_dims, args.input_type = args.input_dims.copy(), args.input_type.copy()
+            args.concrete = args.concrete.copy()
+
+
+def _has_args(event) -> bool:
+    return hasattr(event, "args")
 
 
 def _validation_message(message: str) -> str:
