@@ -1,5 +1,7 @@
-"""The everyday job: merge 8 small Kineto ranks (the shape of a DLRM run, about 25k trace events a
-rank) with ``distprof merge`` (report.html included), against HTA's ``TraceAnalysis`` load +
+"""The everyday job: merge 8 small Kineto ranks with ``distprof merge`` (report.html included). By
+default they are real: HTA's two real ranks of a 128-GPU job (tests/data/trace_filter, ~1 step,
+sampled), each used 4 times with its rank renumbered; ``--synthetic`` makes DLRM-shaped ones of
+``--events`` trace events instead. Against HTA's ``TraceAnalysis`` load +
 ``get_comm_comp_overlap()`` on the same folder. Targets: distprof with HTML >= 3x faster than HTA;
 the HTML report <= 20% of the merge.
 
@@ -17,7 +19,8 @@ package (e.g. ``git archive main distprof | tar -x -C DIR``), interleaved too: b
 One more child runs the merge in-process with a timer per stage (imports, read + reduce, combine,
 text, report.html), to show where a merge's time goes.
 
-    python benchmarks/small_merge_vs_hta.py [--ranks 8] [--events 25000] [--rounds 5] [--no-hta] [--baseline DIR]
+    python benchmarks/small_merge_vs_hta.py [--ranks 8] [--real DIR | --synthetic --events 25000] [--rounds 5]
+                                            [--no-hta] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -47,6 +50,24 @@ def make_job(folder: Path, ranks: int, events: int) -> int:
         _, written = kineto_fixtures.synthetic_job(folder / f"rank{rank}.pt.trace.json.gz", events, rank=rank,
                                                    seed=rank)
         total += written
+    return total
+
+
+# two real ranks of a 128-GPU job (HTA's tests/data/trace_filter; kept read-only in ../shared/data)
+REAL_RANKS = ROOT.parent / "shared" / "data" / "kineto" / "hta_trace_filter_2rank"
+
+
+def copy_real_job(source: Path, folder: Path, ranks: int) -> int:
+    """``ranks`` ranks made of the real traces in ``source``, each used ranks/len(files) times with its
+    distributedInfo rank and world size rewritten (nothing else changes); total trace events."""
+    import gzip
+    files = sorted(p for p in source.iterdir() if p.name.endswith(".json.gz"))
+    total = 0
+    for rank in range(ranks):
+        document = json.loads(gzip.decompress(files[rank % len(files)].read_bytes()))
+        document.setdefault("distributedInfo", {}).update(rank=rank, world_size=ranks)
+        total += len(document["traceEvents"])
+        (folder / f"rank{rank}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(document).encode(), 6))
     return total
 
 
@@ -153,6 +174,9 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--events", type=int, default=25_000, help="trace events per rank (about)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--real", type=Path, default=REAL_RANKS if REAL_RANKS.exists() else None,
+                        help="folder of real Kineto ranks, repeated up to --ranks (default: HTA's 2 real ranks)")
+    parser.add_argument("--synthetic", action="store_true", help="synthetic ranks of --events instead")
     parser.add_argument("--no-hta", action="store_true", help="skip HTA even when it is installed")
     parser.add_argument("--baseline", default=None, help="folder holding another checkout's distprof/ package")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -165,9 +189,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="distprof-small-merge-") as tmp:
         folder, out = Path(tmp) / "traces", Path(tmp) / "out"
         folder.mkdir()
-        total = make_job(folder, args.ranks, args.events)
+        real = args.real is not None and not args.synthetic
+        if not real and not args.synthetic:
+            print(f"no real ranks at {REAL_RANKS} (give --real DIR): synthetic ranks instead")
+        total = copy_real_job(args.real, folder, args.ranks) if real else make_job(folder, args.ranks, args.events)
         size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
-        print(f"{args.ranks} synthetic Kineto ranks, {total:,} trace events in all ({total // args.ranks:,} a rank), "
+        kind = f"real Kineto ranks (from {args.real})" if real else "synthetic Kineto ranks"
+        print(f"{args.ranks} {kind}, {total:,} trace events in all ({total // args.ranks:,} a rank), "
               f"{size:.1f} MiB gzipped; {args.rounds} interleaved rounds, load average before: {load_average()}")
         distprof = [sys.executable, "-m", "distprof", "merge", str(folder), "-o", str(out)]
         variants = {"distprof merge": (distprof, None), "distprof merge --no-html": (distprof + ["--no-html"], None)}
