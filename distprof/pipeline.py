@@ -287,8 +287,11 @@ def _reduce_files(paths: list[Path], indices: list[int], config: dict,
 
 def _reduce_here(paths: list[Path], mine: list[int], config: dict) -> tuple[list, list]:
     """This worker's files, read in ``transport.local_workers`` forked processes when more than
-    one core is free (each holds one file's events at a time), else one after the other."""
-    processes = transport.local_workers(len(mine))
+    one core is free (each holds one file's events at a time), else one after the other. Never
+    forked while other threads run (a live job's threads, a test runner's): a child can inherit a
+    lock one of them held at the fork and wait on it forever; a merge must not hang."""
+    import threading
+    processes = transport.local_workers(len(mine)) if threading.active_count() == 1 else 1
     if processes <= 1:
         return _reduce_files(paths, mine, config)
     import multiprocessing

@@ -73,6 +73,7 @@ def test_serial_run_fails_on_every_rank(tmp_path):
     assert f"exposed communication {first['figure_ns'] / 1e3:.2f} us" in finding_line  # the worst rank's
 
 
+@pytest.mark.exclusive
 @pytest.mark.slow
 def test_straggler_run_names_rank_2(tmp_path):
     load = load_now()

@@ -206,8 +206,8 @@ def test_torchrun_gloo_rank_raising_ends_like_without_distprof(tmp_path):
     elapsed = {}
     for use in ("plain", "distprof"):
         started = time.monotonic()
-        result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                                 str(script), use, str(tmp_path / use), "mid"], capture_output=True, text=True,
+        result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                                 "2", str(script), use, str(tmp_path / use), "mid"], capture_output=True, text=True,
                                 timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
         elapsed[use] = time.monotonic() - started
         assert result.returncode != 0 and "ValueError: bad batch" in result.stdout + result.stderr

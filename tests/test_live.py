@@ -181,6 +181,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.exclusive
 @pytest.mark.slow
 def test_mpirun_demo_prints_windows_alerts_the_late_straggler_and_serves_metrics(tmp_path):
     pytest.importorskip("prometheus_client")
@@ -243,8 +244,8 @@ def test_torchrun_gloo_job_prints_windows(tmp_path):
     pytest.importorskip("torch")
     script = tmp_path / "job.py"
     script.write_text(TORCH_LIVE_JOB)
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script),
-                             str(tmp_path / "out")], capture_output=True, text=True, timeout=58,
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=58,
                             env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"))
     assert result.returncode == 0, result.stderr[-3000:]
     heads = [line.split(":")[0] for line in result.stdout.splitlines()

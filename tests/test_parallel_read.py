@@ -3,7 +3,9 @@ results are put back in input order), and the number of processes follows the fr
 
 from __future__ import annotations
 
-import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,18 +16,50 @@ from distprof import pipeline, transport
 KINETO = Path(__file__).resolve().parent / "data" / "kineto"
 
 
+MERGE = """
+import json, sys
+from pathlib import Path
+from distprof import config, pipeline
+paths = [Path(p) for p in sys.argv[1:]]
+summary = pipeline.merge_files(paths, config.load(None), allow_duplicate_ranks=True)
+print(json.dumps(summary.to_json(), sort_keys=True))
+"""
+
+
 @pytest.mark.slow
-def test_parallel_read_equals_serial(monkeypatch, tmp_path):
+def test_parallel_read_equals_serial(tmp_path):
+    """In a process of one thread (a merge's own, not this test runner's), so that it forks."""
     paths = sorted(KINETO.glob("*/*.json.gz")) + [tmp_path / "missing.json.gz"]  # a bad file among them
-    config = config_mod.load(None)
     merged = {}
-    for workers in ("1", "3"):
-        monkeypatch.setenv("DISTPROF_READ_WORKERS", workers)
-        # four unrelated HTA jobs, each claiming rank 0: renumbered on purpose
-        summary = pipeline.merge_files(paths, config, allow_duplicate_ranks=True)
-        merged[workers] = json.dumps(summary.to_json(), sort_keys=True)
+    for workers in ("1", "3"):  # four unrelated HTA jobs, each claiming rank 0: renumbered on purpose
+        done = subprocess.run([sys.executable, "-c", MERGE, *map(str, paths)], capture_output=True, text=True,
+                              timeout=120, env=dict(os.environ, DISTPROF_READ_WORKERS=workers))
+        assert done.returncode == 0, done.stderr[-2000:]
+        merged[workers] = done.stdout
     assert merged["1"] == merged["3"]
     assert "missing.json.gz" in merged["3"]  # the skipped file is still reported
+
+
+def test_no_fork_while_other_threads_run(monkeypatch):
+    """A thread alive besides this one (a live job's, a test runner's): the files are read one after
+    the other, never in forked children that could inherit a held lock."""
+    import concurrent.futures
+    import threading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("forked a reader while another thread runs")
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refuse)
+    monkeypatch.setenv("DISTPROF_READ_WORKERS", "3")
+    paths = sorted(KINETO.glob("hta_trace_filter_2rank/*.json.gz"))
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        reduced, warnings = pipeline._reduce_here(paths, [0, 1], config_mod.load(None))
+    finally:
+        release.set()
+        other.join()
+    assert [index for index, _, _ in reduced] == [0, 1] and warnings == []
 
 
 def test_local_workers(monkeypatch):
