@@ -122,7 +122,7 @@ def op_flops(tree: dict, input_dims: list, concrete_inputs: list) -> tuple[np.nd
     ops = tree["ops"]
     names = ops["name"].astype(str).to_numpy()
     arg = ops["flops"].to_numpy(np.float64)
-    name_texts, name_codes = np.unique(names.astype(object), return_inverse=True)
+    name_codes, name_texts = pd.factorize(names.astype(object), use_na_sentinel=False)  # hashing, no sort
     columns = [np.asarray(name_codes).ravel(), ops["dims"].to_numpy(np.int64), ops["concrete"].to_numpy(np.int64)]
     keys = np.stack(columns, axis=1) if names.size else np.empty((0, 3), np.int64)
     distinct, key_of = np.unique(keys, axis=0, return_inverse=True)
