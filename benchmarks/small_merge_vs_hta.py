@@ -1,7 +1,5 @@
-"""The everyday job: merge 8 small Kineto ranks with ``distprof merge`` (report.html included). By
-default they are real: HTA's two real ranks of a 128-GPU job (tests/data/trace_filter, ~1 step,
-sampled), each used 4 times with its rank renumbered; ``--synthetic`` makes DLRM-shaped ones of
-``--events`` trace events instead. Against HTA's ``TraceAnalysis`` load +
+"""The everyday job: merge 8 small real Kineto ranks (a recommendation model under DDP, made by
+``benchmarks/make_real_job.py``) with ``distprof merge`` (report.html included), against HTA's ``TraceAnalysis`` load +
 ``get_comm_comp_overlap()`` on the same folder. Targets: distprof with HTML >= 3x faster than HTA;
 the HTML report <= 20% of the merge.
 
@@ -19,8 +17,11 @@ package (e.g. ``git archive main distprof | tar -x -C DIR``), interleaved too: b
 One more child runs the merge in-process with a timer per stage (imports, read + reduce, combine,
 text, report.html), to show where a merge's time goes.
 
-    python benchmarks/small_merge_vs_hta.py [--ranks 8] [--real DIR | --synthetic --events 25000] [--rounds 5]
-                                            [--no-hta] [--baseline DIR]
+    python benchmarks/small_merge_vs_hta.py [--traces DIR] [--rounds 5] [--no-hta] [--baseline DIR]
+    python benchmarks/small_merge_vs_hta.py --synthetic [--ranks 8] [--events 25000]   (synthetic ranks instead)
+
+``--traces`` defaults to ``benchmarks/.traces/recsys8`` (``python benchmarks/make_real_job.py`` makes it); any
+folder of one Kineto trace per rank works, e.g. HTA's 2-rank ``tests/data/trace_filter``.
 """
 
 from __future__ import annotations
@@ -36,38 +37,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-import kineto_fixtures  # noqa: E402
-
+REAL_TRACES = Path(__file__).resolve().parent / ".traces" / "recsys8"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _hta import hta_python  # noqa: E402
 
 
 def make_job(folder: Path, ranks: int, events: int) -> int:
     """``ranks`` Kineto traces (one per rank, distributedInfo.rank set) in ``folder``; total events."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import kineto_fixtures
     total = 0
     for rank in range(ranks):
         _, written = kineto_fixtures.synthetic_job(folder / f"rank{rank}.pt.trace.json.gz", events, rank=rank,
                                                    seed=rank)
         total += written
-    return total
-
-
-# two real ranks of a 128-GPU job (HTA's tests/data/trace_filter; kept read-only in ../shared/data)
-REAL_RANKS = ROOT.parent / "shared" / "data" / "kineto" / "hta_trace_filter_2rank"
-
-
-def copy_real_job(source: Path, folder: Path, ranks: int) -> int:
-    """``ranks`` ranks made of the real traces in ``source``, each used ranks/len(files) times with its
-    distributedInfo rank and world size rewritten (nothing else changes); total trace events."""
-    import gzip
-    files = sorted(p for p in source.iterdir() if p.name.endswith(".json.gz"))
-    total = 0
-    for rank in range(ranks):
-        document = json.loads(gzip.decompress(files[rank % len(files)].read_bytes()))
-        document.setdefault("distributedInfo", {}).update(rank=rank, world_size=ranks)
-        total += len(document["traceEvents"])
-        (folder / f"rank{rank}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(document).encode(), 6))
     return total
 
 
@@ -171,12 +154,11 @@ def report(times: dict[str, list[float]], stages: dict, hta_note: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--events", type=int, default=25_000, help="trace events per rank (about)")
+    parser.add_argument("--traces", default=str(REAL_TRACES), help="folder of real Kineto traces, one per rank")
+    parser.add_argument("--synthetic", action="store_true", help="synthetic ranks (--ranks, --events) instead")
+    parser.add_argument("--ranks", type=int, default=8, help="with --synthetic")
+    parser.add_argument("--events", type=int, default=25_000, help="with --synthetic: trace events per rank (about)")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--real", type=Path, default=REAL_RANKS if REAL_RANKS.exists() else None,
-                        help="folder of real Kineto ranks, repeated up to --ranks (default: HTA's 2 real ranks)")
-    parser.add_argument("--synthetic", action="store_true", help="synthetic ranks of --events instead")
     parser.add_argument("--no-hta", action="store_true", help="skip HTA even when it is installed")
     parser.add_argument("--baseline", default=None, help="folder holding another checkout's distprof/ package")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -186,17 +168,11 @@ def main() -> None:
         print(json.dumps(child_hta(*rest) if tool == "hta" else child_stages(*rest)))
         return
 
+    if not args.synthetic and not Path(args.traces).is_dir():
+        sys.exit(f"no traces in {args.traces}: make them with `python benchmarks/make_real_job.py --out "
+                 f"{args.traces}`, or pass --traces DIR or --synthetic")
     with tempfile.TemporaryDirectory(prefix="distprof-small-merge-") as tmp:
-        folder, out = Path(tmp) / "traces", Path(tmp) / "out"
-        folder.mkdir()
-        real = args.real is not None and not args.synthetic
-        if not real and not args.synthetic:
-            print(f"no real ranks at {REAL_RANKS} (give --real DIR): synthetic ranks instead")
-        total = copy_real_job(args.real, folder, args.ranks) if real else make_job(folder, args.ranks, args.events)
-        size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
-        kind = f"real Kineto ranks (from {args.real})" if real else "synthetic Kineto ranks"
-        print(f"{args.ranks} {kind}, {total:,} trace events in all ({total // args.ranks:,} a rank), "
-              f"{size:.1f} MiB gzipped; {args.rounds} interleaved rounds, load average before: {load_average()}")
+        folder, out = _traces(args, Path(tmp))
         distprof = [sys.executable, "-m", "distprof", "merge", str(folder), "-o", str(out)]
         variants = {"distprof merge": (distprof, None), "distprof merge --no-html": (distprof + ["--no-html"], None)}
         if args.baseline:
@@ -212,6 +188,31 @@ def main() -> None:
         print(f"whole processes (load average after: {load_average()}):")
         report(times, stages, note)
 
+
+def _traces(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path]:
+    """(the folder of rank traces, the merge's output folder), saying what the traces are."""
+    out = tmp / "out"
+    if args.synthetic:
+        folder = tmp / "traces"
+        folder.mkdir()
+        total, ranks = make_job(folder, args.ranks, args.events), args.ranks
+        what = "synthetic"
+    else:
+        folder = Path(args.traces).resolve()
+        files = sorted(p for p in folder.iterdir() if p.name.endswith((".json", ".json.gz")))
+        ranks, total, what = len(files), sum(_event_count(p) for p in files), f"real ({folder})"
+    size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
+    print(f"{ranks} {what} Kineto ranks, {total:,} trace events in all ({total // max(ranks, 1):,} a rank), "
+          f"{size:.1f} MiB; {args.rounds} interleaved rounds, load average before: {load_average()}")
+    return folder, out
+
+
+def _event_count(path: Path) -> int:
+    """traceEvents in one Kineto file (for the header line only)."""
+    import gzip
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as handle:
+        return len(json.load(handle).get("traceEvents", []))
 
 if __name__ == "__main__":
     main()

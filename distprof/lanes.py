@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import events as ev
+from . import rankview
 
 SYNTHETIC_LANE_BASE = 1 << 30  # lanes from here up are named lanes, not OS threads (e.g. 'DDP comm')
 KEY_COLUMNS = ["pid", "device", "lane", "lane_kind"]
@@ -46,15 +47,40 @@ def label(key: LaneKey, names: dict | None = None) -> str:
 
 def lane_index(events: pd.DataFrame) -> tuple[list[LaneKey], np.ndarray]:
     """The distinct lanes of an event table, sorted by (pid, device, lane, kind), and per event
-    the position of its lane in that list (one group-by, no loop per event)."""
+    the position of its lane in that list (one sort, no loop per event). Built once per rank
+    inside a ``rankview.shared`` block."""
+    return rankview.once(events, ("lane_index",), lambda: _lane_index(events))
+
+
+def _lane_index(events: pd.DataFrame) -> tuple[list[LaneKey], np.ndarray]:
     if not len(events):
         return [], np.empty(0, np.int64)
-    frame = events[KEY_COLUMNS].astype({"lane_kind": str})
-    index = frame.groupby(KEY_COLUMNS, sort=True, observed=True).ngroup().to_numpy()
-    _, first = np.unique(index, return_index=True)  # one row per lane, in group order
-    rows = frame.iloc[first].itertuples(index=False)
-    keys = [LaneKey(int(pid), int(device), int(lane), str(kind)) for pid, device, lane, kind in rows]
+    kind_texts, kind_codes = _kind_codes(events["lane_kind"])
+    columns = [events[name].to_numpy().astype(np.int64, copy=False) for name in KEY_COLUMNS[:3]]
+    order = np.lexsort((kind_codes, *columns[::-1]))  # last key sorts first: pid, device, lane, kind
+    ordered = [column[order] for column in (*columns, kind_codes)]
+    new_lane = np.zeros(order.size, bool)
+    new_lane[0] = True
+    for column in ordered:  # four key columns
+        new_lane[1:] |= column[1:] != column[:-1]
+    index = np.empty(order.size, np.int64)
+    index[order] = np.cumsum(new_lane) - 1
+    first = np.flatnonzero(new_lane)
+    keys = [LaneKey(int(pid), int(device), int(lane), str(kind_texts[kind]))
+            for pid, device, lane, kind in zip(*(column[first].tolist() for column in ordered))]
     return keys, index
+
+
+def _kind_codes(kinds: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct lane kinds as text, each row's position in them)."""
+    if isinstance(kinds.dtype, pd.CategoricalDtype) and not kinds.isna().any():
+        texts = np.asarray(kinds.cat.categories.astype(str), dtype=object)
+        order = np.argsort(texts, kind="stable")
+        rank_of = np.empty(order.size, np.int64)
+        rank_of[order] = np.arange(order.size)
+        return texts[order], rank_of[kinds.cat.codes.to_numpy()]
+    texts, codes = np.unique(kinds.astype(str).to_numpy(dtype=object), return_inverse=True)
+    return texts, np.asarray(codes, np.int64).ravel()
 
 
 def labels(keys: list[LaneKey], names: dict | None = None) -> np.ndarray:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from . import align as align_mod
-from . import console, transport
+from . import console, rankview, transport
 from . import events as ev
 from .analyses import collectives as coll
 from .analyses import cost, critical_path, diagnose, distributed, machine, profiles, skew, streams, summaries, whatif
@@ -23,7 +23,13 @@ from .results import ClockEstimate, RankResult, Summary
 
 
 def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
-    """Everything rank 0 needs from one rank, computed next to that rank's events."""
+    """Everything rank 0 needs from one rank, computed next to that rank's events; the per-rank
+    view (window, work masks, lane index) is built once and shared by the analyses."""
+    with rankview.shared(trace.events):
+        return _reduce_rank(trace, config)
+
+
+def _reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
     lane_names = trace.meta.get("lane_names")
     figures, lanes = distributed.rank_figures(trace.events, config, lane_names,
                                                     trace.meta.get("gpu_step_windows"))

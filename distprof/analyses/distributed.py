@@ -21,6 +21,7 @@ import pandas as pd
 
 from .. import events as ev
 from .. import lanes as lanes_mod
+from .. import rankview
 from ..results import FIGURES, Lane, RankFigures
 from . import intervals as iv
 
@@ -32,10 +33,30 @@ ISSUE_PREFIXES = ("c10d::",)
 
 def analysis_window(events: pd.DataFrame, mode: str = "steps") -> iv.IntervalSet:
     """Union of the ProfileStep ranges (mode 'steps'); the whole trace span when there are
-    none, or with mode 'all'."""
-    steps = events[(events["kind"] == ev.RANGE) & (events["name"] == ev.PROFILE_STEP)]
-    if len(steps) and mode == "steps":
-        return iv.union(steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
+    none, or with mode 'all'. Built once per rank inside a ``rankview.shared`` block."""
+    return rankview.once(events, ("window", mode), lambda: _analysis_window(events, mode))
+
+
+def step_rows(events: pd.DataFrame) -> np.ndarray:
+    """Boolean mask of the ProfileStep ranges (one per step)."""
+    return rankview.once(events, ("step_rows",), lambda: _mask_of(events, "kind", ev.RANGE)
+                         & _mask_of(events, "name", ev.PROFILE_STEP))
+
+
+def _mask_of(events: pd.DataFrame, column: str, value: str) -> np.ndarray:
+    """``events[column] == value`` as a numpy mask, compared once per category when categorical."""
+    values = events[column]
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        hit = np.asarray(values.cat.categories == value, bool)
+        codes = values.cat.codes.to_numpy()
+        return np.where(codes >= 0, hit[codes] if hit.size else False, False)
+    return (values == value).to_numpy()
+
+
+def _analysis_window(events: pd.DataFrame, mode: str) -> iv.IntervalSet:
+    steps = step_rows(events)
+    if steps.any() and mode == "steps":
+        return iv.union(events["start_ns"].to_numpy()[steps], events["end_ns"].to_numpy()[steps])
     if not len(events):
         return iv.empty()
     return (np.array([events["start_ns"].min()], np.int64), np.array([events["end_ns"].max()], np.int64))
@@ -46,7 +67,13 @@ def is_gpu_trace(events: pd.DataFrame) -> bool:
 
 
 def work_masks(events: pd.DataFrame, config: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Boolean masks of the communication rows and the computation rows."""
+    """Boolean masks of the communication rows and the computation rows (built once per rank
+    inside a ``rankview.shared`` block; read-only)."""
+    non_compute = tuple(sorted(set(config["phases"]["non_compute"])))
+    return rankview.once(events, ("work_masks", non_compute), lambda: _work_masks(events, config))
+
+
+def _work_masks(events: pd.DataFrame, config: dict) -> tuple[np.ndarray, np.ndarray]:
     kind = events["kind"].to_numpy()
     category = events["category"].to_numpy()
     host_range = (kind == ev.RANGE) | (kind == ev.COMM_OP)
@@ -143,9 +170,8 @@ def rank_figures(events: pd.DataFrame, config: dict, lane_names: dict | None = N
     computation_ns = iv.total(comp_set)
     overlap_ns = iv.total(iv.intersect(comm_set, comp_set))
     busy_ns = iv.total(iv.union_sets(iv.union_sets(comm_set, comp_set), memory_set))
-    steps = events[(events["kind"] == ev.RANGE) & (events["name"] == ev.PROFILE_STEP)]
     figures = RankFigures(
-        window_ns=window_ns, steps=int(len(steps)), communication_ns=communication_ns,
+        window_ns=window_ns, steps=int(step_rows(events).sum()), communication_ns=communication_ns,
         computation_ns=computation_ns, memory_ns=iv.total(memory_set), overlap_ns=overlap_ns,
         exposed_communication_ns=communication_ns - overlap_ns,
         overlap_ratio=(overlap_ns / communication_ns) if communication_ns else None,

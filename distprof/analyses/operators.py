@@ -165,20 +165,53 @@ def operator_table(events: pd.DataFrame, tree: dict, window: iv.IntervalSet, in_
     window_ns = iv.total(window)
     own_gpu = launched_gpu_ns(events, ops, tree["thread"]) if len(ops) else None
     gpu = None if own_gpu is None else up_the_tree(own_gpu, tree["parent"], tree["depth"])
-    frame = pd.DataFrame({"name": ops["name"].astype(str).to_numpy(), "cpu": tree["duration"],
-                          "self": tree["self"], "gpu": gpu if gpu is not None else 0})[in_window]
+    names = ops["name"].astype(str).to_numpy(dtype=object)[in_window]
     empty = {"rows": [], "denominator_ns": int(window_ns), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}
-    if not len(frame):
+    if not names.size:
         return empty
-    stats = frame.groupby("name", sort=False).agg(
-        calls=("cpu", "size"), cpu_total_ns=("cpu", "sum"), cpu_self_ns=("self", "sum"), cpu_max_ns=("cpu", "max"),
-        cpu_min_ns=("cpu", "min"), gpu_total_ns=("gpu", "sum")).reset_index()
-    stats["cpu_avg_ns"] = stats["cpu_total_ns"] / stats["calls"]
-    stats["gpu_avg_ns"] = stats["gpu_total_ns"] / stats["calls"]
-    if gpu is None:
-        stats["gpu_total_ns"] = stats["gpu_avg_ns"] = None
-    stats["ratio"] = stats["cpu_total_ns"] / window_ns if window_ns else None
-    return _kept(stats, limit, int(window_ns))
+    texts, group_of = ev.distinct_texts(names)  # sorted texts, each row's position: one hash, one small sort
+    cpu, own = np.asarray(tree["duration"], np.int64)[in_window], np.asarray(tree["self"], np.int64)[in_window]
+    calls = np.bincount(group_of, minlength=texts.size)
+    cpu_total = _sums(group_of, cpu, texts.size)
+    cpu_max = np.full(texts.size, np.iinfo(np.int64).min)
+    cpu_min = np.full(texts.size, np.iinfo(np.int64).max)
+    np.maximum.at(cpu_max, group_of, cpu)
+    np.minimum.at(cpu_min, group_of, cpu)
+    columns = {"name": texts, "calls": calls, "cpu_total_ns": cpu_total,
+               "cpu_self_ns": _sums(group_of, own, texts.size),
+               "cpu_avg_ns": cpu_total / calls, "cpu_max_ns": cpu_max, "cpu_min_ns": cpu_min,
+               "gpu_total_ns": None, "gpu_avg_ns": None,
+               "ratio": cpu_total / window_ns if window_ns else None}
+    if gpu is not None:
+        gpu_total = _sums(group_of, np.asarray(gpu)[in_window], texts.size)
+        columns.update(gpu_total_ns=gpu_total, gpu_avg_ns=gpu_total / calls)
+    order = np.lexsort((np.arange(texts.size), -cpu_total))  # CPU total down, then name (texts are sorted)
+    return _kept_rows(columns, order, limit, int(window_ns))
+
+
+def _sums(group_of: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Per group sums of int64 (or float) values, in the values' own dtype."""
+    sums = np.zeros(groups, values.dtype)
+    np.add.at(sums, group_of, values)
+    return sums
+
+
+def _kept_rows(columns: dict, order: np.ndarray, limit: int, denominator: int) -> dict:
+    """Rows of per-name numpy columns in ``order``, ``limit`` kept, the rest counted in ``dropped``
+    (what :func:`_kept` gives for a per-rank table, without a DataFrame)."""
+    kept, rest = order[:limit], order[limit:]
+    rows = []
+    for g in kept.tolist():  # at most ``limit`` rows
+        row = {}
+        for key in _COLUMNS:
+            value = None if columns[key] is None else columns[key][g]
+            row[key] = (None if value is None or (isinstance(value, (float, np.floating)) and np.isnan(value)) else
+                        int(value) if key in _INTS else float(value) if isinstance(value, (float, np.floating))
+                        else str(value))
+        rows.append(row)
+    return {"rows": rows, "denominator_ns": denominator,
+            "dropped": {"rows": int(rest.size), "calls": int(columns["calls"][rest].sum()),
+                        "total_ns": int(columns["cpu_total_ns"][rest].sum())}}
 
 
 _COLUMNS = ("name", "calls", "cpu_total_ns", "cpu_self_ns", "cpu_avg_ns", "cpu_max_ns", "cpu_min_ns",

@@ -43,7 +43,7 @@ from ..results import RankProfile
 from ..sources.joins import innermost_enclosing
 from . import intervals as iv
 from . import operators as ops_mod
-from .distributed import analysis_window
+from .distributed import analysis_window, step_rows
 from .summaries import MAX_STEPS, _in_window, model_row
 
 _GEMM = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
@@ -122,15 +122,16 @@ def op_flops(tree: dict, input_dims: list, concrete_inputs: list) -> tuple[np.nd
     ops = tree["ops"]
     names = ops["name"].astype(str).to_numpy()
     arg = ops["flops"].to_numpy(np.float64)
-    keys = pd.DataFrame({"name": names, "dims": ops["dims"].to_numpy(), "concrete": ops["concrete"].to_numpy()})
-    distinct = keys.drop_duplicates()
+    name_codes, name_texts = pd.factorize(names.astype(object), use_na_sentinel=False)  # hashing, no sort
+    columns = [np.asarray(name_codes).ravel(), ops["dims"].to_numpy(np.int64), ops["concrete"].to_numpy(np.int64)]
+    keys = np.stack(columns, axis=1) if names.size else np.empty((0, 3), np.int64)
+    distinct, key_of = np.unique(keys, axis=0, return_inverse=True)
     per_key = []
-    for name, dims, concrete in distinct.itertuples(index=False):  # per distinct (name, shapes), not per event
-        value = shape_flops(name, input_dims[dims] if dims >= 0 else None,
+    for code, dims, concrete in distinct.tolist():  # per distinct (name, shapes), not per event
+        value = shape_flops(str(name_texts[code]), input_dims[dims] if dims >= 0 else None,
                             concrete_inputs[concrete] if concrete >= 0 else None)
         per_key.append(-1 if value is None else value)
-    lookup = distinct.assign(shape=np.asarray(per_key, np.int64))
-    shape = keys.merge(lookup, on=["name", "dims", "concrete"], how="left")["shape"].to_numpy()
+    shape = np.asarray(per_key, np.int64)[np.asarray(key_of).ravel()] if names.size else np.empty(0, np.int64)
     from_args = np.isfinite(arg) & (arg > 0)
     flops = np.where(from_args, np.nan_to_num(arg), np.maximum(shape, 0)).astype(np.int64)
     has = flops > 0
@@ -149,21 +150,22 @@ def _step_and_phase(events: pd.DataFrame, tree: dict) -> tuple[np.ndarray, np.nd
     """Per operator: the ProfileStep index holding its start (-1) and its Model Summary phase key ("")."""
     ops = tree["ops"]
     start, end = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    kind, name = events["kind"].to_numpy(), events["name"]
-    is_step = (kind == ev.RANGE) & (name == ev.PROFILE_STEP).to_numpy()
-    steps = events[is_step]
-    found = innermost_enclosing(np.zeros(len(steps), np.int64), steps["start_ns"].to_numpy(),
-                                steps["end_ns"].to_numpy(), np.zeros(start.size, np.int64), start, start)
-    step = np.where(found >= 0, steps["step"].to_numpy()[np.maximum(found, 0)], -1) if len(steps) else \
-        np.full(start.size, -1)
-    phase_rows = events[(kind == ev.RANGE) & (events["category"] == ev.PHASE).to_numpy() & ~is_step]
+    kind = events["kind"].to_numpy()
+    is_step = (kind == ev.RANGE) & step_rows(events)
+    ev_start, ev_end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    step_starts, step_ends = ev_start[is_step], ev_end[is_step]
+    found = innermost_enclosing(np.zeros(step_starts.size, np.int64), step_starts, step_ends,
+                                np.zeros(start.size, np.int64), start, start)
+    step = np.where(found >= 0, events["step"].to_numpy()[is_step][np.maximum(found, 0)], -1) if step_starts.size \
+        else np.full(start.size, -1)
+    phase_mask = (kind == ev.RANGE) & (events["category"] == ev.PHASE).to_numpy() & ~is_step
     phase = np.full(start.size, "", object)
-    if len(phase_rows):
+    if phase_mask.any():
+        pid, lane = events["pid"].to_numpy(), events["lane"].to_numpy()
         thread_ops, thread_phase = ops_mod._thread_keys((ops["pid"].to_numpy(), ops["lane"].to_numpy()),
-                                                        (phase_rows["pid"].to_numpy(), phase_rows["lane"].to_numpy()))
-        at = innermost_enclosing(thread_phase, phase_rows["start_ns"].to_numpy(), phase_rows["end_ns"].to_numpy(),
-                                 thread_ops, start, end)
-        names = phase_rows["name"].astype(str).to_numpy()
+                                                        (pid[phase_mask], lane[phase_mask]))
+        at = innermost_enclosing(thread_phase, ev_start[phase_mask], ev_end[phase_mask], thread_ops, start, end)
+        names = [str(name) for name in events["name"].to_numpy()[phase_mask]]
         key = np.array([_PHASE_KEYS.get(model_row(n) or "", "other") for n in names], object)
         phase[at >= 0] = key[at[at >= 0]]
     return step, phase
@@ -173,29 +175,38 @@ def flops_figures(events: pd.DataFrame, tree: dict, window: iv.IntervalSet,
                   in_window: np.ndarray, peak_tflops: float | None) -> dict:
     """The rank's FLOPs figures (all None when no operator has FLOPs)."""
     counted, uncounted, source = op_flops(tree, tree["input_dims"], tree["concrete_inputs"])
-    names = tree["ops"]["name"].astype(str).to_numpy()
-    missing = pd.Series(names[uncounted & in_window]).value_counts()
-    out = {"flops_source": source, "flops_uncounted": {"ops": int(missing.sum()), "by_name": missing.head(20)
-                                                       .astype(int).to_dict()}}
+    missing = uncounted & in_window
+    by_name = pd.Series(tree["ops"]["name"].astype(str).to_numpy()[missing]).value_counts() if missing.any() else None
+    out = {"flops_source": source, "flops_uncounted": {
+        "ops": int(missing.sum()), "by_name": {} if by_name is None else by_name.head(20).astype(int).to_dict()}}
     if not (counted[in_window] > 0).any():
         return {**out, "flops_per_step": None, "flops_total": None, "achieved_tflops": None, "mfu": None,
                 "flops_by_phase": None}
     step, phase = _step_and_phase(events, tree)
     total = int(counted[in_window].sum())
     window_ns = iv.total(window)
-    per_step = pd.Series(counted[step >= 0]).groupby(step[step >= 0]).sum()
+    in_step = step >= 0
+    step_values, step_of = np.unique(step[in_step], return_inverse=True)
+    per_step = np.zeros(step_values.size, np.int64)
+    np.add.at(per_step, np.asarray(step_of).ravel(), counted[in_step])
     achieved = total / window_ns / 1e3 if window_ns else None   # FLOP/ns = GFLOP/s
     by_phase = None
-    if (phase != "").any() and len(per_step):
-        frame = pd.DataFrame({"step": step, "phase": phase, "flops": counted})
-        frame = frame[(frame["step"] >= 0) & (frame["phase"] != "")]
-        table = frame.pivot_table(index="step", columns="phase", values="flops", aggfunc="sum", fill_value=0)
-        table = table.reindex(per_step.index, fill_value=0)
-        by_phase = {str(k): int(round(table[k].median())) for k in table.columns}
-    return {**out, "flops_per_step": int(round(per_step.median())) if len(per_step) else None,
+    if (phase != "").any() and per_step.size:
+        by_phase = _median_by_phase(np.asarray(step_of).ravel(), step_values.size, phase[in_step], counted[in_step])
+    return {**out, "flops_per_step": int(round(np.median(per_step))) if per_step.size else None,
             "flops_total": total, "achieved_tflops": achieved,
             "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None,
             "flops_by_phase": by_phase}
+
+
+def _median_by_phase(step_of: np.ndarray, steps: int, phase: np.ndarray, flops: np.ndarray) -> dict:
+    """Per phase (sorted), the median over all steps of the FLOPs summed in that step and phase
+    (0 in a step without that phase)."""
+    named = phase != ""
+    phases, phase_of = np.unique(phase[named].astype(str), return_inverse=True)
+    table = np.zeros((steps, phases.size), np.int64)
+    np.add.at(table, (step_of[named], np.asarray(phase_of).ravel()), flops[named])
+    return {str(name): int(round(np.median(table[:, k]))) for k, name in enumerate(phases.tolist())}
 
 
 def _device_label(device_type: int, device_id: int) -> str:

@@ -84,25 +84,59 @@ def _mapped(categorical: pd.Series, mapper) -> np.ndarray:
     return table[categorical.cat.codes.to_numpy()]   # code −1 (NaN) reads the None slot
 
 
-def _base_names(column: pd.Series) -> pd.Categorical:
-    """names.base_name of each row, computed once per distinct name; categorical in the order of
-    the names it came from (the by-name tables break ties of total by that order)."""
+def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(category codes of each row, -1 = missing; the categories as text): a group-by key as
+    numpy arrays, ordered as the categories are (ties of total break by that order)."""
     if not isinstance(column.dtype, pd.CategoricalDtype):
         column = column.astype(str).astype("category")
-    base_of_category = np.array([names.base_name(c) for c in column.cat.categories] + [""], dtype=object)
+    return column.cat.codes.to_numpy().astype(np.int64), np.asarray(column.cat.categories.astype(str), dtype=object)
+
+
+def _base_names(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """names.base_name of each row as (codes, texts), computed once per distinct name; texts in
+    the order of the names they came from (the by-name tables break ties of total by that order)."""
+    codes, texts = _codes(column)
+    base_of_category = np.array([names.base_name(c) for c in texts] + [""], dtype=object)
     order = pd.Index(pd.unique(base_of_category[:-1]))
     code_of_category = np.append(order.get_indexer(base_of_category[:-1]), -1)
-    return pd.Categorical.from_codes(code_of_category[column.cat.codes.to_numpy()], categories=order)
+    return code_of_category[codes], np.asarray(order.astype(str), dtype=object)
 
 
-def _stats_by(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """calls/total/avg/max/min of ``duration`` per key."""
-    if not len(frame):
-        return pd.DataFrame(columns=[*keys, *_STAT_COLUMNS])
-    out = (frame.groupby(keys, observed=True, sort=False)["duration"]
-           .agg(calls="size", total_ns="sum", max_ns="max", min_ns="min").reset_index())
-    out["avg_ns"] = out["total_ns"] / out["calls"]
-    return out
+def _by_name(keys: list[tuple[np.ndarray, np.ndarray]], durations: np.ndarray, denominator: int,
+             limit: int, names_of_keys: list[str]) -> dict:
+    """A by-name table sorted by total (ties by the keys' category order), ``limit`` rows kept,
+    the rest counted in ``dropped``; ``keys``: (codes, texts) per key column of the rows."""
+    known = np.ones(durations.size, bool)
+    for codes, _ in keys:
+        known &= codes >= 0
+    durations = durations[known]
+    if not durations.size:
+        return {"rows": [], "denominator_ns": int(denominator), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}
+    stacked = np.stack([codes[known] for codes, _ in keys], axis=1)
+    groups, group_of = np.unique(stacked, axis=0, return_inverse=True)  # rows sorted by the keys' codes
+    group_of = np.asarray(group_of).ravel()
+    calls, total, longest, shortest = _group_stats(group_of, durations, len(groups))
+    order = np.argsort(-total, kind="stable")
+    kept, rest = order[:limit], order[limit:]
+    rows = []
+    for g in kept.tolist():  # at most ``limit`` rows
+        row = {name: str(texts[groups[g, k]]) for k, (name, (_, texts)) in enumerate(zip(names_of_keys, keys))}
+        row.update(calls=int(calls[g]), total_ns=int(total[g]), avg_ns=float(total[g] / calls[g]),
+                   max_ns=int(longest[g]), min_ns=int(shortest[g]),
+                   ratio=float(total[g] / denominator) if denominator else None)
+        rows.append(row)
+    return {"rows": rows, "denominator_ns": int(denominator),
+            "dropped": {"rows": int(rest.size), "calls": int(calls[rest].sum()), "total_ns": int(total[rest].sum())}}
+
+
+def _group_stats(group_of: np.ndarray, values: np.ndarray, groups: int) -> tuple[np.ndarray, ...]:
+    """(count, sum, max, min) of int64 ``values`` per group id in 0..groups-1 (one sort)."""
+    order = np.argsort(group_of, kind="stable")
+    ordered, sorted_values = group_of[order], values[order]
+    starts = np.searchsorted(ordered, np.arange(groups))
+    calls = np.diff(np.append(starts, ordered.size))
+    total = np.add.reduceat(sorted_values, starts)
+    return calls, total, np.maximum.reduceat(sorted_values, starts), np.minimum.reduceat(sorted_values, starts)
 
 
 def _records(frame: pd.DataFrame, ints=("calls", "total_ns", "max_ns", "min_ns")) -> list[dict]:
@@ -119,25 +153,8 @@ def _records(frame: pd.DataFrame, ints=("calls", "total_ns", "max_ns", "min_ns")
     return rows
 
 
-def _by_name(frame: pd.DataFrame, keys: list[str], denominator: int, limit: int) -> dict:
-    """A by-name table sorted by total, ``limit`` rows kept, the rest counted in ``dropped``."""
-    stats = _stats_by(frame, keys)
-    if len(stats):
-        stats = stats.sort_values(["total_ns", *keys], ascending=[False] + [True] * len(keys), kind="stable")
-        stats["ratio"] = stats["total_ns"] / denominator if denominator else np.nan
-        for key in keys:
-            stats[key] = stats[key].astype(str)
-    kept, rest = stats.iloc[:limit], stats.iloc[limit:]
-    return {"rows": _records(kept[[*keys, *_STAT_COLUMNS, "ratio"]] if len(kept) else kept),
-            "denominator_ns": int(denominator),
-            "dropped": {"rows": int(len(rest)), "calls": int(rest["calls"].sum()) if len(rest) else 0,
-                        "total_ns": int(rest["total_ns"].sum()) if len(rest) else 0}}
-
-
-def _durations(events: pd.DataFrame, mask: np.ndarray, *columns: str) -> pd.DataFrame:
-    part = events.loc[mask, list(columns)]
-    part = part.assign(duration=(events["end_ns"].to_numpy() - events["start_ns"].to_numpy())[mask])
-    return part
+def _durations(events: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
+    return (events["end_ns"].to_numpy() - events["start_ns"].to_numpy())[mask]
 
 
 def device_table(events: pd.DataFrame, window: iv.IntervalSet, meta: dict | None = None) -> list[dict]:
@@ -209,33 +226,54 @@ def overview_table(events: pd.DataFrame, window: iv.IntervalSet, in_window: np.n
     return rows
 
 
-def _series_stats(values: pd.Series) -> dict:
-    return {"calls": int(values.size), "total_ns": int(values.sum()), "avg_ns": float(values.mean()),
+def _series_stats(values: np.ndarray) -> dict:
+    return {"calls": int(values.size), "total_ns": int(values.sum()),
+            "avg_ns": float(values.sum(dtype=np.float64) / values.size),
             "max_ns": int(values.max()), "min_ns": int(values.min())}
+
+
+def _stats_by_row(rows: np.ndarray, values: np.ndarray) -> dict:
+    """_series_stats of ``values`` per distinct model row (a handful)."""
+    return {str(row): _series_stats(values[rows == row]) for row in np.unique(rows)}
+
+
+def _step_sums(rows: np.ndarray, steps: np.ndarray, durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, summed duration) per distinct (row, step): one GPU "call" per step and row."""
+    row_texts, row_codes = np.unique(rows, return_inverse=True)
+    step_values, step_codes = np.unique(steps, return_inverse=True)
+    pair = np.asarray(row_codes).ravel() * max(step_values.size, 1) + np.asarray(step_codes).ravel()
+    pairs, pair_of = np.unique(pair, return_inverse=True)
+    sums = np.zeros(pairs.size, np.int64)
+    np.add.at(sums, np.asarray(pair_of).ravel(), durations)
+    return row_texts[pairs // max(step_values.size, 1)], sums
 
 
 def model_table(events: pd.DataFrame, window: iv.IntervalSet, in_window: np.ndarray, dataloader: str) -> list[dict]:
     """ProfileStep / Dataloader / Forward / Backward / Optimization / Others, CPU and GPU."""
     kind = events["kind"].to_numpy()
     phase_range = (kind == ev.RANGE) & (events["category"] == ev.PHASE).to_numpy() & in_window
-    row_of_name = _mapped(events["name"], lambda n: model_row(n, dataloader))
-    cpu = _durations(events, phase_range, "step").assign(row=row_of_name[phase_range])
-    cpu = cpu[cpu["row"].notna() & (cpu["row"] != "Others")]
-    cpu_stats = {row: _series_stats(part["duration"]) for row, part in cpu.groupby("row")}
+    cpu_rows = _mapped(events["name"], lambda n: model_row(n, dataloader))[phase_range]
+    cpu_durations = _durations(events, phase_range)
+    named_row = np.array([row is not None and row != "Others" for row in cpu_rows.tolist()], bool)
+    cpu_stats = _stats_by_row(cpu_rows[named_row].astype(str), cpu_durations[named_row])
 
     has_steps = "ProfileStep" in cpu_stats
-    gpu_ops = np.isin(kind, _GPU_KINDS) & ((events["step"].to_numpy() >= 0) if has_steps else in_window)
-    gpu = _durations(events, gpu_ops, "step").assign(
-        row=_mapped(events["phase"], lambda n: model_row(n, dataloader))[gpu_ops])
-    gpu["row"] = gpu["row"].where(gpu["row"].notna(), "Others")
-    # one GPU "call" per step and row: the GPU time launched from that phase in that step
-    per_call = gpu.groupby(["row", "step"])["duration"].sum().reset_index()
-    gpu_stats = {row: _series_stats(part["duration"]) for row, part in per_call.groupby("row")}
-    if has_steps and len(gpu):
-        gpu_stats["ProfileStep"] = _series_stats(gpu.groupby("step")["duration"].sum())
-
+    steps = events["step"].to_numpy()
+    gpu_ops = np.isin(kind, _GPU_KINDS) & ((steps >= 0) if has_steps else in_window)
+    gpu_rows = _mapped(events["phase"], lambda n: model_row(n, dataloader))[gpu_ops]
+    gpu_rows = np.array(["Others" if row is None else row for row in gpu_rows.tolist()], dtype=object)
+    gpu_durations, gpu_steps = _durations(events, gpu_ops), steps[gpu_ops]
+    rows_of_sums, sums = _step_sums(gpu_rows.astype(str), gpu_steps, gpu_durations)
+    gpu_stats = _stats_by_row(rows_of_sums, sums)
+    if has_steps and gpu_durations.size:
+        gpu_stats["ProfileStep"] = _series_stats(_step_sums(np.zeros(gpu_steps.size, str), gpu_steps,
+                                                            gpu_durations)[1])
     cpu_base = cpu_stats["ProfileStep"]["total_ns"] if has_steps else iv.total(window)
-    gpu_base = int(gpu["duration"].sum())
+    return _model_rows(cpu_stats, gpu_stats, cpu_base, int(gpu_durations.sum()), has_steps)
+
+
+def _model_rows(cpu_stats: dict, gpu_stats: dict, cpu_base: int, gpu_base: int, has_steps: bool) -> list[dict]:
+    """The six model rows from per-row CPU and GPU stats."""
     named = ("Dataloader", "Forward", "Backward", "Optimization")
     rows = []
     for name in MODEL_ROWS:  # six fixed rows
@@ -261,6 +299,19 @@ def model_table(events: pd.DataFrame, window: iv.IntervalSet, in_window: np.ndar
     return rows
 
 
+def _first_category(rows: list[dict], events: pd.DataFrame, kernels: np.ndarray, name_codes: np.ndarray,
+                    name_texts: np.ndarray) -> None:
+    """Each kernel row's category: that of the name's first row (the rows of the table are new dicts)."""
+    category_codes, category_texts = _codes(events["category"])
+    codes, categories = name_codes[kernels], category_codes[kernels]
+    seen = categories >= 0
+    distinct, first = np.unique(codes[seen], return_index=True)
+    category_of = {str(name_texts[c]): str(category_texts[categories[seen][i]]) for c, i in
+                   zip(distinct.tolist(), first.tolist())}
+    for row in rows:
+        row["category"] = category_of.get(row["name"], "")
+
+
 def step_times(events: pd.DataFrame) -> dict:
     """ProfileStep durations by step index (the first MAX_STEPS steps)."""
     steps = events[((events["kind"] == ev.RANGE) & (events["name"] == ev.PROFILE_STEP)).to_numpy()]
@@ -276,17 +327,18 @@ def rank_tables(events: pd.DataFrame, config: dict, meta: dict | None = None, ma
     starts = events["start_ns"].to_numpy()
     in_window = _in_window(starts, window)
     kind = events["kind"].to_numpy()
-    kernels = _durations(events, (kind == ev.KERNEL) & in_window, "name", "category")
-    memory = _durations(events, np.isin(kind, (ev.MEMCPY, ev.MEMSET)) & in_window, "kind", "name")
-    user = _durations(events, (events["category"] == ev.USER).to_numpy() & np.isin(kind, (ev.RANGE, ev.MARK))
-                      & in_window, "name")
-    user = user.assign(name=_base_names(user["name"]))  # one row per op, not per PyTorch NVTX call
-    kernel_table = _by_name(kernels, ["name"], int(kernels["duration"].sum()), max_rows)
-    # category rides along as the first seen per name (a name is one category in practice)
-    if kernel_table["rows"]:
-        cat = kernels.assign(name=kernels["name"].astype(str)).groupby("name")["category"].first().astype(str)
-        for row in kernel_table["rows"]:
-            row["category"] = cat.get(row["name"], "")
+    name_codes, name_texts = _codes(events["name"])
+    kernels = (kind == ev.KERNEL) & in_window
+    kernel_durations = _durations(events, kernels)
+    kernel_table = _by_name([(name_codes[kernels], name_texts)], kernel_durations, int(kernel_durations.sum()),
+                            max_rows, ["name"])
+    if kernel_table["rows"]:  # category rides along as the first seen per name (one per name in practice)
+        _first_category(kernel_table["rows"], events, kernels, name_codes, name_texts)
+    memory = np.isin(kind, (ev.MEMCPY, ev.MEMSET)) & in_window
+    memory_durations = _durations(events, memory)
+    kind_codes, kind_texts = _codes(events["kind"])
+    user = (events["category"] == ev.USER).to_numpy() & np.isin(kind, (ev.RANGE, ev.MARK)) & in_window
+    user_codes, user_texts = _base_names(events["name"])  # one row per op, not per PyTorch NVTX call
     return {
         "window_ns": window_ns,
         "span_ns": [int(starts.min()), int(events["end_ns"].max())] if len(events) else None,
@@ -294,8 +346,9 @@ def rank_tables(events: pd.DataFrame, config: dict, meta: dict | None = None, ma
         "overview": overview_table(events, window, in_window),
         "model": model_table(events, window, in_window, config["phases"]["dataloader"]),
         "kernel": kernel_table,
-        "memory": _by_name(memory, ["kind", "name"], int(memory["duration"].sum()), max_rows),
-        "user": _by_name(user, ["name"], window_ns, max_rows),
+        "memory": _by_name([(kind_codes[memory], kind_texts), (name_codes[memory], name_texts)], memory_durations,
+                           int(memory_durations.sum()), max_rows, ["kind", "name"]),
+        "user": _by_name([(user_codes[user], user_texts)], _durations(events, user), window_ns, max_rows, ["name"]),
         "steps": step_times(events),
     }
 
