@@ -73,3 +73,12 @@ def test_sixteen_ranks_with_long_kernel_names_fit(tmp_path):
     assert widest(result.stdout) <= TABLE_WIDTH
     assert "elementwise_kernel" in result.stdout                 # the name, cut, still says which kernel
     assert all(f"\n{rank} " in result.stdout for rank in range(16))  # every rank has its row
+
+
+def test_next_steps_wrap_between_commands_never_inside_one():
+    from distprof.reports.text import next_steps
+    out = "/a/very/long/output/folder/" + "x" * 60
+    lines = next_steps(out).splitlines()
+    assert len(lines) > 1 and all(len(line) <= WRAP for line in lines)
+    assert all(line.count("`") % 2 == 0 for line in lines)        # every command whole on its line
+    assert " ".join(" ".join(lines).split()).endswith(f"`distprof diff {out} OTHER_OUT` (did a change help)")

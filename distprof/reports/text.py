@@ -250,8 +250,14 @@ def render_benchmark(summary: dict, unit: str = "ms") -> str:
 
 
 def next_steps(out, html: bool = True) -> str:
-    """The line after a merge or a live run: where to look next, as commands to copy."""
-    return "\n".join(format.wrapped(
-        "next: " + (f"open {out}/report.html; " if html else "")
-        + f"`distprof whatif {out}` (what each fix saves), `distprof trace {out}` (timeline for Perfetto), "
-        f"`distprof diff {out} OTHER_OUT` (did a change help)"))
+    """The line after a merge or a live run: where to look next, as commands to copy (wrapped at
+    ``format.WRAP`` between the suggestions, never inside a command)."""
+    pieces = ([f"open {out}/report.html;"] if html else []) + [
+        f"`distprof whatif {out}` (what each fix saves),", f"`distprof trace {out}` (timeline for Perfetto),",
+        f"`distprof diff {out} OTHER_OUT` (did a change help)"]
+    lines = ["next:"]
+    for piece in pieces:
+        if len(lines[-1]) + 1 + len(piece) > format.WRAP and lines[-1].strip():
+            lines.append("     ")
+        lines[-1] += " " + piece
+    return "\n".join(lines)
