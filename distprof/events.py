@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import count
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # numpy and pandas load when a table is built, not when the constants are read
+if TYPE_CHECKING:  # numpy loads when a table is built, not when the constants are read
     import numpy as np
-    import pandas as pd
 
 # kind: what produced the row
 RANGE, KERNEL, MEMCPY, MEMSET, RUNTIME, COMM_OP, MARK = (
@@ -85,24 +85,202 @@ def collective_kind(text: str) -> str:
     return next((kind for word, kind in _KIND_RULES if word in squashed), OTHER_COMM)
 
 
-def frameworks(events: pd.DataFrame, source: str = "") -> tuple[str, ...]:
+def factorize(values) -> tuple[np.ndarray, list]:
+    """Codes (order of first appearance) and the distinct values: a dict in C finds each value's
+    first position and dense codes follow without a sort (twice as fast as pandas.factorize).
+    Unhashable values (JSON lists and objects) are compared as their text."""
+    import numpy as np
+    values = values if isinstance(values, list) else list(values)
+    try:
+        first: dict = {}
+        position = np.fromiter(map(first.setdefault, values, count()), dtype=np.int64, count=len(values))
+    except TypeError:
+        return factorize([value if _hashable(value) else str(value) for value in values])
+    own = np.flatnonzero(position == np.arange(len(values)))
+    dense = np.empty(len(values), np.int64)
+    dense[own] = np.arange(own.size)
+    return dense[position], list(map(values.__getitem__, own.tolist()))
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+        return True
+    except TypeError:
+        return False
+
+
+@dataclass(frozen=True, eq=False)
+class Texts:
+    """A text column as integer codes into its distinct texts (what pandas calls a categorical):
+    a test on the text runs once per distinct text and reaches the rows through the codes, so a
+    200k-row column of long names never becomes a per-row string array."""
+
+    codes: np.ndarray   # per row, the position of its text in ``texts`` (int32)
+    texts: np.ndarray   # the distinct texts (object array of str)
+
+    @classmethod
+    def of(cls, values, texts=None) -> Texts:
+        """From per-row texts; with ``texts`` (the allowed values, in order) codes index those and
+        a value outside them is an error; else the distinct values, sorted."""
+        import numpy as np
+        if isinstance(values, Texts):
+            if texts is None or list(values.texts) == list(texts):
+                return values
+            return cls.of(values.texts, texts).take(values.codes)
+        codes, distinct = factorize(np.asarray(values, dtype=object).ravel().tolist())
+        distinct = [value if isinstance(value, str) else str(value) for value in distinct]
+        if texts is None:
+            order = sorted(range(len(distinct)), key=distinct.__getitem__)
+            rank = np.empty(len(distinct), np.int64)
+            rank[order] = np.arange(len(distinct))
+            allowed = [distinct[i] for i in order]
+        else:
+            allowed = list(texts)
+            position = {text: i for i, text in enumerate(allowed)}
+            bad = sorted({text for text in distinct if text not in position})
+            if bad:
+                raise ValueError(f"values outside {tuple(allowed)}: {bad}")
+            rank = np.array([position[text] for text in distinct], np.int64)
+        return cls(rank[codes].astype(np.int32) if codes.size else np.zeros(0, np.int32),
+                   _object_array(allowed))
+
+    @classmethod
+    def from_codes(cls, codes, texts) -> Texts:
+        """From codes into ``texts`` (distinct, in that order), as a source builds them."""
+        import numpy as np
+        return cls(np.asarray(codes, np.int32).ravel(), _object_array(texts))
+
+    def __len__(self) -> int:
+        return self.codes.size
+
+    def values(self) -> np.ndarray:
+        """The text of every row (an object array: for reports and tests, not hot paths)."""
+        return self.texts[self.codes] if self.codes.size else self.texts[:0]
+
+    def where(self, test) -> np.ndarray:
+        """Rows whose text passes ``test(text)``, called once per distinct text."""
+        import numpy as np
+        hit = np.fromiter((bool(test(text)) for text in self.texts), bool, self.texts.size)
+        return hit[self.codes] if self.codes.size else np.zeros(0, bool)
+
+    def eq(self, text: str) -> np.ndarray:
+        """Rows whose text is ``text``."""
+        return self.isin((text,))
+
+    def isin(self, texts) -> np.ndarray:
+        """Rows whose text is one of ``texts``."""
+        import numpy as np
+        hit = np.isin(self.texts, np.asarray(list(texts), dtype=object))
+        return hit[self.codes] if self.codes.size else np.zeros(0, bool)
+
+    def mapped(self, function, dtype=object) -> np.ndarray:
+        """``function(text)`` of every row, computed once per distinct text."""
+        import numpy as np
+        table = np.array([function(text) for text in self.texts], dtype=dtype)
+        return table[self.codes] if self.codes.size else table[:0]
+
+    def take(self, rows) -> Texts:
+        """These rows (an index or a mask), with the same distinct texts."""
+        return Texts(self.codes[rows], self.texts)
+
+    def sorted(self) -> Texts:
+        """The same rows with the distinct texts sorted (ties of a by-name table break by it)."""
+        import numpy as np
+        order = np.argsort(self.texts, kind="stable")  # object array: Python comparisons, no fixed-width copy
+        rank = np.empty(order.size, np.int32)
+        rank[order] = np.arange(order.size)
+        return Texts(rank[self.codes] if self.codes.size else self.codes, self.texts[order])
+
+    def compact(self) -> Texts:
+        """The same rows with only the texts they use, in the order of ``texts``."""
+        import numpy as np
+        used, codes = np.unique(self.codes, return_inverse=True)
+        return Texts(codes.astype(np.int32).ravel(), self.texts[used])
+
+
+def _object_array(texts) -> np.ndarray:
+    import numpy as np
+    out = np.empty(len(texts), dtype=object)
+    out[:] = list(texts)
+    return out
+
+
+class Table:
+    """Equal-length numpy columns by name (text columns as :class:`Texts`): one rank's event table
+    (:func:`make_events`) or a source's side table. Read-only by convention: a new table is made
+    by :meth:`take` or :meth:`with_columns`, never by writing into one."""
+
+    __slots__ = ("_columns", "_rows")
+
+    def __init__(self, columns: dict, rows: int | None = None):
+        sizes = {len(column) for column in columns.values()}
+        if len(sizes) > 1:
+            raise ValueError(f"columns of unequal length: { {k: len(v) for k, v in columns.items()} }")
+        self._columns = dict(columns)
+        self._rows = sizes.pop() if sizes else (rows or 0)
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def __getitem__(self, column: str):
+        return self._columns[column]
+
+    def __contains__(self, column: str) -> bool:
+        return column in self._columns
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self._columns)
+
+    def select(self, *names: str) -> Table:
+        """These columns only."""
+        return Table({name: self._columns[name] for name in names}, self._rows)
+
+    def take(self, rows) -> Table:
+        """These rows (an index array or a boolean mask), in that order."""
+        return Table({name: column.take(rows) if isinstance(column, Texts) else column[rows]
+                      for name, column in self._columns.items()})
+
+    def with_columns(self, **columns) -> Table:
+        """A new table with these columns added or replaced."""
+        return Table({**self._columns, **columns})
+
+    def equals(self, other: Table) -> bool:
+        """Same columns, same rows (NaN equal to NaN; text columns by their texts)."""
+        import numpy as np
+        if not isinstance(other, Table) or self.columns != other.columns or len(self) != len(other):
+            return False
+        for name, column in self._columns.items():
+            mine, theirs = column, other[name]
+            if isinstance(mine, Texts) or isinstance(theirs, Texts):
+                mine, theirs = (c.values() if isinstance(c, Texts) else c for c in (mine, theirs))
+            if not np.array_equal(mine, theirs, equal_nan=np.asarray(mine).dtype.kind == "f"):
+                return False
+        return True
+
+    def to_frame(self):
+        """A pandas DataFrame of the same columns (text columns categorical): for tests and the
+        report writers that want one; the analyses never call it."""
+        import pandas as pd
+        return pd.DataFrame({name: pd.Categorical.from_codes(column.codes, categories=column.texts)
+                             if isinstance(column, Texts) else column for name, column in self._columns.items()})
+
+
+def frameworks(events: Table, source: str = "") -> tuple[str, ...]:
     """The frameworks the trace shows (so advice can name their knobs): PyTorch when it is a
     PyTorch profiler (Kineto) trace or holds PyTorch's op/range names (``aten::``, ``c10d::``,
     ``ProfilerStep#``...), tested once per distinct name."""
     if source == "kineto":
         return (PYTORCH,)
-    names = events["name"].astype("category").cat.categories.astype(str)
-    return (PYTORCH,) if bool(names.str.startswith(_PYTORCH_PREFIXES).any()) else ()
+    names = events["name"].texts if len(events) else ()
+    return (PYTORCH,) if any(str(name).startswith(_PYTORCH_PREFIXES) for name in names) else ()
 
 
-def step_range_rows(events: pd.DataFrame):
+def step_range_rows(events: Table):
     """Boolean mask of the step ranges (ProfileStep and the framework's ProfilerStep#N rows),
     tested once per distinct name."""
-    import numpy as np
-    names = events["name"].astype("category")
-    hit = np.asarray(names.cat.categories.astype(str).str.match(STEP_RANGE_NAME.pattern), bool)
-    codes = names.cat.codes.to_numpy()
-    return np.where(codes >= 0, hit[codes] if hit.size else False, False)
+    return events["name"].where(STEP_RANGE_NAME.match)
 
 
 def distinct_texts(values) -> tuple:
@@ -110,30 +288,19 @@ def distinct_texts(values) -> tuple:
     return_inverse=True)`` gives, but hashing Python strings: a fixed-width unicode array costs
     rows x the longest text (one 200k-character name in 2,000 rows asked for 1.6 GB)."""
     import numpy as np
-    import pandas as pd
-    codes, distinct = pd.factorize(np.asarray(values, dtype=object).ravel(), use_na_sentinel=False)
-    texts = np.array([str(value) for value in distinct], dtype=object)  # one per distinct value
-    sorted_texts, position = np.unique(texts, return_inverse=True)  # object dtype: Python comparisons
-    return sorted_texts, np.asarray(position, np.int64).ravel()[codes]
+    texts = values.sorted() if isinstance(values, Texts) else Texts.of(values)
+    used = texts.compact()
+    return used.texts, np.asarray(used.codes, np.int64)
 
 
-def rows_where_name(names, test) -> np.ndarray:
-    """Boolean mask of the rows whose name passes ``test(text)``, called once per distinct name
-    (never a per-row fixed-width copy of the names)."""
-    import numpy as np
-    distinct, codes = distinct_texts(names)
-    hit = np.fromiter((bool(test(text)) for text in distinct), bool, distinct.size)
-    return hit[codes] if codes.size else np.zeros(0, bool)
-
-
-def make_events(**columns) -> pd.DataFrame:
+def make_events(**columns) -> Table:
     """Build a validated event table from column arrays; missing optional columns get defaults.
 
     Required: kind, category, name, start_ns, end_ns (arrays of equal length; kind/category
-    may be scalars). Rows come out sorted by start_ns so analyses can rely on it.
+    may be scalars). Text columns may be given as :class:`Texts` or as texts. Rows come out
+    sorted by start_ns (stable) so analyses can rely on it.
     """
     import numpy as np
-    import pandas as pd
     for required in ("kind", "category", "name", "start_ns", "end_ns"):
         if required not in columns:
             raise ValueError(f"event table needs column {required!r}")
@@ -144,25 +311,24 @@ def make_events(**columns) -> pd.DataFrame:
     data = {}
     for col in COLUMNS:
         value = columns.get(col, _DEFAULTS.get(col))
-        if np.ndim(value) == 0:
+        if not isinstance(value, Texts) and np.ndim(value) == 0:
             value = np.full(n, value, dtype=object if isinstance(value, str) else np.int64)
-        data[col] = value
-    frame = pd.DataFrame(data)
-    for col in _INT_COLUMNS:
-        frame[col] = frame[col].astype(np.int64)
-    for col, allowed in _CATEGORICAL.items():
-        frame[col] = pd.Categorical(frame[col], categories=allowed)
-        if frame[col].isna().any():
-            bad = sorted(set(map(str, np.asarray(columns[col]).ravel())) - set(allowed))
-            raise ValueError(f"column {col!r} has values outside {allowed}: {bad}")
-    for col in ("name", "phase", "group"):
-        frame[col] = frame[col].astype("category")
-    if (frame["end_ns"].to_numpy() < frame["start_ns"].to_numpy()).any():
+        if col in _INT_COLUMNS:
+            data[col] = np.asarray(value).astype(np.int64, copy=False)
+            continue
+        try:
+            data[col] = Texts.of(value, _CATEGORICAL.get(col))
+        except ValueError as error:
+            raise ValueError(f"column {col!r} has {error}") from None
+    if (data["end_ns"] < data["start_ns"]).any():
         raise ValueError("event table has rows with end_ns < start_ns")
-    return frame.sort_values("start_ns", kind="stable", ignore_index=True)
+    order = np.argsort(data["start_ns"], kind="stable")
+    if order.size and (order[1:] < order[:-1]).any():
+        return Table(data).take(order)
+    return Table(data)
 
 
-def empty_events() -> pd.DataFrame:
+def empty_events() -> Table:
     """An event table with no rows (a rank that recorded nothing)."""
     import numpy as np
     return make_events(kind=np.array([], dtype=object), category=np.array([], dtype=object),
@@ -185,7 +351,7 @@ class RankTrace:
     members of each group named in the ``group`` column; ``meta["group_from"]`` says from what.
     """
 
-    events: pd.DataFrame
+    events: Table
     rank: int | None = None
     source: str = "native"
     source_file: str | None = None

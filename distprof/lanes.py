@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from . import events as ev
 from . import rankview
@@ -45,18 +44,19 @@ def label(key: LaneKey, names: dict | None = None) -> str:
     return f"thread {key.lane} ({name})" if name else f"thread {key.lane}"
 
 
-def lane_index(events: pd.DataFrame) -> tuple[list[LaneKey], np.ndarray]:
+def lane_index(events: ev.Table) -> tuple[list[LaneKey], np.ndarray]:
     """The distinct lanes of an event table, sorted by (pid, device, lane, kind), and per event
     the position of its lane in that list (one sort, no loop per event). Built once per rank
     inside a ``rankview.shared`` block."""
     return rankview.once(events, ("lane_index",), lambda: _lane_index(events))
 
 
-def _lane_index(events: pd.DataFrame) -> tuple[list[LaneKey], np.ndarray]:
+def _lane_index(events: ev.Table) -> tuple[list[LaneKey], np.ndarray]:
     if not len(events):
         return [], np.empty(0, np.int64)
-    kind_texts, kind_codes = _kind_codes(events["lane_kind"])
-    columns = [events[name].to_numpy().astype(np.int64, copy=False) for name in KEY_COLUMNS[:3]]
+    kinds = events["lane_kind"].sorted()  # kinds sort by their text
+    kind_texts, kind_codes = kinds.texts, kinds.codes
+    columns = [events[name] for name in KEY_COLUMNS[:3]]
     order = np.lexsort((kind_codes, *columns[::-1]))  # last key sorts first: pid, device, lane, kind
     ordered = [column[order] for column in (*columns, kind_codes)]
     new_lane = np.zeros(order.size, bool)
@@ -69,18 +69,6 @@ def _lane_index(events: pd.DataFrame) -> tuple[list[LaneKey], np.ndarray]:
     keys = [LaneKey(int(pid), int(device), int(lane), str(kind_texts[kind]))
             for pid, device, lane, kind in zip(*(column[first].tolist() for column in ordered))]
     return keys, index
-
-
-def _kind_codes(kinds: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct lane kinds as text, each row's position in them)."""
-    if isinstance(kinds.dtype, pd.CategoricalDtype) and not kinds.isna().any():
-        texts = np.asarray(kinds.cat.categories.astype(str), dtype=object)
-        order = np.argsort(texts, kind="stable")
-        rank_of = np.empty(order.size, np.int64)
-        rank_of[order] = np.arange(order.size)
-        return texts[order], rank_of[kinds.cat.codes.to_numpy()]
-    texts, codes = np.unique(kinds.astype(str).to_numpy(dtype=object), return_inverse=True)
-    return texts, np.asarray(codes, np.int64).ravel()
 
 
 def labels(keys: list[LaneKey], names: dict | None = None) -> np.ndarray:

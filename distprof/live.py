@@ -163,9 +163,8 @@ def window_summary(cursors: list[RankCursor], window: tuple[int, int], config: d
         except ev.SourceError:
             behind[rank] = cursor.committed
             continue
-        steps = trace.events["step"].to_numpy()
-        trace = replace(trace, events=trace.events[(steps >= first) & (steps <= last)].reset_index(drop=True),
-                        warnings=[])
+        steps = trace.events["step"]
+        trace = replace(trace, events=trace.events.take((steps >= first) & (steps <= last)), warnings=[])
         results.append(pipeline.reduce_rank(trace, config))
     if not results:
         return None, behind

@@ -390,7 +390,7 @@ def _serialized_job(kind: str, source: str) -> dict:
                      (ev.COMM_OP, ev.COMMUNICATION, kind, base + 4 * MS, base + 6 * MS, 1, s, kind, "", 1 << 20)]
             peers += [-1, -1, 1 - rank]
         trace = _trace(rank, rows, "host0", groups={})
-        trace.events["peer"] = np.asarray(peers, np.int64)[np.argsort(trace.events.index)]
+        trace.events = trace.events.with_columns(peer=np.asarray(peers, np.int64))  # rows are in start order
         trace.source = source
         traces.append(trace)
     return merged(traces).to_json()

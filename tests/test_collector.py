@@ -53,7 +53,7 @@ def test_ranges_threads_steps_and_decorators(tmp_path):
             optimizer_step()
             prof.step()
     trace = read_events(tmp_path / "rank0.sqlite")
-    events = trace.events
+    events = trace.events.to_frame()
     counts = events.groupby(["name", "category"], observed=True).size().to_dict()
     assert counts[(ev.PROFILE_STEP, ev.PHASE)] == 3
     assert counts[("Dataloader", ev.PHASE)] == 3         # the 4th next() found the end: not a load
@@ -92,7 +92,7 @@ def test_concurrent_threads_lose_no_rows(tmp_path):
             prof.step()  # flushes race with the writers
         for worker in workers:
             worker.join()
-    events = read_events(tmp_path / "rank0.sqlite").events
+    events = read_events(tmp_path / "rank0.sqlite").events.to_frame()
     assert (events["name"] == "tick").sum() == per_thread * threads
     assert events.loc[events["name"] == "tick", "lane"].nunique() == threads
 
@@ -106,7 +106,7 @@ def test_exception_keeps_completed_steps(tmp_path):
                         raise RuntimeError("boom")
                 prof.step()
     trace = read_events(tmp_path / "rank0.sqlite")
-    assert (trace.events["name"] == ev.PROFILE_STEP).sum() == 2
+    assert (trace.events.to_frame()["name"] == ev.PROFILE_STEP).sum() == 2
     # closed cleanly (no "did not finish"); the file says why the session ended
     assert trace.warnings == [f"{tmp_path / 'rank0.sqlite'}: rank 0 left the profiler through RuntimeError: boom; "
                               "its completed steps are kept"]
@@ -134,7 +134,8 @@ def test_killed_rank_keeps_every_completed_step(tmp_path):
     proc = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True)
     assert proc.returncode == -9
     trace = read_events(out / "rank0.sqlite")
-    steps = trace.events[trace.events["name"] == ev.PROFILE_STEP]
+    frame = trace.events.to_frame()
+    steps = frame[frame["name"] == ev.PROFILE_STEP]
     assert steps["step"].tolist() == [0, 1, 2, 3]
     assert any("did not finish" in w for w in trace.warnings)
     merged = run_cli("merge", str(out / "rank0.sqlite"), "-o", str(tmp_path / "merged"))
@@ -148,7 +149,7 @@ def test_nvtx_off_still_records(tmp_path):
         with distprof.phase("forward"):
             pass
         prof.step()
-    events = read_events(tmp_path / "rank0.sqlite").events
+    events = read_events(tmp_path / "rank0.sqlite").events.to_frame()
     assert (events["name"] == "forward").sum() == 1
     distprof.annotate.set_nvtx(True)
 

@@ -61,7 +61,8 @@ def test_real_mpirun_job_records_group_bytes_and_peer(two_rank_job, rank):
     p2p = ("send", "0,1", 8, 1) if rank == 0 else ("recv", "0,1", 8, 0)
     assert stored == sorted([("allreduce", "0,1", 4096, -1), p2p, ("barrier", "", -1, -1)])
     [trace] = native.read(path, {})
-    comm = trace.events[trace.events["kind"] == "comm_op"]
+    frame = trace.events.to_frame()
+    comm = frame[frame["kind"] == "comm_op"]
     got = sorted({(r.name, r.collective, r.group, r.nbytes, r.peer) for r in comm.itertuples()})
     p2p_row = ("send", "send", "ranks 0,1", 8, 1) if rank == 0 else ("recv", "recv", "ranks 0,1", 8, 0)
     assert got == sorted([("allreduce", "allreduce", "ranks 0,1", 4096, -1), p2p_row,
@@ -69,7 +70,7 @@ def test_real_mpirun_job_records_group_bytes_and_peer(two_rank_job, rank):
     assert len(comm) == 9
     assert trace.meta["process_groups"] == {"ranks 0,1": [0, 1]}
     assert trace.meta["group_from"]
-    other = trace.events[trace.events["kind"] != "comm_op"]
+    other = frame[frame["kind"] != "comm_op"]
     assert set(other["collective"]) == {""} and set(other["nbytes"]) == {-1} and set(other["group"]) == {""}
 
 
@@ -88,7 +89,7 @@ def test_collector_round_trip_in_process(tmp_path):
     with sqlite3.connect(tmp_path / "r.sqlite") as db:
         assert db.execute("SELECT value FROM distprof_meta WHERE key = 'schema_version'").fetchone() == ("2",)
     [trace] = native.read(tmp_path / "r.sqlite", {})
-    rows = sorted((r.name, r.collective, r.group, r.nbytes, r.peer) for r in trace.events.itertuples())
+    rows = sorted((r.name, r.collective, r.group, r.nbytes, r.peer) for r in trace.events.to_frame().itertuples())
     assert rows == [("all_gather", "allgather", "ranks 2,3", 1 << 20, -1)] * 2 + [
         ("allreduce", "allreduce", "", -1, -1), ("bcast", "broadcast", "ranks 0,1,2,3", 64, -1)]
     assert trace.meta["process_groups"] == {"ranks 2,3": [2, 3], "ranks 0,1,2,3": [0, 1, 2, 3]}
@@ -111,11 +112,12 @@ def test_schema_1_files_read_with_unknown_metadata(path):
                                "ON n.id = r.name_id WHERE n.kind = 'comm_op'").fetchone()[0]
     assert "nbytes" not in columns and comm_rows > 0
     [trace] = native.read(path, {})
-    comm = trace.events[trace.events["kind"] == "comm_op"]
+    frame = trace.events.to_frame()
+    comm = frame[frame["kind"] == "comm_op"]
     assert len(comm) == comm_rows
     assert set(comm["collective"]) == {"allreduce"}
-    assert set(trace.events["group"]) == {""} and set(trace.events["nbytes"]) == {-1}
-    assert set(trace.events["peer"]) == {-1} and "process_groups" not in trace.meta
+    assert set(frame["group"]) == {""} and set(frame["nbytes"]) == {-1}
+    assert set(frame["peer"]) == {-1} and "process_groups" not in trace.meta
 
 
 def test_demo_records_gradient_bytes_and_world_group(demo_overlap):
@@ -127,7 +129,8 @@ def test_demo_records_gradient_bytes_and_world_group(demo_overlap):
                            "WHERE n.kind = 'comm_op'").fetchone()[0]
     assert stored == [("0,1,2,3", width * width * 8)]
     [trace] = native.read(demo_overlap / "rank0.sqlite", {})
-    comm = trace.events[trace.events["kind"] == "comm_op"]
+    frame = trace.events.to_frame()
+    comm = frame[frame["kind"] == "comm_op"]
     assert len(comm) == count and count % layers == 0
     assert set(comm["group"]) == {"ranks 0,1,2,3"} and set(comm["nbytes"]) == {width * width * 8}
     assert trace.meta["process_groups"] == {"ranks 0,1,2,3": [0, 1, 2, 3]}
@@ -218,16 +221,17 @@ def test_nsys_nccl_kernels_take_the_op_of_the_range_around_their_launch(tmp_path
     torch_ops = _sql_torch_op_of_kernels(path)
     assert torch_ops == ["nccl:all_to_all"] + [None] * 7
     [trace] = nsys.read(path, {})
-    kernels = trace.events[trace.events["kind"] == "kernel"].sort_values("start_ns")
+    frame = trace.events.to_frame()
+    kernels = frame[frame["kind"] == "kernel"].sort_values("start_ns")
     assert list(kernels["collective"]) == ["alltoall", "sendrecv", "send", "recv", "broadcast", "allreduce",
                                            "sendrecv", "sendrecv"]
     assert set(kernels["nbytes"]) == {-1} and set(kernels["peer"]) == {-1} and set(kernels["group"]) == {""}
     # NCCL API ranges are comm_op rows of their own name's kind
-    calls = trace.events[trace.events["kind"] == "comm_op"]
+    calls = frame[frame["kind"] == "comm_op"]
     expected = {"ncclGroupStart": "other", "ncclGroupEnd": "other", "ncclSend": "send", "ncclRecv": "recv",
                 "ncclBroadcast": "broadcast", "ncclAllReduce": "allreduce"}
     assert {(str(r.name), str(r.collective)) for r in calls.itertuples()} == set(expected.items())
-    other = trace.events[~trace.events["kind"].isin(["kernel", "comm_op"])]
+    other = frame[~frame["kind"].isin(["kernel", "comm_op"])]
     assert set(other["collective"]) == {""}
 
 
@@ -254,7 +258,7 @@ def test_nsys_distprof_comm_ranges_read_nbytes_from_the_int64_payload(tmp_path):
     with sqlite3.connect(path) as db:
         stored = dict(db.execute("SELECT start, int64Value FROM NVTX_EVENTS WHERE eventType = 59"))
     [trace] = nsys.read(path, {})
-    rows = {int(r.start_ns): (str(r.collective), int(r.nbytes)) for r in trace.events.itertuples()
+    rows = {int(r.start_ns): (str(r.collective), int(r.nbytes)) for r in trace.events.to_frame().itertuples()
             if r.kind in ("comm_op", "range")}
     assert rows == {100: ("allreduce", stored[100]), 300: ("allreduce", -1), 500: ("", -1), 700: ("allreduce", -1)}
 
@@ -283,7 +287,7 @@ def test_nsys_real_exports_hostname_and_unknown_message_fields(name):
     for trace in nsys.read(path, {}):
         assert trace.meta.get("hostname") == expected_host
         assert not expected_host or not expected_host.startswith("b'")
-        events = trace.events
+        events = trace.events.to_frame()
         # no real export here has a decodable NCCL payload, MPI tables or distprof comm payloads
         assert set(events["nbytes"]) <= {-1} and set(events["peer"]) <= {-1} and set(events["group"]) <= {""}
         assert set(events.loc[events["category"] != "COMMUNICATION", "collective"]) <= {""}
@@ -302,7 +306,8 @@ def test_nsys_pipit_mpi_calls_get_their_kind():
             " AND d.domainId = e.domainId) GROUP BY n"))
     assert counts == {"MPI_Init": 1, "MPI_Send": 10, "MPI_Recv": 5, "MPI_Finalize": 1}
     [trace] = nsys.read(path, {})
-    comm = trace.events[trace.events["kind"] == "comm_op"]
+    frame = trace.events.to_frame()
+    comm = frame[frame["kind"] == "comm_op"]
     kinds = {"MPI_Send": "send", "MPI_Recv": "recv"}  # MPI_Init/MPI_Finalize are setup, not communication
     assert comm.groupby(["name", "collective"], observed=True).size().to_dict() == {
         (name, kind): counts[name] for name, kind in kinds.items()}
@@ -389,7 +394,8 @@ def test_ddp_default_hook_records_bucket_bytes_and_group(tmp_path, monkeypatch):
     assert ranks == [0] and [row[0] for row in per_step] == [0, 1, 2] and per_step[-1][2] >= 2
     assert all(total == parameter_bytes and group == "0" for _, total, _, group in per_step)
     [trace] = native.read(tmp_path / "rank0.sqlite", {})
-    comm = trace.events[trace.events["kind"] == "comm_op"]
+    frame = trace.events.to_frame()
+    comm = frame[frame["kind"] == "comm_op"]
     assert set(comm["group"]) == {"ranks 0"} and set(comm["collective"]) == {"allreduce"}
     assert comm.groupby("step")["nbytes"].sum().to_dict() == {0: parameter_bytes, 1: parameter_bytes,
                                                              2: parameter_bytes}

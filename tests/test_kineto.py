@@ -70,7 +70,7 @@ def test_figures_exact_far_from_zero_with_sub_microsecond_origin(tmp_path, time_
     trace = read_one(path)
     assert figures(trace, "steps") == STEPS_FIGURES
     assert figures(trace, "all") == ALL_FIGURES
-    assert trace.events["start_ns"].min() == origin + 1_000
+    assert trace.events.to_frame()["start_ns"].min() == origin + 1_000
 
 
 def test_epoch_microseconds_with_fractions_are_exact(tmp_path):
@@ -79,7 +79,7 @@ def test_epoch_microseconds_with_fractions_are_exact(tmp_path):
     path = kf.overlap_trace(origin_ns=origin, base_time_ns=None).write(tmp_path / "t.json.gz")
     trace = read_one(path)
     assert figures(trace, "all") == ALL_FIGURES
-    assert trace.events["start_ns"].min() == origin + 1_000
+    assert trace.events.to_frame()["start_ns"].min() == origin + 1_000
     assert trace.clock_offset_ns == 0
 
 
@@ -91,14 +91,14 @@ def test_steps_are_cpu_profiler_steps_and_gpu_windows_are_meta(tmp_path):
     assert markers == {"step": [1, 2], "start_ns": [1_000, 100_000], "end_ns": [100_000, 200_000]}
     assert trace.meta["gpu_step_windows"] == {"step": [1, 2], "start_ns": [2_000, 110_000],
                                               "end_ns": [80_000, 215_000]}
-    table = trace.events
+    table = trace.events.to_frame()
     cpu_steps = table[table["name"].astype(str).str.startswith("ProfilerStep#")]
     assert cpu_steps["start_ns"].tolist() == [1_000, 100_000]
     assert set(cpu_steps["category"].astype(str)) == {ev.USER}
 
 
 def test_kernel_step_comes_from_launching_call_on_any_thread(tmp_path):
-    table = read_one(kf.overlap_trace().write(tmp_path / "t.json")).events
+    table = read_one(kf.overlap_trace().write(tmp_path / "t.json")).events.to_frame()
     gpu = table[table["lane_kind"] == ev.GPU_STREAM].sort_values("start_ns")
     assert gpu["start_ns"].tolist() == [2_000, 10_000, 35_000, 50_000, 110_000, 140_000, 205_000, 300_000, 305_000]
     assert gpu["step"].tolist() == [1, 1, 1, 1, 2, 2, 2, -1, -1]  # 110_000 was launched from tid 777
@@ -119,7 +119,7 @@ def test_event_mapping(tmp_path):
     trace.gpu_annotation("## backward ##", 110_000, 150_000, stream=7)
     trace.kernel(kf.GEMM, 400_000, 401_000, stream=7, launch_ns=399_000, launch_cat="cuda_driver")
     result = read_one(trace.write(tmp_path / "t.json"))
-    table = result.events
+    table = result.events.to_frame()
     assert result.pid == 555 and result.device == 3 and result.source == "kineto"
     assert result.clock_offset_ns == 1_711_964_646_000_000_000
     assert set(table["pid"]) == {555}  # GPU rows carry the host process, not Kineto's device pid
@@ -141,7 +141,7 @@ def test_event_mapping(tmp_path):
 
 def test_communication_prefixes_come_from_config(tmp_path):
     path = kf.overlap_trace().write(tmp_path / "t.json")
-    table = read_one(path, config(communication={"kernel_prefixes": ["ncclKernel"]})).events
+    table = read_one(path, config(communication={"kernel_prefixes": ["ncclKernel"]})).events.to_frame()
     comm = table[table["category"] == ev.COMMUNICATION]
     assert comm["name"].astype(str).tolist() == [kf.NCCL_SENDRECV]  # ncclDevKernel_ is compute now
 
@@ -198,9 +198,10 @@ def test_missing_times(tmp_path):
     document["traceEvents"] += [{"ph": "X", "cat": "cpu_op", "name": "no time", "pid": 4242, "tid": 4242},
                                 {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": 4242, "tid": 4242, "ts": 500.0}]
     result = read_one(kf.write_text(tmp_path / "t.json", kf.dumps(document)))
-    assert "no time" not in set(result.events["name"].astype(str))
+    frame = result.events.to_frame()
+    assert "no time" not in set(frame["name"].astype(str))
     assert result.meta["skipped_categories"]["(no ts)"] == 1
-    row = result.events[result.events["name"] == "no dur"]
+    row = frame[frame["name"] == "no dur"]
     assert row["start_ns"].tolist() == [500_000] and row["end_ns"].tolist() == [500_000]
     assert figures(result, "steps") == STEPS_FIGURES
 
@@ -222,7 +223,7 @@ def test_us_to_ns_matches_decimal_on_random_three_decimal_text():
 def test_times_written_as_strings_read_exactly(tmp_path):
     trace = kf.KinetoTrace(time_format="str")
     trace.cpu_op("aten::add", 1_001, 1_101)
-    table = read_one(trace.write(tmp_path / "t.json")).events
+    table = read_one(trace.write(tmp_path / "t.json")).events.to_frame()
     row = table[table["name"] == "aten::add"]
     assert row["start_ns"].tolist() == [1001] and row["end_ns"].tolist() == [1101]
 
@@ -321,14 +322,15 @@ def test_real_nccl_parser_config():
     result = rank_row(pipeline.reduce_rank(trace, config()))
     assert result["steps"] == 3 and result["step_bounds"]["step"] == [4, 5, 6]
     assert lanes(result, "comm_lanes") == {40} and lanes(result, "compute_lanes") == {7}
-    comm = trace.events[trace.events["category"] == ev.COMMUNICATION]
+    frame = trace.events.to_frame()
+    comm = frame[frame["category"] == ev.COMMUNICATION]
     assert {kind for kind in comm["name"].astype(str).str.extract(r"^ncclKernel_([A-Za-z]+)")[0]} == \
         {"AllReduce", "Broadcast"}
     assert trace.clock_offset_ns == 1_711_964_646_000_000_000
     names = comm["name"].astype(str)
     assert names.str.contains("AllReduce").sum() == 15 and names.str.contains("Broadcast").sum() == 6
-    assert (trace.events["lane_kind"] == ev.GPU_STREAM).sum() > 0
-    annotations = trace.events[(trace.events["kind"] == ev.RANGE) & (trace.events["lane_kind"] == ev.GPU_STREAM)]
+    assert (frame["lane_kind"] == ev.GPU_STREAM).sum() > 0
+    annotations = frame[(frame["kind"] == ev.RANGE) & (frame["lane_kind"] == ev.GPU_STREAM)]
     assert len(annotations) == 30  # gpu_user_annotation rows
 
 
@@ -346,7 +348,8 @@ def test_real_trace_diff_control():
     result = rank_row(pipeline.reduce_rank(trace, config()))
     assert (result["rank"], result["device"], result["steps"], result["meta"]["world_size"]) == (3, 3, 6, 8)
     assert lanes(result, "comm_lanes") == {21} and lanes(result, "compute_lanes") == {7, 20}
-    comm = trace.events[trace.events["category"] == ev.COMMUNICATION]["name"].astype(str)
+    frame = trace.events.to_frame()
+    comm = frame[frame["category"] == ev.COMMUNICATION]["name"].astype(str)
     assert set(comm.str.extract(r"^ncclKernel_([A-Za-z]+)")[0]) == {"AllReduce", "SendRecv"}
 
 

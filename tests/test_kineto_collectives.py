@@ -51,14 +51,14 @@ def ns(value) -> int:
 
 def comm_rows(trace: ev.RankTrace) -> list[tuple]:
     """(start_ns, name, collective, group, nbytes, peer) of the communication rows, by start."""
-    e = trace.events
+    e = trace.events.to_frame()
     e = e[e["category"] == ev.COMMUNICATION]
     return sorted(zip(e["start_ns"].tolist(), e["name"].astype(str), e["collective"].astype(str),
                       e["group"].astype(str), e["nbytes"].tolist(), e["peer"].tolist()))
 
 
 def test_other_rows_keep_the_defaults():
-    e = read(NCCL_PARSER).events
+    e = read(NCCL_PARSER).events.to_frame()
     other = e[e["category"] != ev.COMMUNICATION]
     assert set(other["collective"].astype(str)) == {""} and set(other["group"].astype(str)) == {""}
     assert set(other["nbytes"]) == {-1} and set(other["peer"]) == {-1}
@@ -234,7 +234,7 @@ def test_collective_job_fixture_reads_back(tmp_path):
         assert groups["0"] == [0, 1, 2, 3] and len(groups) == 3
         assert groups[ops[rank][0].group] == list(ops[rank][0].ranks)
         assert groups[ops[rank][2].group] == list(ops[rank][2].ranks)
-        e = trace.events
+        e = trace.events.to_frame()
         steps = e[e["name"] == ev.PROFILE_STEP]
         assert len(steps) == 1 and set(e[e["name"].astype(str).str.startswith("void cutlass")]["lane"]) == {7}
     first = [comm_rows(read(path))[0][0] for path in paths]

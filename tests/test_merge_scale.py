@@ -45,7 +45,7 @@ def test_reader_sees_the_generated_job(job_files):
         (trace,) = sources.read(path, config)
         assert (trace.rank, trace.rank_from, trace.pid) == (where["rank"], "env RANK", where["pid"])
         assert trace.clock_offset_ns == where["session_start_utc_ns"]
-        events = trace.events
+        events = trace.events.to_frame()
         kernels = events[events["kind"] == ev.KERNEL]
         nccl = kernels[kernels["name"].astype(str) == ms.NCCL_NAME]
         assert len(kernels) == JOB.kernels and len(nccl) == JOB.steps * JOB.collectives

@@ -35,7 +35,8 @@ def figures(summary: dict) -> dict:
 
 
 def rows(events, kind: str):
-    return events[events["kind"] == kind]
+    frame = events.to_frame() if isinstance(events, ev.Table) else events
+    return frame[frame["kind"] == kind]
 
 
 def values(frame, *columns: str) -> list[list]:
@@ -92,7 +93,7 @@ def test_kernel_prefixes_come_from_config(tmp_path):
 def test_event_columns_of_one_rank(tmp_path, config):
     path = write(fx.one_step_rank(fx.NsysExport(env={"RANK": "0"}), pid=4242, device=3), tmp_path)
     [trace] = nsys.read(path, config)
-    events = trace.events
+    events = trace.events.to_frame()
     assert (trace.rank, trace.rank_from, trace.pid, trace.device) == (0, "env RANK", 4242, 3)
     assert (trace.source, trace.source_file) == ("nsys", str(path))
     kernels = rows(events, ev.KERNEL)
@@ -135,7 +136,7 @@ def test_kernel_phase_is_the_innermost_phase_around_its_launch(tmp_path, config)
     export.kernel(pid, 0, 7, 310_000, 310_500, "other_thread", launch=(6_500, 6_600), tid=78)
     export.mark(pid, 8_000, "checkpoint")
     [trace] = nsys.read(write(export, tmp_path), config)
-    events = trace.events
+    events = trace.events.to_frame()
     kernels = rows(events, ev.KERNEL)
     got = {name: (phase, step) for name, phase, step in
            zip(kernels["name"].astype(str), kernels["phase"].astype(str), kernels["step"])}
@@ -164,7 +165,8 @@ def test_step_without_gpu_work_keeps_cpu_bounds(tmp_path, config):
     export.range(5, 1_000, 2_000, "ProfileStep#1")
     export.kernel(5, 0, 7, 1_500, 4_000, "k", launch=(1_200, 1_300))
     [trace] = nsys.read(write(export, tmp_path), config)
-    steps = trace.events[trace.events["name"] == ev.PROFILE_STEP]
+    frame = trace.events.to_frame()
+    steps = frame[frame["name"] == ev.PROFILE_STEP]
     assert steps[["step", "start_ns", "end_ns"]].values.tolist() == [[0, 0, 1_000], [1, 1_500, 4_000]]
     assert rank_figures(trace.events, config)["window_ns"] == 1_000 + 2_500
 
@@ -180,14 +182,14 @@ def test_distprof_profiler_steps_are_numbered_in_order(tmp_path, config):
     export.range(7, 0, 5, "ProfileStep", domain="other")                 # same name elsewhere: a step too
     export.kernel(7, 1, 7, 0, 10, "gemm", launch=(1, 2))
     traces = nsys.read(write(export, tmp_path), config)
-    events = traces[0].events
+    events = traces[0].events.to_frame()
     steps = events[events["name"] == ev.PROFILE_STEP]
     assert values(steps, "step", "start_ns", "end_ns", "category") == [
         [0, 2_000, 9_000, ev.PHASE], [1, 12_000, 19_000, ev.PHASE], [2, 22_000, 29_000, ev.PHASE]]
     assert rows(events, ev.KERNEL)["step"].tolist() == [0, 1, 2]
     assert values(events[events["name"] == "forward"], "step", "phase") == [[0, "forward"], [1, "forward"],
                                                                             [2, "forward"]]
-    other = traces[1].events
+    other = traces[1].events.to_frame()
     assert values(other[other["kind"] == ev.RANGE], "name", "category", "step", "end_ns") == [
         [ev.PROFILE_STEP, ev.PHASE, 0, 10]]
 
@@ -197,7 +199,8 @@ def test_memcpy_and_memset_are_memory(tmp_path, config):
     export.memcpy(9, 0, 7, 100, 200, launch=(10, 20))
     export.memset(9, 0, 7, 300, 350)
     [trace] = nsys.read(write(export, tmp_path), config)
-    gpu = trace.events[trace.events["lane_kind"] == ev.GPU_STREAM]
+    frame = trace.events.to_frame()
+    gpu = frame[frame["lane_kind"] == ev.GPU_STREAM]
     assert gpu[["kind", "category", "name"]].astype(str).values.tolist() == [
         [ev.MEMCPY, ev.MEMORY, "[CUDA memcpy Host-to-Device]"], [ev.MEMSET, ev.MEMORY, "[CUDA memset]"]]
     assert rows(trace.events, ev.RUNTIME)["name"].astype(str).tolist() == ["cudaMemcpyAsync_v3020"]
@@ -214,11 +217,12 @@ def test_missing_strings_and_domains_are_tolerated(tmp_path, config):
         connection.execute("DELETE FROM StringIds WHERE value IN "
                            "('short_gone', 'both_gone', 'both_gone_too', 'registered_gone')")
     [trace] = nsys.read(path, config)
-    names = trace.events["name"].astype(str).tolist()
+    frame = trace.events.to_frame()
+    names = frame["name"].astype(str).tolist()
     assert "void long_name<float>(float*)" in names
     assert any(name.startswith("<unknown string ") for name in names)
     assert any("missing from StringIds" in w for w in trace.warnings)
-    orphan = trace.events[trace.events["name"] == "orphan_domain"]
+    orphan = frame[frame["name"] == "orphan_domain"]
     assert orphan["category"].astype(str).tolist() == [ev.USER]
 
 
@@ -247,7 +251,7 @@ def test_two_ranks_in_one_report_split_by_process(tmp_path, config):
         assert kernels["name"].astype(str).tolist() == ["k", f"only_{trace.pid}"]
         assert kernels["phase"].astype(str).tolist() == [phase, ""]
         assert rows(trace.events, ev.RUNTIME)["correlation_id"].tolist() == [1, 2]
-        assert sorted(trace.events["name"].astype(str).unique()) == sorted(
+        assert sorted(trace.events.to_frame()["name"].astype(str).unique()) == sorted(
             ["k", f"only_{trace.pid}", phase, "cudaLaunchKernel_v7000", nsys.ACTIVITY_MARK])  # + span marks
     assert traces[0].warnings == [f"{tmp_path / 'report.sqlite'}: process(es) 500 have NVTX ranges but no "
                                   "CUDA activity; not counted as ranks"]
@@ -347,11 +351,11 @@ def test_nvtx_only_report_is_one_host_rank(tmp_path, config):
     export.range(8, 0, 50, "MPI_Init", domain="MPI", registered=True)
     [trace] = nsys.read(write(export, tmp_path), config)
     assert (trace.pid, trace.device) == (8, None)
-    events = trace.events
+    events = trace.events.to_frame()
     assert dict(zip(events["name"].astype(str), events["category"].astype(str))) == {
         ev.PROFILE_STEP: ev.PHASE, "MPI_Allreduce": ev.COMMUNICATION, "MPI_Init": ev.USER,
         nsys.ACTIVITY_MARK: ev.RUNTIME_CAT}  # issue 12: instants at the first/last recorded activity
-    assert rank_figures(events, config)["communication_ns"] == 500
+    assert rank_figures(trace.events, config)["communication_ns"] == 500
 
 
 # -- bad input --------------------------------------------------------------------------------------
@@ -487,7 +491,7 @@ def test_real_two_ranks_in_one_report(config):
     traces = nsys.read(real("nsysai_h100_2gpu_1s.sqlite"), config)
     assert [(t.pid, t.device, t.rank_from) for t in traces] == [(111, 0, "device order"), (112, 1, "device order")]
     for trace, stream in zip(traces, (7, 15)):
-        events = trace.events
+        events = trace.events.to_frame()
         kernels = rows(events, ev.KERNEL)
         assert len(kernels) == 1721
         assert kernels[["device", "lane"]].drop_duplicates().values.tolist() == [[trace.device, stream]]
@@ -501,7 +505,7 @@ def test_real_two_ranks_in_one_report(config):
 
 def test_real_flameox_has_kernels_but_no_nvtx(config):
     [trace] = nsys.read(real("flameox_nsight-2025.5.2.sqlite"), config)
-    events = trace.events
+    events = trace.events.to_frame()
     assert len(rows(events, ev.KERNEL)) == 3 and len(rows(events, ev.MEMCPY)) == 1
     # no NVTX rows: host rows are the runtime calls and the two span marks (issue 12)
     assert events["lane_kind"].eq(ev.HOST_THREAD).sum() == len(rows(events, ev.RUNTIME)) + 2
@@ -510,7 +514,7 @@ def test_real_flameox_has_kernels_but_no_nvtx(config):
 
 def test_real_pipit_mpi_ranges_and_deduplicated_runtime(config):
     [trace] = nsys.read(real("pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite"), config)
-    events = trace.events
+    events = trace.events.to_frame()
     assert (trace.rank, trace.rank_from) == (0, "NVTX thread name 'MPI Rank N'")
     assert trace.meta["nvtx_domains"] == {"MPI": 17, "(default)": 5}
     assert trace.meta["schema_version"] == "2.9.1"
@@ -525,7 +529,7 @@ def test_real_nvfuser_kernels_on_one_stream(config):
     kernels = rows(trace.events, ev.KERNEL)
     assert len(kernels) == 18
     assert kernels[["device", "lane"]].drop_duplicates().values.tolist() == [[0, 7]]
-    assert (trace.events["kind"] == ev.RANGE).sum() == 13513
+    assert (trace.events.to_frame()["kind"] == ev.RANGE).sum() == 13513
 
 
 def test_real_2020_export_has_domains_and_no_clock(config):
@@ -551,5 +555,5 @@ def test_chunked_threaded_scan_matches_a_single_chunk(tmp_path, config, monkeypa
     chunked = nsys.read(path, config)
     assert len(whole) == len(chunked) == 2
     for one, other in zip(whole, chunked):
-        pd.testing.assert_frame_equal(one.events, other.events)
-    assert "text with a \x1f unit separator" in set(whole[1].events["name"].astype(str))
+        pd.testing.assert_frame_equal(one.events.to_frame(), other.events.to_frame())
+    assert "text with a \x1f unit separator" in set(whole[1].events["name"].values())

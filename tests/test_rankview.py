@@ -25,7 +25,8 @@ def table():
 
 def test_lane_index_matches_plain_grouping():
     events = table()
-    rows = list(zip(events["pid"], events["device"], events["lane"], events["lane_kind"].astype(str)))
+    rows = list(zip(events["pid"].tolist(), events["device"].tolist(), events["lane"].tolist(),
+                    events["lane_kind"].values().tolist()))
     expected_keys = sorted(set(rows))
     keys, index = lanes.lane_index(events)
     assert [tuple(k) for k in keys] == expected_keys
@@ -47,5 +48,5 @@ def test_view_is_built_once_inside_shared_and_fresh_outside():
 
 
 def test_empty_table_has_no_lanes():
-    keys, index = lanes.lane_index(table().iloc[:0])
+    keys, index = lanes.lane_index(table().take(slice(0, 0)))
     assert keys == [] and index.size == 0

@@ -156,7 +156,7 @@ def test_native_range_with_missing_name_is_kept_with_placeholder(tmp_path):
     with sqlite3.connect(path) as db:
         db.execute("DELETE FROM distprof_names WHERE name = 'Forward'")
     trace = sources.read(path, {})[0]
-    names = set(trace.events["name"].astype(str))
+    names = set(trace.events.to_frame()["name"].astype(str))
     assert any(name.startswith("<unknown name ") for name in names)
     assert len(trace.events) == 4
     assert any("missing from distprof_names" in w for w in trace.warnings)
@@ -281,7 +281,7 @@ def test_nsys_missing_strings_keep_events_with_placeholder(tmp_path):
         db.execute("DELETE FROM StringIds")
     trace = sources.read(path, {})[0]
     assert len(trace.events) == before
-    assert any(name.startswith("<unknown string ") for name in trace.events["name"].astype(str))
+    assert any(name.startswith("<unknown string ") for name in trace.events.to_frame()["name"].astype(str))
     told = [w for w in trace.warnings if "missing from StringIds" in w]
     assert len(told) == 1 and str(path) in told[0]
 
@@ -437,8 +437,9 @@ def test_kineto_number_no_int64_can_hold_drops_that_event(tmp_path, bad, needle)
     good = [cpu_event(1000 + 100 * k, 50, name=f"aten::op{k}") for k in range(3)]
     path.write_text(json.dumps({"traceEvents": good + [{**cpu_event(1100, 50, name="aten::bad"), **bad}]}))
     trace = sources.read(path, {})[0]
-    assert sorted(trace.events["name"].astype(str)) == ["aten::op0", "aten::op1", "aten::op2"]
-    assert sorted(trace.events["start_ns"]) == [1_000_000, 1_100_000, 1_200_000]
+    frame = trace.events.to_frame()
+    assert sorted(frame["name"].astype(str)) == ["aten::op0", "aten::op1", "aten::op2"]
+    assert sorted(frame["start_ns"]) == [1_000_000, 1_100_000, 1_200_000]
     told = [w for w in trace.warnings if needle in w]
     assert len(told) == 1 and told[0].startswith(f"{path}: 1 event(s) dropped"), trace.warnings
 
@@ -452,7 +453,8 @@ def test_kineto_collective_size_out_of_range_is_unknown(tmp_path, size):
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps({"traceEvents": [cpu_event(1000, 5000, name="ProfilerStep#1"), comm]}))
     trace = sources.read(path, {})[0]
-    assert (trace.events["nbytes"] != 4).all() and (trace.events["nbytes"] <= 0).all()
+    frame = trace.events.to_frame()
+    assert (frame["nbytes"] != 4).all() and (frame["nbytes"] <= 0).all()
     told = [w for w in trace.warnings if "message size" in w]
     assert len(told) == 1 and str(path) in told[0] and "unknown" in told[0]
 
@@ -471,7 +473,8 @@ def test_nsys_timestamp_near_2_63_is_dropped_with_a_warning(tmp_path):
     expected = sources.read(clean, {})[0]
     trace = sources.read(path, {})[0]
     assert trace.clock_offset_ns == expected.clock_offset_ns  # not taken for a normalized time
-    assert int(trace.events["end_ns"].max()) < 10 ** 9 and gemm_start in set(trace.events["start_ns"])
+    frame = trace.events.to_frame()
+    assert int(frame["end_ns"].max()) < 10 ** 9 and gemm_start in set(frame["start_ns"])
     assert len(trace.events) == len(expected.events) - 2  # the kernel and the activity mark at its end
     told = [w for w in trace.warnings if "outside the plausible span" in w]
     assert len(told) == 1 and told[0].startswith(f"{path}: 1 event(s) dropped")

@@ -41,7 +41,7 @@ def test_profiler_records_only_active_steps(tmp_path, monkeypatch):
                 pass
             prof.step()
     assert ready == [3, 7]  # after the last active step of each cycle
-    events = native.read(tmp_path / "rank0.sqlite", distprof.config.load())[0].events
+    events = native.read(tmp_path / "rank0.sqlite", distprof.config.load())[0].events.to_frame()
     steps = events[events["name"] == ev.PROFILE_STEP]["step"].tolist()
     assert steps == [2, 3, 6, 7]
     forward_steps = sorted(events[events["name"] == "forward"]["step"].tolist())

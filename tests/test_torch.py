@@ -41,7 +41,7 @@ def mlp(width=64, layers=3):
 
 
 def events_of(out):
-    return native.read(out / "rank0.sqlite", distprof.config.load())[0].events
+    return native.read(out / "rank0.sqlite", distprof.config.load())[0].events.to_frame()
 
 
 def counts(events):

@@ -80,7 +80,7 @@ def summary(path: Path, window: str = "steps") -> dict:
 @pytest.mark.parametrize("path", HTA + TORCH_CPU, ids=lambda p: p.parent.name + "/" + p.name)
 def test_profile_step_is_the_cpu_profiler_step(path):
     raw = raw_events(path)
-    table = read(path).events
+    table = read(path).events.to_frame()
     steps = table[(table["kind"] == ev.RANGE) & (table["name"] == ev.PROFILE_STEP)].sort_values("start_ns")
     assert list(zip(steps["start_ns"], steps["end_ns"])) == cpu_steps(raw)
     assert summary(path)["window_ns"] == sum(b - a for a, b in union(cpu_steps(raw)))
@@ -98,7 +98,7 @@ def test_computation_is_the_union_of_all_compute_kernels_in_the_window(path):
     result = summary(path)
     assert result["computation_ns"] == covered(compute, window)
     assert result["communication_ns"] == covered(comm, window)
-    table = read(path).events
+    table = read(path).events.to_frame()
     assert int((table["kind"] == ev.KERNEL).sum()) == len(kernels)
 
 
@@ -124,7 +124,7 @@ def test_kernels_whose_launch_was_not_captured_still_count(tmp_path):
     window = union(cpu_steps(raw))
     compute = [interval(e) for e in kernels if not e["name"].startswith("nccl")]
     assert summary(path)["computation_ns"] == covered(compute, window) > 0
-    table = read(path).events
+    table = read(path).events.to_frame()
     unlaunched = table[(table["kind"] == ev.KERNEL) & table["correlation_id"].isin(dropped)]
     assert len(unlaunched) == len(orphans) and (unlaunched["phase"].astype(str) == "").all()
 
@@ -134,7 +134,7 @@ def test_kernels_without_launch_get_a_step_but_no_phase():
     raw = raw_events(path)
     launches = {e["args"]["correlation"] for e in raw if e.get("cat") in ("cuda_runtime", "cuda_driver")}
     orphans = [e for e in raw if e.get("cat") == "kernel" and e["args"].get("correlation") not in launches]
-    table = read(path).events
+    table = read(path).events.to_frame()
     kernels = table[table["kind"] == ev.KERNEL]
     unlaunched = kernels[~kernels["correlation_id"].isin(launches)]
     assert len(unlaunched) == len(orphans)
@@ -162,7 +162,7 @@ def test_cpu_trace_communication_is_the_union_of_the_executing_ranges(path):
     assert issued and not any(e["name"].startswith("c10d::") for e in executed_comm(raw))  # gloo runs them all
     result = summary(path)
     assert result["communication_ns"] == covered(comm, window) > 0
-    table = read(path).events
+    table = read(path).events.to_frame()
     category = table["category"].astype(str)
     name = table["name"].astype(str)
     assert (category[name.str.startswith("aten::")] == ev.COMPUTE).all()
@@ -175,7 +175,7 @@ def test_cpu_trace_communication_is_the_union_of_the_executing_ranges(path):
 
 
 def test_cpu_trace_phase_column_is_the_innermost_phase_on_the_thread():
-    table = read(TORCH_CPU[0]).events
+    table = read(TORCH_CPU[0]).events.to_frame()
     addmm = table[table["name"].astype(str) == "aten::addmm"]
     assert set(addmm["phase"].astype(str)) == {"## forward ##"}
     accumulate = table[table["name"].astype(str) == "torch::autograd::AccumulateGrad"]
@@ -184,7 +184,7 @@ def test_cpu_trace_phase_column_is_the_innermost_phase_on_the_thread():
 
 def test_gpu_trace_has_model_phases():
     path = DATA / "kineto" / "hta_nccl_parser_config_1of2" / "nccl_data.json.gz"
-    table = read(path).events
+    table = read(path).events.to_frame()
     phases = table[table["category"] == ev.PHASE]
     assert {"## forward ##", "## backward ##", "## optimizer ##"} <= set(phases["name"].astype(str))
     # Optimizer.step#SGD.step sits inside ## optimizer ##: one phase per moment, so it stays USER
@@ -222,7 +222,7 @@ def _sql_span(path: Path, pid: int) -> tuple[int, int]:
 def test_nsys_events_span_all_recorded_activity(name):
     path = real_export(name)
     for trace in sources.read(path, config_mod.load()):
-        table = trace.events
+        table = trace.events.to_frame()
         assert (int(table["start_ns"].min()), int(table["end_ns"].max())) == _sql_span(path, trace.pid)
 
 
@@ -240,7 +240,7 @@ def _sql_mpi_calls(path: Path) -> list[tuple[int, int]]:
 def test_nsys_mpi_calls_are_host_communication():
     path = real_export("pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite")
     calls = _sql_mpi_calls(path)
-    table = read(path).events
+    table = read(path).events.to_frame()
     comm = table[(table["category"] == ev.COMMUNICATION) & (table["lane_kind"] == ev.HOST_THREAD)]
     assert set(comm["kind"].astype(str)) == {ev.COMM_OP}
     mine = union(zip(comm["start_ns"].tolist(), comm["end_ns"].tolist()))

@@ -10,7 +10,6 @@ the rank's events like the other reductions.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from .. import events as ev
 from ..results import RankResult
@@ -24,7 +23,7 @@ _GPU_WORK = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
 
 # -- per rank: host-bound GPU gaps ---------------------------------------------------------
 
-def rank_gpu_gaps(events: pd.DataFrame, config: dict) -> dict:
+def rank_gpu_gaps(events: ev.Table, config: dict) -> dict:
     """Idle gaps between GPU work on each device, and the host-bound part of them.
 
     A gap is the time between two busy periods of a device (all its streams together) inside
@@ -38,33 +37,32 @@ def rank_gpu_gaps(events: pd.DataFrame, config: dict) -> dict:
     if not len(events) or not is_gpu_trace(events):
         return {"gpu_gaps": None}
     window = analysis_window(events, config["window"])
-    kind = events["kind"].to_numpy()
-    work = np.flatnonzero(np.isin(kind, _GPU_WORK))
-    calls = np.flatnonzero(kind == ev.RUNTIME)
-    correlation, pid = events["correlation_id"].to_numpy(), events["pid"].to_numpy()
+    kind = events["kind"]
+    work = np.flatnonzero(kind.isin(_GPU_WORK))
+    calls = np.flatnonzero(kind.eq(ev.RUNTIME))
+    correlation, pid = events["correlation_id"], events["pid"]
     launched = launch_join(correlation[work], correlation[calls], pid[work], pid[calls])
-    launch_ns = np.where(launched >= 0, events["start_ns"].to_numpy()[calls[np.maximum(launched, 0)]]
+    launch_ns = np.where(launched >= 0, events["start_ns"][calls[np.maximum(launched, 0)]]
                          if calls.size else 0, np.nan)
     comm_mask, _ = work_masks(events, config)
-    host_comm = comm_mask & (events["lane_kind"].to_numpy() == ev.HOST_THREAD)
-    host_comm_set = iv.union(events["start_ns"].to_numpy()[host_comm], events["end_ns"].to_numpy()[host_comm])
-    rows = pd.DataFrame({"device": events["device"].to_numpy()[work], "start_ns": events["start_ns"].to_numpy()[work],
-                         "end_ns": events["end_ns"].to_numpy()[work], "launch_ns": launch_ns})
+    host_comm = comm_mask & events["lane_kind"].eq(ev.HOST_THREAD)
+    host_comm_set = iv.union(events["start_ns"][host_comm], events["end_ns"][host_comm])
+    device_of = events["device"][work]
     devices, totals = [], {"gaps": 0, "idle_ns": 0, "host_bound_gaps": 0, "host_bound_ns": 0, "host_comm_ns": 0,
                            "busy_ns": 0}
-    for device in np.unique(rows["device"].to_numpy()):  # one iteration per device
-        row = _device_gaps(rows[rows["device"].to_numpy() == device], window, host_comm_set)
+    for device in np.unique(device_of):  # one iteration per device
+        mine = device_of == device
+        row = _device_gaps(events["start_ns"][work][mine], events["end_ns"][work][mine], launch_ns[mine], window,
+                           host_comm_set)
         devices.append({"device": int(device), **row})
         for key in totals:
             totals[key] += row[key]
     return {"gpu_gaps": {**totals, "window_ns": iv.total(window), "devices": devices}}
 
 
-def _device_gaps(rows: pd.DataFrame, window: iv.IntervalSet, host_comm: iv.IntervalSet) -> dict:
-    """The gaps of one device's GPU work (rows: start_ns, end_ns, launch_ns; NaN = unknown)."""
-    rows = rows.sort_values("start_ns", kind="stable")
-    start, end = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
-    launch_ns = rows["launch_ns"].to_numpy(dtype=np.float64)
+def _device_gaps(start: np.ndarray, end: np.ndarray, launch_ns: np.ndarray, window: iv.IntervalSet,
+                 host_comm: iv.IntervalSet) -> dict:
+    """The gaps of one device's GPU work (rows by start; launch_ns NaN = unknown)."""
     reach = np.maximum.accumulate(end)
     opens = np.flatnonzero(start[1:] > reach[:-1]) + 1  # work that ends an idle gap
     gap_start, gap_end = reach[opens - 1], start[opens]

@@ -17,7 +17,6 @@ communication on the calling thread (the way NCCL API calls are not communicatio
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from .. import events as ev
 from .. import lanes as lanes_mod
@@ -31,81 +30,67 @@ ENQUEUE_PREFIXES = ("nccl", "c10d::", "record_param_comms")
 ISSUE_PREFIXES = ("c10d::",)
 
 
-def analysis_window(events: pd.DataFrame, mode: str = "steps") -> iv.IntervalSet:
+def analysis_window(events: ev.Table, mode: str = "steps") -> iv.IntervalSet:
     """Union of the ProfileStep ranges (mode 'steps'); the whole trace span when there are
     none, or with mode 'all'. Built once per rank inside a ``rankview.shared`` block."""
     return rankview.once(events, ("window", mode), lambda: _analysis_window(events, mode))
 
 
-def step_rows(events: pd.DataFrame) -> np.ndarray:
+def step_rows(events: ev.Table) -> np.ndarray:
     """Boolean mask of the ProfileStep ranges (one per step)."""
-    return rankview.once(events, ("step_rows",), lambda: _mask_of(events, "kind", ev.RANGE)
-                         & _mask_of(events, "name", ev.PROFILE_STEP))
+    return rankview.once(events, ("step_rows",), lambda: events["kind"].eq(ev.RANGE)
+                         & events["name"].eq(ev.PROFILE_STEP))
 
 
-def _mask_of(events: pd.DataFrame, column: str, value: str) -> np.ndarray:
-    """``events[column] == value`` as a numpy mask, compared once per category when categorical."""
-    values = events[column]
-    if isinstance(values.dtype, pd.CategoricalDtype):
-        hit = np.asarray(values.cat.categories == value, bool)
-        codes = values.cat.codes.to_numpy()
-        return np.where(codes >= 0, hit[codes] if hit.size else False, False)
-    return (values == value).to_numpy()
-
-
-def _analysis_window(events: pd.DataFrame, mode: str) -> iv.IntervalSet:
+def _analysis_window(events: ev.Table, mode: str) -> iv.IntervalSet:
     steps = step_rows(events)
     if steps.any() and mode == "steps":
-        return iv.union(events["start_ns"].to_numpy()[steps], events["end_ns"].to_numpy()[steps])
+        return iv.union(events["start_ns"][steps], events["end_ns"][steps])
     if not len(events):
         return iv.empty()
     return (np.array([events["start_ns"].min()], np.int64), np.array([events["end_ns"].max()], np.int64))
 
 
-def is_gpu_trace(events: pd.DataFrame) -> bool:
-    return bool((events["kind"] == ev.KERNEL).any())
+def is_gpu_trace(events: ev.Table) -> bool:
+    return bool(events["kind"].eq(ev.KERNEL).any())
 
 
-def work_masks(events: pd.DataFrame, config: dict) -> tuple[np.ndarray, np.ndarray]:
+def work_masks(events: ev.Table, config: dict) -> tuple[np.ndarray, np.ndarray]:
     """Boolean masks of the communication rows and the computation rows (built once per rank
     inside a ``rankview.shared`` block; read-only)."""
     non_compute = tuple(sorted(set(config["phases"]["non_compute"])))
     return rankview.once(events, ("work_masks", non_compute), lambda: _work_masks(events, config))
 
 
-def _work_masks(events: pd.DataFrame, config: dict) -> tuple[np.ndarray, np.ndarray]:
-    kind = events["kind"].to_numpy()
-    category = events["category"].to_numpy()
-    host_range = (kind == ev.RANGE) | (kind == ev.COMM_OP)
-    host_comm = host_range & (category == ev.COMMUNICATION)
+def _work_masks(events: ev.Table, config: dict) -> tuple[np.ndarray, np.ndarray]:
+    kind, category = events["kind"], events["category"]
+    is_range = kind.eq(ev.RANGE)
+    host_range = is_range | kind.eq(ev.COMM_OP)
+    host_comm = host_range & category.eq(ev.COMMUNICATION)
     if is_gpu_trace(events):
-        kernel = kind == ev.KERNEL
-        return kernel & (category == ev.COMMUNICATION) | host_comm & ~_enqueue_calls(events), \
-            kernel & (category == ev.COMPUTE)
+        kernel = kind.eq(ev.KERNEL)
+        return kernel & category.eq(ev.COMMUNICATION) | host_comm & ~_enqueue_calls(events), \
+            kernel & category.eq(ev.COMPUTE)
     host_comm = host_comm & ~issued_elsewhere(events, host_comm)
-    compute = (kind == ev.RANGE) & (category == ev.COMPUTE)
+    compute = is_range & category.eq(ev.COMPUTE)
     if not compute.any():
         non_compute = set(config["phases"]["non_compute"]) | {ev.PROFILE_STEP}
-        compute = (kind == ev.RANGE) & (category == ev.PHASE) & ~events["name"].isin(non_compute).to_numpy()
+        compute = is_range & category.eq(ev.PHASE) & ~events["name"].isin(non_compute)
     return host_comm, compute
 
 
-def _enqueue_calls(events: pd.DataFrame) -> np.ndarray:
+def _enqueue_calls(events: ev.Table) -> np.ndarray:
     """Rows that are NCCL/c10d host API calls (by name, per distinct name): on a GPU trace their
     kernels are the communication, the call itself only enqueues them."""
-    names = events["name"].astype("category")
-    lowered = names.cat.categories.str.lower()
-    enqueue = np.asarray(lowered.str.startswith(ENQUEUE_PREFIXES), bool)
-    codes = names.cat.codes.to_numpy()
-    return np.where(codes >= 0, enqueue[codes] if enqueue.size else False, False)
+    return events["name"].where(lambda name: name.lower().startswith(ENQUEUE_PREFIXES))
 
 
-def issued_elsewhere(events: pd.DataFrame, comm_mask: np.ndarray) -> np.ndarray:
+def issued_elsewhere(events: ev.Table, comm_mask: np.ndarray) -> np.ndarray:
     """Communication rows that only issue a collective: ``c10d::*`` ops on a lane when the rank's
     other communication rows (the execution, e.g. ``gloo:*`` on gloo's worker threads) lie on
     some other lane. Placement and the summary then read the execution lane, not the caller's."""
     comm_mask = np.asarray(comm_mask, bool)
-    issue = comm_mask & _name_starts(events, ISSUE_PREFIXES)
+    issue = comm_mask & events["name"].where(lambda name: name.startswith(ISSUE_PREFIXES))
     execution = comm_mask & ~issue
     if not issue.any() or not execution.any():
         return np.zeros(len(events), bool)
@@ -115,24 +100,15 @@ def issued_elsewhere(events: pd.DataFrame, comm_mask: np.ndarray) -> np.ndarray:
     return issue & (execution_lanes.size - on_execution_lane.astype(np.int64) > 0)
 
 
-def _name_starts(events: pd.DataFrame, prefixes: tuple[str, ...]) -> np.ndarray:
-    """Rows whose name starts with one of ``prefixes`` (tested once per distinct name)."""
-    names = events["name"].astype("category")
-    hit = np.asarray(names.cat.categories.astype(str).str.startswith(prefixes), bool)
-    codes = names.cat.codes.to_numpy()
-    return np.where(codes >= 0, hit[codes] if hit.size else False, False)
-
-
-def memory_mask(events: pd.DataFrame) -> np.ndarray:
+def memory_mask(events: ev.Table) -> np.ndarray:
     """Rows that are memcpy/memset work."""
-    return events["kind"].isin([ev.MEMCPY, ev.MEMSET]).to_numpy()
+    return events["kind"].isin((ev.MEMCPY, ev.MEMSET))
 
 
-def work_sets(events: pd.DataFrame, config: dict, window: iv.IntervalSet, lane_names: dict | None = None):
+def work_sets(events: ev.Table, config: dict, window: iv.IntervalSet, lane_names: dict | None = None):
     """Total communication/computation interval sets inside the window, and the per-lane figures."""
     comm_mask, compute_mask = work_masks(events, config)
-    starts = events["start_ns"].to_numpy()
-    ends = events["end_ns"].to_numpy()
+    starts, ends = events["start_ns"], events["end_ns"]
     keys, index = lanes_mod.lane_index(events)
     gpu = is_gpu_trace(events)
     lanes = []
@@ -156,15 +132,14 @@ def _union_all(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
     return iv.union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
 
 
-def rank_figures(events: pd.DataFrame, config: dict, lane_names: dict | None = None,
+def rank_figures(events: ev.Table, config: dict, lane_names: dict | None = None,
                  gpu_step_windows: dict | None = None) -> tuple[RankFigures, tuple[Lane, ...]]:
     """The Distributed Summary figures of one rank, and its lanes (``lane_names``: thread names
     by lane id, for the labels; ``gpu_step_windows``: the source's per-step GPU windows)."""
     window = analysis_window(events, config["window"])
     comm_set, comp_set, lanes = work_sets(events, config, window, lane_names)
     memory = memory_mask(events)
-    memory_set = iv.covered_within(events["start_ns"].to_numpy()[memory], events["end_ns"].to_numpy()[memory],
-                                   window)
+    memory_set = iv.covered_within(events["start_ns"][memory], events["end_ns"][memory], window)
     window_ns = iv.total(window)
     communication_ns = iv.total(comm_set)
     computation_ns = iv.total(comp_set)

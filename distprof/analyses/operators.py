@@ -79,22 +79,23 @@ def up_the_tree(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np
     return total
 
 
-def nvtx_operators(events: pd.DataFrame) -> tuple[pd.DataFrame, list]:
+def nvtx_operators(events: ev.Table) -> tuple[ev.Table, list]:
     """Operators of a trace without a cpu_op side table: host ranges named ``aten::...`` (nsys NVTX
     of emit_nvtx), names without their ``, seq = N, sizes = [...]`` tails; the ``sizes`` (emit_nvtx
     with record_shapes) as Input Dims: (operators, distinct dims)."""
-    host = (events["lane_kind"] == ev.HOST_THREAD).to_numpy() & np.isin(events["kind"].to_numpy(),
-                                                                          (ev.RANGE, ev.COMM_OP))
-    names = events["name"].cat.categories.astype(str)
-    is_op = np.array([bool(_NVTX_OP.match(n)) for n in names] + [False])[events["name"].cat.codes.to_numpy()]
-    part = events.loc[host & is_op, ["start_ns", "end_ns", "pid", "lane", "name"]]
-    codes = part["name"].cat.codes.to_numpy()
+    host = events["lane_kind"].eq(ev.HOST_THREAD) & events["kind"].isin((ev.RANGE, ev.COMM_OP))
+    rows = np.flatnonzero(host & events["name"].where(_NVTX_OP.match))
+    names = [str(name) for name in events["name"].texts]
+    codes = events["name"].codes[rows]
     clean = np.asarray([_NVTX_TAIL.sub("", n) for n in names], object)
     sizes = [_nvtx_sizes(n) for n in names]
     distinct = sorted({text for text in sizes if text is not None})
     dims_code = np.array([distinct.index(text) if text is not None else -1 for text in sizes] + [-1], np.int64)
-    frame = part.assign(name=pd.Categorical(clean[codes]), flops=np.nan, dims=dims_code[codes], concrete=-1)
-    return frame.reset_index(drop=True), [json.loads(text) for text in distinct]
+    ops = ev.Table({"start_ns": events["start_ns"][rows], "end_ns": events["end_ns"][rows],
+                    "pid": events["pid"][rows], "lane": events["lane"][rows], "name": ev.Texts.of(clean[codes]),
+                    "flops": np.full(rows.size, np.nan), "dims": dims_code[codes],
+                    "concrete": np.full(rows.size, -1, np.int64)})
+    return ops, [json.loads(text) for text in distinct]
 
 
 def _nvtx_sizes(name: str) -> str | None:
@@ -120,36 +121,36 @@ def _thread_keys(*pairs: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
     return np.split(key, np.cumsum([p.size for p, _ in pairs])[:-1])
 
 
-def launched_gpu_ns(events: pd.DataFrame, operators: pd.DataFrame, op_thread: np.ndarray) -> np.ndarray | None:
+def launched_gpu_ns(events: ev.Table, operators: ev.Table, op_thread: np.ndarray) -> np.ndarray | None:
     """Per operator, the GPU time of the GPU ops whose launching call lies under it (innermost
     operator only; see :func:`up_the_tree`); None when the trace has no GPU work."""
-    kind = events["kind"].to_numpy()
-    gpu = np.flatnonzero(np.isin(kind, _GPU_KINDS))
+    kind = events["kind"]
+    gpu = np.flatnonzero(kind.isin(_GPU_KINDS))
     if not gpu.size:
         return None
-    calls = np.flatnonzero(kind == ev.RUNTIME)
-    pid, lane = events["pid"].to_numpy(), events["lane"].to_numpy()
-    corr, start, end = events["correlation_id"].to_numpy(), events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    calls = np.flatnonzero(kind.eq(ev.RUNTIME))
+    pid, lane = events["pid"], events["lane"]
+    corr, start, end = events["correlation_id"], events["start_ns"], events["end_ns"]
     launch = launch_join(corr[gpu], corr[calls], pid[gpu], pid[calls])
     launched = launch >= 0
     call = calls[launch[launched]]
     call_thread, = _thread_keys((pid[call], lane[call]))
-    op_of = innermost_enclosing(op_thread, operators["start_ns"].to_numpy(), operators["end_ns"].to_numpy(),
+    op_of = innermost_enclosing(op_thread, operators["start_ns"], operators["end_ns"],
                                 call_thread, start[call], end[call])
     duration = (end - start)[gpu[launched]]
     hit = op_of >= 0
     return np.bincount(op_of[hit], weights=duration[hit], minlength=len(operators)).astype(np.int64)
 
 
-def prepared(events: pd.DataFrame, profiles: dict) -> dict:
+def prepared(events: ev.Table, profiles: dict) -> dict:
     """The operators with their nesting, thread keys and self time: what the Operator Summary and
     the FLOPs profile share (from the source's side table, else from NVTX op ranges)."""
     ops = profiles.get("operators")
     dims, concrete = profiles.get("input_dims") or [], profiles.get("concrete_inputs") or []
     if ops is None or not len(ops):
         ops, dims = nvtx_operators(events)
-    start, end = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    pid, lane = ops["pid"].to_numpy(), ops["lane"].to_numpy()
+    start, end = ops["start_ns"], ops["end_ns"]
+    pid, lane = ops["pid"], ops["lane"]
     (thread,) = _thread_keys((pid, lane)) if len(ops) else (np.empty(0, np.int64),)
     parent, depth = op_tree(thread, start, end)
     duration = end - start
@@ -158,18 +159,18 @@ def prepared(events: pd.DataFrame, profiles: dict) -> dict:
             "self": np.maximum(duration - child, 0), "input_dims": dims, "concrete_inputs": concrete}
 
 
-def operator_table(events: pd.DataFrame, tree: dict, window: iv.IntervalSet, in_window: np.ndarray,
+def operator_table(events: ev.Table, tree: dict, window: iv.IntervalSet, in_window: np.ndarray,
                    limit: int = MAX_ROWS) -> dict:
     """One rank's Operator Summary: rows by name, sorted by CPU total, ``limit`` kept."""
     ops = tree["ops"]
     window_ns = iv.total(window)
     own_gpu = launched_gpu_ns(events, ops, tree["thread"]) if len(ops) else None
     gpu = None if own_gpu is None else up_the_tree(own_gpu, tree["parent"], tree["depth"])
-    names = ops["name"].astype(str).to_numpy(dtype=object)[in_window]
+    names = ops["name"].take(in_window)
     empty = {"rows": [], "denominator_ns": int(window_ns), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}
-    if not names.size:
+    if not len(names):
         return empty
-    texts, group_of = ev.distinct_texts(names)  # sorted texts, each row's position: one hash, one small sort
+    texts, group_of = ev.distinct_texts(names)  # sorted texts, each row's position: no per-row text
     cpu, own = np.asarray(tree["duration"], np.int64)[in_window], np.asarray(tree["self"], np.int64)[in_window]
     calls = np.bincount(group_of, minlength=texts.size)
     cpu_total = _sums(group_of, cpu, texts.size)

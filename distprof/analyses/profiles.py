@@ -120,65 +120,68 @@ def op_flops(tree: dict, input_dims: list, concrete_inputs: list) -> tuple[np.nd
     """Per operator: FLOPs counted (innermost op with FLOPs only), a mask of the FLOP ops whose
     shapes were not usable, and where the FLOPs came from ("args", "shapes", "args+shapes")."""
     ops = tree["ops"]
-    names = ops["name"].astype(str).to_numpy()
-    arg = ops["flops"].to_numpy(np.float64)
-    name_codes, name_texts = pd.factorize(names.astype(object), use_na_sentinel=False)  # hashing, no sort
-    columns = [np.asarray(name_codes).ravel(), ops["dims"].to_numpy(np.int64), ops["concrete"].to_numpy(np.int64)]
-    keys = np.stack(columns, axis=1) if names.size else np.empty((0, 3), np.int64)
+    names = ops["name"]
+    arg = np.asarray(ops["flops"], np.float64)
+    columns = [names.codes.astype(np.int64), np.asarray(ops["dims"], np.int64), np.asarray(ops["concrete"], np.int64)]
+    keys = np.stack(columns, axis=1) if len(names) else np.empty((0, 3), np.int64)
     distinct, key_of = np.unique(keys, axis=0, return_inverse=True)
     per_key = []
     for code, dims, concrete in distinct.tolist():  # per distinct (name, shapes), not per event
-        value = shape_flops(str(name_texts[code]), input_dims[dims] if dims >= 0 else None,
+        value = shape_flops(str(names.texts[code]), input_dims[dims] if dims >= 0 else None,
                             concrete_inputs[concrete] if concrete >= 0 else None)
         per_key.append(-1 if value is None else value)
-    shape = np.asarray(per_key, np.int64)[np.asarray(key_of).ravel()] if names.size else np.empty(0, np.int64)
+    shape = np.asarray(per_key, np.int64)[np.asarray(key_of).ravel()] if len(names) else np.empty(0, np.int64)
     from_args = np.isfinite(arg) & (arg > 0)
     flops = np.where(from_args, np.nan_to_num(arg), np.maximum(shape, 0)).astype(np.int64)
     has = flops > 0
     below = ops_mod.up_the_tree(has.astype(np.int64), tree["parent"], tree["depth"]) - has  # descendants with FLOPs
     counted = np.where(has & (below == 0), flops, 0)
-    categories = pd.Categorical(names)
-    flop_op = np.array([bool(_FLOP_OPS.match(n)) for n in categories.categories] + [False], bool)
-    is_flop_op = flop_op[categories.codes]
-    uncounted = is_flop_op & ~has & (below == 0)
+    uncounted = names.where(lambda name: _FLOP_OPS.match(str(name))) & ~has & (below == 0)
     used = {"args" if (from_args & (counted > 0)).any() else "", "shapes" if (~from_args & (counted > 0)).any() else ""}
     source = "+".join(sorted(u for u in used if u)) or None
     return counted, uncounted, source
 
 
-def _step_and_phase(events: pd.DataFrame, tree: dict) -> tuple[np.ndarray, np.ndarray]:
+def _step_and_phase(events: ev.Table, tree: dict) -> tuple[np.ndarray, np.ndarray]:
     """Per operator: the ProfileStep index holding its start (-1) and its Model Summary phase key ("")."""
     ops = tree["ops"]
-    start, end = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    kind = events["kind"].to_numpy()
-    is_step = (kind == ev.RANGE) & step_rows(events)
-    ev_start, ev_end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    start, end = ops["start_ns"], ops["end_ns"]
+    is_range = events["kind"].eq(ev.RANGE)
+    is_step = is_range & step_rows(events)
+    ev_start, ev_end = events["start_ns"], events["end_ns"]
     step_starts, step_ends = ev_start[is_step], ev_end[is_step]
     found = innermost_enclosing(np.zeros(step_starts.size, np.int64), step_starts, step_ends,
                                 np.zeros(start.size, np.int64), start, start)
-    step = np.where(found >= 0, events["step"].to_numpy()[is_step][np.maximum(found, 0)], -1) if step_starts.size \
+    step = np.where(found >= 0, events["step"][is_step][np.maximum(found, 0)], -1) if step_starts.size \
         else np.full(start.size, -1)
-    phase_mask = (kind == ev.RANGE) & (events["category"] == ev.PHASE).to_numpy() & ~is_step
+    phase_mask = is_range & events["category"].eq(ev.PHASE) & ~is_step
     phase = np.full(start.size, "", object)
     if phase_mask.any():
-        pid, lane = events["pid"].to_numpy(), events["lane"].to_numpy()
-        thread_ops, thread_phase = ops_mod._thread_keys((ops["pid"].to_numpy(), ops["lane"].to_numpy()),
-                                                        (pid[phase_mask], lane[phase_mask]))
+        pid, lane = events["pid"], events["lane"]
+        thread_ops, thread_phase = ops_mod._thread_keys((ops["pid"], ops["lane"]), (pid[phase_mask], lane[phase_mask]))
         at = innermost_enclosing(thread_phase, ev_start[phase_mask], ev_end[phase_mask], thread_ops, start, end)
-        names = [str(name) for name in events["name"].to_numpy()[phase_mask]]
-        key = np.array([_PHASE_KEYS.get(model_row(n) or "", "other") for n in names], object)
+        key = events["name"].mapped(lambda n: _PHASE_KEYS.get(model_row(str(n)) or "", "other"))[phase_mask]
         phase[at >= 0] = key[at[at >= 0]]
     return step, phase
 
 
-def flops_figures(events: pd.DataFrame, tree: dict, window: iv.IntervalSet,
+def _counts_by_name(names: ev.Texts, limit: int) -> dict:
+    """{name: rows} of the ``limit`` most frequent names, most first (ties: first seen first)."""
+    counts = np.bincount(names.codes, minlength=names.texts.size)
+    seen = np.flatnonzero(counts)
+    first = np.full(names.texts.size, names.codes.size, np.int64)
+    np.minimum.at(first, names.codes, np.arange(names.codes.size))
+    order = seen[np.lexsort((first[seen], -counts[seen]))][:limit]
+    return {str(names.texts[code]): int(counts[code]) for code in order.tolist()}
+
+
+def flops_figures(events: ev.Table, tree: dict, window: iv.IntervalSet,
                   in_window: np.ndarray, peak_tflops: float | None) -> dict:
     """The rank's FLOPs figures (all None when no operator has FLOPs)."""
     counted, uncounted, source = op_flops(tree, tree["input_dims"], tree["concrete_inputs"])
     missing = uncounted & in_window
-    by_name = pd.Series(tree["ops"]["name"].astype(str).to_numpy()[missing]).value_counts() if missing.any() else None
     out = {"flops_source": source, "flops_uncounted": {
-        "ops": int(missing.sum()), "by_name": {} if by_name is None else by_name.head(20).astype(int).to_dict()}}
+        "ops": int(missing.sum()), "by_name": _counts_by_name(tree["ops"]["name"].take(missing), 20)}}
     if not (counted[in_window] > 0).any():
         return {**out, "flops_per_step": None, "flops_total": None, "achieved_tflops": None, "mfu": None,
                 "flops_by_phase": None}
@@ -214,34 +217,24 @@ def _device_label(device_type: int, device_id: int) -> str:
     return kind if kind == "CPU" else f"{kind}{max(int(device_id), 0)}"
 
 
-def memory_figures(events: pd.DataFrame, memory: pd.DataFrame | None, window: iv.IntervalSet) -> dict:
+def memory_figures(events: ev.Table, memory: ev.Table | None, window: iv.IntervalSet) -> dict:
     """Peaks of allocated / reserved bytes per device, per step, and their growth per step."""
     none = {"memory_peak_allocated_bytes": None, "memory_peak_reserved_bytes": None,
             "memory_growth_per_step_bytes": None, "memory_device": None, "memory_devices": []}
     if memory is None or not len(memory):
         return none
-    samples = memory[_in_window(memory["time_ns"].to_numpy(), window)]
+    samples = memory.take(_in_window(memory["time_ns"], window))
     if not len(samples):
         return none
-    steps = events[((events["kind"] == ev.RANGE) & (events["name"] == ev.PROFILE_STEP)).to_numpy()]
-    steps = steps.sort_values("start_ns")
-    starts, ends = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    at = np.searchsorted(starts, samples["time_ns"].to_numpy(), side="right") - 1
-    ok = (at >= 0) & (samples["time_ns"].to_numpy() < ends[np.maximum(at, 0)]) if starts.size else at >= 0
-    samples = samples.assign(step=np.where(ok, steps["step"].to_numpy()[np.maximum(at, 0)], -1) if starts.size
-                             else -1)
-    devices = []
-    for (dtype, did), part in samples.groupby(["device_type", "device_id"], sort=True):  # per device
-        per_step = part[part["step"] >= 0].groupby("step")["allocated"].max()
-        growth = float(np.polyfit(per_step.index.to_numpy(np.float64), per_step.to_numpy(np.float64), 1)[0]) \
-            if len(per_step) >= 2 else None
-        reserved = part[part["step"] >= 0].groupby("step")["reserved"].max()
-        devices.append({"device": _device_label(dtype, did), "peak_allocated_bytes": int(part["allocated"].max()),
-                        "peak_reserved_bytes": int(part["reserved"].max()),   # series: the first MAX_STEPS steps
-                        "steps": per_step.index.astype(int).tolist()[:MAX_STEPS],
-                        "step_peak_allocated_bytes": per_step.astype(int).tolist()[:MAX_STEPS],
-                        "step_peak_reserved_bytes": reserved.astype(int).tolist()[:MAX_STEPS],
-                        "growth_per_step_bytes": growth})
+    steps = np.flatnonzero(events["kind"].eq(ev.RANGE) & events["name"].eq(ev.PROFILE_STEP))  # by start
+    starts, ends = events["start_ns"][steps], events["end_ns"][steps]
+    time_ns = samples["time_ns"]
+    at = np.searchsorted(starts, time_ns, side="right") - 1
+    ok = (at >= 0) & (time_ns < ends[np.maximum(at, 0)]) if starts.size else np.zeros(time_ns.size, bool)
+    step = np.where(ok, events["step"][steps][np.maximum(at, 0)], -1) if starts.size else np.full(time_ns.size, -1)
+    pairs = np.stack([samples["device_type"], samples["device_id"]], axis=1)
+    devices = [_device_memory(samples.take(np.all(pairs == pair, axis=1)), step[np.all(pairs == pair, axis=1)],
+                              *pair.tolist()) for pair in np.unique(pairs, axis=0)]  # per device
     gpus = [d for d in devices if d["device"] != "CPU"]
     main = max(gpus or devices, key=lambda d: d["peak_allocated_bytes"])
     return {"memory_peak_allocated_bytes": main["peak_allocated_bytes"],
@@ -250,12 +243,27 @@ def memory_figures(events: pd.DataFrame, memory: pd.DataFrame | None, window: iv
             "memory_devices": devices}
 
 
+def _device_memory(samples: ev.Table, step: np.ndarray, device_type: int, device_id: int) -> dict:
+    """One device's peaks: overall, per step (the first MAX_STEPS steps) and the growth per step."""
+    in_step = step >= 0
+    steps, step_of = np.unique(step[in_step], return_inverse=True)
+    allocated, reserved = (np.full(steps.size, np.iinfo(np.int64).min) for _ in range(2))
+    np.maximum.at(allocated, step_of.ravel(), samples["allocated"][in_step])
+    np.maximum.at(reserved, step_of.ravel(), samples["reserved"][in_step])
+    growth = float(np.polyfit(steps.astype(np.float64), allocated.astype(np.float64), 1)[0]) \
+        if steps.size >= 2 else None
+    return {"device": _device_label(device_type, device_id), "peak_allocated_bytes": int(samples["allocated"].max()),
+            "peak_reserved_bytes": int(samples["reserved"].max()),
+            "steps": steps.tolist()[:MAX_STEPS], "step_peak_allocated_bytes": allocated.tolist()[:MAX_STEPS],
+            "step_peak_reserved_bytes": reserved.tolist()[:MAX_STEPS], "growth_per_step_bytes": growth}
+
+
 def rank_profile(trace: ev.RankTrace, config: dict) -> tuple[RankProfile, dict]:
     """The rank's FLOPs and memory profile and its Operator Summary table."""
     events, profiles = trace.events, trace.profiles or {}
     window = analysis_window(events, config["window"])
     tree = ops_mod.prepared(events, profiles)
-    in_window = _in_window(tree["ops"]["start_ns"].to_numpy(), window)
+    in_window = _in_window(tree["ops"]["start_ns"], window)
     table = ops_mod.operator_table(events, tree, window, in_window)
     peak = (config.get("hardware") or {}).get("peak_tflops")
     figures = {**flops_figures(events, tree, window, in_window, peak),

@@ -7,6 +7,8 @@ columns travel to rank 0.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -33,86 +35,83 @@ SPLIT_DISAGREE_NOTE_SHARE = 0.25
 # skew.straggler_min_ns before that became the straggler's per-step floor
 SPLIT_MIN_NS = 1_000_000
 
-def _columns(frame: pd.DataFrame, **columns) -> dict:
-    """Named plain-Python lists (picklable, JSON-able) from frame columns."""
-    return {key: frame[col].astype(str).tolist() if col == "name" else frame[col].astype("int64").tolist()
-            for key, col in columns.items()}
-
-
-def _kinds(comm: pd.DataFrame) -> list[str]:
+def _kinds(events: ev.Table, rows: np.ndarray) -> list[str]:
     """Each communication row's kind: the source's ``collective`` where it set one, else the kind
     its name says (events.collective_kind, once per distinct name)."""
-    names = comm["name"].astype("category")
-    by_name = np.array([ev.collective_kind(str(c)) for c in names.cat.categories] or [""], dtype=object)
-    from_name = by_name[names.cat.codes.to_numpy()] if len(comm) else np.empty(0, object)
-    given = comm["collective"].astype(str).to_numpy(dtype=object)
+    from_name = events["name"].take(rows).mapped(lambda name: ev.collective_kind(str(name)))
+    given = events["collective"].take(rows).values()
     return np.where(given != "", given, from_name).tolist()
 
 
-def _launch_starts(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+def _launch_starts(events: ev.Table, rows: np.ndarray) -> np.ndarray:
     """For each selected row, when it was issued: GPU work at the start of the runtime call that
     launched it (-1 when that call was not captured), a host range at its own start (the host
     issues it then), so a late issue reads as a host-side delay on either kind of trace."""
-    kind = events["kind"].to_numpy()
+    kind = events["kind"]
     selected = np.flatnonzero(rows)
-    gpu = np.isin(kind[selected], (ev.KERNEL, ev.MEMCPY, ev.MEMSET))
-    out = np.where(gpu, -1, events["start_ns"].to_numpy()[selected]).astype(np.int64)
-    calls = np.flatnonzero(kind == ev.RUNTIME)
+    gpu = kind.isin((ev.KERNEL, ev.MEMCPY, ev.MEMSET))[selected]
+    out = np.where(gpu, -1, events["start_ns"][selected]).astype(np.int64)
+    calls = np.flatnonzero(kind.eq(ev.RUNTIME))
     if not calls.size or not gpu.any():
         return out
-    correlation, pid = events["correlation_id"].to_numpy(), events["pid"].to_numpy()
+    correlation, pid = events["correlation_id"], events["pid"]
     found = launch_join(correlation[selected], correlation[calls], pid[selected], pid[calls])
     found = np.where(gpu, found, -1)
-    out[found >= 0] = events["start_ns"].to_numpy()[calls[found[found >= 0]]]
+    out[found >= 0] = events["start_ns"][calls[found[found >= 0]]]
     return out
 
 
-def _duplicate_ops(events: pd.DataFrame, comm_mask) -> np.ndarray:
+def _duplicate_ops(events: ev.Table, comm_mask) -> np.ndarray:
     """Rows of ``c10d::*`` operator ranges where the rank also has the exchange itself (``gloo:*``
     ranges on CPU traces, NCCL kernels on GPU): one collective is then counted once, by the
     exchange, not twice under two kinds."""
     comm_mask = np.asarray(comm_mask, bool)
-    is_op = ev.rows_where_name(events["name"], lambda text: text.startswith("c10d::"))
+    is_op = events["name"].where(lambda text: text.startswith("c10d::"))
     return comm_mask & is_op if (comm_mask & ~is_op).any() else np.zeros(is_op.size, bool)
 
 
-def rank_markers(events: pd.DataFrame, config: dict, lane_names: dict | None = None) -> RankMarkers:
-    """Step bounds, per-step phase bounds and the collectives of one rank (own clock)."""
-    is_range = (events["kind"] == ev.RANGE).to_numpy()
-    names = events["name"].astype(str).to_numpy()
-    steps = events[is_range & (names == ev.PROFILE_STEP)]
-    step_bounds = _columns(steps, step="step", start_ns="start_ns", end_ns="end_ns")
+def _phase_bounds(events: ev.Table, rows: np.ndarray) -> dict:
+    """Per (step, phase name), sorted by both: the first start, the last end and the summed
+    duration of the phase's ranges."""
+    rows = np.flatnonzero(rows)
+    names = events["name"].take(rows).sorted()  # codes in text order
+    step, start, end = events["step"][rows], events["start_ns"][rows], events["end_ns"][rows]
+    order = np.lexsort((names.codes, step))
+    key_step, key_name = step[order], names.codes[order]
+    first = np.flatnonzero(np.concatenate([[True], (key_step[1:] != key_step[:-1]) | (key_name[1:] != key_name[:-1])])
+                           ) if rows.size else np.zeros(0, np.int64)
+    return {"step": key_step[first].tolist(), "name": [str(names.texts[c]) for c in key_name[first].tolist()],
+            "start_ns": np.minimum.reduceat(start[order], first).tolist() if first.size else [],
+            "end_ns": np.maximum.reduceat(end[order], first).tolist() if first.size else [],
+            "busy_ns": np.add.reduceat((end - start)[order], first).tolist() if first.size else []}
 
-    phase_rows = events[is_range & (events["category"] == ev.PHASE).to_numpy()
-                        & (names != ev.PROFILE_STEP) & (events["step"] >= 0).to_numpy()]
-    grouped = (phase_rows.assign(name=phase_rows["name"].astype(str),
-                                 duration_ns=phase_rows["end_ns"] - phase_rows["start_ns"])
-               .groupby(["step", "name"], sort=True, observed=True)
-               .agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), busy_ns=("duration_ns", "sum"))
-               .reset_index())
-    phases = _columns(grouped, step="step", name="name", start_ns="start_ns", end_ns="end_ns",
-                      busy_ns="busy_ns")
+
+def rank_markers(events: ev.Table, config: dict, lane_names: dict | None = None) -> RankMarkers:
+    """Step bounds, per-step phase bounds and the collectives of one rank (own clock)."""
+    is_range = events["kind"].eq(ev.RANGE)
+    is_step = events["name"].eq(ev.PROFILE_STEP)
+    steps = is_range & is_step
+    step_bounds = {"step": events["step"][steps].tolist(), "start_ns": events["start_ns"][steps].tolist(),
+                   "end_ns": events["end_ns"][steps].tolist()}
+    phases = _phase_bounds(events, is_range & events["category"].eq(ev.PHASE) & ~is_step & (events["step"] >= 0))
 
     comm_mask, _ = work_masks(events, config)
     comm_mask = comm_mask & ~_duplicate_ops(events, comm_mask)
-    comm = events[comm_mask]
     keys, lane_of = lanes_mod.lane_index(events)
     labels = lanes_mod.labels(keys, lane_names)
     collectives = {
-        "name": _kinds(comm),  # the canonical kind (events.COLLECTIVE_KINDS): what matching keys on
-        "start_ns": comm["start_ns"].tolist(),
-        "end_ns": comm["end_ns"].tolist(),
-        "lane": labels[lane_of[comm_mask]].tolist() if len(comm) else [],
-        "step": comm["step"].tolist(),  # matching anchor: the k-th allreduce *of step s*
-        "group": comm["group"].astype(str).tolist(),
-        "nbytes": comm["nbytes"].tolist(),
-        "peer": comm["peer"].tolist(),
+        "name": _kinds(events, comm_mask),  # the canonical kind (events.COLLECTIVE_KINDS): what matching keys on
+        "start_ns": events["start_ns"][comm_mask].tolist(),
+        "end_ns": events["end_ns"][comm_mask].tolist(),
+        "lane": labels[lane_of[comm_mask]].tolist() if comm_mask.any() else [],
+        "step": events["step"][comm_mask].tolist(),  # matching anchor: the k-th allreduce *of step s*
+        "group": events["group"].take(comm_mask).values().tolist(),
+        "nbytes": events["nbytes"][comm_mask].tolist(),
+        "peer": events["peer"][comm_mask].tolist(),
         "launch_ns": _launch_starts(events, comm_mask).tolist(),
     }
-    runtime = events[(events["kind"] == ev.RUNTIME).to_numpy()]
-    call_names = runtime["name"].astype("category")  # the pattern runs once per distinct call name
-    is_sync = np.asarray(call_names.cat.categories.str.contains(SYNC_CALL), bool)[call_names.cat.codes.to_numpy()]
-    syncs = _columns(runtime[is_sync], start_ns="start_ns", end_ns="end_ns")
+    sync = events["kind"].eq(ev.RUNTIME) & events["name"].where(lambda name: re.search(SYNC_CALL, name))
+    syncs = {"start_ns": events["start_ns"][sync].tolist(), "end_ns": events["end_ns"][sync].tolist()}
     return RankMarkers(step_bounds, phases, collectives, syncs)
 
 

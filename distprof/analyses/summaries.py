@@ -77,29 +77,11 @@ def _in_window(starts: np.ndarray, window: iv.IntervalSet) -> np.ndarray:
     return (at >= 0) & (starts < w_end[clipped])
 
 
-def _mapped(categorical: pd.Series, mapper) -> np.ndarray:
-    """Apply ``mapper`` once per distinct category, spread to the rows by code."""
-    cats = [mapper(str(c)) for c in categorical.cat.categories]
-    table = np.array(cats + [None], dtype=object)
-    return table[categorical.cat.codes.to_numpy()]   # code −1 (NaN) reads the None slot
-
-
-def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(category codes of each row, -1 = missing; the categories as text): a group-by key as
-    numpy arrays, ordered as the categories are (ties of total break by that order)."""
-    if not isinstance(column.dtype, pd.CategoricalDtype):
-        column = column.astype(str).astype("category")
-    return column.cat.codes.to_numpy().astype(np.int64), np.asarray(column.cat.categories.astype(str), dtype=object)
-
-
-def _base_names(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def _base_names(column: ev.Texts) -> tuple[np.ndarray, np.ndarray]:
     """names.base_name of each row as (codes, texts), computed once per distinct name; texts in
     the order of the names they came from (the by-name tables break ties of total by that order)."""
-    codes, texts = _codes(column)
-    base_of_category = np.array([names.base_name(c) for c in texts] + [""], dtype=object)
-    order = pd.Index(pd.unique(base_of_category[:-1]))
-    code_of_category = np.append(order.get_indexer(base_of_category[:-1]), -1)
-    return code_of_category[codes], np.asarray(order.astype(str), dtype=object)
+    base_codes, bases = ev.factorize([names.base_name(text) for text in column.texts])
+    return base_codes[column.codes] if len(column) else np.zeros(0, np.int64), ev._object_array(bases)
 
 
 def _by_name(keys: list[tuple[np.ndarray, np.ndarray]], durations: np.ndarray, denominator: int,
@@ -153,35 +135,35 @@ def _records(frame: pd.DataFrame, ints=("calls", "total_ns", "max_ns", "min_ns")
     return rows
 
 
-def _durations(events: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
-    return (events["end_ns"].to_numpy() - events["start_ns"].to_numpy())[mask]
+def _durations(events: ev.Table, mask: np.ndarray) -> np.ndarray:
+    return (events["end_ns"] - events["start_ns"])[mask]
 
 
-def device_table(events: pd.DataFrame, window: iv.IntervalSet, meta: dict | None = None) -> list[dict]:
+def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = None) -> list[dict]:
     """GPU utilization per device, busy share per host thread, process CPU utilization."""
     window_ns = iv.total(window)
-    kind = events["kind"].to_numpy()
-    starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    kind = events["kind"]
+    starts, ends = events["start_ns"], events["end_ns"]
     rows = []
     meta = meta or {}
     if meta.get("process_cpu_ns") is not None and meta.get("elapsed_ns"):
         rows.append({"device": "CPU(Process)", "kind": "cpu_process", "busy_ns": int(meta["process_cpu_ns"]),
                      "elapsed_ns": int(meta["elapsed_ns"]),
                      "utilization": float(meta["process_cpu_ns"]) / float(meta["elapsed_ns"])})
-    kernel = kind == ev.KERNEL
-    devices = events["device"].to_numpy()
+    kernel = kind.eq(ev.KERNEL)
+    devices = events["device"]
     for device in np.unique(devices[kernel]):  # one iteration per GPU
         on = kernel & (devices == device)
         busy = iv.total(iv.covered_within(starts[on], ends[on], window))
         rows.append({"device": f"GPU{int(device)}", "kind": "gpu", "busy_ns": busy, "elapsed_ns": window_ns,
                      "utilization": busy / window_ns if window_ns else None})
-    host = (events["lane_kind"] == ev.HOST_THREAD).to_numpy() & (kind != ev.MARK) & ~ev.step_range_rows(events)
-    phase = (events["category"] == ev.PHASE).to_numpy()
-    if kernel.any() or ((kind == ev.RANGE) & (events["category"] == ev.COMPUTE).to_numpy()).any():
+    host = events["lane_kind"].eq(ev.HOST_THREAD) & ~kind.eq(ev.MARK) & ~ev.step_range_rows(events)
+    phase = events["category"].eq(ev.PHASE)
+    if kernel.any() or (kind.eq(ev.RANGE) & events["category"].eq(ev.COMPUTE)).any():
         host &= ~phase  # the ops (or kernels) are the work; a phase only marks where they are
-    lanes = events.loc[host, ["pid", "lane"]].to_numpy()
+    lanes = np.stack([events["pid"][host], events["lane"][host]], axis=1)
     for pid, lane in np.unique(lanes, axis=0) if len(lanes) else []:  # one iteration per host thread
-        on = host & (events["pid"].to_numpy() == pid) & (events["lane"].to_numpy() == lane)
+        on = host & (events["pid"] == pid) & (events["lane"] == lane)
         busy = iv.total(iv.covered_within(starts[on], ends[on], window))
         key = lanes_mod.LaneKey(int(pid), -1, int(lane), ev.HOST_THREAD)
         rows.append({"device": lanes_mod.label(key), "kind": "host_thread", "busy_ns": busy,
@@ -190,31 +172,30 @@ def device_table(events: pd.DataFrame, window: iv.IntervalSet, meta: dict | None
 
 
 # (side, event type) -> row mask; unions within a type
-def _overview_types(events: pd.DataFrame) -> list[tuple[str, str, np.ndarray]]:
-    kind = events["kind"].to_numpy()
-    category = events["category"].to_numpy()
-    host = (events["lane_kind"] == ev.HOST_THREAD).to_numpy()
-    is_step = (events["name"] == ev.PROFILE_STEP).to_numpy()
-    host_range = host & ((kind == ev.RANGE) | (kind == ev.COMM_OP))
-    gpu = np.isin(kind, _GPU_KINDS)
+def _overview_types(events: ev.Table) -> list[tuple[str, str, np.ndarray]]:
+    kind, category = events["kind"], events["category"]
+    host = events["lane_kind"].eq(ev.HOST_THREAD)
+    is_step = events["name"].eq(ev.PROFILE_STEP)
+    host_range = host & kind.isin((ev.RANGE, ev.COMM_OP))
+    kernel, comm = kind.eq(ev.KERNEL), category.eq(ev.COMMUNICATION)
     return [
         ("cpu", "ProfileStep", host_range & is_step),
-        ("cpu", "Phase", host_range & (category == ev.PHASE) & ~is_step),
-        ("cpu", "Communication", host_range & (category == ev.COMMUNICATION)),
-        ("cpu", "UserDefined", host & ((kind == ev.RANGE) | (kind == ev.MARK)) & (category == ev.USER)),
-        ("cpu", "Runtime", kind == ev.RUNTIME),
-        ("gpu", "GPU busy", gpu),
-        ("gpu", "Kernel", (kind == ev.KERNEL) & (category != ev.COMMUNICATION)),
-        ("gpu", "Communication kernel", (kind == ev.KERNEL) & (category == ev.COMMUNICATION)),
-        ("gpu", "Memcpy", kind == ev.MEMCPY),
-        ("gpu", "Memset", kind == ev.MEMSET),
+        ("cpu", "Phase", host_range & category.eq(ev.PHASE) & ~is_step),
+        ("cpu", "Communication", host_range & comm),
+        ("cpu", "UserDefined", host & kind.isin((ev.RANGE, ev.MARK)) & category.eq(ev.USER)),
+        ("cpu", "Runtime", kind.eq(ev.RUNTIME)),
+        ("gpu", "GPU busy", kind.isin(_GPU_KINDS)),
+        ("gpu", "Kernel", kernel & ~comm),
+        ("gpu", "Communication kernel", kernel & comm),
+        ("gpu", "Memcpy", kind.eq(ev.MEMCPY)),
+        ("gpu", "Memset", kind.eq(ev.MEMSET)),
     ]
 
 
-def overview_table(events: pd.DataFrame, window: iv.IntervalSet, in_window: np.ndarray) -> list[dict]:
+def overview_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray) -> list[dict]:
     """Time by event type: calls (starts in W) and |∪ of the type ∩ W| / |W|."""
     window_ns = iv.total(window)
-    starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    starts, ends = events["start_ns"], events["end_ns"]
     rows = []
     for side, name, mask in _overview_types(events):  # a fixed handful of types
         calls = int((mask & in_window).sum())
@@ -248,19 +229,19 @@ def _step_sums(rows: np.ndarray, steps: np.ndarray, durations: np.ndarray) -> tu
     return row_texts[pairs // max(step_values.size, 1)], sums
 
 
-def model_table(events: pd.DataFrame, window: iv.IntervalSet, in_window: np.ndarray, dataloader: str) -> list[dict]:
+def model_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray, dataloader: str) -> list[dict]:
     """ProfileStep / Dataloader / Forward / Backward / Optimization / Others, CPU and GPU."""
-    kind = events["kind"].to_numpy()
-    phase_range = (kind == ev.RANGE) & (events["category"] == ev.PHASE).to_numpy() & in_window
-    cpu_rows = _mapped(events["name"], lambda n: model_row(n, dataloader))[phase_range]
+    kind = events["kind"]
+    phase_range = kind.eq(ev.RANGE) & events["category"].eq(ev.PHASE) & in_window
+    cpu_rows = events["name"].mapped(lambda n: model_row(n, dataloader))[phase_range]
     cpu_durations = _durations(events, phase_range)
     named_row = np.array([row is not None and row != "Others" for row in cpu_rows.tolist()], bool)
     cpu_stats = _stats_by_row(cpu_rows[named_row].astype(str), cpu_durations[named_row])
 
     has_steps = "ProfileStep" in cpu_stats
-    steps = events["step"].to_numpy()
-    gpu_ops = np.isin(kind, _GPU_KINDS) & ((steps >= 0) if has_steps else in_window)
-    gpu_rows = _mapped(events["phase"], lambda n: model_row(n, dataloader))[gpu_ops]
+    steps = events["step"]
+    gpu_ops = kind.isin(_GPU_KINDS) & ((steps >= 0) if has_steps else in_window)
+    gpu_rows = events["phase"].mapped(lambda n: model_row(n, dataloader))[gpu_ops]
     gpu_rows = np.array(["Others" if row is None else row for row in gpu_rows.tolist()], dtype=object)
     gpu_durations, gpu_steps = _durations(events, gpu_ops), steps[gpu_ops]
     rows_of_sums, sums = _step_sums(gpu_rows.astype(str), gpu_steps, gpu_durations)
@@ -299,10 +280,10 @@ def _model_rows(cpu_stats: dict, gpu_stats: dict, cpu_base: int, gpu_base: int, 
     return rows
 
 
-def _first_category(rows: list[dict], events: pd.DataFrame, kernels: np.ndarray, name_codes: np.ndarray,
+def _first_category(rows: list[dict], events: ev.Table, kernels: np.ndarray, name_codes: np.ndarray,
                     name_texts: np.ndarray) -> None:
     """Each kernel row's category: that of the name's first row (the rows of the table are new dicts)."""
-    category_codes, category_texts = _codes(events["category"])
+    category_codes, category_texts = events["category"].codes, events["category"].texts
     codes, categories = name_codes[kernels], category_codes[kernels]
     seen = categories >= 0
     distinct, first = np.unique(codes[seen], return_index=True)
@@ -312,32 +293,31 @@ def _first_category(rows: list[dict], events: pd.DataFrame, kernels: np.ndarray,
         row["category"] = category_of.get(row["name"], "")
 
 
-def step_times(events: pd.DataFrame) -> dict:
+def step_times(events: ev.Table) -> dict:
     """ProfileStep durations by step index (the first MAX_STEPS steps)."""
-    steps = events[((events["kind"] == ev.RANGE) & (events["name"] == ev.PROFILE_STEP)).to_numpy()]
-    steps = steps.sort_values("step", kind="stable").iloc[:MAX_STEPS]
-    return {"step": steps["step"].astype("int64").tolist(),
-            "duration_ns": (steps["end_ns"] - steps["start_ns"]).astype("int64").tolist()}
+    rows = np.flatnonzero(events["kind"].eq(ev.RANGE) & events["name"].eq(ev.PROFILE_STEP))
+    rows = rows[np.argsort(events["step"][rows], kind="stable")][:MAX_STEPS]
+    return {"step": events["step"][rows].tolist(),
+            "duration_ns": (events["end_ns"] - events["start_ns"])[rows].tolist()}
 
 
-def rank_tables(events: pd.DataFrame, config: dict, meta: dict | None = None, max_rows: int = MAX_ROWS) -> dict:
+def rank_tables(events: ev.Table, config: dict, meta: dict | None = None, max_rows: int = MAX_ROWS) -> dict:
     """All summary tables of one rank: compact rows that travel to rank 0 instead of events."""
     window = analysis_window(events, config["window"])
     window_ns = iv.total(window)
-    starts = events["start_ns"].to_numpy()
+    starts = events["start_ns"]
     in_window = _in_window(starts, window)
-    kind = events["kind"].to_numpy()
-    name_codes, name_texts = _codes(events["name"])
-    kernels = (kind == ev.KERNEL) & in_window
+    kind = events["kind"]
+    name_codes, name_texts = events["name"].codes, events["name"].texts
+    kernels = kind.eq(ev.KERNEL) & in_window
     kernel_durations = _durations(events, kernels)
     kernel_table = _by_name([(name_codes[kernels], name_texts)], kernel_durations, int(kernel_durations.sum()),
                             max_rows, ["name"])
     if kernel_table["rows"]:  # category rides along as the first seen per name (one per name in practice)
         _first_category(kernel_table["rows"], events, kernels, name_codes, name_texts)
-    memory = np.isin(kind, (ev.MEMCPY, ev.MEMSET)) & in_window
+    memory = kind.isin((ev.MEMCPY, ev.MEMSET)) & in_window
     memory_durations = _durations(events, memory)
-    kind_codes, kind_texts = _codes(events["kind"])
-    user = (events["category"] == ev.USER).to_numpy() & np.isin(kind, (ev.RANGE, ev.MARK)) & in_window
+    user = events["category"].eq(ev.USER) & kind.isin((ev.RANGE, ev.MARK)) & in_window
     user_codes, user_texts = _base_names(events["name"])  # one row per op, not per PyTorch NVTX call
     return {
         "window_ns": window_ns,
@@ -346,7 +326,7 @@ def rank_tables(events: pd.DataFrame, config: dict, meta: dict | None = None, ma
         "overview": overview_table(events, window, in_window),
         "model": model_table(events, window, in_window, config["phases"]["dataloader"]),
         "kernel": kernel_table,
-        "memory": _by_name([(kind_codes[memory], kind_texts), (name_codes[memory], name_texts)], memory_durations,
+        "memory": _by_name([(kind.codes[memory], kind.texts), (name_codes[memory], name_texts)], memory_durations,
                            int(memory_durations.sum()), max_rows, ["kind", "name"]),
         "user": _by_name([(user_codes[user], user_texts)], _durations(events, user), window_ns, max_rows, ["name"]),
         "steps": step_times(events),

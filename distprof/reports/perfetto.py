@@ -257,8 +257,9 @@ class TraceWriter:
         self.events = 0
         self.selected = 0  # events of the ranks written that the step selection kept
 
-    def add_rank(self, events: pd.DataFrame, rank: int, offset_ns: int = 0, label: str = "",
+    def add_rank(self, events: ev.Table, rank: int, offset_ns: int = 0, label: str = "",
                  steps: Selection | set[int] | None = None, lane_names: dict | None = None) -> None:
+        events = events.to_frame()  # this writer builds its text with pandas (the trace command only)
         if self.origin_ns is None:  # no summary spans: the first rank written sets the origin
             self.origin_ns = int(events["start_ns"].min()) + offset_ns if len(events) else 0
         self.selected += len(events) if steps is None else int(_selected(events["step"].to_numpy(), steps).sum())

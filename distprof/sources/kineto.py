@@ -80,13 +80,12 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
-from itertools import compress, count, repeat
+from itertools import compress, repeat
 from operator import attrgetter, eq, is_, is_not, methodcaller
 from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
-import pandas as pd
 
 from .. import events as ev
 from . import communication_prefixes, dtype_size, plausible_span, sane_rank
@@ -229,7 +228,7 @@ class _Document:
             texts = [bytes(value) or None for value in values]
         else:
             texts = [None if value is None else json.dumps(value, default=str) for value in values]
-        codes, uniques = _factorize(texts)
+        codes, uniques = ev.factorize(texts)
         return codes, [None if text is None else json.loads(text) for text in uniques]
 
     def memory_samples(self) -> list:
@@ -418,11 +417,16 @@ def _int_column(values: list, default: int = -1, corrupt: list | None = None) ->
             return inferred.astype(np.int64, copy=False)
     except (OverflowError, ValueError):
         pass
-    codes, uniques = pd.factorize(np.array(values, dtype=object))
-    mapped = np.array([_to_int(value, default) for value in uniques] + [default], dtype=np.int64)
+    codes, uniques = ev.factorize(values)
+    mapped = np.array([_to_int(value, default) for value in uniques], dtype=np.int64)
     if corrupt is not None:
-        corrupt.append(np.array([_beyond_int64(value) for value in uniques] + [False], bool)[codes])
-    return mapped[codes]  # code -1 (None) picks the trailing default
+        corrupt.append(np.array([not _missing(value) and _beyond_int64(value) for value in uniques], bool)[codes])
+    return mapped[codes]  # None (and NaN) give the default
+
+
+def _missing(value) -> bool:
+    """None or a float NaN: an absent value, never a corrupt one."""
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def _exact_number(value) -> Decimal | None:
@@ -513,7 +517,7 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
 def _known_rows(doc: _Document) -> tuple[list, np.ndarray, dict]:
     """The complete events of known categories, their class, and the count of skipped ones by category."""
     complete = doc.complete_events()
-    cat_codes, cat_uniques = _factorize(doc.field(complete, "cat"))
+    cat_codes, cat_uniques = ev.factorize(doc.field(complete, "cat"))
     class_of = np.array([_CATEGORY_CLASS.get(str(cat).lower(), _DROP) for cat in cat_uniques], dtype=np.int8)
     classes = class_of[cat_codes] if cat_codes.size else np.empty(0, np.int8)
     keep = classes != _DROP
@@ -534,10 +538,10 @@ def _beyond_time_range(values: list) -> np.ndarray:
                 return ~(np.abs(inferred.astype(np.float64)) <= _INT_US_LIMIT)
     except (OverflowError, ValueError):
         pass
-    codes, uniques = pd.factorize(np.array(values, dtype=object))
-    number = [_exact_number(value) for value in uniques]
+    codes, uniques = ev.factorize(values)
+    number = [None if _missing(value) else _exact_number(value) for value in uniques]
     bad = [n is not None and (not n.is_finite() or abs(n) > _INT_US_LIMIT) for n in number]
-    return np.array(bad + [False], bool)[codes]
+    return np.array(bad, bool)[codes]
 
 
 def _without_corrupt_numbers(doc: _Document, rows: list, classes: np.ndarray, path: Path):
@@ -723,13 +727,13 @@ def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, ste
     }
     for column, allowed in (("kind", ev.KINDS), ("category", ev.CATEGORIES), ("lane_kind", ev.LANE_KINDS),
                             ("name", name_uniques)):
-        columns[column] = pd.Categorical.from_codes(columns[column], categories=allowed)
+        columns[column] = ev.Texts.from_codes(columns[column], allowed)
     phase_row = np.concatenate([steps["phase_row"], np.full(n_steps, -1, np.int64)])
     phase_name = np.where(phase_row >= 0, columns["name"].codes[np.maximum(phase_row, 0)], -1)
     used, phase_code = np.unique(phase_name, return_inverse=True)
     names = ["" if code < 0 else name_uniques[code] for code in used]
-    columns["phase"] = pd.Categorical.from_codes(phase_code.ravel(), categories=names) if "" in names or not \
-        names else pd.Categorical.from_codes(phase_code.ravel() + 1, categories=["", *names])
+    columns["phase"] = ev.Texts.from_codes(phase_code.ravel(), names) if "" in names or not names else \
+        ev.Texts.from_codes(phase_code.ravel() + 1, ["", *names])
     return columns, name_uniques
 
 
@@ -738,15 +742,28 @@ _OP_CATEGORIES = ("cpu_op", "operator")
 
 
 def _number_column(values: list) -> np.ndarray:
-    """float64 numbers from JSON values (NaN where absent or not a number)."""
-    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+    """float64 numbers from JSON values, numeric text included (NaN where absent or not a number);
+    converted once per distinct value."""
+    codes, uniques = ev.factorize(values)
+    return np.array([_as_float(value) for value in uniques], np.float64)[codes] if codes.size \
+        else np.empty(0, np.float64)
+
+
+def _as_float(value) -> float:
+    """A JSON number or numeric text as a float (a bool as 0/1), anything else NaN."""
+    if isinstance(value, (bool, int, float)) or (isinstance(value, str) and value.strip()):
+        try:
+            return float(value)
+        except (ValueError, OverflowError):
+            return float("nan")
+    return float("nan")
 
 
 def _profile_tables(doc: _Document, rows: list, name_codes, name_uniques, start_ns, end_ns, ids: dict) -> dict:
     """The side tables of analyses.profiles, read before the raw rows are released: the framework
     operators (cpu_op rows) with their ``flops`` arg and record_shapes' Input Dims / Concrete
     Inputs (codes into distinct decoded values), and the profile_memory samples. Facts only."""
-    cat_codes, cats = _factorize(doc.field(rows, "cat"))
+    cat_codes, cats = ev.factorize(doc.field(rows, "cat"))
     op_cat = np.array([str(cat).lower() in _OP_CATEGORIES for cat in cats], bool)
     is_op = op_cat[cat_codes] if cat_codes.size else np.zeros(0, bool)
     where = np.flatnonzero(is_op)
@@ -757,15 +774,14 @@ def _profile_tables(doc: _Document, rows: list, name_codes, name_uniques, start_
     conv = np.flatnonzero(conv_name[name_codes[where]]) if where.size else np.empty(0, np.int64)
     concrete_codes = np.full(where.size, -1, np.int64)
     concrete_codes[conv], concrete = doc.json_arg([args[i] for i in conv.tolist()], "concrete")
-    operators = pd.DataFrame({
+    operators = ev.Table({
         "start_ns": start_ns[where], "end_ns": end_ns[where], "pid": ids["pid"][where], "lane": ids["tid"][where],
-        "name": pd.Categorical.from_codes(name_codes[where], categories=name_uniques) if where.size else
-        pd.Categorical([]), "flops": _number_column(doc.arg(args, "flops")),
-        "dims": dims_codes, "concrete": concrete_codes})
+        "name": ev.Texts.from_codes(name_codes[where], name_uniques), "flops": _number_column(doc.arg(args, "flops")),
+        "dims": np.asarray(dims_codes, np.int64), "concrete": concrete_codes})
     samples = doc.memory_samples()
     sample_args = doc.args(samples)
     time_ns, _ = _us_to_ns(doc.field(samples, "ts")) if samples else (np.empty(0, np.int64), None)
-    memory = pd.DataFrame({"time_ns": time_ns,
+    memory = ev.Table({"time_ns": time_ns,
                            "allocated": _int_column(doc.arg(sample_args, "total_allocated")),
                            "reserved": _int_column(doc.arg(sample_args, "total_reserved")),
                            "device_type": _int_column(doc.arg(sample_args, "device_type")),
@@ -805,14 +821,14 @@ def _comm_sources(classes, name_codes, name_uniques, config: dict) -> np.ndarray
 
 def _kind_codes(values: list) -> np.ndarray:
     """COLLECTIVE_KINDS index of each op text (0 where absent or not text)."""
-    codes, uniques = _factorize(values)
+    codes, uniques = ev.factorize(values)
     kinds = [ev.COLLECTIVE_KINDS.index(ev.collective_kind(u)) if isinstance(u, str) and u else 0 for u in uniques]
     return np.array(kinds, np.int64)[codes] if codes.size else np.empty(0, np.int64)
 
 
 def _text_column(values: list) -> np.ndarray:
     """Object array of text ("" where absent; numbers as their text)."""
-    codes, uniques = _factorize(values)
+    codes, uniques = ev.factorize(values)
     texts = np.array(["" if u is None or isinstance(u, (list, dict, bool)) else str(u) for u in uniques],
                      dtype=object)
     return texts[codes] if codes.size else np.empty(0, object)
@@ -834,7 +850,7 @@ def _comm_facts(doc: _Document, rows: list, source: np.ndarray, name_codes, name
                         _int_column(doc.arg(args, "out_nelems"), corrupt=corrupt))
     huge = nelems > _MAX_ELEMENTS  # times 8 bytes would overflow int64: not a real message
     nelems = np.where(huge, -1, nelems)
-    dtype_codes, dtypes = _factorize(doc.arg(args, "dtype"))
+    dtype_codes, dtypes = ev.factorize(doc.arg(args, "dtype"))
     element = np.array([dtype_size(d) for d in dtypes], np.int64)[dtype_codes] if where.size else nelems
     tensor_bytes, input_only = _shape_bytes(doc, args, src)
     group = _text_column(doc.arg(args, "pg_name"))
@@ -859,7 +875,7 @@ def _shape_bytes(doc: _Document, args: list, src: np.ndarray) -> tuple[np.ndarra
     type_codes, types = doc.json_arg(args, "input_type")
     if not src.size:
         return np.empty(0, np.int64), np.empty(0, bool)
-    pair_codes, pairs = _factorize(list(zip(dim_codes.tolist(), type_codes.tolist())))
+    pair_codes, pairs = ev.factorize(list(zip(dim_codes.tolist(), type_codes.tolist())))
     sizes = [_tensor_sizes(dims[d], types[t]) for d, t in pairs]
     total = np.array([sum(s) if s else -1 for s in sizes], np.int64)[pair_codes]
     largest = np.array([max(s) if s else -1 for s in sizes], np.int64)[pair_codes]
@@ -1084,7 +1100,7 @@ def _comm_columns(doc: _Document, facts: dict, ids: dict, steps: dict, classes, 
     methods, warnings = _infer_groups(merged, facts, ids["tid"], [name for name, _ in pg])
     group = merged["group"]
     size_of = {name: len(ranks) for name, ranks in groups.items()}
-    group_codes, group_names = _factorize(group.tolist())
+    group_codes, group_names = ev.factorize(group.tolist())
     known_size = np.array([size_of.get(name, -1) for name in group_names], np.int64)[group_codes] \
         if group.size else np.empty(0, np.int64)
     group_size = _first_known(-1, merged["group_size"], known_size)
@@ -1105,8 +1121,8 @@ def _comm_columns(doc: _Document, facts: dict, ids: dict, steps: dict, classes, 
     for column, values in (("collective", merged["kind"]), ("group", code_of[group_codes] if group.size else group),
                            ("nbytes", nbytes), ("peer", peer)):
         columns[column][rows] = values[comm]
-    columns["collective"] = pd.Categorical.from_codes(columns["collective"], categories=ev.COLLECTIVE_KINDS)
-    columns["group"] = pd.Categorical.from_codes(columns["group"], categories=names)
+    columns["collective"] = ev.Texts.from_codes(columns["collective"], ev.COLLECTIVE_KINDS)
+    columns["group"] = ev.Texts.from_codes(columns["group"], names)
     meta = {"process_groups": groups, "group_from": "; ".join(methods) or "unknown"}
     return columns, meta, [f"{path}: {warning}" for warning in warnings]
 
@@ -1118,34 +1134,12 @@ def _global_rank(ranks: list[int] | None, rank_in_group: int) -> int:
     return ranks[rank_in_group]
 
 
-def _factorize(values: list) -> tuple[np.ndarray, list]:
-    """Codes (order of first appearance) and distinct values. A dict in C finds each value's
-    first position; dense codes follow without a sort: twice as fast as pandas.factorize here."""
-    try:
-        first: dict = {}
-        position = np.fromiter(map(first.setdefault, values, count()), dtype=np.int64, count=len(values))
-    except TypeError:  # unhashable JSON values (lists, objects): compare those as text
-        return _factorize(list(map(_hashable, values)))
-    own = np.flatnonzero(position == np.arange(len(values)))
-    dense = np.empty(len(values), np.int64)
-    dense[own] = np.arange(own.size)
-    return dense[position], list(map(values.__getitem__, own.tolist()))
-
-
-def _hashable(value):
-    try:
-        hash(value)
-        return value
-    except TypeError:
-        return str(value)
-
-
 def _factorize_names(names: list) -> tuple[np.ndarray, list[str]]:
     """Codes and distinct names as text (a missing or non-text name becomes its text or '')."""
-    codes, uniques = _factorize(names)
+    codes, uniques = ev.factorize(names)
     if all(map(isinstance, uniques, repeat(str))):
         return codes, uniques
-    recoded, texts = _factorize(["" if value is None else str(value) for value in uniques])
+    recoded, texts = ev.factorize(["" if value is None else str(value) for value in uniques])
     return recoded[codes] if codes.size else codes, texts
 
 

@@ -860,18 +860,18 @@ def _rank_traces(export: _Export, rows: dict, phase_names: np.ndarray, devices: 
             rank, rank_from = None, "file order"
         mine = rows["pid"] == pid if several else slice(None)
         column = {key: values[mine] for key, values in rows.items()}
-        name = pd.Categorical.from_codes(column["name"], categories=names)
-        phase = pd.Categorical.from_codes(column["phase"], categories=phase_names)
+        name = ev.Texts.from_codes(column["name"], names)
+        phase = ev.Texts.from_codes(column["phase"], phase_names)
         if several:
-            name, phase = name.remove_unused_categories(), phase.remove_unused_categories()
+            name, phase = name.compact(), phase.compact()
         events = ev.make_events(
-            kind=pd.Categorical.from_codes(column["kind"], categories=ev.KINDS),
-            category=pd.Categorical.from_codes(column["category"], categories=ev.CATEGORIES),
-            lane_kind=pd.Categorical.from_codes(column["lane_kind"], categories=ev.LANE_KINDS),
+            kind=ev.Texts.from_codes(column["kind"], ev.KINDS),
+            category=ev.Texts.from_codes(column["category"], ev.CATEGORIES),
+            lane_kind=ev.Texts.from_codes(column["lane_kind"], ev.LANE_KINDS),
             name=name, phase=phase, start_ns=column["start"], end_ns=column["end"], device=column["device"],
             lane=column["lane"], pid=column["pid"], correlation_id=column["correlation_id"], step=column["step"],
             rank=-1 if rank is None else rank, nbytes=column["nbytes"],
-            collective=pd.Categorical.from_codes(column["collective"], categories=ev.COLLECTIVE_KINDS))
+            collective=ev.Texts.from_codes(column["collective"], ev.COLLECTIVE_KINDS))
         del column, name, phase
         pid_domains = domain_counts[domain_counts.index.get_level_values(0) == pid]
         meta = {**file_facts, "nvtx_domains": {str(domain): int(count)
