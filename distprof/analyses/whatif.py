@@ -429,7 +429,8 @@ def _measured_ready(issue_t: np.ndarray, issue: np.ndarray, lane_prev: np.ndarra
 
 class _Chains:
     """The chains of all ranks under given segment durations and waits, advanced lazily:
-    ``at(p)`` is point p's time once every op it waits for has its end in ``b``."""
+    ``at(p)`` is point p's time once every op it waits for has its end in ``b``. A point's time
+    is fixed when its rank's chain is first advanced to it (``b`` raised later is not seen)."""
 
     def __init__(self, g: Graph, w: np.ndarray) -> None:
         total = np.cumsum(w)
@@ -451,19 +452,50 @@ class _Chains:
         r = self.rank[p]
         lo = self.upto[r] + 1
         if p >= lo:
-            prev = self.pb[lo - 1] if lo > self.first[r] else _NEG
-            seg = np.r_[prev, self.b[lo:p + 1] - self.W[lo:p + 1]]
-            self.pb[lo:p + 1] = np.maximum.accumulate(seg)[1:]
+            seg = self.b[lo:p + 1] - self.W[lo:p + 1]
+            seg[0] = max(seg[0], self.pb[lo - 1] if lo > self.first[r] else _NEG)
+            np.maximum.accumulate(seg, out=self.pb[lo:p + 1])
             self.upto[r] = p
         return int(self.W[p] + self.pb[p])
 
+    def at_many(self, points: np.ndarray) -> np.ndarray:
+        """``at`` of several points (any ranks, any order; ``b`` unchanged meanwhile): each rank
+        advanced once, to its furthest point asked, by a segmented cumulative max over all the
+        advanced stretches at once (doubling: log2 of the longest stretch passes)."""
+        rank = self.rank[points]
+        order = np.lexsort((points, rank))
+        furthest = order[np.r_[rank[order][1:] != rank[order][:-1], True]] if order.size else order
+        furthest = furthest[points[furthest] > self.upto[rank[furthest]]]
+        moved, target = rank[furthest], points[furthest]
+        if moved.size:
+            lo, size = self.upto[moved] + 1, target - self.upto[moved]
+            index = _ranges(lo, lo + size)
+            starts = np.cumsum(size) - size
+            head = np.repeat(starts, size)  # where each entry's stretch starts
+            seg = self.b[index] - self.W[index]
+            carry = np.where(lo > self.first[moved], self.pb[np.maximum(lo - 1, 0)], _NEG)
+            seg[starts] = np.maximum(seg[starts], carry)
+            reach, shift = np.arange(index.size) - head, 1
+            while shift < size.max():  # log2 of the longest stretch
+                seg[shift:] = np.where(reach[shift:] >= shift, np.maximum(seg[shift:], seg[:-shift]), seg[shift:])
+                shift *= 2
+            self.pb[index] = seg
+            self.upto[moved] = target
+        return self.W[points] + self.pb[points]
+
     def all(self) -> np.ndarray:
         """Every point's time (advances each rank to its last point)."""
-        for last in self.last[self.last >= 0].tolist():  # one call per rank
-            self.at(last)
+        self.at_many(self.last[self.last >= 0])
         return self.W + self.pb
 
 
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(lo[i], hi[i])`` over i, without a loop."""
+    size = hi - lo
+    total = int(size.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    return np.repeat(lo - (np.cumsum(size) - size), size) + np.arange(total)
 
 
 def _column_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -483,42 +515,86 @@ def _column_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
 
 
 
+_COLUMN_LOOP_MAX = 16             # a collective of at most this many members is replayed one member at a time
+
+
 def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
            hoist: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Point times and op ends with segment durations ``w``, transfers ``transfer`` and chain
     waits ``edges`` (point, op, gap); ``hoist`` (per op: from point, to point, fraction in ppm;
     from = -1: none) readies an op at that fraction of the stretch between two earlier chain
     points instead of at its issue point. One Python iteration per collective (matched column)
-    in measured order, a short loop over its members (the ranks of its group); the chains
-    advance by vectorized cumulative maxima."""
+    in measured order, vectorized over its members (the ranks of its group; a short loop for a
+    small one); the chains advance by vectorized cumulative maxima."""
     chains = _Chains(g, w)
     by_op = edges[np.argsort(edges[:, 1], kind="stable")]
     edge_offsets = np.searchsorted(by_op[:, 1], np.arange(g.o_start.size + 1))
     ends = np.full(g.o_start.size, _NEG, np.int64)
     ready = np.full(g.o_start.size, _NEG, np.int64)
     ops, offsets = _column_order(g)
+    queued_inside = _queued_inside(g, ops, offsets)
     for k in range(offsets.size - 1):  # one iteration per collective
         members = ops[offsets[k]:offsets[k + 1]]
-        starts = np.empty(members.size, np.int64)
-        for i, op in enumerate(members.tolist()):  # one iteration per rank of the collective
-            prev = g.o_lane_prev[op]
-            if hoist is not None and hoist[op, 0] >= 0:
-                begin = chains.at(hoist[op, 0])
-                ready[op] = begin + (chains.at(hoist[op, 1]) - begin) * hoist[op, 2] // 1_000_000
-            else:
-                ready[op] = chains.at(g.o_issue[op]) if g.o_issue[op] >= 0 else ready[prev]
-            starts[i] = max(ready[op], ends[prev] if prev >= 0 else _NEG) + g.o_delta[op]
+        if members.size > _COLUMN_LOOP_MAX and not queued_inside[k]:
+            starts = _member_starts(g, chains, members, ready, ends, hoist)
+        else:
+            starts = _member_starts_one_by_one(g, chains, members, ready, ends, hoist)
         if g.o_partial[members].any():  # two joins in one column: each member joins who came before its end
             joins = g.o_start[members][None, :] <= g.o_end[members][:, None]
             last = np.where(joins, starts[None, :], _NEG).max(axis=1)
         else:
             last = starts.max()
         ends[members] = np.maximum(starts, last + transfer[members])
-        mine = np.concatenate([np.arange(edge_offsets[op], edge_offsets[op + 1]) for op in members.tolist()]) \
-            if edge_offsets[members + 1].sum() > edge_offsets[members].sum() else np.zeros(0, np.int64)
+        mine = _ranges(edge_offsets[members], edge_offsets[members + 1])
         if mine.size:
             np.maximum.at(chains.b, by_op[mine, 0], ends[by_op[mine, 1]] + by_op[mine, 2])
     return chains.all(), ends
+
+
+def _queued_inside(g: Graph, ops: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per column (in replay order): one of its members follows another on its lane (its ready
+    time can then be its predecessor's of this very column)."""
+    inside = (g.o_lane_prev >= 0) & (g.o_col[np.maximum(g.o_lane_prev, 0)] == g.o_col)
+    column = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    return np.bincount(column[inside[ops]], minlength=offsets.size - 1) > 0
+
+
+def _member_starts_one_by_one(g: Graph, chains: _Chains, members: np.ndarray, ready: np.ndarray,
+                              ends: np.ndarray, hoist: np.ndarray | None) -> np.ndarray:
+    """The start of each member of one collective (``ready`` filled in on the way), in member
+    order: a queued member reads the ready time of its lane predecessor as it is then."""
+    starts = np.empty(members.size, np.int64)
+    for i, op in enumerate(members.tolist()):  # one iteration per rank of a small collective
+        prev = g.o_lane_prev[op]
+        if hoist is not None and hoist[op, 0] >= 0:
+            begin = chains.at(hoist[op, 0])
+            ready[op] = begin + (chains.at(hoist[op, 1]) - begin) * hoist[op, 2] // 1_000_000
+        else:
+            ready[op] = chains.at(g.o_issue[op]) if g.o_issue[op] >= 0 else ready[prev]
+        starts[i] = max(ready[op], ends[prev] if prev >= 0 else _NEG) + g.o_delta[op]
+    return starts
+
+
+def _member_starts(g: Graph, chains: _Chains, members: np.ndarray, ready: np.ndarray, ends: np.ndarray,
+                   hoist: np.ndarray | None) -> np.ndarray:
+    """``_member_starts_one_by_one`` vectorized, for a collective none of whose members is queued
+    behind another of its members: the chain times it needs, all at once."""
+    prev = g.o_lane_prev[members]
+    moved = np.zeros(members.size, bool) if hoist is None else hoist[members, 0] >= 0
+    issued = ~moved & (g.o_issue[members] >= 0)
+    queued = ~moved & ~issued
+    wanted = [g.o_issue[members[issued]]]
+    if moved.any():
+        wanted += [hoist[members[moved], 0], hoist[members[moved], 1]]
+    times = chains.at_many(np.concatenate(wanted))
+    at = np.empty(members.size, np.int64)
+    at[issued] = times[:issued.sum()]
+    if moved.any():
+        begin, end = np.split(times[issued.sum():], 2)
+        at[moved] = begin + (end - begin) * hoist[members[moved], 2] // 1_000_000
+    at[queued] = ready[prev[queued]]
+    ready[members] = at
+    return np.maximum(at, np.where(prev >= 0, ends[np.maximum(prev, 0)], _NEG)) + g.o_delta[members]
 
 
 @dataclass(frozen=True)
