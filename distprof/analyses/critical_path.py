@@ -16,7 +16,6 @@ rank's step start, so the path's length is that rank's replayed step. Numbers an
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from ..events import HOST_THREAD
 from . import whatif
@@ -87,28 +86,33 @@ def _walk(g: Graph, r: ReplayTimes, wait_op: np.ndarray, transfer: np.ndarray, e
     raise ValueError("critical path: the replay graph has a cycle")
 
 
-def _phase_table(g: Graph, t: np.ndarray) -> pd.DataFrame:
-    """Every phase instance on the replayed clock: rank row, name, start, end."""
-    kind, label = g.p_kind, pd.Series(g.p_label, dtype=object)
-    frames = []
-    for mark, bound in ((whatif._PHASE_START, "start"), (whatif._PHASE_END, "end")):
-        rows = np.flatnonzero(kind == mark)
-        frame = pd.DataFrame({"rank": g.p_rank[rows], "name": label.iloc[rows].str[:-1].to_numpy(),
-                              bound: t[rows]})
-        frame["k"] = frame.groupby(["rank", "name"]).cumcount()
-        frames.append(frame)
-    return frames[0].merge(frames[1], on=["rank", "name", "k"])[["rank", "name", "start", "end"]]
+def _phase_table(g: Graph, t: np.ndarray) -> dict[str, np.ndarray]:
+    """Every phase instance on the replayed clock: rank row, name, start, end (in the order of its
+    start point); the k-th start of a name on a rank pairs with its k-th end."""
+    names, name_code = np.unique(np.asarray([text[:-1] for text in g.labels.tolist()], dtype=str),
+                                 return_inverse=True)  # one per label text
+    starts, ends = np.flatnonzero(g.p_kind == whatif._PHASE_START), np.flatnonzero(g.p_kind == whatif._PHASE_END)
+    keys = [(g.p_rank[rows], name_code.reshape(-1)[g.p_label[rows]]) for rows in (starts, ends)]
+    k = [whatif._runs(*key)[1] for key in keys]
+    code, _ = whatif._runs(*(np.r_[keys[0][i], keys[1][i]] for i in (0, 1)), np.r_[k[0], k[1]])
+    end_of = np.full(code.size, -1, np.int64)
+    end_of[code[starts.size:]] = ends
+    pair = end_of[code[:starts.size]]
+    starts, pair = starts[pair >= 0], pair[pair >= 0]
+    return {"rank": g.p_rank[starts], "name": names.astype(object)[name_code.reshape(-1)[g.p_label[starts]]],
+            "start": t[starts], "end": t[pair]}
 
 
-def _phases_at(phases: pd.DataFrame, rank: np.ndarray, at: np.ndarray) -> np.ndarray:
+def _phases_at(phases: dict[str, np.ndarray], rank: np.ndarray, at: np.ndarray) -> np.ndarray:
     """Per (rank row, time): the innermost phase that holds it (the latest started of those that
-    hold it, looking back over ``NESTING`` phases), or ''. Vectorized over the queries."""
+    hold it, looking back over ``NESTING`` phases), or ''. Vectorized over the queries.
+    ``phases``: columns rank, name, start, end."""
     out = np.full(rank.size, "", dtype=object)
-    if not len(phases) or not rank.size:
+    if not len(phases["rank"]) or not rank.size:
         return out
-    table = phases.sort_values(["rank", "start"], kind="stable")
-    key_rank, starts = table["rank"].to_numpy(np.int64), table["start"].to_numpy(np.int64)
-    ends, names = table["end"].to_numpy(np.int64), table["name"].to_numpy(object)
+    order = np.lexsort((phases["start"], phases["rank"]))
+    key_rank, starts = np.asarray(phases["rank"], np.int64)[order], np.asarray(phases["start"], np.int64)[order]
+    ends, names = np.asarray(phases["end"], np.int64)[order], np.asarray(phases["name"], dtype=object)[order]
     # phases and queries in one (rank, time) order, a phase before a query at the same time: the
     # running max of phase positions is, per query, the last phase started at or before it
     is_query = np.r_[np.zeros(starts.size, np.int64), np.ones(rank.size, np.int64)]
@@ -132,33 +136,39 @@ def _host_ops_at(g: Graph, r: ReplayTimes, rank: np.ndarray, at: np.ndarray,
     """Per (rank row, time): a host-side comm op (a blocking MPI or gloo call: not GPU work) that
     runs then on the rank's own computing thread (``chain_lanes`` per rank row), or -1: a chain
     segment inside one is the host's time in the comm call, not compute. Ops on other threads
-    (a comm thread, gloo's workers) run beside the chain and leave its segments compute."""
+    (a comm thread, gloo's workers) run beside the chain and leave its segments compute. The
+    op found is its rank's latest started at or before the time (the last listed among equal
+    starts)."""
     out = np.full(rank.size, -1, np.int64)
-    pairs = [f"{row}\x00{lane}" for row, lanes in enumerate(chain_lanes or []) for lane in lanes]
+    pairs = [(row, str(lane)) for row, lanes in enumerate(chain_lanes or []) for lane in lanes]  # per rank's lanes
     if not pairs or not rank.size or not g.o_rank.size:
         return out
-    own = (pd.Series(g.o_rank).astype(str) + "\x00" + pd.Series(g.o_lane, dtype=object)).isin(pairs).to_numpy()
-    host = np.flatnonzero(~g.o_gpu & own)
+    code, _ = whatif._runs(np.r_[np.asarray([row for row, _ in pairs], np.int64), g.o_rank],
+                           np.concatenate([np.asarray([lane for _, lane in pairs], dtype=str), g.o_lane.astype(str)]))
+    chain_lane = np.zeros(code.size, bool)
+    chain_lane[code[:len(pairs)]] = True
+    host = np.flatnonzero(~g.o_gpu & chain_lane[code[len(pairs):]])
     if not host.size:
         return out
-    ops = pd.DataFrame({"rank": g.o_rank[host], "start": r.start[host], "end": r.end[host], "op": host})
-    query = pd.DataFrame({"rank": rank, "at": at, "i": np.arange(rank.size)})
-    found = pd.merge_asof(query.sort_values("at", kind="stable"), ops.sort_values("start", kind="stable"),
-                          left_on="at", right_on="start", by="rank", direction="backward").sort_values("i")
-    inside = found["end"].to_numpy(np.float64) > at
-    out[inside] = found["op"].to_numpy(np.float64)[inside].astype(np.int64)
+    host = host[np.lexsort((r.start[host], g.o_rank[host]))]
+    found = whatif._search(g.o_rank[host], r.start[host], rank, at, "right") - 1
+    op = host[np.maximum(found, 0)]
+    matched = (found >= 0) & (g.o_rank[op] == rank)
+    # where some time has no candidate, pandas' merge_asof read the ends as float64: compared so
+    ends = r.end[op] if matched.all() else r.end[op].astype(np.float64)
+    inside = matched & (ends > at)
+    out[inside] = op[inside]
     return out
 
 
-def _segments(g: Graph, r: ReplayTimes, walked: pd.DataFrame, chain_lanes: list[set[str]] | None) -> pd.DataFrame:
+def _segments(g: Graph, r: ReplayTimes, walked: dict, chain_lanes: list[set[str]] | None) -> dict[str, np.ndarray]:
     """The walked pieces of every step (columns step, rank row, op, kind, start, end; in time
     order, clipped at their step's start) labelled (host, phase, name, lane) and joined where
     neighbours are the same work."""
-    rank, op, kind = (walked[c].to_numpy() for c in ("rank", "op", "kind"))
-    start, end = walked["start"].to_numpy(np.int64), walked["end"].to_numpy(np.int64)
+    rank, op, kind, start, end = (walked[c] for c in ("rank", "op", "kind", "start", "end"))
     mid = start + (end - start) // 2
     host_op = np.where(kind == COMPUTE, _host_ops_at(g, r, rank, mid, chain_lanes), -1)
-    kind = np.where(host_op >= 0, HOST, kind)
+    kind = np.where(host_op >= 0, HOST, kind).astype(object)
     op = np.where(host_op >= 0, host_op, op)
     phase = _phases_at(_phase_table(g, r.t), rank, mid)
     name = np.where(phase == "", NO_PHASE, phase).astype(object)
@@ -167,35 +177,45 @@ def _segments(g: Graph, r: ReplayTimes, walked: pd.DataFrame, chain_lanes: list[
     on_op = op >= 0
     name[on_op], lane[on_op] = g.o_name[op[on_op]], g.o_lane[op[on_op]]
     lane[kind == HOST] = CHAIN_LANE
-    frame = pd.DataFrame({"step": walked["step"].to_numpy(), "rank": g.rank_numbers[rank], "lane": lane,
-                          "name": name, "kind": kind, "start_ns": start, "end_ns": end, "phase": phase})
-    label = frame[["step", "rank", "lane", "name", "kind", "phase"]]
-    same = (label == label.shift()).all(axis=1).to_numpy() & (frame["start_ns"] == frame["end_ns"].shift()).to_numpy()
-    first = {c: (c, "first") for c in frame.columns if c != "end_ns"}
-    return frame.groupby(np.cumsum(~same)).agg(**first, end_ns=("end_ns", "last"))
+    frame = {"step": walked["step"], "rank": g.rank_numbers[rank], "lane": lane, "name": name, "kind": kind,
+             "start_ns": start, "end_ns": end, "phase": phase}
+    same = np.r_[False, start[1:] == end[:-1]] if start.size else np.zeros(0, bool)
+    for column in ("step", "rank", "lane", "name", "kind", "phase"):  # the labels of a piece
+        same[1:] &= frame[column][1:] == frame[column][:-1]
+    heads = np.flatnonzero(~same)
+    tails = np.r_[heads[1:], start.size][:heads.size] - 1
+    return {**{c: v[heads] for c, v in frame.items() if c != "end_ns"}, "end_ns": end[tails]}
 
 
-def _walked(g: Graph, r: ReplayTimes, steps: pd.DataFrame, wait_op: np.ndarray, transfer: np.ndarray) -> pd.DataFrame:
+def _walked(g: Graph, r: ReplayTimes, steps: dict, wait_op: np.ndarray, transfer: np.ndarray) -> dict[str, np.ndarray]:
     """Every step's walk, in time order, clipped at its step start, empty pieces left out."""
     pieces = []
-    for row in steps.itertuples(index=False):  # one iteration per step
-        stop = int(r.t[row.p_s])
-        pieces += [(row.step, stop, *piece) for piece in _walk(g, r, wait_op, transfer, int(row.p_e), stop)[::-1]]
-    frame = pd.DataFrame(pieces, columns=["step", "stop", "rank", "op", "kind", "start", "end"])
-    frame["start"] = np.maximum(frame["start"].to_numpy(np.int64), frame["stop"].to_numpy(np.int64))
-    return frame[frame["end"] > frame["start"]].reset_index(drop=True)
+    for step, p_s, p_e in zip(*(steps[c].tolist() for c in ("step", "p_s", "p_e"))):  # one iteration per step
+        stop = int(r.t[p_s])
+        pieces += [(step, stop, *piece) for piece in _walk(g, r, wait_op, transfer, p_e, stop)[::-1]]
+    columns = list(zip(*pieces)) if pieces else [()] * 7
+    frame = {name: np.asarray(values, dtype=object if name == "kind" else np.int64)
+             for name, values in zip(("step", "stop", "rank", "op", "kind", "start", "end"), columns)}
+    frame["start"] = np.maximum(frame["start"], frame["stop"])
+    keep = frame["end"] > frame["start"]
+    return {name: values[keep] for name, values in frame.items()}
 
 
-def _step_ranks(g: Graph, t: np.ndarray) -> pd.DataFrame:
-    """Per step: the rank row whose replayed step is the job's step time (the median over ranks;
-    with an even count the rank closest to it, ``exact`` False), its step's points and duration."""
-    table = whatif._step_table(g, t).assign(p_s=g.step_start, p_e=g.step_end)
-    job = whatif._job_steps(table)
-    table["job_ns"] = job.reindex(table["step"]).to_numpy()
-    table["off"] = (table["ns"] - table["job_ns"]).abs()
-    chosen = table.sort_values(["step", "off", "rank"], kind="stable").groupby("step").head(1)
-    counts = table.groupby("step")["rank"].size()
-    return chosen.assign(exact=(counts.reindex(chosen["step"]).to_numpy() % 2 == 1) & (chosen["off"] == 0))
+def _step_ranks(g: Graph, t: np.ndarray) -> dict[str, np.ndarray]:
+    """Per step (ascending): the rank row whose replayed step is the job's step time (the median
+    over ranks; with an even count the rank closest to it, ``exact`` False), its step's points
+    and duration."""
+    ns = whatif._step_ns(g, t)
+    steps, job = whatif._job_steps(g, ns)
+    job_ns = job[np.searchsorted(steps, g.step_index)]
+    off = np.abs(ns - job_ns)
+    order = np.lexsort((g.step_rank, off, g.step_index))
+    head = np.flatnonzero(np.r_[True, g.step_index[order][1:] != g.step_index[order][:-1]]) if order.size \
+        else np.zeros(0, np.int64)
+    chosen = order[head]
+    count = np.diff(np.r_[head, order.size])
+    return {"step": g.step_index[chosen], "rank": g.step_rank[chosen], "ns": ns[chosen], "job_ns": job_ns[chosen],
+            "p_s": g.step_start[chosen], "p_e": g.step_end[chosen], "exact": (count % 2 == 1) & (off[chosen] == 0)}
 
 
 def paths(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
@@ -204,36 +224,45 @@ def paths(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray, edges: 
     edges) and its times ``r``; ``chain_lanes``: per rank row, the labels of its computing thread."""
     steps = _step_ranks(g, r.t)
     segments = _segments(g, r, _walked(g, r, steps, _binding_waits(g, r, w, edges), transfer), chain_lanes)
-    by_step = dict(tuple(segments.groupby("step")))
+    low = np.searchsorted(segments["step"], steps["step"], "left")  # a step's segments are together, steps ascending
+    high = np.searchsorted(segments["step"], steps["step"], "right")
     out = []
-    for row in steps.itertuples(index=False):  # one iteration per step
-        mine = by_step.get(row.step, segments.iloc[:0])
-        out.append({"step": int(row.step), "rank": int(g.rank_numbers[row.rank]), "job_step_ns": int(round(row.job_ns)),
-                    "rank_step_ns": int(row.ns), "rank_rule": "median" if row.exact else "closest_to_median",
-                    "length_ns": int((mine["end_ns"] - mine["start_ns"]).sum()), "segments": _rows(mine)})
+    for i, (lo, hi) in enumerate(zip(low.tolist(), high.tolist())):  # one iteration per step
+        out.append({"step": int(steps["step"][i]), "rank": int(g.rank_numbers[steps["rank"][i]]),
+                    "job_step_ns": int(round(float(steps["job_ns"][i]))), "rank_step_ns": int(steps["ns"][i]),
+                    "rank_rule": "median" if steps["exact"][i] else "closest_to_median",
+                    "length_ns": int((segments["end_ns"][lo:hi] - segments["start_ns"][lo:hi]).sum()),
+                    "segments": _rows(segments, lo, hi)})
     return out
 
 
 _SEGMENT_COLUMNS = ("rank", "lane", "name", "kind", "start_ns", "end_ns", "phase")
 
 
-def _rows(segments: pd.DataFrame) -> list[dict]:
-    """Segments as summary.json rows (plain ints and strings)."""
+def _rows(segments: dict[str, np.ndarray], lo: int, hi: int) -> list[dict]:
+    """Segments ``lo:hi`` as summary.json rows (plain ints and strings)."""
     return [{"rank": int(rank), "lane": str(lane), "name": str(name), "kind": str(kind), "start_ns": int(start),
              "end_ns": int(end), "phase": str(phase)} for rank, lane, name, kind, start, end, phase in
-            segments[list(_SEGMENT_COLUMNS)].itertuples(index=False, name=None)]
+            zip(*(segments[c][lo:hi].tolist() for c in _SEGMENT_COLUMNS))]
 
 
-def _shares(frame: pd.DataFrame, by: str, total: int) -> dict:
-    """Share of the total path length per value of ``by``, largest first (keys as strings)."""
-    ns = frame.groupby(by)["ns"].sum().sort_values(ascending=False, kind="stable")
-    return {str(key): float(value / total) for key, value in ns.items()} if total else {}
+def _shares(frame: dict[str, np.ndarray], by: str, total: int) -> dict:
+    """Share of the total path length per value of ``by``, largest first, ties in key order (keys
+    as strings)."""
+    if not total:
+        return {}
+    keys, member = np.unique(frame[by], return_inverse=True)
+    ns = np.zeros(keys.size, np.int64)
+    np.add.at(ns, member.reshape(-1), frame["ns"])
+    order = np.argsort(-ns, kind="stable")
+    return {str(key): float(value / total) for key, value in zip(keys[order].tolist(), ns[order])}
 
 
-def scenario_shares(frame: pd.DataFrame, total: int, straggler_rank: int | None, dataloader: str) -> dict:
+def scenario_shares(frame: dict[str, np.ndarray], total: int, straggler_rank: int | None, dataloader: str) -> dict:
     """Per what-if scenario, the share of the path it acts on (the part it can shorten): the
     straggler's own work, the communication, the dataloader phase, the compute; None where the
-    scenario has nothing to act on (no straggler named)."""
+    scenario has nothing to act on (no straggler named). ``frame``: the path's segments as
+    columns (rank, kind, phase, ns)."""
     def share(mask) -> float:
         return float(frame["ns"][mask].sum() / total) if total else 0.0
     communication = share(frame["kind"] == COMMUNICATION)
@@ -241,7 +270,23 @@ def scenario_shares(frame: pd.DataFrame, total: int, straggler_rank: int | None,
             share((frame["rank"] == straggler_rank) & (frame["kind"] != COMMUNICATION)),
             "overlap_communication": communication, "comm_bandwidth_x2": communication,
             "no_dataloader_wait": share(frame["phase"] == dataloader),
-            "balanced_ranks": share(frame["kind"].isin([COMPUTE, HOST]))}
+            "balanced_ranks": share(np.isin(frame["kind"], [COMPUTE, HOST]))}
+
+
+def _top(frame: dict[str, np.ndarray], total: int) -> list[dict]:
+    """The ``TOP`` (name, kind) pairs by path length, ties in order of first appearance, with the
+    ranks where they lie on the path."""
+    code, _ = whatif._runs(frame["name"], frame["kind"])
+    first = np.full(code.size, code.size, np.int64)
+    np.minimum.at(first, code, np.arange(code.size))
+    ns = np.zeros(code.size, np.int64)
+    np.add.at(ns, code, frame["ns"])
+    groups = np.unique(code)
+    groups = groups[np.argsort(first[groups], kind="stable")]           # first appearance
+    groups = groups[np.argsort(-ns[groups], kind="stable")][:TOP]       # longest first
+    return [{"name": str(frame["name"][first[c]]), "kind": str(frame["kind"][first[c]]), "ns": int(ns[c]),
+             "share": float(ns[c] / total) if total else 0.0,
+             "ranks": [int(x) for x in np.unique(frame["rank"][code == c]).tolist()]} for c in groups.tolist()]
 
 
 def critical_path(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
@@ -253,14 +298,11 @@ def critical_path(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray,
     ``scenario_shares``: the part of the path each what-if scenario acts on."""
     steps = paths(g, r, w, transfer, edges, chain_lanes)
     rows = [seg for step in steps for seg in step["segments"]]
-    frame = pd.DataFrame(rows, columns=list(_SEGMENT_COLUMNS))
+    frame = {c: np.asarray([row[c] for row in rows], dtype=np.int64 if c in ("rank", "start_ns", "end_ns") else str)
+             for c in _SEGMENT_COLUMNS}  # one pass per column over the path's segments
     frame["ns"] = frame["end_ns"] - frame["start_ns"]
     total = int(frame["ns"].sum())
-    by_name = frame.groupby(["name", "kind"], sort=False).agg(ns=("ns", "sum"),
-                                                              ranks=("rank", lambda s: sorted(set(s))))
-    by_name = by_name.sort_values("ns", ascending=False, kind="stable").head(TOP)
-    top = [{"name": str(name), "kind": str(kind), "ns": int(row.ns), "share": float(row.ns / total) if total else 0.0,
-            "ranks": [int(x) for x in row.ranks]} for (name, kind), row in by_name.iterrows()]
+    top = _top(frame, total)
     by_phase = _shares(frame, "phase", total)
     dominant = None
     for by, shares in (("phase", by_phase), ("name", {t["name"]: t["share"] for t in top})):

@@ -28,14 +28,19 @@ every step exactly, except where a transfer would be negative (a member ends bef
 arrival on the aligned clock: clock error or mismatched ops); that is the replay error.
 What the model cannot know: CPU contention between ranks on one host, caches that warm or cool
 when timing moves, network links shared with other jobs, compute hidden inside a waited segment.
+
+Numpy only, no pandas (importing it costs 0.4 s of a ``distprof merge`` process, and its
+group-bys about 1 ms each on tables this small): the graph of all ranks is built at once from
+flat columns (sorts and searches over (rank, time) keys), so rank 0's combine grows linearly with
+the ranks at a small cost per rank.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
-import pandas as pd
 
 from ..align import Matching
 from ..results import RankResult
@@ -54,7 +59,10 @@ _PHASE_END, _STEP_END, _STEP_START, _PHASE_START, _ISSUE = range(5)
 @dataclass(frozen=True)
 class Graph:
     """The replay graph, flat over all ranks. Points (chain) sorted by rank then time; ops in
-    rank order; ``edges``: (point, op, gap) waits of the chain on an op's end."""
+    rank order; ``edges``: (point, op, gap) waits of the chain on an op's end. A segment (the
+    stretch of chain ending at a point) is named by the labels of its two points and how many
+    times that pair came before in its step: ``p_key`` codes that name with its step (the same
+    segment of the same step on every rank), ``p_phase_key`` without it (of every step)."""
 
     n_ranks: int
     rank_numbers: np.ndarray
@@ -63,6 +71,7 @@ class Graph:
     p_w: np.ndarray
     p_first: np.ndarray
     p_key: np.ndarray
+    p_phase_key: np.ndarray
     p_loader: np.ndarray       # the segment ending here lies inside the dataloader phase
     p_waited: np.ndarray
     step_rank: np.ndarray
@@ -82,196 +91,346 @@ class Graph:
     o_gpu: np.ndarray          # GPU work (launched before it started), not a host range
     edges: np.ndarray          # (n, 3) int64: point, op, gap
     p_kind: np.ndarray         # _PHASE_END, _STEP_END, _STEP_START, _PHASE_START or _ISSUE
-    p_label: np.ndarray        # "name<" / "name>" for phase bounds, "@op" for issues
+    p_label: np.ndarray        # code into ``labels``
+    labels: np.ndarray         # label texts, sorted: "name<" / "name>" for phase bounds, "step<" /
+    #                            "step>", "@op" for issues, "" (before a rank's first point)
     o_name: np.ndarray         # each op's name and lane label (the critical path's segments)
     o_lane: np.ndarray
 
 
-def _points(markers, step_set: set, dataloader: str) -> pd.DataFrame:
-    """One rank's chain points without the issue points: step and phase bounds."""
-    sb, ph = markers.step_bounds, markers.phases
-    frames = [pd.DataFrame({"t": sb["end_ns"], "kind": _STEP_END, "step": sb["step"], "label": "step>"}),
-              pd.DataFrame({"t": sb["start_ns"], "kind": _STEP_START, "step": sb["step"], "label": "step<"})]
-    if ph.get("step"):
-        phases = pd.DataFrame(ph)
-        phases = phases[phases["step"].isin(step_set)]
-        frames += [pd.DataFrame({"t": phases["start_ns"], "kind": _PHASE_START, "step": phases["step"],
-                                 "label": phases["name"].astype(str) + "<"}),
-                   pd.DataFrame({"t": phases["end_ns"], "kind": _PHASE_END, "step": phases["step"],
-                                 "label": phases["name"].astype(str) + ">"})]
-    out = pd.concat(frames, ignore_index=True)
-    out["loader"] = np.where(out["label"] == dataloader + "<", 1, np.where(out["label"] == dataloader + ">", -1, 0))
+# -- column tools: what pandas' groupby, merge and merge_asof did, on sorted numpy columns ----
+
+def _runs(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of equal-length key columns: a dense code (equal rows, equal codes; codes follow
+    the rows' lexicographic order) and how many earlier rows have the same keys. One lexsort."""
+    n = keys[0].size
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.lexsort(keys[::-1])
+    new = np.zeros(n, bool)
+    new[0] = True
+    for key in keys:  # one per key column (a few)
+        ordered = key[order]
+        new[1:] |= ordered[1:] != ordered[:-1]
+    heads = np.flatnonzero(new)
+    code, count = np.empty(n, np.int64), np.empty(n, np.int64)
+    code[order] = np.cumsum(new) - 1
+    count[order] = np.arange(n) - np.repeat(heads, np.diff(np.r_[heads, n]))
+    return code, count
+
+
+def _search(key_group: np.ndarray, key_value: np.ndarray, group: np.ndarray, value: np.ndarray,
+            side: str = "left") -> np.ndarray:
+    """``np.searchsorted`` over (group, value) pairs: keys sorted by group then value; per query,
+    where it would go among them. One lexsort of keys and queries together, no loop per group."""
+    is_key = np.r_[np.ones(key_group.size, np.int8), np.zeros(group.size, np.int8)]
+    order = np.lexsort((is_key if side == "left" else 1 - is_key, np.r_[key_value, value], np.r_[key_group, group]))
+    before = np.cumsum(is_key[order]) - is_key[order]
+    queries = order >= key_group.size
+    out = np.empty(group.size, np.int64)
+    out[order[queries] - key_group.size] = before[queries]
     return out
 
 
-def _ops(markers, step_set: set, columns: dict) -> pd.DataFrame:
-    """One rank's collectives inside its steps, with their matched column (-1: none), their
-    lane predecessor and whether they were queued behind it."""
-    c = markers.collectives
-    ops = pd.DataFrame({"name": c["name"], "start": c["start_ns"], "end": c["end_ns"], "lane": c["lane"],
-                        "step": c["step"], "launch": c["launch_ns"]})
-    ops = ops[ops["step"].isin(step_set)].reset_index(drop=True)
-    ops["col"] = [columns.get(key, -1) for key in zip(ops["start"].tolist(), ops["end"].tolist())]
-    ops = ops.sort_values(["lane", "start"], kind="stable")
-    same_lane = ops["lane"].eq(ops["lane"].shift())
-    prev_end = ops["end"].shift().where(same_lane)
-    prev_id = pd.Series(ops.index, index=ops.index).shift().where(same_lane)
-    serial = prev_end.notna() & (prev_end <= ops["start"])
-    ops["lane_prev"] = np.where(serial, prev_id.fillna(-1), -1).astype(np.int64)
-    ops["prev_end"] = np.where(serial, prev_end.fillna(0), _NEG).astype(np.int64)
-    # a host range (launch = its own start) or GPU work whose launch was not captured: no hand-over
-    # time to its lane is known
-    ops["host"] = (ops["launch"] < 0) | (ops["launch"] >= ops["start"])
-    ops["queued"] = serial & ops["host"] & (ops["start"] - ops["prev_end"] <= WAIT_TOLERANCE_NS)
-    return ops.sort_index()
+def _group_medians(codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes ascending, the median of each code's values): as a groupby median, in float64, the
+    mean of the middle two for an even count. One sort."""
+    values = np.asarray(values, np.float64)
+    order = np.lexsort((values, codes))
+    codes, values = codes[order], values[order]
+    if not codes.size:
+        return codes, values
+    first = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    count = np.diff(np.r_[first, codes.size])
+    return codes[first], (values[first + (count - 1) // 2] + values[first + count // 2]) / 2
 
 
-def _synced(op_end: np.ndarray, syncs: dict) -> np.ndarray:
-    """Per op: a host sync call was blocked at its end and returned within ``WAIT_TOLERANCE_NS``."""
-    sync_start = np.asarray(syncs.get("start_ns", []), np.int64)
-    sync_end = np.asarray(syncs.get("end_ns", []), np.int64)
-    if not sync_end.size:
-        return np.zeros(op_end.size, bool)
-    order = np.argsort(sync_end, kind="stable")
-    first = np.minimum(np.searchsorted(sync_end[order], op_end, side="left"), order.size - 1)
-    hit = order[first]
-    return (sync_end[hit] >= op_end) & (sync_end[hit] - op_end <= WAIT_TOLERANCE_NS) & (sync_start[hit] <= op_end)
+def _lookup(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
+    """The values of ``keys`` in (sorted keys, values), NaN where a key is not there."""
+    known, values = table
+    if not known.size:
+        return np.full(keys.size, np.nan)
+    at = np.minimum(np.searchsorted(known, keys), known.size - 1)
+    return np.where(known[at] == keys, values[at], np.nan)
 
 
-def _waits(t: np.ndarray, issue_of_point: np.ndarray, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """For each chain point of one rank: the op it waited for (-1: none) and the gap after its end."""
-    ends = ops["end"].to_numpy(np.int64)
-    if not ends.size:
+def _along_queues(values: np.ndarray, queued: np.ndarray, prev: np.ndarray, fallback) -> np.ndarray:
+    """``values`` where each queued op takes its lane predecessor's value (``fallback`` without
+    one), as one pass in op order would: through a chain of queued ops, from its head; from a
+    predecessor that comes later in op order, that one's own value. Pointer jumping: log(queue
+    length) vectorized passes."""
+    index = np.arange(values.size)
+    safe = np.maximum(prev, 0)
+    own = np.where(queued, np.where(prev >= 0, values[safe], fallback), values)
+    follow = np.where(queued & (prev >= 0) & (prev < index) & queued[safe], prev, index)
+    while True:  # log2 of the longest queue
+        further = follow[follow]
+        if (further == follow).all():
+            return own[follow]
+        follow = further
+
+
+# -- the graph, all ranks at once --------------------------------------------------------------
+
+def _flat(tables: list[dict], names: tuple[str, ...], texts: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Per-rank column dicts as flat columns, with each entry's rank row (``row``); ``texts``:
+    columns read as strings."""
+    sizes = [len(table[names[0]]) for table in tables]
+    if any(len(table[name]) != size for table, size in zip(tables, sizes) for name in names):
+        raise ValueError("rank markers with columns of unequal length")
+    out = {"row": np.repeat(np.arange(len(tables), dtype=np.int64), sizes)}
+    for name in names:  # a few columns
+        values = list(chain.from_iterable(table[name] for table in tables))
+        out[name] = np.asarray(values, dtype=str if name in texts else np.int64)
+    return out
+
+
+def _shifted(table: dict[str, np.ndarray], offset: np.ndarray) -> dict[str, np.ndarray]:
+    """``table`` on the common clock: its own times + its rank's offset (-1 launches stay -1)."""
+    out = {**table, "start_ns": table["start_ns"] + offset[table["row"]],
+           "end_ns": table["end_ns"] + offset[table["row"]]}
+    if "launch_ns" in table:
+        out["launch_ns"] = np.where(table["launch_ns"] >= 0, table["launch_ns"] + offset[table["row"]], -1)
+    return out
+
+
+def _gather(results: list[RankResult]) -> tuple[dict, dict, dict, dict]:
+    """Every rank's step bounds, phases (of ranks that have any), collectives and host sync calls
+    as flat columns on the common clock (as ``RankResult.aligned_markers``; the collectives also
+    keep their own-clock times, the matching's, as ``own_start``/``own_end``)."""
+    markers = [result.markers for result in results]
+    offset = np.asarray([int(result.clock.offset_ns) for result in results], np.int64)
+    none = {"step": [], "name": [], "start_ns": [], "end_ns": []}
+    steps = _flat([m.step_bounds for m in markers], ("step", "start_ns", "end_ns"))
+    phases = _flat([m.phases if m.phases.get("step") else none for m in markers],
+                   ("step", "name", "start_ns", "end_ns"), texts=("name",))
+    ops = _flat([m.collectives for m in markers], ("name", "lane", "step", "start_ns", "end_ns", "launch_ns"),
+                texts=("name", "lane"))
+    syncs = _flat([{"start_ns": m.syncs.get("start_ns", []), "end_ns": m.syncs.get("end_ns", [])} for m in markers],
+                  ("start_ns", "end_ns"))
+    ops = {**_shifted(ops, offset), "own_start": ops["start_ns"], "own_end": ops["end_ns"]}
+    return _shifted(steps, offset), _shifted(phases, offset), ops, _shifted(syncs, offset)
+
+
+def _in_steps(row: np.ndarray, step: np.ndarray, steps: dict) -> np.ndarray:
+    """Per entry: its step is one of its rank's ProfileSteps."""
+    code, _ = _runs(np.r_[steps["row"], row], np.r_[steps["step"], step])
+    known = np.zeros(code.size, bool)
+    known[code[:steps["row"].size]] = True
+    return known[code[steps["row"].size:]]
+
+
+def _matched_columns(ops: dict, matching: Matching) -> np.ndarray:
+    """Per op: the matching column whose start and end (own clock) on the op's rank are the op's
+    (the last such column where several are), -1 where none is."""
+    rows, cols = np.nonzero(matching.present) if matching.size else (np.zeros(0, np.int64),) * 2
+    if not rows.size or not ops["row"].size:
+        return np.full(ops["row"].size, -1, np.int64)
+    code, _ = _runs(np.r_[rows, ops["row"]], np.r_[matching.start_ns[rows, cols], ops["own_start"]],
+                    np.r_[matching.end_ns[rows, cols], ops["own_end"]])
+    column = np.full(int(code.max()) + 1, -1, np.int64)
+    np.maximum.at(column, code[:rows.size], cols)
+    return column[code[rows.size:]]
+
+
+def _lane_links(ops: dict) -> dict[str, np.ndarray]:
+    """Per op: its lane predecessor where it ran after it (-1: none), that one's end (_NEG: none),
+    whether it is a host op (no hand-over time to its lane known: a host range, launch = its own
+    start, or GPU work whose launch was not captured) and whether it was queued behind it.
+    The predecessor's end is read as float64, as the pandas version read a shifted column (a
+    rounding at 2**53 ns and beyond that the figures keep)."""
+    row, start, end, launch = ops["row"], ops["start_ns"], ops["end_ns"], ops["launch_ns"]
+    if not row.size:
+        return {"lane_prev": row, "prev_end": row, "host": row.astype(bool), "queued": row.astype(bool)}
+    order = np.lexsort((start, np.unique(ops["lane"], return_inverse=True)[1].reshape(-1), row))
+    lane = ops["lane"][order]
+    same = np.r_[False, (row[order][1:] == row[order][:-1]) & (lane[1:] == lane[:-1])]
+    before = np.r_[-1, order[:-1]]
+    before_end = end[np.maximum(before, 0)].astype(np.float64)
+    serial = same & (before_end <= start[order])
+    lane_prev, prev_end = np.full(row.size, -1, np.int64), np.full(row.size, _NEG, np.int64)
+    lane_prev[order] = np.where(serial, before, -1)
+    prev_end[order] = np.where(serial, before_end, _NEG).astype(np.int64)
+    host = (launch < 0) | (launch >= start)
+    queued = (lane_prev >= 0) & host & (start - prev_end <= WAIT_TOLERANCE_NS)
+    return {"lane_prev": lane_prev, "prev_end": prev_end, "host": host, "queued": queued}
+
+
+def _synced(ops: dict, syncs: dict) -> np.ndarray:
+    """Per op: a host sync call of its rank was blocked at its end and returned within
+    ``WAIT_TOLERANCE_NS`` (the first call of the rank, in end order, ending at or after it)."""
+    if not syncs["row"].size or not ops["row"].size:
+        return np.zeros(ops["row"].size, bool)
+    order = np.lexsort((syncs["end_ns"], syncs["row"]))
+    row, start, end = syncs["row"][order], syncs["start_ns"][order], syncs["end_ns"][order]
+    op_end = ops["end_ns"]
+    hit = np.minimum(_search(row, end, ops["row"], op_end, "left"), order.size - 1)
+    return (row[hit] == ops["row"]) & (end[hit] >= op_end) & (end[hit] - op_end <= WAIT_TOLERANCE_NS) \
+        & (start[hit] <= op_end)
+
+
+def _labels(phase_names: np.ndarray, op_names: np.ndarray, dataloader: str) -> dict[str, np.ndarray]:
+    """The label texts of chain points (sorted) and the codes of each kind of point: "" (before a
+    rank's first point), "step>", "step<", per phase "name<" and "name>", per op "@name"; and
+    the dataloader's bounds (+1 where it opens, -1 where it closes) per text."""
+    phase_set, phase_code = np.unique(phase_names, return_inverse=True)
+    op_set, op_code = np.unique(op_names, return_inverse=True)
+    raw = ["", "step>", "step<", *(f"{name}<" for name in phase_set.tolist()),
+           *(f"{name}>" for name in phase_set.tolist()), *(f"@{name}" for name in op_set.tolist())]
+    texts, code = np.unique(np.asarray(raw, dtype=str), return_inverse=True)
+    code, n, phase_code = code.reshape(-1), phase_set.size, phase_code.reshape(-1)
+    return {"texts": texts.astype(object), "empty": code[0], "step_end": code[1], "step_start": code[2],
+            "phase_start": code[3:3 + n][phase_code], "phase_end": code[3 + n:3 + 2 * n][phase_code],
+            "issue": code[3 + 2 * n:][op_code.reshape(-1)],
+            "loader": np.where(texts == dataloader + "<", 1, np.where(texts == dataloader + ">", -1, 0))}
+
+
+def _chain_points(steps: dict, phases: dict, ops: dict, labels: dict) -> dict[str, np.ndarray]:
+    """Every rank's chain points in rank then time order (at equal times in kind order, then as
+    listed): step ends and starts, phase starts and ends (of phases in the rank's steps) and the
+    issue points of the ops not queued on their lane (``op``: the op issued there, else -1)."""
+    keep = _in_steps(phases["row"], phases["step"], steps)
+    issued = np.flatnonzero(~ops["queued"])
+    issue_t = np.where(ops["launch_ns"] >= 0, ops["launch_ns"], ops["start_ns"])[issued]
+    parts = [(steps["row"], steps["end_ns"], _STEP_END, steps["step"], labels["step_end"]),
+             (steps["row"], steps["start_ns"], _STEP_START, steps["step"], labels["step_start"]),
+             (phases["row"][keep], phases["start_ns"][keep], _PHASE_START, phases["step"][keep],
+              labels["phase_start"][keep]),
+             (phases["row"][keep], phases["end_ns"][keep], _PHASE_END, phases["step"][keep], labels["phase_end"][keep]),
+             (ops["row"][issued], issue_t, _ISSUE, ops["step"][issued], labels["issue"][issued])]
+    rank, t, step = (np.concatenate([part[i] for part in parts]).astype(np.int64) for i in (0, 1, 3))
+    kind = np.concatenate([np.full(part[0].size, part[2], np.int64) for part in parts])
+    label = np.concatenate([np.broadcast_to(part[4], part[0].shape) for part in parts]).astype(np.int64)
+    op = np.r_[np.full(t.size - issued.size, -1, np.int64), issued]
+    order = np.lexsort((kind, t, rank))
+    return {"rank": rank[order], "t": t[order], "kind": kind[order], "step": step[order], "label": label[order],
+            "op": op[order]}
+
+
+def _waits(points: dict, first: np.ndarray, ops: dict) -> tuple[np.ndarray, np.ndarray]:
+    """For each chain point: the op it waited for (-1: none) and the gap after its end. The
+    candidate is its rank's op with the latest end at or before the point (the last listed among
+    equal ends). A host op (no launch before its start) blocks the thread that waits for it, and
+    what that thread does next (unpack, divide) comes before its next point: a share of the
+    segment. A GPU op is waited for only through a sync call that returns with it; the host
+    otherwise runs ahead, and a point that merely comes soon after a kernel's end did not wait."""
+    t, rank = points["t"], points["rank"]
+    if not ops["row"].size:
         return np.full(t.size, -1, np.int64), np.zeros(t.size, np.int64)
-    order = np.argsort(ends, kind="stable")
-    found = np.searchsorted(ends[order], t, side="right") - 1
-    op = np.where(found >= 0, order[np.maximum(found, 0)], -1)
-    end = np.where(op >= 0, ends[np.maximum(op, 0)], _NEG)
-    prev_t = np.concatenate([[_NEG], t[:-1]])
-    # a host op (no launch before its start) blocks the thread that waits for it, and what that
-    # thread does next (unpack, divide) comes before its next point: a share of the segment. A
-    # GPU op is waited for only through a sync call that returns with it; the host otherwise runs
-    # ahead, and a point that merely comes soon after a kernel's end did not wait for it.
-    host = ops["host"].to_numpy(bool)[np.maximum(op, 0)]
-    synced = ops["synced"].to_numpy(bool)[np.maximum(op, 0)]
+    order = np.lexsort((ops["end_ns"], ops["row"]))
+    found = _search(ops["row"][order], ops["end_ns"][order], rank, t, "right") - 1
+    op = np.where((found >= 0) & (ops["row"][order][np.maximum(found, 0)] == rank), order[np.maximum(found, 0)], -1)
+    end = np.where(op >= 0, ops["end_ns"][np.maximum(op, 0)], _NEG)
+    prev_t = np.where(first, _NEG, np.r_[_NEG, t[:-1]])
+    host, synced = ops["host"][np.maximum(op, 0)], ops["synced"][np.maximum(op, 0)]
     tolerance = np.where(host, np.maximum(WAIT_TOLERANCE_NS, WAIT_SHARE * (t - prev_t)), WAIT_TOLERANCE_NS)
-    ok = (op >= 0) & (host | synced) & (end > prev_t) & (t - end <= tolerance) & (issue_of_point != op)
-    ok[0] = False
+    issued_here = np.where(points["op"] >= 0, points["op"], -2)
+    ok = (op >= 0) & (host | synced) & (end > prev_t) & (t - end <= tolerance) & (issued_here != op) & ~first
     return np.where(ok, op, -1), np.where(ok, t - end, 0)
 
 
-def _rank_graph(result: RankResult, row: int, columns: dict, dataloader: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Chain points and ops of one rank (common clock), op ids local to the rank."""
-    markers = result.aligned_markers()
-    offset = int(result.clock.offset_ns)
-    step_set = set(markers.step_bounds["step"])
-    points = _points(markers, step_set, dataloader)
-    own = {(s + offset, e + offset): col for (s, e), col in columns.items()}
-    ops = _ops(markers, step_set, own)
-    ops["synced"] = _synced(ops["end"].to_numpy(np.int64), markers.syncs)
-    issue_t = np.where(ops["launch"] >= 0, ops["launch"], ops["start"])
-    issues = pd.DataFrame({"t": issue_t, "kind": _ISSUE, "step": ops["step"], "label": "@" + ops["name"].astype(str),
-                           "loader": 0, "op": ops.index})[~ops["queued"].to_numpy()]
-    points = pd.concat([points.assign(op=-1), issues], ignore_index=True)
-    points = points.sort_values(["t", "kind"], kind="stable", ignore_index=True)
-    ops["issue"] = -1
-    is_issue = points["op"].to_numpy() >= 0
-    ops.loc[points["op"].to_numpy()[is_issue], "issue"] = np.flatnonzero(is_issue)
-    t = points["t"].to_numpy(np.int64)
-    wait_op, gap = _waits(t, np.where(is_issue, points["op"].to_numpy(), -2), ops)
-    points["wait_op"], points["gap"] = wait_op, gap
-    points["w"] = np.where(wait_op >= 0, 0, np.diff(t, prepend=t[:1]))
-    pair = points["label"].shift(fill_value="") + "|" + points["label"]
-    points["key"] = points["step"].astype(str) + "|" + pair
-    points["key"] = points["key"] + "#" + points.groupby("key").cumcount().astype(str)
-    points["in_loader"] = points["loader"].cumsum().shift(fill_value=0) > 0
-    points["rank"] = row
-    return points, ops
+def _segment_keys(points: dict, first: np.ndarray, labels: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per point, codes of the segment ending there: the texts of its two points joined (``from|to``),
+    the k-th time that pair comes in its step on its rank; with the step (``p_key``) and without
+    (``p_phase_key``). Pairs whose joined texts coincide are one pair."""
+    label, texts = points["label"], labels["texts"]
+    before = np.where(first, labels["empty"], np.r_[labels["empty"], label[:-1]])
+    pair, _ = _runs(before, label)
+    heads = np.unique(pair, return_index=True)[1]
+    joined = [f"{texts[a]}|{texts[b]}" for a, b in zip(before[heads].tolist(), label[heads].tolist())]  # per pair
+    text = np.unique(np.asarray(joined, dtype=str), return_inverse=True)[1].reshape(-1)[pair]
+    _, k = _runs(points["rank"], points["step"], text)
+    return _runs(points["step"], text, k)[0], _runs(text, k)[0]
 
 
 def build_graph(results: list[RankResult], matching: Matching, dataloader: str = "Dataloader") -> Graph:
-    """The replay graph of aligned results; ``matching`` rows follow ``results``."""
-    point_frames, op_frames = [], []
-    point_base = op_base = 0
-    n_cols = matching.size
-    for row, result in enumerate(results):  # one iteration per rank
-        present = np.flatnonzero(matching.present[row]) if n_cols else np.zeros(0, np.int64)
-        columns = {(int(s), int(e)): int(j) for s, e, j in
-                   zip(matching.start_ns[row, present], matching.end_ns[row, present], present)}
-        points, ops = _rank_graph(result, row, columns, dataloader)
-        ops["rank"] = row
-        ops["issue"] = np.where(ops["issue"] >= 0, ops["issue"] + point_base, -1)
-        ops["lane_prev"] = np.where(ops["lane_prev"] >= 0, ops["lane_prev"] + op_base, -1)
-        points["wait_op"] = np.where(points["wait_op"] >= 0, points["wait_op"] + op_base, -1)
-        ops["id"] = np.arange(len(ops)) + op_base
-        point_frames.append(points)
-        op_frames.append(ops)
-        point_base += len(points)
-        op_base += len(ops)
-    points = pd.concat(point_frames, ignore_index=True)
-    ops = pd.concat(op_frames, ignore_index=True)
-    return _finish_graph(results, points, ops, n_cols)
-
-
-def _finish_graph(results: list[RankResult], points: pd.DataFrame, ops: pd.DataFrame, n_cols: int) -> Graph:
-    """Columns (singletons for unmatched ops), transfers, launch delays and step indices."""
-    rank = points["rank"].to_numpy(np.int64)
+    """The replay graph of aligned results; ``matching`` rows follow ``results``. All ranks at
+    once: flat columns, a few sorts, no loop per rank beyond reading its markers."""
+    steps, phases, ops, syncs = _gather(results)
+    in_steps = _in_steps(ops["row"], ops["step"], steps)
+    ops = {name: column[in_steps] for name, column in ops.items()}
+    ops = {**ops, "col": _matched_columns(ops, matching), **_lane_links(ops)}
+    ops = {**ops, "synced": _synced(ops, syncs)}
+    labels = _labels(phases["name"], ops["name"], dataloader)
+    points = _chain_points(steps, phases, ops, labels)
+    rank = points["rank"]
     first = np.r_[True, rank[1:] != rank[:-1]] if rank.size else np.zeros(0, bool)
-    col = ops["col"].to_numpy(np.int64)
-    col = np.where(col >= 0, col, n_cols + np.arange(col.size))
-    start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+    wait_op, gap = _waits(points, first, ops)
+    issue = np.full(ops["row"].size, -1, np.int64)
+    issue[points["op"][points["op"] >= 0]] = np.flatnonzero(points["op"] >= 0)
+    t = points["t"]
+    w = np.where(wait_op >= 0, 0, np.where(first, 0, np.diff(t, prepend=t[:1])))
+    loader = labels["loader"][points["label"]]
+    opened = np.cumsum(loader) - loader  # dataloader bounds before each point, from the first rank's
+    heads = np.flatnonzero(first)
+    in_loader = opened - np.repeat(opened[heads], np.diff(np.r_[heads, t.size])) > 0
+    key, phase_key = _segment_keys(points, first, labels)
+    return _finish_graph(results, matching.size, points, {**ops, "issue": issue},
+                         {"first": first, "w": w, "in_loader": in_loader, "wait_op": wait_op, "gap": gap,
+                          "key": key, "phase_key": phase_key, "texts": labels["texts"]})
+
+
+def _step_points(points: dict, ops: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The start and end point of every step (rank order, then step start order) and per op its
+    step's end point (-1: none)."""
+    kind, rank, step = points["kind"], points["rank"], points["step"]
+    starts, ends = np.flatnonzero(kind == _STEP_START), np.flatnonzero(kind == _STEP_END)
+    code, _ = _runs(np.r_[rank[starts], rank[ends], ops["row"]], np.r_[step[starts], step[ends], ops["step"]])
+    start_code, end_code = code[:starts.size], code[starts.size:starts.size + ends.size]
+    if np.unique(end_code).size < ends.size or np.unique(start_code).size < starts.size:
+        raise ValueError("a rank has two ProfileSteps with one step number: the replay needs one per step")
+    end_of = np.full(int(code.max()) + 1 if code.size else 0, -1, np.int64)
+    end_of[end_code] = ends
+    matched = end_of[start_code] >= 0
+    return starts[matched], end_of[start_code][matched], end_of[code[starts.size + ends.size:]]
+
+
+def _finish_graph(results: list[RankResult], n_cols: int, points: dict, ops: dict, chain_of: dict) -> Graph:
+    """Columns (singletons for unmatched ops), transfers, launch delays and step indices."""
+    col = np.where(ops["col"] >= 0, ops["col"], n_cols + np.arange(ops["col"].size))
+    start, end, launch = ops["start_ns"], ops["end_ns"], ops["launch_ns"]
     last = _join_last(col, start, end)
-    column_last = pd.Series(start).groupby(col).transform("max").to_numpy()
-    issue_t = np.where(ops["launch"].to_numpy() >= 0, ops["launch"].to_numpy(), start)
-    ready = _measured_ready(issue_t, ops["issue"].to_numpy(), ops["lane_prev"].to_numpy())
-    prev_end = ops["prev_end"].to_numpy(np.int64)
-    delta = np.maximum(start - np.maximum(ready, prev_end), 0)
-    is_start = points["kind"].to_numpy() == _STEP_START
-    is_end = points["kind"].to_numpy() == _STEP_END
-    ends = pd.DataFrame({"rank": rank[is_end], "step": points["step"].to_numpy()[is_end],
-                         "p": np.flatnonzero(is_end)})
-    starts = pd.DataFrame({"rank": rank[is_start], "step": points["step"].to_numpy()[is_start],
-                           "p": np.flatnonzero(is_start)})
-    steps = starts.merge(ends, on=["rank", "step"], suffixes=("_s", "_e"))
-    op_end_point = ops[["rank", "step"]].merge(ends, on=["rank", "step"], how="left")["p"].fillna(-1)
-    wait_op = points["wait_op"].to_numpy(np.int64)
+    column_last = np.full(int(col.max()) + 1 if col.size else 0, _NEG, np.int64)
+    np.maximum.at(column_last, col, start)
+    ready = _measured_ready(np.where(launch >= 0, launch, start), ops["issue"], ops["lane_prev"])
+    delta = np.maximum(start - np.maximum(ready, ops["prev_end"]), 0)
+    step_start, step_end, op_step_end = _step_points(points, ops)
+    wait_op = chain_of["wait_op"]
     waited = np.flatnonzero(wait_op >= 0)
-    edges = np.stack([waited, wait_op[waited], points["gap"].to_numpy(np.int64)[waited]], axis=1) \
-        if waited.size else np.zeros((0, 3), np.int64)
-    return Graph(len(results), np.asarray([r.rank for r in results]), rank, points["t"].to_numpy(np.int64),
-                 points["w"].to_numpy(np.int64), first, points["key"].to_numpy(object),
-                 points["in_loader"].to_numpy(bool), wait_op >= 0, steps["rank"].to_numpy(np.int64),
-                 steps["step"].to_numpy(np.int64), steps["p_s"].to_numpy(np.int64), steps["p_e"].to_numpy(np.int64),
-                 ops["rank"].to_numpy(np.int64), col, ops["issue"].to_numpy(np.int64),
-                 ops["lane_prev"].to_numpy(np.int64), delta, end - last, start, end,
-                 op_end_point.to_numpy(np.int64), last < column_last, ~ops["host"].to_numpy(bool), edges,
-                 points["kind"].to_numpy(np.int64), points["label"].to_numpy(object),
-                 ops["name"].astype(str).to_numpy(object), ops["lane"].astype(str).to_numpy(object))
+    edges = np.stack([waited, wait_op[waited], chain_of["gap"][waited]], axis=1) if waited.size \
+        else np.zeros((0, 3), np.int64)
+    return Graph(
+        n_ranks=len(results), rank_numbers=np.asarray([r.rank for r in results]), p_rank=points["rank"],
+        p_t=points["t"], p_w=chain_of["w"], p_first=chain_of["first"], p_key=chain_of["key"],
+        p_phase_key=chain_of["phase_key"], p_loader=chain_of["in_loader"], p_waited=wait_op >= 0,
+        step_rank=points["rank"][step_start], step_index=points["step"][step_start], step_start=step_start,
+        step_end=step_end, o_rank=ops["row"], o_col=col, o_issue=ops["issue"], o_lane_prev=ops["lane_prev"],
+        o_delta=delta, o_transfer=end - last, o_start=start, o_end=end, o_step_end=op_step_end,
+        o_partial=last < column_last[col], o_gpu=~ops["host"], edges=edges, p_kind=points["kind"],
+        p_label=points["label"], labels=chain_of["texts"], o_name=ops["name"].astype(object),
+        o_lane=ops["lane"].astype(object))
 
 
 def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per op: the last arrival of its column among the members that arrived before it ended
     (all of them, when the column is one join; fewer where the trace's groups or clocks put
     two joins in one column: a member cannot have waited for one that came after it ended)."""
-    frame = pd.DataFrame({"op": np.arange(col.size), "col": col, "end": end})
-    arrivals = pd.DataFrame({"col": col, "last": start}).sort_values("last", kind="stable")
-    joined = pd.merge_asof(frame.sort_values("end", kind="stable"), arrivals, left_on="end", right_on="last",
-                           by="col", direction="backward")
-    return joined.sort_values("op")["last"].to_numpy(np.int64)
+    order = np.lexsort((start, col))
+    found = _search(col[order], start[order], col, end, "right") - 1
+    if ((found < 0) | (col[order][np.maximum(found, 0)] != col)).any():
+        raise ValueError("a collective ends before any member of its column arrived")
+    return start[order][found]
 
 
 def _measured_ready(issue_t: np.ndarray, issue: np.ndarray, lane_prev: np.ndarray) -> np.ndarray:
     """When each op was ready: its issue time, or for an op queued on its lane the ready time
-    of the op before it (ops come in lane order, so one pass in index order suffices)."""
-    ready = issue_t.copy()
-    for op in np.flatnonzero(issue < 0):  # queued ops only: their predecessor comes first
-        ready[op] = ready[lane_prev[op]] if lane_prev[op] >= 0 else issue_t[op]
-    return ready
-
+    of the op before it."""
+    return _along_queues(issue_t, issue < 0, lane_prev, issue_t)
 
 class _Chains:
     """The chains of all ranks under given segment durations and waits, advanced lazily:
-    ``at(p)`` is point p's time once every op it waits for has its end in ``b``."""
+    ``at(p)`` is point p's time once every op it waits for has its end in ``b``. A point's time
+    is fixed when its rank's chain is first advanced to it (``b`` raised later is not seen)."""
 
     def __init__(self, g: Graph, w: np.ndarray) -> None:
         total = np.cumsum(w)
@@ -293,29 +452,70 @@ class _Chains:
         r = self.rank[p]
         lo = self.upto[r] + 1
         if p >= lo:
-            prev = self.pb[lo - 1] if lo > self.first[r] else _NEG
-            seg = np.r_[prev, self.b[lo:p + 1] - self.W[lo:p + 1]]
-            self.pb[lo:p + 1] = np.maximum.accumulate(seg)[1:]
+            seg = self.b[lo:p + 1] - self.W[lo:p + 1]
+            seg[0] = max(seg[0], self.pb[lo - 1] if lo > self.first[r] else _NEG)
+            np.maximum.accumulate(seg, out=self.pb[lo:p + 1])
             self.upto[r] = p
         return int(self.W[p] + self.pb[p])
 
+    def at_many(self, points: np.ndarray) -> np.ndarray:
+        """``at`` of several points (any ranks, any order; ``b`` unchanged meanwhile): each rank
+        advanced once, to its furthest point asked, by a segmented cumulative max over all the
+        advanced stretches at once (doubling: log2 of the longest stretch passes)."""
+        rank = self.rank[points]
+        order = np.lexsort((points, rank))
+        furthest = order[np.r_[rank[order][1:] != rank[order][:-1], True]] if order.size else order
+        furthest = furthest[points[furthest] > self.upto[rank[furthest]]]
+        moved, target = rank[furthest], points[furthest]
+        if moved.size:
+            lo, size = self.upto[moved] + 1, target - self.upto[moved]
+            index = _ranges(lo, lo + size)
+            starts = np.cumsum(size) - size
+            head = np.repeat(starts, size)  # where each entry's stretch starts
+            seg = self.b[index] - self.W[index]
+            carry = np.where(lo > self.first[moved], self.pb[np.maximum(lo - 1, 0)], _NEG)
+            seg[starts] = np.maximum(seg[starts], carry)
+            reach, shift = np.arange(index.size) - head, 1
+            while shift < size.max():  # log2 of the longest stretch
+                seg[shift:] = np.where(reach[shift:] >= shift, np.maximum(seg[shift:], seg[:-shift]), seg[shift:])
+                shift *= 2
+            self.pb[index] = seg
+            self.upto[moved] = target
+        return self.W[points] + self.pb[points]
+
     def all(self) -> np.ndarray:
         """Every point's time (advances each rank to its last point)."""
-        for last in self.last[self.last >= 0].tolist():  # one call per rank
-            self.at(last)
+        self.at_many(self.last[self.last >= 0])
         return self.W + self.pb
 
 
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(lo[i], hi[i])`` over i, without a loop."""
+    size = hi - lo
+    total = int(size.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    return np.repeat(lo - (np.cumsum(size) - size), size) + np.arange(total)
+
+
 def _column_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """Ops grouped by column, columns in the order of their measured last arrival (then end):
-    every op a chain point or lane waits for comes before it. Returns (ops, column offsets)."""
-    frame = pd.DataFrame({"col": g.o_col, "start": g.o_start, "end": g.o_end})
-    keys = frame.groupby("col").agg(last=("start", "max"), end=("end", "max"))
-    rank_of = pd.Series(np.arange(len(keys)), index=keys.sort_values(["last", "end"], kind="stable").index)
-    position = rank_of.loc[g.o_col].to_numpy() if g.o_col.size else np.zeros(0, np.int64)
-    ops = np.argsort(position, kind="stable")
-    offsets = np.searchsorted(position[ops], np.arange(len(keys) + 1))
+    """Ops grouped by column, columns in the order of their measured last arrival (then end, then
+    column number): every op a chain point or lane waits for comes before it. Returns (ops,
+    column offsets)."""
+    columns, member = np.unique(g.o_col, return_inverse=True)
+    member = member.reshape(-1)
+    last, end = np.full(columns.size, _NEG, np.int64), np.full(columns.size, _NEG, np.int64)
+    np.maximum.at(last, member, g.o_start)
+    np.maximum.at(end, member, g.o_end)
+    position = np.empty(columns.size, np.int64)
+    position[np.lexsort((end, last))] = np.arange(columns.size)
+    ops = np.argsort(position[member], kind="stable")
+    offsets = np.searchsorted(position[member][ops], np.arange(columns.size + 1))
     return ops, offsets
+
+
+
+_COLUMN_LOOP_MAX = 16             # a collective of at most this many members is replayed one member at a time
 
 
 def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
@@ -324,36 +524,77 @@ def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
     waits ``edges`` (point, op, gap); ``hoist`` (per op: from point, to point, fraction in ppm;
     from = -1: none) readies an op at that fraction of the stretch between two earlier chain
     points instead of at its issue point. One Python iteration per collective (matched column)
-    in measured order, a short loop over its members (the ranks of its group); the chains
-    advance by vectorized cumulative maxima."""
+    in measured order, vectorized over its members (the ranks of its group; a short loop for a
+    small one); the chains advance by vectorized cumulative maxima."""
     chains = _Chains(g, w)
     by_op = edges[np.argsort(edges[:, 1], kind="stable")]
     edge_offsets = np.searchsorted(by_op[:, 1], np.arange(g.o_start.size + 1))
     ends = np.full(g.o_start.size, _NEG, np.int64)
     ready = np.full(g.o_start.size, _NEG, np.int64)
     ops, offsets = _column_order(g)
+    queued_inside = _queued_inside(g, ops, offsets)
     for k in range(offsets.size - 1):  # one iteration per collective
         members = ops[offsets[k]:offsets[k + 1]]
-        starts = np.empty(members.size, np.int64)
-        for i, op in enumerate(members.tolist()):  # one iteration per rank of the collective
-            prev = g.o_lane_prev[op]
-            if hoist is not None and hoist[op, 0] >= 0:
-                begin = chains.at(hoist[op, 0])
-                ready[op] = begin + (chains.at(hoist[op, 1]) - begin) * hoist[op, 2] // 1_000_000
-            else:
-                ready[op] = chains.at(g.o_issue[op]) if g.o_issue[op] >= 0 else ready[prev]
-            starts[i] = max(ready[op], ends[prev] if prev >= 0 else _NEG) + g.o_delta[op]
+        if members.size > _COLUMN_LOOP_MAX and not queued_inside[k]:
+            starts = _member_starts(g, chains, members, ready, ends, hoist)
+        else:
+            starts = _member_starts_one_by_one(g, chains, members, ready, ends, hoist)
         if g.o_partial[members].any():  # two joins in one column: each member joins who came before its end
             joins = g.o_start[members][None, :] <= g.o_end[members][:, None]
             last = np.where(joins, starts[None, :], _NEG).max(axis=1)
         else:
             last = starts.max()
         ends[members] = np.maximum(starts, last + transfer[members])
-        mine = np.concatenate([np.arange(edge_offsets[op], edge_offsets[op + 1]) for op in members.tolist()]) \
-            if edge_offsets[members + 1].sum() > edge_offsets[members].sum() else np.zeros(0, np.int64)
+        mine = _ranges(edge_offsets[members], edge_offsets[members + 1])
         if mine.size:
             np.maximum.at(chains.b, by_op[mine, 0], ends[by_op[mine, 1]] + by_op[mine, 2])
     return chains.all(), ends
+
+
+def _queued_inside(g: Graph, ops: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per column (in replay order): one of its members follows another on its lane (its ready
+    time can then be its predecessor's of this very column)."""
+    inside = (g.o_lane_prev >= 0) & (g.o_col[np.maximum(g.o_lane_prev, 0)] == g.o_col)
+    column = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    return np.bincount(column[inside[ops]], minlength=offsets.size - 1) > 0
+
+
+def _member_starts_one_by_one(g: Graph, chains: _Chains, members: np.ndarray, ready: np.ndarray,
+                              ends: np.ndarray, hoist: np.ndarray | None) -> np.ndarray:
+    """The start of each member of one collective (``ready`` filled in on the way), in member
+    order: a queued member reads the ready time of its lane predecessor as it is then."""
+    starts = np.empty(members.size, np.int64)
+    for i, op in enumerate(members.tolist()):  # one iteration per rank of a small collective
+        prev = g.o_lane_prev[op]
+        if hoist is not None and hoist[op, 0] >= 0:
+            begin = chains.at(hoist[op, 0])
+            ready[op] = begin + (chains.at(hoist[op, 1]) - begin) * hoist[op, 2] // 1_000_000
+        else:
+            ready[op] = chains.at(g.o_issue[op]) if g.o_issue[op] >= 0 else ready[prev]
+        starts[i] = max(ready[op], ends[prev] if prev >= 0 else _NEG) + g.o_delta[op]
+    return starts
+
+
+def _member_starts(g: Graph, chains: _Chains, members: np.ndarray, ready: np.ndarray, ends: np.ndarray,
+                   hoist: np.ndarray | None) -> np.ndarray:
+    """``_member_starts_one_by_one`` vectorized, for a collective none of whose members is queued
+    behind another of its members: the chain times it needs, all at once."""
+    prev = g.o_lane_prev[members]
+    moved = np.zeros(members.size, bool) if hoist is None else hoist[members, 0] >= 0
+    issued = ~moved & (g.o_issue[members] >= 0)
+    queued = ~moved & ~issued
+    wanted = [g.o_issue[members[issued]]]
+    if moved.any():
+        wanted += [hoist[members[moved], 0], hoist[members[moved], 1]]
+    times = chains.at_many(np.concatenate(wanted))
+    at = np.empty(members.size, np.int64)
+    at[issued] = times[:issued.sum()]
+    if moved.any():
+        begin, end = np.split(times[issued.sum():], 2)
+        at[moved] = begin + (end - begin) * hoist[members[moved], 2] // 1_000_000
+    at[queued] = ready[prev[queued]]
+    ready[members] = at
+    return np.maximum(at, np.where(prev >= 0, ends[np.maximum(prev, 0)], _NEG)) + g.o_delta[members]
 
 
 @dataclass(frozen=True)
@@ -369,6 +610,8 @@ class ReplayTimes:
     last_op: np.ndarray
 
 
+
+
 def replay_times(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray) -> ReplayTimes:
     """``replay`` and the op times it implies, re-derived vectorized from its point times and op
     ends (start = max(ready, lane predecessor's end) + launch delay; the last member is the
@@ -380,8 +623,8 @@ def replay_times(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarra
     starts = np.maximum(ready, prev_end) + g.o_delta
     by_start = np.lexsort((-starts, g.o_col))                # per column, the latest start first
     head = np.r_[True, g.o_col[by_start][1:] != g.o_col[by_start][:-1]] if by_start.size else np.zeros(0, bool)
-    latest = pd.Series(by_start[head], index=g.o_col[by_start][head])
-    last_op = latest.reindex(g.o_col).to_numpy(np.int64).copy() if g.o_col.size else np.zeros(0, np.int64)
+    member = np.unique(g.o_col, return_inverse=True)[1].reshape(-1)
+    last_op = by_start[head][member]                          # columns ascending, as np.unique's
     for col in np.unique(g.o_col[g.o_partial]).tolist():  # one per column that is not one join
         members = np.flatnonzero(g.o_col == col)
         joins = g.o_start[members][None, :] <= g.o_end[members][:, None]
@@ -391,27 +634,21 @@ def replay_times(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarra
 
 # -- scenarios: new durations or dependencies, replayed --------------------------------------
 
-def _segment_medians(g: Graph, rows: np.ndarray, w: np.ndarray | None = None) -> pd.Series:
-    """Median duration per segment key over the chain segments of ``rows`` (rank rows) that
+def _segment_medians(g: Graph, rows: np.ndarray, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(segment keys, median duration) over the chain segments of ``rows`` (rank rows) that
     compute (not first, not waited), under durations ``w`` (the measured ones by default)."""
     use = np.isin(g.p_rank, rows) & ~g.p_first & ~g.p_waited
-    return pd.Series((g.p_w if w is None else w)[use]).groupby(g.p_key[use]).median()
+    return _group_medians(g.p_key[use], (g.p_w if w is None else w)[use])
 
 
-def _with_medians(g: Graph, medians: pd.Series, rows: np.ndarray, w: np.ndarray) -> np.ndarray:
+def _with_medians(g: Graph, medians: tuple[np.ndarray, np.ndarray], rows: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Segment durations ``w`` with those of ``rows`` set to the medians of their keys."""
     w = w.copy()
     use = np.flatnonzero(np.isin(g.p_rank, rows) & ~g.p_first & ~g.p_waited)
-    median = medians.reindex(g.p_key[use]).to_numpy(np.float64)
+    median = _lookup(medians, g.p_key[use])
     known = ~np.isnan(median)
     w[use[known]] = np.round(median[known]).astype(np.int64)
     return w
-
-
-def _phase_keys(keys: np.ndarray) -> np.ndarray:
-    """Segment keys without their step (``step|from|to#k`` → ``from|to#k``): the same segment of
-    every step."""
-    return pd.Series(keys, dtype=object).str.split("|", n=1).str[1].to_numpy(object)
 
 
 def _without_lateness(g: Graph, row: int, others: np.ndarray) -> np.ndarray:
@@ -426,18 +663,19 @@ def _without_lateness(g: Graph, row: int, others: np.ndarray) -> np.ndarray:
     """
     w = g.p_w.copy()
     use = np.flatnonzero((g.p_rank == row) & ~g.p_first & ~g.p_waited)
-    same_step = _segment_medians(g, others).reindex(g.p_key[use]).to_numpy(np.float64)
+    same_step = _lookup(_segment_medians(g, others), g.p_key[use])
     known = ~np.isnan(same_step)
     use, same_step = use[known], same_step[known]
     if not use.size:
         return w
     own = w[use].astype(np.float64)
-    phase = _phase_keys(g.p_key[use])
-    lateness = pd.Series(own - same_step).groupby(phase).transform("median").clip(lower=0).to_numpy()
+    phase = g.p_phase_key[use]
+    lateness = np.maximum(_lookup(_group_medians(phase, own - same_step), phase), 0)
     rest = np.isin(g.p_rank, others) & ~g.p_first & ~g.p_waited
-    longest = pd.Series(g.p_w[rest]).groupby(_phase_keys(g.p_key[rest])).max().reindex(phase).to_numpy(np.float64)
+    longest = np.full(int(g.p_phase_key.max()) + 1, np.nan)
+    np.fmax.at(longest, g.p_phase_key[rest], g.p_w[rest].astype(np.float64))
     floor = np.minimum(own, same_step)
-    ceiling = np.maximum(np.nan_to_num(longest, nan=np.inf), floor)
+    ceiling = np.maximum(np.nan_to_num(longest[phase], nan=np.inf), floor)
     w[use] = np.round(np.clip(own - lateness, floor, ceiling)).astype(np.int64)
     return w
 
@@ -457,9 +695,7 @@ def _input_phases(g: Graph, waited: np.ndarray) -> np.ndarray:
     (k + 1) / K of it, as DDP buckets during backward; the last stays at the phase's end. A
     collective issued inside a phase keeps its issue point."""
     hoist = np.full((g.o_start.size, 3), -1, np.int64)
-    root = g.o_issue.copy()
-    for op in np.flatnonzero(root < 0):  # queued ops only, in lane order: their predecessor comes first
-        root[op] = root[g.o_lane_prev[op]] if g.o_lane_prev[op] >= 0 else -1
+    root = _along_queues(g.o_issue, g.o_issue < 0, g.o_lane_prev, -1)  # a queued op: its queue head's issue
     bound = (g.p_kind == _PHASE_END) | (g.p_kind == _PHASE_START) | (g.p_kind == _STEP_START)
     last_bound = np.maximum.accumulate(np.where(bound, np.arange(g.p_kind.size), -1))
     after = np.where(root >= 0, last_bound[np.maximum(root, 0)], -1)
@@ -470,28 +706,32 @@ def _input_phases(g: Graph, waited: np.ndarray) -> np.ndarray:
                                np.diff(np.r_[np.flatnonzero(g.p_first), g.p_kind.size]))
     ok = (after >= 0) & (g.p_kind[safe] == _PHASE_END) & (g.p_rank[safe] == g.p_rank[np.maximum(root, 0)]) \
         & ~g.p_loader[safe] & (depth[np.maximum(root, 0)] == 0)  # issued outside every phase
-    groups = np.unique(after[ok])
     serialized = np.unique(after[waited[ok[waited]]]) if waited.size else np.zeros(0, np.int64)
-    starts = _phase_starts(g, np.intersect1d(groups, serialized))
-    for end, begin in starts.items():  # one iteration per phase end that waited-for collectives follow
-        mine = np.flatnonzero(ok & (after == end))
-        mine = mine[np.lexsort((g.o_start[mine], root[mine]))]
-        hoist[mine] = np.stack([np.full(mine.size, begin), np.full(mine.size, end),
-                                (np.arange(1, mine.size + 1) * 1_000_000) // mine.size], axis=1)
+    ends = np.intersect1d(np.unique(after[ok]), serialized)
+    begin = np.full(g.p_kind.size, -1, np.int64)
+    begin[ends] = _phase_starts(g, ends)
+    mine = np.flatnonzero(ok & (begin[safe] >= 0))
+    mine = mine[np.lexsort((g.o_start[mine], root[mine], after[mine]))]  # per phase end, in issue order
+    _, k = _runs(after[mine])
+    count = np.bincount(after[mine], minlength=g.p_kind.size)[after[mine]]
+    hoist[mine] = np.stack([begin[after[mine]], after[mine], ((k + 1) * 1_000_000) // np.maximum(count, 1)], axis=1)
     return hoist
 
 
-def _phase_starts(g: Graph, ends: np.ndarray) -> dict[int, int]:
-    """The start point of each phase-end point (the latest same-named start before it on its rank)."""
-    out = {}
-    for end in ends.tolist():  # one per phase end that collectives follow
-        name = str(g.p_label[end])[:-1] + "<"
-        lo = end
-        while lo > 0 and not g.p_first[lo] and g.p_label[lo] != name:
-            lo -= 1
-        if g.p_label[lo] == name and g.p_rank[lo] == g.p_rank[end]:
-            out[end] = lo
-    return out
+def _phase_starts(g: Graph, ends: np.ndarray) -> np.ndarray:
+    """The start point of each phase-end point: the latest point of its rank, before it, labelled
+    with the same name opening (``name<`` for ``name>``); -1 where none is."""
+    if not ends.size:
+        return np.zeros(0, np.int64)
+    position = {text: code for code, text in enumerate(g.labels.tolist())}
+    opening = np.asarray([position.get(f"{text[:-1]}<", -1) for text in position], np.int64)  # per label text
+    order = np.lexsort((np.arange(g.p_label.size), g.p_label))
+    want = opening[g.p_label[ends]]
+    found = _search(g.p_label[order], order, want, ends, "right") - 1
+    lo = order[np.maximum(found, 0)]
+    first = np.maximum.accumulate(np.where(g.p_first, np.arange(g.p_first.size), 0))[ends]
+    ok = (want >= 0) & (found >= 0) & (g.p_label[lo] == want) & (lo >= first)
+    return np.where(ok, lo, -1)
 
 
 def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[tuple | None, dict]:
@@ -531,20 +771,27 @@ def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[t
     raise ValueError(f"unknown what-if scenario {name!r}; known: {', '.join(SCENARIOS)}")
 
 
-def _step_table(g: Graph, t: np.ndarray) -> pd.DataFrame:
-    """Per (rank row, step): the step's duration under point times ``t``."""
-    return pd.DataFrame({"rank": g.step_rank, "step": g.step_index, "ns": t[g.step_end] - t[g.step_start]})
 
 
-def _job_steps(table: pd.DataFrame) -> pd.Series:
-    """Per step: the job's step time (analyses.steptime: the median over ranks of the step's duration)."""
-    steps, per_step = steptime.per_step(table["step"].to_numpy(), table["ns"].to_numpy())
-    return pd.Series(per_step, index=pd.Index(steps, name="step"))
+def _step_ns(g: Graph, t: np.ndarray) -> np.ndarray:
+    """Per (rank row, step) of the graph: the step's duration under point times ``t``."""
+    return t[g.step_end] - t[g.step_start]
 
 
-def _rank_medians(table: pd.DataFrame) -> pd.Series:
-    return table.groupby("rank")["ns"].median()
+def _job_steps(g: Graph, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(steps ascending, the job's step time of each): analyses.steptime, the median over ranks
+    of the step's duration."""
+    return steptime.per_step(g.step_index, ns)
 
+
+def _job_step_ns(g: Graph, t: np.ndarray) -> int:
+    """The job's step time under point times ``t`` (median over steps of ``_job_steps``)."""
+    return int(round(float(np.median(_job_steps(g, _step_ns(g, t))[1]))))
+
+
+def _rank_medians(g: Graph, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rank rows ascending, each one's median step)."""
+    return _group_medians(g.step_rank, ns)
 
 WHY = {
     "not_named": "no straggler named by the skew analysis (skew.notes say why)",
@@ -589,6 +836,8 @@ def _unwaited_gpu_note(g: Graph) -> list[str]:
             "dependencies of kernels on other streams are not modelled"]
 
 
+
+
 def whatif(results: list[RankResult], matching: Matching, config: dict,
            scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None = None,
            keep: dict | None = None) -> dict:
@@ -610,22 +859,21 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
                 "steps": 0, "notes": [_why(info)],
                 "scenarios": [{"name": n, "predicted_step_ns": None, "saving_ns": None, "ranks_gaining": [],
                                "applies": False, "why": _why(info)} for n in scenarios]}
-    measured = _step_table(g, g.p_t)
     measured_inputs = (g.p_w, g.o_transfer, g.edges, None)
     t, _ = replay(g, *measured_inputs)
-    replayed = _step_table(g, t)
-    job_measured, job_replayed = _job_steps(measured), _job_steps(replayed)
-    errors = (job_replayed - job_measured).abs() / job_measured.clip(lower=1)
-    measured_ns = int(round(job_measured.median()))
+    replayed = _step_ns(g, t)
+    job_measured, job_replayed = _job_steps(g, _step_ns(g, g.p_t))[1], _job_steps(g, replayed)[1]
+    errors = np.abs(job_replayed - job_measured) / np.maximum(job_measured, 1)
+    measured_ns = int(round(float(np.median(job_measured))))
     context = {"dataloader": dataloader, "straggler": _named(g, straggler_rank)}
-    base_by_rank = _rank_medians(replayed)
+    base_by_rank = _rank_medians(g, replayed)[1]
     fixed, _ = _scenario_inputs("no_straggler", g, context, measured_inputs)
-    fixed_ns = int(round(_job_steps(_step_table(g, replay(g, *fixed)[0])).median())) if fixed else None
+    fixed_ns = _job_step_ns(g, replay(g, *fixed)[0]) if fixed else None
     rows = [_scenario(name, g, context, measured_ns, base_by_rank, measured_inputs)
             | ({"saving_after_straggler_ns": _saving_on(name, g, context, fixed, fixed_ns)}
                if fixed is not None and name != "no_straggler" else {}) for name in scenarios]
-    error = float(errors.median())
-    return {"measured_step_ns": measured_ns, "replayed_step_ns": int(round(job_replayed.median())),
+    error = float(np.median(errors))
+    return {"measured_step_ns": measured_ns, "replayed_step_ns": int(round(float(np.median(job_replayed)))),
             "replay_error": error, "replay_error_max": float(errors.max()), "steps": int(job_measured.size),
             "notes": _partial_note(g) + _replay_notes(g, error) + _unwaited_gpu_note(g), "scenarios": rows}
 
@@ -636,22 +884,21 @@ def _saving_on(name: str, g: Graph, context: dict, base: tuple, base_ns: int) ->
     inputs, _ = _scenario_inputs(name, g, context, base)
     if inputs is None:
         return None
-    return base_ns - int(round(_job_steps(_step_table(g, replay(g, *inputs)[0])).median()))
+    return base_ns - _job_step_ns(g, replay(g, *inputs)[0])
 
 
-def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank: pd.Series,
+def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank: np.ndarray,
               base: tuple) -> dict:
-    """One scenario's row: replayed with its changes, or why it does not apply."""
+    """One scenario's row: replayed with its changes, or why it does not apply. ``base_by_rank``:
+    the replayed median step of each rank row (ascending rows)."""
     inputs, info = _scenario_inputs(name, g, context, base)
     if inputs is None:
         return {"name": name, "predicted_step_ns": None, "saving_ns": None, "ranks_gaining": [],
                 "applies": False, "why": _why(info), **{k: v for k, v in info.items() if k != "reason"}}
     t, _ = replay(g, *inputs)
-    table = _step_table(g, t)
-    predicted = int(round(_job_steps(table).median()))
-    by_rank = _rank_medians(table)
-    gain = base_by_rank - by_rank.reindex(base_by_rank.index)
-    gaining = [int(g.rank_numbers[r]) for r in gain.index[(gain > GAIN_SHARE * base_by_rank).to_numpy()]]
+    rows, by_rank = _rank_medians(g, _step_ns(g, t))
+    predicted = _job_step_ns(g, t)
+    gaining = [int(g.rank_numbers[r]) for r in rows[(base_by_rank - by_rank) > GAIN_SHARE * base_by_rank].tolist()]
     return {"name": name, "predicted_step_ns": predicted, "saving_ns": measured_ns - predicted,
             "ranks_gaining": gaining, "applies": True, "why": None, **info}
 
