@@ -154,9 +154,7 @@ def _host_ops_at(g: Graph, r: ReplayTimes, rank: np.ndarray, at: np.ndarray,
     found = whatif._search(g.o_rank[host], r.start[host], rank, at, "right") - 1
     op = host[np.maximum(found, 0)]
     matched = (found >= 0) & (g.o_rank[op] == rank)
-    # where some time has no candidate, pandas' merge_asof read the ends as float64: compared so
-    ends = r.end[op] if matched.all() else r.end[op].astype(np.float64)
-    inside = matched & (ends > at)
+    inside = matched & (r.end[op] > at)
     out[inside] = op[inside]
     return out
 

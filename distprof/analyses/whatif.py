@@ -236,9 +236,7 @@ def _matched_columns(ops: dict, matching: Matching) -> np.ndarray:
 def _lane_links(ops: dict) -> dict[str, np.ndarray]:
     """Per op: its lane predecessor where it ran after it (-1: none), that one's end (_NEG: none),
     whether it is a host op (no hand-over time to its lane known: a host range, launch = its own
-    start, or GPU work whose launch was not captured) and whether it was queued behind it.
-    The predecessor's end is read as float64, as the pandas version read a shifted column (a
-    rounding at 2**53 ns and beyond that the figures keep)."""
+    start, or GPU work whose launch was not captured) and whether it was queued behind it."""
     row, start, end, launch = ops["row"], ops["start_ns"], ops["end_ns"], ops["launch_ns"]
     if not row.size:
         return {"lane_prev": row, "prev_end": row, "host": row.astype(bool), "queued": row.astype(bool)}
@@ -246,11 +244,11 @@ def _lane_links(ops: dict) -> dict[str, np.ndarray]:
     lane = ops["lane"][order]
     same = np.r_[False, (row[order][1:] == row[order][:-1]) & (lane[1:] == lane[:-1])]
     before = np.r_[-1, order[:-1]]
-    before_end = end[np.maximum(before, 0)].astype(np.float64)
+    before_end = end[np.maximum(before, 0)]
     serial = same & (before_end <= start[order])
     lane_prev, prev_end = np.full(row.size, -1, np.int64), np.full(row.size, _NEG, np.int64)
     lane_prev[order] = np.where(serial, before, -1)
-    prev_end[order] = np.where(serial, before_end, _NEG).astype(np.int64)
+    prev_end[order] = np.where(serial, before_end, _NEG)
     host = (launch < 0) | (launch >= start)
     queued = (lane_prev >= 0) & host & (start - prev_end <= WAIT_TOLERANCE_NS)
     return {"lane_prev": lane_prev, "prev_end": prev_end, "host": host, "queued": queued}
