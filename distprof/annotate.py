@@ -3,8 +3,10 @@
 Each range is a real NVTX push/pop range in the ``distprof`` domain (so ``nsys profile`` shows
 it) and, while a Profiler is active, one row in the rank's collector. NVTX event attributes
 and name ids are cached per (name, category) in one reusable Range object per thread, found with
-one thread-local attribute read and one dict subscript: a range costs two
-clock reads, an NVTX push/pop with prebuilt attributes and one list append of a 4-tuple.
+one thread-local attribute read and one dict subscript; its ``__enter__``/``__exit__`` are plain
+functions with that state bound (no bound method, no attribute chain): a range costs two clock
+reads, an NVTX push/pop with prebuilt attributes (skipped when no tool listens) and one list
+append of a 4-tuple.
 """
 
 from __future__ import annotations
@@ -121,8 +123,7 @@ def open_ranges() -> list[tuple[str, str, str, int, list[int]]]:
         ranges = list(_ALL_RANGES)
     found = []
     for item in ranges:
-        start, outer = item._start, list(item._outer)  # read once: the owning thread may open or close meanwhile
-        starts = [*outer, start] if start is not None else []
+        starts = list(item._starts)  # a copy in one C call: the owning thread may open or close meanwhile
         if starts:
             found.append((item.label[0], item.label[1], item._comm[0], item._thread, starts))
     return found
@@ -130,43 +131,40 @@ def open_ranges() -> list[tuple[str, str, str, int, list[int]]]:
 
 class Range:
     """A named range of one thread. ``phase("forward")`` returns the same object every time on
-    a given thread, so entering it allocates nothing. It holds the start of its open use in one
-    slot; only when the same range nests in itself are the outer starts kept in ``_outer``."""
+    a given thread, so entering it allocates nothing. ``_starts`` holds the start of each open use
+    (more than one only while the range nests in itself).
 
-    __slots__ = ("_name_id", "_attributes", "_start", "_outer", "_thread", "label", "_comm", "__weakref__")
+    Each Range gets a class of its own whose ``__enter__``/``__exit__`` are plain functions with the
+    range's state bound as default arguments (see ``_hooks``): ``with`` looks both up on the type,
+    and plain functions spare it a bound-method object and the attribute reads per call, which is
+    what keeps a range cheaper than a bare ``nvtx.annotate`` (benchmarks/collector_overhead.py).
+    ``nvtx_calls``: push/pop NVTX ranges (default: when an NVTX tool is attached and NVTX is on)."""
+
+    __slots__ = ("_name_id", "_attributes", "_starts", "_thread", "label", "_comm", "_nvtx_calls", "__weakref__")
+
+    def __new__(cls, name: str, *_args, **_kwargs) -> Range:
+        own_class = type(f"{cls.__name__}[{name}]", (cls,), {"__slots__": (), "__module__": cls.__module__})
+        return object.__new__(own_class)
 
     def __init__(self, name: str, category: str = ev.PHASE, kind: str = ev.RANGE,
-                 comm: tuple[str, int, int] = NO_COMM) -> None:
+                 comm: tuple[str, int, int] = NO_COMM, nvtx_calls: bool | None = None) -> None:
         self.label = (name, category, kind)
         self._comm = comm
         self._name_id, self._attributes = descriptor(name, category, kind, comm)
-        self._start: int | None = None
-        self._outer: list[int] = []
+        self._starts: list[int] = []
+        self._nvtx_calls = _nvtx_attached() if nvtx_calls is None else nvtx_calls
         self._thread = threading.get_native_id()  # the lane: OS thread id, as nsys shows it
         THREAD_NAMES[self._thread] = threading.current_thread().name
+        enter, exit_ = _hooks(self)
+        type(self).__enter__, type(self).__exit__ = staticmethod(enter), staticmethod(exit_)
         with _ALL_RANGES_LOCK:
             _ALL_RANGES.add(self)
 
-    def __enter__(self, clock=clock_ns) -> Range:  # defaults: bound once, no global lookup per call
-        _state.push(self._attributes)
-        if self._start is not None:
-            self._outer.append(self._start)
-        self._start = clock()
-        return self
-
-    def __exit__(self, exc_type, exc, traceback, clock=clock_ns, route=_state) -> None:
-        end = clock()
-        route.pop()
-        start = self._start
-        self._start = self._outer.pop() if self._outer else None
-        append = route.append
-        if append is not None:
-            append((start, end, self._thread, self._name_id))  # atomic under the GIL
-
     def cancel(self) -> None:
         """Close the innermost open use without recording it (e.g. a next() that ended the loader)."""
-        _state.pop()
-        self._start = self._outer.pop() if self._outer else None
+        if self._nvtx_calls:
+            _state.pop()
+        self._starts.pop()
 
     def __call__(self, func: Callable) -> Callable:
         """Decorator form: the calling thread's range around every call of ``func``."""
@@ -181,32 +179,45 @@ class Range:
         return wrapper
 
 
-class _RangeWithoutTool(Range):
-    """The same Range when no NVTX tool is attached: nvtx then gives a DummyDomain for the
-    whole process and every push/pop is a no-op, so skipping the calls changes nothing."""
+def _hooks(item: Range) -> tuple[Callable, Callable]:
+    """The ``__enter__``/``__exit__`` of one Range. Everything they use is a default argument (a
+    fast local); only ``route.append`` (swapped at every flush) and, with NVTX, ``route.push/pop``
+    (swapped by set_nvtx) are read per call. A row is (start, end, thread, name id), as before."""
+    thread, name_id, attributes = item._thread, item._name_id, item._attributes
+    if not item._nvtx_calls:  # no tool: nvtx no-ops every push/pop for the whole process, so skip them
+        def enter(item=item, push_start=item._starts.append, clock=clock_ns):
+            push_start(clock())
+            return item
 
-    __slots__ = ()
+        def exit_(exc_type, exc, traceback, pop_start=item._starts.pop, clock=clock_ns, route=_state,
+                  thread=thread, name_id=name_id) -> None:
+            end = clock()
+            start = pop_start()
+            append = route.append
+            if append is not None:
+                append((start, end, thread, name_id))  # atomic under the GIL
+        return enter, exit_
 
-    def __enter__(self, clock=clock_ns) -> Range:
-        if self._start is not None:
-            self._outer.append(self._start)
-        self._start = clock()
-        return self
+    def enter_nvtx(item=item, push_start=item._starts.append, clock=clock_ns, route=_state, attributes=attributes):
+        route.push(attributes)
+        push_start(clock())
+        return item
 
-    def __exit__(self, exc_type, exc, traceback, clock=clock_ns, route=_state) -> None:
+    def exit_nvtx(exc_type, exc, traceback, pop_start=item._starts.pop, clock=clock_ns, route=_state,
+                  thread=thread, name_id=name_id) -> None:
         end = clock()
-        start = self._start
-        self._start = self._outer.pop() if self._outer else None
+        route.pop()
+        start = pop_start()
         append = route.append
         if append is not None:
-            append((start, end, self._thread, self._name_id))
-
-    def cancel(self) -> None:
-        self._start = self._outer.pop() if self._outer else None
+            append((start, end, thread, name_id))
+    return enter_nvtx, exit_nvtx
 
 
-def _range_class() -> type[Range]:
-    return _RangeWithoutTool if isinstance(_active_domain, (_DummyDomain, _NoNvtx)) else Range
+def _nvtx_attached() -> bool:
+    """Whether ranges made now push/pop NVTX: an NVTX tool is attached and NVTX is on. Without a tool
+    nvtx gives a DummyDomain for the whole process and every push/pop is a no-op."""
+    return not isinstance(_active_domain, (_DummyDomain, _NoNvtx))
 
 
 # Each thread's ranges, by category then name, in a thread-local: a lookup is one attribute read
@@ -227,7 +238,7 @@ def _get(name: str, category: str, kind: str, comm: tuple[str, int, int] = NO_CO
     key = name if comm == NO_COMM else (name, *comm)
     found = by_name.get(key)
     if found is None:
-        found = by_name[key] = _range_class()(name, category, kind, comm)
+        found = by_name[key] = Range(name, category, kind, comm)
     return found
 
 
