@@ -124,7 +124,7 @@ def open_ranges() -> list[tuple[str, str, str, int, list[int]]]:
         ranges = list(_ALL_RANGES)
     found = []
     for item in ranges:
-        start, outer = item._start, list(item._outer)  # read once: the owning thread may open or close meanwhile
+        start, outer = item._start[0], list(item._outer)  # read once: the owning thread may open or close meanwhile
         starts = [*outer, start] if start is not None else []
         if starts:
             found.append((item.label[0], item.label[1], item._comm[0], item._thread, starts))
@@ -133,8 +133,8 @@ def open_ranges() -> list[tuple[str, str, str, int, list[int]]]:
 
 class Range:
     """A named range of one thread. ``phase("forward")`` returns the same object every time on
-    a given thread, so entering it allocates nothing. It holds the start of its open use in one
-    slot; only when the same range nests in itself are the outer starts kept in ``_outer``.
+    a given thread, so entering it allocates nothing. ``_start[0]`` holds the start of its open use
+    (None when closed); only when the same range nests in itself are the outer starts kept in ``_outer``.
 
     Each Range gets a class of its own whose ``__enter__``/``__exit__`` are plain functions with the
     range's state bound as default arguments (see ``_hooks``): ``with`` looks both up on the type,
@@ -154,7 +154,7 @@ class Range:
         self.label = (name, category, kind)
         self._comm = comm
         self._name_id, self._attributes = descriptor(name, category, kind, comm)
-        self._start: int | None = None
+        self._start: list[int | None] = [None]  # a list, not a value in a slot: see _hooks
         self._outer: list[int] = []
         self._nvtx_calls = _nvtx_attached() if nvtx_calls is None else nvtx_calls
         self._thread = threading.get_native_id()  # the lane: OS thread id, as nsys shows it
@@ -168,7 +168,7 @@ class Range:
         """Close the innermost open use without recording it (e.g. a next() that ended the loader)."""
         if self._nvtx_calls:
             _state.pop()
-        self._start = self._outer.pop() if self._outer else None
+        self._start[0] = self._outer.pop() if self._outer else None
 
     def __call__(self, func: Callable) -> Callable:
         """Decorator form: the calling thread's range around every call of ``func``."""
@@ -185,43 +185,47 @@ class Range:
 
 def _hooks(item: Range) -> tuple[Callable, Callable]:
     """The ``__enter__``/``__exit__`` of one Range. Everything they use is a default argument (a
-    fast local); only the range's start slot, ``route.append`` (swapped at every flush) and, with
-    NVTX, ``route.push/pop`` (swapped by set_nvtx) are read per call. A row is (start, end, thread,
-    name id), as before. (A start slot is cheaper than a list used as a stack: no call per use.)"""
-    outer, thread, name_id, attributes = item._outer, item._thread, item._name_id, item._attributes
+    fast local); only the range's start, ``route.append`` (swapped at every flush) and, with NVTX,
+    ``route.push/pop`` (swapped by set_nvtx) are read per call. A row is (start, end, thread, name id).
+
+    The start is item 0 of a one-item list, not a slot of the Range: every Range's hooks share these
+    functions' code, whose slot reads CPython would specialise to one Range class at a time, so a
+    loop over several names would keep undoing that (measured: +90 ns a range with three names).
+    A list index is specialised by the list type alone, and is cheaper than a list used as a stack."""
+    start, outer, thread, name_id, attributes = item._start, item._outer, item._thread, item._name_id, item._attributes
     if not item._nvtx_calls:  # no tool: nvtx no-ops every push/pop for the whole process, so skip them
-        def enter(item=item, outer=outer, clock=clock_ns):
-            if item._start is not None:
-                outer.append(item._start)
-            item._start = clock()
+        def enter(item=item, start=start, outer=outer, clock=clock_ns):
+            if start[0] is not None:
+                outer.append(start[0])
+            start[0] = clock()
             return item
 
-        def exit_(exc_type, exc, traceback, item=item, outer=outer, clock=clock_ns, route=_state,
+        def exit_(exc_type, exc, traceback, start=start, outer=outer, clock=clock_ns, route=_state,
                   thread=thread, name_id=name_id) -> None:
             end = clock()
-            start = item._start
-            item._start = outer.pop() if outer else None
+            began = start[0]
+            start[0] = outer.pop() if outer else None
             append = route.append
             if append is not None:
-                append((start, end, thread, name_id))  # atomic under the GIL
+                append((began, end, thread, name_id))  # atomic under the GIL
         return enter, exit_
 
-    def enter_nvtx(item=item, outer=outer, clock=clock_ns, route=_state, attributes=attributes):
+    def enter_nvtx(item=item, start=start, outer=outer, clock=clock_ns, route=_state, attributes=attributes):
         route.push(attributes)
-        if item._start is not None:
-            outer.append(item._start)
-        item._start = clock()
+        if start[0] is not None:
+            outer.append(start[0])
+        start[0] = clock()
         return item
 
-    def exit_nvtx(exc_type, exc, traceback, item=item, outer=outer, clock=clock_ns, route=_state,
+    def exit_nvtx(exc_type, exc, traceback, start=start, outer=outer, clock=clock_ns, route=_state,
                   thread=thread, name_id=name_id) -> None:
         end = clock()
         route.pop()
-        start = item._start
-        item._start = outer.pop() if outer else None
+        began = start[0]
+        start[0] = outer.pop() if outer else None
         append = route.append
         if append is not None:
-            append((start, end, thread, name_id))
+            append((began, end, thread, name_id))
     return enter_nvtx, exit_nvtx
 
 

@@ -121,8 +121,8 @@ def test_a_range_is_its_own_with_target_and_records_through_an_exception(tmp_pat
         with forward as entered:
             with pytest.raises(ValueError), distprof.phase("forward"):
                 raise ValueError("inside the nested use")
-            assert forward._start is not None and not forward._outer
-        assert entered is forward and forward._start is None
+            assert forward._start[0] is not None and not forward._outer
+        assert entered is forward and forward._start[0] is None
         assert distprof.phase("forward") is forward  # one object per thread and name
         other = []
         thread = threading.Thread(target=lambda: other.append(distprof.phase("forward")))
