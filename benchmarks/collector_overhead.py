@@ -8,7 +8,8 @@ inline (no wrapper call per block, which would add the same cost to both sides a
 towards 1), as CPU time of this thread (`time.thread_time_ns`: time other processes take on a busy
 machine does not count). The order of the variants flips every round. The verdict is the median over
 rounds of each round's own ratio (paired: a slow moment slows both sides of a ratio alike), with min
-and max; per-variant figures are medians (and minima) over rounds.
+and max; per-variant figures are medians (and minima) over rounds. The same with three names in turn
+(forward, backward, optimizer), as a training loop does, is a third ratio.
 
 Without an NVTX tool (no nsys) the nvtx package hands out a DummyDomain and its push/pop do nothing;
 the first line says which case was measured.
@@ -37,26 +38,32 @@ class _Empty:
         return None
 
 
-# Each variant is one `with` line, run `count` times in a loop of its own (compiled below, so the loop
-# and the clock reads are identical for every variant).
+# Each variant is one `with` line (or one per name, in turn, as a training loop's phases), run in a loop
+# of its own (compiled below, so the loop and the clock reads are identical for every variant).
+THREE = ("forward", "backward", "optimizer")
 VARIANTS = {
-    "empty with": "empty",
-    'nvtx.annotate("forward")': 'nvtx.annotate("forward")',
-    "annotate colour+domain": 'nvtx.annotate("forward", color="green", domain="distprof")',
-    'distprof.phase("forward")': 'distprof.phase("forward")',
-    "phase, NVTX calls made": "with_nvtx_calls",
-    "annotate made once": "annotate_once",
-    "phase looked up once": "phase_once",
+    "empty with": ("empty",),
+    'nvtx.annotate("forward")': ('nvtx.annotate("forward")',),
+    "annotate colour+domain": ('nvtx.annotate("forward", color="green", domain="distprof")',),
+    'distprof.phase("forward")': ('distprof.phase("forward")',),
+    "phase, NVTX calls made": ("with_nvtx_calls",),
+    "annotate made once": ("annotate_once",),
+    "phase looked up once": ("phase_once",),
+    "annotate, 3 names in turn": tuple(f'nvtx.annotate("{name}")' for name in THREE),
+    "phase, 3 names in turn": tuple(f'distprof.phase("{name}")' for name in THREE),
 }
-TARGET, BASELINES = 'distprof.phase("forward")', ('nvtx.annotate("forward")', "annotate colour+domain")
+TARGET = 'distprof.phase("forward")'
+PAIRS = [(TARGET, 'nvtx.annotate("forward")'), (TARGET, "annotate colour+domain"),
+         ("phase, 3 names in turn", "annotate, 3 names in turn")]
 
 
-def _timed_loop(expression: str, names: dict):
-    """f(count) -> CPU ns of ``count`` blocks ``with <expression>: pass``."""
+def _timed_loop(expressions: tuple[str, ...], names: dict):
+    """f(count) -> CPU ns of ``count`` rounds of ``with <expression>: pass``, one block per expression."""
+    blocks = "".join(f"        with {expression}:\n            pass\n" for expression in expressions)
     source = ("def loop(count, cpu_ns=cpu_ns):\n    started = cpu_ns()\n    for _ in range(count):\n"
-              f"        with {expression}:\n            pass\n    return cpu_ns() - started\n")
+              f"{blocks}    return cpu_ns() - started\n")
     scope = dict(names, cpu_ns=time.thread_time_ns)
-    exec(compile(source, f"<with {expression}>", "exec"), scope)  # noqa: S102 - fixed source above
+    exec(compile(source, f"<with {expressions[0]}>", "exec"), scope)  # noqa: S102 - fixed source above
     return scope["loop"]
 
 
@@ -66,7 +73,7 @@ def measure(rounds: int, per_round: int, collector: Collector) -> dict[str, list
              "phase_once": distprof.phase("forward"),
              # the path taken under nsys: the same work plus the NVTX push/pop calls (no-ops without a tool)
              "with_nvtx_calls": distprof.annotate.Range("forward", nvtx_calls=True)}
-    loops = {label: _timed_loop(expression, names) for label, expression in VARIANTS.items()}
+    loops = {label: _timed_loop(expressions, names) for label, expressions in VARIANTS.items()}
     for loop in loops.values():
         loop(per_round // 10)  # warm up (specialised bytecode, allocator)
     collector.flush()
@@ -74,7 +81,8 @@ def measure(rounds: int, per_round: int, collector: Collector) -> dict[str, list
     for index in range(rounds):
         order = list(loops) if index % 2 == 0 else list(reversed(loops))
         for label in order:
-            ns[label].append(loops[label](per_round) / per_round)
+            blocks = len(VARIANTS[label])
+            ns[label].append(loops[label](per_round // blocks) / (per_round // blocks * blocks))
         collector.flush()  # one step's worth of rows to disk, as prof.step() does (not timed)
     return ns
 
@@ -109,15 +117,15 @@ def main() -> None:
     for label, values in ns.items():
         print(f"  {label:<27} {statistics.median(values):7.0f} ns  ({min(values):.0f})")
     print(f"  {'flush to SQLite':<27} {flush_ns:7.0f} ns per row (once per step, not per range)")
-    for base in BASELINES:
-        ratios = [mine / theirs for mine, theirs in zip(ns[TARGET], ns[base])]
+    for mine, base in PAIRS:
+        ratios = [ours / theirs for ours, theirs in zip(ns[mine], ns[base])]
         ratio = statistics.median(ratios)
         verdict = "met" if ratio <= 1.0 else "NOT met"
-        print(f"ratio {TARGET} / {base} = {ratio:.2f} median of {len(ratios)} paired rounds "
+        print(f"ratio {mine} / {base} = {ratio:.2f} median of {len(ratios)} paired rounds "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f}; target <= 1.00: {verdict})")
-    held = [mine / theirs for mine, theirs in zip(ns["phase looked up once"], ns["annotate made once"])]
-    print(f"ratio phase looked up once / annotate made once = {statistics.median(held):.2f} "
-          "(information: an annotate object made once does no work per block without a tool)")
+    held = [ours / theirs for ours, theirs in zip(ns["phase looked up once"], ns["annotate made once"])]
+    why = "both push/pop" if tool_attached else "an annotate object made once does no work per block without a tool"
+    print(f"ratio phase looked up once / annotate made once = {statistics.median(held):.2f} (information: {why})")
 
 
 if __name__ == "__main__":
