@@ -3,8 +3,10 @@
 Each range is a real NVTX push/pop range in the ``distprof`` domain (so ``nsys profile`` shows
 it) and, while a Profiler is active, one row in the rank's collector. NVTX event attributes
 and name ids are cached per (name, category) in one reusable Range object per thread, found with
-one thread-local attribute read and one dict subscript: a range costs two
-clock reads, an NVTX push/pop with prebuilt attributes and one list append of a 4-tuple.
+one read of a thread-local's ``__dict__`` and one dict subscript; its ``__enter__``/``__exit__`` are
+plain functions with that state bound (no bound method, no attribute chain): a range costs two
+clock reads, an NVTX push/pop with prebuilt attributes (skipped when no tool listens) and one list
+append of a 4-tuple. benchmarks/collector_overhead.py holds it to <= 1.0x a bare ``nvtx.annotate``.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ _descriptors: dict[tuple, tuple[int, object]] = {}
 
 def set_nvtx(enabled: bool) -> None:
     """Turn NVTX emission on or off (recording into the collector is unaffected)."""
-    global _active_domain, _local
+    global _active_domain, _phases, _comms, _users, _comms_with, _comm_keys
     _active_domain = _domain if enabled else _NoNvtx()
     _state.push, _state.pop = _active_domain.push_range, _active_domain.pop_range
     _descriptors.clear()
-    _local = threading.local()  # every thread makes its ranges again, for the new domain
+    # every thread makes its ranges again, for the new domain
+    _phases, _comms, _users, _comms_with, _comm_keys = _thread_tables()
 
 
 def nvtx_domain():
@@ -121,7 +124,7 @@ def open_ranges() -> list[tuple[str, str, str, int, list[int]]]:
         ranges = list(_ALL_RANGES)
     found = []
     for item in ranges:
-        start, outer = item._start, list(item._outer)  # read once: the owning thread may open or close meanwhile
+        start, outer = item._start[0], list(item._outer)  # read once: the owning thread may open or close meanwhile
         starts = [*outer, start] if start is not None else []
         if starts:
             found.append((item.label[0], item.label[1], item._comm[0], item._thread, starts))
@@ -130,43 +133,42 @@ def open_ranges() -> list[tuple[str, str, str, int, list[int]]]:
 
 class Range:
     """A named range of one thread. ``phase("forward")`` returns the same object every time on
-    a given thread, so entering it allocates nothing. It holds the start of its open use in one
-    slot; only when the same range nests in itself are the outer starts kept in ``_outer``."""
+    a given thread, so entering it allocates nothing. ``_start[0]`` holds the start of its open use
+    (None when closed); only when the same range nests in itself are the outer starts kept in ``_outer``.
 
-    __slots__ = ("_name_id", "_attributes", "_start", "_outer", "_thread", "label", "_comm", "__weakref__")
+    Each Range gets a class of its own whose ``__enter__``/``__exit__`` are plain functions with the
+    range's state bound as default arguments (see ``_hooks``): ``with`` looks both up on the type,
+    and plain functions spare it a bound-method object and the attribute reads per call, which is
+    what keeps a range cheaper than a bare ``nvtx.annotate`` (benchmarks/collector_overhead.py).
+    ``nvtx_calls``: push/pop NVTX ranges (default: when an NVTX tool is attached and NVTX is on)."""
+
+    __slots__ = ("_name_id", "_attributes", "_start", "_outer", "_thread", "label", "_comm", "_nvtx_calls",
+                 "__weakref__")
+
+    def __new__(cls, name: str, *_args, **_kwargs) -> Range:
+        own_class = type(f"{cls.__name__}[{name}]", (cls,), {"__slots__": (), "__module__": cls.__module__})
+        return object.__new__(own_class)
 
     def __init__(self, name: str, category: str = ev.PHASE, kind: str = ev.RANGE,
-                 comm: tuple[str, int, int] = NO_COMM) -> None:
+                 comm: tuple[str, int, int] = NO_COMM, nvtx_calls: bool | None = None) -> None:
         self.label = (name, category, kind)
         self._comm = comm
         self._name_id, self._attributes = descriptor(name, category, kind, comm)
-        self._start: int | None = None
+        self._start: list[int | None] = [None]  # a list, not a value in a slot: see _hooks
         self._outer: list[int] = []
+        self._nvtx_calls = _nvtx_attached() if nvtx_calls is None else nvtx_calls
         self._thread = threading.get_native_id()  # the lane: OS thread id, as nsys shows it
         THREAD_NAMES[self._thread] = threading.current_thread().name
+        enter, exit_ = _hooks(self)
+        type(self).__enter__, type(self).__exit__ = staticmethod(enter), staticmethod(exit_)
         with _ALL_RANGES_LOCK:
             _ALL_RANGES.add(self)
 
-    def __enter__(self, clock=clock_ns) -> Range:  # defaults: bound once, no global lookup per call
-        _state.push(self._attributes)
-        if self._start is not None:
-            self._outer.append(self._start)
-        self._start = clock()
-        return self
-
-    def __exit__(self, exc_type, exc, traceback, clock=clock_ns, route=_state) -> None:
-        end = clock()
-        route.pop()
-        start = self._start
-        self._start = self._outer.pop() if self._outer else None
-        append = route.append
-        if append is not None:
-            append((start, end, self._thread, self._name_id))  # atomic under the GIL
-
     def cancel(self) -> None:
         """Close the innermost open use without recording it (e.g. a next() that ended the loader)."""
-        _state.pop()
-        self._start = self._outer.pop() if self._outer else None
+        if self._nvtx_calls:
+            _state.pop()
+        self._start[0] = self._outer.pop() if self._outer else None
 
     def __call__(self, func: Callable) -> Callable:
         """Decorator form: the calling thread's range around every call of ``func``."""
@@ -181,61 +183,88 @@ class Range:
         return wrapper
 
 
-class _RangeWithoutTool(Range):
-    """The same Range when no NVTX tool is attached: nvtx then gives a DummyDomain for the
-    whole process and every push/pop is a no-op, so skipping the calls changes nothing."""
+def _hooks(item: Range) -> tuple[Callable, Callable]:
+    """The ``__enter__``/``__exit__`` of one Range. Everything they use is a default argument (a
+    fast local); only the range's start, ``route.append`` (swapped at every flush) and, with NVTX,
+    ``route.push/pop`` (swapped by set_nvtx) are read per call. A row is (start, end, thread, name id).
 
-    __slots__ = ()
+    The start is item 0 of a one-item list, not a slot of the Range: every Range's hooks share these
+    functions' code, whose slot reads CPython would specialise to one Range class at a time, so a
+    loop over several names would keep undoing that (measured: +90 ns a range with three names).
+    A list index is specialised by the list type alone, and is cheaper than a list used as a stack."""
+    start, outer, thread, name_id, attributes = item._start, item._outer, item._thread, item._name_id, item._attributes
+    if not item._nvtx_calls:  # no tool: nvtx no-ops every push/pop for the whole process, so skip them
+        def enter(item=item, start=start, outer=outer, clock=clock_ns):
+            if start[0] is not None:
+                outer.append(start[0])
+            start[0] = clock()
+            return item
 
-    def __enter__(self, clock=clock_ns) -> Range:
-        if self._start is not None:
-            self._outer.append(self._start)
-        self._start = clock()
-        return self
+        def exit_(exc_type, exc, traceback, start=start, outer=outer, clock=clock_ns, route=_state,
+                  thread=thread, name_id=name_id) -> None:
+            end = clock()
+            began = start[0]
+            start[0] = outer.pop() if outer else None
+            append = route.append
+            if append is not None:
+                append((began, end, thread, name_id))  # atomic under the GIL
+        return enter, exit_
 
-    def __exit__(self, exc_type, exc, traceback, clock=clock_ns, route=_state) -> None:
+    def enter_nvtx(item=item, start=start, outer=outer, clock=clock_ns, route=_state, attributes=attributes):
+        route.push(attributes)
+        if start[0] is not None:
+            outer.append(start[0])
+        start[0] = clock()
+        return item
+
+    def exit_nvtx(exc_type, exc, traceback, start=start, outer=outer, clock=clock_ns, route=_state,
+                  thread=thread, name_id=name_id) -> None:
         end = clock()
-        start = self._start
-        self._start = self._outer.pop() if self._outer else None
+        route.pop()
+        began = start[0]
+        start[0] = outer.pop() if outer else None
         append = route.append
         if append is not None:
-            append((start, end, self._thread, self._name_id))
-
-    def cancel(self) -> None:
-        self._start = self._outer.pop() if self._outer else None
+            append((began, end, thread, name_id))
+    return enter_nvtx, exit_nvtx
 
 
-def _range_class() -> type[Range]:
-    return _RangeWithoutTool if isinstance(_active_domain, (_DummyDomain, _NoNvtx)) else Range
+def _nvtx_attached() -> bool:
+    """Whether ranges made now push/pop NVTX: an NVTX tool is attached and NVTX is on. Without a tool
+    nvtx gives a DummyDomain for the whole process and every push/pop is a no-op."""
+    return not isinstance(_active_domain, (_DummyDomain, _NoNvtx))
 
 
-# Each thread's ranges, by category then name, in a thread-local: a lookup is one attribute read
-# and one dict subscript, and a thread's ranges go away with the thread (an ident reused by a
-# new thread starts empty). set_nvtx replaces the object, which empties every thread's cache.
-_local = threading.local()
-_SLOT = {ev.PHASE: "phase", ev.COMMUNICATION: "comm", ev.USER: "user"}
+# Each thread's ranges by name, one thread-local per kind of range: its per-thread ``__dict__`` is the
+# table, so a lookup is ``table.__dict__[name]`` (threading.local answers ``__dict__`` before any
+# other lookup: the cheapest thread-local read) and a thread's ranges go away with the thread (an
+# ident reused by a new thread starts empty). set_nvtx replaces them all, which empties every
+# thread's tables. Ranges with message metadata are kept apart (_comms_with, by (name, *metadata));
+# _comm_keys maps comm()'s arguments to them.
+def _thread_tables() -> tuple[threading.local, ...]:
+    return threading.local(), threading.local(), threading.local(), threading.local(), threading.local()
+
+
+_phases, _comms, _users, _comms_with, _comm_keys = _thread_tables()
 
 
 def _get(name: str, category: str, kind: str, comm: tuple[str, int, int] = NO_COMM) -> Range:
-    """The calling thread's Range for (name, category) and message metadata, made on first use
-    (ranges with metadata are kept apart, under (name, group text, nbytes, peer))."""
-    local, slot = _local, _SLOT[category] if comm == NO_COMM else "comm_meta"
-    by_name = getattr(local, slot, None)
-    if by_name is None:
-        by_name = {}
-        setattr(local, slot, by_name)
-    key = name if comm == NO_COMM else (name, *comm)
-    found = by_name.get(key)
+    """The calling thread's Range for (name, category) and message metadata, made on first use."""
+    if comm == NO_COMM:
+        table, key = {ev.PHASE: _phases, ev.COMMUNICATION: _comms, ev.USER: _users}[category].__dict__, name
+    else:
+        table, key = _comms_with.__dict__, (name, *comm)
+    found = table.get(key)
     if found is None:
-        found = by_name[key] = _range_class()(name, category, kind, comm)
+        found = table[key] = Range(name, category, kind, comm)
     return found
 
 
 def phase(name: str) -> Range:
     """A training phase (forward, backward, optimizer, or your own): category PHASE."""
     try:  # the hot path: no call besides the subscript (try costs nothing when nothing is raised)
-        return _local.phase[name]
-    except (AttributeError, KeyError):
+        return _phases.__dict__[name]
+    except KeyError:
         return _get(name, ev.PHASE, ev.RANGE)
 
 
@@ -249,8 +278,8 @@ def comm(name: str, group: list[int] | None = None, nbytes: int | None = None, p
     match collectives per group and compute bandwidth; without them the call costs what it did."""
     try:  # the hot path without metadata: three identity tests, then what comm(name) always did
         if group is None and nbytes is None and peer is None:
-            return _local.comm[name]
-    except (AttributeError, KeyError):
+            return _comms.__dict__[name]
+    except KeyError:
         return _get(name, ev.COMMUNICATION, ev.COMM_OP)
     return _comm_with(name, group, nbytes, peer)
 
@@ -259,19 +288,17 @@ def _comm_with(name: str, group, nbytes, peer) -> Range:
     """comm() with message metadata: one cached Range per (name, ranks, nbytes, peer) and thread."""
     ranks = tuple(group) if group is not None else None  # once: a generator can be read only once
     key = (name, ranks, nbytes, peer)
+    table = _comm_keys.__dict__
     try:
-        return _local.comm_args[key]
-    except AttributeError:
-        _local.comm_args = {}
+        return table[key]
     except KeyError:
-        pass
-    found = _local.comm_args[key] = _get(name, ev.COMMUNICATION, ev.COMM_OP, comm_metadata(ranks, nbytes, peer))
-    return found
+        found = table[key] = _get(name, ev.COMMUNICATION, ev.COMM_OP, comm_metadata(ranks, nbytes, peer))
+        return found
 
 
 def range(name: str) -> Range:  # noqa: A001 - the public name users expect
     """A user-defined range: category USER (the UserDefined summary)."""
     try:
-        return _local.user[name]
-    except (AttributeError, KeyError):
+        return _users.__dict__[name]
+    except KeyError:
         return _get(name, ev.USER, ev.RANGE)
