@@ -284,14 +284,23 @@ def comm(name: str, group: list[int] | None = None, nbytes: int | None = None, p
     return _comm_with(name, group, nbytes, peer)
 
 
+# Ranges with message metadata kept per thread: a job whose message sizes vary (an MoE all-to-all)
+# would otherwise add one Range (a class and ~4 KB) per distinct size for as long as it trains
+MAX_COMM_RANGES = 1024
+
+
 def _comm_with(name: str, group, nbytes, peer) -> Range:
-    """comm() with message metadata: one cached Range per (name, ranks, nbytes, peer) and thread."""
+    """comm() with message metadata: one cached Range per (name, ranks, nbytes, peer) and thread,
+    at most MAX_COMM_RANGES of them (then the cache starts again; an open range stays valid)."""
     ranks = tuple(group) if group is not None else None  # once: a generator can be read only once
     key = (name, ranks, nbytes, peer)
     table = _comm_keys.__dict__
     try:
         return table[key]
     except KeyError:
+        if len(table) >= MAX_COMM_RANGES:
+            table.clear()
+            _comms_with.__dict__.clear()
         found = table[key] = _get(name, ev.COMMUNICATION, ev.COMM_OP, comm_metadata(ranks, nbytes, peer))
         return found
 

@@ -209,3 +209,21 @@ def test_a_range_nested_in_itself_reports_and_closes_both_uses(tmp_path):
                 assert len(opened) == 1 and len(opened[0]) == 2 and opened[0][0] <= opened[0][1]
             assert [len(s) for n, _, _, _, s in open_ranges() if n == "forward"] == [1]
         assert not [s for n, _, _, _, s in open_ranges() if n == "forward"]
+
+
+def test_comm_ranges_with_varying_sizes_stay_bounded(tmp_path, monkeypatch):
+    """An all-to-all whose size changes every call keeps at most MAX_COMM_RANGES cached ranges per
+    thread, and every call is still recorded with its own size."""
+    from distprof import annotate
+    monkeypatch.setattr(annotate, "MAX_COMM_RANGES", 8)
+    sizes = list(range(1, 30))
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        outer = distprof.comm("all_to_all", group=[0], nbytes=1000)
+        with outer:  # open while the cache starts again: still closes and records
+            for size in sizes:
+                with distprof.comm("all_to_all", group=[0], nbytes=size):
+                    pass
+                assert len(annotate._comm_keys.__dict__) <= 8
+        prof.step()
+    events = read_events(tmp_path / "rank0.sqlite").events
+    assert sorted(events["nbytes"][events["name"].eq("all_to_all")].tolist()) == sorted([*sizes, 1000])
