@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import events as ev
+from .columns import unique_rows
 from .results import ClockEstimate, RankResult
 
 # -- matching collectives across ranks (rank 0, compact results only) ------------------------
@@ -61,29 +62,6 @@ def _ordinal_in_group(*sorted_keys: np.ndarray) -> np.ndarray:
         opens[1:] |= key[1:] != key[:-1]
     index = np.arange(n)
     return index - np.maximum.accumulate(np.where(opens, index, 0))
-
-
-def unique_rows(keys: np.ndarray):
-    """``np.unique(keys, axis=0, return_inverse=True, return_counts=True)`` for int64 rows, fast:
-    the columns are packed into one int64 when their ranges allow (a plain integer sort instead
-    of a lexicographic one on row views, ~10x faster), else the general path."""
-    if keys.shape[0] == 0:
-        return keys, np.zeros(0, np.int64), np.zeros(0, np.int64)
-    low = keys.min(axis=0)
-    spans = keys.max(axis=0) - low + 1
-    if float(np.prod(spans.astype(np.float64))) >= 2.0 ** 62:
-        unique, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
-        return unique, inverse.reshape(-1), counts
-    packed = np.zeros(keys.shape[0], np.int64)
-    for column in range(keys.shape[1]):  # one iteration per key column
-        packed = packed * spans[column] + (keys[:, column] - low[column])
-    unique_packed, inverse, counts = np.unique(packed, return_inverse=True, return_counts=True)
-    unique = np.empty((unique_packed.size, keys.shape[1]), np.int64)
-    rest = unique_packed
-    for column in reversed(range(keys.shape[1])):
-        rest, unique[:, column] = np.divmod(rest, spans[column])
-        unique[:, column] += low[column]
-    return unique, inverse.reshape(-1), counts
 
 
 def _rank_list(ranks: np.ndarray, limit: int = 8) -> str:

@@ -166,7 +166,9 @@ class Texts:
 
     def eq(self, text: str) -> np.ndarray:
         """Rows whose text is ``text``."""
-        return self.isin((text,))
+        import numpy as np
+        found = np.flatnonzero(self.texts == text) if self.texts.size else ()
+        return self.codes == found[0] if len(found) else np.zeros(self.codes.size, bool)
 
     def isin(self, texts) -> np.ndarray:
         """Rows whose text is one of ``texts``."""

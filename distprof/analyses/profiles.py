@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .. import events as ev
+from ..columns import groups_of, unique_rows
 from ..results import RankProfile
 from ..sources.joins import innermost_enclosing
 from . import intervals as iv
@@ -124,7 +125,7 @@ def op_flops(tree: dict, input_dims: list, concrete_inputs: list) -> tuple[np.nd
     arg = np.asarray(ops["flops"], np.float64)
     columns = [names.codes.astype(np.int64), np.asarray(ops["dims"], np.int64), np.asarray(ops["concrete"], np.int64)]
     keys = np.stack(columns, axis=1) if len(names) else np.empty((0, 3), np.int64)
-    distinct, key_of = np.unique(keys, axis=0, return_inverse=True)
+    distinct, key_of, _ = unique_rows(keys)
     per_key = []
     for code, dims, concrete in distinct.tolist():  # per distinct (name, shapes), not per event
         value = shape_flops(str(names.texts[code]), input_dims[dims] if dims >= 0 else None,
@@ -232,9 +233,9 @@ def memory_figures(events: ev.Table, memory: ev.Table | None, window: iv.Interva
     at = np.searchsorted(starts, time_ns, side="right") - 1
     ok = (at >= 0) & (time_ns < ends[np.maximum(at, 0)]) if starts.size else np.zeros(time_ns.size, bool)
     step = np.where(ok, events["step"][steps][np.maximum(at, 0)], -1) if starts.size else np.full(time_ns.size, -1)
-    pairs = np.stack([samples["device_type"], samples["device_id"]], axis=1)
-    devices = [_device_memory(samples.take(np.all(pairs == pair, axis=1)), step[np.all(pairs == pair, axis=1)],
-                              *pair.tolist()) for pair in np.unique(pairs, axis=0)]  # per device
+    pairs, pair_of, _ = unique_rows(np.stack([samples["device_type"], samples["device_id"]], axis=1))
+    devices = [_device_memory(samples.take(rows), step[rows], *pair)  # per device
+               for pair, rows in zip(pairs.tolist(), groups_of(pair_of, len(pairs)))]
     gpus = [d for d in devices if d["device"] != "CPU"]
     main = max(gpus or devices, key=lambda d: d["peak_allocated_bytes"])
     return {"memory_peak_allocated_bytes": main["peak_allocated_bytes"],

@@ -14,7 +14,8 @@ import pandas as pd
 
 from .. import events as ev
 from .. import lanes as lanes_mod
-from ..align import Matching, unique_rows
+from ..align import Matching
+from ..columns import unique_rows
 from ..results import RankMarkers
 from ..sources.joins import launch_join
 from ..units import duration

@@ -35,6 +35,7 @@ import pandas as pd
 from .. import events as ev
 from .. import lanes as lanes_mod
 from .. import names
+from ..columns import groups_of, unique_rows
 from . import intervals as iv
 from . import operators, steptime
 from .distributed import analysis_window
@@ -95,8 +96,7 @@ def _by_name(keys: list[tuple[np.ndarray, np.ndarray]], durations: np.ndarray, d
     if not durations.size:
         return {"rows": [], "denominator_ns": int(denominator), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}
     stacked = np.stack([codes[known] for codes, _ in keys], axis=1)
-    groups, group_of = np.unique(stacked, axis=0, return_inverse=True)  # rows sorted by the keys' codes
-    group_of = np.asarray(group_of).ravel()
+    groups, group_of, _ = unique_rows(stacked)  # rows sorted by the keys' codes
     calls, total, longest, shortest = _group_stats(group_of, durations, len(groups))
     order = np.argsort(-total, kind="stable")
     kept, rest = order[:limit], order[limit:]
@@ -161,10 +161,10 @@ def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = N
     phase = events["category"].eq(ev.PHASE)
     if kernel.any() or (kind.eq(ev.RANGE) & events["category"].eq(ev.COMPUTE)).any():
         host &= ~phase  # the ops (or kernels) are the work; a phase only marks where they are
-    lanes = np.stack([events["pid"][host], events["lane"][host]], axis=1)
-    for pid, lane in np.unique(lanes, axis=0) if len(lanes) else []:  # one iteration per host thread
-        on = host & (events["pid"] == pid) & (events["lane"] == lane)
-        busy = iv.total(iv.covered_within(starts[on], ends[on], window))
+    host = np.flatnonzero(host)
+    lanes, lane_of, _ = unique_rows(np.stack([events["pid"][host], events["lane"][host]], axis=1))
+    for (pid, lane), on in zip(lanes.tolist(), groups_of(lane_of, len(lanes))):  # one iteration per host thread
+        busy = iv.total(iv.covered_within(starts[host[on]], ends[host[on]], window))
         key = lanes_mod.LaneKey(int(pid), -1, int(lane), ev.HOST_THREAD)
         rows.append({"device": lanes_mod.label(key), "kind": "host_thread", "busy_ns": busy,
                      "elapsed_ns": window_ns, "utilization": busy / window_ns if window_ns else None})

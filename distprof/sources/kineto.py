@@ -306,7 +306,8 @@ def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document
             except msgspec.DecodeError as error:
                 raise ev.SourceError(f"{path}: not valid JSON ({str(error).removeprefix('JSON is malformed: ')})") \
                     from None
-        _detach_raw_args(trace.traceEvents)
+        if b'"Input Dims"' in data or b'"Concrete Inputs"' in data:  # record_shapes' args: raw views
+            _detach_raw_args(trace.traceEvents, (complete_type, instant_type) if complete_type else ())
         del data  # now referenced by nothing: freed before the columns are built
         info = {"distributedInfo": trace.distributedInfo, "baseTimeNanoseconds": trace.baseTimeNanoseconds,
                 "deviceProperties": trace.deviceProperties, "host_name": trace.host_name}
@@ -325,17 +326,18 @@ def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document
     return _Document(events, document, structs=False)
 
 
-def _detach_raw_args(events: list) -> None:
+def _detach_raw_args(events: list, carriers: tuple) -> None:
     """Copy the raw JSON args (msgspec.Raw, views into the decoded buffer) out of the buffer: the few
-    MB of shapes then outlive the tens of MB of text, which is freed before the columns are built."""
-    for args in map(attrgetter("args"), filter(_has_args, events)):
-        if args is not None and (args.input_dims or args.input_type or args.concrete):
-            args.input_dims, args.input_type = args.input_dims.copy(), args.input_type.copy()
-            args.concrete = args.concrete.copy()
-
-
-def _has_args(event) -> bool:
-    return hasattr(event, "args")
+    MB of shapes then outlive the tens of MB of text, which is freed before the columns are built.
+    ``carriers``: the struct types that have args (all events when empty); the loop runs only over
+    the non-empty raw values (an empty Raw is false)."""
+    if carriers:
+        events = compress(events, map(isinstance, events, repeat(carriers)))
+    args = list(filter(None, map(attrgetter("args"), events)))
+    for name in _RAW_ARGS:  # three bulky args
+        raws = list(map(attrgetter(name), args))
+        for owner, raw in compress(zip(args, raws), raws):
+            setattr(owner, name, raw.copy())
 
 
 def _validation_message(message: str) -> str:
