@@ -251,16 +251,25 @@ def merge(paths: list[Path], out: Path, workers: int, html: bool = False) -> dic
         command = [find_mpirun(), "-n", str(workers), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,sm",
                    *(["--allow-run-as-root"] if os.geteuid() == 0 else []), *command]
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OMPI_", "PMIX_"))}
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu_s()
     done = subprocess.run(command, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, children_cpu_s() - cpu
     if done.returncode != 0:
         sys.exit(f"merge with {workers} worker(s) failed ({done.returncode}):\n{done.stderr[-3000:]}")
     stats = sorted((json.loads(p.read_text()) for p in stats_dir.glob("worker*.json")), key=lambda s: s["worker"])
     shutil.rmtree(stats_dir)
     if len(stats) != workers:
         sys.exit(f"expected {workers} worker reports, got {len(stats)}")
-    return {"wall_s": wall, "workers": stats, "summary": json.loads((out / "summary.json").read_text())}
+    return {"wall_s": wall, "tree_cpu_s": cpu, "workers": stats,
+            "summary": json.loads((out / "summary.json").read_text())}
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's waited-for children and their descendants:
+    the difference around one command is that command's whole process tree."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def copy_result(result, rank: int, world: int):
@@ -315,13 +324,14 @@ def combine_child(count: int, results_file: str, profile_file: str | None = None
         import cProfile
         profiler = cProfile.Profile()
         profiler.enable()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     summary = pipeline.combine(results, config, source=source, world_size=count).to_json()
-    combine_s = time.perf_counter() - started
+    combine_s, combine_cpu_s = time.perf_counter() - started, time.process_time() - cpu
     if profiler:
         profiler.disable()
         profiler.dump_stats(profile_file)
     print(json.dumps({"ranks": len(summary["ranks"]), "results_rss_mib": held - before, "combine_s": combine_s,
+                      "combine_cpu_s": combine_cpu_s,
                       "peak_rss_mib": peak_rss_mib(), "summary_json_mib": len(json.dumps(summary)) / 2**20,
                       "load": os.getloadavg()[0]}))
 
@@ -413,6 +423,7 @@ def parse() -> argparse.Namespace:
 
 
 def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # progress shows in a log as it happens
     args = parse()
     if args.quick and not args.kineto:
         args.ranks, args.kernels, args.steps = 16, 20_000, 20
@@ -525,21 +536,22 @@ def _growth(args: argparse.Namespace, job: Job, runs: dict, by_rank: dict, every
 
 def print_combines(timed: dict, reduced: dict) -> None:
     """Rank 0's combine per job size: time per rank and how it grows from one size to the next
-    (exponent 1: linear in ranks, 2: quadratic), its memory and the summary's size."""
+    (exponent 1: linear in ranks, 2: quadratic; from CPU time, which a busy machine disturbs less
+    than wall time), its memory and the summary's size."""
     print(f"\nrank 0's combine (copies of {reduced['ranks']} reduced ranks, renumbered; "
           f"{reduced['result_pickle_mib'] * 1024:.0f} KiB a rank over MPI, pickled; "
           f"reduce {reduced['reduce_s_per_rank']:.2f} s a rank), each size in a fresh process:")
     previous = None
     for count, c in sorted(timed.items()):
+        cpu = c.get("combine_cpu_s", c["combine_s"])
         growth = ""
         if previous:
-            exponent = math.log(c["combine_s"] / previous[1]) / math.log(count / previous[0])
-            growth = (f"   time x{c['combine_s'] / previous[1]:.1f} for ranks x{count / previous[0]:g}: "
-                      f"~N^{exponent:.2f}")
-        print(f"  {count:5d} ranks: combine {c['combine_s']:7.2f} s = {1000 * c['combine_s'] / count:6.1f} ms a rank "
-              f"[load {c['load']:.1f}]; results {c['results_rss_mib']:5.0f} MiB, peak RSS "
-              f"{c['peak_rss_mib']:5.0f} MiB, summary.json {c['summary_json_mib']:5.1f} MiB{growth}")
-        previous = (count, c["combine_s"])
+            exponent = math.log(cpu / previous[1]) / math.log(count / previous[0])
+            growth = f"   CPU x{cpu / previous[1]:.1f} for ranks x{count / previous[0]:g}: ~N^{exponent:.2f}"
+        print(f"  {count:5d} ranks: combine {1000 * cpu / count:6.1f} ms CPU a rank ({cpu:6.2f} s CPU, "
+              f"{c['combine_s']:6.2f} s wall [load {c['load']:.1f}]); results {c['results_rss_mib']:4.0f} MiB, "
+              f"peak RSS {c['peak_rss_mib']:4.0f} MiB, summary.json {c['summary_json_mib']:4.1f} MiB{growth}")
+        previous = (count, cpu)
 
 
 # -- Kineto: real ranks, replicated to a many-rank job (--kineto) ---------------------------------
@@ -599,12 +611,12 @@ def hta_run(python: str, folder: Path) -> dict:
     """HTA's TraceAnalysis load + get_comm_comp_overlap on ``folder`` in a fresh process of its
     venv (small_merge_vs_hta.py's child): wall time of the whole process and its peak RSS."""
     command = [python, str(Path(__file__).with_name("small_merge_vs_hta.py")), "--child", "hta", str(folder)]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu_s()
     done = subprocess.run(command, capture_output=True, text=True)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, children_cpu_s() - cpu
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
-    return {"wall_s": wall, **json.loads(done.stdout.strip().splitlines()[-1])}
+    return {"wall_s": wall, "tree_cpu_s": cpu, **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
 def mem_available_mib() -> float:
@@ -652,12 +664,12 @@ def _measure_size(base: Path, ranks: int, python: str | None, runs: int, rows: d
     summary, worker = best["summary"], best["workers"][0]
     walls = ", ".join(f"{m['wall_s']:.1f}" for m in merges)
     print(f"  distprof merge (report.html included): wall {best['wall_s']:.1f} s [load {best['load']:.1f}] "
-          f"(runs: {walls}); peak RSS {worker['peak_rss_mib']:.0f} MiB "
+          f"(runs: {walls}), CPU {best['tree_cpu_s']:.1f} s; peak RSS {worker['peak_rss_mib']:.0f} MiB "
           f"(merging process), {worker['readers_peak_rss_mib']:.0f} MiB (largest forked reader; 0: read in process); "
           f"summary: {len(summary['ranks'])} ranks of world {summary['world_size']}, "
           f"{len(summary['missing_ranks'])} missing")
-    row = {"distprof": {"wall_s": best["wall_s"], "load": best["load"], "peak_mib": worker["peak_rss_mib"],
-                        "readers_mib": worker["readers_peak_rss_mib"]}}
+    row = {"distprof": {"wall_s": best["wall_s"], "cpu_s": best["tree_cpu_s"], "load": best["load"],
+                        "peak_mib": worker["peak_rss_mib"], "readers_mib": worker["readers_peak_rss_mib"]}}
     if python is None:
         return row
     need = _hta_need_mib(rows, ranks)
@@ -670,8 +682,10 @@ def _measure_size(base: Path, ranks: int, python: str | None, runs: int, rows: d
     if "error" in hta:
         print(f"  HTA failed: {hta['error']}")
         return row
-    row["hta"] = {**hta, "load": load, "peak_mib": max(hta["peak_rss_mib"], hta["workers_peak_rss_mib"])}
-    print(f"  HTA load + overlap: wall {hta['wall_s']:.1f} s [load {load:.1f}]; peak RSS {hta['peak_rss_mib']:.0f} "
+    row["hta"] = {**hta, "cpu_s": hta["tree_cpu_s"], "load": load,
+                  "peak_mib": max(hta["peak_rss_mib"], hta["workers_peak_rss_mib"])}
+    print(f"  HTA load + overlap: wall {hta['wall_s']:.1f} s [load {load:.1f}], CPU {hta['tree_cpu_s']:.1f} s; "
+          f"peak RSS {hta['peak_rss_mib']:.0f} "
           f"MiB (main process), {hta['workers_peak_rss_mib']:.0f} MiB (largest parsing worker); "
           f"{hta['ranks']} ranks analysed")
     return row
@@ -688,25 +702,31 @@ def _hta_need_mib(rows: dict, ranks: int) -> float | None:
 
 def _print_merges(rows: dict) -> None:
     """The per-size table, the ratios HTA / distprof and how each one's peak RSS grows."""
-    print("\nwhole processes, one run a size [1-min load average before it]; peak RSS = the largest process "
-          "(merging process or a forked reader; HTA: main process or a parsing worker):")
-    print("   ranks | distprof wall  peak RSS | HTA wall      peak RSS | HTA/distprof: wall  peak RSS")
+    print("\nwhole processes, one run a size [1-min load average before it]; CPU = user + system of the process "
+          "tree; peak RSS = the largest process (the merging process or a forked reader; HTA: its main process "
+          "or a parsing worker):")
+    print("   ranks | distprof  wall       CPU    peak RSS | HTA  wall           CPU    peak RSS | HTA / distprof: "
+          "wall   CPU   peak RSS")
     for ranks, row in sorted(rows.items()):
         mine = row["distprof"]
-        peak = _largest(mine)
-        line = f"  {ranks:6d} | {mine['wall_s']:7.1f} s [{mine['load']:.1f}] {peak:6.0f} MiB |"
+        line = f"  {ranks:6d} | {_cells(mine)} |"
         if "hta" in row:
             hta = row["hta"]
-            line += (f" {hta['wall_s']:7.1f} s [{hta['load']:.1f}] {hta['peak_mib']:6.0f} MiB |"
-                     f"       {hta['wall_s'] / mine['wall_s']:5.1f}x     {hta['peak_mib'] / peak:5.1f}x")
+            line += (f" {_cells(hta)} |             {hta['wall_s'] / mine['wall_s']:5.1f}x "
+                     f"{hta['cpu_s'] / mine['cpu_s']:5.1f}x   {_largest(hta) / _largest(mine):5.1f}x")
         print(line)
     low, high = min(rows), max(rows)
     if high > low:
         grown = _largest(rows[high]["distprof"]) / _largest(rows[low]["distprof"])
         line = f"peak RSS {high} / {low} ranks: distprof {grown:.2f}"
         if "hta" in rows[high] and "hta" in rows[low]:
-            line += f", HTA {rows[high]['hta']['peak_mib'] / rows[low]['hta']['peak_mib']:.2f}"
-        print(line + "   (flat: ~1)")
+            line += f", HTA {_largest(rows[high]['hta']) / _largest(rows[low]['hta']):.2f}"
+        print(line + "   (target: distprof flat, ~1); the issue's target for HTA / distprof at 128 ranks: >= 5x")
+
+
+def _cells(figures: dict) -> str:
+    return (f"{figures['wall_s']:7.1f} s [{figures['load']:.1f}] {figures['cpu_s']:7.1f} s "
+            f"{_largest(figures):6.0f} MiB")
 
 
 def _largest(figures: dict) -> float:
