@@ -54,6 +54,7 @@ generated traces (about 1.4 GB of nsys exports by default) are deleted at the en
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -346,7 +347,8 @@ def child_json(command: list[str]) -> dict:
 
 def combines(paths: list[Path], counts: list[int], folder: Path, profile: bool = False) -> tuple[dict, dict]:
     """Rank 0's combine for each of ``counts`` ranks, each in a fresh child, on copies of
-    ``paths`` reduced once: ({count: the child's figures}, what the reduce child said).
+    ``paths`` reduced once (into ``folder``, reused by later calls with the same folder):
+    ({count: the child's figures}, what the reduce child said).
     ``profile``: under cProfile, stats in folder/combine-N.pstats (timed runs stay apart)."""
     results_file = folder / "results.pickle"
     folder.mkdir(parents=True, exist_ok=True)
@@ -413,13 +415,18 @@ def parse() -> argparse.Namespace:
     args = parser.parse_args()
     scale, runs, combine_ranks, profile, active = DEFAULTS[("kineto" if args.kineto else "nsys")
                                                            + (" quick" if args.quick else "")]
-    args.scale = sorted({int(n) for n in (args.scale or scale).split(",") if n.strip()})
+    args.scale = sorted(set(_counts(args.scale or scale)))
     args.runs = args.runs or runs
-    args.combine_ranks = [int(n) for n in (args.combine_ranks or combine_ranks).split(",") if int(n)]
-    sizes = [int(n) for n in (args.profile or profile).split(",") if int(n)]
+    args.combine_ranks = _counts(args.combine_ranks or combine_ranks)
+    sizes = _counts(args.profile or profile)
     args.profile = tuple(sorted(sizes)) if len(sizes) == 2 else None
     args.active = args.active or active
     return args
+
+
+def _counts(text: str) -> list[int]:
+    """'8,128,512' -> [8, 128, 512]; '' or '0' -> []."""
+    return [int(n) for n in text.split(",") if n.strip() and int(n)]
 
 
 def main() -> None:
@@ -530,7 +537,8 @@ def _growth(args: argparse.Namespace, job: Job, runs: dict, by_rank: dict, every
               f"{grow:.2f} MiB more per added rank (its compact result and its share of the combine)")
 
     if args.combine_ranks:
-        timed, reduced = combines(everything[:min(8, job.ranks)], args.combine_ranks, base)
+        timed, reduced = combines(everything[:min(8, job.ranks)], args.combine_ranks,
+                                  Path(tempfile.mkdtemp(prefix="combine-", dir=base)))
         print_combines(timed, reduced)
 
 
@@ -597,7 +605,6 @@ def renumbered_trace(text: str, rank: int, world: int) -> str:
 def copy_real_job(sources: list[Path], folder: Path, ranks: int) -> list[int]:
     """``ranks`` Kineto traces in ``folder``, rank r a copy of real rank r mod len(sources)
     renumbered (renumbered_trace), as HTA's own benchmarks reuse real ranks; trace events a rank."""
-    import gzip
     folder.mkdir(parents=True, exist_ok=True)
     texts = [gzip.decompress(path.read_bytes()).decode() for path in sources]
     counts = [len(json.loads(text)["traceEvents"]) for text in texts]
@@ -628,13 +635,14 @@ def run_kineto(args: argparse.Namespace, base: Path) -> None:
     """The many-rank Kineto benchmark: distprof merge vs HTA per job size, rank 0's combine per
     size, and the combine's profile at two sizes."""
     sources = real_ranks(args.traces, args.active)
-    events = [len(json.loads(__import__("gzip").decompress(p.read_bytes()))["traceEvents"]) for p in sources]
+    events = [len(json.loads(gzip.decompress(p.read_bytes()))["traceEvents"]) for p in sources]
     print(f"{len(sources)} real Kineto ranks from {sources[0].parent}: {min(events):,}-{max(events):,} trace events "
           f"a rank; replicated to {', '.join(map(str, args.scale))} ranks (distributedInfo rank, world size and "
           f"world group rewritten, nothing else); {os.cpu_count()} CPUs, {mem_available_mib() / 1024:.1f} GiB "
           f"available, load average {load_average()}")
     python, note = (None, "HTA skipped (--no-hta)") if args.no_hta else hta_python()
     print(f"HTA: {python} ({note})" if python else note)
+    shutil.rmtree(base / "combine", ignore_errors=True)  # a kept folder's results may be of other traces
     rows = {}
     for ranks in args.scale:
         started = time.perf_counter()
@@ -746,8 +754,9 @@ def _short(key: tuple) -> str:
 
 def print_profile(folder: Path, small: int, large: int, top: int = 12) -> None:
     """The combine's profile at ``large`` ranks (top functions by cumulative and by own time), and
-    every distprof function taking >= 2% of it, with how its time grows from ``small`` ranks:
-    ~N^1 is linear, above ~N^1.2 is flagged (cProfile times, on a busy machine only indicative)."""
+    every distprof function taking >= 2% of it, with how its time and its share of the combine
+    grow from ``small`` ranks: ~N^1 is linear (cProfile's wall times: on a busy machine the shares
+    say more than the times)."""
     import pstats
     stats = {n: pstats.Stats(str(folder / f"combine-{n}.pstats")).stats for n in (small, large)}
     total = {n: max(row[3] for row in stats[n].values()) for n in stats}  # combine's own cumulative time
@@ -757,19 +766,22 @@ def print_profile(folder: Path, small: int, large: int, top: int = 12) -> None:
         for key, row in sorted(stats[large].items(), key=lambda item: -item[1][column])[:top]:
             share = 100 * row[column] / total[large]
             print(f"    {share:5.1f}%  {row[3]:8.2f} {row[2]:8.2f} {row[1]:9d}  {_short(key)}")
-    print(f"  distprof functions >= 2% of the combine at {large} ranks, growth from {small} ranks "
-          f"(ranks x{large / small:g}):")
+    growth = math.log(total[large] / total[small]) / math.log(large / small)
+    print(f"  distprof functions >= 2% of the combine at {large} ranks: time and share of the combine at {small} -> "
+          f"{large} ranks (x{large / small:g}); flagged when the time grows faster than ~N^1.15 and the share by "
+          f">= 1.3x (a share cancels a machine that got busier between the runs):")
     flagged = []
     for key, row in sorted(stats[large].items(), key=lambda item: -item[1][3]):
         before = stats[small].get(key)
         if "distprof/" not in key[0] or row[3] < 0.02 * total[large] or not before or before[3] <= 0:
             continue
         exponent = math.log(row[3] / before[3]) / math.log(large / small)
-        flag = "  <== faster than linear" if exponent > 1.2 else ""
+        shares = (before[3] / total[small], row[3] / total[large])
+        flag = exponent > 1.15 and shares[1] >= 1.3 * shares[0]
         flagged += [_short(key)] if flag else []
-        print(f"    {row[3]:7.2f} s (x{row[3] / before[3]:5.1f}, ~N^{exponent:.2f}, calls {before[1]} -> {row[1]})  "
-              f"{_short(key)}{flag}")
-    growth = math.log(total[large] / total[small]) / math.log(large / small)
+        print(f"    {before[3]:7.2f} -> {row[3]:7.2f} s ({100 * shares[0]:4.1f}% -> {100 * shares[1]:4.1f}%, "
+              f"~N^{exponent:.2f}, calls {before[1]} -> {row[1]})  {_short(key)}"
+              f"{'  <== faster than linear' if flag else ''}")
     print(f"  whole combine: ~N^{growth:.2f}; faster than linear: {', '.join(flagged) if flagged else 'none'}")
 
 
