@@ -16,3 +16,11 @@ def peak_rss_mib() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB (macOS: bytes)
+
+
+def children_peak_rss_mib() -> float:
+    """Peak resident memory of the largest child this process has waited for (forked readers, a
+    pool's workers), in MiB; 0 without one. A forked child's peak counts the pages it shares with
+    its parent at the fork (they are resident in it too); a child that exec'd would also carry its
+    pre-exec peak, so use this for forked workers only."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux: KiB

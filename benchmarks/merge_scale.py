@@ -1,5 +1,7 @@
-"""`distprof merge` of a many-rank nsys job with K=1 and K=2 MPI workers, and peak memory per
-worker as the job grows from 8 to 64 ranks, measured in one run.
+"""`distprof merge` of many ranks, measured in one run, in two modes.
+
+**nsys (default)**: a many-rank nsys job with K=1 and K=2 MPI workers, and peak memory per
+worker as the job grows from 8 to 64 ranks.
 Targets: K=2 >= 1.7x faster than K=1 (2 cores); peak RSS per worker flat from 8 to 64 ranks;
 the same figures and straggler for K=1 and K=2.
 
@@ -13,27 +15,48 @@ differs by up to ``--offset-ms``) and its host clock is off by up to ``--clock-e
 merge must align clocks by the collective ends before it can name the straggler. The rank is
 only in the captured environment (``RANK``); file names follow the pid, not the rank.
 
-Peak RSS of a worker is its VmHWM, read by the worker itself: each merge runs through this
+**Kineto (--kineto)**: the many-rank issue's criterion: 128 ranks x ~25k events >= 5x HTA, RSS flat
+from 8 to 128 ranks, rank 0's combine time per rank at 8, 128, 512 (and 1,024). The ranks are
+REAL: the 8 ranks of make_real_job.py (a recsys model under DDP, torchrun, gloo, CPU; profiled
+``--active`` steps; made the first time, into the gitignored benchmarks/.traces/), replicated to
+8, 32 and 128 ranks by rewriting distributedInfo's rank, world size and world group in each copy
+and nothing else (as HTA's own benchmarks reuse real ranks). Per size, as whole processes:
+``distprof merge DIR -o OUT`` (report.html included) and HTA's ``TraceAnalysis`` load +
+``get_comm_comp_overlap()`` in its own venv (benchmarks/_hta.py; skipped when it would not fit
+in memory), wall time and the peak RSS of the largest process; HTA / distprof per size. Then
+rank 0's combine at ``--combine-ranks`` sizes on copies of the 8 reduced ranks, and the combine
+under cProfile at the two ``--profile`` sizes: its top functions and which grow faster than
+linearly with ranks.
+
+Peak RSS of a merge is its VmHWM, read by the process itself: each merge runs through this
 script's ``--worker`` mode, which calls ``distprof.cli.main`` (what ``python -m distprof``
-runs) and, at its end, writes its VmHWM, wall and CPU time to a JSON file named after its MPI
-rank. (ru_maxrss survives exec and a parent's poll of /proc misses a peak that ends with the
-process.)
+runs) and, at its end, writes its VmHWM, that of its largest forked reader (a merge without MPI
+reads files in forked processes when cores are free: ru_maxrss of its waited-for children),
+wall and CPU time to a JSON file named after its MPI rank. HTA's child reports the same for its
+main process and its parsing pool. (ru_maxrss of a process survives exec and a parent's poll of
+/proc misses a peak that ends with the process.)
 
 Times are wall times of the whole command (mpirun start included), K=1 and K=2 interleaved for
 ``--runs`` rounds, printed with the machine's load average; the CPU-time ratio beside them says
-what the wall ratio would be with both cores free. Rank 0's combine for ``--combine-ranks``
-ranks is measured in a child process on copies of 8 reduced ranks (the input of the estimate
-for large jobs in the README). The exports (about 1.4 GB by default) are deleted at the end.
+what the wall ratio would be with both cores free. Rank 0's combine is measured in a fresh child
+process per size on copies of 8 reduced ranks (unpickled as MPI's gather delivers them, each
+renumbered by copy_result: the input of the estimate for large jobs in docs/scale.md). The
+generated traces (about 1.4 GB of nsys exports by default) are deleted at the end unless --keep.
 
     python benchmarks/merge_scale.py [--ranks 64] [--kernels 200000] [--scale 8,16,32,64] [--runs 3]
                                      [--combine-ranks 1024] [--keep DIR]
     python benchmarks/merge_scale.py --quick      # 16 ranks x 20k kernels (20 steps), under a minute
+    python benchmarks/merge_scale.py --kineto [--scale 8,32,128] [--combine-ranks 8,128,512,1024]
+                                     [--profile 128,512] [--traces DIR | --active 16] [--no-hta]   # ~10 min
+    python benchmarks/merge_scale.py --kineto --quick   # ~4.5k events a rank, 8 and 32 ranks: about a minute
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import math
 import os
 import random
 import shutil
@@ -50,13 +73,17 @@ sys.path.insert(0, str(ROOT / "tests"))
 import nsys_fixtures as fx  # noqa: E402  (the real-DDL export writer lives with the tests)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported (tests import merge_scale)
-from _memory import peak_rss_mib  # noqa: E402
+from _hta import hta_python  # noqa: E402
+from _memory import children_peak_rss_mib, peak_rss_mib  # noqa: E402
+from small_merge_vs_hta import load_average  # noqa: E402
 
 JOB_START_UTC_NS = 1_700_000_000_000_000_000  # true time of the job's t = 0
 COMPUTE_STREAM, NCCL_STREAM = 7, 15
 KERNEL_NAMES = ("volta_sgemm_128x64_nn", "elementwise_kernel", "vectorized_layer_norm_kernel")
 NCCL_NAME = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 LAUNCH_NAME = "cudaLaunchKernel_v7000"
+TRACES = Path(__file__).resolve().parent / ".traces"  # --kineto's real ranks (gitignored)
+ACTIVE_STEPS, QUICK_ACTIVE_STEPS = 16, 3  # make_real_job.py --active: ~24k / ~4.5k trace events a rank
 
 
 @dataclass(frozen=True)
@@ -206,43 +233,65 @@ def worker_main(stats_dir: str, argv: list[str]) -> int:
     from distprof import cli
     code = cli.main(argv)
     worker = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")))
-    stats = {"worker": worker, "peak_rss_mib": peak_rss_mib(), "wall_s": time.perf_counter() - wall,
-             "cpu_s": time.process_time() - cpu, "code": code}
+    stats = {"worker": worker, "peak_rss_mib": peak_rss_mib(), "readers_peak_rss_mib": children_peak_rss_mib(),
+             "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "code": code}
     Path(stats_dir, f"worker{worker}.json").write_text(json.dumps(stats))
     return code
 
 
-def merge(paths: list[Path], out: Path, workers: int) -> dict:
+def merge(paths: list[Path], out: Path, workers: int, html: bool = False) -> dict:
     """Run one merge as a subprocess (plain for 1 worker, under mpirun otherwise): wall time of the
-    whole command and each worker's own figures."""
-    from distprof.cli import find_mpirun
+    whole command and each worker's own figures (its VmHWM and that of its largest forked reader)."""
     stats_dir = Path(tempfile.mkdtemp(prefix="stats-", dir=out.parent))
     command = [sys.executable, __file__, "--worker", str(stats_dir), "merge", *map(str, paths), "-o", str(out),
-               "--no-html"]
+               *([] if html else ["--no-html"])]
     if workers > 1:
+        from distprof.cli import find_mpirun
         # one node: shared memory between the workers; without "btl self,sm" Open MPI spends
         # about 1 s at start probing libfabric (btl ofi), counted in every K>1 run
         command = [find_mpirun(), "-n", str(workers), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,sm",
                    *(["--allow-run-as-root"] if os.geteuid() == 0 else []), *command]
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OMPI_", "PMIX_"))}
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu_s()
     done = subprocess.run(command, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, children_cpu_s() - cpu
     if done.returncode != 0:
         sys.exit(f"merge with {workers} worker(s) failed ({done.returncode}):\n{done.stderr[-3000:]}")
     stats = sorted((json.loads(p.read_text()) for p in stats_dir.glob("worker*.json")), key=lambda s: s["worker"])
     shutil.rmtree(stats_dir)
     if len(stats) != workers:
         sys.exit(f"expected {workers} worker reports, got {len(stats)}")
-    return {"wall_s": wall, "workers": stats, "summary": json.loads((out / "summary.json").read_text())}
+    return {"wall_s": wall, "tree_cpu_s": cpu, "workers": stats,
+            "summary": json.loads((out / "summary.json").read_text())}
 
 
-def combine_child(count: int, paths: list[str]) -> None:
-    """Child process: reduce ``paths`` one at a time, then stand in for rank 0 of a ``count``-rank
-    job: unpickle ``count`` results (as MPI's gather does; copies of the reduced ones, renumbered)
-    and combine them. Prints RSS before and after the results, the peak, and the times."""
-    import pickle
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's waited-for children and their descendants:
+    the difference around one command is that command's whole process tree."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def copy_result(result, rank: int, world: int):
+    """A real rank's RankResult as rank ``rank`` of a ``world``-rank job: what reduce_rank gives
+    for the trace copy_real_job renumbers (rank, world size, the world group's members), with
+    its own pid and file name."""
     from dataclasses import replace
+    meta = dict(result.meta)
+    stated = meta.get("world_size")
+    if stated:
+        everyone = list(range(int(stated)))
+        meta["world_size"] = world
+        meta["process_groups"] = {name: list(range(world)) if list(members) == everyone else members
+                                  for name, members in (meta.get("process_groups") or {}).items()}
+    return replace(result, rank=rank, source_file=f"rank{rank}", pid=rank, meta=meta)
+
+
+def reduce_child(results_file: str, paths: list[str]) -> None:
+    """Child process: reduce ``paths`` one at a time and pickle the RankResults (each one
+    pickled on its own, as a worker sends it) to ``results_file``; prints the time per rank."""
+    import pickle
 
     from distprof import config as config_module
     from distprof import pipeline, sources
@@ -251,19 +300,67 @@ def combine_child(count: int, paths: list[str]) -> None:
     blobs = [pickle.dumps(pipeline.reduce_rank(trace, config))
              for path in paths for trace in sources.read(path, config)]
     reduced_s = time.perf_counter() - started
+    Path(results_file).write_bytes(pickle.dumps(blobs))
+    print(json.dumps({"ranks": len(blobs), "reduce_s_per_rank": reduced_s / len(blobs),
+                      "result_pickle_mib": sum(map(len, blobs)) / len(blobs) / 2**20}))
+
+
+def combine_child(count: int, results_file: str, profile_file: str | None = None) -> None:
+    """Child process standing in for rank 0 of a ``count``-rank job: unpickle ``count`` results
+    (as MPI's gather does; copies of the reduced ones, renumbered by copy_result) and combine
+    them, under cProfile when ``profile_file`` is given (its stats are written there). Prints
+    RSS before and after the results, the peak, and the time of combine + to_json."""
+    import pickle
+
+    from distprof import config as config_module
+    from distprof import pipeline
+    config = config_module.load()
+    blobs = pickle.loads(Path(results_file).read_bytes())
     before = current_rss_mib()
-    results = []
-    for rank in range(count):
-        result = pickle.loads(blobs[rank % len(blobs)])
-        results.append(replace(result, rank=rank, source_file=f"rank{rank}.sqlite", pid=rank))
+    results = [copy_result(pickle.loads(blobs[rank % len(blobs)]), rank, count) for rank in range(count)]
     held = current_rss_mib()
-    started = time.perf_counter()
-    summary = pipeline.combine(results, config, source="nsys", world_size=count).to_json()
-    combine_s = time.perf_counter() - started
-    print(json.dumps({"ranks": len(summary["ranks"]), "reduce_s_per_rank": reduced_s / len(blobs),
-                      "result_pickle_mib": sum(map(len, blobs)) / len(blobs) / 2**20,
-                      "results_rss_mib": held - before, "combine_s": combine_s, "peak_rss_mib": peak_rss_mib(),
-                      "summary_json_mib": len(json.dumps(summary)) / 2**20}))
+    source = "+".join(sorted({r.source for r in results}))
+    profiler = None
+    if profile_file:
+        import cProfile
+        profiler = cProfile.Profile()
+        profiler.enable()
+    started, cpu = time.perf_counter(), time.process_time()
+    summary = pipeline.combine(results, config, source=source, world_size=count).to_json()
+    combine_s, combine_cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(profile_file)
+    print(json.dumps({"ranks": len(summary["ranks"]), "results_rss_mib": held - before, "combine_s": combine_s,
+                      "combine_cpu_s": combine_cpu_s,
+                      "peak_rss_mib": peak_rss_mib(), "summary_json_mib": len(json.dumps(summary)) / 2**20,
+                      "load": os.getloadavg()[0]}))
+
+
+def child_json(command: list[str]) -> dict:
+    """The last stdout line of a child process, as JSON; exits with its stderr if it failed."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"failed: {' '.join(command[:4])} ...\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def combines(paths: list[Path], counts: list[int], folder: Path, profile: bool = False) -> tuple[dict, dict]:
+    """Rank 0's combine for each of ``counts`` ranks, each in a fresh child, on copies of
+    ``paths`` reduced once (into ``folder``, reused by later calls with the same folder):
+    ({count: the child's figures}, what the reduce child said).
+    ``profile``: under cProfile, stats in folder/combine-N.pstats (timed runs stay apart)."""
+    results_file = folder / "results.pickle"
+    folder.mkdir(parents=True, exist_ok=True)
+    if not results_file.exists():
+        reduced = child_json([sys.executable, __file__, "--reduce-child", str(results_file), *map(str, paths)])
+        (folder / "reduced.json").write_text(json.dumps(reduced))
+    reduced = json.loads((folder / "reduced.json").read_text())
+    out = {}
+    for count in counts:
+        extra = [str(folder / f"combine-{count}.pstats")] if profile else []
+        out[count] = child_json([sys.executable, __file__, "--combine-child", str(count), str(results_file), *extra])
+    return out, reduced
 
 
 def compare(one: dict, two: dict) -> list[str]:
@@ -282,33 +379,72 @@ def median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=64)
-    parser.add_argument("--kernels", type=int, default=200_000, help="kernels per rank")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--collectives", type=int, default=8, help="NCCL allreduces per step")
-    parser.add_argument("--late-ms", type=float, default=2.0, help="the straggler's lateness per collective")
-    parser.add_argument("--offset-ms", type=float, default=40.0, help="session starts differ by up to this")
-    parser.add_argument("--clock-error-us", type=float, default=300.0, help="host clock error, +- this")
-    parser.add_argument("--scale", default="8,16,32,64", help="rank counts of the K=1 memory runs")
-    parser.add_argument("--runs", type=int, default=3, help="K=1 / K=2 timing pairs (interleaved)")
-    parser.add_argument("--combine-ranks", type=int, default=1024,
-                        help="rank 0's combine of this many ranks' results (copies of 8 reduced ranks); 0: skip")
-    parser.add_argument("--quick", action="store_true", help="16 ranks x 20k kernels, scale 4,8,16, 1 run")
-    parser.add_argument("--keep", default=None, help="write the exports here and keep them")
-    args = parser.parse_args()
-    if args.quick:
-        args.ranks, args.kernels, args.steps, args.scale, args.runs = 16, 20_000, 20, "4,8,16", 1
-    if not fx.ddl_available():
-        sys.exit(f"nsys DDL folder {fx.DDL_DIR} is absent: set DISTPROF_NSYS_DATA")
-    scale = sorted({int(n) for n in args.scale.split(",") if n} | {args.ranks})
-    job = Job(ranks=max(scale), kernels=args.kernels, steps=args.steps, collectives=args.collectives,
-              late_ns=int(args.late_ms * 1e6), offset_ns=int(args.offset_ms * 1e6),
-              clock_error_ns=int(args.clock_error_us * 1e3))
+# defaults of each mode, and of its --quick run: (scale, runs, combine ranks, profile sizes, active steps)
+DEFAULTS = {"nsys": ("8,16,32,64", 3, "1024", "", 0), "nsys quick": ("4,8,16", 1, "1024", "", 0),
+            "kineto": ("8,32,128", 1, "8,128,512,1024", "128,512", ACTIVE_STEPS),
+            "kineto quick": ("8,32", 1, "8,128", "32,128", QUICK_ACTIVE_STEPS)}
 
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kineto", action="store_true",
+                        help="real Kineto ranks replicated to many: distprof merge vs HTA, combine per rank, profile")
+    parser.add_argument("--ranks", type=int, default=64, help="nsys: ranks of the K=1 / K=2 runs")
+    parser.add_argument("--kernels", type=int, default=200_000, help="nsys: kernels per rank")
+    parser.add_argument("--steps", type=int, default=200, help="nsys")
+    parser.add_argument("--collectives", type=int, default=8, help="nsys: NCCL allreduces per step")
+    parser.add_argument("--late-ms", type=float, default=2.0, help="nsys: the straggler's lateness per collective")
+    parser.add_argument("--offset-ms", type=float, default=40.0, help="nsys: session starts differ by up to this")
+    parser.add_argument("--clock-error-us", type=float, default=300.0, help="nsys: host clock error, +- this")
+    parser.add_argument("--scale", default=None, help="rank counts of the memory runs (nsys: K=1, default 8,16,32,64; "
+                        "kineto: distprof vs HTA, default 8,32,128)")
+    parser.add_argument("--runs", type=int, default=None,
+                        help="nsys: K=1 / K=2 timing pairs (interleaved; 3); kineto: distprof merges a size (best; 1)")
+    parser.add_argument("--combine-ranks", default=None, help="rank 0's combine of these many ranks' results, copies "
+                        "of 8 reduced ranks (nsys: 1024; kineto: 8,128,512,1024); 0: skip")
+    parser.add_argument("--profile", default=None, help="kineto: the combine under cProfile at SMALL,LARGE ranks "
+                        "(default 128,512); 0: skip")
+    parser.add_argument("--traces", default=None, help="kineto: folder of real Kineto ranks to replicate (default: "
+                        "make_real_job.py's 8 recsys ranks, made when absent)")
+    parser.add_argument("--active", type=int, default=None, help=f"kineto: profiled steps of the made ranks "
+                        f"(default {ACTIVE_STEPS}: ~24k trace events a rank; --quick {QUICK_ACTIVE_STEPS}: ~4.5k)")
+    parser.add_argument("--no-hta", action="store_true", help="kineto: skip HTA even when it is installed")
+    parser.add_argument("--quick", action="store_true", help="nsys: 16 ranks x 20k kernels, scale 4,8,16, 1 run; "
+                        "kineto: ~4.5k events a rank, 8 and 32 ranks, combine 8 and 128, profile 32 vs 128")
+    parser.add_argument("--keep", default=None, help="write the generated traces here and keep them")
+    args = parser.parse_args()
+    scale, runs, combine_ranks, profile, active = DEFAULTS[("kineto" if args.kineto else "nsys")
+                                                           + (" quick" if args.quick else "")]
+    args.scale = sorted(set(_counts(args.scale or scale)))
+    args.runs = args.runs or runs
+    args.combine_ranks = _counts(args.combine_ranks or combine_ranks)
+    sizes = _counts(args.profile or profile)
+    args.profile = tuple(sorted(sizes)) if len(sizes) == 2 else None
+    args.active = args.active or active
+    return args
+
+
+def _counts(text: str) -> list[int]:
+    """'8,128,512' -> [8, 128, 512]; '' or '0' -> []."""
+    return [int(n) for n in text.split(",") if n.strip() and int(n)]
+
+
+def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # progress shows in a log as it happens
+    args = parse()
+    if args.quick and not args.kineto:
+        args.ranks, args.kernels, args.steps = 16, 20_000, 20
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="distprof-merge-scale-"))
     try:
+        if args.kineto:
+            run_kineto(args, base)
+            return
+        if not fx.ddl_available():
+            sys.exit(f"nsys DDL folder {fx.DDL_DIR} is absent: set DISTPROF_NSYS_DATA")
+        scale = sorted(set(args.scale) | {args.ranks})
+        job = Job(ranks=max(scale), kernels=args.kernels, steps=args.steps, collectives=args.collectives,
+                  late_ns=int(args.late_ms * 1e6), offset_ns=int(args.offset_ms * 1e6),
+                  clock_error_ns=int(args.clock_error_us * 1e3))
         run(args, job, scale, base)
     finally:
         if not args.keep:
@@ -401,23 +537,261 @@ def _growth(args: argparse.Namespace, job: Job, runs: dict, by_rank: dict, every
               f"{grow:.2f} MiB more per added rank (its compact result and its share of the combine)")
 
     if args.combine_ranks:
-        command = [sys.executable, __file__, "--combine-child", str(args.combine_ranks),
-                   *map(str, everything[:min(8, job.ranks)])]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.exit(f"combine child failed:\n{done.stderr[-3000:]}")
-        c = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"\nrank 0 of a {c['ranks']}-rank job (results of 8 reduced ranks, copied): "
-              f"{c['result_pickle_mib'] * 1024:.0f} KiB a rank over MPI (pickled), "
-              f"{c['results_rss_mib']:.0f} MiB for all results in memory, combine {c['combine_s']:.1f} s, "
-              f"peak RSS {c['peak_rss_mib']:.0f} MiB (reading included), summary.json {c['summary_json_mib']:.1f} MiB")
+        timed, reduced = combines(everything[:min(8, job.ranks)], args.combine_ranks,
+                                  Path(tempfile.mkdtemp(prefix="combine-", dir=base)))
+        print_combines(timed, reduced)
+
+
+def print_combines(timed: dict, reduced: dict) -> None:
+    """Rank 0's combine per job size: time per rank and how it grows from one size to the next
+    (exponent 1: linear in ranks, 2: quadratic; from CPU time, which a busy machine disturbs less
+    than wall time), its memory and the summary's size."""
+    print(f"\nrank 0's combine (copies of {reduced['ranks']} reduced ranks, renumbered; "
+          f"{reduced['result_pickle_mib'] * 1024:.0f} KiB a rank over MPI, pickled; "
+          f"reduce {reduced['reduce_s_per_rank']:.2f} s a rank), each size in a fresh process:")
+    previous = None
+    for count, c in sorted(timed.items()):
+        cpu = c.get("combine_cpu_s", c["combine_s"])
+        growth = ""
+        if previous:
+            exponent = math.log(cpu / previous[1]) / math.log(count / previous[0])
+            growth = f"   CPU x{cpu / previous[1]:.1f} for ranks x{count / previous[0]:g}: ~N^{exponent:.2f}"
+        print(f"  {count:5d} ranks: combine {1000 * cpu / count:6.1f} ms CPU a rank ({cpu:6.2f} s CPU, "
+              f"{c['combine_s']:6.2f} s wall [load {c['load']:.1f}]); results {c['results_rss_mib']:4.0f} MiB, "
+              f"peak RSS {c['peak_rss_mib']:4.0f} MiB, summary.json {c['summary_json_mib']:4.1f} MiB{growth}")
+        previous = (count, cpu)
+
+
+# -- Kineto: real ranks, replicated to a many-rank job (--kineto) ---------------------------------
+
+
+
+def real_ranks(traces: str | None, active: int) -> list[Path]:
+    """The real Kineto ranks to replicate: ``traces`` if given, else the 8 ranks of
+    make_real_job.py profiled for ``active`` steps, made here (torchrun, gloo, CPU: about a
+    minute) the first time."""
+    folder = Path(traces) if traces else TRACES / ("recsys8" if active == 3 else f"recsys8-a{active}")
+    found = sorted(folder.glob("*.json.gz"), key=_rank_order)
+    if traces or len(found) >= 8:
+        if not found:
+            sys.exit(f"no Kineto traces (*.json.gz) in {folder}")
+        return found
+    print(f"making 8 real ranks in {folder}: make_real_job.py --active {active} (torchrun, gloo, CPU) ...")
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("make_real_job.py")), "--out", str(folder),
+                           "--active", str(active)], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"make_real_job.py failed (torch needed; or pass --traces DIR):\n{done.stderr[-2000:]}")
+    return sorted(folder.glob("*.json.gz"), key=_rank_order)
+
+
+def _rank_order(path: Path) -> tuple:
+    digits = "".join(c if c.isdigit() else " " for c in path.name).split()
+    return (int(digits[0]) if digits else -1, path.name)
+
+
+def renumbered_trace(text: str, rank: int, world: int) -> str:
+    """A real rank's Kineto JSON text as rank ``rank`` of a ``world``-rank job: distributedInfo's
+    rank and world_size, and the world group of pg_config (members and size), rewritten; every
+    other byte kept (timestamps, pids, events). Other groups are kept as they are."""
+    start = text.index("{", text.index('"distributedInfo"'))
+    info, end = json.JSONDecoder().raw_decode(text, start)
+    everyone = list(range(int(info.get("world_size") or 0)))
+    groups = [{**group, "ranks": list(range(world)), "pg_size": world} if group.get("ranks") == everyone else group
+              for group in info.get("pg_config") or []]
+    info = {**info, "rank": rank, "world_size": world, **({"pg_config": groups} if groups else {})}
+    return text[:start] + json.dumps(info) + text[end:]
+
+
+def copy_real_job(sources: list[Path], folder: Path, ranks: int) -> list[int]:
+    """``ranks`` Kineto traces in ``folder``, rank r a copy of real rank r mod len(sources)
+    renumbered (renumbered_trace), as HTA's own benchmarks reuse real ranks; trace events a rank."""
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = [gzip.decompress(path.read_bytes()).decode() for path in sources]
+    counts = [len(json.loads(text)["traceEvents"]) for text in texts]
+    for rank in range(ranks):
+        text = renumbered_trace(texts[rank % len(texts)], rank, ranks)
+        (folder / f"rank{rank}.pt.trace.json.gz").write_bytes(gzip.compress(text.encode(), 6))
+    return [counts[rank % len(counts)] for rank in range(ranks)]
+
+
+def hta_run(python: str, folder: Path) -> dict:
+    """HTA's TraceAnalysis load + get_comm_comp_overlap on ``folder`` in a fresh process of its
+    venv (small_merge_vs_hta.py's child): wall time of the whole process and its peak RSS."""
+    command = [python, str(Path(__file__).with_name("small_merge_vs_hta.py")), "--child", "hta", str(folder)]
+    started, cpu = time.perf_counter(), children_cpu_s()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall, cpu = time.perf_counter() - started, children_cpu_s() - cpu
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    return {"wall_s": wall, "tree_cpu_s": cpu, **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+def mem_available_mib() -> float:
+    with open("/proc/meminfo") as meminfo:
+        return next(int(line.split()[1]) / 1024 for line in meminfo if line.startswith("MemAvailable:"))
+
+
+def run_kineto(args: argparse.Namespace, base: Path) -> None:
+    """The many-rank Kineto benchmark: distprof merge vs HTA per job size, rank 0's combine per
+    size, and the combine's profile at two sizes."""
+    sources = real_ranks(args.traces, args.active)
+    events = [len(json.loads(gzip.decompress(p.read_bytes()))["traceEvents"]) for p in sources]
+    print(f"{len(sources)} real Kineto ranks from {sources[0].parent}: {min(events):,}-{max(events):,} trace events "
+          f"a rank; replicated to {', '.join(map(str, args.scale))} ranks (distributedInfo rank, world size and "
+          f"world group rewritten, nothing else); {os.cpu_count()} CPUs, {mem_available_mib() / 1024:.1f} GiB "
+          f"available, load average {load_average()}")
+    python, note = (None, "HTA skipped (--no-hta)") if args.no_hta else hta_python()
+    print(f"HTA: {python} ({note})" if python else note)
+    shutil.rmtree(base / "combine", ignore_errors=True)  # a kept folder's results may be of other traces
+    rows = {}
+    for ranks in args.scale:
+        started = time.perf_counter()
+        counts = copy_real_job(sources, base / f"kineto-{ranks}", ranks)
+        print(f"\n{ranks} ranks: {sum(counts):,} trace events ({sum(counts) // ranks:,} a rank) written in "
+              f"{time.perf_counter() - started:.0f} s")
+        rows[ranks] = _measure_size(base, ranks, python, args.runs, rows)
+    _print_merges(rows)
+    if args.combine_ranks:
+        timed, reduced = combines(sources, args.combine_ranks, base / "combine")
+        print_combines(timed, reduced)
+    if args.profile:
+        small, large = args.profile
+        combines(sources, [small, large], base / "combine", profile=True)
+        print_profile(base / "combine", small, large)
+
+
+def _measure_size(base: Path, ranks: int, python: str | None, runs: int, rows: dict) -> dict:
+    """distprof merge (``runs`` times, best kept) and HTA (once, when memory allows) on one size."""
+    folder = base / f"kineto-{ranks}"
+    merges = []
+    for index in range(runs):
+        load = os.getloadavg()[0]
+        merges.append({**merge([folder], base / f"out-kineto-{ranks}-{index}", 1, html=True), "load": load})
+        shutil.rmtree(base / f"out-kineto-{ranks}-{index}")
+    best = min(merges, key=lambda m: m["wall_s"])
+    summary, worker = best["summary"], best["workers"][0]
+    walls = ", ".join(f"{m['wall_s']:.1f}" for m in merges)
+    print(f"  distprof merge (report.html included): wall {best['wall_s']:.1f} s [load {best['load']:.1f}] "
+          f"(runs: {walls}), CPU {best['tree_cpu_s']:.1f} s; peak RSS {worker['peak_rss_mib']:.0f} MiB "
+          f"(merging process), {worker['readers_peak_rss_mib']:.0f} MiB (largest forked reader; 0: read in process); "
+          f"summary: {len(summary['ranks'])} ranks of world {summary['world_size']}, "
+          f"{len(summary['missing_ranks'])} missing")
+    row = {"distprof": {"wall_s": best["wall_s"], "cpu_s": best["tree_cpu_s"], "load": best["load"],
+                        "peak_mib": worker["peak_rss_mib"], "readers_mib": worker["readers_peak_rss_mib"]}}
+    if python is None:
+        return row
+    need = _hta_need_mib(rows, ranks)
+    if need and need > 0.8 * mem_available_mib():
+        print(f"  HTA skipped: about {need:.0f} MiB needed (its peak at a smaller size, scaled), "
+              f"{mem_available_mib():.0f} MiB available")
+        return row
+    load = os.getloadavg()[0]
+    hta = hta_run(python, folder)
+    if "error" in hta:
+        print(f"  HTA failed: {hta['error']}")
+        return row
+    row["hta"] = {**hta, "cpu_s": hta["tree_cpu_s"], "load": load,
+                  "peak_mib": max(hta["peak_rss_mib"], hta["workers_peak_rss_mib"])}
+    print(f"  HTA load + overlap: wall {hta['wall_s']:.1f} s [load {load:.1f}], CPU {hta['tree_cpu_s']:.1f} s; "
+          f"peak RSS {hta['peak_rss_mib']:.0f} "
+          f"MiB (main process), {hta['workers_peak_rss_mib']:.0f} MiB (largest parsing worker); "
+          f"{hta['ranks']} ranks analysed")
+    return row
+
+
+def _hta_need_mib(rows: dict, ranks: int) -> float | None:
+    """HTA's peak at ``ranks``, from its peak at the largest smaller size measured, scaled linearly."""
+    done = [(n, row["hta"]["peak_mib"]) for n, row in rows.items() if "hta" in row]
+    if not done:
+        return None
+    n, peak = max(done)
+    return peak * ranks / n
+
+
+def _print_merges(rows: dict) -> None:
+    """The per-size table, the ratios HTA / distprof and how each one's peak RSS grows."""
+    print("\nwhole processes, one run a size [1-min load average before it]; CPU = user + system of the process "
+          "tree; peak RSS = the largest process (the merging process or a forked reader; HTA: its main process "
+          "or a parsing worker):")
+    print("   ranks | distprof  wall       CPU    peak RSS | HTA  wall           CPU    peak RSS | HTA / distprof: "
+          "wall   CPU   peak RSS")
+    for ranks, row in sorted(rows.items()):
+        mine = row["distprof"]
+        line = f"  {ranks:6d} | {_cells(mine)} |"
+        if "hta" in row:
+            hta = row["hta"]
+            line += (f" {_cells(hta)} |             {hta['wall_s'] / mine['wall_s']:5.1f}x "
+                     f"{hta['cpu_s'] / mine['cpu_s']:5.1f}x   {_largest(hta) / _largest(mine):5.1f}x")
+        print(line)
+    low, high = min(rows), max(rows)
+    if high > low:
+        grown = _largest(rows[high]["distprof"]) / _largest(rows[low]["distprof"])
+        line = f"peak RSS {high} / {low} ranks: distprof {grown:.2f}"
+        if "hta" in rows[high] and "hta" in rows[low]:
+            line += f", HTA {_largest(rows[high]['hta']) / _largest(rows[low]['hta']):.2f}"
+        print(line + "   (target: distprof flat, ~1); the issue's target for HTA / distprof at 128 ranks: >= 5x")
+
+
+def _cells(figures: dict) -> str:
+    return (f"{figures['wall_s']:7.1f} s [{figures['load']:.1f}] {figures['cpu_s']:7.1f} s "
+            f"{_largest(figures):6.0f} MiB")
+
+
+def _largest(figures: dict) -> float:
+    """Peak RSS of the largest process: the merging one or a forked reader."""
+    return max(figures["peak_mib"], figures.get("readers_mib", 0))
+
+
+def _short(key: tuple) -> str:
+    """file:line(function) of a pstats key, the file from its package on."""
+    file, line, function = key
+    for marker in ("site-packages/", "/distprof/"):
+        if marker in file:
+            file = ("distprof/" if marker == "/distprof/" else "") + file.split(marker, 1)[1]
+            break
+    return f"{function} ({file}:{line})" if line else function
+
+
+def print_profile(folder: Path, small: int, large: int, top: int = 12) -> None:
+    """The combine's profile at ``large`` ranks (top functions by cumulative and by own time), and
+    every distprof function taking >= 2% of it, with how its time and its share of the combine
+    grow from ``small`` ranks: ~N^1 is linear (cProfile's wall times: on a busy machine the shares
+    say more than the times)."""
+    import pstats
+    stats = {n: pstats.Stats(str(folder / f"combine-{n}.pstats")).stats for n in (small, large)}
+    total = {n: max(row[3] for row in stats[n].values()) for n in stats}  # combine's own cumulative time
+    print(f"\ncombine under cProfile: {total[small]:.2f} s at {small} ranks, {total[large]:.2f} s at {large} ranks")
+    for title, column in (("cumulative", 3), ("own time (tottime)", 2)):
+        print(f"  top {top} by {title} at {large} ranks:      cum s    own s     calls")
+        for key, row in sorted(stats[large].items(), key=lambda item: -item[1][column])[:top]:
+            share = 100 * row[column] / total[large]
+            print(f"    {share:5.1f}%  {row[3]:8.2f} {row[2]:8.2f} {row[1]:9d}  {_short(key)}")
+    growth = math.log(total[large] / total[small]) / math.log(large / small)
+    print(f"  distprof functions >= 2% of the combine at {large} ranks: time and share of the combine at {small} -> "
+          f"{large} ranks (x{large / small:g}); flagged when the time grows faster than ~N^1.15 and the share by "
+          f">= 1.3x (a share cancels a machine that got busier between the runs):")
+    flagged = []
+    for key, row in sorted(stats[large].items(), key=lambda item: -item[1][3]):
+        before = stats[small].get(key)
+        if "distprof/" not in key[0] or row[3] < 0.02 * total[large] or not before or before[3] <= 0:
+            continue
+        exponent = math.log(row[3] / before[3]) / math.log(large / small)
+        shares = (before[3] / total[small], row[3] / total[large])
+        flag = exponent > 1.15 and shares[1] >= 1.3 * shares[0]
+        flagged += [_short(key)] if flag else []
+        print(f"    {before[3]:7.2f} -> {row[3]:7.2f} s ({100 * shares[0]:4.1f}% -> {100 * shares[1]:4.1f}%, "
+              f"~N^{exponent:.2f}, calls {before[1]} -> {row[1]})  {_short(key)}"
+              f"{'  <== faster than linear' if flag else ''}")
+    print(f"  whole combine: ~N^{growth:.2f}; faster than linear: {', '.join(flagged) if flagged else 'none'}")
 
 
 if __name__ == "__main__":
     # child modes: their arguments are a distprof command line / file list, not ours to parse
     if sys.argv[1:2] == ["--worker"]:
         raise SystemExit(worker_main(sys.argv[2], sys.argv[3:]))
-    if sys.argv[1:2] == ["--combine-child"]:
-        combine_child(int(sys.argv[2]), sys.argv[3:])
+    if sys.argv[1:2] == ["--reduce-child"]:
+        reduce_child(sys.argv[2], sys.argv[3:])
+    elif sys.argv[1:2] == ["--combine-child"]:
+        combine_child(int(sys.argv[2]), *sys.argv[3:5])
     else:
         main()

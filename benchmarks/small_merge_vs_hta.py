@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REAL_TRACES = Path(__file__).resolve().parent / ".traces" / "recsys8"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _hta import hta_python  # noqa: E402
+from _memory import children_peak_rss_mib, peak_rss_mib  # noqa: E402
 
 
 def make_job(folder: Path, ranks: int, events: int) -> int:
@@ -55,7 +56,8 @@ def make_job(folder: Path, ranks: int, events: int) -> int:
 
 
 def child_hta(folder: str) -> dict:
-    """HTA load + overlap, as its users call it (runs inside HTA's venv)."""
+    """HTA load + overlap, as its users call it (runs inside HTA's venv); with the peak RSS of
+    this process and of its largest parsing worker (HTA forks a pool for more than one rank)."""
     import logging
 
     from hta.trace_analysis import TraceAnalysis
@@ -63,7 +65,8 @@ def child_hta(folder: str) -> dict:
     started = time.perf_counter()
     analysis = TraceAnalysis(trace_dir=folder)
     overlap = analysis.get_comm_comp_overlap(visualize=False)
-    return {"seconds": time.perf_counter() - started, "ranks": len(overlap)}
+    return {"seconds": time.perf_counter() - started, "ranks": len(overlap), "peak_rss_mib": peak_rss_mib(),
+            "workers_peak_rss_mib": children_peak_rss_mib()}
 
 
 def child_stages(folder: str, out: str) -> dict:

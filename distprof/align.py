@@ -268,9 +268,13 @@ def process_groups(results: list[RankResult]) -> dict[str, tuple[int, ...]]:
     """{group name: member ranks} over all ranks' sources (``meta["process_groups"]``); a name
     two ranks describe differently keeps the union of what they say."""
     groups: dict[str, set[int]] = {}
+    seen: set[tuple] = set()  # every member of a group lists all of its members: add each list once
     for result in results:  # one iteration per rank
         for name, members in (result.meta.get("process_groups") or {}).items():
-            groups.setdefault(str(name), set()).update(int(m) for m in members)
+            said = (str(name), tuple(members))
+            if said not in seen:
+                seen.add(said)
+                groups.setdefault(str(name), set()).update(int(m) for m in members)
     return {name: tuple(sorted(members)) for name, members in groups.items()}
 
 
@@ -413,13 +417,15 @@ def _same_host(out: list[dict], results: list[RankResult], hosts: list, referenc
     that host's best-verified rank (its uncertainty). Native offsets (to rank 0 by ping-pong) are
     replaced by that rank's (one CLOCK_MONOTONIC); nsys/Kineto offsets are on the host's one system
     clock already: the source offset plus the anchor's correction."""
+    rows_of: dict = {}  # host -> its rows in order: the anchors of a row are looked for on its host only
+    for row, host in enumerate(hosts):
+        rows_of.setdefault(host, []).append(row)
     for row, host in enumerate(hosts):  # one pass per rank
         if not host or row == reference:
             continue
-        anchors = [k for k, h in enumerate(hosts) if h == host and k != row and out[k]["verified"]
-                   and (k == reference or out[k]["method"] != "same host")]
-        if host == hosts[reference]:
-            anchors = [reference]
+        anchors = [reference] if host == hosts[reference] else [
+            k for k in rows_of[host] if k != row and out[k]["verified"]
+            and (k == reference or out[k]["method"] != "same host")]
         if not anchors:
             continue
         anchor = min(anchors, key=lambda k: (out[k]["uncertainty_ns"] or 0))

@@ -1,12 +1,16 @@
 """The synthetic many-rank nsys job of benchmarks/merge_scale.py, small: what it writes is what the
 reader sees, and `mpirun -n 2 distprof merge` gives the same summary.json as one process, with
-the injected straggler named and the clock offsets recovered. Nothing here is timed."""
+the injected straggler named and the clock offsets recovered. Its --kineto mode's replicated real
+ranks read as the ranks they are renumbered to, and its copied results equal the reduced copies.
+Nothing here is timed; nothing needs torch or HTA."""
 
+import gzip
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,10 +19,11 @@ from nsys_fixtures import ddl_available
 
 from distprof import config as config_module
 from distprof import events as ev
-from distprof import sources
+from distprof import pipeline, sources
 from distprof.cli import find_mpirun
 
-pytestmark = pytest.mark.skipif(not ddl_available(), reason="nsys DDL files absent")
+needs_ddl = pytest.mark.skipif(not ddl_available(), reason="nsys DDL files absent")
+REAL = sorted((ROOT / "tests" / "data" / "torch_ddp" / "late").glob("rank*.json.gz"))  # 2 real gloo ranks
 
 
 def _benchmark():
@@ -38,6 +43,7 @@ def job_files(tmp_path_factory) -> list[Path]:
     return ms.write_job(tmp_path_factory.mktemp("scale_job"), JOB)
 
 
+@needs_ddl
 def test_reader_sees_the_generated_job(job_files):
     config = config_module.load()
     layout = ms.rank_layout(JOB)
@@ -58,6 +64,7 @@ def test_reader_sees_the_generated_job(job_files):
             assert late.min() >= 0 and late.max() < JOB.jitter_ns
 
 
+@needs_ddl
 @pytest.mark.slow
 def test_two_mpi_workers_equal_one_and_find_the_straggler(job_files, tmp_path):
     inputs = [str(p) for p in job_files]
@@ -92,3 +99,33 @@ def test_two_mpi_workers_equal_one_and_find_the_straggler(job_files, tmp_path):
     # late by late_ns at each collective, measured against the median arrival (within the jitter)
     per_step = JOB.collectives * JOB.late_ns
     assert per_step - JOB.collectives * JOB.jitter_ns <= straggler["waits_caused_ns"] <= per_step
+
+
+def test_replicated_real_ranks_are_renumbered_and_nothing_else(tmp_path):
+    counts = ms.copy_real_job(REAL, tmp_path, 5)
+    config = config_module.load()
+    originals = [gzip.decompress(path.read_bytes()).decode() for path in REAL]
+    assert counts == [len(json.loads(originals[r % 2])["traceEvents"]) for r in range(5)]
+    for rank in range(5):
+        text = gzip.decompress((tmp_path / f"rank{rank}.pt.trace.json.gz").read_bytes()).decode()
+        document, original = json.loads(text), json.loads(originals[rank % 2])
+        info = document.pop("distributedInfo")
+        assert (info["rank"], info["world_size"]) == (rank, 5)
+        assert [(g["ranks"], g["pg_size"]) for g in info["pg_config"]] == [(list(range(5)), 5)]
+        original.pop("distributedInfo")
+        assert document == original  # timestamps, pids, events: as recorded
+        (trace,) = sources.read(tmp_path / f"rank{rank}.pt.trace.json.gz", config)
+        assert (trace.rank, trace.meta["world_size"], trace.meta["process_groups"]) == (rank, 5, {"0": [0, 1, 2, 3, 4]})
+
+
+def test_copied_results_equal_the_reduced_copies(tmp_path):
+    """The combine estimate's input (a real rank's result renumbered) is what a merge of the
+    replicated files would combine, but for the pid and file name."""
+    ms.copy_real_job(REAL, tmp_path, 5)
+    config = config_module.load()
+    for rank in (1, 4):
+        (original,) = sources.read(REAL[rank % 2], config)
+        (copied,) = sources.read(tmp_path / f"rank{rank}.pt.trace.json.gz", config)
+        estimate = ms.copy_result(pipeline.reduce_rank(original, config), rank, 5)
+        reduced = pipeline.reduce_rank(copied, config)
+        assert replace(estimate, pid=None, source_file=None) == replace(reduced, pid=None, source_file=None)
