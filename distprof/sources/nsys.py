@@ -72,9 +72,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from .. import events as ev
+from ..columns import unique_rows
 from ..events import RankTrace, SourceError
 from . import communication_prefixes, plausible_span
 from .joins import innermost_enclosing, launch_join, span_of_groups
@@ -282,7 +282,7 @@ class _Export:
         # distinct texts of all chunks, then one factorize of those: codes stay vectorized
         offsets = np.cumsum([0] + [len(chunk[2]) for chunk in chunks[:-1]])
         all_uniques = np.concatenate([chunk[2] for chunk in chunks])
-        remap, uniques = pd.factorize(all_uniques)
+        remap, uniques = ev.factorize(all_uniques)
         codes = np.concatenate([remap[offset + chunk[1]] for offset, chunk in zip(offsets, chunks)])
         return ints, codes.astype(np.int64), np.asarray(uniques, dtype=object)
 
@@ -304,7 +304,7 @@ class _Export:
         texts = row[len(int_exprs)].split(TEXT_SEPARATOR)
         if len(texts) != count:  # a text containing the separator: fetch this chunk's texts as rows
             texts = [text for (text,) in connection.execute(text_sql, bound)]
-        codes, uniques = pd.factorize(np.array(texts, dtype=object))
+        codes, uniques = ev.factorize(texts)
         return ints, codes, np.asarray(uniques, dtype=object)
 
     def strings(self, ids: np.ndarray) -> dict[int, str]:
@@ -401,7 +401,7 @@ def _read_kernels(export: _Export, comm_prefixes: tuple[str, ...]) -> dict:
     classified once per distinct name, then spread to rows by code."""
     export.require(KERNEL_TABLE, "start", "end", "deviceId", "streamId", "shortName")
     start, end, device, stream, correlation, pid, short_ids = _gpu_columns(export, KERNEL_TABLE, "t.shortName")
-    name_codes, distinct_ids = pd.factorize(short_ids)
+    name_codes, distinct_ids = ev.factorize(short_ids.tolist())
     found = export.strings(distinct_ids)
     missing = [int(i) for i in distinct_ids if int(i) not in found]
     if missing and "demangledName" in export.columns(KERNEL_TABLE):
@@ -424,7 +424,7 @@ def _read_memory_ops(export: _Export) -> list[dict]:
     if MEMCPY_TABLE in export.tables:
         copy_kind = export.column(MEMCPY_TABLE, "copyKind", "0")
         start, end, device, stream, correlation, pid, kinds = _gpu_columns(export, MEMCPY_TABLE, copy_kind)
-        codes, distinct = pd.factorize(kinds)
+        codes, distinct = ev.factorize(kinds.tolist())
         labels = [MEMCPY_KINDS.get(int(k), f"kind {int(k)}") for k in distinct]
         names = np.array([f"[CUDA memcpy {label}]" for label in labels], dtype=object)
         parts.append({"kind": np.full(start.size, _KIND_CODE[ev.MEMCPY], np.int8), "name": codes.astype(np.int64),
@@ -455,7 +455,7 @@ def _concat_parts(parts: list[dict]) -> dict:
     """Concatenate column dicts whose ``name`` codes index their own ``names``: one name table."""
     offsets = np.cumsum([0] + [len(p["names"]) for p in parts[:-1]])
     all_names = np.concatenate([p["names"] for p in parts]) if parts else np.empty(0, object)
-    remap, names = pd.factorize(all_names)
+    remap, names = ev.factorize(all_names)
     merged = {"names": np.asarray(names, dtype=object)}
     keys = list(parts[0]) + [key for key in _OPTIONAL if key not in parts[0] and any(key in p for p in parts)]
     for key in keys if parts else ():
@@ -489,7 +489,7 @@ def _launch_calls(export: _Export, gpu: dict) -> tuple[dict, np.ndarray]:
     call_index = np.cumsum(used) - 1                      # runtime row -> index among used rows
     op_launch = np.where(launch_row >= 0, call_index[np.maximum(launch_row, 0)], -1) if start.size else launch_row
 
-    name_codes, distinct_ids = pd.factorize(name_ids[used_rows])
+    name_codes, distinct_ids = ev.factorize(name_ids[used_rows].tolist())
     found = export.strings(distinct_ids)
     names = np.array([found.get(int(i)) or unknown_string(export, i) for i in distinct_ids], dtype=object)
     calls = {"kind": np.full(used_rows.size, _KIND_CODE[ev.RUNTIME], np.int8),
@@ -538,8 +538,8 @@ def _read_nvtx(export: _Export) -> dict:
     domain = domain_names[domain_code] if start.size else np.empty(0, object)
 
     # per distinct name, then spread to rows
-    step_of_name = (pd.Series(names, dtype=object).str.extract(STEP_NAME)[0].astype(float)
-                    .fillna(-1).astype(np.int64).to_numpy() if names.size else np.empty(0, np.int64))
+    step_of_name = np.array([int(found.group(1)) if (found := STEP_NAME.search(name)) else -1 for name in names],
+                            np.int64)
     setup_call = np.isin(names, NON_COMMUNICATION_CALLS)
     category = np.full(start.size, _CATEGORY_CODE[ev.USER], np.int8)
     in_comm_domain = np.isin(domain, COMMUNICATION_DOMAINS) & ~setup_call[name_codes]
@@ -564,7 +564,7 @@ def _read_nvtx(export: _Export) -> dict:
     kind = np.where(is_mark, _KIND_CODE[ev.MARK],
                     np.where(category == _CATEGORY_CODE[ev.COMMUNICATION], _KIND_CODE[ev.COMM_OP],
                              _KIND_CODE[ev.RANGE])).astype(np.int8)
-    domain_counts = pd.Series(np.where(domain == "", "(default)", domain)).groupby(pid).value_counts()
+    domain_counts = _domain_counts(pid, np.where(domain == "", "(default)", domain))
     return {"kind": kind, "category": category, "name": name_codes, "names": names, "start": start, "end": end,
             "device": np.full(start.size, -1, np.int64), "thread": global_tid, "pid": pid,
             "correlation_id": np.full(start.size, -1, np.int64), "step": step, "is_step": is_step,
@@ -671,8 +671,8 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
                         "and cannot be aligned with other files in absolute time")
 
     # which processes are ranks, and their main device
-    gpu_pids = np.sort(pd.unique(gpu["pid"]))
-    nvtx_range_pids = np.sort(pd.unique(nvtx["pid"][nvtx["kind"] != _KIND_CODE[ev.MARK]]))
+    gpu_pids = np.unique(gpu["pid"])
+    nvtx_range_pids = np.unique(nvtx["pid"][nvtx["kind"] != _KIND_CODE[ev.MARK]])
     rank_pids = gpu_pids if gpu_pids.size else nvtx_range_pids
     if not rank_pids.size:
         raise SourceError(f"{path}: no CUDA activity (kernels, memcpy, memset) and no NVTX ranges in this report")
@@ -721,7 +721,8 @@ def _assign_phases_and_steps(gpu: dict, calls: dict, op_launch: np.ndarray, nvtx
     phase_row, step_row = enclosing(phase_rows), enclosing(step_rows)
     # phase codes index the distinct phase names; code 0 is "" (no enclosing phase)
     phase_of_row = np.zeros(nvtx["start"].size + 1, np.int64)      # last slot: row -1
-    codes, phase_names = pd.factorize(np.concatenate([[""], nvtx["names"][nvtx["name"][phase_rows]]]))
+    codes, phase_names = ev.factorize(np.concatenate([[""], nvtx["names"][nvtx["name"][phase_rows]]]))
+    phase_names = np.asarray(phase_names, dtype=object)
     phase_of_row[phase_rows] = codes[1:]
     step_of_row = np.append(nvtx["step"], -1)
     query_phase, query_step = phase_of_row[phase_row], step_of_row[step_row]
@@ -788,11 +789,14 @@ def _group_kinds(nvtx: dict) -> np.ndarray:
     new_thread = np.r_[True, thread[1:] != thread[:-1]]
     segment = np.cumsum(new_thread | np.r_[False, closing[:-1]])
     is_op = nvtx["op_source"][rows] == 1
-    ops = pd.DataFrame({"segment": segment[is_op], "kind": nvtx["op_kind"][rows][is_op]}).groupby("segment")["kind"]
-    low, high = ops.min(), ops.max()
-    single = low[low == high]
+    op_kind = nvtx["op_kind"][rows][is_op].astype(np.int64)
+    low = np.full(int(segment.max(initial=0)) + 1, np.iinfo(np.int64).max)
+    high = np.full(low.size, np.iinfo(np.int64).min)
+    np.minimum.at(low, segment[is_op], op_kind)
+    np.maximum.at(high, segment[is_op], op_kind)
+    single = np.where(low == high, low, 0)  # the segment's ops are all of one kind, else unknown (0)
     end_rows = np.flatnonzero(closing)
-    kinds = single.reindex(segment[end_rows]).fillna(0).to_numpy(np.int8)
+    kinds = single[segment[end_rows]].astype(np.int8)
     result[rows[end_rows]] = kinds
     return result
 
@@ -834,8 +838,18 @@ def _event_columns(part: dict, lane: np.ndarray, lane_kind: int) -> dict:
     return {**columns, "lane": lane, "lane_kind": np.full(lane.size, lane_kind, np.int8)}
 
 
+def _domain_counts(pid: np.ndarray, domain: np.ndarray) -> dict[int, dict[str, int]]:
+    """NVTX rows per domain of each process, most first: {pid: {domain: rows}}."""
+    codes, domains = ev.factorize(domain.tolist())
+    pairs, _, counts = unique_rows(np.stack([pid, codes], axis=1)) if codes.size else (np.empty((0, 2)), [], [])
+    out: dict[int, dict[str, int]] = {}
+    for (process, code), count in sorted(zip(pairs.tolist(), np.asarray(counts).tolist()), key=lambda item: -item[1]):
+        out.setdefault(int(process), {})[str(domains[code])] = int(count)  # one per (process, domain)
+    return out
+
+
 def _rank_traces(export: _Export, rows: dict, phase_names: np.ndarray, devices: dict[int, int | None],
-                 domain_counts: pd.Series, clock_offset: int, warnings: list[str], file_facts: dict) -> list[RankTrace]:
+                 domain_counts: dict, clock_offset: int, warnings: list[str], file_facts: dict) -> list[RankTrace]:
     """One RankTrace per rank process, ordered by (device, pid); rank numbers as the module says."""
     path = export.path
     ordered = sorted(devices, key=lambda p: (devices[p] is None, devices[p] or 0, p))
@@ -873,9 +887,7 @@ def _rank_traces(export: _Export, rows: dict, phase_names: np.ndarray, devices: 
             rank=-1 if rank is None else rank, nbytes=column["nbytes"],
             collective=ev.Texts.from_codes(column["collective"], ev.COLLECTIVE_KINDS))
         del column, name, phase
-        pid_domains = domain_counts[domain_counts.index.get_level_values(0) == pid]
-        meta = {**file_facts, "nvtx_domains": {str(domain): int(count)
-                                               for (_, domain), count in pid_domains.items()}}
+        meta = {**file_facts, "nvtx_domains": domain_counts.get(int(pid), {})}
         if hostname:
             meta["hostname"] = hostname
         traces.append(RankTrace(events=events, rank=rank, source="nsys", source_file=str(path), pid=int(pid),
