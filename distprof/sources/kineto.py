@@ -476,15 +476,16 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     """The rank's event table: rows of known categories, their times and ids, the steps, then
     the categorical columns."""
     rows, classes, skipped = _known_rows(doc)
-    rows, classes, corrupt_warnings = _without_corrupt_numbers(doc, rows, classes, path)
-    rows, classes, start_ns, end_ns, negative = _times(doc, rows, classes, skipped)
+    read = {field: doc.field(rows, field) for field in ("pid", "tid", "ts", "dur")}  # each read once
+    rows, classes, read, corrupt_warnings = _without_corrupt_numbers(rows, classes, read, path)
+    rows, classes, read, start_ns, end_ns, negative = _times(rows, classes, read, skipped)
     keep, span_warnings = plausible_span(start_ns, end_ns, path)
     if keep is not None:
-        rows, classes = list(compress(rows, keep.tolist())), classes[keep]
+        rows, classes, read = _filtered(keep, rows, classes, read)
         start_ns, end_ns = start_ns[keep], end_ns[keep]
     time_warnings = _check_times(start_ns, end_ns, _to_int(doc.info.get("baseTimeNanoseconds"), 0), path)
     name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
-    ids = _ids(doc, rows, classes)
+    ids = _ids(doc, rows, classes, read["pid"], read["tid"])
     facts = _comm_facts(doc, rows, _comm_sources(classes, name_codes, name_uniques, config), name_codes, name_uniques)
     profiles = _profile_tables(doc, rows, name_codes, name_uniques, start_ns, end_ns, ids)
     del rows
@@ -546,43 +547,50 @@ def _beyond_time_range(values: list) -> np.ndarray:
     return np.array(bad, bool)[codes]
 
 
-def _without_corrupt_numbers(doc: _Document, rows: list, classes: np.ndarray, path: Path):
-    """Rows whose pid, tid, ts or dur is a number no int64 can hold (a float 1e30 where Kineto
-    writes an integer) are dropped with one warning, not the whole file."""
+def _filtered(keep: np.ndarray, rows: list, classes: np.ndarray, read: dict) -> tuple[list, np.ndarray, dict]:
+    """The kept rows, their classes and their fields read so far (arrays or lists)."""
+    listed = keep.tolist()
+    return list(compress(rows, listed)), classes[keep], {
+        name: values[keep] if isinstance(values, np.ndarray) else list(compress(values, listed))
+        for name, values in read.items()}
+
+
+def _without_corrupt_numbers(rows: list, classes: np.ndarray, read: dict, path: Path):
+    """pid and tid as int64 (``read``'s lists replaced); rows whose pid, tid, ts or dur is a number no
+    int64 can hold (a float 1e30 where Kineto writes an integer) are dropped with one warning, not
+    the whole file."""
     masks: list[np.ndarray] = []
-    for field in ("pid", "tid"):
-        _int_column(doc.field(rows, field), corrupt=masks)
-    masks += [_beyond_time_range(doc.field(rows, field)) for field in ("ts", "dur")]
+    read = {**read, "pid": _int_column(read["pid"], corrupt=masks), "tid": _int_column(read["tid"], corrupt=masks)}
+    masks += [_beyond_time_range(read[field]) for field in ("ts", "dur")]
     bad = np.logical_or.reduce(masks)
     if not bad.any():
-        return rows, classes, []
+        return rows, classes, read, []
     fields = [name for name, mask in zip(("pid", "tid", "ts", "dur"), masks) if mask.any()]
     if bad.all():
         raise ev.SourceError(f"every CPU/GPU event ({bad.size}) has a {'/'.join(fields)} out of range "
                              "(timestamp out of range or id beyond int64)")
     warning = f"{path}: {int(bad.sum())} event(s) dropped: {'/'.join(fields)} out of range (beyond int64)"
-    return list(compress(rows, (~bad).tolist())), classes[~bad], [warning]
+    return (*_filtered(~bad, rows, classes, read), [warning])
 
 
-def _times(doc: _Document, rows: list, classes: np.ndarray, skipped: dict):
+def _times(rows: list, classes: np.ndarray, read: dict, skipped: dict):
     """Start and end in ns; rows without a time are dropped (counted in ``skipped``), negative
     durations clamped to 0 (counted)."""
-    start_ns, no_ts = _us_to_ns(doc.field(rows, "ts"))
+    start_ns, no_ts = _us_to_ns(read["ts"])
     if no_ts is not None:  # malformed rows without a time: skip them
-        has_ts = ~no_ts
-        rows, classes, start_ns = list(compress(rows, has_ts.tolist())), classes[has_ts], start_ns[has_ts]
+        rows, classes, read = _filtered(~no_ts, rows, classes, read)
+        start_ns = start_ns[~no_ts]
         skipped["(no ts)"] = int(no_ts.sum())
         if not rows:
             raise ev.SourceError(f"no event with a timestamp ('ts') among {no_ts.size} CPU/GPU event(s)")
-    dur_ns, _ = _us_to_ns(doc.field(rows, "dur"))  # a missing dur is 0
+    dur_ns, _ = _us_to_ns(read["dur"])  # a missing dur is 0
     negative = int((dur_ns < 0).sum())
-    return rows, classes, start_ns, start_ns + np.maximum(dur_ns, 0), negative
+    return rows, classes, read, start_ns, start_ns + np.maximum(dur_ns, 0), negative
 
 
-def _ids(doc: _Document, rows: list, classes: np.ndarray) -> dict:
+def _ids(doc: _Document, rows: list, classes: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> dict:
     """pid, tid, lane (stream on the GPU, else tid), device and correlation id of every row."""
-    pid = _int_column(doc.field(rows, "pid"))
-    tid = _int_column(doc.field(rows, "tid"))
+    pid, tid = pid.copy(), tid.copy()  # _steps rewrites GPU rows' pid
     gpu = np.isin(classes, (*_GPU_WORK, _GPU_RANGE))
     linked = np.isin(classes, (*_GPU_WORK, _RUNTIME))
     lane = tid.copy()
