@@ -313,6 +313,18 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str
     return kinds, notes
 
 
+def _cummax_per_key(key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running max of int64 ``values`` within each run of equal (sorted) ``key``: a segmented
+    scan in log2(n) vectorized passes, int64 all along (exact ns; no offsets that could overflow)."""
+    reach = np.asarray(values, np.int64).copy()
+    shift = 1
+    while shift < reach.size:  # ~17 passes for 100k collectives
+        same = key[shift:] == key[:-shift]
+        reach[shift:] = np.where(same, np.maximum(reach[shift:], reach[:-shift]), reach[shift:])
+        shift *= 2
+    return reach
+
+
 def _union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: int) -> np.ndarray:
     """|∪ [start, end)| per key (0..n_keys-1), vectorized: sort by (key, start), each interval
     adds what reaches past the furthest end before it in its key."""
@@ -321,7 +333,7 @@ def _union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: 
         return out
     order = np.lexsort((start, key))
     key, start, end = key[order], np.asarray(start, np.int64)[order], np.asarray(end, np.int64)[order]
-    reach = pd.Series(end).groupby(key, sort=False).cummax().to_numpy(np.int64)  # int64 all along: exact ns
+    reach = _cummax_per_key(key, end)
     same = np.concatenate([[False], key[1:] == key[:-1]])
     before = np.where(same, np.concatenate([[_INT_MIN], reach[:-1]]), _INT_MIN)
     np.add.at(out, key, np.maximum(end - np.maximum(start, before), 0))
