@@ -45,7 +45,7 @@ MODEL_ROWS = ("ProfileStep", "Dataloader", "Forward", "Backward", "Optimization"
 SORTABLE = ("kernel", "memory", "user")      # tables whose rows are ordered by --sorted-by
 MAX_ROWS = 200          # rows kept per by-name table in the merged tables
 RANK_ROWS = 20          # rows kept per by-name table in each rank's own copy in summary.json
-MAX_STEPS = 2000        # steps kept in the step-time series
+MAX_STEPS = steptime.MAX_STEPS  # steps kept in the step-time series
 
 _STAT_COLUMNS = ("calls", "total_ns", "avg_ns", "max_ns", "min_ns")
 _GPU_KINDS = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
