@@ -15,7 +15,6 @@ import numpy as np
 
 from .. import events as ev
 from ..align import Matching, unique_rows
-from . import intervals as iv
 
 P2P = "p2p"  # align's kind of a matched send/recv pair
 # nccl-tests' busbw factor per kind, as a function of the group size n; None: no bandwidth
@@ -130,33 +129,63 @@ def shared(matching: Matching) -> np.ndarray:
     return matching.present.sum(axis=0) >= 2
 
 
-def rank_waits(matching: Matching, inst: dict, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
-    """Per row of ``matching``: |∪ [own start, own start + wait] over its matched collectives ∩ its
-    window| on its own clock (window: the union of its step bounds when it has steps and the
-    analysis window is the steps); None for a rank with no matched collective."""
-    out: list[int | None] = []
-    for row in range(matching.present.shape[0]):  # one iteration per rank, vectorized inside
-        mine = matching.present[row] & shared(matching)
-        if not mine.any():
-            out.append(None)
-            continue
-        starts = matching.start_ns[row, mine]
-        waited = iv.union(starts, starts + inst["wait"][row, mine])
-        bounds = step_bounds[row] if row < len(step_bounds) else {}
-        if use_steps and len(bounds.get("start_ns", ())):
-            window = iv.union(np.asarray(bounds["start_ns"], np.int64), np.asarray(bounds["end_ns"], np.int64))
-            waited = iv.intersect(waited, window)
-        out.append(iv.total(waited))
+def _covered_per_key(n_keys: int, intervals: tuple, windows: tuple, clipped: np.ndarray) -> np.ndarray:
+    """Per key 0..n_keys-1: |∪ intervals ∩ ∪ windows| where ``clipped[key]``, else |∪ intervals|
+    (each a (key, starts, ends) triple, ends >= starts). One sweep over every key's boundaries:
+    sorted by (key, position), the coverage counts of both sets are running sums that return to 0
+    at the end of each key; the state after a boundary holds until the next one of the same key."""
+    key = np.concatenate([intervals[0], intervals[0], windows[0], windows[0]]).astype(np.int64)
+    position = np.concatenate([intervals[1], intervals[2], windows[1], windows[2]]).astype(np.int64)
+    size, window_size = intervals[0].size, windows[0].size
+    zeros, ones = np.zeros(2 * window_size, np.int64), np.ones(size, np.int64)
+    in_a = np.concatenate([ones, -ones, zeros])
+    in_b = np.concatenate([np.zeros(2 * size, np.int64), np.ones(window_size, np.int64),
+                           -np.ones(window_size, np.int64)])
+    order = np.lexsort((position, key))
+    key, position = key[order], position[order]
+    covered = (np.cumsum(in_a[order]) > 0) & ((np.cumsum(in_b[order]) > 0) | ~clipped[key])
+    length = np.where(covered[:-1] & (key[1:] == key[:-1]), position[1:] - position[:-1], 0)
+    out = np.zeros(n_keys, np.int64)
+    np.add.at(out, key[:-1], length)
     return out
 
 
-def _among(start: np.ndarray, end: np.ndarray, taken_start: np.ndarray, taken_end: np.ndarray) -> np.ndarray:
-    """Whether each (start, end) pair is one of the taken pairs."""
-    if not start.size or not taken_start.size:
-        return np.zeros(start.size, bool)
-    pairs = np.stack([np.concatenate([start, taken_start]), np.concatenate([end, taken_end])], axis=1)
-    _, inverse, _ = unique_rows(pairs)
-    return np.isin(inverse[:start.size], inverse[start.size:])
+def rank_waits(matching: Matching, inst: dict, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
+    """Per row of ``matching``: |∪ [own start, own start + wait] over its matched collectives ∩ its
+    window| on its own clock (window: the union of its step bounds when it has steps and the
+    analysis window is the steps); None for a rank with no matched collective. All ranks in one
+    sweep (analyses.intervals' algebra per rank was a few ms per rank at 512 ranks)."""
+    n_rows = matching.present.shape[0]
+    rows, columns = np.nonzero(matching.present & shared(matching)[None, :])
+    starts = matching.start_ns[rows, columns]
+    bounds = [(row, b) for row, b in enumerate(step_bounds[:n_rows]) if use_steps and len(b.get("start_ns", ()))]
+    windows = tuple(np.concatenate([*part, np.zeros(0, np.int64)]) for part in (
+        [np.full(len(b["start_ns"]), row, np.int64) for row, b in bounds],
+        [np.asarray(b["start_ns"], np.int64) for _, b in bounds],
+        [np.asarray(b["end_ns"], np.int64) for _, b in bounds]))
+    clipped = np.zeros(n_rows, bool)
+    clipped[[row for row, _ in bounds]] = True
+    waited = _covered_per_key(n_rows, (rows, starts, starts + inst["wait"][rows, columns]), windows, clipped)
+    matched = np.bincount(rows, minlength=n_rows) > 0
+    return [int(w) if has else None for w, has in zip(waited.tolist(), matched.tolist())]
+
+
+def _taken(row: np.ndarray, start: np.ndarray, end: np.ndarray, matching: Matching) -> np.ndarray:
+    """Whether each op (its rank's row in ``matching``, own start and end) is one of that row's
+    instances matched with another rank: one sort of all (row, start, end) triples, not one per rank."""
+    rows, columns = np.nonzero(matching.present & shared(matching)[None, :])
+    if not row.size or not rows.size:
+        return np.zeros(row.size, bool)
+    keys = [np.concatenate(pair) for pair in ((row, rows), (start, matching.start_ns[rows, columns]),
+                                             (end, matching.end_ns[rows, columns]))]
+    order = np.lexsort(keys[::-1])
+    ordered = [key[order] for key in keys]
+    opens = np.r_[True, np.any([key[1:] != key[:-1] for key in ordered], axis=0)]
+    triple = np.cumsum(opens) - 1
+    has_taken = np.maximum.reduceat(order >= row.size, np.flatnonzero(opens))
+    out = np.empty(order.size, bool)
+    out[order] = has_taken[triple]
+    return out[:row.size]
 
 
 def unmatched(collectives_by_rank: list[dict], ranks: list[int], matching: Matching,
@@ -166,24 +195,24 @@ def unmatched(collectives_by_rank: list[dict], ranks: list[int], matching: Match
     their own duration (an upper bound: the wait is unknown), n from the named group's members
     (else unknown), bytes their own (NaN unknown)."""
     parts = []
-    both = shared(matching)
     for row, (columns, rank) in enumerate(zip(collectives_by_rank, ranks)):  # one iteration per rank
-        if not len(columns.get("name", ())):
-            continue
-        start, end = np.asarray(columns["start_ns"], np.int64), np.asarray(columns["end_ns"], np.int64)
-        mine = matching.present[row] & both if row < matching.present.shape[0] else np.zeros(0, bool)
-        left = ~_among(start, end, matching.start_ns[row, mine], matching.end_ns[row, mine]) if mine.size else \
-            np.ones(start.size, bool)
-        kind = np.asarray(columns["name"], dtype=object)[left]
-        nbytes = np.asarray(columns.get("nbytes") or [-1] * len(left), np.int64)[left]
-        parts.append({"rank": np.full(kind.size, rank, np.int64),
-                      "kind": np.where(np.isin(kind, ev.POINT_TO_POINT), P2P, kind).astype(object),
-                      "group": np.asarray(columns.get("group") or [""] * len(left), dtype=object)[left],
-                      "duration": (end - start)[left],
-                      "nbytes": np.where(nbytes >= 0, nbytes.astype(np.float64), np.nan)})
-    empty = {"rank": np.zeros(0, np.int64), "kind": np.empty(0, object), "group": np.empty(0, object),
-             "duration": np.zeros(0, np.int64), "nbytes": np.zeros(0)}
-    single = {key: np.concatenate([part[key] for part in parts] + [value]) for key, value in empty.items()}
+        size = len(columns.get("name", ()))
+        if size:
+            parts.append({"row": np.full(size, row, np.int64), "rank": np.full(size, rank, np.int64),
+                          "start": np.asarray(columns["start_ns"], np.int64),
+                          "end": np.asarray(columns["end_ns"], np.int64),
+                          "kind": np.asarray(columns["name"], dtype=object),
+                          "group": np.asarray(columns.get("group") or [""] * size, dtype=object),
+                          "nbytes": np.asarray(columns.get("nbytes") or [-1] * size, np.int64)})
+    ops = {key: np.concatenate([part[key] for part in parts] + [empty]) for key, empty in (
+        ("row", np.zeros(0, np.int64)), ("rank", np.zeros(0, np.int64)), ("start", np.zeros(0, np.int64)),
+        ("end", np.zeros(0, np.int64)), ("kind", np.empty(0, object)), ("group", np.empty(0, object)),
+        ("nbytes", np.zeros(0, np.int64)))}
+    left = ~_taken(ops["row"], ops["start"], ops["end"], matching)
+    kind, nbytes = ops["kind"][left], ops["nbytes"][left]
+    single = {"rank": ops["rank"][left], "kind": np.where(np.isin(kind, ev.POINT_TO_POINT), P2P, kind).astype(object),
+              "group": ops["group"][left], "duration": (ops["end"] - ops["start"])[left],
+              "nbytes": np.where(nbytes >= 0, nbytes.astype(np.float64), np.nan)}
     # per distinct group, not per op: a 1-of-N trace leaves every op unmatched
     names, code = np.unique(single["group"].astype(str), return_inverse=True)
     code = code.ravel()

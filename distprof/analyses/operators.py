@@ -252,7 +252,7 @@ def merge_operator_tables(tables: list[dict], ranks: list[int], limit: int = MAX
     codes, names = stacked.first_seen([row["name"] for row in rows])
     groups = stacked.Groups.of(codes, len(names))
     calls, total, own, longest, shortest = stacked.ints(rows, "calls", "cpu_total_ns", "cpu_self_ns", "cpu_max_ns",
-                                                       "cpu_min_ns").T
+                                                       "cpu_min_ns")
     gpu, has_gpu = stacked.optional(rows, "gpu_total_ns")
     calls, top, total = groups.sum(calls), rank_of[groups.first_max(total)], groups.sum(total)
     gpu_total = groups.sum(gpu) if has_gpu.any() else None  # a rank without GPU work adds nothing

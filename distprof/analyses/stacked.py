@@ -11,6 +11,7 @@ whatever library computed it. No pandas: a ``distprof merge`` must not pay its i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
 
 import numpy as np
@@ -18,37 +19,34 @@ import numpy as np
 
 def stack(tables_by_rank: list[dict], ranks: list[int], key: str) -> tuple[list[dict], np.ndarray]:
     """Every rank's rows of table ``key`` one after the other, and the rank of each row."""
-    rows: list[dict] = []
-    rank_of = []
-    for rank, tables in zip(ranks, tables_by_rank):  # one iteration per rank
-        table = tables[key]
-        part = table["rows"] if isinstance(table, dict) else table
-        rows += part
-        rank_of.append(np.full(len(part), rank, np.int64))
-    return rows, np.concatenate(rank_of) if rank_of else np.zeros(0, np.int64)
+    parts = [t[key]["rows"] if isinstance(t[key], dict) else t[key] for t in tables_by_rank]
+    rows = [row for part in parts for row in part]
+    return rows, np.repeat(np.asarray(ranks, np.int64), [len(part) for part in parts])
 
 
 def first_seen(values: list) -> tuple[np.ndarray, list]:
     """(code of each value, the distinct values in the order first seen): a group-by key."""
-    index: dict = {}
-    codes = np.fromiter((index.setdefault(value, len(index)) for value in values), np.int64, len(values))
-    return codes, list(index)
+    distinct = list(dict.fromkeys(values))
+    index = {value: code for code, value in enumerate(distinct)}
+    return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), distinct
 
 
 def ints(rows: list[dict], *keys: str) -> np.ndarray:
-    """Columns of int values every row has, as an int64 (rows, len(keys)) matrix."""
-    if not rows:
-        return np.zeros((0, len(keys)), np.int64)
-    values = list(map(itemgetter(*keys), rows))
-    return np.array(values, np.int64).reshape(len(rows), len(keys))
+    """Columns of int values every row has, as an int64 (len(keys), rows) matrix."""
+    return np.array([np.fromiter(map(itemgetter(key), rows), np.int64, len(rows)) for key in keys]).reshape(
+        len(keys), len(rows))
 
 
 def optional(rows: list[dict], key: str, dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
     """(values, 0 where missing; whether each row has one): a column whose rows may hold None
     (or NaN, or lack the key), the values kept exact in ``dtype``."""
-    values = [row.get(key) for row in rows]
-    known = np.fromiter((value is not None and value == value for value in values), bool, len(values))
-    return np.fromiter((v if k else 0 for v, k in zip(values, known.tolist())), dtype, len(values)), known
+    column = np.empty(len(rows), object)
+    column[:] = [row.get(key) for row in rows]
+    known = column != None  # noqa: E711 - elementwise
+    known[known] = ~np.isnan(column[known].astype(np.float64))
+    values = np.zeros(len(rows), dtype)
+    values[known] = column[known].astype(dtype)
+    return values, known
 
 
 @dataclass(frozen=True)
@@ -77,25 +75,34 @@ class Groups:
 
     def first_max(self, values: np.ndarray) -> np.ndarray:
         """The row of each group's largest value (the first such row on a tie)."""
-        ordered = values[self.order]
-        hits = np.flatnonzero(ordered == self.max(values)[self.codes[self.order]])
-        _, first = np.unique(self.codes[self.order][hits], return_index=True)
-        return self.order[hits[first]]
+        ordered_codes = self.codes[self.order]
+        hits = np.flatnonzero(values[self.order] == self.max(values)[ordered_codes])
+        return self.order[hits[_run_starts(ordered_codes[hits])]]
 
     def distinct(self, values: np.ndarray) -> np.ndarray:
-        """How many distinct ``values`` (int64) each group holds."""
-        pairs = np.unique(np.stack([self.codes, values], axis=1), axis=0) if self.codes.size else \
-            np.zeros((0, 2), np.int64)
-        return np.bincount(pairs[:, 0], minlength=self.size)
+        """How many distinct ``values`` (int64, such as ranks) each group holds."""
+        low, span = (int(values.min()), int(values.max()) - int(values.min()) + 1) if values.size else (0, 1)
+        if span * max(self.size, 1) < 2 ** 62:
+            pairs = np.sort(self.codes * span + (values - low))
+            return np.bincount(pairs[_run_starts(pairs)] // span, minlength=self.size)
+        order = np.lexsort((values, self.codes))
+        keys = np.stack([self.codes[order], values[order]])
+        firsts = np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0)] if order.size else np.zeros(0, bool)
+        return np.bincount(self.codes[order][firsts], minlength=self.size)
 
     def first_known(self, values: list, known: np.ndarray) -> list:
         """Each group's first value among the rows where ``known`` (None where it has none)."""
-        rows = np.flatnonzero(known)
-        codes, first = np.unique(self.codes[rows], return_index=True)
+        rows = self.order[known[self.order]]  # by group, row order inside a group
         out = [None] * self.size
-        for code, row in zip(codes.tolist(), rows[first].tolist()):  # one per group
-            out[code] = values[row]
+        for row in rows[_run_starts(self.codes[rows])].tolist():  # one per group
+            out[self.codes[row]] = values[row]
         return out
+
+
+def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values begins in a sorted array."""
+    return np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]]) if sorted_values.size else \
+        np.zeros(0, np.int64)
 
 
 def key_order(totals: np.ndarray, keys: list) -> np.ndarray:
@@ -110,7 +117,7 @@ def by_rank(codes: np.ndarray, size: int, rank_of: np.ndarray, values: np.ndarra
             ranks: list[int]) -> list[list[int | None]]:
     """Per group, the sum of its ``values`` on each of ``ranks`` (None where that rank has no row)."""
     column = {rank: k for k, rank in enumerate(ranks)}
-    at = np.fromiter((column.get(r, -1) for r in rank_of.tolist()), np.int64, rank_of.size)
+    at = np.fromiter(map(column.get, rank_of.tolist(), repeat(-1)), np.int64, rank_of.size)
     inside = at >= 0
     sums = np.zeros((size, len(ranks)), np.int64)
     seen = np.zeros((size, len(ranks)), bool)

@@ -362,7 +362,7 @@ def _merge_by_name(tables_by_rank, ranks, key: str, keys: list[str], limit: int,
         return {"rows": [], "denominator_ns": int(denom), "dropped": dropped}
     codes, distinct = stacked.first_seen(list(map(itemgetter(*keys), rows)))
     groups = stacked.Groups.of(codes, len(distinct))
-    calls, total, longest, shortest = stacked.ints(rows, "calls", "total_ns", "max_ns", "min_ns").T
+    calls, total, longest, shortest = stacked.ints(rows, "calls", "total_ns", "max_ns", "min_ns")
     calls, total, longest, shortest, ranks_in, top = (
         groups.sum(calls), groups.sum(total), groups.max(longest), groups.min(shortest), groups.distinct(rank_of),
         rank_of[groups.first_max(total)])
@@ -371,7 +371,8 @@ def _merge_by_name(tables_by_rank, ranks, key: str, keys: list[str], limit: int,
     category = None
     if any("category" in row for row in rows):  # the kernel table's: the first one a rank gave
         texts = [row.get("category") for row in rows]
-        category = groups.first_known(texts, np.array([t is not None and t == t for t in texts], bool))
+        known = np.array(texts, object) != None  # noqa: E711 - elementwise; a text, never NaN
+        category = groups.first_known(texts, known)
     order = stacked.key_order(total, distinct)
     kept, rest = order[:limit], order[limit:]
     merged = []
@@ -448,7 +449,7 @@ def _merge_overview(tables_by_rank, ranks) -> list[dict]:
     window = sum(t["window_ns"] for t in tables_by_rank)
     codes, types = stacked.first_seen([(row["side"], row["type"]) for row in rows])
     groups = stacked.Groups.of(codes, len(types))
-    calls, total = stacked.ints(rows, "calls", "total_ns").T
+    calls, total = stacked.ints(rows, "calls", "total_ns")
     by_rank = stacked.by_rank(codes, len(types), rank_of, total, ranks)
     calls, total = groups.sum(calls), groups.sum(total)
     ratio = total / window if window else np.full(total.size, np.nan)
