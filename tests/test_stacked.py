@@ -90,3 +90,12 @@ def test_rank_waits_equal_interval_algebra_per_rank():
         if row < len(bounds) and bounds[row]:
             waited = iv.intersect(waited, iv.union(bounds[row]["start_ns"], bounds[row]["end_ns"]))
         assert got[row] == iv.total(waited)
+
+
+def test_sorted_texts_is_distinct_texts():
+    from distprof import events as ev
+    values = np.array(["b", "a", None, "b", 1, "1", float("nan"), float("nan"), "ä"], dtype=object)
+    texts, codes = stacked.sorted_texts(values)
+    expected_texts, expected_codes = ev.distinct_texts(values)
+    assert texts.tolist() == expected_texts.tolist() and codes.tolist() == expected_codes.tolist()
+    assert stacked.sorted_texts(np.empty(0, object))[1].size == 0

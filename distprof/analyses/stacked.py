@@ -31,6 +31,15 @@ def first_seen(values: list) -> tuple[np.ndarray, list]:
     return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), distinct
 
 
+def sorted_texts(values) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct texts, code of each value): ``events.distinct_texts`` without pandas
+    (hashing the values, then one sort of the distinct texts; None and NaN read "nan", as there)."""
+    codes, distinct = first_seen(np.asarray(values, dtype=object).ravel().tolist())
+    texts = [str(value) if value is not None and value == value else "nan" for value in distinct]
+    texts, position = np.unique(np.array(texts, dtype=object), return_inverse=True)
+    return texts, np.asarray(position, np.int64).ravel()[codes]
+
+
 def ints(rows: list[dict], *keys: str) -> np.ndarray:
     """Columns of int values every row has, as an int64 (len(keys), rows) matrix."""
     return np.array([np.fromiter(map(itemgetter(key), rows), np.int64, len(rows)) for key in keys]).reshape(
