@@ -50,7 +50,7 @@ def optional(rows: list[dict], key: str, dtype=np.int64) -> tuple[np.ndarray, np
     """(values, 0 where missing; whether each row has one): a column whose rows may hold None
     (or NaN, or lack the key), the values kept exact in ``dtype``."""
     column = np.empty(len(rows), object)
-    column[:] = [row.get(key) for row in rows]
+    column[:] = list(map(dict.get, rows, repeat(key)))
     known = column != None  # noqa: E711 - elementwise
     known[known] = ~np.isnan(column[known].astype(np.float64))
     values = np.zeros(len(rows), dtype)

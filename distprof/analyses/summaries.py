@@ -29,6 +29,7 @@ of mins) and keeps per-rank columns where they show imbalance.
 
 from __future__ import annotations
 
+from itertools import repeat
 from operator import itemgetter
 
 import numpy as np
@@ -370,7 +371,7 @@ def _merge_by_name(tables_by_rank, ranks, key: str, keys: list[str], limit: int,
         average, ratio = total / calls, total / denom if denom else np.full(total.size, np.nan)
     category = None
     if any("category" in row for row in rows):  # the kernel table's: the first one a rank gave
-        texts = [row.get("category") for row in rows]
+        texts = list(map(dict.get, rows, repeat("category")))
         known = np.array(texts, object) != None  # noqa: E711 - elementwise; a text, never NaN
         category = groups.first_known(texts, known)
     order = stacked.key_order(total, distinct)
