@@ -327,7 +327,7 @@ def _checked_steps(summary: dict, item: str) -> dict:
     """A summary whose step series a diff resamples: at most the MAX_STEPS merge keeps (1M steps
     in a 7 MB file asked the bootstrap for 29.8 GiB)."""
     from .analyses import diff as diff_mod
-    from .analyses.summaries import MAX_STEPS
+    from .analyses.steptime import MAX_STEPS  # not summaries: a diff of two summaries imports no pandas
     try:
         steps = diff_mod.step_durations(summary).size
     except (KeyError, TypeError, AttributeError, ValueError) as error:

@@ -42,3 +42,26 @@ def test_lazy_names_resolve():
     from distprof import range as user_range
     assert distprof.config.load()["out"] and callable(phase) and callable(comm) and callable(user_range)
     assert Profiler.__name__ == "Profiler" and "Profiler" in dir(distprof)
+
+
+def test_report_and_diff_of_summaries_load_no_pandas(tmp_path):
+    """Reading summary.json files (``report``, ``diff`` of two runs) is formatting and a bootstrap:
+    it must not pay the analysis stack's import (a diff once imported it for one constant)."""
+    from pathlib import Path
+    golden = Path(__file__).resolve().parent / "data" / "golden"
+    runs = []
+    for name in ("demo__demo_ranks.json", "kineto__hta_trace_filter_2rank.json"):
+        run = tmp_path / name.split("__")[0]
+        run.mkdir()
+        (run / "summary.json").write_text((golden / name).read_text())
+        runs.append(str(run))
+    code = ("import contextlib, io\nfrom distprof import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    cli.main(['report', {runs[0]!r}])\n"
+            f"    cli.main(['diff', {runs[0]!r}, {runs[1]!r}, '-o', {str(tmp_path / 'diff')!r}])\n")
+    assert loaded_after(code) == []
+
+
+def test_combine_side_table_modules_import_no_pandas():
+    """Rank 0's merge of compact per-rank tables and collectives is numpy only."""
+    assert loaded_after("import distprof.analyses.stacked, distprof.analyses.collectives") == []

@@ -12,11 +12,9 @@ algbw = bytes / transfer (bytes per ns = GB/s); busbw = algbw × the nccl-tests 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from .. import events as ev
-from ..align import Matching
-from . import intervals as iv
+from ..align import Matching, unique_rows
 
 P2P = "p2p"  # align's kind of a matched send/recv pair
 # nccl-tests' busbw factor per kind, as a function of the group size n; None: no bandwidth
@@ -131,128 +129,180 @@ def shared(matching: Matching) -> np.ndarray:
     return matching.present.sum(axis=0) >= 2
 
 
-def rank_waits(matching: Matching, inst: dict, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
-    """Per row of ``matching``: |∪ [own start, own start + wait] over its matched collectives ∩ its
-    window| on its own clock (window: the union of its step bounds when it has steps and the
-    analysis window is the steps); None for a rank with no matched collective."""
-    out: list[int | None] = []
-    for row in range(matching.present.shape[0]):  # one iteration per rank, vectorized inside
-        mine = matching.present[row] & shared(matching)
-        if not mine.any():
-            out.append(None)
-            continue
-        starts = matching.start_ns[row, mine]
-        waited = iv.union(starts, starts + inst["wait"][row, mine])
-        bounds = step_bounds[row] if row < len(step_bounds) else {}
-        if use_steps and len(bounds.get("start_ns", ())):
-            window = iv.union(np.asarray(bounds["start_ns"], np.int64), np.asarray(bounds["end_ns"], np.int64))
-            waited = iv.intersect(waited, window)
-        out.append(iv.total(waited))
+def _covered_per_key(n_keys: int, intervals: tuple, windows: tuple, clipped: np.ndarray) -> np.ndarray:
+    """Per key 0..n_keys-1: |∪ intervals ∩ ∪ windows| where ``clipped[key]``, else |∪ intervals|
+    (each a (key, starts, ends) triple, ends >= starts). One sweep over every key's boundaries:
+    sorted by (key, position), the coverage counts of both sets are running sums that return to 0
+    at the end of each key; the state after a boundary holds until the next one of the same key."""
+    key = np.concatenate([intervals[0], intervals[0], windows[0], windows[0]]).astype(np.int64)
+    position = np.concatenate([intervals[1], intervals[2], windows[1], windows[2]]).astype(np.int64)
+    size, window_size = intervals[0].size, windows[0].size
+    zeros, ones = np.zeros(2 * window_size, np.int64), np.ones(size, np.int64)
+    in_a = np.concatenate([ones, -ones, zeros])
+    in_b = np.concatenate([np.zeros(2 * size, np.int64), np.ones(window_size, np.int64),
+                           -np.ones(window_size, np.int64)])
+    order = np.lexsort((position, key))
+    key, position = key[order], position[order]
+    covered = (np.cumsum(in_a[order]) > 0) & ((np.cumsum(in_b[order]) > 0) | ~clipped[key])
+    length = np.where(covered[:-1] & (key[1:] == key[:-1]), position[1:] - position[:-1], 0)
+    out = np.zeros(n_keys, np.int64)
+    np.add.at(out, key[:-1], length)
     return out
 
 
+def rank_waits(matching: Matching, inst: dict, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
+    """Per row of ``matching``: |∪ [own start, own start + wait] over its matched collectives ∩ its
+    window| on its own clock (window: the union of its step bounds when it has steps and the
+    analysis window is the steps); None for a rank with no matched collective. All ranks in one
+    sweep (analyses.intervals' algebra per rank was a few ms per rank at 512 ranks)."""
+    n_rows = matching.present.shape[0]
+    rows, columns = np.nonzero(matching.present & shared(matching)[None, :])
+    starts = matching.start_ns[rows, columns]
+    bounds = [(row, b) for row, b in enumerate(step_bounds[:n_rows]) if use_steps and len(b.get("start_ns", ()))]
+    windows = tuple(np.concatenate([*part, np.zeros(0, np.int64)]) for part in (
+        [np.full(len(b["start_ns"]), row, np.int64) for row, b in bounds],
+        [np.asarray(b["start_ns"], np.int64) for _, b in bounds],
+        [np.asarray(b["end_ns"], np.int64) for _, b in bounds]))
+    clipped = np.zeros(n_rows, bool)
+    clipped[[row for row, _ in bounds]] = True
+    waited = _covered_per_key(n_rows, (rows, starts, starts + inst["wait"][rows, columns]), windows, clipped)
+    matched = np.bincount(rows, minlength=n_rows) > 0
+    return [int(w) if has else None for w, has in zip(waited.tolist(), matched.tolist())]
+
+
+def _taken(row: np.ndarray, start: np.ndarray, end: np.ndarray, matching: Matching) -> np.ndarray:
+    """Whether each op (its rank's row in ``matching``, own start and end) is one of that row's
+    instances matched with another rank: one sort of all (row, start, end) triples, not one per rank."""
+    rows, columns = np.nonzero(matching.present & shared(matching)[None, :])
+    if not row.size or not rows.size:
+        return np.zeros(row.size, bool)
+    keys = [np.concatenate(pair) for pair in ((row, rows), (start, matching.start_ns[rows, columns]),
+                                             (end, matching.end_ns[rows, columns]))]
+    order = np.lexsort(keys[::-1])
+    ordered = [key[order] for key in keys]
+    opens = np.r_[True, np.any([key[1:] != key[:-1] for key in ordered], axis=0)]
+    triple = np.cumsum(opens) - 1
+    has_taken = np.maximum.reduceat(order >= row.size, np.flatnonzero(opens))
+    out = np.empty(order.size, bool)
+    out[order] = has_taken[triple]
+    return out[:row.size]
+
+
 def unmatched(collectives_by_rank: list[dict], ranks: list[int], matching: Matching,
-              process_groups: dict, node_of: dict[int, str], gpus_per_node: int | None) -> pd.DataFrame:
+              process_groups: dict, node_of: dict[int, str], gpus_per_node: int | None) -> dict:
     """Each rank's collectives that no other rank matched (a 1-of-N trace, counts that differ), as
-    single-rank instances: transfer = their own duration (an upper bound: the wait is unknown),
-    n from the named group's members (else unknown), bytes their own."""
-    frames = []
+    single-rank instances (columns: rank, kind, group, duration, nbytes, n, node_span): transfer =
+    their own duration (an upper bound: the wait is unknown), n from the named group's members
+    (else unknown), bytes their own (NaN unknown)."""
+    parts = []
     for row, (columns, rank) in enumerate(zip(collectives_by_rank, ranks)):  # one iteration per rank
-        if not len(columns.get("name", ())):
-            continue
-        own = pd.MultiIndex.from_arrays([np.asarray(columns["start_ns"], np.int64),
-                                         np.asarray(columns["end_ns"], np.int64)])
-        mine = matching.present[row] & shared(matching) if row < matching.present.shape[0] else np.zeros(0, bool)
-        taken = pd.MultiIndex.from_arrays([matching.start_ns[row, mine], matching.end_ns[row, mine]]) \
-            if mine.size else pd.MultiIndex.from_arrays([np.zeros(0, np.int64), np.zeros(0, np.int64)])
-        left = ~own.isin(taken)
-        kind = np.asarray(columns["name"], dtype=object)[left]
-        size = len(kind)
-        group = np.asarray(columns.get("group") or [""] * len(left), dtype=object)[left]
-        nbytes = np.asarray(columns.get("nbytes") or [-1] * len(left), np.int64)[left]
-        frames.append(pd.DataFrame({
-            "rank": np.full(size, rank), "kind": np.where(np.isin(kind, ev.POINT_TO_POINT), P2P, kind),
-            "group": group, "duration": (np.asarray(columns["end_ns"], np.int64)
-                                         - np.asarray(columns["start_ns"], np.int64))[left],
-            "nbytes": np.where(nbytes >= 0, nbytes.astype(np.float64), np.nan)}))
-    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        {"rank": [], "kind": [], "group": [], "duration": [], "nbytes": []})
+        size = len(columns.get("name", ()))
+        if size:
+            parts.append({"row": np.full(size, row, np.int64), "rank": np.full(size, rank, np.int64),
+                          "start": np.asarray(columns["start_ns"], np.int64),
+                          "end": np.asarray(columns["end_ns"], np.int64),
+                          "kind": np.asarray(columns["name"], dtype=object),
+                          "group": np.asarray(columns.get("group") or [""] * size, dtype=object),
+                          "nbytes": np.asarray(columns.get("nbytes") or [-1] * size, np.int64)})
+    ops = {key: np.concatenate([part[key] for part in parts] + [empty]) for key, empty in (
+        ("row", np.zeros(0, np.int64)), ("rank", np.zeros(0, np.int64)), ("start", np.zeros(0, np.int64)),
+        ("end", np.zeros(0, np.int64)), ("kind", np.empty(0, object)), ("group", np.empty(0, object)),
+        ("nbytes", np.zeros(0, np.int64)))}
+    left = ~_taken(ops["row"], ops["start"], ops["end"], matching)
+    kind, nbytes = ops["kind"][left], ops["nbytes"][left]
+    single = {"rank": ops["rank"][left], "kind": np.where(np.isin(kind, ev.POINT_TO_POINT), P2P, kind).astype(object),
+              "group": ops["group"][left], "duration": (ops["end"] - ops["start"])[left],
+              "nbytes": np.where(nbytes >= 0, nbytes.astype(np.float64), np.nan)}
     # per distinct group, not per op: a 1-of-N trace leaves every op unmatched
-    names, code = np.unique(table["group"].astype(str).to_numpy(), return_inverse=True)
-    members = [tuple(process_groups.get(name, ())) for name in names]
-    size = np.array([len(m) for m in members], np.int64)
-    span = node_spans(members, node_of, gpus_per_node) if members else np.empty(0, object)
-    is_p2p = table["kind"].astype(str).to_numpy() == P2P  # p2p: its 2 ends, not the group
-    known = (size[code] > 0) & ~is_p2p if len(table) else np.zeros(0, bool)
-    return table.assign(n=np.where(is_p2p, 2, np.where(known, size[code] if len(table) else 0, -1)),
-                        node_span=np.where(known, span[code] if len(table) else None, None))
+    names, code = np.unique(single["group"].astype(str), return_inverse=True)
+    code = code.ravel()
+    members = [tuple(process_groups.get(str(name), ())) for name in names.tolist()]
+    size = np.array([len(m) for m in members], np.int64)[code]
+    span = (node_spans(members, node_of, gpus_per_node) if members else np.empty(0, object))[code]
+    is_p2p = single["kind"] == P2P  # p2p: its 2 ends, not the group
+    known = (size > 0) & ~is_p2p
+    return {**single, "n": np.where(is_p2p, 2, np.where(known, size, -1)),
+            "node_span": np.where(known, span, None)}
 
 
-def _instance_frame(matching: Matching, inst: dict, single: pd.DataFrame) -> pd.DataFrame:
+def _instance_columns(matching: Matching, inst: dict, single: dict) -> dict:
     """One row per instance, matched and single-rank alike, with what the table aggregates."""
-    present = matching.present
     both = shared(matching)
-    matched = pd.DataFrame({
-        "kind": np.asarray(matching.name, dtype=object), "group": np.asarray(matching.group, dtype=object)
-        if len(matching.group) == matching.size else np.full(matching.size, "", object),
-        "node_span": inst["node_span"], "nbytes": inst["nbytes"], "duration": inst["duration"].sum(axis=0),
-        "wait": inst["wait"].sum(axis=0), "transfer": inst["transfer"].astype(np.float64),
-        "algbw": inst["algbw"], "busbw": inst["busbw"], "matched": np.ones(matching.size, bool),
-        "members": present.sum(axis=0)})[both]
-    if len(single):
-        kinds = single["kind"].astype(str).to_numpy()
-        duration = single["duration"].to_numpy(np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            algbw = np.where((duration > 0) & (kinds != ev.BARRIER), single["nbytes"].to_numpy() / duration, np.nan)
-        single = pd.DataFrame({
-            "kind": kinds.astype(object), "group": single["group"].astype(str).to_numpy(dtype=object),
-            "node_span": single["node_span"].to_numpy(), "nbytes": single["nbytes"].to_numpy(np.float64),
-            "duration": duration, "wait": np.zeros(len(single)), "transfer": duration, "algbw": algbw,
-            "busbw": algbw * bus_factors(kinds, single["n"].to_numpy()), "matched": np.zeros(len(single), bool),
-            "members": np.ones(len(single), np.int64)})
-        matched = pd.concat([matched, single], ignore_index=True)
-    return matched.assign(size_bucket=size_bucket(matched["nbytes"].to_numpy(np.float64)),
-                          node_span=matched["node_span"].fillna("unknown"))
+    kinds = single["kind"].astype(str)
+    duration = single["duration"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where((duration > 0) & (kinds != ev.BARRIER), single["nbytes"] / duration, np.nan)
+    groups = np.asarray(matching.group, dtype=object) if len(matching.group) == matching.size else \
+        np.full(matching.size, "", object)
+    columns = {
+        "kind": (np.asarray(matching.name, dtype=object)[both], kinds.astype(object)),
+        "group": (groups[both], single["group"].astype(str).astype(object)),
+        "node_span": (np.asarray(inst["node_span"], dtype=object)[both], single["node_span"]),
+        "nbytes": (inst["nbytes"][both], single["nbytes"]),
+        "duration": (inst["duration"].sum(axis=0)[both], duration),  # int64 ns: exact sums
+        "wait": (inst["wait"].sum(axis=0)[both], np.zeros(duration.size, np.int64)),
+        "transfer": (inst["transfer"][both].astype(np.float64), duration.astype(np.float64)),
+        "algbw": (inst["algbw"][both], algbw), "busbw": (inst["busbw"][both], algbw * bus_factors(kinds, single["n"])),
+        "matched": (np.ones(int(both.sum()), bool), np.zeros(duration.size, bool)),
+    }
+    out = {key: np.concatenate(pair) for key, pair in columns.items()}
+    span = out["node_span"]
+    return {**out, "node_span": np.where(span == None, "unknown", span),  # noqa: E711 - elementwise
+            "size_bucket": size_bucket(out["nbytes"])}
 
 
-def _median(values: pd.Series) -> float | None:
-    known = values.dropna()
-    return float(known.median()) if len(known) else None
+def _median(values: np.ndarray) -> float | None:
+    known = values[~np.isnan(values)]
+    return float(np.median(known)) if known.size else None
 
 
-def table(matching: Matching, inst: dict, single: pd.DataFrame, peak_gbps: float | None) -> list[dict]:
+def _table_groups(columns: dict, keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows ordered by group, where each group starts in that order, each group's first row):
+    groups of equal ``keys`` texts, in the order of the sorted key tuples."""
+    codes = np.stack([np.unique(np.asarray(columns[key], dtype=str), return_inverse=True)[1].ravel()
+                      for key in keys], axis=1)
+    _, group_of, _ = unique_rows(codes.astype(np.int64))  # groups numbered in sorted key order
+    order = np.argsort(group_of, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(group_of[order]) != 0])
+    return order, starts, order[starts]
+
+
+def table(matching: Matching, inst: dict, single: dict, peak_gbps: float | None) -> list[dict]:
     """The Collectives table: per kind x group x node span x size bucket, the count (matched and
     single-rank), total time (Σ members' durations), wait share (Σ wait / Σ duration of the
     matched ones), median transfer, median bytes, algbw and busbw, and busbw's share of
     ``peak_gbps`` when the peak is known. Costliest rows first."""
-    frame = _instance_frame(matching, inst, single)
-    if not len(frame):
+    columns = _instance_columns(matching, inst, single)
+    if not columns["kind"].size:
         return []
+    keys = ("kind", "group", "node_span", "size_bucket")
+    order, starts, first = _table_groups(columns, keys)
     rows = []
-    keys = ["kind", "group", "node_span", "size_bucket"]
-    for key, part in frame.groupby(keys, sort=True, dropna=False):  # one iteration per table row
-        matched = part[part["matched"]]
-        matched_time = float(matched["duration"].sum())
-        busbw = _median(part["busbw"])
+    for part, head in zip(np.split(order, starts[1:]), first.tolist()):  # one iteration per table row
+        matched = part[columns["matched"][part]]
+        matched_time = float(columns["duration"][matched].sum())
+        wait = int(columns["wait"][matched].sum())
+        transfer, busbw = _median(columns["transfer"][part]), _median(columns["busbw"][part])
+        span = str(columns["node_span"][head])
         rows.append({
-            "kind": str(key[0]), "group": str(key[1]), "node_span": None if key[2] == "unknown" else str(key[2]),
-            "size_bucket": str(key[3]), "count": int(len(part)), "matched": int(len(matched)),
-            "total_ns": int(part["duration"].sum()), "wait_ns": int(matched["wait"].sum()),
-            "wait_share": float(matched["wait"].sum() / matched_time) if matched_time > 0 else None,
-            "transfer_median_ns": None if _median(part["transfer"]) is None else int(round(_median(part["transfer"]))),
-            "bytes_median": _median(part["nbytes"]), "algbw_median_gbps": _median(part["algbw"]),
+            "kind": str(columns["kind"][head]), "group": str(columns["group"][head]),
+            "node_span": None if span == "unknown" else span, "size_bucket": str(columns["size_bucket"][head]),
+            "count": int(part.size), "matched": int(matched.size), "total_ns": int(columns["duration"][part].sum()),
+            "wait_ns": wait, "wait_share": float(wait / matched_time) if matched_time > 0 else None,
+            "transfer_median_ns": None if transfer is None else int(round(transfer)),
+            "bytes_median": _median(columns["nbytes"][part]), "algbw_median_gbps": _median(columns["algbw"][part]),
             "busbw_median_gbps": busbw,
             "peak_share": busbw / peak_gbps if busbw is not None and peak_gbps else None})
     return sorted(rows, key=lambda r: (-r["total_ns"], r["kind"], r["group"]))
 
 
-def summary(matching: Matching, inst: dict, single: pd.DataFrame, config: dict) -> dict:
+def summary(matching: Matching, inst: dict, single: dict, config: dict) -> dict:
     """summary.json's ``collectives``: the table and what it was measured against."""
     hardware = config.get("hardware") or {}
     peak = hardware.get("peak_busbw_gbps")
     return {"rows": table(matching, inst, single, peak), "peak_busbw_gbps": peak,
             "gpus_per_node": hardware.get("gpus_per_node"), "size_buckets": list(SIZE_BUCKETS),
-            "matched": int(shared(matching).sum()), "single_rank": int(len(single))}
+            "matched": int(shared(matching).sum()), "single_rank": int(single["rank"].size)}
 
 
 def slow_rows(rows: list[dict], config: dict) -> list[dict]:

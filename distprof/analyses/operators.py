@@ -21,11 +21,11 @@ import json
 import re
 
 import numpy as np
-import pandas as pd
 
 from .. import events as ev
 from ..sources.joins import innermost_enclosing, launch_join
 from . import intervals as iv
+from . import stacked
 
 MAX_ROWS = 200
 _NVTX_OP = re.compile(r"^(aten|c10d|prim|quantized|torchvision)::")
@@ -220,46 +220,48 @@ _COLUMNS = ("name", "calls", "cpu_total_ns", "cpu_self_ns", "cpu_avg_ns", "cpu_m
 _INTS = ("calls", "cpu_total_ns", "cpu_self_ns", "cpu_max_ns", "cpu_min_ns", "gpu_total_ns", "ranks", "max_rank")
 
 
-def _kept(stats: pd.DataFrame, limit: int, denominator: int, dropped: dict | None = None) -> dict:
-    """Rows sorted by CPU total (then name), ``limit`` kept, the rest counted in ``dropped``."""
-    stats = stats.sort_values(["cpu_total_ns", "name"], ascending=[False, True], kind="stable")
-    kept, rest = stats.iloc[:limit], stats.iloc[limit:]
-    columns = [c for c in (*_COLUMNS, "ranks", "max_rank", "cpu_total_ns_by_rank") if c in stats.columns]
+def _merged_rows(columns: dict, order: np.ndarray, limit: int, denominator: int, dropped: dict) -> dict:
+    """Rows of the merged per-name columns in ``order``, ``limit`` kept, the rest added to the ranks'
+    own ``dropped``: each row has _COLUMNS, ``ranks`` and ``max_rank``."""
+    kept, rest = order[:limit], order[limit:]
     rows = []
-    for row in kept[columns].to_dict("records"):
-        rows.append({k: (None if v is None or (isinstance(v, float) and np.isnan(v)) else
-                         int(v) if k in _INTS else float(v) if isinstance(v, (float, np.floating)) else v)
-                     for k, v in row.items()})
-    dropped = dict(dropped or {"rows": 0, "calls": 0, "total_ns": 0})
-    dropped = {"rows": dropped["rows"] + len(rest), "calls": dropped["calls"] + int(rest["calls"].sum()),
-               "total_ns": dropped["total_ns"] + int(rest["cpu_total_ns"].sum())}
-    return {"rows": rows, "denominator_ns": denominator, "dropped": dropped}
+    for g in kept.tolist():  # at most ``limit`` rows
+        row = {}
+        for key in (*_COLUMNS, "ranks", "max_rank"):
+            value = None if columns[key] is None else columns[key][g]
+            row[key] = (None if value is None or value != value else int(value) if key in _INTS else
+                        float(value) if isinstance(value, (float, np.floating)) else str(value))
+        rows.append(row)
+    return {"rows": rows, "denominator_ns": denominator,
+            "dropped": {"rows": dropped["rows"] + int(rest.size),
+                        "calls": dropped["calls"] + int(columns["calls"][rest].sum()),
+                        "total_ns": dropped["total_ns"] + int(columns["cpu_total_ns"][rest].sum())}}
 
 
 def merge_operator_tables(tables: list[dict], ranks: list[int], limit: int = MAX_ROWS) -> dict:
     """The Operator Summary across ranks: sums, max of maxes, min of mins, avg = Σ total / Σ calls,
-    the number of ranks that ran the operator and the rank with the largest CPU total."""
-    parts = [pd.DataFrame(t["operator"]["rows"]).assign(rank=r) for t, r in zip(tables, ranks)
-             if t.get("operator") and t["operator"]["rows"]]
+    the number of ranks that ran the operator and the rank with the largest CPU total (numpy over
+    the ranks' rows: no pandas on rank 0)."""
+    with_rows = [(t, r) for t, r in zip(tables, ranks) if t.get("operator") and t["operator"]["rows"]]
     denominator = int(sum(t["window_ns"] for t in tables))
     dropped = {k: sum(t["operator"]["dropped"][k] for t in tables if t.get("operator"))
                for k in ("rows", "calls", "total_ns")}
-    if not parts:
+    if not with_rows:
         return {"rows": [], "denominator_ns": denominator, "dropped": dropped}
-    frame = pd.concat(parts, ignore_index=True)
-    has_gpu = frame["gpu_total_ns"].notna().any()
-    merged = frame.groupby("name", sort=False).agg(
-        calls=("calls", "sum"), cpu_total_ns=("cpu_total_ns", "sum"), cpu_self_ns=("cpu_self_ns", "sum"),
-        cpu_max_ns=("cpu_max_ns", "max"), cpu_min_ns=("cpu_min_ns", "min"),
-        gpu_total_ns=("gpu_total_ns", "sum"), ranks=("rank", "nunique")).reset_index()
-    top = frame.loc[frame.groupby("name", sort=False)["cpu_total_ns"].idxmax(), ["name", "rank"]]
-    merged = merged.merge(top.rename(columns={"rank": "max_rank"}), on="name", how="left")
-    merged["cpu_avg_ns"] = merged["cpu_total_ns"] / merged["calls"]
-    merged["gpu_avg_ns"] = merged["gpu_total_ns"] / merged["calls"]
-    if not has_gpu:
-        merged["gpu_total_ns"] = merged["gpu_avg_ns"] = None
-    merged["ratio"] = merged["cpu_total_ns"] / denominator if denominator else None
-    return _kept(merged, limit, denominator, dropped)
+    rows, rank_of = stacked.stack([t for t, _ in with_rows], [r for _, r in with_rows], "operator")
+    codes, names = stacked.first_seen([row["name"] for row in rows])
+    groups = stacked.Groups.of(codes, len(names))
+    calls, total, own, longest, shortest = stacked.ints(rows, "calls", "cpu_total_ns", "cpu_self_ns", "cpu_max_ns",
+                                                       "cpu_min_ns")
+    gpu, has_gpu = stacked.optional(rows, "gpu_total_ns")
+    calls, top, total = groups.sum(calls), rank_of[groups.first_max(total)], groups.sum(total)
+    gpu_total = groups.sum(gpu) if has_gpu.any() else None  # a rank without GPU work adds nothing
+    columns = {"name": names, "calls": calls, "cpu_total_ns": total, "cpu_self_ns": groups.sum(own),
+               "cpu_avg_ns": total / calls, "cpu_max_ns": groups.max(longest), "cpu_min_ns": groups.min(shortest),
+               "gpu_total_ns": gpu_total, "gpu_avg_ns": None if gpu_total is None else gpu_total / calls,
+               "ratio": total / denominator if denominator else None, "ranks": groups.distinct(rank_of),
+               "max_rank": top}
+    return _merged_rows(columns, stacked.key_order(total, names), limit, denominator, dropped)
 
 
 def trimmed(table: dict, rows: int) -> dict:

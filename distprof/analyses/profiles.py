@@ -36,7 +36,6 @@ import math
 import re
 
 import numpy as np
-import pandas as pd
 
 from .. import events as ev
 from ..columns import groups_of, unique_rows
@@ -273,15 +272,16 @@ def rank_profile(trace: ev.RankTrace, config: dict) -> tuple[RankProfile, dict]:
 
 
 def _spread(values: dict[int, float]) -> dict | None:
-    """min / median / max across ranks, max/min, and the argmin / argmax rank."""
-    if not values:
+    """min / median / max across ranks, max/min, and the argmin / argmax rank (the lowest rank on a
+    tie); NaN figures are not known."""
+    ranks = sorted(r for r, v in values.items() if v == v)
+    if not ranks:
         return None
-    ranks = sorted(values)
-    series = pd.Series([values[r] for r in ranks], index=ranks, dtype=np.float64)
-    low = float(series.min())
-    return {"min": low, "median": float(series.median()), "max": float(series.max()),
-            "max_over_min": float(series.max()) / low if low else None,
-            "min_rank": int(series.idxmin()), "max_rank": int(series.idxmax())}
+    series = np.array([values[r] for r in ranks], np.float64)
+    low, high = float(series.min()), float(series.max())
+    return {"min": low, "median": float(np.median(series)), "max": high,
+            "max_over_min": high / low if low else None,
+            "min_rank": int(ranks[int(np.argmin(series))]), "max_rank": int(ranks[int(np.argmax(series))])}
 
 
 def across_ranks(results: list) -> dict:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pandas as pd
 
 from .. import events as ev
 from .. import lanes as lanes_mod
@@ -20,7 +19,7 @@ from ..results import RankMarkers
 from ..sources.joins import launch_join
 from ..units import duration
 from . import collectives as coll
-from . import steptime
+from . import stacked, steptime
 from .distributed import work_masks
 
 _INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -313,6 +312,18 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str
     return kinds, notes
 
 
+def _cummax_per_key(key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running max of int64 ``values`` within each run of equal (sorted) ``key``: a segmented
+    scan in log2(n) vectorized passes, int64 all along (exact ns; no offsets that could overflow)."""
+    reach = np.asarray(values, np.int64).copy()
+    shift = 1
+    while shift < reach.size:  # ~17 passes for 100k collectives
+        same = key[shift:] == key[:-shift]
+        reach[shift:] = np.where(same, np.maximum(reach[shift:], reach[:-shift]), reach[shift:])
+        shift *= 2
+    return reach
+
+
 def _union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: int) -> np.ndarray:
     """|∪ [start, end)| per key (0..n_keys-1), vectorized: sort by (key, start), each interval
     adds what reaches past the furthest end before it in its key."""
@@ -321,7 +332,7 @@ def _union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: 
         return out
     order = np.lexsort((start, key))
     key, start, end = key[order], np.asarray(start, np.int64)[order], np.asarray(end, np.int64)[order]
-    reach = pd.Series(end).groupby(key, sort=False).cummax().to_numpy(np.int64)  # int64 all along: exact ns
+    reach = _cummax_per_key(key, end)
     same = np.concatenate([[False], key[1:] == key[:-1]])
     before = np.where(same, np.concatenate([[_INT_MIN], reach[:-1]]), _INT_MIN)
     np.add.at(out, key, np.maximum(end - np.maximum(start, before), 0))
@@ -497,7 +508,7 @@ def _phase_skew(aligned_by_rank: list[dict], rank_of: list[int]) -> dict:
     aggregates of summary.json's skew.phases (``rows``)."""
     phases: list[dict] = []
     per_rank_names = [np.asarray(a["phases"]["name"], dtype=object).ravel() for a in aligned_by_rank]
-    phase_names, name_code = ev.distinct_texts(np.concatenate(per_rank_names + [np.empty(0, object)]))
+    phase_names, name_code = stacked.sorted_texts(np.concatenate(per_rank_names + [np.empty(0, object)]))
     name_codes = np.split(name_code, np.cumsum([n.size for n in per_rank_names])[:-1])
     phase_keys = [np.stack([np.asarray(a["phases"]["step"], np.int64), codes], axis=1)
                   .reshape(-1, 2).astype(np.int64) for a, codes in zip(aligned_by_rank, name_codes)]

@@ -20,7 +20,7 @@ Per rank (:func:`rank_tables`, next to the events, so only these compact rows tr
   base name: PyTorch's NVTX op ranges ``aten::to, seq = 12, op_id = 998`` count as ``aten::to``.
 
 An event belongs to the window W when its start lies in W (as a range belongs to the step that
-holds its start); unions are clipped to W. Everything is numpy/pandas group-bys: no Python loop
+holds its start); unions are clipped to W. Everything is numpy group-bys: no Python loop
 per event, only per device, lane or table.
 
 :func:`merge_tables` sums those tables across ranks (avg = Σ total / Σ calls, max of maxes, min
@@ -29,22 +29,24 @@ of mins) and keeps per-rank columns where they show imbalance.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
+
 import numpy as np
-import pandas as pd
 
 from .. import events as ev
 from .. import lanes as lanes_mod
 from .. import names
 from ..columns import groups_of, unique_rows
 from . import intervals as iv
-from . import operators, steptime
+from . import operators, stacked, steptime
 from .distributed import analysis_window
 
 MODEL_ROWS = ("ProfileStep", "Dataloader", "Forward", "Backward", "Optimization", "Others")
 SORTABLE = ("kernel", "memory", "user")      # tables whose rows are ordered by --sorted-by
 MAX_ROWS = 200          # rows kept per by-name table in the merged tables
 RANK_ROWS = 20          # rows kept per by-name table in each rank's own copy in summary.json
-MAX_STEPS = 2000        # steps kept in the step-time series
+MAX_STEPS = steptime.MAX_STEPS  # steps kept in the step-time series
 
 _STAT_COLUMNS = ("calls", "total_ns", "avg_ns", "max_ns", "min_ns")
 _GPU_KINDS = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
@@ -119,20 +121,6 @@ def _group_stats(group_of: np.ndarray, values: np.ndarray, groups: int) -> tuple
     calls = np.diff(np.append(starts, ordered.size))
     total = np.add.reduceat(sorted_values, starts)
     return calls, total, np.maximum.reduceat(sorted_values, starts), np.minimum.reduceat(sorted_values, starts)
-
-
-def _records(frame: pd.DataFrame, ints=("calls", "total_ns", "max_ns", "min_ns")) -> list[dict]:
-    """Rows as plain JSON-able dicts; avg/ratio as floats."""
-    rows = frame.to_dict("records")
-    for row in rows:
-        for key, value in row.items():
-            if key in ints and value is not None and not (isinstance(value, float) and np.isnan(value)):
-                row[key] = int(value)
-            elif isinstance(value, (np.floating, float)):
-                row[key] = None if np.isnan(value) else float(value)
-            elif isinstance(value, np.integer):
-                row[key] = int(value)
-    return rows
 
 
 def _durations(events: ev.Table, mask: np.ndarray) -> np.ndarray:
@@ -334,145 +322,171 @@ def rank_tables(events: ev.Table, config: dict, meta: dict | None = None, max_ro
 
 
 # -- across ranks (rank 0, compact tables only) ----------------------------------------------
+# numpy over the rows the ranks sent (analyses.stacked): no pandas on rank 0's combine
 
-def _frame(tables_by_rank: list[dict], ranks: list[int], key: str) -> pd.DataFrame:
-    """One table of every rank stacked, with a ``rank`` column."""
-    parts = []
-    for rank, tables in zip(ranks, tables_by_rank):  # one iteration per rank
-        rows = tables[key]["rows"] if isinstance(tables[key], dict) else tables[key]
-        if rows:
-            parts.append(pd.DataFrame(rows).assign(rank=rank))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-
-
-def _by_rank(frame: pd.DataFrame, keys: list[str], value: str, ranks: list[int]) -> pd.Series:
-    """Per key, the list of ``value`` over ``ranks`` (None where a rank has no such row)."""
-    wide = frame.pivot_table(index=keys, columns="rank", values=value, aggfunc="sum", observed=True)
-    wide = wide.reindex(columns=ranks).astype(object)
-    wide = wide.where(wide.notna(), None)
-    return pd.Series([[None if v is None else (int(v) if float(v).is_integer() else float(v)) for v in row]
-                      for row in wide.to_numpy().tolist()], index=wide.index)
+def _number(value) -> float | None:
+    """A float figure for JSON; NaN (a ratio of nothing) is None."""
+    return None if value != value else float(value)
 
 
 def _merge_by_name(tables_by_rank, ranks, key: str, keys: list[str], limit: int, denominator: str) -> dict:
-    frame = _frame(tables_by_rank, ranks, key)
+    """A by-name table across ranks: Σ calls and total, max of maxes, min of mins, the number of
+    ranks with the row and the rank with its largest total; total down then keys up, ``limit`` kept."""
+    rows, rank_of = stacked.stack(tables_by_rank, ranks, key)
     dropped = {k: sum(t[key]["dropped"][k] for t in tables_by_rank) for k in ("rows", "calls", "total_ns")}
     if denominator == "tables":
         denom = sum(t[key]["denominator_ns"] for t in tables_by_rank)
     else:
         denom = sum(t["window_ns"] for t in tables_by_rank)
-    if not len(frame):
+    if not rows:
         return {"rows": [], "denominator_ns": int(denom), "dropped": dropped}
-    grouped = frame.groupby(keys, sort=False)
-    merged = grouped.agg(calls=("calls", "sum"), total_ns=("total_ns", "sum"), max_ns=("max_ns", "max"),
-                         min_ns=("min_ns", "min"), ranks=("rank", "nunique")).reset_index()
-    top = frame.loc[frame.groupby(keys, sort=False)["total_ns"].idxmax(), [*keys, "rank"]]
-    merged = merged.merge(top.rename(columns={"rank": "max_rank"}), on=keys, how="left")
-    merged["avg_ns"] = merged["total_ns"] / merged["calls"]
-    merged["ratio"] = merged["total_ns"] / denom if denom else np.nan
-    if "category" in frame.columns:
-        merged = merged.merge(frame.groupby(keys, sort=False)["category"].first().reset_index(), on=keys)
-    merged = merged.sort_values(["total_ns", *keys], ascending=[False] + [True] * len(keys), kind="stable")
-    rest = merged.iloc[limit:]
-    dropped = {"rows": dropped["rows"] + len(rest), "calls": dropped["calls"] + int(rest["calls"].sum()),
-               "total_ns": dropped["total_ns"] + int(rest["total_ns"].sum())}
-    return {"rows": _records(merged.iloc[:limit], ints=("calls", "total_ns", "max_ns", "min_ns", "ranks", "max_rank")),
-            "denominator_ns": int(denom), "dropped": dropped}
+    codes, distinct = stacked.first_seen(list(map(itemgetter(*keys), rows)))
+    groups = stacked.Groups.of(codes, len(distinct))
+    calls, total, longest, shortest = stacked.ints(rows, "calls", "total_ns", "max_ns", "min_ns")
+    calls, total, longest, shortest, ranks_in, top = (
+        groups.sum(calls), groups.sum(total), groups.max(longest), groups.min(shortest), groups.distinct(rank_of),
+        rank_of[groups.first_max(total)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        average, ratio = total / calls, total / denom if denom else np.full(total.size, np.nan)
+    category = None
+    if any("category" in row for row in rows):  # the kernel table's: the first one a rank gave
+        texts = list(map(dict.get, rows, repeat("category")))
+        known = np.array(texts, object) != None  # noqa: E711 - elementwise; a text, never NaN
+        category = groups.first_known(texts, known)
+    order = stacked.key_order(total, distinct)
+    kept, rest = order[:limit], order[limit:]
+    merged = []
+    for g in kept.tolist():  # at most ``limit`` rows
+        row = dict(zip(keys, distinct[g] if len(keys) > 1 else (distinct[g],)))
+        row.update(calls=int(calls[g]), total_ns=int(total[g]), max_ns=int(longest[g]), min_ns=int(shortest[g]),
+                   ranks=int(ranks_in[g]), max_rank=int(top[g]), avg_ns=_number(average[g]),
+                   ratio=_number(ratio[g]))
+        if category is not None:
+            row["category"] = category[g]
+        merged.append(row)
+    dropped = {"rows": dropped["rows"] + int(rest.size), "calls": dropped["calls"] + int(calls[rest].sum()),
+               "total_ns": dropped["total_ns"] + int(total[rest].sum())}
+    return {"rows": merged, "denominator_ns": int(denom), "dropped": dropped}
+
+
+def _model_side(part: np.ndarray, columns: dict, side: str, base: int) -> dict:
+    """One side (cpu, gpu) of a merged Model Summary row from the ranks' rows ``part``."""
+    total, has_total = columns[f"{side}_total_ns"]
+    keys = [f"{side}_{s}" for s in ("total_ns", "avg_ns", "max_ns", "min_ns", "ratio")]
+    if not (part & has_total).any():
+        return dict.fromkeys(keys)
+    calls, has_calls = columns["calls" if side == "cpu" else "gpu_calls"]
+    (maxes, has_max), (mins, has_min) = columns[f"{side}_max_ns"], columns[f"{side}_min_ns"]
+    n_calls = int(calls[part & has_calls].sum())
+    summed = int(total[part & has_total].sum())
+    maxes, mins = maxes[part & has_max], mins[part & has_min]
+    return dict(zip(keys, (summed, float(summed / n_calls) if n_calls and maxes.size else None,
+                           int(maxes.max()) if maxes.size else None, int(mins.min()) if mins.size else None,
+                           float(summed / base) if base else None)))
+
+
+_MODEL_COLUMNS = ("calls", "cpu_total_ns", "cpu_max_ns", "cpu_min_ns", "gpu_calls", "gpu_total_ns", "gpu_max_ns",
+                  "gpu_min_ns")
 
 
 def _merge_model(tables_by_rank, ranks) -> list[dict]:
-    frame = _frame(tables_by_rank, ranks, "model")
-    if not len(frame):
+    """The Model Summary across ranks: per row, Σ totals and calls, max of maxes, min of mins,
+    ratios of Σ ProfileStep (or window), and each rank's CPU and GPU totals."""
+    rows, rank_of = stacked.stack(tables_by_rank, ranks, "model")
+    if not rows:
         return []
-    rows = []
     cpu_base = sum(t["model"][0]["cpu_total_ns"] if t["model"] and t["model"][0]["name"] == "ProfileStep"
                    else t["window_ns"] for t in tables_by_rank)
     gpu_base = sum(next((r["gpu_total_ns"] or 0 for r in t["model"] if r["name"] == "ProfileStep"),
                         sum(r["gpu_total_ns"] or 0 for r in t["model"])) for t in tables_by_rank)
-    cpu_by_rank = _by_rank(frame, ["name"], "cpu_total_ns", ranks)
-    gpu_by_rank = _by_rank(frame.dropna(subset=["gpu_total_ns"]), ["name"], "gpu_total_ns", ranks) \
-        if frame["gpu_total_ns"].notna().any() else pd.Series(dtype=object)
+    codes, names_seen = stacked.first_seen([row["name"] for row in rows])
+    columns = {key: stacked.optional(rows, key) for key in _MODEL_COLUMNS}
+    cpu_by_rank = dict(zip(names_seen, stacked.by_rank(codes, len(names_seen), rank_of,
+                                                       columns["cpu_total_ns"][0], ranks)))
+    gpu, has_gpu = columns["gpu_total_ns"]
+    gpu_by_rank = dict(zip(names_seen, stacked.by_rank(codes[has_gpu], len(names_seen), rank_of[has_gpu],
+                                                       gpu[has_gpu], ranks)))
+    merged = []
     for name in MODEL_ROWS:  # six fixed rows
-        part = frame[frame["name"] == name]
-        if not len(part):
+        if name not in names_seen:
             continue
-        row = {"name": name}
-        for side, base in (("cpu", cpu_base), ("gpu", gpu_base)):
-            total = part[f"{side}_total_ns"].dropna()
-            calls = part["calls" if side == "cpu" else "gpu_calls"].dropna()
-            if not len(total):
-                row.update({f"{side}_{s}": None for s in ("total_ns", "avg_ns", "max_ns", "min_ns", "ratio")})
-                continue
-            n_calls = int(calls.sum()) if len(calls) else 0
-            maxes, mins = part[f"{side}_max_ns"].dropna(), part[f"{side}_min_ns"].dropna()
-            row.update({f"{side}_total_ns": int(total.sum()),
-                        f"{side}_avg_ns": float(total.sum() / n_calls) if n_calls and len(maxes) else None,
-                        f"{side}_max_ns": int(maxes.max()) if len(maxes) else None,
-                        f"{side}_min_ns": int(mins.min()) if len(mins) else None,
-                        f"{side}_ratio": float(total.sum() / base) if base else None})
-        calls = part["calls"].dropna()
-        row["calls"] = int(calls.sum()) if len(calls) else None
-        row["cpu_total_ns_by_rank"] = cpu_by_rank.get(name)
-        row["gpu_total_ns_by_rank"] = gpu_by_rank.get(name) if row["gpu_total_ns"] is not None else None
-        rows.append(row)
-    return rows
+        part = codes == names_seen.index(name)
+        row = {"name": name, **_model_side(part, columns, "cpu", cpu_base), **_model_side(part, columns, "gpu",
+                                                                                           gpu_base)}
+        calls, has_calls = columns["calls"]
+        row["calls"] = int(calls[part & has_calls].sum()) if (part & has_calls).any() else None
+        row["cpu_total_ns_by_rank"] = cpu_by_rank[name]
+        row["gpu_total_ns_by_rank"] = gpu_by_rank[name] if row["gpu_total_ns"] is not None else None
+        merged.append(row)
+    return merged
 
 
 def _merge_overview(tables_by_rank, ranks) -> list[dict]:
-    frame = _frame(tables_by_rank, ranks, "overview")
-    if not len(frame):
+    """Time by event type across ranks: Σ calls and totals, ratio of Σ windows, each rank's total."""
+    rows, rank_of = stacked.stack(tables_by_rank, ranks, "overview")
+    if not rows:
         return []
     window = sum(t["window_ns"] for t in tables_by_rank)
-    merged = frame.groupby(["side", "type"], sort=False).agg(calls=("calls", "sum"),
-                                                              total_ns=("total_ns", "sum")).reset_index()
-    merged["ratio"] = merged["total_ns"] / window if window else np.nan
-    by_rank = _by_rank(frame, ["side", "type"], "total_ns", ranks)
-    merged["total_ns_by_rank"] = [by_rank.get((s, t)) for s, t in zip(merged["side"], merged["type"])]
-    return _records(merged)
+    codes, types = stacked.first_seen([(row["side"], row["type"]) for row in rows])
+    groups = stacked.Groups.of(codes, len(types))
+    calls, total = stacked.ints(rows, "calls", "total_ns")
+    by_rank = stacked.by_rank(codes, len(types), rank_of, total, ranks)
+    calls, total = groups.sum(calls), groups.sum(total)
+    ratio = total / window if window else np.full(total.size, np.nan)
+    return [{"side": side, "type": kind, "calls": int(calls[g]), "total_ns": int(total[g]),
+             "ratio": _number(ratio[g]), "total_ns_by_rank": by_rank[g]} for g, (side, kind) in enumerate(types)]
 
 
 def _merge_device(tables_by_rank, ranks) -> list[dict]:
     """Per kind: GPU = each rank's mean over its GPUs, host thread = each rank's busiest thread."""
-    frame = _frame(tables_by_rank, ranks, "device")
-    if not len(frame):
+    rows, rank_of = stacked.stack(tables_by_rank, ranks, "device")
+    if not rows:
         return []
-    rows = []
+    kinds = np.array([row.get("kind") for row in rows], object)
+    utilization, known = stacked.optional(rows, "utilization", np.float64)
+    unknown = any(t["device"] and all("utilization" in r and r["utilization"] is None for r in t["device"])
+                  for t in tables_by_rank)  # a rank with no window: GPUs summed as the reference did
+    merged = []
     for kind, label, how in (("gpu", "GPU (mean of the rank's GPUs)", "mean"),
                              ("cpu_process", "CPU(Process)", "mean"),
                              ("host_thread", "Busiest host thread", "max")):
-        part = frame[(frame["kind"] == kind) & frame["utilization"].notna()]
-        if not len(part):
+        part = (kinds == kind) & known
+        if not part.any():
             continue
-        per_rank = part.groupby("rank")["utilization"].agg(how)
-        rows.append({"device": label, "kind": kind, "mean": float(per_rank.mean()),
-                     "min": float(per_rank.min()), "max": float(per_rank.max()),
-                     "min_rank": int(per_rank.idxmin()), "max_rank": int(per_rank.idxmax()),
-                     "utilization_by_rank": [None if r not in per_rank.index else float(per_rank[r])
-                                             for r in ranks]})
-    return rows
+        present, code = np.unique(rank_of[part], return_inverse=True)  # ranks ascending
+        per_rank = stacked.group_mean(utilization[part], code, present.size, unknown) if how == "mean" else \
+            stacked.Groups.of(code, present.size).max(utilization[part])
+        position = {int(r): k for k, r in enumerate(present.tolist())}
+        merged.append({"device": label, "kind": kind, "mean": float(per_rank.mean()),
+                       "min": float(per_rank.min()), "max": float(per_rank.max()),
+                       "min_rank": int(present[np.argmin(per_rank)]), "max_rank": int(present[np.argmax(per_rank)]),
+                       "utilization_by_rank": [float(per_rank[position[r]]) if r in position else None
+                                               for r in ranks]})
+    return merged
 
 
 def _merge_steps(tables_by_rank, ranks) -> dict:
     """Per step: min / max duration across ranks and the slowest rank, ``median_ns`` the job's step
     time per step (analyses.steptime); per rank: mean and max."""
-    parts = [pd.DataFrame(t["steps"]).assign(rank=r) for t, r in zip(tables_by_rank, ranks) if t["steps"]["step"]]
+    parts = [(t["steps"], r) for t, r in zip(tables_by_rank, ranks) if t["steps"]["step"]]
     if not parts:
         return {"step": [], "min_ns": [], "median_ns": [], "max_ns": [], "max_rank": [], "ranks": ranks,
                 "mean_ns_by_rank": [None] * len(ranks), "max_ns_by_rank": [None] * len(ranks)}
-    frame = pd.concat(parts, ignore_index=True)
-    by_step = frame.groupby("step")["duration_ns"]
-    slowest = frame.loc[by_step.idxmax(), ["step", "rank"]].set_index("step")["rank"]
-    stats = by_step.agg(["min", "max"])
-    job_steps, job_ns = steptime.per_step(frame["step"].to_numpy(), frame["duration_ns"].to_numpy())
-    stats["median"] = pd.Series(job_ns, index=job_steps).reindex(stats.index)
-    per_rank = frame.groupby("rank")["duration_ns"].agg(["mean", "max"])
-    return {"step": stats.index.astype(int).tolist(), "min_ns": stats["min"].astype("int64").tolist(),
-            "median_ns": stats["median"].round().astype("int64").tolist(),
-            "max_ns": stats["max"].astype("int64").tolist(),
-            "max_rank": slowest.reindex(stats.index).astype(int).tolist(),
+    steps = np.concatenate([np.asarray(s["step"], np.int64) for s, _ in parts])
+    durations = np.concatenate([np.asarray(s["duration_ns"], np.int64) for s, _ in parts])
+    rank_of = np.concatenate([np.full(len(s["step"]), r, np.int64) for s, r in parts])
+    step_values, step_of = np.unique(steps, return_inverse=True)
+    by_step = stacked.Groups.of(step_of.ravel(), step_values.size)
+    median = np.round(steptime.per_step(steps, durations)[1]).astype(np.int64)  # steps ascending, as step_values
+    present, rank_code = np.unique(rank_of, return_inverse=True)
+    mean = stacked.group_mean(durations.astype(np.float64), rank_code.ravel(), present.size)
+    longest = stacked.Groups.of(rank_code.ravel(), present.size).max(durations)
+    position = {int(r): k for k, r in enumerate(present.tolist())}
+    return {"step": step_values.tolist(), "min_ns": by_step.min(durations).tolist(), "median_ns": median.tolist(),
+            "max_ns": by_step.max(durations).tolist(), "max_rank": rank_of[by_step.first_max(durations)].tolist(),
             "ranks": list(ranks),
-            "mean_ns_by_rank": [float(per_rank.loc[r, "mean"]) if r in per_rank.index else None for r in ranks],
-            "max_ns_by_rank": [int(per_rank.loc[r, "max"]) if r in per_rank.index else None for r in ranks]}
+            "mean_ns_by_rank": [float(mean[position[r]]) if r in position else None for r in ranks],
+            "max_ns_by_rank": [int(longest[position[r]]) if r in position else None for r in ranks]}
 
 
 def _trimmed(tables: dict, rows: int) -> dict:

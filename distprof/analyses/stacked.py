@@ -1,0 +1,161 @@
+"""Rank tables stacked across ranks, in numpy: what rank 0's combine does with the compact rows
+every rank sends (sums, max of maxes, min of mins, the rank with the largest figure).
+
+Rank 0 holds only these rows (at most a few hundred per table and rank), so one Python pass over
+them to take their columns out is cheap; everything after that is one stable sort per table and
+``reduceat``. Group keys keep the order in which they are first seen (a rank's rows, then the
+next rank's), and ties go to the first row seen, so a merge lists and names the same rows
+whatever library computed it. No pandas: a ``distprof merge`` must not pay its import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
+
+import numpy as np
+
+
+def stack(tables_by_rank: list[dict], ranks: list[int], key: str) -> tuple[list[dict], np.ndarray]:
+    """Every rank's rows of table ``key`` one after the other, and the rank of each row."""
+    parts = [t[key]["rows"] if isinstance(t[key], dict) else t[key] for t in tables_by_rank]
+    rows = [row for part in parts for row in part]
+    return rows, np.repeat(np.asarray(ranks, np.int64), [len(part) for part in parts])
+
+
+def first_seen(values: list) -> tuple[np.ndarray, list]:
+    """(code of each value, the distinct values in the order first seen): a group-by key."""
+    distinct = list(dict.fromkeys(values))
+    index = {value: code for code, value in enumerate(distinct)}
+    return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), distinct
+
+
+def sorted_texts(values) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct texts, code of each value): ``events.distinct_texts`` without pandas
+    (hashing the values, then one sort of the distinct texts; None and NaN read "nan", as there)."""
+    codes, distinct = first_seen(np.asarray(values, dtype=object).ravel().tolist())
+    texts = [str(value) if value is not None and value == value else "nan" for value in distinct]
+    texts, position = np.unique(np.array(texts, dtype=object), return_inverse=True)
+    return texts, np.asarray(position, np.int64).ravel()[codes]
+
+
+def ints(rows: list[dict], *keys: str) -> np.ndarray:
+    """Columns of int values every row has, as an int64 (len(keys), rows) matrix."""
+    return np.array([np.fromiter(map(itemgetter(key), rows), np.int64, len(rows)) for key in keys]).reshape(
+        len(keys), len(rows))
+
+
+def optional(rows: list[dict], key: str, dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """(values, 0 where missing; whether each row has one): a column whose rows may hold None
+    (or NaN, or lack the key), the values kept exact in ``dtype``."""
+    column = np.empty(len(rows), object)
+    column[:] = list(map(dict.get, rows, repeat(key)))
+    known = column != None  # noqa: E711 - elementwise
+    known[known] = ~np.isnan(column[known].astype(np.float64))
+    values = np.zeros(len(rows), dtype)
+    values[known] = column[known].astype(dtype)
+    return values, known
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Rows grouped by code (0..size-1, every group non-empty): one stable sort, then reductions
+    per group that keep row order inside a group."""
+
+    order: np.ndarray    # rows by group, in row order inside a group
+    starts: np.ndarray   # where each group begins in ``order``
+    codes: np.ndarray    # each row's group
+    size: int
+
+    @classmethod
+    def of(cls, codes: np.ndarray, size: int) -> Groups:
+        order = np.argsort(codes, kind="stable")
+        return cls(order, np.searchsorted(codes[order], np.arange(size)), codes, size)
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(values[self.order], self.starts) if self.size else values[:0]
+
+    def max(self, values: np.ndarray) -> np.ndarray:
+        return np.maximum.reduceat(values[self.order], self.starts) if self.size else values[:0]
+
+    def min(self, values: np.ndarray) -> np.ndarray:
+        return np.minimum.reduceat(values[self.order], self.starts) if self.size else values[:0]
+
+    def first_max(self, values: np.ndarray) -> np.ndarray:
+        """The row of each group's largest value (the first such row on a tie)."""
+        ordered_codes = self.codes[self.order]
+        hits = np.flatnonzero(values[self.order] == self.max(values)[ordered_codes])
+        return self.order[hits[_run_starts(ordered_codes[hits])]]
+
+    def distinct(self, values: np.ndarray) -> np.ndarray:
+        """How many distinct ``values`` (int64, such as ranks) each group holds."""
+        low, span = (int(values.min()), int(values.max()) - int(values.min()) + 1) if values.size else (0, 1)
+        if span * max(self.size, 1) < 2 ** 62:
+            pairs = np.sort(self.codes * span + (values - low))
+            return np.bincount(pairs[_run_starts(pairs)] // span, minlength=self.size)
+        order = np.lexsort((values, self.codes))
+        keys = np.stack([self.codes[order], values[order]])
+        firsts = np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0)] if order.size else np.zeros(0, bool)
+        return np.bincount(self.codes[order][firsts], minlength=self.size)
+
+    def first_known(self, values: list, known: np.ndarray) -> list:
+        """Each group's first value among the rows where ``known`` (None where it has none)."""
+        rows = self.order[known[self.order]]  # by group, row order inside a group
+        out = [None] * self.size
+        for row in rows[_run_starts(self.codes[rows])].tolist():  # one per group
+            out[self.codes[row]] = values[row]
+        return out
+
+
+def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values begins in a sorted array."""
+    return np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]]) if sorted_values.size else \
+        np.zeros(0, np.int64)
+
+
+def key_order(totals: np.ndarray, keys: list) -> np.ndarray:
+    """Groups by total down, then by key up (keys: distinct texts or tuples of texts)."""
+    by_key = sorted(range(len(keys)), key=keys.__getitem__)
+    key_rank = np.empty(len(keys), np.int64)
+    key_rank[by_key] = np.arange(len(keys))
+    return np.lexsort((key_rank, -totals))
+
+
+def by_rank(codes: np.ndarray, size: int, rank_of: np.ndarray, values: np.ndarray,
+            ranks: list[int]) -> list[list[int | None]]:
+    """Per group, the sum of its ``values`` on each of ``ranks`` (None where that rank has no row)."""
+    column = {rank: k for k, rank in enumerate(ranks)}
+    at = np.fromiter(map(column.get, rank_of.tolist(), repeat(-1)), np.int64, rank_of.size)
+    inside = at >= 0
+    sums = np.zeros((size, len(ranks)), np.int64)
+    seen = np.zeros((size, len(ranks)), bool)
+    np.add.at(sums, (codes[inside], at[inside]), values[inside])
+    seen[codes[inside], at[inside]] = True
+    return [[v if s else None for v, s in zip(row, has)] for row, has in zip(sums.tolist(), seen.tolist())]
+
+
+def group_mean(values: np.ndarray, codes: np.ndarray, size: int, plain: bool = False) -> np.ndarray:
+    """Mean of float ``values`` per group, summed as pandas' group-by mean sums them, to the last
+    bit (the figures it gave are the reference): one ``reduceat`` when the rows come in group
+    order, else compensated (Kahan) sums in row order; ``plain``: one ``np.sum`` per group (what it
+    does for a column it held as objects: a rank sent only None there)."""
+    counts = np.bincount(codes, minlength=size).astype(np.float64)
+    if not codes.size:
+        return np.zeros(size)
+    order = np.argsort(codes, kind="stable")
+    starts = np.searchsorted(codes[order], np.arange(size))
+    if plain:
+        return np.array([np.sum(part) for part in np.split(values[order], starts[1:])]) / counts
+    if (np.diff(codes) >= 0).all():
+        return np.add.reduceat(values, starts) / counts
+    total, compensation = np.zeros(size), np.zeros(size)
+    position = np.arange(codes.size) - starts[codes[order]]
+    for k in range(int(position.max()) + 1):  # one pass per row of the largest group (a rank's devices)
+        rows = order[position == k]
+        group = codes[rows]
+        y = values[rows] - compensation[group]
+        t = total[group] + y
+        compensation[group] = np.where(np.isnan(t - total[group] - y), 0.0, t - total[group] - y)
+        total[group] = t
+    return total / counts

@@ -1,0 +1,101 @@
+"""Rank 0's numpy merge of compact per-rank rows (analyses.stacked) and the combine-side sweeps
+that replaced pandas group-bys: each checked against the pandas expression it replaced, on random
+data, to the last bit."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from distprof.align import Matching
+from distprof.analyses import collectives, skew, stacked
+from distprof.analyses import intervals as iv
+
+
+def test_first_seen_codes_in_order_of_appearance():
+    codes, distinct = stacked.first_seen(["b", "a", "b", ("k", "x"), "a"])
+    assert distinct == ["b", "a", ("k", "x")] and codes.tolist() == [0, 1, 0, 2, 1]
+
+
+def test_groups_reduce_like_a_pandas_groupby_without_sorting():
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 7, 500)
+    codes[:7] = np.arange(7)  # every group present
+    values = rng.integers(0, 5, 500)  # many ties
+    ranks = rng.integers(0, 4, 500)
+    groups = stacked.Groups.of(codes, 7)
+    frame = pd.DataFrame({"g": codes, "v": values, "r": ranks})
+    by = frame.groupby("g", sort=True)
+    assert groups.sum(values).tolist() == by["v"].sum().tolist()
+    assert groups.max(values).tolist() == by["v"].max().tolist()
+    assert groups.min(values).tolist() == by["v"].min().tolist()
+    assert groups.first_max(values).tolist() == by["v"].idxmax().tolist()  # first row on a tie
+    assert groups.distinct(ranks).tolist() == by["r"].nunique().tolist()
+    known = rng.random(500) < 0.3
+    texts = [f"t{i}" for i in range(500)]
+    expected = pd.Series(np.where(known, texts, None), dtype=object).groupby(codes).first()
+    assert groups.first_known(texts, known) == [None if v is None else v for v in expected.tolist()]
+
+
+@pytest.mark.parametrize("order", ["sorted", "shuffled", "objects"])
+def test_group_mean_is_pandas_mean_to_the_last_bit(order):
+    """pandas sums a rank's GPU utilizations by reduceat when the rows come in rank order, with
+    Kahan compensation when not, and plainly when it held the column as objects."""
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        codes = rng.integers(0, 5, int(rng.integers(1, 40)))
+        codes = np.sort(codes) if order == "sorted" else codes
+        present, codes = np.unique(codes, return_inverse=True)
+        values = rng.random(codes.size) * 10.0 ** float(rng.integers(-3, 3))
+        column = pd.Series(list(values) + [None], dtype=object)[:-1] if order == "objects" else pd.Series(values)
+        expected = column.groupby(codes).mean().to_numpy(np.float64)
+        got = stacked.group_mean(values, codes, present.size, plain=order == "objects")
+        assert got.tolist() == expected.tolist()
+
+
+def test_optional_columns_keep_ints_exact_and_mark_none_and_nan():
+    rows = [{"x": 2**62 + 1}, {"x": None}, {}, {"x": float("nan")}, {"x": 3}]
+    values, known = stacked.optional(rows, "x")
+    assert known.tolist() == [True, False, False, False, True] and values.tolist() == [2**62 + 1, 0, 0, 0, 3]
+
+
+def test_cummax_per_key_is_a_grouped_cummax():
+    rng = np.random.default_rng(5)
+    key = np.sort(rng.integers(0, 20, 3000))
+    values = rng.integers(1_700_000_000_000_000_000, 1_700_000_000_000_100_000, 3000)  # epoch ns: exact
+    expected = pd.Series(values).groupby(key, sort=False).cummax().to_numpy(np.int64)
+    assert np.array_equal(skew._cummax_per_key(key, values), expected)
+
+
+def test_rank_waits_equal_interval_algebra_per_rank():
+    """One sweep keyed by rank equals |∪ waits ∩ ∪ steps| computed rank by rank."""
+    rng = np.random.default_rng(8)
+    n_ranks, n = 5, 60
+    present = rng.random((n_ranks, n)) < 0.7
+    present[4] = False  # a rank with no matched collective: None
+    start = rng.integers(0, 10_000, (n_ranks, n))
+    wait = np.where(present, rng.integers(0, 300, (n_ranks, n)), 0)
+    matching = Matching(ranks=np.arange(n_ranks), name=np.full(n, "allreduce", object),
+                     step=np.zeros(n, np.int64), ordinal=np.arange(n), start_ns=start,
+                     end_ns=start + 500, present=present)
+    bounds = [{"start_ns": [0, 5_000], "end_ns": [3_000, 9_000]}, {}, {"start_ns": [2_000], "end_ns": [2_000]},
+              {"start_ns": [100], "end_ns": [20_000]}]
+    got = collectives.rank_waits(matching, {"wait": wait}, bounds, use_steps=True)
+    both = collectives.shared(matching)
+    for row in range(n_ranks):
+        mine = present[row] & both
+        if not mine.any():
+            assert got[row] is None
+            continue
+        waited = iv.union(start[row, mine], start[row, mine] + wait[row, mine])
+        if row < len(bounds) and bounds[row]:
+            waited = iv.intersect(waited, iv.union(bounds[row]["start_ns"], bounds[row]["end_ns"]))
+        assert got[row] == iv.total(waited)
+
+
+def test_sorted_texts_is_distinct_texts():
+    from distprof import events as ev
+    values = np.array(["b", "a", None, "b", 1, "1", float("nan"), float("nan"), "ä"], dtype=object)
+    texts, codes = stacked.sorted_texts(values)
+    expected_texts, expected_codes = ev.distinct_texts(values)
+    assert texts.tolist() == expected_texts.tolist() and codes.tolist() == expected_codes.tolist()
+    assert stacked.sorted_texts(np.empty(0, object))[1].size == 0
