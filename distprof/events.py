@@ -129,7 +129,9 @@ class Texts:
                 return values
             return cls.of(values.texts, texts).take(values.codes)
         codes, distinct = factorize(np.asarray(values, dtype=object).ravel().tolist())
-        distinct = [value if isinstance(value, str) else str(value) for value in distinct]
+        if not all(isinstance(value, str) for value in distinct):  # 1 and "1" are one text
+            recoded, distinct = factorize([str(value) for value in distinct])
+            codes = recoded[codes] if codes.size else codes
         if texts is None:
             order = sorted(range(len(distinct)), key=distinct.__getitem__)
             rank = np.empty(len(distinct), np.int64)

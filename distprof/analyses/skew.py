@@ -19,7 +19,7 @@ from ..results import RankMarkers
 from ..sources.joins import launch_join
 from ..units import duration
 from . import collectives as coll
-from . import stacked, steptime
+from . import steptime
 from .distributed import work_masks
 
 _INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -508,7 +508,7 @@ def _phase_skew(aligned_by_rank: list[dict], rank_of: list[int]) -> dict:
     aggregates of summary.json's skew.phases (``rows``)."""
     phases: list[dict] = []
     per_rank_names = [np.asarray(a["phases"]["name"], dtype=object).ravel() for a in aligned_by_rank]
-    phase_names, name_code = stacked.sorted_texts(np.concatenate(per_rank_names + [np.empty(0, object)]))
+    phase_names, name_code = ev.distinct_texts(np.concatenate(per_rank_names + [np.empty(0, object)]))
     name_codes = np.split(name_code, np.cumsum([n.size for n in per_rank_names])[:-1])
     phase_keys = [np.stack([np.asarray(a["phases"]["step"], np.int64), codes], axis=1)
                   .reshape(-1, 2).astype(np.int64) for a, codes in zip(aligned_by_rank, name_codes)]

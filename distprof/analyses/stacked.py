@@ -31,15 +31,6 @@ def first_seen(values: list) -> tuple[np.ndarray, list]:
     return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), distinct
 
 
-def sorted_texts(values) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct texts, code of each value): ``events.distinct_texts`` without pandas
-    (hashing the values, then one sort of the distinct texts; None and NaN read "nan", as there)."""
-    codes, distinct = first_seen(np.asarray(values, dtype=object).ravel().tolist())
-    texts = [str(value) if value is not None and value == value else "nan" for value in distinct]
-    texts, position = np.unique(np.array(texts, dtype=object), return_inverse=True)
-    return texts, np.asarray(position, np.int64).ravel()[codes]
-
-
 def ints(rows: list[dict], *keys: str) -> np.ndarray:
     """Columns of int values every row has, as an int64 (len(keys), rows) matrix."""
     return np.array([np.fromiter(map(itemgetter(key), rows), np.int64, len(rows)) for key in keys]).reshape(
@@ -135,27 +126,6 @@ def by_rank(codes: np.ndarray, size: int, rank_of: np.ndarray, values: np.ndarra
     return [[v if s else None for v, s in zip(row, has)] for row, has in zip(sums.tolist(), seen.tolist())]
 
 
-def group_mean(values: np.ndarray, codes: np.ndarray, size: int, plain: bool = False) -> np.ndarray:
-    """Mean of float ``values`` per group, summed as pandas' group-by mean sums them, to the last
-    bit (the figures it gave are the reference): one ``reduceat`` when the rows come in group
-    order, else compensated (Kahan) sums in row order; ``plain``: one ``np.sum`` per group (what it
-    does for a column it held as objects: a rank sent only None there)."""
-    counts = np.bincount(codes, minlength=size).astype(np.float64)
-    if not codes.size:
-        return np.zeros(size)
-    order = np.argsort(codes, kind="stable")
-    starts = np.searchsorted(codes[order], np.arange(size))
-    if plain:
-        return np.array([np.sum(part) for part in np.split(values[order], starts[1:])]) / counts
-    if (np.diff(codes) >= 0).all():
-        return np.add.reduceat(values, starts) / counts
-    total, compensation = np.zeros(size), np.zeros(size)
-    position = np.arange(codes.size) - starts[codes[order]]
-    for k in range(int(position.max()) + 1):  # one pass per row of the largest group (a rank's devices)
-        rows = order[position == k]
-        group = codes[rows]
-        y = values[rows] - compensation[group]
-        t = total[group] + y
-        compensation[group] = np.where(np.isnan(t - total[group] - y), 0.0, t - total[group] - y)
-        total[group] = t
-    return total / counts
+def group_mean(values: np.ndarray, codes: np.ndarray, size: int) -> np.ndarray:
+    """Mean of float ``values`` per group code 0..size-1 (summed in row order)."""
+    return np.bincount(codes, weights=values, minlength=size) / np.bincount(codes, minlength=size)

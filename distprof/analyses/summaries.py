@@ -444,8 +444,6 @@ def _merge_device(tables_by_rank, ranks) -> list[dict]:
         return []
     kinds = np.array([row.get("kind") for row in rows], object)
     utilization, known = stacked.optional(rows, "utilization", np.float64)
-    unknown = any(t["device"] and all("utilization" in r and r["utilization"] is None for r in t["device"])
-                  for t in tables_by_rank)  # a rank with no window: GPUs summed as the reference did
     merged = []
     for kind, label, how in (("gpu", "GPU (mean of the rank's GPUs)", "mean"),
                              ("cpu_process", "CPU(Process)", "mean"),
@@ -454,7 +452,7 @@ def _merge_device(tables_by_rank, ranks) -> list[dict]:
         if not part.any():
             continue
         present, code = np.unique(rank_of[part], return_inverse=True)  # ranks ascending
-        per_rank = stacked.group_mean(utilization[part], code, present.size, unknown) if how == "mean" else \
+        per_rank = stacked.group_mean(utilization[part], code, present.size) if how == "mean" else \
             stacked.Groups.of(code, present.size).max(utilization[part])
         position = {int(r): k for k, r in enumerate(present.tolist())}
         merged.append({"device": label, "kind": kind, "mean": float(per_rank.mean()),
