@@ -4,6 +4,8 @@ without it (importing pandas costs a merge process 0.4 s). Nothing here knows wh
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -30,8 +32,123 @@ def unique_rows(keys: np.ndarray):
     return unique, inverse.reshape(-1), counts
 
 
-def groups_of(codes: np.ndarray, count: int) -> list[np.ndarray]:
-    """The row positions of each code 0..count-1 (in row order): one stable sort, then a split,
-    instead of a mask over all rows per group."""
-    order = np.argsort(codes, kind="stable")
-    return np.split(order, np.searchsorted(codes[order], np.arange(1, count)))
+@dataclass(frozen=True)
+class Groups:
+    """Rows grouped by code (0..size-1, every group non-empty): one stable sort, then reductions
+    per group that keep row order inside a group."""
+
+    order: np.ndarray    # rows by group, in row order inside a group
+    starts: np.ndarray   # where each group begins in ``order``
+    codes: np.ndarray    # each row's group
+    size: int
+
+    @classmethod
+    def of(cls, codes: np.ndarray, size: int) -> Groups:
+        order = np.argsort(codes, kind="stable")
+        return cls(order, np.searchsorted(codes[order], np.arange(size)), codes, size)
+
+    def counts(self) -> np.ndarray:
+        return np.diff(np.append(self.starts, self.order.size))
+
+    def members(self) -> list[np.ndarray]:
+        """The rows of each group (in row order): one split instead of a mask over all rows per group."""
+        return np.split(self.order, self.starts[1:])
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(values[self.order], self.starts) if self.size else values[:0]
+
+    def max(self, values: np.ndarray) -> np.ndarray:
+        return np.maximum.reduceat(values[self.order], self.starts) if self.size else values[:0]
+
+    def min(self, values: np.ndarray) -> np.ndarray:
+        return np.minimum.reduceat(values[self.order], self.starts) if self.size else values[:0]
+
+    def first_max(self, values: np.ndarray) -> np.ndarray:
+        """The row of each group's largest value (the first such row on a tie)."""
+        ordered_codes = self.codes[self.order]
+        hits = np.flatnonzero(values[self.order] == self.max(values)[ordered_codes])
+        return self.order[hits[_run_starts(ordered_codes[hits])]]
+
+    def distinct(self, values: np.ndarray) -> np.ndarray:
+        """How many distinct ``values`` (int64, such as ranks) each group holds."""
+        low, span = (int(values.min()), int(values.max()) - int(values.min()) + 1) if values.size else (0, 1)
+        if span * max(self.size, 1) < 2 ** 62:
+            pairs = np.sort(self.codes * span + (values - low))
+            return np.bincount(pairs[_run_starts(pairs)] // span, minlength=self.size)
+        order = np.lexsort((values, self.codes))
+        keys = np.stack([self.codes[order], values[order]])
+        firsts = np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0)] if order.size else np.zeros(0, bool)
+        return np.bincount(self.codes[order][firsts], minlength=self.size)
+
+    def first_known(self, values: list, known: np.ndarray) -> list:
+        """Each group's first value among the rows where ``known`` (None where it has none)."""
+        rows = self.order[known[self.order]]  # by group, row order inside a group
+        out = [None] * self.size
+        for row in rows[_run_starts(self.codes[rows])].tolist():  # one per group
+            out[self.codes[row]] = values[row]
+        return out
+
+
+def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values begins in a sorted array."""
+    return np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]]) if sorted_values.size else \
+        np.zeros(0, np.int64)
+
+
+def group_mean(values: np.ndarray, codes: np.ndarray, size: int) -> np.ndarray:
+    """Mean of float ``values`` per group code 0..size-1 (summed in row order)."""
+    return np.bincount(codes, weights=values, minlength=size) / np.bincount(codes, minlength=size)
+
+
+def runs(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of equal-length key columns: a dense code (equal rows, equal codes; codes follow
+    the rows' lexicographic order) and how many earlier rows have the same keys. One lexsort."""
+    n = keys[0].size
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.lexsort(keys[::-1])
+    new = np.zeros(n, bool)
+    new[0] = True
+    for key in keys:  # one per key column (a few)
+        ordered = key[order]
+        new[1:] |= ordered[1:] != ordered[:-1]
+    heads = np.flatnonzero(new)
+    code, count = np.empty(n, np.int64), np.empty(n, np.int64)
+    code[order] = np.cumsum(new) - 1
+    count[order] = np.arange(n) - np.repeat(heads, np.diff(np.r_[heads, n]))
+    return code, count
+
+
+def search(key_group: np.ndarray, key_value: np.ndarray, group: np.ndarray, value: np.ndarray,
+            side: str = "left") -> np.ndarray:
+    """``np.searchsorted`` over (group, value) pairs: keys sorted by group then value; per query,
+    where it would go among them. One lexsort of keys and queries together, no loop per group."""
+    is_key = np.r_[np.ones(key_group.size, np.int8), np.zeros(group.size, np.int8)]
+    order = np.lexsort((is_key if side == "left" else 1 - is_key, np.r_[key_value, value], np.r_[key_group, group]))
+    before = np.cumsum(is_key[order]) - is_key[order]
+    queries = order >= key_group.size
+    out = np.empty(group.size, np.int64)
+    out[order[queries] - key_group.size] = before[queries]
+    return out
+
+
+def group_medians(codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes ascending, the median of each code's values): as a groupby median, in float64, the
+    mean of the middle two for an even count. One sort."""
+    values = np.asarray(values, np.float64)
+    order = np.lexsort((values, codes))
+    codes, values = codes[order], values[order]
+    if not codes.size:
+        return codes, values
+    first = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    count = np.diff(np.r_[first, codes.size])
+    return codes[first], (values[first + (count - 1) // 2] + values[first + count // 2]) / 2
+
+
+def lookup(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
+    """The values of ``keys`` in (sorted keys, values), NaN where a key is not there."""
+    known, values = table
+    if not known.size:
+        return np.full(keys.size, np.nan)
+    at = np.minimum(np.searchsorted(known, keys), known.size - 1)
+    return np.where(known[at] == keys, values[at], np.nan)

@@ -7,13 +7,15 @@ import math
 import numpy as np
 import pandas as pd
 
+from distprof import columns
+from distprof import events as ev
 from distprof.align import Matching
 from distprof.analyses import collectives, skew, stacked
 from distprof.analyses import intervals as iv
 
 
-def test_first_seen_codes_in_order_of_appearance():
-    codes, distinct = stacked.first_seen(["b", "a", "b", ("k", "x"), "a"])
+def test_factorize_codes_in_order_of_appearance():
+    codes, distinct = ev.factorize(["b", "a", "b", ("k", "x"), "a"])
     assert distinct == ["b", "a", ("k", "x")] and codes.tolist() == [0, 1, 0, 2, 1]
 
 
@@ -23,7 +25,7 @@ def test_groups_reduce_like_a_pandas_groupby_without_sorting():
     codes[:7] = np.arange(7)  # every group present
     values = rng.integers(0, 5, 500)  # many ties
     ranks = rng.integers(0, 4, 500)
-    groups = stacked.Groups.of(codes, 7)
+    groups = columns.Groups.of(codes, 7)
     frame = pd.DataFrame({"g": codes, "v": values, "r": ranks})
     by = frame.groupby("g", sort=True)
     assert groups.sum(values).tolist() == by["v"].sum().tolist()
@@ -43,7 +45,7 @@ def test_group_mean_is_the_mean_of_each_group():
         present, codes = np.unique(rng.integers(0, 5, int(rng.integers(1, 40))), return_inverse=True)
         values = rng.random(codes.size) * 10.0 ** float(rng.integers(-3, 3))
         expected = [math.fsum(values[codes == g]) / (codes == g).sum() for g in range(present.size)]
-        assert np.allclose(stacked.group_mean(values, codes, present.size), expected, rtol=1e-12, atol=0)
+        assert np.allclose(columns.group_mean(values, codes, present.size), expected, rtol=1e-12, atol=0)
 
 
 def test_optional_columns_keep_ints_exact_and_mark_none_and_nan():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import columns
 from ..events import HOST_THREAD
 from . import whatif
 from .cost import FINDING_SCENARIOS
@@ -93,8 +94,8 @@ def _phase_table(g: Graph, t: np.ndarray) -> dict[str, np.ndarray]:
                                  return_inverse=True)  # one per label text
     starts, ends = np.flatnonzero(g.p_kind == whatif._PHASE_START), np.flatnonzero(g.p_kind == whatif._PHASE_END)
     keys = [(g.p_rank[rows], name_code.reshape(-1)[g.p_label[rows]]) for rows in (starts, ends)]
-    k = [whatif._runs(*key)[1] for key in keys]
-    code, _ = whatif._runs(*(np.r_[keys[0][i], keys[1][i]] for i in (0, 1)), np.r_[k[0], k[1]])
+    k = [columns.runs(*key)[1] for key in keys]
+    code, _ = columns.runs(*(np.r_[keys[0][i], keys[1][i]] for i in (0, 1)), np.r_[k[0], k[1]])
     end_of = np.full(code.size, -1, np.int64)
     end_of[code[starts.size:]] = ends
     pair = end_of[code[:starts.size]]
@@ -143,7 +144,7 @@ def _host_ops_at(g: Graph, r: ReplayTimes, rank: np.ndarray, at: np.ndarray,
     pairs = [(row, str(lane)) for row, lanes in enumerate(chain_lanes or []) for lane in lanes]  # per rank's lanes
     if not pairs or not rank.size or not g.o_rank.size:
         return out
-    code, _ = whatif._runs(np.r_[np.asarray([row for row, _ in pairs], np.int64), g.o_rank],
+    code, _ = columns.runs(np.r_[np.asarray([row for row, _ in pairs], np.int64), g.o_rank],
                            np.concatenate([np.asarray([lane for _, lane in pairs], dtype=str), g.o_lane.astype(str)]))
     chain_lane = np.zeros(code.size, bool)
     chain_lane[code[:len(pairs)]] = True
@@ -151,7 +152,7 @@ def _host_ops_at(g: Graph, r: ReplayTimes, rank: np.ndarray, at: np.ndarray,
     if not host.size:
         return out
     host = host[np.lexsort((r.start[host], g.o_rank[host]))]
-    found = whatif._search(g.o_rank[host], r.start[host], rank, at, "right") - 1
+    found = columns.search(g.o_rank[host], r.start[host], rank, at, "right") - 1
     op = host[np.maximum(found, 0)]
     matched = (found >= 0) & (g.o_rank[op] == rank)
     inside = matched & (r.end[op] > at)
@@ -274,7 +275,7 @@ def scenario_shares(frame: dict[str, np.ndarray], total: int, straggler_rank: in
 def _top(frame: dict[str, np.ndarray], total: int) -> list[dict]:
     """The ``TOP`` (name, kind) pairs by path length, ties in order of first appearance, with the
     ranks where they lie on the path."""
-    code, _ = whatif._runs(frame["name"], frame["kind"])
+    code, _ = columns.runs(frame["name"], frame["kind"])
     first = np.full(code.size, code.size, np.int64)
     np.minimum.at(first, code, np.arange(code.size))
     ns = np.zeros(code.size, np.int64)

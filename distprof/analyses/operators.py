@@ -23,6 +23,7 @@ import re
 import numpy as np
 
 from .. import events as ev
+from ..columns import Groups
 from ..sources.joins import innermost_enclosing, launch_join
 from . import intervals as iv
 from . import stacked
@@ -249,8 +250,8 @@ def merge_operator_tables(tables: list[dict], ranks: list[int], limit: int = MAX
     if not with_rows:
         return {"rows": [], "denominator_ns": denominator, "dropped": dropped}
     rows, rank_of = stacked.stack([t for t, _ in with_rows], [r for _, r in with_rows], "operator")
-    codes, names = stacked.first_seen([row["name"] for row in rows])
-    groups = stacked.Groups.of(codes, len(names))
+    codes, names = ev.factorize([row["name"] for row in rows])
+    groups = Groups.of(codes, len(names))
     calls, total, own, longest, shortest = stacked.ints(rows, "calls", "cpu_total_ns", "cpu_self_ns", "cpu_max_ns",
                                                        "cpu_min_ns")
     gpu, has_gpu = stacked.optional(rows, "gpu_total_ns")

@@ -38,7 +38,7 @@ import re
 import numpy as np
 
 from .. import events as ev
-from ..columns import groups_of, unique_rows
+from ..columns import Groups, unique_rows
 from ..results import RankProfile
 from ..sources.joins import innermost_enclosing
 from . import intervals as iv
@@ -234,7 +234,7 @@ def memory_figures(events: ev.Table, memory: ev.Table | None, window: iv.Interva
     step = np.where(ok, events["step"][steps][np.maximum(at, 0)], -1) if starts.size else np.full(time_ns.size, -1)
     pairs, pair_of, _ = unique_rows(np.stack([samples["device_type"], samples["device_id"]], axis=1))
     devices = [_device_memory(samples.take(rows), step[rows], *pair)  # per device
-               for pair, rows in zip(pairs.tolist(), groups_of(pair_of, len(pairs)))]
+               for pair, rows in zip(pairs.tolist(), Groups.of(pair_of, len(pairs)).members())]
     gpus = [d for d in devices if d["device"] != "CPU"]
     main = max(gpus or devices, key=lambda d: d["peak_allocated_bytes"])
     return {"memory_peak_allocated_bytes": main["peak_allocated_bytes"],

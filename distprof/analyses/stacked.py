@@ -10,7 +10,6 @@ whatever library computed it. No pandas: a ``distprof merge`` must not pay its i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
 
@@ -22,13 +21,6 @@ def stack(tables_by_rank: list[dict], ranks: list[int], key: str) -> tuple[list[
     parts = [t[key]["rows"] if isinstance(t[key], dict) else t[key] for t in tables_by_rank]
     rows = [row for part in parts for row in part]
     return rows, np.repeat(np.asarray(ranks, np.int64), [len(part) for part in parts])
-
-
-def first_seen(values: list) -> tuple[np.ndarray, list]:
-    """(code of each value, the distinct values in the order first seen): a group-by key."""
-    distinct = list(dict.fromkeys(values))
-    index = {value: code for code, value in enumerate(distinct)}
-    return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), distinct
 
 
 def ints(rows: list[dict], *keys: str) -> np.ndarray:
@@ -47,62 +39,6 @@ def optional(rows: list[dict], key: str, dtype=np.int64) -> tuple[np.ndarray, np
     values = np.zeros(len(rows), dtype)
     values[known] = column[known].astype(dtype)
     return values, known
-
-
-@dataclass(frozen=True)
-class Groups:
-    """Rows grouped by code (0..size-1, every group non-empty): one stable sort, then reductions
-    per group that keep row order inside a group."""
-
-    order: np.ndarray    # rows by group, in row order inside a group
-    starts: np.ndarray   # where each group begins in ``order``
-    codes: np.ndarray    # each row's group
-    size: int
-
-    @classmethod
-    def of(cls, codes: np.ndarray, size: int) -> Groups:
-        order = np.argsort(codes, kind="stable")
-        return cls(order, np.searchsorted(codes[order], np.arange(size)), codes, size)
-
-    def sum(self, values: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(values[self.order], self.starts) if self.size else values[:0]
-
-    def max(self, values: np.ndarray) -> np.ndarray:
-        return np.maximum.reduceat(values[self.order], self.starts) if self.size else values[:0]
-
-    def min(self, values: np.ndarray) -> np.ndarray:
-        return np.minimum.reduceat(values[self.order], self.starts) if self.size else values[:0]
-
-    def first_max(self, values: np.ndarray) -> np.ndarray:
-        """The row of each group's largest value (the first such row on a tie)."""
-        ordered_codes = self.codes[self.order]
-        hits = np.flatnonzero(values[self.order] == self.max(values)[ordered_codes])
-        return self.order[hits[_run_starts(ordered_codes[hits])]]
-
-    def distinct(self, values: np.ndarray) -> np.ndarray:
-        """How many distinct ``values`` (int64, such as ranks) each group holds."""
-        low, span = (int(values.min()), int(values.max()) - int(values.min()) + 1) if values.size else (0, 1)
-        if span * max(self.size, 1) < 2 ** 62:
-            pairs = np.sort(self.codes * span + (values - low))
-            return np.bincount(pairs[_run_starts(pairs)] // span, minlength=self.size)
-        order = np.lexsort((values, self.codes))
-        keys = np.stack([self.codes[order], values[order]])
-        firsts = np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0)] if order.size else np.zeros(0, bool)
-        return np.bincount(self.codes[order][firsts], minlength=self.size)
-
-    def first_known(self, values: list, known: np.ndarray) -> list:
-        """Each group's first value among the rows where ``known`` (None where it has none)."""
-        rows = self.order[known[self.order]]  # by group, row order inside a group
-        out = [None] * self.size
-        for row in rows[_run_starts(self.codes[rows])].tolist():  # one per group
-            out[self.codes[row]] = values[row]
-        return out
-
-
-def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
-    """Where each run of equal values begins in a sorted array."""
-    return np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]]) if sorted_values.size else \
-        np.zeros(0, np.int64)
 
 
 def key_order(totals: np.ndarray, keys: list) -> np.ndarray:
@@ -124,8 +60,3 @@ def by_rank(codes: np.ndarray, size: int, rank_of: np.ndarray, values: np.ndarra
     np.add.at(sums, (codes[inside], at[inside]), values[inside])
     seen[codes[inside], at[inside]] = True
     return [[v if s else None for v, s in zip(row, has)] for row, has in zip(sums.tolist(), seen.tolist())]
-
-
-def group_mean(values: np.ndarray, codes: np.ndarray, size: int) -> np.ndarray:
-    """Mean of float ``values`` per group code 0..size-1 (summed in row order)."""
-    return np.bincount(codes, weights=values, minlength=size) / np.bincount(codes, minlength=size)

@@ -37,7 +37,7 @@ import numpy as np
 from .. import events as ev
 from .. import lanes as lanes_mod
 from .. import names
-from ..columns import groups_of, unique_rows
+from ..columns import Groups, group_mean, unique_rows
 from . import intervals as iv
 from . import operators, stacked, steptime
 from .distributed import analysis_window
@@ -99,7 +99,9 @@ def _by_name(keys: list[tuple[np.ndarray, np.ndarray]], durations: np.ndarray, d
         return {"rows": [], "denominator_ns": int(denominator), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}
     stacked = np.stack([codes[known] for codes, _ in keys], axis=1)
     groups, group_of, _ = unique_rows(stacked)  # rows sorted by the keys' codes
-    calls, total, longest, shortest = _group_stats(group_of, durations, len(groups))
+    by_group = Groups.of(group_of, len(groups))
+    calls, total = by_group.counts(), by_group.sum(durations)
+    longest, shortest = by_group.max(durations), by_group.min(durations)
     order = np.argsort(-total, kind="stable")
     kept, rest = order[:limit], order[limit:]
     rows = []
@@ -111,16 +113,6 @@ def _by_name(keys: list[tuple[np.ndarray, np.ndarray]], durations: np.ndarray, d
         rows.append(row)
     return {"rows": rows, "denominator_ns": int(denominator),
             "dropped": {"rows": int(rest.size), "calls": int(calls[rest].sum()), "total_ns": int(total[rest].sum())}}
-
-
-def _group_stats(group_of: np.ndarray, values: np.ndarray, groups: int) -> tuple[np.ndarray, ...]:
-    """(count, sum, max, min) of int64 ``values`` per group id in 0..groups-1 (one sort)."""
-    order = np.argsort(group_of, kind="stable")
-    ordered, sorted_values = group_of[order], values[order]
-    starts = np.searchsorted(ordered, np.arange(groups))
-    calls = np.diff(np.append(starts, ordered.size))
-    total = np.add.reduceat(sorted_values, starts)
-    return calls, total, np.maximum.reduceat(sorted_values, starts), np.minimum.reduceat(sorted_values, starts)
 
 
 def _durations(events: ev.Table, mask: np.ndarray) -> np.ndarray:
@@ -151,7 +143,7 @@ def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = N
         host &= ~phase  # the ops (or kernels) are the work; a phase only marks where they are
     host = np.flatnonzero(host)
     lanes, lane_of, _ = unique_rows(np.stack([events["pid"][host], events["lane"][host]], axis=1))
-    for (pid, lane), on in zip(lanes.tolist(), groups_of(lane_of, len(lanes))):  # one iteration per host thread
+    for (pid, lane), on in zip(lanes.tolist(), Groups.of(lane_of, len(lanes)).members()):  # one per host thread
         busy = iv.total(iv.covered_within(starts[host[on]], ends[host[on]], window))
         key = lanes_mod.LaneKey(int(pid), -1, int(lane), ev.HOST_THREAD)
         rows.append({"device": lanes_mod.label(key), "kind": "host_thread", "busy_ns": busy,
@@ -340,8 +332,8 @@ def _merge_by_name(tables_by_rank, ranks, key: str, keys: list[str], limit: int,
         denom = sum(t["window_ns"] for t in tables_by_rank)
     if not rows:
         return {"rows": [], "denominator_ns": int(denom), "dropped": dropped}
-    codes, distinct = stacked.first_seen(list(map(itemgetter(*keys), rows)))
-    groups = stacked.Groups.of(codes, len(distinct))
+    codes, distinct = ev.factorize(list(map(itemgetter(*keys), rows)))
+    groups = Groups.of(codes, len(distinct))
     calls, total, longest, shortest = stacked.ints(rows, "calls", "total_ns", "max_ns", "min_ns")
     calls, total, longest, shortest, ranks_in, top = (
         groups.sum(calls), groups.sum(total), groups.max(longest), groups.min(shortest), groups.distinct(rank_of),
@@ -399,7 +391,7 @@ def _merge_model(tables_by_rank, ranks) -> list[dict]:
                    else t["window_ns"] for t in tables_by_rank)
     gpu_base = sum(next((r["gpu_total_ns"] or 0 for r in t["model"] if r["name"] == "ProfileStep"),
                         sum(r["gpu_total_ns"] or 0 for r in t["model"])) for t in tables_by_rank)
-    codes, names_seen = stacked.first_seen([row["name"] for row in rows])
+    codes, names_seen = ev.factorize([row["name"] for row in rows])
     columns = {key: stacked.optional(rows, key) for key in _MODEL_COLUMNS}
     cpu_by_rank = dict(zip(names_seen, stacked.by_rank(codes, len(names_seen), rank_of,
                                                        columns["cpu_total_ns"][0], ranks)))
@@ -427,8 +419,8 @@ def _merge_overview(tables_by_rank, ranks) -> list[dict]:
     if not rows:
         return []
     window = sum(t["window_ns"] for t in tables_by_rank)
-    codes, types = stacked.first_seen([(row["side"], row["type"]) for row in rows])
-    groups = stacked.Groups.of(codes, len(types))
+    codes, types = ev.factorize([(row["side"], row["type"]) for row in rows])
+    groups = Groups.of(codes, len(types))
     calls, total = stacked.ints(rows, "calls", "total_ns")
     by_rank = stacked.by_rank(codes, len(types), rank_of, total, ranks)
     calls, total = groups.sum(calls), groups.sum(total)
@@ -452,8 +444,8 @@ def _merge_device(tables_by_rank, ranks) -> list[dict]:
         if not part.any():
             continue
         present, code = np.unique(rank_of[part], return_inverse=True)  # ranks ascending
-        per_rank = stacked.group_mean(utilization[part], code, present.size) if how == "mean" else \
-            stacked.Groups.of(code, present.size).max(utilization[part])
+        per_rank = group_mean(utilization[part], code, present.size) if how == "mean" else \
+            Groups.of(code, present.size).max(utilization[part])
         position = {int(r): k for k, r in enumerate(present.tolist())}
         merged.append({"device": label, "kind": kind, "mean": float(per_rank.mean()),
                        "min": float(per_rank.min()), "max": float(per_rank.max()),
@@ -474,11 +466,11 @@ def _merge_steps(tables_by_rank, ranks) -> dict:
     durations = np.concatenate([np.asarray(s["duration_ns"], np.int64) for s, _ in parts])
     rank_of = np.concatenate([np.full(len(s["step"]), r, np.int64) for s, r in parts])
     step_values, step_of = np.unique(steps, return_inverse=True)
-    by_step = stacked.Groups.of(step_of.ravel(), step_values.size)
+    by_step = Groups.of(step_of.ravel(), step_values.size)
     median = np.round(steptime.per_step(steps, durations)[1]).astype(np.int64)  # steps ascending, as step_values
     present, rank_code = np.unique(rank_of, return_inverse=True)
-    mean = stacked.group_mean(durations.astype(np.float64), rank_code.ravel(), present.size)
-    longest = stacked.Groups.of(rank_code.ravel(), present.size).max(durations)
+    mean = group_mean(durations.astype(np.float64), rank_code.ravel(), present.size)
+    longest = Groups.of(rank_code.ravel(), present.size).max(durations)
     position = {int(r): k for k, r in enumerate(present.tolist())}
     return {"step": step_values.tolist(), "min_ns": by_step.min(durations).tolist(), "median_ns": median.tolist(),
             "max_ns": by_step.max(durations).tolist(), "max_rank": rank_of[by_step.first_max(durations)].tolist(),

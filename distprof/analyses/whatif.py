@@ -42,6 +42,7 @@ from itertools import chain
 
 import numpy as np
 
+from .. import columns
 from ..align import Matching
 from ..results import RankResult
 from . import steptime
@@ -96,62 +97,6 @@ class Graph:
     #                            "step>", "@op" for issues, "" (before a rank's first point)
     o_name: np.ndarray         # each op's name and lane label (the critical path's segments)
     o_lane: np.ndarray
-
-
-# -- column tools: what pandas' groupby, merge and merge_asof did, on sorted numpy columns ----
-
-def _runs(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of equal-length key columns: a dense code (equal rows, equal codes; codes follow
-    the rows' lexicographic order) and how many earlier rows have the same keys. One lexsort."""
-    n = keys[0].size
-    if not n:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.lexsort(keys[::-1])
-    new = np.zeros(n, bool)
-    new[0] = True
-    for key in keys:  # one per key column (a few)
-        ordered = key[order]
-        new[1:] |= ordered[1:] != ordered[:-1]
-    heads = np.flatnonzero(new)
-    code, count = np.empty(n, np.int64), np.empty(n, np.int64)
-    code[order] = np.cumsum(new) - 1
-    count[order] = np.arange(n) - np.repeat(heads, np.diff(np.r_[heads, n]))
-    return code, count
-
-
-def _search(key_group: np.ndarray, key_value: np.ndarray, group: np.ndarray, value: np.ndarray,
-            side: str = "left") -> np.ndarray:
-    """``np.searchsorted`` over (group, value) pairs: keys sorted by group then value; per query,
-    where it would go among them. One lexsort of keys and queries together, no loop per group."""
-    is_key = np.r_[np.ones(key_group.size, np.int8), np.zeros(group.size, np.int8)]
-    order = np.lexsort((is_key if side == "left" else 1 - is_key, np.r_[key_value, value], np.r_[key_group, group]))
-    before = np.cumsum(is_key[order]) - is_key[order]
-    queries = order >= key_group.size
-    out = np.empty(group.size, np.int64)
-    out[order[queries] - key_group.size] = before[queries]
-    return out
-
-
-def _group_medians(codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes ascending, the median of each code's values): as a groupby median, in float64, the
-    mean of the middle two for an even count. One sort."""
-    values = np.asarray(values, np.float64)
-    order = np.lexsort((values, codes))
-    codes, values = codes[order], values[order]
-    if not codes.size:
-        return codes, values
-    first = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    count = np.diff(np.r_[first, codes.size])
-    return codes[first], (values[first + (count - 1) // 2] + values[first + count // 2]) / 2
-
-
-def _lookup(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
-    """The values of ``keys`` in (sorted keys, values), NaN where a key is not there."""
-    known, values = table
-    if not known.size:
-        return np.full(keys.size, np.nan)
-    at = np.minimum(np.searchsorted(known, keys), known.size - 1)
-    return np.where(known[at] == keys, values[at], np.nan)
 
 
 def _along_queues(values: np.ndarray, queued: np.ndarray, prev: np.ndarray, fallback) -> np.ndarray:
@@ -214,7 +159,7 @@ def _gather(results: list[RankResult]) -> tuple[dict, dict, dict, dict]:
 
 def _in_steps(row: np.ndarray, step: np.ndarray, steps: dict) -> np.ndarray:
     """Per entry: its step is one of its rank's ProfileSteps."""
-    code, _ = _runs(np.r_[steps["row"], row], np.r_[steps["step"], step])
+    code, _ = columns.runs(np.r_[steps["row"], row], np.r_[steps["step"], step])
     known = np.zeros(code.size, bool)
     known[code[:steps["row"].size]] = True
     return known[code[steps["row"].size:]]
@@ -226,7 +171,7 @@ def _matched_columns(ops: dict, matching: Matching) -> np.ndarray:
     rows, cols = np.nonzero(matching.present) if matching.size else (np.zeros(0, np.int64),) * 2
     if not rows.size or not ops["row"].size:
         return np.full(ops["row"].size, -1, np.int64)
-    code, _ = _runs(np.r_[rows, ops["row"]], np.r_[matching.start_ns[rows, cols], ops["own_start"]],
+    code, _ = columns.runs(np.r_[rows, ops["row"]], np.r_[matching.start_ns[rows, cols], ops["own_start"]],
                     np.r_[matching.end_ns[rows, cols], ops["own_end"]])
     column = np.full(int(code.max()) + 1, -1, np.int64)
     np.maximum.at(column, code[:rows.size], cols)
@@ -262,7 +207,7 @@ def _synced(ops: dict, syncs: dict) -> np.ndarray:
     order = np.lexsort((syncs["end_ns"], syncs["row"]))
     row, start, end = syncs["row"][order], syncs["start_ns"][order], syncs["end_ns"][order]
     op_end = ops["end_ns"]
-    hit = np.minimum(_search(row, end, ops["row"], op_end, "left"), order.size - 1)
+    hit = np.minimum(columns.search(row, end, ops["row"], op_end, "left"), order.size - 1)
     return (row[hit] == ops["row"]) & (end[hit] >= op_end) & (end[hit] - op_end <= WAIT_TOLERANCE_NS) \
         & (start[hit] <= op_end)
 
@@ -316,7 +261,7 @@ def _waits(points: dict, first: np.ndarray, ops: dict) -> tuple[np.ndarray, np.n
     if not ops["row"].size:
         return np.full(t.size, -1, np.int64), np.zeros(t.size, np.int64)
     order = np.lexsort((ops["end_ns"], ops["row"]))
-    found = _search(ops["row"][order], ops["end_ns"][order], rank, t, "right") - 1
+    found = columns.search(ops["row"][order], ops["end_ns"][order], rank, t, "right") - 1
     op = np.where((found >= 0) & (ops["row"][order][np.maximum(found, 0)] == rank), order[np.maximum(found, 0)], -1)
     end = np.where(op >= 0, ops["end_ns"][np.maximum(op, 0)], _NEG)
     prev_t = np.where(first, _NEG, np.r_[_NEG, t[:-1]])
@@ -333,12 +278,12 @@ def _segment_keys(points: dict, first: np.ndarray, labels: dict) -> tuple[np.nda
     (``p_phase_key``). Pairs whose joined texts coincide are one pair."""
     label, texts = points["label"], labels["texts"]
     before = np.where(first, labels["empty"], np.r_[labels["empty"], label[:-1]])
-    pair, _ = _runs(before, label)
+    pair, _ = columns.runs(before, label)
     heads = np.unique(pair, return_index=True)[1]
     joined = [f"{texts[a]}|{texts[b]}" for a, b in zip(before[heads].tolist(), label[heads].tolist())]  # per pair
     text = np.unique(np.asarray(joined, dtype=str), return_inverse=True)[1].reshape(-1)[pair]
-    _, k = _runs(points["rank"], points["step"], text)
-    return _runs(points["step"], text, k)[0], _runs(text, k)[0]
+    _, k = columns.runs(points["rank"], points["step"], text)
+    return columns.runs(points["step"], text, k)[0], columns.runs(text, k)[0]
 
 
 def build_graph(results: list[RankResult], matching: Matching, dataloader: str = "Dataloader") -> Graph:
@@ -373,7 +318,7 @@ def _step_points(points: dict, ops: dict) -> tuple[np.ndarray, np.ndarray, np.nd
     step's end point (-1: none)."""
     kind, rank, step = points["kind"], points["rank"], points["step"]
     starts, ends = np.flatnonzero(kind == _STEP_START), np.flatnonzero(kind == _STEP_END)
-    code, _ = _runs(np.r_[rank[starts], rank[ends], ops["row"]], np.r_[step[starts], step[ends], ops["step"]])
+    code, _ = columns.runs(np.r_[rank[starts], rank[ends], ops["row"]], np.r_[step[starts], step[ends], ops["step"]])
     start_code, end_code = code[:starts.size], code[starts.size:starts.size + ends.size]
     if np.unique(end_code).size < ends.size or np.unique(start_code).size < starts.size:
         raise ValueError("a rank has two ProfileSteps with one step number: the replay needs one per step")
@@ -414,7 +359,7 @@ def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     (all of them, when the column is one join; fewer where the trace's groups or clocks put
     two joins in one column: a member cannot have waited for one that came after it ended)."""
     order = np.lexsort((start, col))
-    found = _search(col[order], start[order], col, end, "right") - 1
+    found = columns.search(col[order], start[order], col, end, "right") - 1
     if ((found < 0) | (col[order][np.maximum(found, 0)] != col)).any():
         raise ValueError("a collective ends before any member of its column arrived")
     return start[order][found]
@@ -636,14 +581,14 @@ def _segment_medians(g: Graph, rows: np.ndarray, w: np.ndarray | None = None) ->
     """(segment keys, median duration) over the chain segments of ``rows`` (rank rows) that
     compute (not first, not waited), under durations ``w`` (the measured ones by default)."""
     use = np.isin(g.p_rank, rows) & ~g.p_first & ~g.p_waited
-    return _group_medians(g.p_key[use], (g.p_w if w is None else w)[use])
+    return columns.group_medians(g.p_key[use], (g.p_w if w is None else w)[use])
 
 
 def _with_medians(g: Graph, medians: tuple[np.ndarray, np.ndarray], rows: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Segment durations ``w`` with those of ``rows`` set to the medians of their keys."""
     w = w.copy()
     use = np.flatnonzero(np.isin(g.p_rank, rows) & ~g.p_first & ~g.p_waited)
-    median = _lookup(medians, g.p_key[use])
+    median = columns.lookup(medians, g.p_key[use])
     known = ~np.isnan(median)
     w[use[known]] = np.round(median[known]).astype(np.int64)
     return w
@@ -661,14 +606,14 @@ def _without_lateness(g: Graph, row: int, others: np.ndarray) -> np.ndarray:
     """
     w = g.p_w.copy()
     use = np.flatnonzero((g.p_rank == row) & ~g.p_first & ~g.p_waited)
-    same_step = _lookup(_segment_medians(g, others), g.p_key[use])
+    same_step = columns.lookup(_segment_medians(g, others), g.p_key[use])
     known = ~np.isnan(same_step)
     use, same_step = use[known], same_step[known]
     if not use.size:
         return w
     own = w[use].astype(np.float64)
     phase = g.p_phase_key[use]
-    lateness = np.maximum(_lookup(_group_medians(phase, own - same_step), phase), 0)
+    lateness = np.maximum(columns.lookup(columns.group_medians(phase, own - same_step), phase), 0)
     rest = np.isin(g.p_rank, others) & ~g.p_first & ~g.p_waited
     longest = np.full(int(g.p_phase_key.max()) + 1, np.nan)
     np.fmax.at(longest, g.p_phase_key[rest], g.p_w[rest].astype(np.float64))
@@ -710,7 +655,7 @@ def _input_phases(g: Graph, waited: np.ndarray) -> np.ndarray:
     begin[ends] = _phase_starts(g, ends)
     mine = np.flatnonzero(ok & (begin[safe] >= 0))
     mine = mine[np.lexsort((g.o_start[mine], root[mine], after[mine]))]  # per phase end, in issue order
-    _, k = _runs(after[mine])
+    _, k = columns.runs(after[mine])
     count = np.bincount(after[mine], minlength=g.p_kind.size)[after[mine]]
     hoist[mine] = np.stack([begin[after[mine]], after[mine], ((k + 1) * 1_000_000) // np.maximum(count, 1)], axis=1)
     return hoist
@@ -725,7 +670,7 @@ def _phase_starts(g: Graph, ends: np.ndarray) -> np.ndarray:
     opening = np.asarray([position.get(f"{text[:-1]}<", -1) for text in position], np.int64)  # per label text
     order = np.lexsort((np.arange(g.p_label.size), g.p_label))
     want = opening[g.p_label[ends]]
-    found = _search(g.p_label[order], order, want, ends, "right") - 1
+    found = columns.search(g.p_label[order], order, want, ends, "right") - 1
     lo = order[np.maximum(found, 0)]
     first = np.maximum.accumulate(np.where(g.p_first, np.arange(g.p_first.size), 0))[ends]
     ok = (want >= 0) & (found >= 0) & (g.p_label[lo] == want) & (lo >= first)
@@ -789,7 +734,7 @@ def _job_step_ns(g: Graph, t: np.ndarray) -> int:
 
 def _rank_medians(g: Graph, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rank rows ascending, each one's median step)."""
-    return _group_medians(g.step_rank, ns)
+    return columns.group_medians(g.step_rank, ns)
 
 WHY = {
     "not_named": "no straggler named by the skew analysis (skew.notes say why)",
