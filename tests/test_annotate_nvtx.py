@@ -61,7 +61,7 @@ PROGRAM = textwrap.dedent("""
             thread.join()
             prof.step()
         from distprof.sources import native
-        events = native.read(f"{out}/rank0.sqlite", distprof.config.load())[0].events
+        events = native.read(f"{out}/rank0.sqlite", distprof.config.load())[0].events.to_frame()
         print("rows", {name: int(n) for name, n in events.groupby("name", observed=True).size().items()})
 """)
 
@@ -131,7 +131,7 @@ def test_a_range_is_its_own_with_target_and_records_through_an_exception(tmp_pat
         assert other[0] is not forward and other[0]._thread != forward._thread
         prof.step()
     from distprof.sources import native
-    events = native.read(tmp_path / "rank0.sqlite", distprof.config.load())[0].events
+    events = native.read(tmp_path / "rank0.sqlite", distprof.config.load())[0].events.to_frame()
     forward_rows = events[events["name"] == "forward"].sort_values("start_ns")
     assert len(forward_rows) == 2
     outer, inner = forward_rows.iloc[0], forward_rows.iloc[1]
