@@ -225,11 +225,11 @@ class _Document:
         decoded once per distinct JSON text, alike from msgspec's raw text and stdlib values."""
         values = self.arg(args, name)
         if self.structs:
-            texts = [bytes(value) or None for value in values]
+            texts = list(map(bytes, values))  # an absent arg is an empty Raw: b""
         else:
-            texts = [None if value is None else json.dumps(value, default=str) for value in values]
+            texts = [b"" if value is None else json.dumps(value, default=str) for value in values]
         codes, uniques = ev.factorize(texts)
-        return codes, [None if text is None else json.loads(text) for text in uniques]
+        return codes, [json.loads(text) if text else None for text in uniques]
 
     def memory_samples(self) -> list:
         """The profile_memory instants ("i" events named "[memory]") that carry a time."""
@@ -306,9 +306,7 @@ def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document
             except msgspec.DecodeError as error:
                 raise ev.SourceError(f"{path}: not valid JSON ({str(error).removeprefix('JSON is malformed: ')})") \
                     from None
-        if b'"Input Dims"' in data or b'"Concrete Inputs"' in data:  # record_shapes' args: raw views
-            _detach_raw_args(trace.traceEvents, (complete_type, instant_type) if complete_type else ())
-        del data  # now referenced by nothing: freed before the columns are built
+        del data  # the raw shape args still view it: freed with the structs, once the rows are read
         info = {"distributedInfo": trace.distributedInfo, "baseTimeNanoseconds": trace.baseTimeNanoseconds,
                 "deviceProperties": trace.deviceProperties, "host_name": trace.host_name}
         return _Document(trace.traceEvents, info, structs=True, complete_type=complete_type,
@@ -324,20 +322,6 @@ def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document
     if not all(map(isinstance, events, repeat(dict))):
         raise ev.SourceError(f"{path}: 'traceEvents' holds entries that are not JSON objects")
     return _Document(events, document, structs=False)
-
-
-def _detach_raw_args(events: list, carriers: tuple) -> None:
-    """Copy the raw JSON args (msgspec.Raw, views into the decoded buffer) out of the buffer: the few
-    MB of shapes then outlive the tens of MB of text, which is freed before the columns are built.
-    ``carriers``: the struct types that have args (all events when empty); the loop runs only over
-    the non-empty raw values (an empty Raw is false)."""
-    if carriers:
-        events = compress(events, map(isinstance, events, repeat(carriers)))
-    args = list(filter(None, map(attrgetter("args"), events)))
-    for name in _RAW_ARGS:  # three bulky args
-        raws = list(map(attrgetter(name), args))
-        for owner, raw in compress(zip(args, raws), raws):
-            setattr(owner, name, raw.copy())
 
 
 def _validation_message(message: str) -> str:
