@@ -152,12 +152,6 @@ def run_hang_demo(command: list[str], out: Path, ranks: int) -> int:
     return cmd_hang(argparse.Namespace(inputs=[str(f) for f in written], out=str(out)))
 
 
-def progress(items, desc: str):
-    """A progress bar over files on a terminal only: CI logs and pipes stay clean."""
-    from tqdm import tqdm
-    return tqdm(items, desc=desc, unit="file", leave=False, disable=not sys.stderr.isatty() or len(items) < 2)
-
-
 def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None,
                 allow_duplicate_ranks: bool = False) -> dict | None:
     """summary.json's content of a merge (pipeline.merge_files); None on MPI workers other than 0.
@@ -283,7 +277,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     meta = {"world_size": summary.get("world_size"), "source": summary.get("source"),
             "ranks_filter": args.ranks, "steps_filter": args.steps}
     with perfetto.TraceWriter(out, perfetto.origin_from_summary(summary), meta) as writer:
-        for name, path in progress(paths, "writing trace"):
+        for name, path in console.progress(paths, "writing trace"):
             try:
                 traces = sources.read(path, config)
             except SourceError as error:
@@ -531,7 +525,7 @@ def _merge_parser(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .analyses.diff import MIN_CHANGE as DIFF_MIN_CHANGE
+    from .config import DIFF_MIN_CHANGE
     from .reports import tables
     parser = argparse.ArgumentParser(prog="distprof", description="Where the time goes across ranks.")
     sub = parser.add_subparsers(dest="command", required=True)

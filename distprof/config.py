@@ -11,6 +11,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+# diff: a relative change of the median step smaller than this is never called significant (the CLI's
+# --min-change default; here so that building the parser imports no analysis stack)
+DIFF_MIN_CHANGE = 0.10
+
 DEFAULTS: dict[str, Any] = {
     "out": "distprof_out",
     "window": "steps",          # steps: analyse the union of ProfileSteps; all: the whole trace

@@ -26,3 +26,12 @@ def wrapped(line: str, width: int = WRAP) -> list[str]:
 def warn(text: str) -> None:
     """``distprof: warning: TEXT`` on stderr, one line."""
     print(f"distprof: warning: {text}", file=sys.stderr, flush=True)
+
+
+def progress(items, desc: str):
+    """A progress bar over files on a terminal only (tqdm): CI logs and pipes stay clean, and do not
+    even import it."""
+    if not sys.stderr.isatty() or len(items) < 2:
+        return items
+    from tqdm import tqdm
+    return tqdm(items, desc=desc, unit="file", leave=False)

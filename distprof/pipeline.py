@@ -6,7 +6,6 @@ these; writing reports is the caller's job.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -264,19 +263,13 @@ def _rank_ranges(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}"
 
 
-def _progress(items, desc: str):
-    """A progress bar over files on a terminal only: CI logs and pipes stay clean."""
-    from tqdm import tqdm
-    return tqdm(items, desc=desc, unit="file", leave=False, disable=not sys.stderr.isatty() or len(items) < 2)
-
-
 def _reduce_files(paths: list[Path], indices: list[int], config: dict,
                   progress: bool = True) -> tuple[list, list]:
     """Read the files at ``indices`` one at a time and keep only each rank's RankResult:
     ([(file index, position in file, result)], [(file index, warning)])."""
     from . import sources
     reduced, warnings = [], []
-    for index in _progress(indices, "reading") if progress else indices:
+    for index in console.progress(indices, "reading") if progress else indices:
         try:
             traces = sources.read(paths[index], config)
             reduced += [(index, position, reduce_rank(trace, config)) for position, trace in enumerate(traces)]

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("pandas", "matplotlib")
 
 
@@ -62,6 +64,16 @@ def test_report_and_diff_of_summaries_load_no_pandas(tmp_path):
     assert loaded_after(code) == []
 
 
-def test_combine_side_table_modules_import_no_pandas():
-    """Rank 0's merge of compact per-rank tables and collectives is numpy only."""
-    assert loaded_after("import distprof.analyses.stacked, distprof.analyses.collectives") == []
+@pytest.mark.parametrize("inputs", [["torch_ddp/late"], ["demo_ranks"],
+                                    ["nsys/pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite.gz"]])
+def test_merge_and_whatif_load_no_pandas(inputs, tmp_path):
+    """A merge of Kineto, native or nsys files, its report.html and a what-if are numpy only: the
+    event table, every analysis and rank 0's combine (pandas' import alone cost a merge 0.4 s)."""
+    from pathlib import Path
+    data = Path(__file__).resolve().parent / "data"
+    paths = [str(data / name) for name in inputs]
+    code = ("import contextlib, io\nfrom distprof import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            f"    cli.main(['merge', *{paths!r}, '-o', {str(tmp_path)!r}])\n"
+            f"    cli.main(['whatif', {str(tmp_path)!r}])\n")
+    assert loaded_after(code) == []

@@ -29,6 +29,7 @@ from dataclasses import fields
 import numpy as np
 
 from .. import names
+from ..config import DIFF_MIN_CHANGE
 from ..results import RankFigures
 from . import machine, steptime
 
@@ -38,7 +39,7 @@ MIN_STEPS = 5           # fewer steps on a side: no interval ("too few steps")
 RESAMPLES = 4000
 SEED = 0
 LEVEL = 0.95
-MIN_CHANGE = 0.10       # smaller relative changes of the median step are never called significant
+MIN_CHANGE = DIFF_MIN_CHANGE  # smaller relative changes of the median step are never called significant
 TOP_MOVERS = 20
 COMM_PREFIXES = ("nccl",)
 _NOT_UNITS = ("Others",)    # a model row that is not a repeated unit of work (nor is a step: names.is_step_name)
