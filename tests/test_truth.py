@@ -32,9 +32,11 @@ def ns(value) -> int:
     return int((Decimal(str(value)) * 1000).to_integral_value())
 
 
-def raw_events(path: Path) -> list[dict]:
+@functools.cache
+def raw_events(path: Path) -> tuple[dict, ...]:
+    """The complete events of a trace file as the stdlib reads them, once per module (read-only)."""
     with gzip.open(path, "rt") as handle:
-        return [e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X" and "ts" in e]
+        return tuple(e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X" and "ts" in e)
 
 
 def interval(event: dict) -> tuple[int, int]:
