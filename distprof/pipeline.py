@@ -18,7 +18,7 @@ from .analyses import collectives as coll
 from .analyses import cost, critical_path, diagnose, distributed, machine, profiles, skew, streams, summaries, whatif
 from .ranges import rank_ranges
 from .reports import findings as findings_report
-from .results import ClockEstimate, RankResult, Summary
+from .results import FIGURES, ClockEstimate, RankResult, Summary
 
 
 def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
@@ -182,7 +182,9 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     warnings += dropped
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),
-        across_ranks=distributed.across_ranks([r.to_json() for r in final]), missing_ranks=missing,
+        across_ranks=distributed.across_ranks([{"rank": r.rank, **{name: getattr(r.figures, name) for name in FIGURES}}
+                                               for r in final]),
+        missing_ranks=missing,
         checks=checks, skew=skew_summary,
         findings=findings_report.worded(critical_path.with_path_evidence(priced, path)),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),

@@ -85,6 +85,7 @@ def results_from_files(rank_file, world_size: int, timeout_s: float, own_result,
     closes its native file (``rank_file(rank)``); wait (bounded) until the others are complete and
     ``load(path)`` each (reduce it to a RankResult). Ranks still missing at the deadline give a
     partial result, named in the warnings by combine."""
+    import contextlib
     import sqlite3
     import time
 
@@ -98,7 +99,7 @@ def results_from_files(rank_file, world_size: int, timeout_s: float, own_result,
             if rank in results or not path.exists():
                 continue
             try:
-                with sqlite3.connect(path) as db:
+                with contextlib.closing(sqlite3.connect(path)) as db:
                     complete = db.execute("SELECT value FROM distprof_meta WHERE key='complete'").fetchone()
             except sqlite3.DatabaseError:
                 continue

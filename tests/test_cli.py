@@ -123,3 +123,15 @@ def test_warnings_come_first_and_wrap(tmp_path):
     assert "no ProfileStep" in lines[first_warning]
     table = next(i for i, line in enumerate(lines) if line.startswith("Rank "))
     assert all(len(line) <= 160 for line in lines[first_warning:table])
+
+
+def test_reading_rank_files_leaves_nothing_beside_them(tmp_path):
+    """SQLite keeps -wal/-shm files beside a WAL database while a connection is open: every reader
+    (the merge's forked readers too) closes its connection, so a user's folder is left as it was."""
+    import shutil
+    inputs = tmp_path / "ranks"
+    shutil.copytree(Path(__file__).parent / "data" / "demo_ranks", inputs)
+    before = sorted(p.name for p in inputs.iterdir())
+    result = run_cli("merge", str(inputs), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in inputs.iterdir()) == before

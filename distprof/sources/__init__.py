@@ -4,6 +4,7 @@ metrics. Every reader has the signature ``read(path, config) -> list[RankTrace]`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -88,7 +89,7 @@ def detect(path: Path) -> str:
     if head != SQLITE_MAGIC:
         raise SourceError(f"{path}: not a SQLite file, nsys export or Kineto JSON trace")
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as connection:
             tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as error:
         raise SourceError(f"{path}: corrupt SQLite file ({error})") from None

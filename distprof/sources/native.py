@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -33,7 +34,7 @@ def _query(path: Path, window: tuple[int, int, int] | None = None) -> tuple[dict
         where += " AND r.rowid > ? AND r.step BETWEEN ? AND ?"
         arguments += tuple(int(v) for v in window)
     try:
-        with _connect(path) as db:
+        with contextlib.closing(_connect(path)) as db:  # closed, not just committed: no -wal/-shm left behind
             meta = dict(db.execute("SELECT key, value FROM distprof_meta"))
             rows = db.execute(
                 "SELECT r.start_ns, r.end_ns, r.tid, r.step, "
