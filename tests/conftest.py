@@ -24,12 +24,17 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subpro
                           cwd=cwd, timeout=timeout, env=env)
 
 
+# Tests whose jobs' timings are asserted (a straggler's size, step times compared, a live alert's
+# window): marked ``exclusive``, or using a fixture that runs such a job (listed here).
+EXCLUSIVE_FIXTURES = ("demo_overlap", "demo_runs")
+
+
 @contextlib.contextmanager
-def machine_lock(base: Path, exclusive: bool):
-    """Under xdist, the machine as a lock: a timing-sensitive job holds it exclusively (it runs while
+def machine_lock(base: Path | None, exclusive: bool):
+    """Under xdist, the machine as a lock: a timing-sensitive test holds it exclusively (it runs while
     no other test does), every other test shares it. A turnstile lock first keeps a waiting exclusive
-    holder from being overtaken by the next shared ones. Without xdist: nothing to share."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    holder from being overtaken by the next shared ones. Without xdist (``base`` None): nothing to share."""
+    if base is None:
         yield
         return
     import fcntl
@@ -40,17 +45,32 @@ def machine_lock(base: Path, exclusive: bool):
         yield
 
 
+def lock_dir(config) -> Path | None:
+    """The folder of this run's machine lock, the same for every xdist worker; None without xdist."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None
+    import tempfile
+    path = Path(tempfile.gettempdir()) / f"distprof-tests-{workerinput['testrunuid']}"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test's whole run (setup, module fixtures made for it included, call, teardown) holds the
+    machine lock: shared, or exclusive for the timing-sensitive ones, so no job of the other worker
+    runs beside them, not even a module fixture's."""
+    exclusive = item.get_closest_marker("exclusive") is not None or bool(
+        set(EXCLUSIVE_FIXTURES) & set(getattr(item, "fixturenames", ())))
+    with machine_lock(lock_dir(item.config), exclusive):
+        yield
+
+
 def shared_base(tmp_path_factory) -> Path:
     """A folder of this session that every xdist worker sees (a worker's base is popen-gwN)."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
-@pytest.fixture(autouse=True)
-def machine_share(request, tmp_path_factory):
-    """A test marked ``exclusive`` (timing assertions that need the machine) runs alone."""
-    with machine_lock(shared_base(tmp_path_factory), request.node.get_closest_marker("exclusive") is not None):
-        yield
 
 
 @pytest.fixture(scope="session")
@@ -62,12 +82,11 @@ def demo_overlap(tmp_path_factory) -> Path:
     out = shared / "demo_overlap"
     with open(shared / "demo_overlap.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "load_around_run.txt").exists():
-            with machine_lock(shared, exclusive=True):  # run alone: its straggler timing is asserted
-                out.mkdir(exist_ok=True)
-                load_before = os.getloadavg()[0]
-                result = run_cli("demo", "--ranks", "4", "--steps", "6", "--out", str(out))
-                assert result.returncode == 0, result.stderr[-2000:]
-                # timing assertions look at how loaded the machine was around this run, not later
-                (out / "load_around_run.txt").write_text(str(max(load_before, os.getloadavg()[0])))
+        if not (out / "load_around_run.txt").exists():  # the test asking holds the machine (EXCLUSIVE_FIXTURES)
+            out.mkdir(exist_ok=True)
+            load_before = os.getloadavg()[0]
+            result = run_cli("demo", "--ranks", "4", "--steps", "6", "--out", str(out))
+            assert result.returncode == 0, result.stderr[-2000:]
+            # timing assertions look at how loaded the machine was around this run, not later
+            (out / "load_around_run.txt").write_text(str(max(load_before, os.getloadavg()[0])))
     return out

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, machine_lock, run_cli, shared_base
+from conftest import DATA, run_cli
 
 from distprof.analyses import diff
 from distprof.reports import diff_report
@@ -291,12 +291,11 @@ def demo_runs(tmp_path_factory) -> dict:
     runs["small"] = ["--steps", "10", "--config", str(root / "small.yaml")]
     runs["straggler"] = ["--steps", "10", "--config", str(root / "small.yaml"), "--straggler", "1:50"]
     out, load = {}, {}
-    with machine_lock(shared_base(tmp_path_factory), exclusive=True):  # alone: their step times are compared
-        for name, args in runs.items():
-            before = _cpu_clock()
-            result = run_cli("demo", "--ranks", "2", *args, "--out", str(root / name))
-            assert result.returncode == 0, result.stderr[-2000:]
-            out[name], load[name] = root / name, _foreign_cores(before, _cpu_clock())
+    for name, args in runs.items():  # alone: the test asking holds the machine (conftest.EXCLUSIVE_FIXTURES)
+        before = _cpu_clock()
+        result = run_cli("demo", "--ranks", "2", *args, "--out", str(root / name))
+        assert result.returncode == 0, result.stderr[-2000:]
+        out[name], load[name] = root / name, _foreign_cores(before, _cpu_clock())
     out["load"] = load
     return out
 

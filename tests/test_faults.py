@@ -197,6 +197,7 @@ TORCH_JOB = COLLECTIVE_JOB.replace("import numpy as np\nfrom mpi4py import MPI\n
 ).replace("comm.Allreduce(MPI.IN_PLACE, np.ones(1000))", "dist.all_reduce(torch.ones(1000))")
 
 
+@pytest.mark.exclusive  # two jobs' durations compared
 @pytest.mark.slow
 def test_torchrun_gloo_rank_raising_ends_like_without_distprof(tmp_path):
     pytest.importorskip("torch")
