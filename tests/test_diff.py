@@ -5,13 +5,11 @@ import gzip
 import json
 import os
 import re
-import resource
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, run_cli
+from conftest import DATA, MADE, foreign_cores, machine_clock, run_cli
 
 from distprof.analyses import diff
 from distprof.reports import diff_report
@@ -292,26 +290,13 @@ def demo_runs(tmp_path_factory) -> dict:
     runs["straggler"] = ["--steps", "10", "--config", str(root / "small.yaml"), "--straggler", "1:50"]
     out, load = {}, {}
     for name, args in runs.items():  # alone: the test asking holds the machine (conftest.EXCLUSIVE_FIXTURES)
-        before = _cpu_clock()
+        before = machine_clock()
         result = run_cli("demo", "--ranks", "2", *args, "--out", str(root / name))
         assert result.returncode == 0, result.stderr[-2000:]
-        out[name], load[name] = root / name, _foreign_cores(before, _cpu_clock())
+        out[name], load[name] = root / name, foreign_cores(before, machine_clock())
     out["load"] = load
+    MADE.add("demo_runs")
     return out
-
-
-def _cpu_clock() -> tuple[float, float, float]:
-    """(wall s, CPU s the whole machine was busy, CPU s of our finished child processes)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)  # all but idle and iowait
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.monotonic(), busy / os.sysconf("SC_CLK_TCK"), children.ru_utime + children.ru_stime
-
-
-def _foreign_cores(start: tuple, end: tuple) -> float:
-    """Cores that other processes (other jobs on the machine) kept busy on average during a run."""
-    wall, busy, ours = (e - s for s, e in zip(start, end))
-    return max(0.0, (busy - ours) / wall) if wall > 0 else 0.0
 
 
 def steady(loads: list[float]) -> bool:

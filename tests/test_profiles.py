@@ -230,31 +230,6 @@ def test_reports_show_the_operator_summary_and_the_profiles(summary):
                                                          "cpu_self")][0] == "aten::mm"
 
 
-@pytest.mark.slow
-def test_live_flops_profile_under_torchrun(tmp_path):
-    """examples/torch_ddp.py --flops: 2 ranks (gloo), DDP over 2 x (Linear(64, 64), ReLU) at batch 32:
-    params and forward FLOPs known by construction, backward = 2 x forward minus layer 1's input grad."""
-    pytest.importorskip("torch")
-    from test_torch import torchrun
-    summary = torchrun(tmp_path, "--flops", "--width", "64", "--layers", "2", "--batch", "32")
-    gemm = 2 * 32 * 64 * 64
-    ranks = summary["model_profile"]["ranks"]
-    assert [r["rank"] for r in ranks] == [0, 1]
-    for row in ranks:
-        assert row["params"] == 2 * (64 * 64 + 64)
-        assert row["fwd_flops_per_step"] == 2 * gemm and row["bwd_flops_per_step"] == 3 * gemm
-        assert row["samples_per_s"] == pytest.approx(32 / row["iter_latency_ns"] * 1e9)
-        assert row["achieved_tflops"] == pytest.approx(5 * gemm / row["iter_latency_ns"] / 1e3)
-        top = next(m for m in row["modules"] if m["name"] == "module")
-        assert (top["depth"], top["params"], top["macs"]) == (1, row["params"], gemm)
-        first = next(m for m in row["modules"] if m["name"] == "module.0")
-        assert (first["depth"], first["params"], first["macs"]) == (2, 64 * 64 + 64, gemm // 2)
-        assert first["fwd_latency_ns"] > 0 and row["fwd_latency_ns"] >= first["fwd_latency_ns"]
-    from distprof.reports import html, text
-    assert "Model FLOPs Profile (live, one step)" in text.render(summary)
-    assert "<h2>Model FLOPs Profile</h2>" in html.render(summary)
-
-
 def test_flops_probe_closes_without_an_optimizer_step(tmp_path, monkeypatch):
     """A probed step that never reaches optimizer.step: the next forward (or remove) leaves the
     counter, so later steps do not pay and no profile is invented."""

@@ -11,15 +11,24 @@ import time
 import pytest
 from conftest import ROOT
 
-torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+import distprof
+from distprof import events as ev
+from distprof.sources import native
 
-import distprof  # noqa: E402
-import distprof.torch as dtorch  # noqa: E402
-from distprof import events as ev  # noqa: E402
-from distprof.sources import native  # noqa: E402
+# torch (3 s of CPU to import here) is imported when this module's first test runs, not when the
+# tests are collected: every xdist worker collects every module, one of them runs these.
+torch = dist = nn = DistributedDataParallel = dtorch = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch_imported():
+    global torch, dist, nn, DistributedDataParallel, dtorch
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    import distprof.torch as dtorch
 
 LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK", "PMIX_RANK",
                "RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS")
@@ -200,8 +209,8 @@ def test_distprof_imports_without_torch():
 
 # -- the example job under a real torchrun, 2 ranks on CPU (gloo) -------------------------------
 
-def torchrun(out, *args):
-    """launch/torchrun.sh with this interpreter's torchrun first on PATH."""
+def torchrun(out, *args) -> tuple[dict, str]:
+    """launch/torchrun.sh with this interpreter's torchrun first on PATH: (summary.json, stdout)."""
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
@@ -210,12 +219,32 @@ def torchrun(out, *args):
                             capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert result.stdout.count("Distributed Summary") == 1, result.stdout  # printed by rank 0 only
-    return json.loads((out / "summary.json").read_text())
+    return json.loads((out / "summary.json").read_text()), result.stdout
+
+
+# Each torchrun job costs ~16 s of CPU here (torch's import, 3 s, in torchrun and both ranks; DDP
+# imports torch._dynamo, 2.7 s, in each rank): two jobs, each checked for several things.
+WIDTH, LAYERS, BATCH = 512, 6, 256  # the example's defaults
+
+
+@pytest.fixture(scope="module")
+def overlap_visible(tmp_path_factory) -> tuple[dict, str]:
+    """The example as shipped (1 MB buckets), with the live model FLOPs probe on."""
+    return torchrun(tmp_path_factory.mktemp("ddp_overlap"), "--bucket-cap-mb", "1", "--flops")
+
+
+@pytest.fixture(scope="module")
+def overlap_defeated(tmp_path_factory) -> tuple[dict, str]:
+    """DDP's overlap defeated, with the live view on (a window every 2 steps)."""
+    out = tmp_path_factory.mktemp("ddp_no_overlap")
+    config = out / "live.yaml"
+    config.write_text((ROOT / "configs" / "torchrun.yaml").read_text() + "\nlive:\n  every_steps: 2\n")
+    return torchrun(out, "--no-overlap", "--config", str(config))
 
 
 @pytest.mark.slow
-def test_torchrun_ddp_overlap_visible(tmp_path):
-    summary = torchrun(tmp_path, "--bucket-cap-mb", "1")
+def test_torchrun_ddp_overlap_visible(overlap_visible):
+    summary, _ = overlap_visible
     assert summary["world_size"] == 2 and summary["missing_ranks"] == []
     assert [r["rank"] for r in summary["ranks"]] == [0, 1]
     for row in summary["ranks"]:
@@ -227,12 +256,44 @@ def test_torchrun_ddp_overlap_visible(tmp_path):
 
 
 @pytest.mark.slow
-def test_torchrun_ddp_overlap_defeated(tmp_path):
-    summary = torchrun(tmp_path, "--no-overlap")
+def test_torchrun_ddp_overlap_defeated(overlap_defeated):
+    summary, _ = overlap_defeated
     assert summary["world_size"] == 2 and summary["missing_ranks"] == []
     for row in summary["ranks"]:
         assert row["steps"] == 4 and row["communication_ns"] > 0
         assert row["overlap_ratio"] < 0.05, row
-    placement = [c for c in summary["checks"] if c.get("check") == "stream_placement"]
-    if placement:  # the stream placement check: the allreduce shares the training thread
-        assert {c["status"] for c in placement} <= {"FAIL", "WARN"} and len(placement) == 2, placement
+
+
+@pytest.mark.slow
+def test_live_flops_profile_under_torchrun(overlap_visible):
+    """--flops: DDP over LAYERS x (Linear(WIDTH, WIDTH), ReLU) at BATCH: params and forward FLOPs known
+    by construction, backward = 2 x forward minus layer 1's input grad."""
+    summary, _ = overlap_visible
+    gemm = 2 * BATCH * WIDTH * WIDTH
+    ranks = summary["model_profile"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for row in ranks:
+        assert row["params"] == LAYERS * (WIDTH * WIDTH + WIDTH)
+        assert row["fwd_flops_per_step"] == LAYERS * gemm and row["bwd_flops_per_step"] == (2 * LAYERS - 1) * gemm
+        assert row["samples_per_s"] == pytest.approx(BATCH / row["iter_latency_ns"] * 1e9)
+        assert row["achieved_tflops"] == pytest.approx((3 * LAYERS - 1) * gemm / row["iter_latency_ns"] / 1e3)
+        top = next(m for m in row["modules"] if m["name"] == "module")
+        assert (top["depth"], top["params"], top["macs"]) == (1, row["params"], LAYERS * gemm // 2)
+        first = next(m for m in row["modules"] if m["name"] == "module.0")
+        assert (first["depth"], first["params"], first["macs"]) == (2, WIDTH * WIDTH + WIDTH, gemm // 2)
+        assert first["fwd_latency_ns"] > 0 and row["fwd_latency_ns"] >= first["fwd_latency_ns"]
+    from distprof.reports import html, text
+    assert "Model FLOPs Profile (live, one step)" in text.render(summary)
+    assert "<h2>Model FLOPs Profile</h2>" in html.render(summary)
+
+
+@pytest.mark.slow
+def test_torchrun_job_prints_live_windows(overlap_defeated):
+    """Rank 0 prints a window every 2 steps with both ranks in it, and keeps them in summary.json."""
+    summary, stdout = overlap_defeated
+    heads = [line.split(":")[0] for line in stdout.splitlines()
+             if line.startswith("[distprof live] steps") and " rank " not in line.split(":")[0]]
+    assert heads == [f"[distprof live] steps {a}-{a + 1}" for a in range(0, 4, 2)], stdout[-3000:]
+    record = summary["live"]
+    assert record["every_steps"] == 2
+    assert [sorted(r["rank"] for r in w["ranks"]) for w in record["windows"]] == [[0, 1]] * 2

@@ -4,6 +4,7 @@ files (plain Python over the JSON, sqlite3 over the nsys export), never distprof
 from __future__ import annotations
 
 import functools
+import gc
 import gzip
 import json
 import re
@@ -34,9 +35,14 @@ def ns(value) -> int:
 
 @functools.cache
 def raw_events(path: Path) -> tuple[dict, ...]:
-    """The complete events of a trace file as the stdlib reads them, once per module (read-only)."""
-    with gzip.open(path, "rt") as handle:
-        return tuple(e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X" and "ts" in e)
+    """The complete events of a trace file as the stdlib reads them, once per module (read-only);
+    without the collector running through the 100k dicts as they are made (1.2 -> 0.7 s a file)."""
+    gc.disable()
+    try:
+        with gzip.open(path, "rt") as handle:
+            return tuple(e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X" and "ts" in e)
+    finally:
+        gc.enable()
 
 
 def interval(event: dict) -> tuple[int, int]:
@@ -75,6 +81,15 @@ def read(path: Path) -> ev.RankTrace:
 @functools.cache
 def summary(path: Path, window: str = "steps") -> dict:
     return rank_row(pipeline.reduce_rank(read(path), config_mod.load(overrides={"window": window})))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _caches_end_with_the_module():
+    """The caches above hold millions of objects: kept to the worker's exit, they slowed every
+    later garbage collection of that worker and its shutdown (seconds)."""
+    yield
+    for cached in (raw_events, read, summary):
+        cached.cache_clear()
 
 
 # -- item 2: ProfileStep is the CPU ProfilerStep#N span ---------------------------------------
@@ -117,8 +132,7 @@ def test_kernels_whose_launch_was_not_captured_still_count(tmp_path):
     document["traceEvents"] = [e for e in document["traceEvents"] if not (
         e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") in dropped)]
     path = tmp_path / "rank0.json.gz"
-    with gzip.open(path, "wt") as handle:
-        json.dump(document, handle)
+    path.write_bytes(gzip.compress(json.dumps(document).encode(), compresslevel=1))  # json.dump: 1.7M writes
     raw = raw_events(path)
     kernels = [e for e in raw if e.get("cat") == "kernel"]
     orphans = [e for e in kernels if e["args"].get("correlation") in dropped]
