@@ -4,11 +4,11 @@ the files themselves through plain sqlite3, never through distprof."""
 
 import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_mpi
 
 import distprof
 from distprof.cli import find_mpirun
@@ -42,7 +42,7 @@ def two_rank_job(tmp_path_factory) -> Path:
     command = [find_mpirun(), "-n", "2", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,sm"]
     if os.geteuid() == 0:
         command.append("--allow-run-as-root")
-    result = subprocess.run(command + [sys.executable, str(script), str(out / "run")],
+    result = run_mpi(command + [sys.executable, str(script), str(out / "run")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     return out / "run"
@@ -358,44 +358,3 @@ def test_known_nbytes_rides_as_the_nvtx_payload(monkeypatch):
     annotate.descriptor("allreduce", "COMMUNICATION", "comm_op")
     assert [a.get("payload") for a in domain.asked] == [4096, None]
     assert [a["message"] for a in domain.asked] == ["allreduce", "allreduce"]
-
-
-# -- torch: the DDP comm hook ------------------------------------------------------------------------
-
-def test_ddp_default_hook_records_bucket_bytes_and_group(tmp_path, monkeypatch):
-    torch = pytest.importorskip("torch")
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    from distprof import torch as dtorch
-    for var in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK", "PMIX_RANK",
-                "RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
-        monkeypatch.delenv(var, raising=False)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(3)])
-        ddp = DistributedDataParallel(model, bucket_cap_mb=64 * 64 * 4 / 2**20)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        with distprof.Profiler(out=tmp_path, quiet=True) as prof, dtorch.instrument(ddp, optimizer, profiler=prof):
-            for _ in range(3):
-                optimizer.zero_grad()
-                ddp(torch.randn(16, 64)).square().mean().backward()
-                optimizer.step()
-        ranks = dist.get_process_group_ranks(dist.group.WORLD)
-    finally:
-        dist.destroy_process_group()
-    parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    with sqlite3.connect(tmp_path / "rank0.sqlite") as db:
-        per_step = db.execute("SELECT r.step, sum(n.nbytes), count(*), min(n.comm_group) FROM distprof_ranges r "
-                              "JOIN distprof_names n ON n.id = r.name_id WHERE n.kind = 'comm_op' "
-                              "GROUP BY r.step").fetchall()
-    # every step reduces every gradient once (DDP's first step in one bucket, then one per weight here)
-    assert ranks == [0] and [row[0] for row in per_step] == [0, 1, 2] and per_step[-1][2] >= 2
-    assert all(total == parameter_bytes and group == "0" for _, total, _, group in per_step)
-    [trace] = native.read(tmp_path / "rank0.sqlite", {})
-    frame = trace.events.to_frame()
-    comm = frame[frame["kind"] == "comm_op"]
-    assert set(comm["group"]) == {"ranks 0"} and set(comm["collective"]) == {"allreduce"}
-    assert comm.groupby("step")["nbytes"].sum().to_dict() == {0: parameter_bytes, 1: parameter_bytes,
-                                                             2: parameter_bytes}

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import run_mpi
 
 from distprof.cli import find_mpirun
 from distprof.transport import detect_world
@@ -36,7 +37,7 @@ def mpirun_job(tmp_path, mode: str) -> subprocess.CompletedProcess:
     if os.geteuid() == 0:
         command.append("--allow-run-as-root")
     command += [sys.executable, str(script), mode, str(tmp_path / "out")]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+    return run_mpi(command, capture_output=True, text=True, timeout=60)
 
 
 def meta(path) -> dict:
@@ -160,7 +161,7 @@ def timed_mpirun(tmp_path, args: list[str], use: str, when: str) -> tuple[subpro
     started = time.monotonic()
     # the out folder is not named like a package beside the script (a folder "distprof" there can shadow
     # an editable install's `import distprof`)
-    result = subprocess.run([*command, sys.executable, *args, str(script), use, str(tmp_path / f"out-{use}"), when],
+    result = run_mpi([*command, sys.executable, *args, str(script), use, str(tmp_path / f"out-{use}"), when],
                             capture_output=True, text=True, timeout=90)
     return result, time.monotonic() - started
 
@@ -240,7 +241,7 @@ def test_rank_0_gives_up_on_a_rank_that_does_not_come_and_says_which(tmp_path):
     script.write_text(SLOW_RANK_JOB)
     command = [find_mpirun(), "-n", "3", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,sm",
                *(["--allow-run-as-root"] if os.geteuid() == 0 else []), sys.executable, str(script), str(tmp_path)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    result = run_mpi(command, capture_output=True, text=True, timeout=90)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert sorted(r["rank"] for r in summary["ranks"]) == [0, 2]

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, run_mpi
 
 from distprof.cli import find_mpirun
 from distprof.transport import assign_files
@@ -30,7 +30,7 @@ def test_two_workers_equal_one(demo_overlap, tmp_path):
     assert single.returncode == 0, single.stderr
     command = [find_mpirun(), "-n", "2", "--oversubscribe", "--allow-run-as-root",
                sys.executable, "-m", "distprof", "merge", *inputs, "-o", str(tmp_path / "two")]
-    double = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    double = run_mpi(command, capture_output=True, text=True, timeout=120)
     assert double.returncode == 0, double.stderr[-2000:]
     one = json.loads((tmp_path / "one" / "summary.json").read_text())
     two = json.loads((tmp_path / "two" / "summary.json").read_text())
@@ -67,7 +67,7 @@ def test_a_worker_whose_reader_fails_does_not_hang_the_merge(tmp_path):
     assert single.returncode == 0 and "Traceback" not in single.stderr, single.stderr[-2000:]
     command = [find_mpirun(), "-n", "2", "--oversubscribe", "--allow-run-as-root",
                sys.executable, "-m", "distprof", "merge", *inputs, "-o", str(tmp_path / "two"), "--no-html"]
-    double = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    double = run_mpi(command, capture_output=True, text=True, timeout=120)
     assert double.returncode == 0 and "Traceback" not in double.stderr, double.stderr[-2000:]
     one = json.loads((tmp_path / "one" / "summary.json").read_text())
     two = json.loads((tmp_path / "two" / "summary.json").read_text())

@@ -8,13 +8,12 @@ import gzip
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_mpi
 from nsys_fixtures import ddl_available
 
 from distprof import config as config_module
@@ -74,7 +73,7 @@ def test_two_mpi_workers_equal_one_and_find_the_straggler(job_files, tmp_path):
                *(["--allow-run-as-root"] if os.geteuid() == 0 else []),
                sys.executable, "-m", "distprof", "merge", *inputs, "-o", str(tmp_path / "two"), "--no-html"]
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OMPI_", "PMIX_"))}
-    double = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    double = run_mpi(command, capture_output=True, text=True, timeout=120, env=env)
     assert double.returncode == 0, double.stderr[-2000:]
     one = json.loads((tmp_path / "one" / "summary.json").read_text())
     two = json.loads((tmp_path / "two" / "summary.json").read_text())

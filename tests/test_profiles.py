@@ -230,26 +230,6 @@ def test_reports_show_the_operator_summary_and_the_profiles(summary):
                                                          "cpu_self")][0] == "aten::mm"
 
 
-def test_flops_probe_closes_without_an_optimizer_step(tmp_path, monkeypatch):
-    """A probed step that never reaches optimizer.step: the next forward (or remove) leaves the
-    counter, so later steps do not pay and no profile is invented."""
-    torch = pytest.importorskip("torch")
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-    import distprof
-    import distprof.torch as dtorch
-    for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"):
-        monkeypatch.delenv(var, raising=False)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8))
-    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
-        inst = dtorch.instrument(model, torch.optim.SGD(model.parameters(), lr=0.1), profiler=prof, flops=True)
-        model(torch.randn(2, 8)).sum().backward()
-        assert len(_get_current_dispatch_mode_stack()) == 1     # the counter, until the step
-        model(torch.randn(2, 8))                                # no optimizer step in between
-        assert _get_current_dispatch_mode_stack() == [] and inst.model_profile is None
-        inst.remove()
-
-
 def test_side_tables_agree_without_msgspec(monkeypatch):
     """The stdlib JSON fallback reads the same operators, shapes and memory samples."""
     config = config_mod.load()

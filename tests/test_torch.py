@@ -148,6 +148,50 @@ def test_user_comm_hook_is_timed(group, tmp_path):
         dtorch.instrument(mlp(), None, comm_hook=(None, my_hook))
 
 
+def test_ddp_default_hook_records_bucket_bytes_and_group(group, tmp_path):
+    """DDP's default hook, timed: every step reduces every gradient's bytes once, on the world group."""
+    import sqlite3
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(64, 64) for _ in range(3)])
+    ddp = DistributedDataParallel(model, bucket_cap_mb=64 * 64 * 4 / 2**20)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof, dtorch.instrument(ddp, optimizer, profiler=prof):
+        for _ in range(3):
+            optimizer.zero_grad()
+            ddp(torch.randn(16, 64)).square().mean().backward()
+            optimizer.step()
+    assert dist.get_process_group_ranks(dist.group.WORLD) == [0]
+    parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    with sqlite3.connect(tmp_path / "rank0.sqlite") as db:
+        per_step = db.execute("SELECT r.step, sum(n.nbytes), count(*), min(n.comm_group) FROM distprof_ranges r "
+                              "JOIN distprof_names n ON n.id = r.name_id WHERE n.kind = 'comm_op' "
+                              "GROUP BY r.step").fetchall()
+    # every step reduces every gradient once (DDP's first step in one bucket, then one per weight here)
+    assert [row[0] for row in per_step] == [0, 1, 2] and per_step[-1][2] >= 2
+    assert all(total == parameter_bytes and group == "0" for _, total, _, group in per_step)
+    comm = events_of(tmp_path)
+    comm = comm[comm["kind"] == "comm_op"]
+    assert set(comm["group"]) == {"ranks 0"} and set(comm["collective"]) == {"allreduce"}
+    assert comm.groupby("step")["nbytes"].sum().to_dict() == {0: parameter_bytes, 1: parameter_bytes,
+                                                             2: parameter_bytes}
+
+
+def test_flops_probe_closes_without_an_optimizer_step(tmp_path, monkeypatch):
+    """A probed step that never reaches optimizer.step: the next forward (or remove) leaves the
+    counter, so later steps do not pay and no profile is invented."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    for var in LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    model = nn.Sequential(nn.Linear(8, 8))
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        inst = dtorch.instrument(model, torch.optim.SGD(model.parameters(), lr=0.1), profiler=prof, flops=True)
+        model(torch.randn(2, 8)).sum().backward()
+        assert len(_get_current_dispatch_mode_stack()) == 1     # the counter, until the step
+        model(torch.randn(2, 8))                                # no optimizer step in between
+        assert _get_current_dispatch_mode_stack() == [] and inst.model_profile is None
+        inst.remove()
+
+
 def test_lane_records_intervals_across_threads(tmp_path, monkeypatch):
     for var in LAUNCH_VARS:
         monkeypatch.delenv(var, raising=False)
