@@ -3,7 +3,9 @@ HTA's ``TraceAnalysis`` load + ``get_comm_comp_overlap()`` on the same file, mea
 Targets (issue 26, whole processes on a real 200k+-event rank): >= 6x faster than HTA, peak RSS <= 0.6x HTA's.
 
 The trace is real by default: HTA's own test trace tests/data/trace_diff/control (one rank of an
-8-GPU job, 109k trace events; kept read-only in ../shared/data), or any file given with --trace.
+8-GPU job, 109k trace events; kept read-only in ../shared/data), or any file given with --trace. For
+the 200k+-event target, give HTA's tests/data/df_index_resolver trace (216k events; in the
+HolisticTraceAnalysis repository).
 ``--synthetic`` writes one instead (tests/kineto_fixtures.synthetic_job: DDP-like steps, flows,
 ProfilerSteps, timestamps as PyTorch 2.x writes them or, ``--format int``, as older PyTorch did).
 
@@ -78,14 +80,14 @@ def run_child(tool: str, path: Path, python: str = sys.executable) -> dict:
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "process_seconds": time.perf_counter() - started}
 
 
-# HTA's own 216k-event test trace (tests/data/trace_diff/control in the HolisticTraceAnalysis repository)
+# HTA's own 109k-event test trace (tests/data/trace_diff/control in the HolisticTraceAnalysis repository)
 REAL_TRACE = ROOT.parent / "shared" / "data" / "kineto" / "hta_trace_diff_control_1of8" / "control.json.gz"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=REAL_TRACE if REAL_TRACE.exists() else None,
-                        help="a real Kineto trace (default: HTA's 216k-event control trace when present)")
+                        help="a real Kineto trace (default: HTA's 109k-event control trace when present)")
     parser.add_argument("--synthetic", action="store_true", help="a synthetic trace of --events instead")
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--format", choices=("us3", "int"), default="us3")
