@@ -46,7 +46,7 @@ def test_demo_output_and_merge_of_its_rank_files(demo_overlap, tmp_path):
     live = json.loads((demo_overlap / "summary.json").read_text())
     assert live["world_size"] == 4 and [r["rank"] for r in live["ranks"]] == [0, 1, 2, 3]
     merged_dir = tmp_path / "merged"
-    result = run_cli("merge", str(demo_overlap), "-o", str(merged_dir))
+    result = run_cli("merge", str(demo_overlap), "-o", str(merged_dir), fresh=True)  # a new interpreter
     assert result.returncode == 0, result.stderr
     assert "Distributed Summary" in result.stdout
     merged = json.loads((merged_dir / "summary.json").read_text())
