@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -110,6 +111,7 @@ class WarmCli:
         if self._server is not None and self._server.poll() is None:
             self._server.stdin.close()
             self._server.wait(timeout=30)
+        shutil.rmtree(self._folder, ignore_errors=True)  # the last command's stdout/stderr files
 
 
 if __name__ == "__main__":
