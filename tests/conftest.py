@@ -144,21 +144,34 @@ def shared_base(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-@pytest.fixture(scope="session")
-def demo_overlap(tmp_path_factory) -> Path:
-    """One real 4-rank MPI demo run in overlap mode, shared by the tests that read its output (and by
-    the xdist workers: the first one to get here runs it, under a lock, the others read it)."""
+def shared_demo(tmp_path_factory, name: str, *args: str) -> Path:
+    """One real 4-rank MPI demo run of 6 steps, shared by the tests that read its output and by the
+    xdist workers: the first one to get here runs it, under a lock, the others read it. Its stdout
+    is kept in ``stdout.txt``, and what other jobs took of the machine during the run (for timing
+    assertions, measured then, not later) in ``foreign_cores.txt``."""
     import fcntl
     shared = shared_base(tmp_path_factory)
-    out = shared / "demo_overlap"
-    with open(shared / "demo_overlap.lock", "w") as lock:
+    out = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "foreign_cores.txt").exists():  # the test asking holds the machine (EXCLUSIVE_FIXTURES)
+        if not (out / "foreign_cores.txt").exists():
             out.mkdir(exist_ok=True)
             before = machine_clock()
-            result = run_cli("demo", "--ranks", "4", "--steps", "6", "--out", str(out))
+            result = run_cli("demo", "--ranks", "4", "--steps", "6", *args, "--out", str(out))
             assert result.returncode == 0, result.stderr[-2000:]
-            # timing assertions look at what other jobs took of the machine during this run, not later
+            (out / "stdout.txt").write_text(result.stdout)
             (out / "foreign_cores.txt").write_text(str(foreign_cores(before, machine_clock())))
-    MADE.add("demo_overlap")
+    MADE.add(name)
     return out
+
+
+@pytest.fixture(scope="session")
+def demo_overlap(tmp_path_factory) -> Path:
+    """The demo in overlap mode (timings asserted: the test asking holds the machine, EXCLUSIVE_FIXTURES)."""
+    return shared_demo(tmp_path_factory, "demo_overlap")
+
+
+@pytest.fixture(scope="session")
+def demo_serial(tmp_path_factory) -> Path:
+    """The demo in serial mode: the allreduce on the compute thread (no timing asserted on it)."""
+    return shared_demo(tmp_path_factory, "demo_serial", "--comm", "serial")

@@ -1,7 +1,7 @@
 """The Diagnosis on real 4-rank MPI demo runs: serialized communication fails the stream
 placement check, the comm thread passes it, and an injected straggler is named.
 
-Two runs of their own (serial; straggler), plus the shared overlap run of conftest. The
+A straggler run of their own, plus the shared overlap and serial runs of conftest. The
 stream placement checks do not depend on timing and are always asserted. The straggler
 figures do: where other processes kept more than half of the cores busy during the run (they
 starve whole ranks for tens of milliseconds, which is a real straggler in the data), those
@@ -38,12 +38,10 @@ def test_overlap_run_passes_and_names_no_straggler(demo_overlap):
 
 
 @pytest.mark.slow
-def test_serial_run_fails_on_every_rank(tmp_path):
+def test_serial_run_fails_on_every_rank(demo_serial):
     """Serial mode: the allreduce on the compute thread, so nothing overlaps and every rank fails
     the stream placement check."""
-    result = run_cli("demo", "--comm", "serial", "--steps", "6", "--out", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-2000:]
-    summary = read(tmp_path)
+    summary, stdout = read(demo_serial), (demo_serial / "stdout.txt").read_text()
     rows = summary["checks"]
     assert [(c["rank"], c["status"]) for c in rows] == [(r, "FAIL") for r in range(4)]
     for row in rows:
@@ -51,14 +49,14 @@ def test_serial_run_fails_on_every_rank(tmp_path):
         assert row["shared_lanes"] == row["comm_lanes"] == row["compute_lanes"]
     first = summary["findings"][0]
     assert first["finding"] == "serialized_communication" and first["ranks"] == [0, 1, 2, 3]
-    diagnosis = result.stdout[result.stdout.index("Diagnosis"):]
+    diagnosis = stdout[stdout.index("Diagnosis"):]
     assert "serialized communication on 4/4 ranks" in diagnosis and "FAIL 4" in diagnosis
     for name in ("summary.json", "report.html"):  # says where it wrote, as merge does
-        assert f"wrote {tmp_path / name}" in result.stdout
+        assert f"wrote {demo_serial / name}" in stdout
     for rank in summary["ranks"]:  # the main thread does both: nothing overlaps
         assert rank["overlap_ratio"] < 0.02, rank
     # the finding's durations follow the unit the reader asks for (summary.json keeps the template)
-    in_us = run_cli("report", str(tmp_path), "--unit", "us")
+    in_us = run_cli("report", str(demo_serial), "--unit", "us")
     assert in_us.returncode == 0, in_us.stderr
     start = in_us.stdout.index("serialized communication")  # the finding's message, up to its advice, unwrapped
     finding_line = " ".join(in_us.stdout[start:in_us.stdout.index("->", start)].split())

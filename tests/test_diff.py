@@ -281,14 +281,13 @@ SAME_STEPS = 10  # the same-configuration pairs: with 6 steps a side, one in a f
 
 @pytest.fixture(scope="module")
 def demo_runs(tmp_path_factory) -> dict:
-    """Real 2-rank demo runs, back to back: the same configuration PAIRS times two, serial, and a
-    small model with and without a 50 ms straggler. Each run notes the 1-minute load average
+    """Real 2-rank demo runs, back to back: the same configuration PAIRS times two, and a small
+    model with and without a 50 ms straggler. Each run notes the 1-minute load average
     before and after it (``load``), for the timing assertions."""
     root = tmp_path_factory.mktemp("diff_demo")
     (root / "small.yaml").write_text(SMALL)
     steps = ["--steps", str(DEMO_STEPS)]
     runs = {f"same{i}{side}": ["--steps", str(SAME_STEPS)] for i in range(PAIRS) for side in "ab"}
-    runs["serial"] = [*steps, "--comm", "serial"]
     runs["small"] = [*steps, "--config", str(root / "small.yaml")]
     runs["straggler"] = [*steps, "--config", str(root / "small.yaml"), "--straggler", "1:50"]
     out, load = {}, {}
@@ -323,8 +322,8 @@ def _diff_cli(before: Path, after: Path, out: Path) -> tuple[dict, str]:
 
 
 @pytest.mark.slow
-def test_demo_serial_to_overlap_resolves_serialized_communication(demo_runs, tmp_path):
-    data, text = _diff_cli(demo_runs["serial"], demo_runs["same0a"], tmp_path)
+def test_demo_serial_to_overlap_resolves_serialized_communication(demo_serial, demo_overlap, tmp_path):
+    data, text = _diff_cli(demo_serial, demo_overlap, tmp_path)
     assert "serialized_communication" in [f["code"] for f in data["findings"]["resolved"]], text
     assert all(c["before"] == "FAIL" and c["after"] == "PASS" for c in data["checks_changed"]), text
     assert "resolved  serialized_communication" in text
