@@ -16,6 +16,20 @@ from warm_cli import WarmCli
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+
+
+def _end_worker_without_teardown() -> None:
+    """An xdist worker's last exit handler (registered first, run last): its results are sent by
+    then, and the interpreter's teardown of what its tests imported would only delay the end of the
+    run (torch's alone takes 1.7 s here)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    atexit.register(_end_worker_without_teardown)
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"  # small real traces, in the repo (origin and licence: data/README.md)
 
@@ -85,10 +99,22 @@ def skip_if_busy(cores_taken: float, what: str) -> None:
 
 
 # Tests whose jobs' timings are asserted (a straggler's size, step times compared, a live alert's
-# window): marked ``exclusive``, or the first test of a worker to use a fixture that runs such a job
-# (listed here; the fixture adds its name to MADE when its jobs are done).
+# window): marked ``exclusive``, or a test that uses a fixture running such a job before any worker
+# has made it (listed here; the fixture calls ``mark_made`` when its jobs are done).
 EXCLUSIVE_FIXTURES = ("demo_overlap", "demo_runs")
-MADE: set[str] = set()
+
+
+def mark_made(config, name: str) -> None:
+    """The jobs of fixture ``name`` are done: no later test needs the machine alone for them, in this
+    worker or another (a session fixture shared through files is made by one worker only)."""
+    base = lock_dir(config)
+    if base is not None:
+        (base / f"made-{name}").touch()
+
+
+def made(config, name: str) -> bool:
+    base = lock_dir(config)
+    return base is None or (base / f"made-{name}").exists()
 
 
 @contextlib.contextmanager
@@ -132,8 +158,9 @@ def pytest_runtest_protocol(item, nextitem):
     """A test's whole run (setup, module fixtures made for it included, call, teardown) holds the
     machine lock: shared, or exclusive for the timing-sensitive ones, so no job of the other worker
     runs beside them, not even a module fixture's."""
-    exclusive = item.get_closest_marker("exclusive") is not None or bool(
-        (set(EXCLUSIVE_FIXTURES) - MADE) & set(getattr(item, "fixturenames", ())))
+    fixtures = set(getattr(item, "fixturenames", ()))
+    exclusive = item.get_closest_marker("exclusive") is not None or any(
+        name in fixtures and not made(item.config, name) for name in EXCLUSIVE_FIXTURES)
     with machine_lock(lock_dir(item.config), exclusive):
         yield
 
@@ -144,7 +171,7 @@ def shared_base(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-def shared_demo(tmp_path_factory, name: str, *args: str) -> Path:
+def shared_demo(request, tmp_path_factory, name: str, *args: str) -> Path:
     """One real 4-rank MPI demo run of 6 steps, shared by the tests that read its output and by the
     xdist workers: the first one to get here runs it, under a lock, the others read it. Its stdout
     is kept in ``stdout.txt``, and what other jobs took of the machine during the run (for timing
@@ -161,17 +188,17 @@ def shared_demo(tmp_path_factory, name: str, *args: str) -> Path:
             assert result.returncode == 0, result.stderr[-2000:]
             (out / "stdout.txt").write_text(result.stdout)
             (out / "foreign_cores.txt").write_text(str(foreign_cores(before, machine_clock())))
-    MADE.add(name)
+    mark_made(request.config, name)
     return out
 
 
 @pytest.fixture(scope="session")
-def demo_overlap(tmp_path_factory) -> Path:
+def demo_overlap(request, tmp_path_factory) -> Path:
     """The demo in overlap mode (timings asserted: the test asking holds the machine, EXCLUSIVE_FIXTURES)."""
-    return shared_demo(tmp_path_factory, "demo_overlap")
+    return shared_demo(request, tmp_path_factory, "demo_overlap")
 
 
 @pytest.fixture(scope="session")
-def demo_serial(tmp_path_factory) -> Path:
+def demo_serial(request, tmp_path_factory) -> Path:
     """The demo in serial mode: the allreduce on the compute thread (no timing asserted on it)."""
-    return shared_demo(tmp_path_factory, "demo_serial", "--comm", "serial")
+    return shared_demo(request, tmp_path_factory, "demo_serial", "--comm", "serial")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, MADE, foreign_cores, machine_clock, run_cli
+from conftest import DATA, foreign_cores, machine_clock, mark_made, run_cli
 
 from distprof.analyses import diff
 from distprof.reports import diff_report
@@ -280,7 +280,7 @@ SAME_STEPS = 10  # the same-configuration pairs: with 6 steps a side, one in a f
 
 
 @pytest.fixture(scope="module")
-def demo_runs(tmp_path_factory) -> dict:
+def demo_runs(request, tmp_path_factory) -> dict:
     """Real 2-rank demo runs, back to back: the same configuration PAIRS times two, and a small
     model with and without a 50 ms straggler. Each run notes the 1-minute load average
     before and after it (``load``), for the timing assertions."""
@@ -297,7 +297,7 @@ def demo_runs(tmp_path_factory) -> dict:
         assert result.returncode == 0, result.stderr[-2000:]
         out[name], load[name] = root / name, foreign_cores(before, machine_clock())
     out["load"] = load
-    MADE.add("demo_runs")
+    mark_made(request.config, "demo_runs")
     return out
 
 
