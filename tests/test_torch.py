@@ -1,5 +1,6 @@
 """PyTorch integration: distprof.torch.instrument in one process (a world-1 gloo group), and the
-example DDP job under a real torchrun with 2 ranks (overlap visible / overlap defeated)."""
+example DDP job under a real torchrun with 2 ranks (overlap visible) and in one process (overlap
+defeated)."""
 
 import json
 import os
@@ -266,24 +267,20 @@ def torchrun(out, *args) -> tuple[dict, str]:
     return json.loads((out / "summary.json").read_text()), result.stdout
 
 
-# Each torchrun job costs ~16 s of CPU here (torch's import, 3 s, in torchrun and both ranks; DDP
-# imports torch._dynamo, 2.7 s, in each rank): two jobs, each checked for several things.
+# A torchrun job costs ~16 s of CPU here (torch's import, 3 s, in torchrun and both ranks; DDP imports
+# torch._dynamo, 2.7 s, in each rank): one job, checked for several things; the no-overlap mode runs
+# in this process, whose torch is imported already.
 WIDTH, LAYERS, BATCH = 512, 6, 256  # the example's defaults
 
 
 @pytest.fixture(scope="module")
 def overlap_visible(tmp_path_factory) -> tuple[dict, str]:
-    """The example as shipped (1 MB buckets), with the live model FLOPs probe on."""
-    return torchrun(tmp_path_factory.mktemp("ddp_overlap"), "--bucket-cap-mb", "1", "--flops")
-
-
-@pytest.fixture(scope="module")
-def overlap_defeated(tmp_path_factory) -> tuple[dict, str]:
-    """DDP's overlap defeated, with the live view on (a window every 2 steps)."""
-    out = tmp_path_factory.mktemp("ddp_no_overlap")
+    """The example as shipped (1 MB buckets), with the live model FLOPs probe and the live view (a
+    window every 2 steps) on."""
+    out = tmp_path_factory.mktemp("ddp_overlap")
     config = out / "live.yaml"
     config.write_text((ROOT / "configs" / "torchrun.yaml").read_text() + "\nlive:\n  every_steps: 2\n")
-    return torchrun(out, "--no-overlap", "--config", str(config))
+    return torchrun(out, "--bucket-cap-mb", "1", "--flops", "--config", str(config))
 
 
 @pytest.mark.slow
@@ -299,13 +296,27 @@ def test_torchrun_ddp_overlap_visible(overlap_visible):
     assert all(c["status"] == "PASS" for c in placement), placement
 
 
-@pytest.mark.slow
-def test_torchrun_ddp_overlap_defeated(overlap_defeated):
-    summary, _ = overlap_defeated
-    assert summary["world_size"] == 2 and summary["missing_ranks"] == []
-    for row in summary["ranks"]:
-        assert row["steps"] == 4 and row["communication_ns"] > 0
-        assert row["overlap_ratio"] < 0.05, row
+def test_example_without_overlap_shows_none(tmp_path, monkeypatch):
+    """The example's --no-overlap mode (one allreduce on the training thread after backward), run as
+    torchrun would start a world of one: its communication overlaps nothing, and the stream
+    placement check flags it."""
+    import runpy
+    import socket
+    for var in LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for var, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(var, value)
+    example = runpy.run_path(str(ROOT / "examples" / "torch_ddp.py"))
+    assert example["main"](["--out", str(tmp_path), "--steps", "4", "--no-overlap"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    [row] = summary["ranks"]
+    assert row["steps"] == 4 and row["communication_ns"] > 0
+    assert row["overlap_ratio"] < 0.05, row
+    assert [(c["check"], c["status"]) for c in summary["checks"]] == [("stream_placement", "FAIL")], summary["checks"]
 
 
 @pytest.mark.slow
@@ -332,9 +343,9 @@ def test_live_flops_profile_under_torchrun(overlap_visible):
 
 
 @pytest.mark.slow
-def test_torchrun_job_prints_live_windows(overlap_defeated):
+def test_torchrun_job_prints_live_windows(overlap_visible):
     """Rank 0 prints a window every 2 steps with both ranks in it, and keeps them in summary.json."""
-    summary, stdout = overlap_defeated
+    summary, stdout = overlap_visible
     heads = [line.split(":")[0] for line in stdout.splitlines()
              if line.startswith("[distprof live] steps") and " rank " not in line.split(":")[0]]
     assert heads == [f"[distprof live] steps {a}-{a + 1}" for a in range(0, 4, 2)], stdout[-3000:]
