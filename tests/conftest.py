@@ -17,7 +17,6 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 
-
 def _end_worker_without_teardown() -> None:
     """An xdist worker's last exit handler (registered first, run last): its results are sent by
     then, and the interpreter's teardown of what its tests imported would only delay the end of the
@@ -106,13 +105,15 @@ EXCLUSIVE_FIXTURES = ("demo_overlap", "demo_runs")
 
 def mark_made(config, name: str) -> None:
     """The jobs of fixture ``name`` are done: no later test needs the machine alone for them, in this
-    worker or another (a session fixture shared through files is made by one worker only)."""
+    worker or another (a session fixture shared through files is made by one worker only; a module
+    fixture's tests all run on one worker under loadscope)."""
     base = lock_dir(config)
     if base is not None:
         (base / f"made-{name}").touch()
 
 
 def made(config, name: str) -> bool:
+    """Whether any worker has made fixture ``name`` (always, without xdist: there is no lock)."""
     base = lock_dir(config)
     return base is None or (base / f"made-{name}").exists()
 

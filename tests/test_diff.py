@@ -282,8 +282,8 @@ SAME_STEPS = 10  # the same-configuration pairs: with 6 steps a side, one in a f
 @pytest.fixture(scope="module")
 def demo_runs(request, tmp_path_factory) -> dict:
     """Real 2-rank demo runs, back to back: the same configuration PAIRS times two, and a small
-    model with and without a 50 ms straggler. Each run notes the 1-minute load average
-    before and after it (``load``), for the timing assertions."""
+    model with and without a 50 ms straggler. Each run notes the cores other processes kept busy
+    during it (``load``), for the timing assertions."""
     root = tmp_path_factory.mktemp("diff_demo")
     (root / "small.yaml").write_text(SMALL)
     steps = ["--steps", str(DEMO_STEPS)]
