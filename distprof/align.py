@@ -45,6 +45,8 @@ class Matching:
     group_ranks: list[tuple[int, ...]] = field(default_factory=list)
     nbytes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     launch_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    sender: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))    # p2p: global rank; else -1
+    receiver: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # p2p: global rank; else -1
 
     @property
     def size(self) -> int:
@@ -201,7 +203,8 @@ def match_collectives(collectives_by_rank: list[dict], ranks: list[int],
     return Matching(rank_numbers, kinds[matched_series[:, 0]].astype(object), matched[:, 1].copy(),
                     matched[:, 2].copy(), matrices["start"], matrices["end"], present, report_rows, warnings,
                     excluded, group=groups[matched_series[:, 1]].astype(object), group_ranks=members,
-                    nbytes=matrices["nbytes"], launch_ns=matrices["launch"])
+                    nbytes=matrices["nbytes"], launch_ns=matrices["launch"],
+                    sender=matched_series[:, 2].astype(np.int64), receiver=matched_series[:, 3].astype(np.int64))
 
 
 # -- refinement by collective ends (pure; runs at rank 0 on the matched collectives) -------------
@@ -261,6 +264,41 @@ def refine_offsets(ends: np.ndarray, present: np.ndarray, offsets, uncertainties
                     "uncertainty_ns": int(round((high - low) / 2)), "method": method,
                     "samples": samples, "correction_ns": int(round(correction)),
                     "spread_ns": int(round(spread))})
+    return _chained(out, ends, present, offsets, uncertainties, max(min_samples, 1))
+
+
+def _chained(out: list[dict], ends: np.ndarray, present: np.ndarray, offsets: np.ndarray,
+             uncertainties: np.ndarray, min_samples: int) -> list[dict]:
+    """Ranks that share too few collectives with the reference but enough with a rank already
+    aligned by collective ends (TP x DP: rank 3 meets rank 0 only through ranks 1 and 2, in
+    other groups) are aligned to that rank, the one they share the most with; its uncertainty
+    adds to theirs. Ranks whose source states a bound keep it (verified already)."""
+    def aligned(k: int) -> bool:
+        return out[k]["method"] == "reference" or out[k]["correction_ns"] is not None
+
+    pending = [row for row, entry in enumerate(out) if not aligned(row) and uncertainties[row] <= 0]
+    while pending:  # each round aligns the ranks one more hop from the reference
+        progress = []
+        for row in pending:  # one iteration per rank still unaligned
+            shared = (present[row][None, :] & present).sum(axis=1)
+            anchors = [k for k in range(len(out)) if aligned(k) and shared[k] >= min_samples]
+            if not anchors:
+                continue
+            anchor = max(anchors, key=lambda k: (shared[k], -k))
+            both = present[row] & present[anchor]
+            diff = (ends[anchor, both] + out[anchor]["offset_ns"]) - (ends[row, both] + offsets[row])
+            correction = float(np.median(diff))
+            spread = float(np.median(np.abs(diff - correction))) if diff.size >= FEW_SAMPLES else \
+                float(diff.max() - diff.min()) / 2
+            progress.append((row, {"offset_ns": int(offsets[row]) + int(round(correction)),
+                                   "uncertainty_ns": int(round(spread)) + int(out[anchor]["uncertainty_ns"] or 0),
+                                   "method": "collective ends (chained)", "samples": int(both.sum()),
+                                   "correction_ns": int(round(correction)), "spread_ns": int(round(spread))}))
+        if not progress:
+            break
+        for row, entry in progress:
+            out[row] = entry
+        pending = [row for row in pending if not aligned(row)]
     return out
 
 

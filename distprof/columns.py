@@ -152,3 +152,15 @@ def lookup(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray
         return np.full(keys.size, np.nan)
     at = np.minimum(np.searchsorted(known, keys), known.size - 1)
     return np.where(known[at] == keys, values[at], np.nan)
+
+
+def cummax_per_key(key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running max of int64 ``values`` within each run of equal (sorted) ``key``: a segmented
+    scan in log2(n) vectorized passes, int64 all along (exact ns; no offsets that could overflow)."""
+    reach = np.asarray(values, np.int64).copy()
+    shift = 1
+    while shift < reach.size:  # ~17 passes for 100k collectives
+        same = key[shift:] == key[:-shift]
+        reach[shift:] = np.where(same, np.maximum(reach[shift:], reach[:-shift]), reach[shift:])
+        shift *= 2
+    return reach

@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
         "straggler_min_step_fraction": 0.05,   # ... and at least this share of the median step time
         "straggler_min_late_share": 0.75,   # a straggler is late in at least this share of the steps
         "straggler_min_lead": 2.0,   # ... and costs at least this many times the runner-up rank
+        "straggler_min_onset_steps": 3,   # or late from some step on, to the last, in at least this many steps
         "late_min_ns": 20_000,   # per collective: a last arrival counts when this far (plus clock
                                  # uncertainty) after the second-latest one
         "max_rows": 200,    # per-collective and per-step rows kept in summary.json (plus aggregates)
@@ -90,7 +91,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "collector.merge_timeout_s": (0, None), "clock.pingpong_samples": (1, 10_000),
     "clock.refine_min_collectives": (0, None), "checks.overlap_warn_ratio": (0, 1),
     "skew.straggler_min_ns": (0, None), "skew.straggler_min_step_fraction": (0, 1),
-    "skew.straggler_min_late_share": (0, 1), "skew.straggler_min_lead": (0, None), "skew.max_rows": (0, 1_000_000),
+    "skew.straggler_min_late_share": (0, 1), "skew.straggler_min_lead": (0, None),
+    "skew.straggler_min_onset_steps": (1, None), "skew.max_rows": (0, 1_000_000),
     "skew.late_min_ns": (0, None), "hardware.slow_collective_share": (0, 1),
     "input.max_file_mb": (1, None), "input.max_uncompressed_mb": (1, None),
     "diagnosis.dataloader_share": (0, 1), "diagnosis.gpu_idle_share": (0, 1),

@@ -10,7 +10,7 @@ import pandas as pd
 from distprof import columns
 from distprof import events as ev
 from distprof.align import Matching
-from distprof.analyses import collectives, skew, stacked
+from distprof.analyses import collectives, stacked
 from distprof.analyses import intervals as iv
 
 
@@ -59,7 +59,7 @@ def test_cummax_per_key_is_a_grouped_cummax():
     key = np.sort(rng.integers(0, 20, 3000))
     values = rng.integers(1_700_000_000_000_000_000, 1_700_000_000_000_100_000, 3000)  # epoch ns: exact
     expected = pd.Series(values).groupby(key, sort=False).cummax().to_numpy(np.int64)
-    assert np.array_equal(skew._cummax_per_key(key, values), expected)
+    assert np.array_equal(columns.cummax_per_key(key, values), expected)
 
 
 def test_rank_waits_equal_interval_algebra_per_rank():

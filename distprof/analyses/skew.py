@@ -14,10 +14,11 @@ import numpy as np
 from .. import events as ev
 from .. import lanes as lanes_mod
 from ..align import Matching
-from ..columns import unique_rows
+from ..columns import cummax_per_key, unique_rows
 from ..results import RankMarkers
 from ..sources.joins import launch_join
 from ..units import duration
+from . import blame as blame_mod
 from . import collectives as coll
 from . import steptime
 from .distributed import work_masks
@@ -312,18 +313,6 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str
     return kinds, notes
 
 
-def _cummax_per_key(key: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Running max of int64 ``values`` within each run of equal (sorted) ``key``: a segmented
-    scan in log2(n) vectorized passes, int64 all along (exact ns; no offsets that could overflow)."""
-    reach = np.asarray(values, np.int64).copy()
-    shift = 1
-    while shift < reach.size:  # ~17 passes for 100k collectives
-        same = key[shift:] == key[:-shift]
-        reach[shift:] = np.where(same, np.maximum(reach[shift:], reach[:-shift]), reach[shift:])
-        shift *= 2
-    return reach
-
-
 def _union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: int) -> np.ndarray:
     """|∪ [start, end)| per key (0..n_keys-1), vectorized: sort by (key, start), each interval
     adds what reaches past the furthest end before it in its key."""
@@ -332,7 +321,7 @@ def _union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: 
         return out
     order = np.lexsort((start, key))
     key, start, end = key[order], np.asarray(start, np.int64)[order], np.asarray(end, np.int64)[order]
-    reach = _cummax_per_key(key, end)
+    reach = cummax_per_key(key, end)
     same = np.concatenate([[False], key[1:] == key[:-1]])
     before = np.where(same, np.concatenate([[_INT_MIN], reach[:-1]]), _INT_MIN)
     np.add.at(out, key, np.maximum(end - np.maximum(start, before), 0))
@@ -340,31 +329,41 @@ def _union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: 
 
 
 def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: float | None) -> dict:
-    """What the other members waited for each rank alone: per instance, the last rank's
-    attributable wait = its start − the second-latest start, counted when above both ranks' clock
-    uncertainty + ``skew.late_min_ns``; per rank and step (one unit without steps) the length of
-    the union of those waits on the aligned clock: collectives queued together (DDP buckets
-    enqueued back to back) are waited for at once, so one delay is counted once, not per bucket.
+    """What the other members waited for each rank's own delay: per instance, the last rank's
+    attributable wait (what the second-latest waited for it: its start − the second-latest start,
+    no more than that rank's op lasted: an eager send waits for nobody), counted when above both
+    ranks' clock uncertainty + ``skew.late_min_ns``; of it, the rank's own share
+    (analyses.blame: not a delay passed on from a rank it waited for, not the same delay charged
+    twice, not a pipeline's structure), as a union per rank and step (one unit without steps).
 
     ``min_cost`` = max(``straggler_min_step_fraction`` × step, ``straggler_min_ns``): a step in
     which a rank costs the others at least this much is a step it is late in."""
-    n_rows = matching.present.shape[0]
+    n_rows, n = matching.present.shape
     last_row, second_row = inst["last_row"], inst["second_row"]
-    attributable = (inst["last"] - inst["second_start"]).astype(np.int64)
-    threshold = unc[last_row] + unc[second_row] + int(cfg["late_min_ns"])
+    attributable = inst["wait"][second_row, np.arange(n)].astype(np.int64) if n else np.zeros(0, np.int64)
+    tolerance = unc[last_row] + unc[second_row]
     joined = matching.present.sum(axis=0) >= 2
-    counted = joined & (attributable > threshold)
+    counted = joined & (attributable > tolerance + int(cfg["late_min_ns"]))
     # last by more than the clocks can tell, however little: who a user sees arrive last
-    last = joined & (attributable > unc[last_row] + unc[second_row])
+    last = joined & (attributable > tolerance)
+    p2p = np.asarray(matching.name, dtype=str) == coll.P2P
+    own = blame_mod.own_charges(matching.present, inst["start"], inst["duration"], inst, counted, matching.step)
+    if matching.sender.size == n:
+        own = blame_mod.beyond_pipeline(own, p2p, matching.step, matching.ordinal,
+                                        matching.receiver > matching.sender)
     steps, unit_of = np.unique(matching.step, return_inverse=True)
     n_units = int(steps.size)
-    per_unit = _union_per_key(last_row[counted] * n_units + unit_of[counted], inst["second_start"][counted],
-                              inst["last"][counted], n_rows * n_units).reshape(n_rows, n_units)
+    # each instance's own share is the tail of its lateness (up to the last arrival); per rank and
+    # step their union: collectives queued together (DDP buckets enqueued back to back) are
+    # waited for at once, so one delay is counted once, not per bucket
+    mine = own > 0
+    per_unit = _union_per_key(last_row[mine] * n_units + unit_of.ravel()[mine], inst["last"][mine] - own[mine],
+                              inst["last"][mine], n_rows * n_units).reshape(n_rows, n_units)
     cost = per_unit.sum(axis=1)
     min_cost = max(float(cfg["straggler_min_step_fraction"]) * float(step_ns or 0), float(cfg["straggler_min_ns"]))
-    return {"attributable": attributable, "counted": counted, "steps": steps, "per_unit": per_unit,
-            "cost": cost, "per_step": cost / n_units, "n_units": n_units, "step_ns": step_ns,
-            "late_in": np.bincount(last_row[counted], minlength=n_rows),
+    return {"attributable": attributable, "counted": counted, "own": counted & (own > 0), "steps": steps,
+            "per_unit": per_unit, "cost": cost, "per_step": cost / max(n_units, 1), "n_units": n_units,
+            "step_ns": step_ns, "late_in": np.bincount(last_row[counted], minlength=n_rows),
             "last_in": np.bincount(last_row[last], minlength=n_rows),
             "of": matching.present.sum(axis=1), "min_cost": min_cost,
             "steps_late": (per_unit >= min_cost).sum(axis=1), "by_step": bool((steps >= 0).any())}
@@ -375,7 +374,7 @@ def _side(matching: Matching, inst: dict, blame: dict, row: int, gpu) -> str | N
     latest launch < half its attributable wait, median over its late instances) but its kernels
     start late; "host" when the launch is late too, or the collectives are host calls on a
     host-only trace (no launch times); None when not known (GPU work without launches)."""
-    mine = blame["counted"] & (inst["last_row"] == row)
+    mine = blame["own"] & (inst["last_row"] == row)
     launch = inst["launch"][:, mine]
     others = matching.present[:, mine] & (np.arange(launch.shape[0]) != row)[:, None] & (launch >= 0)
     known = (launch[row] >= 0) & others.any(axis=0)
@@ -403,10 +402,30 @@ def straggler_phase(phases: list[dict] | None, rank: int) -> tuple[str, int] | N
     return best
 
 
+def _onset(per_unit: np.ndarray, r: int, min_cost: float, cfg: dict) -> int | None:
+    """The unit from which rank row ``r`` stays late: the first late unit from which it is late
+    in ``straggler_min_late_share`` of the units to the last one, which is late too, over at
+    least ``straggler_min_onset_steps`` units, after units in which no rank was late (no more
+    than the share allows): a rank that turned slow mid-run and stayed slow. A burst that ended
+    is a one-off; a late rank that takes over from another one rotates. None when no such unit."""
+    late, n = per_unit[r] >= min_cost, per_unit.shape[1]
+    share, min_units = float(cfg["straggler_min_late_share"]), int(cfg.get("straggler_min_onset_steps", 3))
+    if n < 2 or not late[-1]:
+        return None
+    to_end = np.cumsum(late[::-1])[::-1]  # late units in [i, n)
+    length = n - np.arange(n)
+    anyone_before = np.r_[0, np.cumsum(per_unit.max(axis=0) >= min_cost)[:-1]]  # units before i with a late rank
+    clean_before = anyone_before <= np.floor((1 - share) * np.arange(n) + 1e-9)
+    fits = late & (to_end >= share * length - 1e-9) & (length >= min_units) & clean_before
+    found = np.flatnonzero(fits)
+    return int(found[0]) if found.size else None
+
+
 def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, verified, phases,
                     gpu) -> tuple[dict | None, list[str]]:
     """The straggler: the rank whose waits caused are the largest, when (a) they reach ``min_cost``
-    per step, (b) it is late in ``straggler_min_late_share`` of the steps (one step: last in more
+    per step, (b) it is late in ``straggler_min_late_share`` of the steps, or of the steps from
+    an onset to the last (``_onset``; then (a) counts those steps only) (one step: last in more
     than half of its collectives, by any lead above the clock uncertainty: once the others have
     waited for it, its next leads are small, and they are still its), (c) they are
     ``straggler_min_lead`` × the runner-up's and (d) its clock offset is verified. Else None and
@@ -421,6 +440,9 @@ def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, veri
     big = per_step[r] >= blame["min_cost"]
     repeats = int(blame["last_in"][r]) > of / 2 if one_step else \
         steps_late >= np.ceil(float(cfg["straggler_min_late_share"]) * n_units - 1e-9)
+    onset = None if one_step or repeats else _onset(blame["per_unit"], r, blame["min_cost"], cfg)
+    if onset is not None:
+        big, repeats = blame["per_unit"][r][onset:].mean() >= blame["min_cost"], True
     runner_up = float(np.delete(cost, r).max()) if cost.size > 1 else 0.0
     leads = cost[r] >= float(cfg["straggler_min_lead"]) * runner_up
     verified = np.ones(len(rank_of), bool) if verified is None else np.asarray(verified, bool)
@@ -430,16 +452,19 @@ def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, veri
         return None, [f"rank {rank_of[r]} costs the others {duration(per_step[r])} per step (last in {late_in} of "
                       f"{of} collectives), but its clock offset is unverified (too few matched collectives to "
                       "align it, no bound from its source): not named a straggler"]
-    return _straggler_row(matching, inst, blame, r, phases, gpu), []
+    return _straggler_row(matching, inst, blame, r, phases, gpu, onset), []
 
 
-def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, phases, gpu) -> dict:
-    """skew.straggler: the contract keys and the older ones reports read."""
+def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, phases, gpu, onset: int | None) -> dict:
+    """skew.straggler: the contract keys and the older ones reports read. With an onset, the
+    waits it causes are per step since then."""
     rank_of = matching.ranks.tolist()
     one_step, n_units = blame["n_units"] == 1, blame["n_units"]
     per_step, step_ns = float(blame["per_step"][r]), blame["step_ns"]
+    if onset is not None:
+        per_step = float(blame["per_unit"][r][onset:].mean())
     phase = straggler_phase(phases, rank_of[r])
-    attributed = phase if phase and phase[1] >= 0.5 * per_step else None
+    attributed = phase if phase and phase[1] >= 0.5 * float(blame["per_step"][r]) else None
     late_units = np.flatnonzero(blame["per_unit"][r] >= blame["min_cost"])
     late_in = int(blame["late_in"][r])
     return {
@@ -448,7 +473,8 @@ def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, phases, 
         "total_waits_caused_ns": int(blame["cost"][r]),
         "late_in": late_in, "last_in": int(blame["last_in"][r]), "of": int(blame["of"][r]),
         "side": _side(matching, inst, blame, r, gpu),
-        "pattern": "single step" if one_step else "persistent", "steps_late": int(late_units.size),
+        "pattern": "single step" if one_step else "persistent" if onset is None else "since step",
+        "onset_step": None if onset is None else int(blame["steps"][onset]), "steps_late": int(late_units.size),
         "steps": n_units, "late_step_ids": blame["steps"][late_units].tolist() if blame["by_step"] else [],
         "phase": attributed[0] if attributed else None, "phase_extra_ns": phase[1] if phase else None,
         "largest_phase": phase[0] if phase else None,

@@ -29,6 +29,17 @@ def saving(finding: dict, t: Callable[[int | None], str]) -> str:
             + f"; what-if: {scenario}{after}")
 
 
+def _pattern(straggler: dict) -> str:
+    """How the straggler's lateness repeats: persistent, since a step (turned slow and stayed
+    slow), or one profiled step."""
+    if straggler.get("pattern") == "single step":
+        return "one profiled step: cannot tell persistent from one-off"
+    if straggler.get("pattern") == "since step":
+        return (f"late since step {straggler.get('onset_step')} (turned slow mid-run and stayed slow): "
+                f"in {straggler.get('steps_late')}/{straggler.get('steps')} steps")
+    return f"persistent: late in {straggler.get('steps_late')}/{straggler.get('steps')} steps"
+
+
 def straggler_line(straggler: dict | None, t: Callable[[int | None], str]) -> str:
     """The one-line straggler verdict of the Diagnosis: what removing its lateness saves (the
     replay), then the waits it causes (not a saving), how often, where."""
@@ -41,8 +52,7 @@ def straggler_line(straggler: dict | None, t: Callable[[int | None], str]) -> st
             f" ({100 * share:.1f}% of the step time)" if share is not None else "")
     else:
         saving_text = f"saving not predicted ({straggler.get('cost_why_not') or cost.NO_REPLAY})"
-    pattern = ("one profiled step: cannot tell persistent from one-off" if straggler.get("pattern") == "single step"
-               else f"late in {straggler.get('steps_late')}/{straggler.get('steps')} steps")
+    pattern = _pattern(straggler).removeprefix("persistent: ")
     where = straggler.get("phase") or "outside any annotated phase"
     return (f"Straggler: rank {straggler['rank']}, {saving_text}; the others wait {t(straggler['waits_caused_ns'])} "
             f"per step for it; last in {straggler['late_in']} of {straggler['of']} collectives, {pattern}; "
@@ -123,8 +133,7 @@ _SIDE_ADVICE = {
 
 def _straggler_message(finding: dict) -> str:
     e, rank = finding["evidence"], finding["ranks"][0]
-    pattern = ("one profiled step: cannot tell persistent from one-off" if e["pattern"] == "single step"
-               else f"{e['pattern']}: late in {e['steps_late']}/{e['steps']} steps")
+    pattern = _pattern(e)
     message = (f"straggler: rank {rank} is last, and waited for alone, in {e['late_in']} of its {e['of']} "
                 f"collectives ({pattern}); the ranks it shares them with wait {duration(e['waits_caused_ns'])} "
                 "per step for it")

@@ -1,0 +1,88 @@
+"""Causal blame: how much of a rank's lateness at a collective (or send) is its *own* delay.
+
+A rank that arrives last because it waited earlier for another rank (in another process group,
+or for the previous pipeline stage) only passes that delay on; and one delay of a rank, seen by
+two groups it belongs to (tensor parallel first, data parallel later), is still one delay. Wait
+states propagate, as in Scalasca's root-cause analysis, and are charged once, to their root.
+
+Per matched instance j whose last arrival R made the second-latest S wait L (``counted``), each
+arrival is split at the end of the rank's previous communication op p (when it resumed):
+L = (R's resume − S's resume) + (R's time since then − S's time since then). Of the first part,
+R's own new delay is not what R carried in from p: the time it waited there (a delay passed on,
+charged where it began) and its lateness there when it was last (its own delay, charged there
+already). So R is charged L less min(R's resume − S's resume, R's wait + lateness at p), >= 0.
+(Capped by what R carried in: S's idle time before j is not R's to keep.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..columns import group_medians, lookup, runs, search
+
+_INT_MIN = np.iinfo(np.int64).min
+
+
+def _previous(present: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """(ranks, instances): the column of the rank's latest-ending op that ended before it arrived
+    at this one (-1: none). All ranks in one grouped search."""
+    rows, cols = np.nonzero(present)
+    out = np.full(present.shape, -1, np.int64)
+    if not rows.size:
+        return out
+    ends = end[rows, cols]
+    order = np.lexsort((ends, rows))
+    sorted_rows, sorted_ends = rows[order], ends[order]
+    found = search(sorted_rows, sorted_ends, rows, start[rows, cols], side="right") - 1
+    mine = (found >= 0) & (sorted_rows[np.maximum(found, 0)] == rows)
+    out[rows, cols] = np.where(mine, cols[order][np.maximum(found, 0)], -1)
+    return out
+
+
+def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, inst: dict,
+                counted: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Per instance, the last rank's own share of what the second-latest waited for it (ns; 0
+    where not ``counted``). ``start``/``duration``: (ranks, instances) on the aligned clock;
+    ``inst``: analyses.collectives.instances (its ``wait`` caps what anyone waited); ``step``:
+    per instance, its step: a delay is carried in from an op of the same step only (between
+    steps the ranks run the optimizer and load data, and idle time there absorbs it)."""
+    n = present.shape[1]
+    out = np.zeros(n, np.int64)
+    charged = np.flatnonzero(counted)
+    if not charged.size:
+        return out
+    end = start + duration
+    previous = _previous(present, start, end)
+    columns = np.arange(n)
+    wait, last_row = inst["wait"], inst["last_row"]
+    lateness = wait[inst["second_row"], columns]  # what the second-latest waited for the last one
+    late, waiter = last_row[charged], inst["second_row"][charged]
+    mine, theirs = previous[late, charged], previous[waiter, charged]
+    mine = np.where(step[np.maximum(mine, 0)] == step[charged], mine, -1)
+    theirs = np.where(step[np.maximum(theirs, 0)] == step[charged], theirs, -1)
+    p = np.maximum(mine, 0)
+    carried_in = np.where(mine >= 0, wait[late, p] + np.where(last_row[p] == late, lateness[p], 0), 0)
+    behind = np.where((mine >= 0) & (theirs >= 0),
+                      end[late, p] - end[waiter, np.maximum(theirs, 0)], np.where(mine >= 0, carried_in, 0))
+    waited = lateness[charged]
+    out[charged] = waited - np.clip(np.minimum(behind, carried_in), 0, waited)
+    return out
+
+
+def beyond_pipeline(own: np.ndarray, p2p: np.ndarray, step: np.ndarray, ordinal: np.ndarray,
+                    forward: np.ndarray) -> np.ndarray:
+    """Charges with a pipeline's structure taken off. A receive waits for the previous stage to
+    compute its input: that dependency (the pipeline's bubble) is no delay of the sender. Per
+    send/recv, what its sender's charge exceeds the median charge of the same hand-over (the
+    ordinal-th of the step, in the same direction) at the other stage boundaries: a balanced
+    pipeline charges nobody; a slow stage is charged what it adds over its neighbours. A
+    pipeline of two stages has one boundary, nothing to compare with: no p2p charge at all."""
+    out = own.copy()
+    rows = np.flatnonzero(p2p)
+    if not rows.size:
+        return out
+    key, _ = runs(step[rows], ordinal[rows], forward[rows].astype(np.int64))
+    medians = lookup(group_medians(key, own[rows].astype(np.float64)), key)
+    alone = np.bincount(key)[key] < 3  # fewer than three boundaries: no median that a slow one cannot move
+    out[rows] = np.where(alone, 0, np.maximum(own[rows] - np.round(medians), 0)).astype(np.int64)
+    return out

@@ -1,0 +1,137 @@
+"""Causal blame on jobs whose timing is known by construction: a delay passed on through a second
+process group or a pipeline stage is charged to the rank it started on, and once."""
+
+import numpy as np
+import pytest
+
+from distprof import config as config_mod
+from distprof import events as ev
+from distprof import pipeline
+
+CONFIG = config_mod.load()
+MS = 1_000_000
+STEP_NS = 200 * MS
+
+
+def _result(rank: int, rows: list[tuple]):
+    """One rank's RankResult from (kind, category, name, start, end, lane, step, collective, group, peer) rows."""
+    columns = list(zip(*rows))
+    kind, category, name = (np.array(c, dtype=object) for c in columns[:3])
+    start, end, lane, step = (np.array(c, np.int64) for c in columns[3:7])
+    collective, group = (np.array(c, dtype=object) for c in columns[7:9])
+    events = ev.make_events(kind=kind, category=category, name=name, rank=rank, start_ns=start, end_ns=end,
+                            lane=lane, step=step, collective=collective, group=group,
+                            peer=np.array(columns[9], np.int64))
+    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
+
+
+def _phase(name: str, start: int, end: int, step: int) -> tuple:
+    return (ev.RANGE, ev.PHASE, name, start, end, 1, step, "", "", -1)
+
+
+def _comm(kind: str, start: int, end: int, step: int, group: str, peer: int = -1) -> tuple:
+    return (ev.COMM_OP, ev.COMMUNICATION, kind, start, end, 1, step, kind, group, peer)
+
+
+def summarize(rows_by_rank: dict[int, list[tuple]]) -> dict:
+    results = [_result(rank, rows) for rank, rows in sorted(rows_by_rank.items())]
+    return pipeline.combine(results, CONFIG, source="test", world_size=len(results)).to_json()
+
+
+def tp_dp_job(delay_ns: int, late_rank: int = 3, steps: int = 6, late_steps=None) -> dict:
+    """TP groups {0,1}, {2,3} allreduce after forward; DP groups {0,2}, {1,3} allgather after
+    backward. The late rank's forward takes ``delay_ns`` longer in ``late_steps`` (all): its TP
+    partner waits for it, and so does its DP partner; the TP partner then reaches its own DP
+    allgather late by the same delay, which it only passes on."""
+    tp_of, dp_of = {0: "tp0", 1: "tp0", 2: "tp1", 3: "tp1"}, {0: "dp0", 2: "dp0", 1: "dp1", 3: "dp1"}
+    rows = {r: [] for r in range(4)}
+    for s in range(steps):
+        base = s * STEP_NS
+        late = late_steps is None or s in late_steps
+        forward_end = {r: base + 40 * MS + (delay_ns if r == late_rank and late else 0) for r in range(4)}
+        tp_end = {r: max(forward_end[q] for q in range(4) if tp_of[q] == tp_of[r]) + 1 * MS for r in range(4)}
+        dp_arrive = {r: tp_end[r] + 40 * MS for r in range(4)}
+        dp_end = {r: max(dp_arrive[q] for q in range(4) if dp_of[q] == dp_of[r]) + 1 * MS for r in range(4)}
+        for r in range(4):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, base, dp_end[r] + 5 * MS, 1, s, "", "", -1),
+                        _phase("forward", base + 5 * MS, forward_end[r], s),
+                        _comm(ev.ALLREDUCE, forward_end[r], tp_end[r], s, tp_of[r]),
+                        _phase("backward", tp_end[r], dp_arrive[r], s),
+                        _comm(ev.ALLGATHER, dp_arrive[r], dp_end[r], s, dp_of[r]),
+                        _phase("optimizer", dp_end[r], dp_end[r] + 5 * MS, s)]
+    return summarize(rows)
+
+
+def pipeline_job(delay_ns: int, late_stage: int, stages: int = 4, steps: int = 6) -> dict:
+    """A forward-only send/recv pipeline, one micro-batch a step: stage r receives from r-1 (its recv
+    lasts until the send arrives), computes 20 ms (+ the delay on the late stage) and sends to r+1
+    (an eager send: 0.1 ms, nobody waits for its receiver)."""
+    rows = {r: [] for r in range(stages)}
+    for s in range(steps):
+        base = s * STEP_NS
+        ready = base + 5 * MS  # when the stage's input is there
+        for r in range(stages):
+            if r > 0:
+                rows[r].append(_comm(ev.RECV, base + 5 * MS, ready, s, "pp", peer=r - 1))
+            compute_end = ready + 20 * MS + (delay_ns if r == late_stage else 0)
+            rows[r].append(_phase("forward", ready, compute_end, s))
+            if r < stages - 1:
+                rows[r].append(_comm(ev.SEND, compute_end, compute_end + MS // 10, s, "pp", peer=r + 1))
+            ready = compute_end + MS // 10
+        for r in range(stages):
+            rows[r].append((ev.RANGE, ev.PHASE, ev.PROFILE_STEP, base, base + 150 * MS, 1, s, "", "", -1))
+    return summarize(rows)
+
+
+def _waits_caused(summary: dict) -> dict[int, int]:
+    return {r["rank"]: r["waits_caused_ns"] for r in summary["skew"]["ranks"]}
+
+
+def test_a_delay_passed_on_through_a_second_group_is_charged_to_its_root_once():
+    summary = tp_dp_job(30 * MS)
+    caused = _waits_caused(summary)
+    assert caused[3] == 30 * MS  # rank 2 (TP) and rank 1 (DP) waited for the same 30 ms: counted once
+    assert caused[2] == 0  # rank 2 reached its DP allgather late only because it waited for rank 3
+    assert caused[0] == caused[1] == 0
+    assert summary["skew"]["straggler"]["rank"] == 3
+    # the replay prices it at what the construction says: 117 ms steps, 87 ms without the delay
+    assert summary["skew"]["straggler"]["cost_ns"] == 30 * MS
+
+
+def test_a_late_pipeline_stage_is_the_root_and_the_stages_after_it_only_pass_it_on():
+    summary = pipeline_job(15 * MS, late_stage=1)
+    caused = _waits_caused(summary)
+    assert caused[1] == 15 * MS
+    assert caused[2] == caused[3] == caused[0] == 0
+    assert summary["skew"]["straggler"]["rank"] == 1
+    kinds = {(k["name"], k["group"]) for k in summary["skew"]["kinds"]}
+    assert ("p2p", "pp") in kinds
+
+
+def test_a_healthy_pipeline_has_no_straggler():
+    summary = pipeline_job(0, late_stage=1)
+    assert summary["skew"]["straggler"] is None
+    assert set(_waits_caused(summary).values()) == {0}
+
+
+@pytest.mark.parametrize("late_rank", [0, 2])
+def test_the_root_is_found_whichever_rank_is_late(late_rank):
+    summary = tp_dp_job(25 * MS, late_rank=late_rank)
+    assert summary["skew"]["straggler"]["rank"] == late_rank
+    assert _waits_caused(summary)[late_rank] == 25 * MS
+
+
+def test_a_rank_that_turns_slow_mid_run_and_stays_slow_is_named_since_that_step():
+    summary = tp_dp_job(20 * MS, late_rank=1, steps=8, late_steps=range(3, 8))
+    straggler = summary["skew"]["straggler"]
+    assert (straggler["rank"], straggler["pattern"], straggler["onset_step"]) == (1, "since step", 3)
+    assert straggler["waits_caused_ns"] == 20 * MS  # per step since it turned slow
+    [finding] = [f for f in summary["findings"] if f["finding"] == "straggler"]
+    assert "late since step 3" in finding["message"]
+
+
+@pytest.mark.parametrize("late_steps", [{4}, {2, 3, 4}, {5, 6}])
+def test_a_burst_that_ended_or_a_short_tail_is_no_straggler(late_steps):
+    summary = tp_dp_job(20 * MS, late_rank=1, steps=8, late_steps=late_steps)
+    assert summary["skew"]["straggler"] is None
+    assert any("transient" in note for note in summary["skew"]["notes"])
