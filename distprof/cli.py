@@ -37,6 +37,8 @@ def demo_command(args: argparse.Namespace, ranks: int, mpirun: str) -> list[str]
     command += [sys.executable, "-m", "distprof.demo.job", "--out", str(args.out)]
     if args.steps:
         command += ["--steps", str(args.steps)]
+    if getattr(args, "topology", None) is not None:
+        command += ["--topology", args.topology]
     if args.comm:
         command += ["--comm", args.comm]
     if args.straggler is not None:
@@ -65,6 +67,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     port = getattr(args, "prometheus_port", None)
     if port is not None and not 1 <= port <= 65535:
         raise config_mod.ConfigError(f"--prometheus-port: expected a TCP port 1..65535, got {port}")
+    check_topology(args, ranks)
     if args.straggler:
         check_straggler(args.straggler, ranks)
     if args.hang is not None:
@@ -85,15 +88,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return returncode
 
 
+# the demo's layouts besides data-parallel: 4 ranks each (TP pairs x DP pairs; 4 pipeline stages)
+TOPOLOGY_RANKS = {"tp2dp2": (4, "TP groups {0,1},{2,3} x DP groups {0,2},{1,3}"),
+                  "pp4": (4, "one pipeline stage per rank")}
+
+
+def check_topology(args: argparse.Namespace, ranks: int) -> None:
+    """--topology tp2dp2|pp4: 4 ranks, and no --comm (the allreduce modes are the dp layout's)."""
+    topology = getattr(args, "topology", None)
+    if topology not in TOPOLOGY_RANKS:
+        return
+    needed, layout = TOPOLOGY_RANKS[topology]
+    if ranks != needed:
+        raise config_mod.ConfigError(f"--topology {topology} needs --ranks {needed} ({layout}), got {ranks} ranks")
+    if args.comm:
+        raise config_mod.ConfigError(f"--comm applies to --topology dp only (how its allreduces run), "
+                                     f"not to --topology {topology}")
+
+
 def check_straggler(text: str, ranks: int) -> None:
-    """--straggler RANK:MS[@STEP], RANK one of the demo's ranks: say which part is wrong."""
-    rank, sep, rest = text.partition(":")
+    """--straggler RANK:MS[@STEP][:data], RANK one of the demo's ranks: say which part is wrong."""
+    form = "RANK:MS, e.g. 2:50, RANK:MS@STEP (from step STEP on), e.g. 1:50@12, and :data to sleep in the dataloader"
+    rank, sep, rest = text.removesuffix(":data").partition(":")
     ms, at, step = rest.partition("@")
+    if ":" in rest:
+        raise config_mod.ConfigError(f"--straggler: the only suffix is :data (RANK:MS[@STEP]:data: the sleep is in "
+                                     f"the dataloader's next(), not in forward), got {text!r}")
     if not sep or not ms.replace(".", "", 1).isdigit():
-        raise config_mod.ConfigError(f"--straggler: expected RANK:MS, e.g. 2:50, or RANK:MS@STEP (from step "
-                                     f"STEP on), e.g. 1:50@12, got {text!r}")
+        raise config_mod.ConfigError(f"--straggler: expected {form}, got {text!r}")
     if at and not step.isdigit():
-        raise config_mod.ConfigError(f"--straggler: STEP must be a step number >= 0 (RANK:MS@STEP), got {text!r}")
+        raise config_mod.ConfigError(f"--straggler: STEP must be a step number >= 0 (RANK:MS@STEP[:data]), "
+                                     f"got {text!r}")
     if not rank.isdigit() or int(rank) >= ranks:
         raise config_mod.ConfigError(f"--straggler: RANK must be 0..{ranks - 1} (the demo runs {ranks} ranks), "
                                      f"got {text!r}")
@@ -486,10 +511,14 @@ def _demo_parser(sub) -> None:
     demo = sub.add_parser("demo", help="run the embedded multi-rank MPI demo job and print its summary")
     demo.add_argument("--ranks", type=int, default=None, help="MPI ranks (default: config demo.ranks = 4)")
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: config demo.steps)")
+    demo.add_argument("--topology", choices=("dp", "tp2dp2", "pp4"), default=None,
+                      help="dp (default): data-parallel; tp2dp2: tensor-parallel pairs {0,1},{2,3} x data-parallel "
+                           "pairs {0,2},{1,3}; pp4: a 4-stage pipeline, 2 micro-batches (both: --ranks 4)")
     demo.add_argument("--comm", choices=("overlap", "serial"), default=None,
-                      help="overlap: allreduce on a comm thread during backward; serial: after backward")
-    demo.add_argument("--straggler", default=None, metavar="RANK:MS[@STEP]",
-                      help="that rank sleeps MS ms per step (from step STEP on)")
+                      help="overlap: allreduce on a comm thread during backward; serial: after backward (dp only)")
+    demo.add_argument("--straggler", default=None, metavar="RANK:MS[@STEP][:data]",
+                      help="that rank sleeps MS ms per step (from step STEP on) in forward, or with :data in "
+                           "the dataloader")
     demo.add_argument("--live-every", type=int, default=None, metavar="K",
                       help="live view: a rolling summary every K steps while the job trains (config live.every_steps)")
     demo.add_argument("--prometheus-port", type=int, default=None, metavar="P",
