@@ -403,22 +403,19 @@ def straggler_phase(phases: list[dict] | None, rank: int) -> tuple[str, int] | N
 
 
 def _onset(per_unit: np.ndarray, r: int, min_cost: float, cfg: dict) -> int | None:
-    """The unit from which rank row ``r`` stays late: the first late unit from which it is late
-    in ``straggler_min_late_share`` of the units to the last one, which is late too, over at
-    least ``straggler_min_onset_steps`` units, after units in which no rank was late (no more
-    than the share allows): a rank that turned slow mid-run and stayed slow. A burst that ended
-    is a one-off; a late rank that takes over from another one rotates. None when no such unit."""
+    """The unit from which rank row ``r`` stays late: late in every unit from it to the last one,
+    at least ``straggler_min_onset_steps`` units, never late before it, and by more than what
+    made any rank late before it (its median cost per unit since then exceeds the largest cost
+    of any rank in any earlier unit): a rank that turned slow mid-run and stayed slow. A burst
+    that ended is a one-off; a late rank taking over from another, as late, rotates. None when
+    there is no such unit."""
     late, n = per_unit[r] >= min_cost, per_unit.shape[1]
-    share, min_units = float(cfg["straggler_min_late_share"]), int(cfg.get("straggler_min_onset_steps", 3))
     if n < 2 or not late[-1]:
         return None
-    to_end = np.cumsum(late[::-1])[::-1]  # late units in [i, n)
-    length = n - np.arange(n)
-    anyone_before = np.r_[0, np.cumsum(per_unit.max(axis=0) >= min_cost)[:-1]]  # units before i with a late rank
-    clean_before = anyone_before <= np.floor((1 - share) * np.arange(n) + 1e-9)
-    fits = late & (to_end >= share * length - 1e-9) & (length >= min_units) & clean_before
-    found = np.flatnonzero(fits)
-    return int(found[0]) if found.size else None
+    onset = n - int(np.argmin(late[::-1])) if not late.all() else 0  # the last run of late units
+    if onset == 0 or n - onset < int(cfg.get("straggler_min_onset_steps", 3)) or late[:onset].any():
+        return None
+    return onset if np.median(per_unit[r, onset:]) > per_unit[:, :onset].max() else None
 
 
 def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, verified, phases,
