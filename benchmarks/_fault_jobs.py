@@ -1,0 +1,326 @@
+"""Real torch jobs with an injected fault, for benchmarks/verdict_matrix.py: torchrun, CPU, gloo,
+``torch.profiler`` (record_shapes on, so ``c10d::send``/``recv_`` carry the peer; schedule wait=1,
+warmup=1, active=STEPS), one Chrome trace per rank, gzipped: ``OUT/rank<R>.pt.trace.json.gz``.
+
+    python benchmarks/_fault_jobs.py --topology {tpdp,pp,ddp} [--steps 8] [--fault RANK:MS[@STEP][:where]] --out DIR
+
+Topologies:
+  tpdp  4 ranks: tensor-parallel pairs {0,1},{2,3} (an allreduce in each forward block), data-parallel
+        pairs {0,2},{1,3} (all_gather of the gradients after backward);
+  pp    4 stages (rank r = stage r), 2 micro-batches: dist.send/recv of activations r -> r+1 in forward
+        and of gradients r -> r-1 in backward;
+  ddp   2 ranks: DistributedDataParallel of a small MLP (a core per rank on a 2-core machine).
+Fault ``RANK:MS[@STEP][:where]``: that rank pauses MS ms in every profiled step from STEP on (STEP
+counts profiled steps from 0). where: ``forward`` (default; in the first forward block or micro-batch),
+``data`` (in the DataLoader's ``__next__``, a slow input pipeline), ``comm`` (right before one
+collective or send: tpdp the first DP all_gather, pp the first backward send (stage 0: its first
+forward send), ddp the first gradient bucket's allreduce, through a comm hook), ``once`` (one pause in
+forward at STEP only: a one-off, not a straggler). The script re-launches itself under
+``torch.distributed.run --standalone``, like benchmarks/make_real_job.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+RANKS = {"tpdp": 4, "pp": 4, "ddp": 2}
+WHERE = ("forward", "data", "comm", "once")
+WAIT, WARMUP = 1, 1  # the profiler schedule's unprofiled steps before the active ones
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One rank's pause: ``ms`` milliseconds at ``where`` from profiled step ``step`` on (``once``: at it only)."""
+
+    rank: int
+    ms: float
+    step: int = 0
+    where: str = "forward"
+
+    def seconds(self, rank: int, step: int, where: str) -> float:
+        """The pause this rank makes at ``where`` in profiled step ``step`` (0 for none)."""
+        if rank != self.rank:
+            return 0.0
+        if self.where == "once":
+            return self.ms / 1000.0 if where == "forward" and step == self.step else 0.0
+        return self.ms / 1000.0 if where == self.where and step >= self.step else 0.0
+
+
+def parse_fault(text: str | None) -> Fault | None:
+    """``RANK:MS[@STEP][:where]`` as a Fault (None for no text)."""
+    if not text:
+        return None
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in WHERE):
+        raise ValueError(f"--fault: expected RANK:MS[@STEP][:{'|'.join(WHERE)}], got {text!r}")
+    ms, _, step = parts[1].partition("@")
+    return Fault(int(parts[0]), float(ms), int(step or 0), parts[2] if len(parts) == 3 else "forward")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topology", choices=sorted(RANKS), required=True)
+    parser.add_argument("--steps", type=int, default=8, help="profiled (active) steps")
+    parser.add_argument("--fault", default=None, metavar="RANK:MS[@STEP][:where]")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    fault = parse_fault(args.fault)
+    if fault is not None and not 0 <= fault.rank < RANKS[args.topology]:
+        parser.error(f"--fault: rank {fault.rank} is not one of the {RANKS[args.topology]} ranks of {args.topology}")
+    return args
+
+
+def pause(fault: Fault | None, rank: int, step: int, where: str) -> None:
+    """Sleep the fault's pause here, if it has one."""
+    seconds = fault.seconds(rank, step, where) if fault is not None else 0.0
+    if seconds:
+        time.sleep(seconds)
+
+
+def mlp(widths: list[int], seed: int):
+    """A ReLU MLP with the same weights on every rank that uses the same seed."""
+    import torch
+
+    torch.manual_seed(seed)
+    layers = []
+    for i in range(len(widths) - 1):
+        layers += [torch.nn.Linear(widths[i], widths[i + 1]), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+class TpDp:
+    """4 ranks: two TP blocks (column- then row-parallel, allreduce in the TP pair) and a DP all_gather of grads."""
+
+    width, hidden, batch = 384, 768, 64
+
+    def __init__(self, rank: int, fault: Fault | None) -> None:
+        import torch
+        import torch.distributed as dist
+
+        tp = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every rank makes every group, in one order
+        dp = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+        self.tp, self.dp, self.rank, self.fault = tp[rank // 2], dp[rank % 2], rank, fault
+        torch.manual_seed(rank % 2)  # the shard: the same on both DP replicas
+        self.blocks = [(torch.nn.Parameter(torch.randn(self.width, self.hidden // 2) / self.width ** 0.5),
+                        torch.nn.Parameter(torch.randn(self.hidden // 2, self.width) / self.hidden ** 0.5))
+                       for _ in range(2)]
+        self.params = [p for block in self.blocks for p in block]
+        self.optimizer = torch.optim.SGD(self.params, lr=0.01)
+
+    def make_batch(self, index: int):
+        import torch
+
+        return torch.randn(self.batch, self.width, generator=torch.Generator().manual_seed(index * 10 + self.rank // 2))
+
+    def step(self, x, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+        from torch.profiler import record_function
+
+        with record_function("## forward ##"):
+            for i, (w1, w2) in enumerate(self.blocks):
+                partial = torch.relu(x @ w1) @ w2
+                if i == 0:
+                    pause(self.fault, self.rank, step, "forward")
+                summed = partial.detach().clone()
+                dist.all_reduce(summed, group=self.tp)
+                x = x + partial + (summed - partial).detach()  # the sum forward, the local gradient backward
+            loss = x.pow(2).mean()
+        with record_function("## backward ##"):
+            loss.backward()
+        with record_function("## grad_sync ##"):
+            for i, param in enumerate(self.params):
+                if i == 0:
+                    pause(self.fault, self.rank, step, "comm")
+                gathered = [torch.empty_like(param.grad) for _ in range(2)]
+                dist.all_gather(gathered, param.grad, group=self.dp)
+                param.grad.copy_((gathered[0] + gathered[1]) / 2)
+        with record_function("## optimizer ##"):
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+
+
+class Pipeline:
+    """4 stages, 2 micro-batches, GPipe order: all forwards (send r -> r+1), then all backwards (send r -> r-1)."""
+
+    width, micro, micro_batches = 512, 32, 2
+
+    def __init__(self, rank: int, fault: Fault | None) -> None:
+        import torch
+
+        self.rank, self.fault, self.last = rank, fault, rank == 3
+        self.stage = mlp([self.width] * 4, seed=rank)
+        self.optimizer = torch.optim.SGD(self.stage.parameters(), lr=0.01)
+
+    def make_batch(self, index: int):
+        import torch
+
+        generator = torch.Generator().manual_seed(index)
+        return [torch.randn(self.micro, self.width, generator=generator) for _ in range(self.micro_batches)]
+
+    def forward(self, batch, step: int) -> tuple[list, list]:
+        import torch
+        import torch.distributed as dist
+
+        inputs, outputs = [], []
+        for m in range(self.micro_batches):
+            if self.rank == 0:
+                x = batch[m]
+            else:
+                x = torch.empty(self.micro, self.width)
+                dist.recv(x, self.rank - 1)
+                x.requires_grad_(True)
+            if m == 0:
+                pause(self.fault, self.rank, step, "forward")
+            y = self.stage(x)
+            if not self.last:
+                if m == 0 and self.rank == 0:
+                    pause(self.fault, self.rank, step, "comm")
+                dist.send(y.detach(), self.rank + 1)
+            inputs.append(x)
+            outputs.append(y)
+        return inputs, outputs
+
+    def step(self, batch, step: int) -> None:
+        import torch
+        import torch.distributed as dist
+        from torch.profiler import record_function
+
+        with record_function("## forward ##"):
+            inputs, outputs = self.forward(batch, step)
+        with record_function("## backward ##"):
+            for m in range(self.micro_batches):
+                if self.last:
+                    outputs[m].pow(2).mean().backward()
+                else:
+                    grad = torch.empty(self.micro, self.width)
+                    dist.recv(grad, self.rank + 1)
+                    outputs[m].backward(grad)
+                if self.rank > 0:
+                    if m == 0:
+                        pause(self.fault, self.rank, step, "comm")
+                    dist.send(inputs[m].grad, self.rank - 1)
+        with record_function("## optimizer ##"):
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+
+
+class Ddp:
+    """2 ranks: DistributedDataParallel of a small MLP; a comm hook holds the ``comm`` pause."""
+
+    width, batch = 768, 64
+
+    def __init__(self, rank: int, fault: Fault | None) -> None:
+        import torch
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.rank, self.fault, self.current = rank, fault, -1
+        self.model = DistributedDataParallel(mlp([self.width] * 5, seed=0), bucket_cap_mb=1)
+
+        def hook(state, bucket):
+            if bucket.index() == 0:
+                pause(self.fault, self.rank, self.current, "comm")
+            return default_hooks.allreduce_hook(None, bucket)
+
+        self.model.register_comm_hook(None, hook)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+
+    def make_batch(self, index: int):
+        import torch
+
+        return torch.randn(self.batch, self.width, generator=torch.Generator().manual_seed(index * 10 + self.rank))
+
+    def step(self, x, step: int) -> None:
+        from torch.profiler import record_function
+
+        self.current = step
+        with record_function("## forward ##"):
+            pause(self.fault, self.rank, step, "forward")
+            loss = self.model(x).pow(2).mean()
+        with record_function("## backward ##"):
+            loss.backward()
+        with record_function("## optimizer ##"):
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+
+
+JOBS = {"tpdp": TpDp, "pp": Pipeline, "ddp": Ddp}
+
+
+def batches(job, fault: Fault | None, rank: int, total: int):
+    """A torch Dataset of whole batches (``batch_size=None``): its ``__getitem__`` holds the ``data`` pause."""
+    import torch
+
+    class Batches(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return total
+
+        def __getitem__(self, index: int):
+            pause(fault, rank, index - WAIT - WARMUP, "data")
+            return job.make_batch(index)
+
+    return torch.utils.data.DataLoader(Batches(), batch_size=None, shuffle=False, num_workers=0)
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One rank: the topology's training loop under torch.profiler, one gzipped Chrome trace."""
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, fault, out = dist.get_rank(), parse_fault(args.fault), Path(args.out)
+    job = JOBS[args.topology](rank, fault)
+
+    def ready(prof) -> None:
+        raw = out / f"rank{rank}.pt.trace.json"
+        prof.export_chrome_trace(str(raw))
+        with open(raw, "rb") as source, gzip.open(f"{raw}.gz", "wb", compresslevel=3) as target:
+            shutil.copyfileobj(source, target)
+        raw.unlink()
+
+    plan = schedule(wait=WAIT, warmup=WARMUP, active=args.steps, repeat=1)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=plan, on_trace_ready=ready) as prof:
+        for index, batch in enumerate(batches(job, fault, rank, WAIT + WARMUP + args.steps)):
+            job.step(batch, index - WAIT - WARMUP)
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def launch(args: argparse.Namespace) -> float:
+    """This script again under torchrun (one host, the topology's ranks); the job's wall time in seconds."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("rank*.pt.trace.json*"):
+        old.unlink()
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+               str(RANKS[args.topology]), __file__, "--worker", "--topology", args.topology, "--steps",
+               str(args.steps), "--out", str(out), *(["--fault", args.fault] if args.fault else [])]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        sys.exit(f"torchrun failed (exit {done.returncode}): {' '.join(command)}\n{done.stdout[-3000:]}")
+    return time.perf_counter() - started
+
+
+if __name__ == "__main__":
+    arguments = parse()
+    if arguments.worker:
+        worker(arguments)
+    else:
+        wall = launch(arguments)
+        print(f"{arguments.topology}: {len(list(Path(arguments.out).glob('rank*.pt.trace.json.gz')))} rank traces "
+              f"in {arguments.out} ({wall:.1f} s)")

@@ -1,0 +1,448 @@
+"""How often distprof's straggler verdict is right on real jobs with injected faults (issue 36).
+
+Jobs: the demo's topologies (``distprof demo --topology T --ranks 4``: dp, tp2dp2, pp4; MPI, numpy) and
+real torch jobs (benchmarks/_fault_jobs.py under torchrun, CPU, gloo, torch.profiler, merged with
+``distprof merge``: tpdp, pp (4 ranks), ddp (2 ranks)). Per job: a clean run first (its median step
+time sets the fault sizes), then every fault kind (demo: forward, data; torch: forward, data, comm,
+once) x size (5, 10, 25, 50% of that step) x onset (start: step 0; mid: half-way), with clean runs
+spread among them. Runs go one at a time. Each run's verdict is ``summary.json``'s
+``skew.straggler`` (rank, cost_ns, pattern, onset_step when the analysis gives one).
+
+Scored: recall (faults >= 10% of the step: the injected rank named), precision (named ranks that are
+the injected one / all named, clean and one-off runs included), false stragglers per clean run, and
+|cost_ns - measured effect| / measured effect, where measured effect = median step time of the faulty
+run - that of its paired clean runs (the job's clean runs just before and after it, averaged), from the
+rank files themselves (Kineto ``ProfilerStep#N``, the demo's ``ProfileStep`` rows), only for jobs whose
+ranks have a core each (a rank that waits frees a core for the others otherwise). A ``once`` fault is a
+one-off: the right verdict is no straggler.
+
+    python benchmarks/verdict_matrix.py [--quick] [--jobs dp,ddp,tpdp] [--repeat K] [--clean N]
+                                        [--keep DIR] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DISTPROF = next((str(path) for path in (Path(sys.executable).with_name("distprof"), HERE.parent / ".venv/bin/distprof")
+                 if path.exists()), shutil.which("distprof") or "distprof")
+DEMO_JOBS = ("dp", "tp2dp2", "pp4")
+TORCH_JOBS = ("tpdp", "pp", "ddp")
+RANKS = {"dp": 4, "tp2dp2": 4, "pp4": 4, "tpdp": 4, "pp": 4, "ddp": 2}
+KINDS = {"demo": ("forward", "data"), "torch": ("forward", "data", "comm", "once")}
+SIZES, QUICK_SIZES = (0.05, 0.10, 0.25, 0.50), (0.25,)
+ONSETS = ("start", "mid")
+RECALL_MIN = 0.10  # recall counts faults of at least this share of the step
+STRAGGLER_NOTE = re.compile(r"straggler|late rank|transient|rotates|spread|unverified|not matched|no collective "
+                            r"matched|process group", re.IGNORECASE)
+NOISE_NOTE = re.compile(r"sync/transfer split disagree")  # alignment detail, not why a rank is (not) named
+GROUP_WARNING = re.compile(r"process groups? could not|not matched|no collective matched", re.IGNORECASE)
+
+
+@dataclass
+class Run:
+    """One run of the matrix and its verdict."""
+
+    job: str
+    kind: str  # clean, or a fault kind
+    size: float | None = None  # share of the clean step time
+    onset: str | None = None
+    rank: int | None = None  # the injected rank
+    fault_ms: float | None = None
+    fault_step: int | None = None
+    spec: str | None = None  # the --straggler / --fault text
+    expected: int | None = None  # the rank a right verdict names (None: no straggler)
+    named: int | None = None
+    cost_ns: float | None = None
+    cost_share: float | None = None
+    pattern: str | None = None
+    onset_step: int | None = None
+    step_ns: float | None = None  # median step time of this run (rank files)
+    step_times_ns: list[float] = field(default_factory=list)
+    clean_step_ns: float | None = None  # the paired clean runs' (see pair)
+    measured_ns: float | None = None
+    cost_error: float | None = None
+    wall_s: float | None = None
+    busy_cores: float | None = None  # cores busy with other processes just before the run (other users' jobs)
+    commands: list[str] = field(default_factory=list)
+    error: str | None = None
+    said: list[str] = field(default_factory=list)  # what distprof said when the verdict is wrong
+
+    @property
+    def faulty(self) -> bool:
+        return self.kind not in ("clean", "once")
+
+    @property
+    def right(self) -> bool:
+        return self.named == self.expected
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", default=",".join(DEMO_JOBS + TORCH_JOBS),
+                        help=f"comma-separated, of {', '.join(DEMO_JOBS + TORCH_JOBS)} (default: all)")
+    parser.add_argument("--quick", action="store_true", help="one size (25%%) per kind, 4 clean runs in all")
+    parser.add_argument("--repeat", type=int, default=1, metavar="K", help="run each fault K times")
+    parser.add_argument("--clean", type=int, default=None, metavar="N",
+                        help="clean runs in all, spread over the jobs (default 20; --quick 4), at least 1 a job")
+    parser.add_argument("--steps", type=int, default=8, help="profiled steps a run (mid-run onset: STEPS // 2)")
+    parser.add_argument("--keep", default=None, metavar="DIR", help="keep every run's files here")
+    parser.add_argument("--json", default=None, metavar="PATH", help="write every run's raw verdict here")
+    args = parser.parse_args(argv)
+    args.jobs = [job.strip() for job in args.jobs.split(",") if job.strip()]
+    unknown = [job for job in args.jobs if job not in RANKS]
+    if unknown:
+        parser.error(f"--jobs: unknown {', '.join(unknown)} (known: {', '.join(RANKS)})")
+    args.clean = args.clean if args.clean is not None else (4 if args.quick else 20)
+    return args
+
+
+def demo_has_topology() -> bool:
+    """Whether this distprof's demo takes ``--topology`` (another change adds it)."""
+    text = subprocess.run([DISTPROF, "demo", "--help"], capture_output=True, text=True).stdout
+    return "--topology" in text
+
+
+def fault_spec(run: Run, demo: bool) -> str:
+    """``RANK:MS@STEP`` + the demo's ``:data`` suffix or the torch job's ``:where``."""
+    spec = f"{run.rank}:{run.fault_ms:g}@{run.fault_step}"
+    if demo:
+        return spec + (":data" if run.kind == "data" else "")
+    return f"{spec}:{run.kind}"
+
+
+def busy_cores(seconds: float = 0.5) -> float | None:
+    """Cores busy over ``seconds`` (/proc/stat), taken between runs: other processes' load on the machine."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    busy = 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+    return busy * (os.cpu_count() or 1)
+
+
+def execute(command: list[str], label: str, run: Run) -> float:
+    """Run one command (noted on ``run``), its output kept out of the table; its wall time (s). Raises with its
+    output's tail on failure."""
+    run.commands.append(" ".join(command))
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if done.returncode != 0:
+        tail = (done.stderr.strip() or done.stdout.strip())[-600:]
+        raise RuntimeError(f"{label} failed (exit {done.returncode}): {' '.join(command)}\n{tail}")
+    return time.perf_counter() - started
+
+
+def run_job(run: Run, folder: Path, steps: int, topology_flag: bool) -> tuple[Path, list[Path]]:
+    """Run one job (demo, or torch job + merge) into ``folder``: (summary folder, rank files)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    run.busy_cores = busy_cores()
+    if run.job in DEMO_JOBS:
+        command = [DISTPROF, "demo", "--ranks", str(RANKS[run.job]), "--steps", str(steps), "--out", str(folder)]
+        command += ["--topology", run.job] if topology_flag else []
+        command += ["--straggler", run.spec] if run.spec else []
+        run.wall_s = execute(command, "demo", run)
+        return folder, sorted(folder.glob("rank*.sqlite"))
+    traces = folder / "traces"
+    command = [sys.executable, str(HERE / "_fault_jobs.py"), "--topology", run.job, "--steps", str(steps),
+               "--out", str(traces), *(["--fault", run.spec] if run.spec else [])]
+    run.wall_s = execute(command, "torch job", run)
+    files = sorted(traces.glob("rank*.pt.trace.json.gz"))
+    merged = folder / "merged"
+    run.wall_s += execute([DISTPROF, "merge", *map(str, files), "-o", str(merged), "--no-html"], "merge", run)
+    return merged, files
+
+
+def step_times(files: list[Path]) -> list[float]:
+    """Per profiled step, in order, the median over ranks of its duration (ns), read from the rank files
+    themselves: Kineto ``ProfilerStep#N`` events, the demo's ``ProfileStep`` rows."""
+    per_rank: list[dict[int, float]] = []
+    for path in files:
+        if path.suffix == ".sqlite":
+            with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+                rows = db.execute("SELECT r.step, r.end_ns - r.start_ns FROM distprof_ranges r JOIN distprof_names n "
+                                  "ON n.id = r.name_id WHERE n.name = 'ProfileStep'").fetchall()
+            per_rank.append({int(step): float(ns) for step, ns in rows})
+        else:
+            with gzip.open(path) as handle:
+                events = json.load(handle)["traceEvents"]
+            per_rank.append({int(m.group(1)): float(e["dur"]) * 1000 for e in events if e.get("ph") == "X" and
+                             (m := re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name"))))})
+    common = sorted(set.intersection(*(set(steps) for steps in per_rank))) if per_rank else []
+    return [statistics.median(steps[k] for steps in per_rank) for k in common]
+
+
+def read_verdict(run: Run, summary_dir: Path) -> None:
+    """The straggler verdict of ``summary.json`` into ``run``; what distprof said when it is wrong."""
+    summary = json.loads((summary_dir / "summary.json").read_text())
+    skew = summary.get("skew") or {}
+    straggler = skew.get("straggler") or {}
+    run.named, run.cost_ns = straggler.get("rank"), straggler.get("cost_ns")
+    run.cost_share, run.pattern, run.onset_step = (straggler.get("cost_share"), straggler.get("pattern"),
+                                                   straggler.get("onset_step"))
+    if run.right:
+        return
+    notes = [note for note in skew.get("notes") or [] if not NOISE_NOTE.search(note)]
+    said = [note for note in notes if STRAGGLER_NOTE.search(note)] or notes
+    said += [f"finding: {f.get('message')}" for f in summary.get("findings") or [] if f.get("finding") == "straggler"]
+    said += [f"warning: {w}" for w in (summary.get("warnings") or [])[:4] if GROUP_WARNING.search(w)][:1]
+    if not straggler and not said:
+        why = next((s.get("why") for s in (summary.get("whatif") or {}).get("scenarios") or []
+                    if s.get("name") == "no_straggler"), None)
+        said = [f"no straggler: {why or 'no note'}"]
+    run.said = said
+
+
+def cores_each(job: str) -> bool:
+    """Whether every rank of the job has a core of this machine (else a waiting rank frees a core for others)."""
+    return RANKS[job] <= (os.cpu_count() or 1)
+
+
+def measure(run: Run, clean_step_ns: float | None) -> None:
+    """For a fault: the measured effect against its paired clean step time and, where the ranks have a core
+    each and the right rank is named, the cost's error. A mid-run fault's effect is the one on its steps
+    times their share of the profiled steps (cost_ns is per profiled step)."""
+    if not run.faulty or clean_step_ns is None or not run.step_times_ns:
+        return
+    run.clean_step_ns = clean_step_ns
+    if run.onset == "start":
+        run.measured_ns = run.step_ns - clean_step_ns
+    else:
+        late = run.step_times_ns[run.fault_step:]
+        run.measured_ns = (statistics.median(late) - clean_step_ns) * len(late) / len(run.step_times_ns)
+    if cores_each(run.job) and run.right and run.cost_ns is not None and run.measured_ns > 0:
+        run.cost_error = abs(run.cost_ns - run.measured_ns) / run.measured_ns
+
+
+def pair(runs: list[Run]) -> None:
+    """Pair each faulty run of one job with its clean neighbours (the last clean run before it and the first
+    after it: the mean of their median step times, which cancels a slow drift of the machine) and measure."""
+    clean = [(index, run.step_ns) for index, run in enumerate(runs) if run.kind == "clean" and run.step_ns]
+    for index, run in enumerate(runs):
+        before = [ns for at, ns in clean if at < index][-1:]
+        after = [ns for at, ns in clean if at > index][:1]
+        near = before + after
+        measure(run, statistics.fmean(near) if near else None)
+
+
+def plan(job: str, step_ns: float, args: argparse.Namespace, cleans: int) -> list[Run]:
+    """The job's fault runs (kind x size x onset x repeat, the injected rank cycling 1, 2, ..., 0) with
+    ``cleans`` clean runs spread evenly among them."""
+    kinds = KINDS["demo" if job in DEMO_JOBS else "torch"]
+    order = [*range(1, RANKS[job]), 0]
+    faults: list[Run] = []
+    for kind in kinds:
+        for size in QUICK_SIZES if args.quick else SIZES:
+            for onset in ONSETS:
+                for _ in range(args.repeat):
+                    rank = order[len(faults) % len(order)]
+                    ms = round(size * step_ns / 1e6, 1)
+                    run = Run(job, kind, size, onset, rank, ms, 0 if onset == "start" else args.steps // 2,
+                              expected=None if kind == "once" else rank)
+                    run.spec = fault_spec(run, job in DEMO_JOBS)
+                    faults.append(run)
+    runs: list[Run] = []
+    for index, run in enumerate(faults):
+        runs.append(run)
+        due = (index + 1) * cleans // len(faults) - index * cleans // len(faults)
+        runs += [Run(job, "clean") for _ in range(due)]
+    return runs
+
+
+def label(run: Run) -> str:
+    """``ddp forward 25% mid (1:9.2@4:forward)``."""
+    if run.kind == "clean":
+        return f"{run.job} clean"
+    return f"{run.job} {run.kind} {100 * run.size:.0f}% {run.onset} ({run.spec})"
+
+
+def attempt(run: Run, folder: Path, args: argparse.Namespace, topology_flag: bool) -> None:
+    """One run: the job, its verdict, its step times; a failure is recorded on the run, not raised."""
+    try:
+        summary_dir, files = run_job(run, folder, args.steps, topology_flag)
+        read_verdict(run, summary_dir)
+        run.step_times_ns = step_times(files)
+        run.step_ns = statistics.median(run.step_times_ns) if run.step_times_ns else None
+    except (RuntimeError, OSError, ValueError, KeyError) as error:
+        run.error = str(error)
+    if not args.keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    verdict = (f"ERROR {run.error.splitlines()[0][:160]}" if run.error else
+               f"named {run.named if run.named is not None else 'none'}"
+               + (f" cost {run.cost_ns / 1e6:.1f} ms" if run.cost_ns is not None else "")
+               + f" step {run.step_ns / 1e6 if run.step_ns else float('nan'):.1f} ms"
+               + ("" if run.right else f"  WRONG (expected {run.expected if run.expected is not None else 'none'})"))
+    busy = f"{run.busy_cores:.1f}" if run.busy_cores is not None else "?"
+    print(f"  {label(run)}: {verdict} [{run.wall_s or 0:.1f} s; other processes busy on {busy} cores before it]",
+          file=sys.stderr, flush=True)
+
+
+def run_matrix(args: argparse.Namespace, base: Path) -> list[Run]:
+    """Every job in turn: its clean calibration run, then its planned runs, one at a time."""
+    topology_flag = demo_has_topology()
+    runs: list[Run] = []
+    jobs = [job for job in args.jobs if job == "dp" or job not in DEMO_JOBS or topology_flag]
+    for job in sorted(set(args.jobs) - set(jobs)):
+        print(f"skipped {job}: this distprof's demo has no --topology", file=sys.stderr)
+    for position, job in enumerate(jobs):
+        cleans = args.clean // len(jobs) + (position < args.clean % len(jobs))
+        calibration = Run(job, "clean")
+        print(f"{job}: calibration (clean) run", file=sys.stderr, flush=True)
+        attempt(calibration, base / f"{len(runs):03d}_{job}_clean", args, topology_flag)
+        runs.append(calibration)
+        if calibration.error or not calibration.step_ns:
+            print(f"skipped {job}: its clean run failed", file=sys.stderr)
+            continue
+        planned = plan(job, calibration.step_ns, args, max(cleans - 1, 0))
+        print(f"{job}: clean step {calibration.step_ns / 1e6:.1f} ms; {len(planned)} runs", file=sys.stderr)
+        unsupported: set[str] = set()
+        for number, run in enumerate(planned, start=len(runs)):
+            if run.kind in unsupported:
+                run.error = f"skipped: the {run.kind} fault failed on this job"
+            else:
+                name = "_".join([f"{number:03d}", job, run.kind, *([run.onset] if run.onset else [])])
+                attempt(run, base / name, args, topology_flag)
+                if run.error and run.kind != "clean":
+                    unsupported.add(run.kind)
+        pair([calibration, *planned])
+        runs += planned
+    return runs
+
+
+def share(hits: int, total: int) -> str:
+    return f"{hits}/{total} ({100 * hits / total:.0f}%)" if total else "-"
+
+
+def scores(runs: list[Run]) -> dict:
+    """Recall (faults >= RECALL_MIN of the step), precision, false stragglers per clean run, cost errors."""
+    done = [run for run in runs if not run.error]
+    big = [run for run in done if run.faulty and run.size is not None and run.size >= RECALL_MIN]
+    named = [run for run in done if run.named is not None]
+    clean = [run for run in done if run.kind == "clean"]
+    errors = sorted(run.cost_error for run in done if run.cost_error is not None)
+    loads = [run.busy_cores for run in runs if run.busy_cores is not None]
+    return {"recall": [sum(run.right for run in big), len(big)],
+            "precision": [sum(run.named == run.expected for run in named), len(named)],
+            "false_per_clean": [sum(run.named is not None for run in clean), len(clean)],
+            "once_named": [sum(run.named is not None for run in done if run.kind == "once"),
+                           sum(run.kind == "once" for run in done)],
+            "cost_error_median": statistics.median(errors) if errors else None,
+            "cost_error_worst": errors[-1] if errors else None, "cost_errors": len(errors),
+            "cost_no_effect": sum(run.right and run.cost_ns is not None and run.measured_ns is not None and
+                                  run.measured_ns <= 0 and cores_each(run.job) for run in done),
+            "cost_jobs": sorted({run.job for run in done if cores_each(run.job)}),
+            "failed": sum(run.error is not None for run in runs),
+            "busy_median": statistics.median(loads) if loads else None, "busy_max": max(loads, default=None)}
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def table(runs: list[Run]) -> str:
+    """The Markdown table: one row per (job, fault kind, onset)."""
+    groups: dict[tuple[str, str, str], list[Run]] = {}
+    for run in runs:
+        if not run.error:
+            groups.setdefault((run.job, run.kind, run.onset or "-"), []).append(run)
+    lines = ["| job | ranks | fault | onset | runs | right | right by size | named (rank x runs) | "
+             "measured effect (ms, median) | cost err median / worst | s a run |", "|" + "---|" * 11]
+    for (job, kind, onset), group in groups.items():
+        sizes = sorted({run.size for run in group if run.size is not None})
+        by_size = ", ".join(f"{100 * size:.0f}%: {sum(r.right for r in group if r.size == size)}/"
+                            f"{sum(r.size == size for r in group)}" for size in sizes) or "-"
+        named: dict[str, int] = {}
+        for run in group:
+            key = "none" if run.named is None else str(run.named)
+            named[key] = named.get(key, 0) + 1
+        errors = sorted(run.cost_error for run in group if run.cost_error is not None)
+        cost = (f"{percent(statistics.median(errors))} / {percent(errors[-1])}" if errors else
+                "n/a (ranks share cores)" if not cores_each(job) and kind not in ("clean", "once") else "-")
+        wall = statistics.median(run.wall_s or 0.0 for run in group)
+        effects = [run.measured_ns / 1e6 for run in group if run.measured_ns is not None]
+        effect = f"{statistics.median(effects):+.1f}" if effects else "-"
+        right = share(sum(run.right for run in group), len(group))
+        named_text = ", ".join(f"{key} x{count}" for key, count in sorted(named.items()))
+        lines.append(f"| {job} | {RANKS[job]} | {kind} | {onset} | {len(group)} | {right} | {by_size} | {named_text} "
+                     f"| {effect} | {cost} | {wall:.1f} |")
+    return "\n".join(lines)
+
+
+def report(runs: list[Run]) -> str:
+    """The table, the scores and, for every wrong verdict, what distprof said."""
+    score = scores(runs)
+    jobs = ", ".join(score["cost_jobs"]) or "none of these jobs"
+    lines = [table(runs), "",
+             f"- recall (faults >= {100 * RECALL_MIN:.0f}% of the step, the injected rank named): "
+             f"{share(*score['recall'])}",
+             f"- precision (named ranks that are the injected one / all named, clean and one-off runs included): "
+             f"{share(*score['precision'])}",
+             f"- false stragglers per clean run: {score['false_per_clean'][0]}/{score['false_per_clean'][1]}"
+             f"; one-off (once) pauses named as stragglers: {score['once_named'][0]}/{score['once_named'][1]}",
+             f"- |cost_ns - measured effect| / measured effect, only where the ranks have a core each "
+             f"({jobs}; {os.cpu_count()} cores here), over {score['cost_errors']} right verdicts: median "
+             f"{percent(score['cost_error_median'])}, worst {percent(score['cost_error_worst'])}; measured effect = "
+             "median step time of the faulty run - its paired clean runs' (the clean runs before and after it; "
+             "mid-run faults: the effect on the "
+             "faulty steps x their share of the profiled steps), from the rank files"
+             + (f"; {score['cost_no_effect']} right verdict(s) left out: no positive measured effect (noise)"
+                if score["cost_no_effect"] else ""),
+             f"- cores busy with other processes just before each run: median {score['busy_median'] or 0:.1f}, max "
+             f"{score['busy_max'] or 0:.1f} of {os.cpu_count()} (other users' jobs slow ranks at random: noise in "
+             "both the verdicts and the measured effects)",
+             *([f"- runs that failed: {score['failed']} (see the JSON)"] if score["failed"] else [])]
+    wrong = [run for run in runs if not run.error and not run.right]
+    if wrong:
+        lines += ["", "Wrong verdicts:"]
+    for run in wrong:
+        expected = "none" if run.expected is None else f"rank {run.expected}"
+        named = "none" if run.named is None else f"rank {run.named}"
+        lines.append(f"- {label(run)}: expected {expected}, named {named}")
+        lines += [f"    - {text}" for text in run.said]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="verdict_matrix_"))
+    base.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    try:
+        runs = run_matrix(args, base)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    print(report(runs))
+    print(f"\n{len(runs)} runs in {time.perf_counter() - started:.0f} s, {args.steps} profiled steps each "
+          f"(mid-run onset at step {args.steps // 2}); jobs: {', '.join(args.jobs)}")
+    if args.json:
+        record = {"runs": [dict(asdict(run), right=run.right) for run in runs], "scores": scores(runs),
+                  "steps": args.steps, "cores": os.cpu_count()}
+        Path(args.json).write_text(json.dumps(record, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
