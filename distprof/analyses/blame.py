@@ -20,8 +20,6 @@ import numpy as np
 
 from ..columns import group_medians, lookup, runs, search
 
-_INT_MIN = np.iinfo(np.int64).min
-
 
 def _previous(present: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """(ranks, instances): the column of the rank's latest-ending op that ended before it arrived
