@@ -29,7 +29,8 @@ class Matching:
     kind in its process group and step (for p2p, of its sender -> receiver pair), on every rank
     of the group that is in the merge (``present``). Times are on each rank's own clock; rows
     follow ``ranks``. ``group_ranks[j]``: the group's members (global ranks) when the trace
-    names them, else the ranks that have the op; ``nbytes``/``launch_ns``: per rank, -1 unknown."""
+    names them, else the ranks that have the op; ``nbytes``/``launch_ns``/``exposed_ns`` (the part of
+    the op no computation of its rank overlaps): per rank, -1 unknown."""
 
     ranks: np.ndarray
     name: np.ndarray
@@ -45,6 +46,7 @@ class Matching:
     group_ranks: list[tuple[int, ...]] = field(default_factory=list)
     nbytes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     launch_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    exposed_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))  # -1 unknown
     sender: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))    # p2p: global rank; else -1
     receiver: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # p2p: global rank; else -1
 
@@ -88,6 +90,7 @@ def _op_columns(collectives: dict, rank: int) -> dict:
             "group": column("group", "", str), "step": column("step", -1, np.int64),
             "start": column("start_ns", 0, np.int64), "end": column("end_ns", 0, np.int64),
             "nbytes": column("nbytes", -1, np.int64), "launch": column("launch_ns", -1, np.int64),
+            "exposed": column("exposed_ns", -1, np.int64),
             "src": np.where(is_send, rank, np.where(is_recv, peer, -1)),
             "dst": np.where(is_send, peer, np.where(is_recv, rank, -1)),
             "keep": ~np.isin(kind, _UNMATCHED_KINDS) & ~((is_send | is_recv) & (peer < 0))}
@@ -160,13 +163,13 @@ def match_collectives(collectives_by_rank: list[dict], ranks: list[int],
     columns = [{key: value[c["keep"]] for key, value in c.items()} for c in columns]
     cat = {key: np.concatenate([c[key] for c in columns] + [np.empty(0, columns[0][key].dtype if columns else
                                                                     np.int64)]) for key in
-           ("kind", "group", "step", "start", "end", "nbytes", "launch", "src", "dst")} if columns else {}
+           ("kind", "group", "step", "start", "end", "nbytes", "launch", "exposed", "src", "dst")} if columns else {}
     total = int(sum(c["kind"].size for c in columns))
     if total == 0:
         empty = np.zeros((n_ranks, 0), np.int64)
         return Matching(rank_numbers, np.empty(0, object), np.empty(0, np.int64), np.empty(0, np.int64), empty,
                         empty.copy(), empty.astype(bool), excluded=excluded, nbytes=empty.copy(),
-                        launch_ns=empty.copy())
+                        launch_ns=empty.copy(), exposed_ns=empty.copy())
     all_rows = np.concatenate([np.full(c["kind"].size, row, np.int64) for row, c in enumerate(columns)])
     kinds, kind_code = ev.distinct_texts(cat["kind"])
     groups, group_code = ev.distinct_texts(cat["group"])
@@ -189,7 +192,7 @@ def match_collectives(collectives_by_rank: list[dict], ranks: list[int],
     cells = (sorted_rows[chosen], column[inverse[chosen]])
     matrices = {}
     for name, values, fill in (("start", cat["start"], 0), ("end", cat["end"], 0), ("nbytes", cat["nbytes"], -1),
-                               ("launch", cat["launch"], -1)):
+                               ("launch", cat["launch"], -1), ("exposed", cat["exposed"], -1)):
         matrix = np.full((n_ranks, n_matched), fill, np.int64)
         matrix[cells] = values[order][chosen]
         matrices[name] = matrix
@@ -203,7 +206,7 @@ def match_collectives(collectives_by_rank: list[dict], ranks: list[int],
     return Matching(rank_numbers, kinds[matched_series[:, 0]].astype(object), matched[:, 1].copy(),
                     matched[:, 2].copy(), matrices["start"], matrices["end"], present, report_rows, warnings,
                     excluded, group=groups[matched_series[:, 1]].astype(object), group_ranks=members,
-                    nbytes=matrices["nbytes"], launch_ns=matrices["launch"],
+                    nbytes=matrices["nbytes"], launch_ns=matrices["launch"], exposed_ns=matrices["exposed"],
                     sender=matched_series[:, 2].astype(np.int64), receiver=matched_series[:, 3].astype(np.int64))
 
 

@@ -254,6 +254,7 @@ class Summary:
         # messages carry duration tokens (units.duration): written out here in readable units,
         # kept as templates so a report can phrase them in the unit its reader asked for
         out["findings"] = [{**f, "message": phrase(f["message"]), "template": f["message"]} for f in self.findings]
+        out["checks"] = [{**c, "message": phrase(c["message"])} for c in self.checks]
         notes = self.skew.get("notes")
         if notes:
             out["skew"] = {**self.skew, "notes": [phrase(n) for n in notes], "note_templates": list(notes)}

@@ -104,7 +104,9 @@ def _placement_findings(results: list[RankResult], checks: list[dict]) -> list[d
         rows = [c for c in checks if c["status"] == status]
         if not rows:
             continue
-        exposed = {c["rank"]: by_rank[c["rank"]].figures.exposed_communication_ns or 0 for c in rows}
+        # what a rank waited for the straggler is the straggler's finding, not this one's
+        exposed = {c["rank"]: max((by_rank[c["rank"]].figures.exposed_communication_ns or 0)
+                                  - c.get("waits_for_straggler_ns", 0), 0) for c in rows}
         worst = max(exposed, key=exposed.get)
         worst_row = next(c for c in rows if c["rank"] == worst)
         lanes = worst_row["shared_lanes"] or worst_row["comm_lanes"]

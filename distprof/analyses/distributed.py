@@ -106,7 +106,23 @@ def memory_mask(events: ev.Table) -> np.ndarray:
 
 
 def work_sets(events: ev.Table, config: dict, window: iv.IntervalSet, lane_names: dict | None = None):
-    """Total communication/computation interval sets inside the window, and the per-lane figures."""
+    """Total communication/computation interval sets inside the window, and the per-lane figures
+    (built once per rank inside a ``rankview.shared`` block, where the window is the rank's
+    analysis window and the lane names its trace's)."""
+    key = ("work_sets", config["window"], tuple(sorted(set(config["phases"]["non_compute"]))))
+    return rankview.once(events, key, lambda: _work_sets(events, config, window, lane_names))
+
+
+def exposed_per_op(events: ev.Table, config: dict, rows: np.ndarray) -> np.ndarray:
+    """Per communication row: the part of it no computation of the rank overlaps (the
+    computation set of the Distributed Summary, so inside the analysis window). Where such an op
+    waits for a late peer, only this part of the wait can be exposed."""
+    _, computation, _ = work_sets(events, config, analysis_window(events, config["window"]))
+    start, end = events["start_ns"][rows], events["end_ns"][rows]
+    return (end - start) - iv.covered_lengths(computation, start, end)
+
+
+def _work_sets(events: ev.Table, config: dict, window: iv.IntervalSet, lane_names: dict | None):
     comm_mask, compute_mask = work_masks(events, config)
     starts, ends = events["start_ns"], events["end_ns"]
     keys, index = lanes_mod.lane_index(events)

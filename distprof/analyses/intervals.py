@@ -74,3 +74,21 @@ def union_sets(a: IntervalSet, b: IntervalSet) -> IntervalSet:
 def covered_within(starts, ends, window: IntervalSet) -> IntervalSet:
     """Union of the intervals, clipped to a window set."""
     return intersect(union(starts, ends), window)
+
+
+def covered_lengths(interval_set: IntervalSet, starts, ends) -> np.ndarray:
+    """Per query interval [start, end): how much of it the disjoint set covers. One
+    ``searchsorted`` per side over the set's cumulative lengths, no loop per query."""
+    set_starts, set_ends = interval_set
+    starts = np.asarray(starts, np.int64)
+    ends = np.maximum(np.asarray(ends, np.int64), starts)
+    if set_starts.size == 0:
+        return np.zeros(starts.size, np.int64)
+    before = np.concatenate([[0], np.cumsum(set_ends - set_starts)])
+
+    def covered_to(at: np.ndarray) -> np.ndarray:  # |set ∩ (-inf, at)|
+        opened = np.searchsorted(set_starts, at, side="right")
+        unfinished = np.maximum(set_ends[np.maximum(opened - 1, 0)] - at, 0) * (opened > 0)
+        return before[opened] - unfinished
+
+    return covered_to(ends) - covered_to(starts)

@@ -29,6 +29,8 @@ def window_figures(summary, window: tuple[int, int], behind: dict[int, int | Non
     each step's duration, and communication / computation / overlap / exposed communication summed
     over the window; the job's step time; the spread across ranks; the priced straggler or None."""
     first, last = window
+    straggler = summary.skew.get("straggler")
+    owed = (straggler or {}).get("exposed_waits_ns_by_rank") or {}
     ranks = []
     for result in summary.ranks:  # one per rank present in the window
         figures = result.figures
@@ -37,14 +39,14 @@ def window_figures(summary, window: tuple[int, int], behind: dict[int, int | Non
                       "step_ns": float(np.median(durations)) if durations else None, "step_durations_ns": durations,
                       "communication_ns": figures.communication_ns, "computation_ns": figures.computation_ns,
                       "overlap_ns": figures.overlap_ns, "exposed_communication_ns": figures.exposed_communication_ns,
-                      "overlap_ratio": figures.overlap_ratio})
+                      "overlap_ratio": figures.overlap_ratio,
+                      "waits_for_straggler_ns": int(owed.get(str(result.rank), 0))})
     step_rows = [(step, d) for result, row in zip(summary.ranks, ranks)
                  for step, d in zip(range(first, first + len(row["step_durations_ns"])), row["step_durations_ns"])]
     per_step = steptime.per_step(np.array([s for s, _ in step_rows], np.int64),
                                  np.array([d for _, d in step_rows], np.int64))[1] if step_rows else []
     timed = [row for row in ranks if row["step_ns"] is not None]
     exposed = [row["exposed_communication_ns"] for row in ranks]
-    straggler = summary.skew.get("straggler")
     return {
         "steps": [first, last], "ranks": ranks, "step_time_ns": steptime.run_step_time(per_step),
         "spread": {"step_ns": max(r["step_ns"] for r in timed) - min(r["step_ns"] for r in timed) if timed else None,
@@ -67,7 +69,8 @@ class AlertRule:
     (the what-if saving, as in the final summary), and its recovery once it is not so named in as many.
     A rank's step time (or exposed communication per step) jumps when it rises above the median of
     its previous ``baseline`` windows by ``jump_share`` of it and by ``jump_noise`` times the
-    baseline's noise (exposed communication: and by ``floor_share`` of the step time), in
+    baseline's noise (exposed communication, net of the waits for a named straggler: and by
+    ``floor_share`` of the step time), in
     ``straggler_windows`` consecutive windows; one alert per jump, re-armed when the figure is no
     longer above (the baseline caught up or it fell)."""
 
@@ -97,7 +100,9 @@ class AlertRule:
         for row in window["ranks"]:  # one per rank
             if row["step_ns"] is not None:
                 out += self._jump("step_time_jump", row["rank"], steps, row["step_ns"], row["step_durations_ns"], 0.0)
-            exposed = row["exposed_communication_ns"] / max(row["steps"], 1)
+            # waiting for a named straggler is the straggler's alert, not this rank's jump
+            own = row["exposed_communication_ns"] - row.get("waits_for_straggler_ns", 0)
+            exposed = max(own, 0) / max(row["steps"], 1)
             out += self._jump("exposed_communication_jump", row["rank"], steps, exposed, [exposed],
                               self.floor_share * step_time)
         return out

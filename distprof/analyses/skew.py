@@ -21,7 +21,7 @@ from ..units import duration
 from . import blame as blame_mod
 from . import collectives as coll
 from . import steptime
-from .distributed import work_masks
+from .distributed import exposed_per_op, work_masks
 
 _INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 # host calls that block until GPU work ends (CUDA runtime/driver names, nsys's _vNNNN suffixes too)
@@ -110,6 +110,7 @@ def rank_markers(events: ev.Table, config: dict, lane_names: dict | None = None)
         "nbytes": events["nbytes"][comm_mask].tolist(),
         "peer": events["peer"][comm_mask].tolist(),
         "launch_ns": _launch_starts(events, comm_mask).tolist(),
+        "exposed_ns": exposed_per_op(events, config, comm_mask).tolist(),
     }
     sync = events["kind"].eq(ev.RUNTIME) & events["name"].where(lambda name: re.search(SYNC_CALL, name))
     syncs = {"start_ns": events["start_ns"][sync].tolist(), "end_ns": events["end_ns"][sync].tolist()}
@@ -478,7 +479,25 @@ def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, phases, 
         "runner_up_waits_caused_ns": int(np.delete(blame["cost"], r).max()) if blame["cost"].size > 1 else 0,
         "late_steps": int(late_units.size), "threshold_ns": int(round(blame["min_cost"])),
         "most_often_last_rank": rank_of[int(np.argmax(blame["late_in"]))],
+        "exposed_waits_ns_by_rank": _exposed_waits(matching, inst, blame, r, late_units),
     }
+
+
+def _exposed_waits(matching: Matching, inst: dict, blame: dict, r: int, late_units: np.ndarray) -> dict:
+    """Per other rank: the part of its waits, in the steps the straggler is late in, that no
+    computation of its own overlapped (what its exposed communication owes to the straggler, at
+    least: wait − the op's overlapped time; 0 where the op's exposure is unknown). Checks, findings
+    and live alerts of those ranks leave it out: it is the straggler's, not theirs."""
+    in_late = np.isin(matching.step, blame["steps"][late_units]) if blame["by_step"] else \
+        np.ones(matching.size, bool)
+    exposed = matching.exposed_ns if matching.exposed_ns.shape == matching.present.shape else \
+        np.full(matching.present.shape, -1, np.int64)
+    owed = np.clip(inst["wait"] - (inst["duration"] - exposed), 0, None)
+    rows, columns = np.nonzero(matching.present & (exposed >= 0) & in_late[None, :] & (owed > 0))
+    # ops waiting at once (buckets queued together) wait once: a union of each wait's last part
+    ends = inst["last"][columns]
+    total = _union_per_key(rows, ends - owed[rows, columns], ends, matching.present.shape[0])
+    return {str(rank): int(total[row]) for row, rank in enumerate(matching.ranks.tolist()) if row != r}
 
 
 def _no_straggler_notes(blame: dict, rank_of: list[int], r: int, big: bool, repeats: bool) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .. import events as ev
 from ..results import RankResult
+from ..units import duration
 
 CHECK = "stream_placement"
 PASS, WARN, FAIL, NA = "PASS", "WARN", "FAIL", "N/A"
@@ -97,3 +98,35 @@ def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
 def stream_checks(results: list[RankResult], config: dict) -> list[dict]:
     """Stream placement rows of every rank, in rank order."""
     return [row for result in results for row in rank_stream_checks(result, config)]
+
+
+def without_straggler_waits(rows: list[dict], results: list[RankResult], straggler: dict | None,
+                            config: dict) -> list[dict]:
+    """The rows again, each rank's exposed communication net of what it waited for the straggler
+    (``exposed_waits_ns_by_rank``, analyses.skew): a rank that only waits for a late peer has no
+    placement problem of its own; its wait is the straggler's finding. A WARN that the waits alone
+    explain becomes a PASS saying so; any row with such waits carries ``waits_for_straggler_ns``
+    (diagnose prices the rest)."""
+    owed = (straggler or {}).get("exposed_waits_ns_by_rank") or {}
+    if not owed:
+        return rows
+    lane_kinds = {(r.rank, lane.label): lane.lane_kind for r in results for lane in r.lanes}
+    warn_ratio = float(config["checks"]["overlap_warn_ratio"])
+    out = []
+    for row in rows:  # one per rank and device
+        waits = int(owed.get(str(row["rank"]), 0))
+        if waits <= 0 or row["status"] not in (WARN, FAIL):
+            out.append(row)
+            continue
+        communication = row["communication_ns"] - waits
+        exposed = max((row["exposed_communication_ns"] or 0) - waits, 0)
+        ratio = 1.0 - exposed / communication if communication > 0 else 1.0
+        row = {**row, "waits_for_straggler_ns": waits}
+        if row["status"] == WARN and ratio >= warn_ratio:
+            word = _lane_word(lane_kinds.get((row["rank"], row["comm_lanes"][0])))
+            row.update(status=PASS, advice="", message=(
+                f"communication on its own {word}; {100 * (row['overlap_ratio'] or 0.0):.1f}% of it overlaps "
+                f"computation, {100 * ratio:.1f}% without the {duration(waits)} it waited for rank "
+                f"{straggler['rank']}, the straggler (see its finding)"))
+        out.append(row)
+    return out

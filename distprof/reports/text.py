@@ -186,7 +186,7 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
         lines += ["", "Checks: " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
                   + (f" (showing {len(shown)} of {len(checks)} rows: not PASS)" if len(shown) < len(checks) else "")]
         rows = [[c["rank"], "-" if c["device"] is None else c["device"], c["check"], c["status"],
-                 ", ".join(c["comm_lanes"]) or "-", ", ".join(c["compute_lanes"]) or "-", c["message"]]
+                 ", ".join(c["comm_lanes"]) or "-", ", ".join(c["compute_lanes"]) or "-", phrase(c["message"], unit)]
                 for c in shown]
         if rows:  # lane lists and messages wrap inside their cells: the table fits format.TABLE_WIDTH
             lines.append(tabulate(rows, headers=["Rank", "Device", "Check", "Status", "Comm lanes",
