@@ -164,3 +164,18 @@ def cummax_per_key(key: np.ndarray, values: np.ndarray) -> np.ndarray:
         reach[shift:] = np.where(same, np.maximum(reach[shift:], reach[:-shift]), reach[shift:])
         shift *= 2
     return reach
+
+
+def union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: int) -> np.ndarray:
+    """|∪ [start, end)| per key (0..n_keys-1), vectorized: sort by (key, start), each interval
+    adds what reaches past the furthest end before it in its key."""
+    out = np.zeros(n_keys, np.int64)
+    if not key.size:
+        return out
+    order = np.lexsort((start, key))
+    key, start, end = key[order], np.asarray(start, np.int64)[order], np.asarray(end, np.int64)[order]
+    reach = cummax_per_key(key, end)
+    same = np.concatenate([[False], key[1:] == key[:-1]])
+    before = np.where(same, np.concatenate([[np.iinfo(np.int64).min], reach[:-1]]), np.iinfo(np.int64).min)
+    np.add.at(out, key, np.maximum(end - np.maximum(start, before), 0))
+    return out

@@ -16,6 +16,7 @@ from . import console, rankview, transport
 from . import events as ev
 from .analyses import collectives as coll
 from .analyses import cost, critical_path, diagnose, distributed, machine, profiles, skew, streams, summaries, whatif
+from .analyses import pipelines as pipelines_mod
 from .ranges import rank_ranges
 from .reports import findings as findings_report
 from .results import FIGURES, ClockEstimate, RankResult, Summary
@@ -165,7 +166,9 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     aligned = replace(aligned, results=final)
     skew_summary = _skew_summary(aligned, config, inst, missing)
     skew_summary["notes"] += _unsplit_note(final) + _unnamed_groups_note(final, world_size)
-    checks = streams.stream_checks(final, config)
+    skew_summary["pipelines"] = pipelines_mod.bubbles(aligned.matching, inst,
+                                                  (skew_summary.get("steps_summary") or {}).get("duration_median_ns"))
+    checks = streams.pipeline_dependencies(streams.stream_checks(final, config), skew_summary["pipelines"])
     replay_graph: dict = {}
     straggler_rank = (skew_summary.get("straggler") or {}).get("rank")
     what = whatif.safe_whatif(final, aligned.matching, config, warnings, straggler_rank, keep=replay_graph)

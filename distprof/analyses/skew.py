@@ -14,7 +14,7 @@ import numpy as np
 from .. import events as ev
 from .. import lanes as lanes_mod
 from ..align import Matching
-from ..columns import cummax_per_key, unique_rows
+from ..columns import union_per_key, unique_rows
 from ..results import RankMarkers
 from ..sources.joins import launch_join
 from ..units import duration
@@ -314,21 +314,6 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str
     return kinds, notes
 
 
-def _union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: int) -> np.ndarray:
-    """|∪ [start, end)| per key (0..n_keys-1), vectorized: sort by (key, start), each interval
-    adds what reaches past the furthest end before it in its key."""
-    out = np.zeros(n_keys, np.int64)
-    if not key.size:
-        return out
-    order = np.lexsort((start, key))
-    key, start, end = key[order], np.asarray(start, np.int64)[order], np.asarray(end, np.int64)[order]
-    reach = cummax_per_key(key, end)
-    same = np.concatenate([[False], key[1:] == key[:-1]])
-    before = np.where(same, np.concatenate([[_INT_MIN], reach[:-1]]), _INT_MIN)
-    np.add.at(out, key, np.maximum(end - np.maximum(start, before), 0))
-    return out
-
-
 def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: float | None) -> dict:
     """What the other members waited for each rank's own delay: per instance, the last rank's
     attributable wait (what the second-latest waited for it: its start − the second-latest start,
@@ -358,8 +343,8 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
     # step their union: collectives queued together (DDP buckets enqueued back to back) are
     # waited for at once, so one delay is counted once, not per bucket
     mine = own > 0
-    per_unit = _union_per_key(last_row[mine] * n_units + unit_of.ravel()[mine], inst["last"][mine] - own[mine],
-                              inst["last"][mine], n_rows * n_units).reshape(n_rows, n_units)
+    per_unit = union_per_key(last_row[mine] * n_units + unit_of.ravel()[mine], inst["last"][mine] - own[mine],
+                             inst["last"][mine], n_rows * n_units).reshape(n_rows, n_units)
     cost = per_unit.sum(axis=1)
     min_cost = max(float(cfg["straggler_min_step_fraction"]) * float(step_ns or 0), float(cfg["straggler_min_ns"]))
     return {"attributable": attributable, "counted": counted, "own": counted & (own > 0), "steps": steps,
@@ -496,7 +481,7 @@ def _exposed_waits(matching: Matching, inst: dict, blame: dict, r: int, late_uni
     rows, columns = np.nonzero(matching.present & (exposed >= 0) & in_late[None, :] & (owed > 0))
     # ops waiting at once (buckets queued together) wait once: a union of each wait's last part
     ends = inst["last"][columns]
-    total = _union_per_key(rows, ends - owed[rows, columns], ends, matching.present.shape[0])
+    total = union_per_key(rows, ends - owed[rows, columns], ends, matching.present.shape[0])
     return {str(rank): int(total[row]) for row, rank in enumerate(matching.ranks.tolist()) if row != r}
 
 

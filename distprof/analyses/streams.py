@@ -130,3 +130,24 @@ def without_straggler_waits(rows: list[dict], results: list[RankResult], straggl
                 f"{straggler['rank']}, the straggler (see its finding)"))
         out.append(row)
     return out
+
+
+P2P_KINDS = {ev.SEND, ev.RECV}
+
+
+def pipeline_dependencies(rows: list[dict], pipelines: list[dict]) -> list[dict]:
+    """The rows again, where a rank of a send/recv pipeline (analyses.pipelines) FAILs only for
+    its send/recv on the compute lane: a stage cannot compute before its input arrives, so a recv
+    that waits for it is the pipeline's dependency (its bubble, reported per stage), not
+    communication serialized with computation. Any other kind on the compute lane still FAILs."""
+    stages = {rank: p["ranks"] for p in pipelines for rank in p["ranks"]}
+    out = []
+    for row in rows:  # one per rank and device
+        if row["status"] != FAIL or row["rank"] not in stages or not set(row["kinds"]) <= P2P_KINDS:
+            out.append(row)
+            continue
+        chain = " -> ".join(map(str, stages[row["rank"]]))
+        out.append({**row, "status": PASS, "advice": "", "pipeline_ranks": stages[row["rank"]], "message": (
+            f"{'/'.join(row['kinds'])} of pipeline {chain}: waiting there for input is a dependency "
+            "(the bubble, see Pipeline), not serialized communication")})
+    return out

@@ -59,6 +59,21 @@ def straggler_line(straggler: dict | None, t: Callable[[int | None], str]) -> st
             f"side {straggler.get('side') or 'unknown'}; {where} (threshold {t(straggler['threshold_ns'])})")
 
 
+def pipeline_lines(pipelines: list[dict], t: Callable[[int | None], str]) -> list[str]:
+    """One line per send/recv pipeline: its stages and each stage's bubble per step (what it
+    waits in send/recv for the stage before it and the one after it)."""
+    lines = []
+    for pipeline in pipelines:
+        stages = pipeline["stages"]
+        shown = "; ".join(
+            f"rank {s['rank']} {t(s['bubble_ns'])}" + (f" ({100 * s['share']:.0f}%)" if s["share"] is not None else "")
+            + f" [before {t(s['upstream_ns'])}, after {t(s['downstream_ns'])}]" for s in stages[:8])
+        lines.append(f"Pipeline: stages {' -> '.join(map(str, pipeline['ranks'][:16]))}"
+                     f"{' ...' if len(pipeline['ranks']) > 16 else ''}; bubble per step (waiting in send/recv for the "
+                     f"stage before / after): {shown}{' ...' if len(stages) > 8 else ''}")
+    return lines
+
+
 # -- the words of each finding: message (with duration tokens, phrased in the reader's unit) and advice
 
 def _pct(part: float, whole: float | None) -> str:

@@ -224,6 +224,7 @@ def extra_sections(summary: dict, unit: str) -> list[str]:
                       + ("" if steps.get("clock_verified", True) else " (clock not verified)")]
     if skew.get("matched"):
         lines.append(findings_report.straggler_line(skew.get("straggler"), t))
+        lines += findings_report.pipeline_lines(skew.get("pipelines") or [], t)
     lines += [f"note: {phrase(note, unit)}" for note in skew.get("note_templates", skew.get("notes", []))]
     width = min(max(len(line) for text in lines for line in text.splitlines()), 150)
     return [_banner("Diagnosis", width) + "\n" + "\n".join(fitted for text in lines for line in text.splitlines()
