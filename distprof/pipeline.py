@@ -178,11 +178,13 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     if crowded:
         said = cost.OVERSUBSCRIBED.format(detail=cost.hosts_detail(crowded))
         warnings.append(said[0].upper() + said[1:] + " (findings unpriced; the what-if table kept for reference)")
-    skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what, crowded)}
+    vary = cost.durations_vary(final, straggler_rank)
+    skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what, crowded,
+                                                                      vary)}
     checks = streams.without_straggler_waits(checks, final, skew_summary.get("straggler"), config)
     found = diagnose.findings(final, checks, skew_summary, config, collective_table)
     priced, dropped = _plausible_findings(cost.price_findings(found + profiles.memory_findings(final, config), what,
-                                                              crowded), final)
+                                                              crowded, vary), final)
     warnings += dropped
     return Summary(
         world_size=world_size, source=source, ranks=tuple(final),

@@ -13,6 +13,7 @@ from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline
 from distprof.analyses.live import AlertRule
+from distprof.reports import findings as findings_report
 
 CONFIG = config_mod.load()
 MS = 1_000_000
@@ -32,14 +33,16 @@ def _result(rank: int, rows: list[tuple]):
     return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
 
 
-def ddp_job(delay_ns: int, transfer_ns: int) -> dict:
-    """Two ranks: compute on thread 1 (rank 1's takes ``delay_ns`` longer), one allreduce per step
-    on thread 2, issued 2 ms before the rank's compute ends and ending ``transfer_ns`` after the
-    later rank issued it. Rank 0 waits ``delay_ns`` in it; 2 ms of that wait overlap its compute."""
+def ddp_job(delay_ns: int, transfer_ns: int, rank0_compute_ms: list[int] | None = None) -> dict:
+    """Two ranks: compute on thread 1 (80 ms, or ``rank0_compute_ms`` per step on rank 0; rank 1's
+    takes ``delay_ns`` longer), one allreduce per step on thread 2, issued 2 ms before the rank's
+    compute ends and ending ``transfer_ns`` after the later rank issued it. Rank 0 waits
+    ``delay_ns`` in it; 2 ms of that wait overlap its compute."""
     rows = {0: [], 1: []}
     for s in range(STEPS):
         base = s * STEP_NS
-        compute_end = {0: base + 85 * MS, 1: base + 85 * MS + delay_ns}
+        rank0 = (rank0_compute_ms or [80] * STEPS)[s] * MS
+        compute_end = {0: base + 5 * MS + rank0, 1: base + 85 * MS + delay_ns}
         issued = {r: compute_end[r] - 2 * MS for r in rows}
         done = max(issued.values()) + transfer_ns
         for r in rows:
@@ -136,3 +139,19 @@ def test_real_ddp_late_rank_the_waiting_rank_passes(tmp_path):
     assert row["status"] == "PASS" and "without the" in row["message"]
     assert [f["finding"] for f in summary["findings"]] == ["straggler"]
     assert "⟦" not in row["message"]
+
+
+def test_a_saving_says_what_the_replay_assumes_where_durations_vary():
+    """Rank 0's compute per step is 80, 100, 60, 80, 100, 60 ms: median 80, MAD 20, so it varies
+    ±1.4826 × 20 / 80 = 37% step to step; the replay keeps each duration, and the saving says so.
+    Steady compute: nothing said."""
+    summary = ddp_job(delay_ns=30 * MS, transfer_ns=4 * MS, rank0_compute_ms=[80, 100, 60, 80, 100, 60])
+    straggler = summary["skew"]["straggler"]
+    assert straggler["rank"] == 1
+    assert straggler["durations_vary_share"] == 1.4826 * 20 / 80
+    finding = next(f for f in summary["findings"] if f["finding"] == "straggler")
+    assert finding["durations_vary_share"] == 1.4826 * 20 / 80
+    steady = ddp_job(delay_ns=30 * MS, transfer_ns=4 * MS)
+    assert steady["skew"]["straggler"]["durations_vary_share"] is None
+    assert "replay keeps every duration as traced; here the ranks' phase time varies ±37%" in \
+        findings_report.saving(finding, lambda ns: f"{ns}")

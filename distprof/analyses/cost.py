@@ -13,6 +13,8 @@ scenario prices (or whose scenario does not apply to the trace) keeps ``predicte
 
 from __future__ import annotations
 
+import numpy as np
+
 HIGH_SHARE, MEDIUM_SHARE = 0.10, 0.03
 UNPRICED = "unpriced"
 SEVERITY_ORDER = ("high", "medium", "low", UNPRICED)
@@ -26,6 +28,8 @@ NOT_TIME = "memory, not time"
 MEMORY_FINDINGS = ("memory_creep", "memory_imbalance")
 NO_REPLAY = "the what-if replay did not run on this trace"
 ABOVE_STEP = "the replay's saving exceeds the measured step: not trusted"
+DURATIONS_VARY_SHARE = 0.10  # above this step-to-step spread of the ranks' phase time, a saving says so
+MAD_TO_SIGMA = 1.4826
 OVERSUBSCRIBED = ("ranks outnumber the cores of their host ({detail}): a rank that sleeps or waits frees a core "
                   "for the others, which the replay cannot see, so its savings are not given as costs")
 
@@ -81,27 +85,51 @@ def saving(code: str, whatif: dict | None, oversubscribed: list[dict] | None = N
     return value, None, after
 
 
-def price(finding: dict, whatif: dict | None, oversubscribed: list[dict] | None = None) -> dict:
+def durations_vary(results, straggler_rank: int | None) -> float | None:
+    """How much the replay's premise is in doubt on this trace: it keeps every duration as traced,
+    yet a rank's phase time per step (its phases' busy time, summed) varies from step to step.
+    The median over the ranks other than the straggler of that spread (1.4826 × MAD / median, ≥ 3
+    steps), when above ``DURATIONS_VARY_SHARE``; else None. Measured: a 2-rank DDP pair on 2
+    shared cores ran compute 19.5% faster beside a sleeping rank than beside a busy one."""
+    spreads = []
+    for result in results:  # one per rank
+        phases = result.markers.phases
+        if result.rank == straggler_rank or not len(phases.get("step", ())):
+            continue
+        steps, index = np.unique(np.asarray(phases["step"], np.int64), return_inverse=True)
+        per_step = np.bincount(index, weights=np.asarray(phases["busy_ns"], np.float64))[steps >= 0]
+        middle = float(np.median(per_step)) if per_step.size >= 3 else 0.0
+        if middle > 0:
+            spreads.append(MAD_TO_SIGMA * float(np.median(np.abs(per_step - middle))) / middle)
+    spread = float(np.median(spreads)) if spreads else 0.0
+    return spread if spread > DURATIONS_VARY_SHARE else None
+
+
+def price(finding: dict, whatif: dict | None, oversubscribed: list[dict] | None = None,
+          vary: float | None = None) -> dict:
     """The finding with its cost: ``predicted_saving_ns`` (= ``cost_ns``), its share of the step,
-    ``severity``, the scenario that priced it and, when unpriced, ``why_not``."""
+    ``severity``, the scenario that priced it and, when unpriced, ``why_not``; with a saving,
+    ``durations_vary_share`` (``durations_vary``: the replay's premise in doubt by about that much)."""
     value, why_not, after = saving(finding["finding"], whatif, oversubscribed)
     step_ns = (whatif or {}).get("measured_step_ns")
     return {**finding, "severity": severity(value, step_ns), "cost_ns": value, "predicted_saving_ns": value,
             "saving_share": value / step_ns if value is not None and step_ns else None,
             "priced_by": FINDING_SCENARIOS.get(finding["finding"]) if value is not None else None,
-            "priced_after_straggler": after, "why_not": why_not}
+            "priced_after_straggler": after, "why_not": why_not,
+            "durations_vary_share": vary if value is not None else None}
 
 
-def price_findings(findings: list[dict], whatif: dict | None, oversubscribed: list[dict] | None = None) -> list[dict]:
+def price_findings(findings: list[dict], whatif: dict | None, oversubscribed: list[dict] | None = None,
+                   vary: float | None = None) -> list[dict]:
     """Every finding priced, the priced ones first by saving (largest first), then the unpriced by
     the figure they describe (``figure_ns``)."""
-    priced = [price(f, whatif, oversubscribed) for f in findings]
+    priced = [price(f, whatif, oversubscribed, vary) for f in findings]
     return sorted(priced, key=lambda f: (f["predicted_saving_ns"] is None, -(f["predicted_saving_ns"] or 0),
                                          -(f.get("figure_ns") or 0)))
 
 
-def price_straggler(straggler: dict | None, whatif: dict | None, oversubscribed: list[dict] | None = None
-                    ) -> dict | None:
+def price_straggler(straggler: dict | None, whatif: dict | None, oversubscribed: list[dict] | None = None,
+                    vary: float | None = None) -> dict | None:
     """skew.straggler with ``cost_ns`` = the step-time saving of removing its lateness (the
     no_straggler scenario) and ``cost_share`` of the measured step; the waits it causes stay in
     ``waits_caused_ns``."""
@@ -110,4 +138,4 @@ def price_straggler(straggler: dict | None, whatif: dict | None, oversubscribed:
     value, why_not, _ = saving("straggler", whatif, oversubscribed)
     step_ns = (whatif or {}).get("measured_step_ns")
     return {**straggler, "cost_ns": value, "cost_share": value / step_ns if value is not None and step_ns else None,
-            "cost_why_not": why_not}
+            "cost_why_not": why_not, "durations_vary_share": vary if value is not None else None}

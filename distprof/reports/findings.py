@@ -26,7 +26,15 @@ def saving(finding: dict, t: Callable[[int | None], str]) -> str:
     scenario = SCENARIO_TITLES.get(finding.get("priced_by") or "", finding.get("priced_by") or "")
     after = " after the straggler's fix" if finding.get("priced_after_straggler") else ""
     return (f"fix saves {t(value)} per step" + (f" ({100 * share:.1f}% of the step time)" if share is not None else "")
-            + f"; what-if: {scenario}{after}")
+            + f"; what-if: {scenario}{after}" + assumption(finding.get("durations_vary_share")))
+
+
+def assumption(vary: float | None) -> str:
+    """What the replay assumes, said where the trace puts it in doubt."""
+    if vary is None:
+        return ""
+    return (f" (the replay keeps every duration as traced; here the ranks' phase time varies ±{100 * vary:.0f}% "
+            "from step to step, so the saving may be off by as much)")
 
 
 def _pattern(straggler: dict) -> str:
@@ -49,7 +57,8 @@ def straggler_line(straggler: dict | None, t: Callable[[int | None], str]) -> st
     share = straggler.get("cost_share")
     if straggler.get("cost_ns") is not None:
         saving_text = f"removing its lateness saves {t(straggler['cost_ns'])} per step" + (
-            f" ({100 * share:.1f}% of the step time)" if share is not None else "")
+            f" ({100 * share:.1f}% of the step time)" if share is not None else "") + assumption(
+            straggler.get("durations_vary_share"))
     else:
         saving_text = f"saving not predicted ({straggler.get('cost_why_not') or cost.NO_REPLAY})"
     pattern = _pattern(straggler).removeprefix("persistent: ")
