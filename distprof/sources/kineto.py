@@ -56,7 +56,10 @@ gloo (which names no group) the worker threads: each gloo group owns its threads
 it and taking turns at its ops: threads split by the kinds they ran, else at the largest tid
 gaps, into equal sets mapped in order to pg_config's entries (else "" and a warning); a
 c10d::* op then takes the one group of the gloo ranges of its kind.
-``peer``: c10d::send / recv_'s third concrete input (a rank in the group) as a global rank.
+``peer``: c10d::send / recv_'s third concrete input (a rank in the group) as a global rank; a
+gloo:send / gloo:recv range (the exchange, with its wait) takes the peer of the c10d op of its
+direction whose span holds the range's start on the same thread (gloo creates the Work, and
+opens the range, inside the op; the range ends at wait(), after the op returned).
 ``meta["process_groups"]`` = {name: ranks} from pg_config and the args, ``meta["group_from"]``.
 
 Clock: ``clock_offset_ns`` = ``baseTimeNanoseconds`` when present (Kineto's definition:
@@ -949,7 +952,8 @@ def _related_ops(facts: dict, ids: dict, start_ns, end_ns, launch_row: np.ndarra
     """Per fact row, the fact row of the op around it, by source (-1: none). A kernel: the
     innermost record_param_comms / nccl:* / c10d::* range around its launching call on the
     launching thread (a SendRecv kernel inside nccl:all_to_all is an alltoall). A c10d::* op:
-    the record_param_comms inside it (on CPU traces the op is the communication row)."""
+    the record_param_comms inside it (on CPU traces the op is the communication row). A gloo:send
+    / gloo:recv range: the c10d op it started in, for the peer (_gloo_p2p_ops)."""
     rows, src, tid = facts["rows"], facts["source"], ids["tid"]
     related = {source: np.full(rows.size, -1, np.int64) for source in (_SRC_PARAM, _SRC_NCCL, _SRC_C10D)}
     kernels = np.flatnonzero(src == _SRC_KERNEL)
@@ -968,7 +972,32 @@ def _related_ops(facts: dict, ids: dict, start_ns, end_ns, launch_row: np.ndarra
         o, p = rows[ops], rows[params]
         outer = innermost_enclosing(tid[o], start_ns[o], end_ns[o], tid[p], start_ns[p], end_ns[p])
         related[_SRC_PARAM][ops[outer[outer >= 0]]] = params[outer >= 0]
+    gloo_op = _gloo_p2p_ops(facts, tid, start_ns, end_ns)
+    related[_SRC_C10D] = np.where(gloo_op >= 0, gloo_op, related[_SRC_C10D])
     return related
+
+
+def _gloo_p2p_ops(facts: dict, tid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+    """Per fact row: for a gloo:send / gloo:recv range, the fact row of its c10d::send / recv_ op
+    (-1: none, and for every other row). Why: on gloo only the op's concrete inputs name the peer
+    (and tag), while the range is the exchange itself, where the wait is, and the row that is kept.
+    Traces show the link unambiguously: gloo creates the Work, which opens the range, inside the
+    op on the op's thread, and the range ends at wait(), after the op returned; so ranges and ops
+    cross, never nest. The op is the one of the same direction whose span holds the range's
+    start on the same thread; an op that two ranges would claim is left to neither (a guess)."""
+    rows, src, kind = facts["rows"], facts["source"], facts["name_kind"]
+    found = np.full(rows.size, -1, np.int64)
+    p2p = np.isin(kind, _P2P_CODES)
+    gloo, ops = np.flatnonzero((src == _SRC_GLOO) & p2p), np.flatnonzero((src == _SRC_C10D) & p2p)
+    if not gloo.size or not ops.size:
+        return found
+    o, g = rows[ops], rows[gloo]
+    inner = innermost_enclosing(tid[o], start_ns[o], end_ns[o], tid[g], start_ns[g], start_ns[g])  # the start
+    op = np.where(inner >= 0, ops[np.maximum(inner, 0)], -1)
+    op[kind[np.maximum(op, 0)] != kind[gloo]] = -1
+    claims = np.bincount(np.maximum(op, 0), weights=op >= 0, minlength=rows.size)
+    found[gloo] = np.where(claims[np.maximum(op, 0)] == 1, op, -1)
+    return found
 
 
 def _merged_facts(facts: dict, related: dict[int, np.ndarray]) -> dict:
