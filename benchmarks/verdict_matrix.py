@@ -14,7 +14,10 @@ the injected one / all named, clean and one-off runs included), false stragglers
 run - that of its paired clean runs (the job's clean runs just before and after it, averaged), from the
 rank files themselves (Kineto ``ProfilerStep#N``, the demo's ``ProfileStep`` rows), only for jobs whose
 ranks have a core each (a rank that waits frees a core for the others otherwise). A ``once`` fault is a
-one-off: the right verdict is no straggler.
+one-off: the right verdict is no straggler. The demo jobs run with the live view on (``--live-every``
+``LIVE_EVERY``): its detection latency is the steps from the fault's onset to the end of the window whose
+alert first names the injected rank (live.json ``alerts``), and its false alerts are straggler alerts in
+clean runs.
 
     python benchmarks/verdict_matrix.py [--quick] [--jobs dp,ddp,tpdp] [--repeat K] [--clean N]
                                         [--keep DIR] [--json PATH]
@@ -47,6 +50,7 @@ KINDS = {"demo": ("forward", "data"), "torch": ("forward", "data", "comm", "once
 SIZES, QUICK_SIZES = (0.05, 0.10, 0.25, 0.50), (0.25,)
 ONSETS = ("start", "mid")
 RECALL_MIN = 0.10  # recall counts faults of at least this share of the step
+LIVE_EVERY = 2  # the demo jobs' live window, in steps
 STRAGGLER_NOTE = re.compile(r"straggler|late rank|transient|rotates|spread|unverified|not matched|no collective "
                             r"matched|process group", re.IGNORECASE)
 NOISE_NOTE = re.compile(r"sync/transfer split disagree")  # alignment detail, not why a rank is (not) named
@@ -81,6 +85,8 @@ class Run:
     commands: list[str] = field(default_factory=list)
     error: str | None = None
     said: list[str] = field(default_factory=list)  # what distprof said when the verdict is wrong
+    live_alerts: list[int] = field(default_factory=list)  # demo jobs: ranks of the live view's straggler alerts
+    live_latency: int | None = None  # steps from onset to the end of the window alerting the injected rank
 
     @property
     def faulty(self) -> bool:
@@ -162,7 +168,8 @@ def run_job(run: Run, folder: Path, steps: int, topology_flag: bool) -> tuple[Pa
         command = [DISTPROF, "demo", "--ranks", str(RANKS[run.job]), "--steps", str(steps), "--out", str(folder)]
         command += ["--topology", run.job] if topology_flag else []
         command += ["--straggler", run.spec] if run.spec else []
-        run.wall_s = execute(command, "demo", run)
+        run.wall_s = execute(command + ["--live-every", str(LIVE_EVERY)], "demo", run)
+        read_live(run, folder / "live.json")
         return folder, sorted(folder.glob("rank*.sqlite"))
     traces = folder / "traces"
     command = [sys.executable, str(HERE / "_fault_jobs.py"), "--topology", run.job, "--steps", str(steps),
@@ -172,6 +179,17 @@ def run_job(run: Run, folder: Path, steps: int, topology_flag: bool) -> tuple[Pa
     merged = folder / "merged"
     run.wall_s += execute([DISTPROF, "merge", *map(str, files), "-o", str(merged), "--no-html"], "merge", run)
     return merged, files
+
+
+def read_live(run: Run, path: Path) -> None:
+    """The live view's straggler alerts (ranks, in order) and, for a fault, its detection latency."""
+    if not path.exists():
+        return
+    alerts = [a for a in json.loads(path.read_text()).get("alerts") or [] if a.get("code") == "straggler"]
+    run.live_alerts = [int(a["rank"]) for a in alerts]
+    hit = next((a for a in alerts if run.faulty and a["rank"] == run.expected), None)
+    if hit is not None:
+        run.live_latency = int(hit["steps"][1]) - int(run.fault_step or 0) + 1
 
 
 def step_times(files: list[Path]) -> list[float]:
@@ -342,6 +360,7 @@ def scores(runs: list[Run]) -> dict:
     clean = [run for run in done if run.kind == "clean"]
     errors = sorted(run.cost_error for run in done if run.cost_error is not None)
     loads = [run.busy_cores for run in runs if run.busy_cores is not None]
+    latencies = [run.live_latency for run in big if run.live_latency is not None]
     return {"recall": [sum(run.right for run in big), len(big)],
             "precision": [sum(run.named == run.expected for run in named), len(named)],
             "false_per_clean": [sum(run.named is not None for run in clean), len(clean)],
@@ -352,8 +371,18 @@ def scores(runs: list[Run]) -> dict:
             "cost_no_effect": sum(run.right and run.cost_ns is not None and run.measured_ns is not None and
                                   run.measured_ns <= 0 and cores_each(run.job) for run in done),
             "cost_jobs": sorted({run.job for run in done if cores_each(run.job)}),
+            "live_detected": [sum(run.live_latency is not None for run in big if run.job in DEMO_JOBS),
+                              sum(run.job in DEMO_JOBS for run in big)],
+            "live_latency_median": statistics.median(latencies) if latencies else None,
+            "live_latency_worst": max(latencies, default=None),
+            "live_false_per_clean": [sum(bool(run.live_alerts) for run in clean if run.job in DEMO_JOBS),
+                                     sum(run.job in DEMO_JOBS for run in clean)],
             "failed": sum(run.error is not None for run in runs),
             "busy_median": statistics.median(loads) if loads else None, "busy_max": max(loads, default=None)}
+
+
+def none_as_dash(value) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def percent(value: float | None) -> str:
@@ -408,6 +437,12 @@ def report(runs: list[Run]) -> str:
              "faulty steps x their share of the profiled steps), from the rank files"
              + (f"; {score['cost_no_effect']} right verdict(s) left out: no positive measured effect (noise)"
                 if score["cost_no_effect"] else ""),
+             f"- live view (demo jobs, a window every {LIVE_EVERY} steps, an alert after 2 windows naming the same "
+             f"rank): faults >= {100 * RECALL_MIN:.0f}% alerted with the injected rank {share(*score['live_detected'])}"
+             f", {none_as_dash(score['live_latency_median'])} steps from onset to alert (median; worst "
+             f"{none_as_dash(score['live_latency_worst'])})"
+             f"; clean runs with a straggler alert {score['live_false_per_clean'][0]}/"
+             f"{score['live_false_per_clean'][1]}",
              f"- cores busy with other processes just before each run: median {score['busy_median'] or 0:.1f}, max "
              f"{score['busy_max'] or 0:.1f} of {os.cpu_count()} (other users' jobs slow ranks at random: noise in "
              "both the verdicts and the measured effects)",
