@@ -199,3 +199,95 @@ def test_a_segment_takes_the_innermost_phase_of_its_own_rank():
     rank = np.array([0, 0, 0, 0, 1, 1])
     at = np.array([5, 15, 50, 150, 15, 60])
     assert critical_path._phases_at(phases, rank, at).tolist() == ["step", "forward", "step", "", "backward", ""]
+
+
+G = 8 * MS  # unannotated work after a synchronous collective returns: too long after it to read as a wait
+
+
+def sync_collective_job(ranks: int, late: int, delay: int, lane: int, steps: int = 3) -> list:
+    """Each step: forward F (``delay`` longer on rank ``late``), then a synchronous allgather outside
+    every phase on ``lane`` (a gloo worker, or the issuing thread itself as MPI's blocking calls)
+    from the rank's arrival to ``T`` after the last arrival, then ``G`` of unannotated work and the
+    optimizer. The next point comes ``G`` after the op's end, too late to count as a wait: the
+    replay keeps the stretch as one segment of the issuing thread, which sits in the allgather
+    from its arrival to its end (waiting until the last arrival, then the transfer)."""
+    rows = {r: [] for r in range(ranks)}
+    start = 0
+    for s in range(steps):
+        arrive = start + F + np.where(np.arange(ranks) == late, delay, 0)
+        done = int(arrive.max()) + T
+        for r in range(ranks):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start, done + G + OPT, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "forward", start, int(arrive[r]), 1, s, ""),
+                        (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_gather", int(arrive[r]), done, lane, s, "allgather"),
+                        (ev.RANGE, ev.PHASE, "optimizer", done + G, done + G + OPT, 1, s, "")]
+        start = done + G + OPT
+    return [_reduced(r, rows[r]) for r in range(ranks)]
+
+
+@pytest.mark.parametrize("lane", [COMM_LANE, 1], ids=["gloo_worker", "issuing_thread"])
+def test_a_synchronous_collective_outside_phases_is_wait_and_transfer_not_compute(lane):
+    delay = 30 * MS
+    path = summarize(sync_collective_job(3, late=2, delay=delay, lane=lane))["critical_path"]
+    step_ns = F + delay + T + G + OPT
+    for s, step in enumerate(path["steps"]):
+        begin = s * step_ns
+        # the walk starts on rank 0 (every rank's step is the same) and stays there: no wait edge
+        # takes it to rank 2; rank 0's time in the allgather is its wait for rank 2, then the transfer
+        cuts = np.cumsum([begin, F, delay, T, G, OPT]).tolist()
+        assert [(seg["rank"], seg["lane"], seg["name"], seg["kind"], seg["start_ns"], seg["end_ns"])
+                for seg in step["segments"]] == [
+            (0, "thread", "forward", "compute", cuts[0], cuts[1]),
+            (0, "thread", "allgather", "wait", cuts[1], cuts[2]),
+            (0, "thread", "allgather", "communication", cuts[2], cuts[3]),
+            (0, "thread", "(no phase)", "compute", cuts[3], cuts[4]),
+            (0, "thread", "optimizer", "compute", cuts[4], cuts[5])]
+    assert path["share_by_kind"] == pytest.approx({"compute": (F + G + OPT) / step_ns, "wait": delay / step_ns,
+                                                   "communication": T / step_ns})
+    # the replay keeps that stretch as a segment of the thread, not a transfer it could shorten
+    assert path["scenario_shares"]["comm_bandwidth_x2"] == 0.0
+    assert path["scenario_shares"]["balanced_ranks"] == pytest.approx(1.0)
+
+
+def by_rank_line(path: dict) -> str:
+    from distprof.reports import critical_path_report
+    return next(line for line in critical_path_report.render(path).splitlines() if line.startswith("by rank:"))
+
+
+def test_a_balanced_job_reads_as_no_culprit_though_the_walk_starts_on_one_rank():
+    # two ranks, same work: the even count's tie-break walks every step from rank 0, whose
+    # share is then 100% by construction: it must not read as rank 0 setting the step
+    summary = summarize(late_job(2, late=1, delay=0))
+    path = summary["critical_path"]
+    assert summary["skew"]["straggler"] is None
+    assert path["share_by_rank"] == {"0": 1.0}
+    assert path["rank_reading"] == "no_straggler" and path["walked_from"] == {"0": 3}
+    assert path["share_walked_rank"] == 1.0 and path["share_by_rank_waited_for"] == {}
+    assert by_rank_line(path) == ("by rank: no straggler named: 100% lies on the rank the walk starts from (rank 0 "
+                                  "in 3 of 3 steps), by construction, not as a culprit; the ranks it waited for: none")
+
+
+def test_a_late_rank_is_read_from_the_ranks_the_walk_waited_for():
+    delay = 30 * MS
+    summary = summarize(late_job(2, late=1, delay=delay))
+    path = summary["critical_path"]
+    step_ns = F + delay + T + OPT
+    assert summary["skew"]["straggler"]["rank"] == 1
+    assert path["rank_reading"] == "straggler" and path["walked_from"] == {"0": 3}
+    assert path["share_walked_rank"] == pytest.approx((T + OPT) / step_ns)
+    assert path["share_by_rank_waited_for"] == pytest.approx({"1": (F + delay) / step_ns})
+    assert by_rank_line(path) == f"by rank: rank 1 {100 * (F + delay) / step_ns:.0f}%, rank 0 " \
+                                 f"{100 * (T + OPT) / step_ns:.0f}%"
+
+
+def test_real_ddp_healthy_blames_no_rank_and_late_names_the_late_one():
+    # tests/data/torch_ddp: 2 ranks; healthy: no straggler; late: rank 1 sleeps 25 ms in forward
+    healthy = pipeline.merge_files(sorted(DATA.glob("torch_ddp/healthy/rank*.json.gz")), CONFIG).critical_path
+    assert healthy["rank_reading"] == "no_straggler" and healthy["walked_from"] == {"0": 8}
+    assert healthy["share_walked_rank"] + sum(healthy["share_by_rank_waited_for"].values()) == pytest.approx(1.0)
+    line = by_rank_line(healthy)
+    assert line.startswith("by rank: no straggler named: ") and "not as a culprit" in line
+    late = pipeline.merge_files(sorted(DATA.glob("torch_ddp/late/rank*.json.gz")), CONFIG).critical_path
+    assert late["rank_reading"] == "straggler"
+    assert max(late["share_by_rank"], key=late["share_by_rank"].get) == "1" and late["share_by_rank"]["1"] > 0.5
+    assert by_rank_line(late).startswith("by rank: rank 1 ")

@@ -6,11 +6,21 @@ max(ready, lane predecessor's end) + launch delay and ends at max(start, last ar
 Walking back from a step's end and always taking the predecessor that set the max gives the
 critical path: the work whose shortening shortens the step. It crosses ranks at joins: where a
 transfer started at another member's arrival, the path continues on that member's chain. Time a
-rank spends waiting is therefore never on the path; the path goes through whoever it waited for.
+rank spends waiting where the replay sees it wait is therefore never on the path; the path goes
+through whoever it waited for.
+
+A segment of the issuing thread is compute, except where the thread sits in a collective that
+the replay does not make it wait for (its next point comes too long after the op's end): a
+blocking call on the thread itself (MPI), or a synchronous call run by another thread (gloo's
+workers) outside every phase. There the path is cut at the op: WAIT until its last member
+arrives, COMMUNICATION from then to its end, as a join would read, on the issuing thread's lane.
 
 Per step, the walk starts at the step end of the rank whose replayed step is the job's step time
 (the median over ranks; with an even count, the rank closest to the median) and stops at that
-rank's step start, so the path's length is that rank's replayed step. Numbers and codes only.
+rank's step start, so the path's length is that rank's replayed step. That rank is a tie-break
+among balanced ranks and holds the path's tail in any job, so its share says where the walk
+starts, not who is late: ``rank_reading`` says how to read the shares by rank. Numbers and codes
+only.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from .cost import FINDING_SCENARIOS
 from .whatif import Graph, ReplayTimes
 
 COMPUTE, COMMUNICATION, HOST, WAIT, IDLE = "compute", "communication", "host", "wait", "idle"
-KINDS = (COMPUTE, COMMUNICATION, HOST, WAIT, IDLE)
+KINDS = (COMPUTE, COMMUNICATION, HOST, WAIT, IDLE)  # HOST: older summaries' whole segment in a blocking call
 CHAIN_LANE = "thread"          # the issuing thread of the rank (the replay's chain)
 NO_PHASE = "(no phase)"
 TRACE_START = "(trace starts)"  # the path reaches a rank's first point: its trace starts after the step did
@@ -132,50 +142,92 @@ def _phases_at(phases: dict[str, np.ndarray], rank: np.ndarray, at: np.ndarray) 
     return out
 
 
-def _host_ops_at(g: Graph, r: ReplayTimes, rank: np.ndarray, at: np.ndarray,
-                 chain_lanes: list[set[str]] | None) -> np.ndarray:
-    """Per (rank row, time): a host-side comm op (a blocking MPI or gloo call: not GPU work) that
-    runs then on the rank's own computing thread (``chain_lanes`` per rank row), or -1: a chain
-    segment inside one is the host's time in the comm call, not compute. Ops on other threads
-    (a comm thread, gloo's workers) run beside the chain and leave its segments compute. The
-    op found is its rank's latest started at or before the time (the last listed among equal
-    starts)."""
-    out = np.full(rank.size, -1, np.int64)
-    pairs = [(row, str(lane)) for row, lanes in enumerate(chain_lanes or []) for lane in lanes]  # per rank's lanes
-    if not pairs or not rank.size or not g.o_rank.size:
-        return out
-    code, _ = columns.runs(np.r_[np.asarray([row for row, _ in pairs], np.int64), g.o_rank],
-                           np.concatenate([np.asarray([lane for _, lane in pairs], dtype=str), g.o_lane.astype(str)]))
+def _on_lanes(g: Graph, ops: np.ndarray, lanes_of: list[set[str]] | None) -> np.ndarray:
+    """Per op of ``ops``: it runs on one of its rank's ``lanes_of`` (lane labels per rank row)."""
+    pairs = [(row, str(lane)) for row, lanes in enumerate(lanes_of or []) for lane in lanes]  # per rank's lanes
+    if not pairs or not ops.size:
+        return np.zeros(ops.size, bool)
+    code, _ = columns.runs(np.r_[np.asarray([row for row, _ in pairs], np.int64), g.o_rank[ops]],
+                           np.concatenate([np.asarray([lane for _, lane in pairs], dtype=str),
+                                           g.o_lane[ops].astype(str)]))
     chain_lane = np.zeros(code.size, bool)
     chain_lane[code[:len(pairs)]] = True
-    host = np.flatnonzero(~g.o_gpu & chain_lane[code[len(pairs):]])
+    return chain_lane[code[len(pairs):]]
+
+
+def _blocking_ops(g: Graph, r: ReplayTimes, phases: dict[str, np.ndarray], chain_lanes: list[set[str]] | None,
+                  thread_lanes: list[set[str]] | None) -> np.ndarray:
+    """The host collectives the issuing thread sits in, sorted by (rank row, start): those on that
+    thread itself (``chain_lanes``: blocking MPI on the main thread), and those on another host
+    thread (``thread_lanes``: gloo's workers; not GPU streams) that run outside every phase with no
+    point of the issuing thread during them (a synchronous ``dist.all_gather``: the thread waits
+    in it, and nothing says it computed). The replay keeps such a stretch as the segment it lies
+    in when the thread's next point comes too late after the op's end to count as a wait; it is
+    still the collective's time, not compute. An op that overlaps a phase (a DDP bucket during
+    backward) runs beside the work."""
+    host = np.flatnonzero(~g.o_gpu)
     if not host.size:
-        return out
-    host = host[np.lexsort((r.start[host], g.o_rank[host]))]
-    found = columns.search(g.o_rank[host], r.start[host], rank, at, "right") - 1
-    op = host[np.maximum(found, 0)]
-    matched = (found >= 0) & (g.o_rank[op] == rank)
-    inside = matched & (r.end[op] > at)
-    out[inside] = op[inside]
-    return out
+        return host
+    rank, start, end = g.o_rank[host], r.start[host], r.end[host]
+    after = columns.search(g.p_rank, r.t, rank, start, "right")  # the thread's first point after the op's start
+    nxt = np.minimum(after, g.p_t.size - 1)
+    quiet = (after >= g.p_t.size) | (g.p_rank[nxt] != rank) | (r.t[nxt] >= end)
+    outside = _phases_at(phases, rank, start + (end - start) // 2) == ""
+    beside = _on_lanes(g, host, thread_lanes) & quiet & outside & (end > start)
+    blocking = host[_on_lanes(g, host, chain_lanes) | beside]
+    return blocking[np.lexsort((r.start[blocking], g.o_rank[blocking]))]
 
 
-def _segments(g: Graph, r: ReplayTimes, walked: dict, chain_lanes: list[set[str]] | None) -> dict[str, np.ndarray]:
+def _split_at_ops(g: Graph, r: ReplayTimes, walked: dict[str, np.ndarray], ops: np.ndarray) -> dict[str, np.ndarray]:
+    """The walked pieces with each chain piece (kind COMPUTE) cut where a blocking op (``ops``,
+    sorted by rank row and start) starts, has its last member arrive, and ends; a cut inside an op
+    is WAIT before the last arrival and COMMUNICATION after it, as at a join; ``chain`` marks the
+    pieces of the issuing thread. Vectorized: one search for the cuts inside each piece."""
+    compute = walked["kind"] == COMPUTE
+    if not ops.size:
+        return {**walked, "chain": compute}
+    last = np.clip(r.start[r.last_op[ops]], r.start[ops], r.end[ops])
+    cut_rank = np.repeat(g.o_rank[ops], 3)
+    cut_t = np.stack([r.start[ops], last, r.end[ops]], axis=1).reshape(-1)
+    order = np.lexsort((cut_t, cut_rank))
+    cut_rank, cut_t = cut_rank[order], cut_t[order]
+    lo = columns.search(cut_rank, cut_t, walked["rank"], walked["start"], "right")
+    hi = columns.search(cut_rank, cut_t, walked["rank"], walked["end"], "left")
+    pieces = np.where(compute, 1 + np.maximum(hi - lo, 0), 1)
+    row = np.repeat(np.arange(compute.size), pieces)
+    k = np.arange(row.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # which piece of its row
+    first, final = k == 0, k == pieces[row] - 1
+    at = lo[row] + k  # the cut that ends the piece (the one before it starts it)
+    out = {name: values[row] for name, values in walked.items()}
+    out["start"] = np.where(first, out["start"], cut_t[np.clip(at - 1, 0, cut_t.size - 1)])
+    out["end"] = np.where(final, out["end"], cut_t[np.minimum(at, cut_t.size - 1)])
+    out["chain"] = compute[row]
+    mid = out["start"] + (out["end"] - out["start"]) // 2
+    found = columns.search(g.o_rank[ops], r.start[ops], out["rank"], mid, "right") - 1
+    op = ops[np.maximum(found, 0)]
+    inside = out["chain"] & (found >= 0) & (g.o_rank[op] == out["rank"]) & (r.end[op] > mid) & (r.start[op] <= mid)
+    waiting = mid < np.clip(r.start[r.last_op[op]], r.start[op], r.end[op])
+    out["kind"] = np.where(inside, np.where(waiting, WAIT, COMMUNICATION), out["kind"]).astype(object)
+    out["op"] = np.where(inside, op, out["op"])
+    keep = out["end"] > out["start"]
+    return {name: values[keep] for name, values in out.items()}
+
+
+def _segments(g: Graph, r: ReplayTimes, walked: dict, chain_lanes: list[set[str]] | None,
+              thread_lanes: list[set[str]] | None = None) -> dict[str, np.ndarray]:
     """The walked pieces of every step (columns step, rank row, op, kind, start, end; in time
-    order, clipped at their step's start) labelled (host, phase, name, lane) and joined where
-    neighbours are the same work."""
+    order, clipped at their step's start), cut at the collectives the issuing thread sits in,
+    labelled (phase, name, lane) and joined where neighbours are the same work."""
+    phases = _phase_table(g, r.t)
+    walked = _split_at_ops(g, r, walked, _blocking_ops(g, r, phases, chain_lanes, thread_lanes))
     rank, op, kind, start, end = (walked[c] for c in ("rank", "op", "kind", "start", "end"))
-    mid = start + (end - start) // 2
-    host_op = np.where(kind == COMPUTE, _host_ops_at(g, r, rank, mid, chain_lanes), -1)
-    kind = np.where(host_op >= 0, HOST, kind).astype(object)
-    op = np.where(host_op >= 0, host_op, op)
-    phase = _phases_at(_phase_table(g, r.t), rank, mid)
+    phase = _phases_at(phases, rank, start + (end - start) // 2)
     name = np.where(phase == "", NO_PHASE, phase).astype(object)
     name[(kind == IDLE) & (op < 0)] = TRACE_START
     lane = np.full(op.size, CHAIN_LANE, dtype=object)
     on_op = op >= 0
-    name[on_op], lane[on_op] = g.o_name[op[on_op]], g.o_lane[op[on_op]]
-    lane[kind == HOST] = CHAIN_LANE
+    name[on_op] = g.o_name[op[on_op]]
+    lane[on_op & ~walked["chain"]] = g.o_lane[op[on_op & ~walked["chain"]]]
     frame = {"step": walked["step"], "rank": g.rank_numbers[rank], "lane": lane, "name": name, "kind": kind,
              "start_ns": start, "end_ns": end, "phase": phase}
     same = np.r_[False, start[1:] == end[:-1]] if start.size else np.zeros(0, bool)
@@ -218,11 +270,14 @@ def _step_ranks(g: Graph, t: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def paths(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
-          chain_lanes: list[set[str]] | None = None) -> list[dict]:
+          chain_lanes: list[set[str]] | None = None, thread_lanes: list[set[str]] | None = None) -> list[dict]:
     """Per step: the critical path (rank, length, segments) of a replay with inputs (w, transfer,
-    edges) and its times ``r``; ``chain_lanes``: per rank row, the labels of its computing thread."""
+    edges) and its times ``r``; ``chain_lanes``: per rank row, the labels of its computing thread;
+    ``thread_lanes``: of all its host threads (where a collective the computing thread waits in
+    may run)."""
     steps = _step_ranks(g, r.t)
-    segments = _segments(g, r, _walked(g, r, steps, _binding_waits(g, r, w, edges), transfer), chain_lanes)
+    walked = _walked(g, r, steps, _binding_waits(g, r, w, edges), transfer)
+    segments = _segments(g, r, walked, chain_lanes, thread_lanes)
     low = np.searchsorted(segments["step"], steps["step"], "left")  # a step's segments are together, steps ascending
     high = np.searchsorted(segments["step"], steps["step"], "right")
     out = []
@@ -259,17 +314,39 @@ def _shares(frame: dict[str, np.ndarray], by: str, total: int) -> dict:
 
 def scenario_shares(frame: dict[str, np.ndarray], total: int, straggler_rank: int | None, dataloader: str) -> dict:
     """Per what-if scenario, the share of the path it acts on (the part it can shorten): the
-    straggler's own work, the communication, the dataloader phase, the compute; None where the
-    scenario has nothing to act on (no straggler named). ``frame``: the path's segments as
-    columns (rank, kind, phase, ns)."""
+    straggler's own work, the transfers at joins, the dataloader phase, the issuing threads'
+    segments; None where the scenario has nothing to act on (no straggler named). A collective's
+    time inside a segment of the issuing thread (lane ``thread``: the replay sees no wait there)
+    is that segment's, as the replay keeps it: not a transfer the communication scenarios
+    shorten. ``frame``: the path's segments as columns (rank, lane, kind, phase, ns)."""
     def share(mask) -> float:
         return float(frame["ns"][mask].sum() / total) if total else 0.0
-    communication = share(frame["kind"] == COMMUNICATION)
-    return {"no_straggler": None if straggler_rank is None else
-            share((frame["rank"] == straggler_rank) & (frame["kind"] != COMMUNICATION)),
-            "overlap_communication": communication, "comm_bandwidth_x2": communication,
+    chain = frame["lane"] == CHAIN_LANE
+    transfer = (frame["kind"] == COMMUNICATION) & ~chain
+    return {"no_straggler": None if straggler_rank is None else share((frame["rank"] == straggler_rank) & ~transfer),
+            "overlap_communication": share(transfer), "comm_bandwidth_x2": share(transfer),
             "no_dataloader_wait": share(frame["phase"] == dataloader),
-            "balanced_ranks": share(np.isin(frame["kind"], [COMPUTE, HOST]))}
+            "balanced_ranks": share(chain & (frame["kind"] != IDLE))}
+
+
+def rank_reading(steps: list[dict], frame: dict[str, np.ndarray], total: int, straggler_rank: int | None,
+                 n_ranks: int) -> dict:
+    """How to read the path's shares by rank. Each step's walk starts on the rank closest to the
+    median (a tie-break among balanced ranks), so that rank holds the path's tail however balanced
+    the job is: its share says where the walk starts, not who is late. ``rank_reading``:
+    "straggler" (the skew analysis named one: the shares show what it sets), "no_straggler" (none
+    named: no rank's share is a culprit), "one_rank"; ``walked_from``: steps walked from each rank;
+    ``share_walked_rank``: the path on the rank its step is walked from; ``share_by_rank_waited_for``:
+    the rest, by rank (where a walked rank waited for another)."""
+    walked = np.repeat(np.asarray([step["rank"] for step in steps], np.int64),
+                       [len(step["segments"]) for step in steps])
+    own = frame["rank"] == walked
+    ranks, count = np.unique(np.asarray([step["rank"] for step in steps], np.int64), return_counts=True)
+    order = np.argsort(-count, kind="stable")
+    code = "straggler" if straggler_rank is not None else "one_rank" if n_ranks < 2 else "no_straggler"
+    return {"rank_reading": code, "walked_from": {str(r): int(c) for r, c in zip(ranks[order], count[order])},
+            "share_walked_rank": float(frame["ns"][own].sum() / total) if total else 0.0,
+            "share_by_rank_waited_for": _shares({"rank": frame["rank"][~own], "ns": frame["ns"][~own]}, "rank", total)}
 
 
 def _top(frame: dict[str, np.ndarray], total: int) -> list[dict]:
@@ -290,12 +367,13 @@ def _top(frame: dict[str, np.ndarray], total: int) -> list[dict]:
 
 def critical_path(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
                   chain_lanes: list[set[str]] | None = None, straggler_rank: int | None = None,
-                  dataloader: str = "Dataloader") -> dict:
+                  dataloader: str = "Dataloader", thread_lanes: list[set[str]] | None = None) -> dict:
     """summary.json's ``critical_path``: the path of every step, the shares of the total path
-    length (all steps) by rank, kind and phase, the top contributors by name, ``dominant``: the
-    phase or name that holds more than ``DOMINANT_SHARE`` of the path (None: none does), and
-    ``scenario_shares``: the part of the path each what-if scenario acts on."""
-    steps = paths(g, r, w, transfer, edges, chain_lanes)
+    length (all steps) by rank, kind and phase, how to read the shares by rank (``rank_reading``),
+    the top contributors by name, ``dominant``: the phase or name that holds more than
+    ``DOMINANT_SHARE`` of the path (None: none does), and ``scenario_shares``: the part of the
+    path each what-if scenario acts on."""
+    steps = paths(g, r, w, transfer, edges, chain_lanes, thread_lanes)
     rows = [seg for step in steps for seg in step["segments"]]
     frame = {c: np.asarray([row[c] for row in rows], dtype=np.int64 if c in ("rank", "start_ns", "end_ns") else str)
              for c in _SEGMENT_COLUMNS}  # one pass per column over the path's segments
@@ -310,6 +388,7 @@ def critical_path(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray,
             dominant = {"by": by, "name": key, "share": share}
             break
     return {"steps": steps, "length_ns": total, "share_by_rank": _shares(frame, "rank", total),
+            **rank_reading(steps, frame, total, straggler_rank, g.n_ranks),
             "share_by_kind": _shares(frame, "kind", total), "share_by_phase": by_phase, "top": top,
             "dominant": dominant, "scenario_shares": scenario_shares(frame, total, straggler_rank, dataloader)}
 
@@ -323,9 +402,11 @@ def safe_critical_path(g: Graph | None, results: list, warnings: list[str], stra
         return None
     try:
         inputs = (g.p_w, g.o_transfer, g.edges)
-        chain_lanes = [{lane.label for lane in result.lanes
-                        if lane.lane_kind == HOST_THREAD and lane.computation_ns > 0} for result in results]
-        return critical_path(g, whatif.replay_times(g, *inputs), *inputs, chain_lanes, straggler_rank, dataloader)
+        threads = [{lane.label: lane.computation_ns > 0 for lane in result.lanes if lane.lane_kind == HOST_THREAD}
+                   for result in results]
+        chain_lanes = [{label for label, computes in lanes.items() if computes} for lanes in threads]
+        return critical_path(g, whatif.replay_times(g, *inputs), *inputs, chain_lanes, straggler_rank, dataloader,
+                             [set(lanes) for lanes in threads])
     except (ValueError, KeyError, IndexError) as error:
         warnings.append(f"critical path skipped: {type(error).__name__}: {error}")
         return None

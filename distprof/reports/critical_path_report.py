@@ -23,6 +23,20 @@ def _shares(shares: dict, label: str = "") -> str:
     return text + (f", ... ({len(items) - SHOWN} more)" if len(items) > SHOWN else "")
 
 
+def _by_rank(path: dict, steps: int) -> str:
+    """The shares by rank, worded by ``rank_reading``: with no straggler named, the rank each walk
+    starts from holds the path's tail only because the walk starts there (a tie-break among
+    balanced ranks), so the line says that instead of listing it first as if it were late."""
+    if path.get("rank_reading") != "no_straggler":
+        return "by rank: " + _shares(path.get("share_by_rank", {}), "rank ")
+    walked = path.get("walked_from") or {}
+    starts = ", ".join(f"rank {rank} in {count}" for rank, count in list(walked.items())[:SHOWN])
+    starts += ", ..." if len(walked) > SHOWN else ""
+    waited = _shares(path.get("share_by_rank_waited_for") or {}, "rank ") or "none"
+    return (f"by rank: no straggler named: {100 * path['share_walked_rank']:.0f}% lies on the rank the walk starts "
+            f"from ({starts} of {steps} steps), by construction, not as a culprit; the ranks it waited for: {waited}")
+
+
 def parts(path: dict, unit: str = "ms") -> tuple[list[str], list[str], list[list[str]]]:
     """(lines, headers, rows of the top contributors), shared by the text and HTML reports."""
     scale = format.UNITS[unit]
@@ -31,7 +45,7 @@ def parts(path: dict, unit: str = "ms") -> tuple[list[str], list[str], list[list
     lines = [f"path over {len(steps)} steps, {path['length_ns'] / scale:.2f} {unit} in all, walked back from the "
              "step end of the median rank" + (f" (the rank closest to the median in {closest} steps: even rank "
                                                "count)" if closest else ""),
-             "by rank: " + _shares(path.get("share_by_rank", {}), "rank "),
+             _by_rank(path, len(steps)),
              "by kind: " + _shares(path.get("share_by_kind", {})),
              "by phase: " + _shares(path.get("share_by_phase", {}))]
     acts = {TITLES.get(name, name): share for name, share in (path.get("scenario_shares") or {}).items()
@@ -70,7 +84,7 @@ def _band(step: dict, unit: str) -> str:
         pieces.append(f'<span title="{title}" style="flex:{ns / length:.6f};background:'
                       f'{KIND_COLOURS.get(seg["kind"], "#888")};box-shadow:inset 0 -4px 0 '
                       f'{RANK_COLOURS[seg["rank"] % len(RANK_COLOURS)]}"></span>')
-    label = html.escape(f"step {step['step']} (rank {step['rank']}, {step['length_ns'] / scale:.2f} {unit})")
+    label = html.escape(f"step {step['step']} (from rank {step['rank']}, {step['length_ns'] / scale:.2f} {unit})")
     return (f'<div style="display:flex;align-items:center;margin:2px 0"><span class="meta" '
             f'style="width:210px;flex:none">{label}</span><div style="display:flex;flex:1;height:14px">'
             + "".join(pieces) + "</div></div>")
