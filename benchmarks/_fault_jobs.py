@@ -278,6 +278,9 @@ def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    cores = sorted(os.sched_getaffinity(0))
+    if RANKS[args.topology] <= len(cores):  # a core each, as a launcher binds them: no turn-taking
+        os.sched_setaffinity(0, {cores[int(os.environ["LOCAL_RANK"])]})  # before gloo's threads: they inherit it
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, fault, out = dist.get_rank(), parse_fault(args.fault), Path(args.out)
