@@ -263,8 +263,8 @@ def test_a_balanced_job_reads_as_no_culprit_though_the_walk_starts_on_one_rank()
     assert path["share_by_rank"] == {"0": 1.0}
     assert path["rank_reading"] == "no_straggler" and path["walked_from"] == {"0": 3}
     assert path["share_walked_rank"] == 1.0 and path["share_by_rank_waited_for"] == {}
-    assert by_rank_line(path) == ("by rank: no straggler named: 100% lies on the rank the walk starts from (rank 0 "
-                                  "in 3 of 3 steps), by construction, not as a culprit; the ranks it waited for: none")
+    assert by_rank_line(path) == ("by rank: no straggler named; 100% on the rank each walk starts from (rank 0 "
+                                  "in 3 of 3 steps: by construction, not a culprit); waited for: none")
 
 
 def test_a_late_rank_is_read_from_the_ranks_the_walk_waited_for():
@@ -286,7 +286,7 @@ def test_real_ddp_healthy_blames_no_rank_and_late_names_the_late_one():
     assert healthy["rank_reading"] == "no_straggler" and healthy["walked_from"] == {"0": 8}
     assert healthy["share_walked_rank"] + sum(healthy["share_by_rank_waited_for"].values()) == pytest.approx(1.0)
     line = by_rank_line(healthy)
-    assert line.startswith("by rank: no straggler named: ") and "not as a culprit" in line
+    assert line.startswith("by rank: no straggler named; ") and "not a culprit" in line
     late = pipeline.merge_files(sorted(DATA.glob("torch_ddp/late/rank*.json.gz")), CONFIG).critical_path
     assert late["rank_reading"] == "straggler"
     assert max(late["share_by_rank"], key=late["share_by_rank"].get) == "1" and late["share_by_rank"]["1"] > 0.5

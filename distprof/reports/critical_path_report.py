@@ -33,8 +33,8 @@ def _by_rank(path: dict, steps: int) -> str:
     starts = ", ".join(f"rank {rank} in {count}" for rank, count in list(walked.items())[:SHOWN])
     starts += ", ..." if len(walked) > SHOWN else ""
     waited = _shares(path.get("share_by_rank_waited_for") or {}, "rank ") or "none"
-    return (f"by rank: no straggler named: {100 * path['share_walked_rank']:.0f}% lies on the rank the walk starts "
-            f"from ({starts} of {steps} steps), by construction, not as a culprit; the ranks it waited for: {waited}")
+    return (f"by rank: no straggler named; {100 * path['share_walked_rank']:.0f}% on the rank each walk starts from "
+            f"({starts} of {steps} steps: by construction, not a culprit); waited for: {waited}")
 
 
 def parts(path: dict, unit: str = "ms") -> tuple[list[str], list[str], list[list[str]]]:
