@@ -38,17 +38,19 @@ def summarize(rows_by_rank: dict[int, list[tuple]]) -> dict:
     return pipeline.combine(results, CONFIG, source="test", world_size=len(results)).to_json()
 
 
-def tp_dp_job(delay_ns: int, late_rank: int = 3, steps: int = 6, late_steps=None) -> dict:
+def tp_dp_job(delay_ns: int, late_rank: int = 3, steps: int = 6, late_steps=None, delays=None) -> dict:
     """TP groups {0,1}, {2,3} allreduce after forward; DP groups {0,2}, {1,3} allgather after
     backward. The late rank's forward takes ``delay_ns`` longer in ``late_steps`` (all): its TP
     partner waits for it, and so does its DP partner; the TP partner then reaches its own DP
-    allgather late by the same delay, which it only passes on."""
+    allgather late by the same delay, which it only passes on. ``delays`` ({rank: [ns per
+    step]}) adds more, per rank and step."""
     tp_of, dp_of = {0: "tp0", 1: "tp0", 2: "tp1", 3: "tp1"}, {0: "dp0", 2: "dp0", 1: "dp1", 3: "dp1"}
     rows = {r: [] for r in range(4)}
     for s in range(steps):
         base = s * STEP_NS
         late = late_steps is None or s in late_steps
-        forward_end = {r: base + 40 * MS + (delay_ns if r == late_rank and late else 0) for r in range(4)}
+        forward_end = {r: base + 40 * MS + (delay_ns if r == late_rank and late else 0)
+                       + (delays or {}).get(r, [0] * steps)[s] for r in range(4)}
         tp_end = {r: max(forward_end[q] for q in range(4) if tp_of[q] == tp_of[r]) + 1 * MS for r in range(4)}
         dp_arrive = {r: tp_end[r] + 40 * MS for r in range(4)}
         dp_end = {r: max(dp_arrive[q] for q in range(4) if dp_of[q] == dp_of[r]) + 1 * MS for r in range(4)}
@@ -135,3 +137,27 @@ def test_a_burst_that_ended_or_a_short_tail_is_no_straggler(late_steps):
     summary = tp_dp_job(20 * MS, late_rank=1, steps=8, late_steps=late_steps)
     assert summary["skew"]["straggler"] is None
     assert any("transient" in note for note in summary["skew"]["notes"])
+
+
+def test_a_rank_slightly_late_before_its_onset_is_named_since_the_step_up():
+    """Rank 1: 6 ms late in step 1 (above the 5%-of-step threshold: late, by noise), 20 ms in steps
+    4-7: every step since 4 costs more than any before, and more than any rank cost before: since
+    step 4 (the old rule wanted it never late before)."""
+    summary = tp_dp_job(0, delays={1: [0, 6 * MS, 0, 0, 20 * MS, 20 * MS, 20 * MS, 20 * MS]}, steps=8)
+    straggler = summary["skew"]["straggler"]
+    assert (straggler["rank"], straggler["pattern"], straggler["onset_step"]) == (1, "since step", 4)
+    assert straggler["waits_caused_ns"] == 20 * MS
+
+
+def test_the_onset_rank_is_found_when_another_cost_more_before_it():
+    """Rank 0: 19 ms late in steps 0-3 (a burst that ended, 76 ms in all); rank 1: 24 ms in steps
+    5-7 (72 ms in all): the rank late at the end is the one that turned slow."""
+    summary = tp_dp_job(0, delays={0: [19 * MS] * 4 + [0] * 4, 1: [0] * 5 + [24 * MS] * 3}, steps=8)
+    straggler = summary["skew"]["straggler"]
+    assert (straggler["rank"], straggler["pattern"], straggler["onset_step"]) == (1, "since step", 5)
+
+
+def test_an_onset_no_later_than_the_noise_before_it_is_no_straggler():
+    """Rank 0 cost 30 ms in step 1; rank 1 costs 20 ms from step 4: not above what came before."""
+    summary = tp_dp_job(0, delays={0: [0, 30 * MS] + [0] * 6, 1: [0] * 4 + [20 * MS] * 4}, steps=8)
+    assert summary["skew"]["straggler"] is None

@@ -389,19 +389,25 @@ def straggler_phase(phases: list[dict] | None, rank: int) -> tuple[str, int] | N
 
 
 def _onset(per_unit: np.ndarray, r: int, min_cost: float, cfg: dict) -> int | None:
-    """The unit from which rank row ``r`` stays late: late in every unit from it to the last one,
-    at least ``straggler_min_onset_steps`` units, never late before it, and by more than what
-    made any rank late before it (its median cost per unit since then exceeds the largest cost
-    of any rank in any earlier unit): a rank that turned slow mid-run and stayed slow. A burst
-    that ended is a one-off; a late rank taking over from another, as late, rotates. None when
-    there is no such unit."""
+    """The unit from which rank row ``r`` stays late, as a change point: late in every unit from
+    it to the last one (at least ``straggler_min_onset_steps`` units), every one of them costing
+    more than any unit of its own before it (a step up, not noise that was already there), their
+    median more than what any other rank cost in any unit before it (above the job's noise), and
+    at least ``straggler_min_lead`` × what any other rank costs since (not one of several late
+    ranks). A burst that ended is a one-off; a late rank taking over from another, as late,
+    rotates. None when there is no such unit."""
     late, n = per_unit[r] >= min_cost, per_unit.shape[1]
-    if n < 2 or not late[-1]:
+    if n < 2 or not late[-1] or late.all():
         return None
-    onset = n - int(np.argmin(late[::-1])) if not late.all() else 0  # the last run of late units
-    if onset == 0 or n - onset < int(cfg.get("straggler_min_onset_steps", 3)) or late[:onset].any():
+    onset = n - int(np.argmin(late[::-1]))  # the last run of late units
+    if n - onset < int(cfg.get("straggler_min_onset_steps", 3)):
         return None
-    return onset if np.median(per_unit[r, onset:]) > per_unit[:, :onset].max() else None
+    since, others = per_unit[r, onset:], np.delete(per_unit, r, axis=0)
+    steps_up = since.min() > per_unit[r, :onset].max()
+    above_noise = np.median(since) > (others[:, :onset].max() if others.size else 0)
+    leads = since.sum() >= float(cfg["straggler_min_lead"]) * (others[:, onset:].sum(axis=1).max()
+                                                               if others.size else 0)
+    return onset if steps_up and above_noise and leads else None
 
 
 def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, verified, phases,
@@ -423,11 +429,16 @@ def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, veri
     big = per_step[r] >= blame["min_cost"]
     repeats = int(blame["last_in"][r]) > of / 2 if one_step else \
         steps_late >= np.ceil(float(cfg["straggler_min_late_share"]) * n_units - 1e-9)
-    onset = None if one_step or repeats else _onset(blame["per_unit"], r, blame["min_cost"], cfg)
+    onset = None
+    if not (one_step or repeats):  # turned slow mid-run: the rank costing most over the last units
+        tail = int(np.argmax(blame["per_unit"][:, -int(cfg.get("straggler_min_onset_steps", 3)):].sum(axis=1)))
+        onset = _onset(blame["per_unit"], tail, blame["min_cost"], cfg)
+        r = tail if onset is not None else r
+        late_in, of, steps_late = int(blame["late_in"][r]), int(blame["of"][r]), int(blame["steps_late"][r])
     if onset is not None:
         big, repeats = blame["per_unit"][r][onset:].mean() >= blame["min_cost"], True
     runner_up = float(np.delete(cost, r).max()) if cost.size > 1 else 0.0
-    leads = cost[r] >= float(cfg["straggler_min_lead"]) * runner_up
+    leads = onset is not None or cost[r] >= float(cfg["straggler_min_lead"]) * runner_up  # an onset led since
     verified = np.ones(len(rank_of), bool) if verified is None else np.asarray(verified, bool)
     if not (big and repeats and leads):
         return None, _no_straggler_notes(blame, rank_of, r, big, repeats)
