@@ -10,9 +10,11 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import config as config_mod
@@ -213,9 +215,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
         config = config_mod.load(None, {**{k: v for k, v in config.items() if k != "hardware"},
                                         "hardware": {**config["hardware"], "gpus_per_node": args.gpus_per_node}})
     outpaths.check_dir(args.out, OUTPUT_FILES)  # before the analysis, not after it
+    from .transport import mpi_world, read_workers_setting
+    read_workers_setting()  # a bad DISTPROF_READ_WORKERS is named before any file is read
     notes: list[str] = []
     paths = sources.expand(args.inputs, warn=lambda text: _warn(text, notes))
-    from .transport import mpi_world
     comm = mpi_world()
     tasks = max(_env_count(v) for v in ("SLURM_NTASKS", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
     if tasks > 1 and (comm is None or comm.Get_size() == 1):
@@ -225,14 +228,36 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if summary is None:  # an MPI worker other than rank 0: its results went to rank 0
         return 0
     out = Path(args.out)
-    export.write_summary(summary, out)
+    with writing(out):
+        export.write_summary(summary, out)
     sys.stdout.write(text.render(summary, args.unit))
     print(f"\nwrote {out / export.SUMMARY_FILE}")
     if args.html:
         from .reports import html
-        print(f"wrote {html.write_report(summary, out, args.unit)}")
+        with writing(out):
+            print(f"wrote {html.write_report(summary, out, args.unit)}")
     print(text.next_steps(out, args.html))
     return 0
+
+
+_TEMPORARY = re.compile(r"\.(.+)\.[^.]+\.tmp")  # outpaths.atomic_open's temporary name of a file
+
+
+@contextlib.contextmanager
+def writing(out: str | Path) -> Iterator[None]:
+    """Writing outputs after the analysis: what the checks before it could not foresee (a file made
+    immutable meanwhile, a full disk) ends in one line naming the file, not a PermissionError
+    traceback. A temporary file's error names the file it was to replace."""
+    try:
+        yield
+    except OSError as error:
+        name = error.filename2 or error.filename
+        target = Path(str(name)) if name else Path(out)
+        match = _TEMPORARY.fullmatch(target.name)
+        if match and not error.filename2:
+            target = target.parent / match.group(1)
+        raise SourceError(f"{target}: cannot write the output ({error.strerror or error}): make it writable "
+                          "(permissions, `chattr -i`, free space) or choose another output path") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -243,7 +268,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         if where.suffix in (".html", ".htm"):
             outpaths.check_file(where)
         else:
-            outpaths.check_dir(where)
+            outpaths.check_dir(where, ("report.html",))
+    refuse_json_array(args.summary)
     summary = export.read_summary(args.summary)
     try:
         shown = text.render(summary, args.unit, sorted_by=args.sorted_by, top=args.top or None, rank=args.rank)
@@ -253,8 +279,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     sys.stdout.write(shown)
     if where is not None:
         from .reports import html
-        print(f"wrote {html.write_report(summary, where, args.unit, args.sorted_by)}")
+        with writing(where):
+            print(f"wrote {html.write_report(summary, where, args.unit, args.sorted_by)}")
     return 0
+
+
+def refuse_json_array(item: str | Path) -> None:
+    """A summary.json is a JSON object; a file holding a JSON array (a bare list of trace events, or
+    anything else) is named as what it is and what to pass, not as "a rank file". Only the first
+    bytes are read."""
+    from .reports import export
+    path = Path(item)
+    path = path / export.SUMMARY_FILE if path.is_dir() else path
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError:
+        return  # read_summary says why, in one line
+    if head.startswith(b"["):
+        raise SourceError(f"{path}: a JSON array, not a distprof summary.json (the JSON object `distprof merge` "
+                          f"writes): pass a merge's output folder or its summary.json; if this is a rank file (a "
+                          f"list of trace events), merge it first: `distprof merge {path} -o OUT`, then "
+                          "`distprof report OUT`")
 
 
 def _trace_inputs(args: argparse.Namespace, config: dict) -> tuple[dict, list[tuple[str, Path]], Path]:
@@ -333,6 +379,7 @@ def diff_side(item: str, config: dict) -> dict:
     from .reports import export
     path = Path(item)
     if (path.is_dir() and (path / export.SUMMARY_FILE).exists()) or path.name == export.SUMMARY_FILE:
+        refuse_json_array(path)
         return _checked_steps(export.read_summary(path), item)
     found = sources.expand([item])
     missing = [p for p in found if not p.is_file()]
@@ -411,17 +458,48 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .reports import diff_report
     config = config_mod.load(args.config)
     before_items, after_items = _diff_runs(args)
-    outpaths.check_dir(args.out)  # before the merges, not after them
-    before_items, befores = _median_first(before_items, [diff_side(item, config) for item in before_items])
-    after_items, afters = _median_first(after_items, [diff_side(item, config) for item in after_items])
+    outpaths.check_dir(args.out, DIFF_FILES)  # before the merges, not after them
+    before_items, befores = _median_first(before_items, [finite(diff_side(item, config), item)
+                                                         for item in before_items])
+    after_items, afters = _median_first(after_items, [finite(diff_side(item, config), item)
+                                                      for item in after_items])
     labels = (before_items[0], after_items[0])
     result, shown = _diff_text(args, labels, befores, afters, config)
     sys.stdout.write(shown)
-    print(f"\nwrote {diff_report.write_json(result, args.out)}")
-    if args.html:
-        print(f"wrote {diff_report.write_html(result, labels, args.out, args.unit)}")
-        print(f"wrote {diff_report.write_combined(result, labels, afters[0], args.out, args.unit)}")
+    with writing(args.out):
+        print(f"\nwrote {diff_report.write_json(result, args.out)}")
+        if args.html:
+            print(f"wrote {diff_report.write_html(result, labels, args.out, args.unit)}")
+            print(f"wrote {diff_report.write_combined(result, labels, afters[0], args.out, args.unit)}")
     return 0
+
+
+DIFF_FILES = ("diff.json", "diff.html", "report.html")  # what diff writes
+
+
+def finite(summary: dict, item: str) -> dict:
+    """A side's summary with every NaN or infinite number as null, the summaries' "unknown":
+    json.loads reads NaN from a damaged summary.json, and the diff printed ``nan -> 667.11 +nan%``
+    and wrote NaN into diff.json (not JSON). A warning names the file, the count and the first key."""
+    bad: list[str] = []
+    cleaned = _nulled(summary, "", bad)
+    if bad:
+        console.warn(f"{item}: {len(bad)} figure(s) NaN or infinite (first: {bad[0]}): compared as unknown "
+                     "(\"-\"); merge the run again to get them")
+    return cleaned
+
+
+def _nulled(value: object, where: str, bad: list[str]) -> object:
+    """``value`` with non-finite floats as None, their keys appended to ``bad`` (a summary is at most
+    export.MAX_DEPTH levels deep: read_summary refused deeper)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        bad.append(where.lstrip("."))
+        return None
+    if isinstance(value, dict):
+        return {key: _nulled(item, f"{where}.{key}", bad) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_nulled(item, f"{where}[{index}]", bad) for index, item in enumerate(value)]
+    return value
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
@@ -459,14 +537,15 @@ def cmd_hang(args: argparse.Namespace) -> int:
     from .analyses import hang
     from .reports import hang_report
     from .sources import flight_recorder
-    out = outpaths.check_dir(args.out)
+    out = outpaths.check_dir(args.out, (HANG_JSON,))
     dumps, states = flight_recorder.read_all(args.inputs)
     if not states:
         raise SourceError(f"{', '.join(args.inputs)}: no dump files (names ending in a rank number)")
     result = hang.analyse(dumps).to_json()
     inputs = [s.to_json() for s in states]
-    out.mkdir(parents=True, exist_ok=True)
-    outpaths.write_text(out / HANG_JSON, json.dumps({**result, "inputs": inputs}, indent=1) + "\n")
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+        outpaths.write_text(out / HANG_JSON, json.dumps({**result, "inputs": inputs}, indent=1) + "\n")
     sys.stdout.write(hang_report.render(result, inputs) + f"wrote {out / HANG_JSON}\n")
     return 0
 
@@ -488,6 +567,17 @@ def percentage(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (math.isfinite(value) and 0 <= value <= 100):
         raise argparse.ArgumentTypeError(f"{text!r} must be a percentage from 0 to 100")
+    return value
+
+
+def row_count(text: str) -> int:
+    """An argparse type: a number of table rows, 0 (all) or more; -5 was taken as "all but 5"."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 (all rows) or more")
     return value
 
 
@@ -566,7 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     report.add_argument("--sorted-by", choices=tables.SORT_KEYS, default="cpu_total",
                         help="order of the Kernel / Memory / UserDefined tables (default cpu_total)")
-    report.add_argument("--top", type=int, default=20, help="rows of those tables (default 20; 0: all)")
+    report.add_argument("--top", type=row_count, default=20, help="rows of those tables (default 20; 0: all)")
     report.add_argument("--rank", type=int, default=None, help="that rank's own tables instead of all ranks'")
     report.add_argument("--html", nargs="?", const="", default=None, metavar="PATH",
                         help="also write report.html (next to summary.json, or to PATH)")

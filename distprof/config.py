@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,8 @@ NULLABLE: dict[str, type] = {"hardware.peak_busbw_gbps": float, "hardware.gpus_p
                              "input.max_uncompressed_mb": int, "live.prometheus_port": int, "live.textfile": str,
                              "collector.hang_dump_s": float}
 NON_EMPTY_ITEMS = ("communication.kernel_prefixes",)  # an empty prefix would match every kernel
+INT_LIMIT = 2 ** 63 - 1  # an integer beyond int64 overflowed float() or numpy deep in the analysis
+_EXPONENT = re.compile(r"([-+]?)(\d+)(?:\.(\d*))?[eE]([-+]?)(\d+)")
 
 
 class ConfigError(ValueError):
@@ -132,7 +135,7 @@ def _merge(base: dict, override: dict, where: str, source: str) -> dict:
             raise ConfigError(f"{source}: key '{path}' must be {type(default).__name__}, got bool")
         if not isinstance(value, expected):
             raise ConfigError(f"{source}: key '{path}' must be {type(default).__name__}, "
-                              f"got {type(value).__name__} ({value!r})")
+                              f"got {type(value).__name__} ({value!r}){_number_hint(value, expected)}")
         if isinstance(default, list) and not all(isinstance(item, str) for item in value):
             raise ConfigError(f"{source}: key '{path}' must be a list of strings")
         _check_value(path, value, source)
@@ -157,7 +160,7 @@ def _nullable(path: str, value: Any, source: str) -> Any:
     if isinstance(value, bool) or not isinstance(value, allowed):
         what = "a number" if kind is float else "an integer"
         raise ConfigError(f"{source}: key '{path}' must be {what} > 0 or null, got {type(value).__name__} "
-                          f"({value!r})")
+                          f"({value!r}){_number_hint(value, allowed)}")
     _check_value(path, value, source)
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{source}: key '{path}' must be > 0 or null, got {value!r}")
@@ -169,6 +172,10 @@ def _check_value(path: str, value: Any, source: str) -> None:
     """Ranges and non-empty entries: a negative count or a ratio of 5 must not silently do nonsense."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{source}: key '{path}' must be a finite number, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_LIMIT:
+        # 1 and 400 zeros: OverflowError in float() or numpy deep in the analysis
+        raise ConfigError(f"{source}: key '{path}' is too large: an integer of {len(str(abs(value)))} digits "
+                          f"(at most {INT_LIMIT}, about 9.2e18); give the real value")
     low, high = RANGES.get(path, (None, None))
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if (low is not None and value < low) or (high is not None and value > high):
@@ -176,6 +183,23 @@ def _check_value(path: str, value: Any, source: str) -> None:
             raise ConfigError(f"{source}: key '{path}' must be {bounds}, got {value!r}")
     if path in NON_EMPTY_ITEMS and isinstance(value, list) and any(item == "" for item in value):
         raise ConfigError(f"{source}: key '{path}' must not hold an empty string (it would match everything)")
+
+
+def _number_hint(value: Any, expected: tuple | type) -> str:
+    """Why a number in exponent form came as text, and how to write it: YAML 1.1 (PyYAML) reads
+    ``1.0e308`` or ``1e3`` as a string, a float there needs a dot and a signed exponent."""
+    match = _EXPONENT.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        return ""
+    sign, whole, fraction, exp_sign, exponent = match.groups()
+    why = f": YAML 1.1 reads {value.strip()} as text (a float needs a dot and a signed exponent)"
+    wanted = expected if isinstance(expected, tuple) else (expected,)
+    if float in wanted:
+        return f"{why}; write {sign}{whole}.{fraction or '0'}e{exp_sign or '+'}{exponent}"
+    number = float(value)
+    if math.isfinite(number) and number.is_integer() and abs(number) <= INT_LIMIT:
+        return f"{why}, and this key is an integer: write {int(number)}"
+    return f"{why}, and this key is an integer: write it in digits, e.g. 1000"
 
 
 def _unique_key_loader() -> type:
@@ -215,6 +239,12 @@ def _parse(path: str | Path) -> Any:
         return yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
+    except RecursionError:  # PyYAML composes nested nodes recursively
+        raise ConfigError(f"{source}: nested too deep to read (a distprof config is two levels: "
+                          "a section, then its keys)") from None
+    except ValueError as error:  # int() of more than 4300 digits (sys.int_info), a date like 2020-13-45
+        detail = "a number of more than 4300 digits" if "digits" in str(error) else str(error)
+        raise ConfigError(f"{source}: a value YAML cannot read ({detail}); give the real value") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""

@@ -5,12 +5,27 @@ made concurrent writers into one folder collide)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from .events import SourceError
+
+# Every file distprof writes into an output folder (merge, report --html, trace, diff, hang, the live
+# view, the hang watchdog's hang_rank<r>.json): finding inputs in a folder skips them without a word
+# (`merge OUTDIR`, a live run's folder). tests/test_bad_input_cli.py checks this against the writers.
+OWN_FILES = frozenset({"summary.json", "ranks.csv", "collectives.csv", "report.html", "trace.json.gz",
+                       "diff.json", "diff.html", "hang.json", "live.json", "whatif.json"})
+_OWN_PATTERN = re.compile(r"hang_rank\d+\.json")
+
+
+def is_own_file(name: str) -> bool:
+    """True for the name of a file distprof itself writes (OWN_FILES, hang_rank<r>.json)."""
+    return name in OWN_FILES or _OWN_PATTERN.fullmatch(name) is not None
+
 
 # read once at import (os.umask is process-wide, not thread-safe to probe later): mkstemp makes
 # 0600 files, and outputs should get the permissions of ordinary files
@@ -50,7 +65,29 @@ def check_dir(out: str | Path, files: tuple[str, ...] = ()) -> Path:
             raise SourceError(f"{out / name}: output file is an existing directory (remove it or choose another -o)")
     if out.is_dir():
         _probe(out)
+        for name in files:
+            _check_replaceable(out / name)
     return out
+
+
+def _check_replaceable(path: Path) -> None:
+    """An existing output file that cannot be replaced fails here, before the analysis: an
+    immutable or append-only one (``chattr +i`` / ``+a``, which stops root too) made ``os.replace``
+    raise PermissionError after the whole merge. A file that cannot be written (os.access) is
+    linked to a probe name: the kernel refuses that, like the replace, for exactly those flags."""
+    if not path.is_file() or os.access(path, os.W_OK):
+        return  # absent, or writable: neither flag is set
+    probe = path.parent / f".distprof-probe.{os.getpid()}.{path.name}"
+    try:
+        os.link(path, probe)
+    except OSError as error:
+        owner = path.stat().st_uid == os.geteuid() or os.geteuid() == 0  # else protected_hardlinks may refuse
+        if error.errno == errno.EPERM and owner:
+            raise SourceError(f"{path}: existing output file cannot be replaced (immutable or append-only? "
+                              f"`lsattr {path}`; clear the flag with `chattr -i -a` or choose another -o)") from None
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
 
 
 def _probe(folder: Path) -> None:
@@ -70,6 +107,7 @@ def check_file(path: str | Path) -> Path:
     if path.is_dir():
         raise SourceError(f"{path}: output file is an existing directory (choose another -o)")
     _check_writable_dir(_nearest_existing(path.parent), path)
+    _check_replaceable(path)
     return path
 
 

@@ -134,6 +134,23 @@ def busy_elsewhere() -> float:
         return max(0.0, os.getloadavg()[0] - 1.0)
 
 
+def read_workers_setting(environ=None) -> int | None:
+    """``DISTPROF_READ_WORKERS`` as a count, None when unset; anything else is a ConfigError naming
+    the variable (int()'s own ValueError named neither it nor what to set)."""
+    import os
+
+    from .config import ConfigError
+    text = (os.environ if environ is None else environ).get("DISTPROF_READ_WORKERS", "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"DISTPROF_READ_WORKERS={text[:40]!r}: expected a number of processes that read the "
+                          "rank files (e.g. 4; 1: one file after the other); unset it for one per free "
+                          "core") from None
+
+
 def local_workers(files: int, environ=None) -> int:
     """Processes for reading ``files`` rank files on this machine: one per free core (cores less
     the processes running elsewhere), at most one per file, 1 without fork.
@@ -142,8 +159,9 @@ def local_workers(files: int, environ=None) -> int:
     environ = os.environ if environ is None else environ
     if files < 2 or not hasattr(os, "fork"):
         return 1
-    if environ.get("DISTPROF_READ_WORKERS"):
-        return max(1, min(files, int(environ["DISTPROF_READ_WORKERS"])))
+    chosen = read_workers_setting(environ)
+    if chosen is not None:
+        return max(1, min(files, chosen))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(files, int(cores - busy_elsewhere() + 0.5)))
 

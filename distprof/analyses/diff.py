@@ -59,13 +59,16 @@ def step_durations(summary: dict) -> np.ndarray:
     ProfileStep duration), as merge wrote it.
 
     From ``tables.merged.steps.median_ns`` (all steps, up to 2000), else ``skew.steps`` (at most
-    ``skew.max_rows`` steps kept)."""
+    ``skew.max_rows`` steps kept). A step whose time is unknown (null, or NaN in a damaged
+    summary) is left out: one NaN made the median and every resample NaN."""
     steps = ((summary.get("tables") or {}).get("merged") or {}).get("steps") or {}
     if steps.get("median_ns"):
-        return np.asarray(steps["median_ns"], dtype=np.float64)
+        durations = np.asarray([np.nan if x is None else x for x in steps["median_ns"]], dtype=np.float64)
+        return durations[np.isfinite(durations)]
     rows = (summary.get("skew") or {}).get("steps") or []
-    return np.asarray([r["duration_median_ns"] for r in rows if r.get("duration_median_ns") is not None],
-                      np.float64)
+    durations = np.asarray([r["duration_median_ns"] for r in rows if r.get("duration_median_ns") is not None],
+                           np.float64)
+    return durations[np.isfinite(durations)]
 
 
 def bootstrap_interval(before: np.ndarray, after: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED,
@@ -284,7 +287,8 @@ def unit_of_work(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PRE
 # -- movers -----------------------------------------------------------------------------------
 
 def _rows(summary: dict) -> dict[tuple, float]:
-    """(category, name, metric) -> total over ranks, from the summary tables and the skew."""
+    """(category, name, metric) -> total over ranks, from the summary tables and the skew; None
+    where a part is unknown (null: a NaN of a damaged summary as cli.finite reads it)."""
     merged, out = _merged(summary), {}
     for row in merged.get("model") or []:
         for side in ("cpu", "gpu"):
@@ -293,10 +297,12 @@ def _rows(summary: dict) -> dict[tuple, float]:
     for table, category in (("kernel", "kernel"), ("user", "user"), ("memory", "memory")):
         for row in (merged.get(table) or {}).get("rows") or []:  # an op's calls under its base name
             key = (category, names.base_name(row["name"]), "total_ns")
-            out[key] = out.get(key, 0) + row["total_ns"]
+            seen, total = out.get(key, 0), row["total_ns"]
+            out[key] = None if seen is None or total is None else seen + total  # None: unknown, not 0
     for kind in (summary.get("skew") or {}).get("kinds") or []:
         name = collective_name(kind)
-        out[("collective", name, "wait_ns")] = sum((kind.get("wait_ns_by_rank") or {}).values())
+        waits = list((kind.get("wait_ns_by_rank") or {}).values())
+        out[("collective", name, "wait_ns")] = None if None in waits else sum(waits)
         if kind.get("transfer_ns_total") is not None:
             out[("collective", name, "transfer_ns")] = kind["transfer_ns_total"]
     return out
@@ -323,6 +329,8 @@ def movers(before: dict, after: dict, per: str, divisors: tuple[float, float], t
     rb, ra = _rows(before), _rows(after)
     out = []
     for key in dict.fromkeys([*rb, *ra]):
+        if rb.get(key, 0) is None or ra.get(key, 0) is None:  # unknown on a side: no mover to rank
+            continue
         moved = change(rb.get(key, 0) / divisors[0], ra.get(key, 0) / divisors[1])
         if moved["delta"]:
             out.append({"category": key[0], "name": key[1], "metric": key[2], "per": per, **moved})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html as html_text
 import json
+import math
 from pathlib import Path
 
 from tabulate import tabulate
@@ -22,14 +23,19 @@ _UNIT_WORDS = {"kernel": "kernel", "user": "range", "phase": "phase"}
 _REASONS = {"no_steps": "a run has no ProfileSteps", "step_counts_differ": "the step counts differ"}
 
 
+def _known(value: float | None) -> bool:
+    """A figure to print: not null, not NaN or infinite (``nan -> 667.11 +nan%`` said nothing)."""
+    return value is not None and not (isinstance(value, float) and not math.isfinite(value))
+
+
 def _t(ns: float | None, unit: str, sign: bool = False) -> str:
-    if ns is None:
+    if not _known(ns):
         return "-"
     return f"{ns / UNITS[unit]:{'+' if sign else ''}.2f}"
 
 
 def _pct(relative: float | None) -> str:
-    return "-" if relative is None else f"{100 * relative:+.1f}%"
+    return f"{100 * relative:+.1f}%" if _known(relative) else "-"
 
 
 def step_lines(step: dict, unit: str) -> list[str]:
@@ -108,7 +114,7 @@ def verdict_lines(diff: dict, unit: str) -> list[str]:
 
 
 def _cell(b: float | None, a: float | None, unit: str) -> str:
-    if b is None or a is None:
+    if not _known(b) or not _known(a):
         return f"{_t(b, unit)} -> {_t(a, unit)}"
     return f"{_t(b, unit)} -> {_t(a, unit)} {'-' if not b else f'{100 * (a - b) / b:+.0f}%'}"
 
@@ -220,9 +226,22 @@ def render(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
 
 
 def write_json(diff: dict, out: str | Path) -> Path:
+    """OUT/diff.json, valid JSON: a number that is not finite is written as null (json.dumps wrote
+    NaN, which JSON readers refuse)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return outpaths.write_text(out / DIFF_FILE, json.dumps(diff, indent=1) + "\n")
+    return outpaths.write_text(out / DIFF_FILE, json.dumps(_json_safe(diff), indent=1, allow_nan=False) + "\n")
+
+
+def _json_safe(value: object) -> object:
+    """``value`` with every NaN or infinite float as None (a diff nests a few levels deep)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return value
 
 
 # -- HTML --------------------------------------------------------------------------------------

@@ -14,14 +14,14 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import console
+from .. import console, outpaths
 from ..events import RankTrace, SourceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz", ".sqlite.gz", ".sqlite.zst")
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems reports: need `nsys export --type sqlite`
-# distprof's own outputs, skipped when a directory or glob is merged (merge OUTDIR)
-OWN_OUTPUTS = frozenset({"summary.json", "trace.json.gz", "report.html", "ranks.csv", "diff.json", "whatif.json"})
+# distprof's own outputs, skipped when a directory or glob is merged (merge OUTDIR): outpaths.is_own_file
+OWN_OUTPUTS = outpaths.OWN_FILES
 MB = 1 << 20
 DEFAULT_MEMORY_MB = 16 * 1024  # when the machine's memory cannot be read
 MAX_WORLD_SIZE = 1 << 20  # a world_size above this in a file is a corrupt value, not a job
@@ -304,33 +304,67 @@ def read(path: str | Path, config: dict) -> list[RankTrace]:
 
 
 def _wanted(path: Path) -> bool:
-    return path.name.endswith(TRACE_SUFFIXES + REPORT_SUFFIXES) and path.name not in OWN_OUTPUTS
+    return path.name.endswith(TRACE_SUFFIXES + REPORT_SUFFIXES) and not outpaths.is_own_file(path.name)
 
 
 def _stderr(message: str) -> None:
     console.warn(message)
 
 
+def _not_a_rank_file(path: Path) -> str:
+    """What to say of a directory named like a rank file (rank4.json/): it was taken as an empty
+    folder without a word, and the merge went on without that rank."""
+    return f"{path}: a directory, not a rank file (named like one; distprof reads trace files, not folders)"
+
+
+def _in_folder(folder: Path, notes: list[str]) -> list[Path]:
+    """The trace files directly in ``folder`` (not distprof's own outputs); a sub-folder named like a
+    rank file is noted, others are passed over as before. A folder named like a rank file that holds
+    no trace file is noted too."""
+    found = []
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and _wanted(path):
+            found.append(path)
+        elif path.is_dir() and _wanted(path):
+            notes.append(_not_a_rank_file(path))
+    if not found and folder.name.endswith(TRACE_SUFFIXES):
+        notes.append(_not_a_rank_file(folder))
+    return found
+
+
 def expand(inputs: list[str], warn: Callable[[str], None] = _stderr) -> list[Path]:
-    """Files, directories (their trace files) and globs, sorted by name, without duplicates.
-    distprof's own outputs in a directory or glob are skipped; a .nsys-rep is dropped when its
-    .sqlite export is there too. Nothing found: a SourceError saying what was looked for."""
+    """Files, directories (their trace files) and globs, sorted by name, without duplicates (one
+    file under two names counts once). distprof's own outputs in a directory or glob are skipped;
+    a .nsys-rep is dropped when its .sqlite export is there too. Paths stay as the user named them
+    (made absolute, links not resolved): a warning about a symlinked input names the link given, not
+    its target. Nothing found: a SourceError saying what was looked for."""
     import glob
     found: list[Path] = []
+    notes: list[str] = []
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            found += [p for p in sorted(path.iterdir()) if p.is_file() and _wanted(p)]
+            found += _in_folder(path, notes)
         elif any(ch in item for ch in "*?["):
-            found += [Path(p) for p in sorted(glob.glob(item)) if Path(p).name not in OWN_OUTPUTS]
+            for match in map(Path, sorted(glob.glob(item))):
+                if match.is_dir() and _wanted(match):
+                    notes.append(_not_a_rank_file(match))
+                elif not outpaths.is_own_file(match.name):
+                    found.append(match)
         else:
             found.append(path)
-    unique = list(dict.fromkeys(p.resolve() for p in found))
+    by_file: dict[str, Path] = {}
+    for path in found:
+        by_file.setdefault(os.path.realpath(path), Path(os.path.abspath(path)))  # realpath: no raise on a loop
+    unique = list(by_file.values())
     names = set(unique)
     unique = [p for p in unique if not (p.name.endswith(REPORT_SUFFIXES) and p.with_suffix(".sqlite") in names)]
     if not unique:
-        raise SourceError(f"{' '.join(inputs)}: no input files found (looked for "
-                          f"{', '.join('*' + s for s in TRACE_SUFFIXES + REPORT_SUFFIXES)})")
+        looked = f"looked for {', '.join('*' + s for s in TRACE_SUFFIXES + REPORT_SUFFIXES)}"
+        raise SourceError(f"{notes[0]}; no input files left" if notes else
+                          f"{' '.join(inputs)}: no input files found ({looked})")
+    for note in notes:
+        warn(f"{note}; skipped")
     mixed = _mix_warning(unique)
     if mixed:
         warn(mixed)
