@@ -148,7 +148,7 @@ def unit_lines(unit_of_work: dict | None, unit: str) -> list[str]:
     u = unit_of_work
     word = _UNIT_WORDS[u["source"]]
     rate = u["per_second"]["relative"]
-    more = "the same number of" if not rate else f"{abs(100 * rate):.0f}% {'more' if rate > 0 else 'fewer'}"
+    more = "the same number" if not rate else f"{abs(100 * rate):.0f}% {'more' if rate > 0 else 'fewer'}"
     lines = [f"Unit of work: the most frequent {word}, {names.short_name(u['name'], 60)!r} ({u['count']['before']} "
              f"-> {u['count']['after']} calls): after does {more} of them per window"]
     if u["applies"]:
