@@ -161,3 +161,27 @@ def test_an_onset_no_later_than_the_noise_before_it_is_no_straggler():
     """Rank 0 cost 30 ms in step 1; rank 1 costs 20 ms from step 4: not above what came before."""
     summary = tp_dp_job(0, delays={0: [0, 30 * MS] + [0] * 6, 1: [0] * 4 + [20 * MS] * 4}, steps=8)
     assert summary["skew"]["straggler"] is None
+
+
+def test_placement_advice_names_each_kinds_own_groups_and_a_forward_reduction_is_not_bucketed():
+    """TP allreduce nested in forward, DP allgather after backward, all on the compute thread: the
+    advice names the allreduce's TP group only, the allgather's DP group only, and does not offer
+    buckets for the reduction the next layer needs at once."""
+    tp_of, dp_of = {0: "tp0", 1: "tp0", 2: "tp1", 3: "tp1"}, {0: "dp0", 2: "dp0", 1: "dp1", 3: "dp1"}
+    rows = {r: [] for r in range(4)}
+    for s in range(4):
+        base = s * STEP_NS
+        for r in range(4):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, base, base + 100 * MS, 1, s, "", "", -1),
+                        _phase("forward", base + 5 * MS, base + 50 * MS, s),
+                        _comm(ev.ALLREDUCE, base + 40 * MS, base + 45 * MS, s, tp_of[r]),
+                        _phase("backward", base + 50 * MS, base + 90 * MS, s),
+                        _comm(ev.ALLGATHER, base + 90 * MS, base + 95 * MS, s, dp_of[r])]
+    summary = summarize(rows)
+    [finding] = [f for f in summary["findings"] if f["finding"] == "serialized_communication"]
+    worst = finding["evidence"]["worst_rank"]
+    assert finding["evidence"]["groups_by_kind"] == {"allgather": [dp_of[worst]], "allreduce": [tp_of[worst]]}
+    assert finding["evidence"]["in_forward"] == ["allreduce"]
+    advice = finding["advice"]
+    assert f"the allreduce (group {tp_of[worst]}) inside forward (tensor parallel)" in advice
+    assert f"issue the allgather (group {dp_of[worst]})" in advice and "in buckets" not in advice

@@ -87,14 +87,41 @@ def _finding(name: str, figure_ns: int, ranks: list[int], **evidence) -> dict:
 
 def _on_lanes(result: RankResult, lanes: list[str]) -> dict:
     """What the advice of a placement finding depends on: the kinds and groups of the collectives
-    on these lanes, whether a lane is a GPU stream and whether the trace shows PyTorch."""
+    on these lanes (the groups per kind: a TP allreduce and a DP allgather are different advice),
+    which kinds run inside a forward phase (a tensor-parallel reduction the next layer needs at
+    once, not a gradient bucket), whether a lane is a GPU stream and whether the trace shows PyTorch."""
     collectives = result.markers.collectives
-    names = collectives.get("name", ())
-    pairs = set(zip(names, collectives.get("lane", ()), collectives.get("group") or [""] * len(names)))
-    return {"lane_collectives": sorted({k for k, lane, _ in pairs if lane in lanes}),
-            "lane_groups": sorted({g for _, lane, g in pairs if lane in lanes and g}),
+    names = np.asarray(collectives.get("name", ()), dtype=object)
+    on = np.isin(np.asarray(collectives.get("lane", ()), dtype=object), lanes) if names.size else np.zeros(0, bool)
+    groups = np.asarray(collectives.get("group") or [""] * names.size, dtype=object)
+    by_kind: dict[str, set] = {}
+    for kind, group in set(zip(names[on].tolist(), groups[on].tolist())):  # one per (kind, group)
+        by_kind.setdefault(kind, set()).update([group] if group else [])
+    forward = _in_forward(result.markers, np.flatnonzero(on))
+    return {"lane_collectives": sorted(by_kind), "lane_groups": sorted(set().union(*by_kind.values())),
+            "groups_by_kind": {kind: sorted(g) for kind, g in sorted(by_kind.items())},
+            "in_forward": sorted(set(names[forward].tolist())),
             "on_gpu": any(lane.label in lanes and lane.lane_kind == ev.GPU_STREAM for lane in result.lanes),
             "pytorch": ev.PYTORCH in result.frameworks}
+
+
+def _in_forward(markers, rows: np.ndarray) -> np.ndarray:
+    """The rows (of markers.collectives) that start inside a phase whose name says forward, in
+    their step: ``searchsorted`` over that rank's forward phase bounds, ordered by step."""
+    phases = markers.phases
+    is_forward = np.array(["forward" in str(name).lower() for name in phases.get("name", ())], bool)
+    if not rows.size or not is_forward.any():
+        return np.zeros(0, np.int64)
+    step = np.asarray(phases["step"], np.int64)[is_forward]
+    begin = np.asarray(phases["start_ns"], np.int64)[is_forward]
+    end = np.asarray(phases["end_ns"], np.int64)[is_forward]
+    order = np.lexsort((begin, step))
+    step, begin, end = step[order], begin[order], end[order]
+    op_step = np.asarray(markers.collectives["step"], np.int64)[rows]
+    op_start = np.asarray(markers.collectives["start_ns"], np.int64)[rows]
+    at = np.clip(np.searchsorted(step, op_step, side="right") - 1, 0, step.size - 1)  # that step's last phase
+    inside = (step[at] == op_step) & (begin[at] <= op_start) & (op_start < end[at])
+    return rows[inside]
 
 
 def _placement_findings(results: list[RankResult], checks: list[dict]) -> list[dict]:

@@ -115,30 +115,49 @@ def _placement_advice(finding: dict) -> str:
     naming its groups, and a framework only where the trace shows its ops."""
     e = finding["evidence"]
     serialized = finding["finding"] == "serialized_communication"
-    kinds, groups, word = e["lane_collectives"], e["lane_groups"], "stream" if e["on_gpu"] else "thread"
-    where = f" (group {', '.join(groups[:4])})" if groups else ""
+    kinds, word = e["lane_collectives"], "stream" if e["on_gpu"] else "thread"
+    by_kind = e.get("groups_by_kind") or {kind: e["lane_groups"] for kind in kinds}
+    in_forward = set(e.get("in_forward") or ())
+
+    def where(chosen: list[str]) -> str:  # the groups of these kinds only
+        groups = sorted({g for kind in chosen for g in by_kind.get(kind, ())})
+        return f" (group {', '.join(groups[:4])})" if groups else ""
+
     parts = []
     p2p = [k for k in kinds if k in _P2P_KINDS]
     if p2p:
-        parts.append(f"the point-to-point {'/'.join(p2p)}{where} (pipeline or sequence-parallel exchange) "
+        parts.append(f"the point-to-point {'/'.join(p2p)}{where(p2p)} (pipeline or sequence-parallel exchange) "
                      f"{'run on the compute ' + word if serialized else 'wait on the computation'}: post them "
                      f"asynchronously on their own {word} and compute the next micro-batch meanwhile (they need no "
                      "bucketing)")
-    reducing = [k for k in kinds if k in _REDUCING]
-    if reducing:
-        framework = "; PyTorch DDP/FSDP do this by default" if e["pytorch"] else ""
-        parts.append(f"issue each {'/'.join(reducing)}{where} on a separate {word} as soon as its input is ready "
-                     f"(in buckets, while the computation that follows still runs){framework}")
+    parts += _reduction_advice([k for k in kinds if k in _REDUCING], in_forward, where, word, e["pytorch"])
     gathering = [k for k in kinds if k in _GATHERING]
     if gathering:
-        parts.append(f"issue the {'/'.join(gathering)}{where} for the next layer or batch ahead of its use on a "
-                     f"separate {word} (prefetch), so it runs under the current computation")
+        parts.append(f"issue the {'/'.join(gathering)}{where(gathering)} for the next layer or batch ahead of its "
+                     f"use on a separate {word} (prefetch), so it runs under the current computation")
     if ev.BARRIER in kinds:
         parts.append("drop the barrier from the step (or move it out of the loop): it only waits")
     if not parts:
         parts.append(f"move the communication to its own {word} and issue it without blocking, so it runs "
                      "under the computation")
     return "; ".join(parts)
+
+
+def _reduction_advice(reducing: list[str], in_forward: set, where, word: str, pytorch: bool) -> list[str]:
+    """Reductions inside forward (tensor parallel: the next layer needs the result at once) are
+    overlapped by chunking the layer's GEMM against them; the others (gradients) by buckets."""
+    out = []
+    forward = [k for k in reducing if k in in_forward]
+    later = [k for k in reducing if k not in in_forward]
+    if forward:
+        out.append(f"the {'/'.join(forward)}{where(forward)} inside forward (tensor parallel) is needed by the next "
+                   "layer at once: overlap it by splitting that layer's matmul into chunks that run while the "
+                   "previous chunk's reduction is in flight (async tensor parallelism), not by bucketing")
+    if later:
+        framework = "; PyTorch DDP/FSDP do this by default" if pytorch else ""
+        out.append(f"issue each {'/'.join(later)}{where(later)} on a separate {word} as soon as its input is ready "
+                   f"(in buckets, while the computation that follows still runs){framework}")
+    return out
 
 
 _SIDE_TEXT = {"host": "host side: its collective calls are issued late too",
