@@ -185,3 +185,22 @@ def test_placement_advice_names_each_kinds_own_groups_and_a_forward_reduction_is
     advice = finding["advice"]
     assert f"the allreduce (group {tp_of[worst]}) inside forward (tensor parallel)" in advice
     assert f"issue the allgather (group {dp_of[worst]})" in advice and "in buckets" not in advice
+
+
+def test_the_straggler_phase_is_judged_by_its_own_work_not_the_waits_nested_in_the_others():
+    """One TP group of 4, its allreduce nested at the end of forward; rank 3's forward computes
+    30 ms longer. Every other rank's forward lasts as long (it waits in the nested allreduce), so
+    forward's duration shows no excess; its own work does: 30 ms per step, in forward."""
+    rows = {r: [] for r in range(4)}
+    for s in range(6):
+        base = s * STEP_NS
+        compute_end = {r: base + 40 * MS + (30 * MS if r == 3 else 0) for r in range(4)}
+        done = max(compute_end.values()) + MS
+        for r in range(4):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, base, done + 50 * MS, 1, s, "", "", -1),
+                        _phase("forward", base + 5 * MS, done, s),
+                        _comm(ev.ALLREDUCE, compute_end[r], done, s, "tp"),
+                        _phase("backward", done, done + 40 * MS, s)]
+    straggler = summarize(rows)["skew"]["straggler"]
+    assert straggler["rank"] == 3
+    assert (straggler["phase"], straggler["phase_extra_ns"]) == ("forward", 30 * MS)

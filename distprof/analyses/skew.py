@@ -20,6 +20,7 @@ from ..sources.joins import launch_join
 from ..units import duration
 from . import blame as blame_mod
 from . import collectives as coll
+from . import intervals as iv
 from . import steptime
 from .distributed import exposed_per_op, work_masks
 
@@ -71,9 +72,24 @@ def _duplicate_ops(events: ev.Table, comm_mask) -> np.ndarray:
     return comm_mask & is_op if (comm_mask & ~is_op).any() else np.zeros(is_op.size, bool)
 
 
-def _phase_bounds(events: ev.Table, rows: np.ndarray) -> dict:
-    """Per (step, phase name), sorted by both: the first start, the last end and the summed
-    duration of the phase's ranges."""
+def _nested_comm(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray) -> np.ndarray:
+    """Per row (indices): the communication on its own lane inside it (a blocking allreduce an
+    MPI rank runs in its forward is waiting or transfer, not the phase's own work). One pass per
+    lane that has both."""
+    out = np.zeros(rows.size, np.int64)
+    _, lane_of = lanes_mod.lane_index(events)
+    comm_rows = np.flatnonzero(comm_mask)
+    for lane in np.intersect1d(lane_of[rows], lane_of[comm_rows]):  # one iteration per lane
+        mine, theirs = lane_of[rows] == lane, comm_rows[lane_of[comm_rows] == lane]
+        comm = iv.union(events["start_ns"][theirs], events["end_ns"][theirs])
+        out[mine] = iv.covered_lengths(comm, events["start_ns"][rows[mine]], events["end_ns"][rows[mine]])
+    return out
+
+
+def _phase_bounds(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray) -> dict:
+    """Per (step, phase name), sorted by both: the first start, the last end, the summed
+    duration of the phase's ranges (``busy_ns``) and of it what is not communication on the
+    phase's own lane (``compute_ns``: what the straggler's phase is judged by)."""
     rows = np.flatnonzero(rows)
     names = events["name"].take(rows).sorted()  # codes in text order
     step, start, end = events["step"][rows], events["start_ns"][rows], events["end_ns"][rows]
@@ -84,7 +100,9 @@ def _phase_bounds(events: ev.Table, rows: np.ndarray) -> dict:
     return {"step": key_step[first].tolist(), "name": [str(names.texts[c]) for c in key_name[first].tolist()],
             "start_ns": np.minimum.reduceat(start[order], first).tolist() if first.size else [],
             "end_ns": np.maximum.reduceat(end[order], first).tolist() if first.size else [],
-            "busy_ns": np.add.reduceat((end - start)[order], first).tolist() if first.size else []}
+            "busy_ns": np.add.reduceat((end - start)[order], first).tolist() if first.size else [],
+            "compute_ns": np.add.reduceat((end - start - _nested_comm(events, rows, comm_mask))[order], first
+                                          ).tolist() if first.size else []}
 
 
 def rank_markers(events: ev.Table, config: dict, lane_names: dict | None = None) -> RankMarkers:
@@ -94,10 +112,10 @@ def rank_markers(events: ev.Table, config: dict, lane_names: dict | None = None)
     steps = is_range & is_step
     step_bounds = {"step": events["step"][steps].tolist(), "start_ns": events["start_ns"][steps].tolist(),
                    "end_ns": events["end_ns"][steps].tolist()}
-    phases = _phase_bounds(events, is_range & events["category"].eq(ev.PHASE) & ~is_step & (events["step"] >= 0))
-
     comm_mask, _ = work_masks(events, config)
     comm_mask = comm_mask & ~_duplicate_ops(events, comm_mask)
+    phases = _phase_bounds(events, is_range & events["category"].eq(ev.PHASE) & ~is_step & (events["step"] >= 0),
+                           comm_mask)
     keys, lane_of = lanes_mod.lane_index(events)
     labels = lanes_mod.labels(keys, lane_names)
     collectives = {
@@ -374,10 +392,11 @@ def _side(matching: Matching, inst: dict, blame: dict, row: int, gpu) -> str | N
 
 def straggler_phase(phases: list[dict] | None, rank: int) -> tuple[str, int] | None:
     """The phase where the rank spends the most time per step above the median of the other ranks
-    (the others: with two ranks a median that includes the rank itself halves its excess)."""
+    (the others: with two ranks a median that includes the rank itself halves its excess), by the
+    phase's own work: the others' forward that holds their wait for this rank is not longer work."""
     best = None
     for phase in phases or []:  # one iteration per phase name
-        by_rank = phase.get("busy_ns_by_rank") or {}
+        by_rank = phase.get("compute_ns_by_rank") or phase.get("busy_ns_by_rank") or {}
         mine = by_rank.get(str(rank))
         others = [v for r, v in by_rank.items() if r != str(rank)]
         if mine is None or not phase["steps"] or not others:
@@ -552,7 +571,9 @@ def _phase_skew(aligned_by_rank: list[dict], rank_of: list[int]) -> dict:
                   .reshape(-1, 2).astype(np.int64) for a, codes in zip(aligned_by_rank, name_codes)]
     pkeys, ppresent, pm = _dense(phase_keys, [{"start": np.asarray(a["phases"]["start_ns"], np.int64),
                                                "end": np.asarray(a["phases"]["end_ns"], np.int64),
-                                               "busy": np.asarray(a["phases"]["busy_ns"], np.int64)}
+                                               "busy": np.asarray(a["phases"]["busy_ns"], np.int64),
+                                               "compute": np.asarray(a["phases"].get("compute_ns",
+                                                                                     a["phases"]["busy_ns"]), np.int64)}
                                               for a in aligned_by_rank])
     if pkeys.shape[0]:
         p_start_spread = _masked_max(pm["start"], ppresent) - _masked_min(pm["start"], ppresent)
@@ -572,6 +593,8 @@ def _phase_skew(aligned_by_rank: list[dict], rank_of: list[int]) -> dict:
                 "busy_total_max_rank": rank_of[worst],
                 "busy_imbalance": float(totals[worst] / median_total) if median_total > 0 else None,
                 "busy_ns_by_rank": {str(rank_of[r]): int(totals[r]) for r in np.flatnonzero(has)},
+                "compute_ns_by_rank": {str(rank_of[r]): int(v) for r, v in zip(np.flatnonzero(has).tolist(), np.where(
+                    ppresent[:, cols], pm["compute"][:, cols], 0).sum(axis=1)[has].tolist())},
             })
     if not pkeys.shape[0]:
         return {"rows": phases, "keys": pkeys}
