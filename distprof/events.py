@@ -287,6 +287,58 @@ def step_range_rows(events: Table):
     return events["name"].where(STEP_RANGE_NAME.match)
 
 
+def checked_steps(start_ns, end_ns, number, owner, path) -> tuple[np.ndarray, list[str]]:
+    """(mask of the step ranges to keep, warnings naming ``path``), the one check every reader
+    runs on the step ranges as the file marks them (native ProfileStep rows, nsys ProfileStep NVTX
+    ranges before their GPU projection, Kineto ProfilerStep#N), with each step's ``number`` and
+    ``owner`` (its process: steps are compared within one process only).
+
+    * A step of zero (or negative) length holds no time: the window is the union of the steps,
+      so such steps made every figure 0 without a word. Dropped, with a warning.
+    * Steps that overlap (one starts before an earlier one of its process ends; prof.step() ends
+      a step where the next begins) are kept, since the file says that time was stepped: the
+      window is their union, but an event in an overlap could belong to either step, so per-step
+      counts can disagree across ranks. Named in a warning (up to three pairs)."""
+    import numpy as np
+    start_ns, end_ns = np.asarray(start_ns, np.int64), np.asarray(end_ns, np.int64)
+    number, owner = np.asarray(number, np.int64), np.asarray(owner, np.int64)
+    keep = end_ns > start_ns
+    warnings = []
+    if not keep.all():
+        empty = np.flatnonzero(~keep)
+        warnings.append(f"{path}: {empty.size} step range(s) of zero length dropped (e.g. step "
+                        f"{int(number[empty[0]])} at {int(start_ns[empty[0]])} ns): a step without time "
+                        "would make the window, and every figure, 0")
+    later, earlier, by = _overlapping_steps(start_ns, end_ns, owner, np.flatnonzero(keep))
+    if later.size:
+        from .units import readable
+        pairs = ", ".join(f"{int(number[a])} and {int(number[b])} by {readable(int(gap))}"
+                          for a, b, gap in zip(earlier[:3].tolist(), later[:3].tolist(), by[:3].tolist()))
+        warnings.append(f"{path}: {later.size} step range(s) overlap an earlier step (steps {pairs}; a step "
+                        "should end where the next begins): kept, the window is their union, but an event in "
+                        "an overlap may be counted in either step, so per-step figures there are unreliable")
+    return keep, warnings
+
+
+def _overlapping_steps(start_ns, end_ns, owner, rows) -> tuple:
+    """(later step rows, the earlier step each overlaps, overlap ns) among ``rows``, per owner in
+    start order: a step overlaps when it starts before the latest end of the steps before it."""
+    import numpy as np
+    later, earlier, by = [], [], []
+    for key in np.unique(owner[rows]):  # one pass per process (a handful), not per step
+        mine = rows[owner[rows] == key]
+        mine = mine[np.argsort(start_ns[mine], kind="stable")]
+        start, end = start_ns[mine], end_ns[mine]
+        reach = np.maximum.accumulate(end)  # latest end so far
+        holder = np.maximum.accumulate(np.where(end == reach, np.arange(end.size), 0))  # the step reaching it
+        hit = np.flatnonzero(start[1:] < reach[:-1]) + 1
+        later.append(mine[hit])
+        earlier.append(mine[holder[hit - 1]])
+        by.append(np.minimum(end[hit], reach[hit - 1]) - start[hit])
+    empty = np.empty(0, np.int64)
+    return tuple(np.concatenate(parts) if parts else empty for parts in (later, earlier, by))
+
+
 def distinct_texts(values) -> tuple:
     """(sorted distinct texts, code of each row): what ``np.unique(values.astype(str),
     return_inverse=True)`` gives, but hashing Python strings: a fixed-width unicode array costs

@@ -28,7 +28,8 @@ anything else (Trace spans, flows, ...)     skipped (counted in ``meta["skipped_
 GPU rows get the *host* process pid (not Kineto's device pseudo-pid) so that all lanes of a rank
 share one process key. A GPU row's ``step`` is the ProfilerStep whose CPU range holds its
 launching call (any thread of the process). A step's GPU window is the span of the kernels,
-memcpys and memsets launched in it; a step that launched nothing keeps its CPU bounds.
+memcpys and memsets launched in it; a step that launched nothing keeps its CPU bounds. Steps of
+zero length are dropped and overlapping ones named (``events.checked_steps``, as in every reader).
 
 Timestamps become integer nanoseconds *as written*: integers exactly; floats through an
 integer/fraction split that is exact for three-decimal text below 2**43 µs (101 days: always
@@ -46,6 +47,11 @@ source that says it:
   thread), then the innermost ``nccl:*`` and ``c10d::*`` ranges there: a SendRecv kernel launched
   inside ``nccl:all_to_all`` is an alltoall; the kernel's own name only when nothing encloses it;
 * a c10d::* op: its name and the record_param_comms inside it; a gloo:* range: its name.
+
+An arg "Collective name" that names no known collective says nothing (the names decide: such a
+text once made every op "other", 0 matched); one naming a kind that no op name around agrees with
+(all_gather on c10d::allreduce_) is kept, as the most explicit source. Both are counted in a
+warning with an example.
 
 ``nbytes`` is the nccl-tests message size S: max(In, Out msg nelems) x dtype size (allgather's
 total output, reduce_scatter's total input), else record_shapes' "Input Dims" x "Input type" (a
@@ -477,7 +483,7 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     profiles = _profile_tables(doc, rows, name_codes, name_uniques, start_ns, end_ns, ids)
     del rows
     doc.events = []  # everything is read: free the structs now (their raw args hold the whole file's text)
-    steps = _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids)
+    steps = _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids, path)
     columns, name_uniques = _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids, steps, config)
     comm, comm_meta, comm_warnings = _comm_columns(doc, facts, ids, steps, classes, start_ns, end_ns,
                                                    columns["category"].codes[:len(classes)], path)
@@ -491,8 +497,8 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     warnings = [f"{path}: {negative} event(s) with negative duration, clamped to 0"] if negative else []
     if facts["corrupt_sizes"]:
         warnings.append(f"{path}: {facts['corrupt_sizes']} collective message size(s) (in/out msg nelems) out of "
-                        "range (e.g. 1e400): taken as unknown")
-    warnings += corrupt_warnings + span_warnings + time_warnings + rank_warnings + comm_warnings
+                        f"range (e.g. {facts['size_example']}): taken as unknown")
+    warnings += corrupt_warnings + span_warnings + time_warnings + steps["warnings"] + rank_warnings + comm_warnings
     meta = _meta(doc, main_device, int(steps["work"].size - (steps["launch"] >= 0).sum()), skipped)
     meta.update(comm_meta)
     meta["world_size"] = world_size
@@ -596,14 +602,18 @@ def _ids(doc: _Document, rows: list, classes: np.ndarray, pid: np.ndarray, tid: 
     return {"pid": pid, "tid": tid, "gpu": gpu, "lane": lane, "device": device, "correlation": correlation}
 
 
-def _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict) -> dict:
-    """The ProfilerStep#N ranges (CPU bounds: the step as the framework marks it), the step of
-    every row (host rows: the step holding their start on the step's process; GPU work: the step
-    of its launching call, else the step holding its start), the launch join, the training
+def _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, path: Path) -> dict:
+    """The ProfilerStep#N ranges (CPU bounds: the step as the framework marks it; those of zero
+    length dropped and overlapping ones named by events.checked_steps, in ``warnings``), the step
+    of every row (host rows: the step holding their start on the step's process; GPU work: the
+    step of its launching call, else the step holding its start), the launch join, the training
     process, each step's GPU window, and the host categories. Sets GPU rows' pid to the host pid."""
     pid, gpu = ids["pid"], ids["gpu"]
     step_of_name = np.array([_step_number(name) for name in name_uniques], dtype=np.int64)
     step_rows = np.flatnonzero((classes == _HOST_RANGE) & (step_of_name[name_codes] >= 0))
+    keep, step_warnings = ev.checked_steps(start_ns[step_rows], end_ns[step_rows],
+                                           step_of_name[name_codes[step_rows]], pid[step_rows], path)
+    step_rows = step_rows[keep]
     step_rows = step_rows[np.argsort(start_ns[step_rows], kind="stable")]
     step_numbers = step_of_name[name_codes[step_rows]]
     step_start, step_end, step_pid = start_ns[step_rows], end_ns[step_rows], pid[step_rows]
@@ -635,7 +645,7 @@ def _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict) -> di
     return {"rows": step_rows, "numbers": step_numbers, "pid": step_pid, "step": step, "work": work,
             "launch": launch, "host_pid": host_pid, "start": step_start, "end": step_end,
             "gpu_start": gpu_start, "gpu_end": gpu_end, "host_category": host_category,
-            "phase_row": phase_row}
+            "phase_row": phase_row, "warnings": step_warnings}
 
 
 def _phases(host_category, start_ns, end_ns, ids: dict, work, runtime, launch) -> np.ndarray:
@@ -794,6 +804,7 @@ _SRC_KERNEL, _SRC_PARAM, _SRC_NCCL, _SRC_C10D, _SRC_GLOO = range(5)
 _PARAM_COMMS = "record_param_comms"
 _ALLGATHER_CODE = ev.COLLECTIVE_KINDS.index(ev.ALLGATHER)
 _P2P_CODES = (ev.COLLECTIVE_KINDS.index(ev.SEND), ev.COLLECTIVE_KINDS.index(ev.RECV))
+_OTHER_CODE = ev.COLLECTIVE_KINDS.index(ev.OTHER_COMM)
 _COMM_ROW = ev.CATEGORIES.index(ev.COMMUNICATION)
 _PEER_ARG = 2  # c10d::send(tensors, group, dstRank, tag) / c10d::recv_(tensors, group, srcRank, tag)
 
@@ -843,9 +854,10 @@ def _comm_facts(doc: _Document, rows: list, source: np.ndarray, name_codes, name
         else np.empty(0, np.int64)
     name_kind[src == _SRC_PARAM] = 0  # the name record_param_comms says nothing
     corrupt: list[np.ndarray] = []
-    nelems = np.maximum(_int_column(doc.arg(args, "in_nelems"), corrupt=corrupt),
-                        _int_column(doc.arg(args, "out_nelems"), corrupt=corrupt))
+    sizes = (doc.arg(args, "in_nelems"), doc.arg(args, "out_nelems"))
+    nelems = np.maximum(_int_column(sizes[0], corrupt=corrupt), _int_column(sizes[1], corrupt=corrupt))
     huge = nelems > _MAX_ELEMENTS  # times 8 bytes would overflow int64: not a real message
+    size_example = _size_example(sizes, corrupt, huge)
     nelems = np.where(huge, -1, nelems)
     dtype_codes, dtypes = ev.factorize(doc.arg(args, "dtype"))
     element = np.array([dtype_size(d) for d in dtypes], np.int64)[dtype_codes] if where.size else nelems
@@ -854,13 +866,31 @@ def _comm_facts(doc: _Document, rows: list, source: np.ndarray, name_codes, name
     concrete_codes, concrete = doc.json_arg(args, "concrete")
     peer = np.array([_peer_in_group(value) for value in concrete], np.int64)[concrete_codes] if where.size \
         else nelems
-    return {"rows": where, "source": src, "arg_kind": _kind_codes(doc.arg(args, "collective")),
+    collective = doc.arg(args, "collective")
+    return {"rows": where, "source": src, "arg_kind": _kind_codes(collective), "arg_text": _text_column(collective),
+            "name": np.asarray(name_uniques, dtype=object)[name_codes[where]] if where.size else np.empty(0, object),
             "name_kind": name_kind, "nelems_bytes": np.where((nelems >= 0) & (element > 0), nelems * element, -1),
             "tensor_bytes": tensor_bytes, "input_only": input_only, "group": group,
             "group_size": _int_column(doc.arg(args, "group_size")),
             "peer": np.where(np.isin(name_kind, _P2P_CODES) & (src == _SRC_C10D), peer, -1),
             "named_groups": _named_groups(group, doc.arg(args, "pg_ranks")),
-            "corrupt_sizes": int((corrupt[0] | corrupt[1] | huge).sum())}
+            "corrupt_sizes": int((corrupt[0] | corrupt[1] | huge).sum()), "size_example": size_example}
+
+
+def _size_example(sizes: tuple[list, list], corrupt: list[np.ndarray], huge: np.ndarray) -> str:
+    """The first out-of-range message size as the file wrote it (as JSON, cut to 40 characters), for
+    the warning: it once said "(e.g. 1e400)" whatever the file held."""
+    bad = np.flatnonzero(corrupt[0] | corrupt[1] | huge)
+    if not bad.size:
+        return ""
+    row = int(bad[0])
+    values = [sizes[0][row], sizes[1][row]]
+    if corrupt[0][row] or corrupt[1][row]:
+        value = values[0] if corrupt[0][row] else values[1]
+    else:  # a whole number too large to be a message: the larger one
+        value = max((v for v in values if isinstance(v, int)), default=values[0])
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _shape_bytes(doc: _Document, args: list, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1003,16 +1033,26 @@ def _gloo_p2p_ops(facts: dict, tid: np.ndarray, start_ns: np.ndarray, end_ns: np
 def _merged_facts(facts: dict, related: dict[int, np.ndarray]) -> dict:
     """Each fact row's own facts completed by the ops around it, most explicit first: the args of
     the collective (kernel, record_param_comms), then the op names, then the kernel name; bytes
-    from msg nelems x dtype, else the c10d::* op's shapes, else the nccl:* range's."""
+    from msg nelems x dtype, else the c10d::* op's shapes, else the nccl:* range's. An arg that
+    names no known collective ("Collective name": "lots") says nothing: the names decide (it once
+    made every op "other", 0 matched). ``said_by`` / ``named_by``: the fact row whose args / name
+    gave the kind, for the warnings of _kind_warnings."""
     param, nccl, op = related[_SRC_PARAM], related[_SRC_NCCL], related[_SRC_C10D]
     arg_kind, name_kind = facts["arg_kind"], facts["name_kind"]
     own_name = np.where(facts["source"] == _SRC_KERNEL, 0, name_kind)
     kernel_name = np.where(facts["source"] == _SRC_KERNEL, name_kind, 0)
-    kind = _first_known(0, arg_kind, _take(arg_kind, param, 0), own_name, _take(name_kind, nccl, 0),
-                        _take(name_kind, op, 0), kernel_name)
+    names = (own_name, _take(name_kind, nccl, 0), _take(name_kind, op, 0))
+    said = _first_known(0, arg_kind, _take(arg_kind, param, 0))
+    by_name = _first_known(0, *names, kernel_name)
+    kind = np.where((said == _OTHER_CODE) & (by_name > 0), by_name, _first_known(0, said, by_name))
+    here = np.arange(said.size)
+    known = [(name > 0) & (name != _OTHER_CODE) for name in names]
     tensor_bytes, input_only = facts["tensor_bytes"], facts["input_only"]
     around = np.where(_take(tensor_bytes, op, -1) >= 0, op, nccl)
-    return {"kind": kind,
+    return {"kind": kind, "said": said, "said_by": np.where(arg_kind > 0, here, param),
+            "named": np.logical_or.reduce(known),
+            "agree": np.logical_or.reduce([k & (name == said) for k, name in zip(known, names)]),
+            "named_by": np.where(known[0], here, np.where(known[1], nccl, op)),
             "nelems_bytes": _first_known(-1, facts["nelems_bytes"], _take(facts["nelems_bytes"], param, -1)),
             "tensor_bytes": _first_known(-1, tensor_bytes, _take(tensor_bytes, around, -1)),
             "input_only": np.where(tensor_bytes >= 0, input_only, _take(input_only, around, False)),
@@ -1136,6 +1176,7 @@ def _comm_columns(doc: _Document, facts: dict, ids: dict, steps: dict, classes, 
                     np.int64) if (merged["peer"] >= 0).any() else merged["peer"]
     comm = np.flatnonzero(category[facts["rows"]] == _COMM_ROW)
     rows = facts["rows"][comm]
+    warnings += _kind_warnings(facts, merged, comm)
     names = ["", *(name for name in group_names if name)]  # group column: codes into these
     code_of = np.array([names.index(name) for name in group_names], np.int32)
     size = n + n_steps  # the ProfileStep rows appended after the trace's rows keep the defaults
@@ -1148,6 +1189,28 @@ def _comm_columns(doc: _Document, facts: dict, ids: dict, steps: dict, classes, 
     columns["group"] = ev.Texts.from_codes(columns["group"], names)
     meta = {"process_groups": groups, "group_from": "; ".join(methods) or "unknown"}
     return columns, meta, [f"{path}: {warning}" for warning in warnings]
+
+
+def _kind_warnings(facts: dict, merged: dict, comm: np.ndarray) -> list[str]:
+    """Where the collective's args and its op names disagree, on the communication rows: args that
+    name a known kind no op name around agrees with (the args' kind is kept: the most explicit
+    source), and args naming no known collective (the op names' kind is used). Count and example."""
+    said, named, agree = merged["said"][comm], merged["named"][comm], merged["agree"][comm]
+    contradicted = comm[(said > 0) & (said != _OTHER_CODE) & named & ~agree]
+    unknown = comm[(said == _OTHER_CODE) & named]
+    warnings = []
+    for rows, what in ((contradicted, "contradicts its op's name ({arg} on {name}): the args' kind ({kind}) is "
+                                      "used, as the most explicit source"),
+                       (unknown, "names no known collective ({arg} on {name}): the op's name gives its kind "
+                                 "({kind})")):
+        if rows.size:
+            row = int(rows[0])
+            arg = str(facts["arg_text"][merged["said_by"][row]])[:40]
+            name = str(facts["name"][merged["named_by"][row]])[:60]
+            kind = ev.COLLECTIVE_KINDS[int(merged["kind"][row])]
+            warnings.append(f"{rows.size} collective(s) whose 'Collective name' arg "
+                            + what.format(arg=repr(arg), name=name, kind=kind))
+    return warnings
 
 
 def _global_rank(ranks: list[int] | None, rank_in_group: int) -> int:

@@ -17,6 +17,11 @@ _INTEGERS = ("start_ns", "end_ns", "tid", "step")
 GROUP_PREFIX = "ranks "          # group name of a rank list: "ranks 0,1" (collector.group_text)
 GROUP_FROM = "distprof.comm(group=[global ranks])"
 _GOOD_ROW = " AND ".join(f"typeof(r.{column}) = 'integer'" for column in _INTEGERS)
+# perf_counter_ns is CLOCK_MONOTONIC, ns since boot: no host runs 10 years without a reboot, so a
+# time (or the offset between two hosts' clocks) beyond this is corrupt, and t + offset fits int64
+MAX_CLOCK_NS = 10 * 365 * 86_400 * 10**9
+MAX_RTT_NS = 60 * 10**9  # a ping-pong round trip (the best of 16 samples) longer than a minute is corrupt
+WAL_MISSING = "distprof rank file whose -wal file is missing (copied without it?)"
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -87,18 +92,22 @@ def _load_meta(meta: dict) -> float | None:
 def read(path: Path, config: dict, window: tuple[int, int, int] | None = None) -> list[ev.RankTrace]:
     """One RankTrace from a native file; a rank that crashed gives its completed steps.
     ``window``: (rowid after, first step, last step) of a live window (see _query)."""
+    wal_missing = window is None and _wal_missing(path)  # before _query's connection makes one
     meta, rows, bad, unnamed, clock_rows, lane_names = _query(path, window)
     warnings: list[str] = []
-    try:
-        rank = int(meta["rank"])
-        pid = int(meta["pid"])
-    except (KeyError, ValueError, TypeError):
-        raise ev.SourceError(f"{path}: distprof file without rank/pid metadata") from None
+    rank, pid = _rank_and_pid(meta, path, warnings)
     rank, world_size, checked = sane_rank(rank, _int_meta(meta, "world_size", path, warnings), path)
     warnings += checked
     if meta.get("failed"):  # written by Profiler.__exit__ when the rank left through an exception
         warnings.append(f"{path}: {meta['failed']}; its completed steps are kept")
-    if meta.get("complete") != "1":
+    if wal_missing and meta.get("complete") != "1":
+        if not rows:
+            raise ev.SourceError(f"{path}: {WAL_MISSING}: the main file holds no range rows; copy "
+                                 f"{path.name}-wal next to it")
+        warnings.append(f"{path}: rank {rank} did not finish (crashed or killed) and no {path.name}-wal is beside "
+                        f"it; its completed steps are kept, but a {WAL_MISSING} lacks the steps after its last "
+                        "checkpoint: copy the -wal next to it if there is one")
+    elif meta.get("complete") != "1":
         warnings.append(f"{path}: rank {rank} did not finish (crashed or killed); "
                         "its completed steps are kept")
     if bad:
@@ -106,23 +115,18 @@ def read(path: Path, config: dict, window: tuple[int, int, int] | None = None) -
     if unnamed:
         warnings.append(f"{path}: {unnamed} range row(s) whose name id is missing from distprof_names; "
                         "kept as '<unknown name ID>'")
-    if rows:
-        columns = list(zip(*rows))
-        start, end, lane, step = (np.array(col, dtype=np.int64) for col in columns[:4])
-        names, categories, kinds, group_texts = (np.array(col, dtype=object) for col in columns[4:8])
-        nbytes, peer = (np.array(col, dtype=np.int64) for col in columns[8:10])
-    else:
-        start = end = lane = step = nbytes = peer = np.empty(0, np.int64)
-        names = categories = kinds = group_texts = np.empty(0, object)
-    step = _step_of(start, end, names, step)
-    collective, group, process_groups = _comm_fields(names, kinds, group_texts)
+    columns = _checked_rows(_row_columns(rows), path, warnings)
+    columns["step"] = _step_of(columns["start"], columns["end"], columns["names"], columns["step"])
+    collective, group, process_groups = _comm_fields(columns["names"], columns["kinds"], columns["groups"])
     try:
-        events = ev.make_events(rank=-1 if rank is None else rank, kind=kinds, category=categories, name=names,
-                                start_ns=start, end_ns=end, lane=lane, lane_kind=ev.HOST_THREAD, pid=pid, step=step,
-                                collective=collective, group=group, nbytes=nbytes, peer=peer)
+        events = ev.make_events(rank=-1 if rank is None else rank, kind=columns["kinds"],
+                                category=columns["categories"], name=columns["names"], start_ns=columns["start"],
+                                end_ns=columns["end"], lane=columns["lane"], lane_kind=ev.HOST_THREAD, pid=pid,
+                                step=columns["step"], collective=collective, group=group, nbytes=columns["nbytes"],
+                                peer=columns["peer"])
     except (ValueError, TypeError) as error:
         raise ev.SourceError(f"{path}: distprof file with invalid rows ({error})") from None
-    offset_ns, uncertainty_ns = offset_to_root(clock_rows)
+    offset_ns, uncertainty_ns = offset_to_root(_checked_clock(clock_rows, path, warnings))
     return [ev.RankTrace(events=events, rank=rank, source="native", source_file=str(path), pid=pid,
                          device=None, clock_offset_ns=offset_ns, clock_uncertainty_ns=uncertainty_ns,
                          rank_from="distprof file" if rank is not None else "unknown", warnings=warnings,
@@ -135,6 +139,93 @@ def read(path: Path, config: dict, window: tuple[int, int, int] | None = None) -
                                **({"process_groups": process_groups, "group_from": GROUP_FROM}
                                   if process_groups else {}),
                                **_model_profile(meta, path, warnings)})]
+
+
+def _rank_and_pid(meta: dict, path: Path, warnings: list[str]) -> tuple[int | None, int]:
+    """The rank (None when the file's is not a rank: the merge numbers it by input order, as it
+    does a rank outside the world) and the pid. A file without them is not a rank file."""
+    if "rank" not in meta or "pid" not in meta:
+        raise ev.SourceError(f"{path}: distprof file without rank/pid metadata")
+    try:
+        pid = int(meta["pid"])
+    except (ValueError, TypeError):
+        raise ev.SourceError(f"{path}: pid {str(meta['pid'])[:40]!r} in distprof_meta is not an integer") from None
+    try:
+        rank = int(meta["rank"])
+    except (ValueError, TypeError):
+        warnings.append(f"{path}: rank {str(meta['rank'])[:40]!r} in distprof_meta is not an integer; "
+                        "numbered by input order instead")
+        return None, pid
+    if rank < 0:
+        warnings.append(f"{path}: rank {rank} in distprof_meta is negative, not a rank; numbered by input "
+                        "order instead")
+        return None, pid
+    return rank, pid
+
+
+def _row_columns(rows: list) -> dict:
+    """The range rows of _query as columns."""
+    if not rows:
+        empty, texts = np.empty(0, np.int64), np.empty(0, object)
+        return {"start": empty, "end": empty, "lane": empty, "step": empty, "names": texts, "categories": texts,
+                "kinds": texts, "groups": texts, "nbytes": empty, "peer": empty}
+    columns = list(zip(*rows))
+    ints = [np.array(col, dtype=np.int64) for col in columns[:4] + columns[8:10]]
+    texts = [np.array(col, dtype=object) for col in columns[4:8]]
+    return dict(zip(("start", "end", "lane", "step", "nbytes", "peer"), ints)) | \
+        dict(zip(("names", "categories", "kinds", "groups"), texts))
+
+
+def _checked_rows(columns: dict, path: Path, warnings: list[str]) -> dict:
+    """The rows whose times a rank's boot clock can hold, without the steps that cannot be steps.
+
+    Times are perf_counter_ns (CLOCK_MONOTONIC: ns since boot), so one beyond MAX_CLOCK_NS either
+    way, or ending before it starts, is corrupt and dropped: one near 2**63 made a 292-year window
+    and overflowed once the clock offset was added. Step ranges of zero length are dropped and
+    overlapping ones named (events.checked_steps, the check every reader shares)."""
+    start, end = columns["start"], columns["end"]
+    good = (np.abs(start) <= MAX_CLOCK_NS) & (np.abs(end) <= MAX_CLOCK_NS) & (end >= start)
+    if not good.all():
+        if not good.any():
+            raise ev.SourceError(f"{path}: every range row has a time beyond {MAX_CLOCK_NS} ns from boot or "
+                                 "ends before it starts: corrupt timestamps")
+        first = int(np.flatnonzero(~good)[0])
+        warnings.append(f"{path}: {int((~good).sum())} range row(s) dropped: a time beyond {MAX_CLOCK_NS} ns "
+                        f"(10 years) from boot or an end before the start (e.g. {int(start[first])} to "
+                        f"{int(end[first])} ns): corrupt timestamps")
+    is_step = np.flatnonzero(good & (columns["names"] == ev.PROFILE_STEP))
+    keep, told = ev.checked_steps(start[is_step], end[is_step], columns["step"][is_step],
+                                  np.zeros(is_step.size, np.int64), path)
+    warnings += told
+    good[is_step[~keep]] = False
+    return columns if good.all() else {key: values[good] for key, values in columns.items()}
+
+
+def _checked_clock(clock_rows: list, path: Path, warnings: list[str]) -> list:
+    """The ping-pong samples a clock can give: an offset between two boot clocks within
+    MAX_CLOCK_NS, a round trip within 0..MAX_RTT_NS. Others are dropped with a warning (an offset
+    of -3.07e18 and a negative uncertainty once reached summary.json); without any, the rank stays
+    on its own clock and the merge treats its offset as unverified."""
+    kept = [row for row in clock_rows if abs(row[1]) <= MAX_CLOCK_NS and 0 <= row[2] <= MAX_RTT_NS]
+    if len(kept) < len(clock_rows):
+        phase, offset, rtt = next(row for row in clock_rows if row not in kept)
+        what = "the others are used" if kept else "this rank keeps its own clock (offset unverified)"
+        warnings.append(f"{path}: {len(clock_rows) - len(kept)} distprof_clock sample(s) out of range dropped "
+                        f"(e.g. {str(phase)[:20]}: offset_ns {offset}, rtt_ns {rtt}; an offset is within "
+                        f"{MAX_CLOCK_NS} ns, a round trip 0 to {MAX_RTT_NS} ns): {what}")
+    return kept
+
+
+def _wal_missing(path: Path) -> bool:
+    """A WAL-mode SQLite file (header bytes 18-19 = 2) with no -wal beside it, or an empty one (a
+    read-only open leaves an empty one): what a rank file copied without its -wal looks like."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(20)
+        wal = Path(f"{path}-wal")
+        return head[18:20] == b"\x02\x02" and (not wal.exists() or wal.stat().st_size == 0)
+    except OSError:
+        return False
 
 
 def _model_profile(meta: dict, path: Path, warnings: list[str]) -> dict:

@@ -56,7 +56,12 @@ What this reader decides, and why (see ``data/nsys/SCHEMA.md`` for the schema fa
   was normalized: ``EXPORT_PARAM_TIME_NORMALIZE='true'`` or values above 1e18).
   ``clock_offset_ns`` = ``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` puts them on UTC; 0 when
   already normalized, or when the table is absent (with a warning: such a file cannot be
-  aligned with others in absolute time).
+  aligned with others in absolute time). A negative time is therefore corrupt: such GPU ops,
+  launch calls and NVTX rows are dropped with a warning naming the file and the counts (a kernel
+  whose start lost its sign spanned 0 and counted 18 s of computation where the file has 10 ms).
+* **Steps.** Step ranges as the file marks them (before their GPU projection) go through
+  ``events.checked_steps``, as every reader's do: a step of zero length is dropped, steps that
+  overlap are named in a warning.
 * **Speed.** Integer columns are packed by SQLite (one ``group_concat`` per column and chunk of
   rows) and parsed by numpy, in a few threads (sqlite3 releases the GIL while it steps), which
   avoids one Python tuple per row. Nothing loops in Python per event.
@@ -80,6 +85,9 @@ from . import communication_prefixes, plausible_span
 from .joins import innermost_enclosing, launch_join, span_of_groups
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+WAL_MODE = b"\x02\x02"                 # header bytes 18-19 of a WAL-mode file (nsys exports: 1, 1)
+DISTPROF_TABLES = frozenset({"distprof_meta", "distprof_names", "distprof_ranges", "distprof_threads",
+                             "distprof_clock"})
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
@@ -618,11 +626,12 @@ def _activity_marks(export: _Export, pids: np.ndarray) -> dict:
         if not {"start", id_column} <= export.columns(table):
             continue
         end = "IFNULL(t.end, t.start)" if "end" in export.columns(table) else "t.start"
-        # NVTX: marks and ranges only; domain-create and thread-name rows are registrations, not activity
+        # NVTX: marks and ranges only; domain-create and thread-name rows are registrations, not activity.
+        # A negative start is corrupt (_drop_negative) and NULL is not >= 0: neither is activity
         only = f" AND t.eventType IN {NVTX_ACTIVITY_TYPES}" if table == NVTX_TABLE else ""
         for pid, low, high in export.rows(f"SELECT (IFNULL(t.{id_column}, 0) >> 24) & {_PID_MASK} AS p, "
                                           f"min(t.start), max({end}) FROM {table} AS t "
-                                          f"WHERE t.start IS NOT NULL{only} GROUP BY p"):
+                                          f"WHERE t.start >= 0{only} GROUP BY p"):
             if int(pid) in pids and low is not None:
                 old = bounds.setdefault(int(pid), [low, high])
                 old[0], old[1] = min(old[0], low), max(old[1], high)
@@ -642,17 +651,18 @@ def _activity_marks(export: _Export, pids: np.ndarray) -> dict:
 def _read_export(export: _Export, config: dict) -> list[RankTrace]:
     path = export.path
     if not export.tables & set(NSYS_TABLES):
-        raise SourceError(f"{path}: SQLite file but not an nsys export (none of the tables "
-                          f"{KERNEL_TABLE}, {NVTX_TABLE}, {STRINGS_TABLE}, META_DATA_EXPORT)")
+        raise _not_an_export(export)
     prefixes = communication_prefixes(config)
     warnings: list[str] = []
 
     gpu = _concat_parts([_read_kernels(export, prefixes), *_read_memory_ops(export)])
     calls, op_launch = _launch_calls(export, gpu)
     nvtx = _read_nvtx(export)
+    gpu, op_launch, calls, nvtx = _drop_negative(gpu, op_launch, calls, nvtx, warnings, path)
     gpu, op_launch = _drop_reversed(gpu, op_launch, warnings, path, "GPU ops")
     nvtx, _ = _drop_reversed(nvtx, None, warnings, path, "NVTX ranges")
     gpu, op_launch, nvtx = _drop_implausible(gpu, op_launch, nvtx, warnings, path)
+    nvtx = _checked_steps(nvtx, warnings, path)
     phase_names = _assign_phases_and_steps(gpu, calls, op_launch, nvtx)
     gpu["collective"] = _kernel_collectives(gpu, calls, op_launch, nvtx)
     del op_launch
@@ -799,6 +809,61 @@ def _group_kinds(nvtx: dict) -> np.ndarray:
     kinds = single[segment[end_rows]].astype(np.int8)
     result[rows[end_rows]] = kinds
     return result
+
+
+def _not_an_export(export: _Export) -> SourceError:
+    """Why a SQLite file without nsys tables was refused. A rank file that distprof's collector
+    (WAL mode) was still writing, copied without its ``-wal``, has no tables at all in its main
+    file (they are all in the WAL): said so, with what to copy, not "not an nsys export"."""
+    path = export.path
+    wal = Path(f"{path}-wal")
+    try:
+        with open(path, "rb") as handle:
+            wal_mode = handle.read(20)[18:20] == WAL_MODE
+        wal_empty = not wal.exists() or wal.stat().st_size == 0  # a read-only open leaves an empty one
+    except OSError:
+        wal_mode = wal_empty = False
+    if wal_mode and wal_empty and not export.tables - DISTPROF_TABLES:
+        return SourceError(f"{path}: distprof rank file whose -wal file is missing (copied without it?): a "
+                           f"WAL-mode SQLite file with no tables of its own (an nsys export is never in WAL "
+                           f"mode); copy {path.name}-wal next to it")
+    return SourceError(f"{path}: SQLite file but not an nsys export (none of the tables "
+                       f"{KERNEL_TABLE}, {NVTX_TABLE}, {STRINGS_TABLE}, META_DATA_EXPORT)")
+
+
+def _drop_negative(gpu: dict, op_launch: np.ndarray, calls: dict, nvtx: dict, warnings: list[str], path: Path):
+    """nsys times count from the session start (or are UTC ns): a negative one is corrupt. Such GPU
+    ops, launch calls and NVTX rows are dropped with one warning naming the counts; a GPU op whose
+    launch call is dropped keeps its own times and loses only its launch."""
+    bad = {name: (part["start"] < 0) | (part["end"] < 0)
+           for name, part in (("GPU op", gpu), ("launch call", calls), ("NVTX row", nvtx))}
+    if not any(mask.any() for mask in bad.values()):
+        return gpu, op_launch, calls, nvtx
+    counts = ", ".join(f"{int(mask.sum())} {name}(s)" for name, mask in bad.items() if mask.any())
+    warnings.append(f"{path}: {counts} with a negative timestamp dropped (nsys times count from the session "
+                    "start, so none is below 0): corrupt rows")
+    if bad["launch call"].any():
+        keep = ~bad["launch call"]
+        safe = np.maximum(op_launch, 0)
+        op_launch = np.where((op_launch >= 0) & keep[safe], (np.cumsum(keep) - 1)[safe], -1)
+        calls = _kept(calls, None, keep)[0]
+    gpu, op_launch = _kept(gpu, op_launch, ~bad["GPU op"])
+    return gpu, op_launch, calls, _kept(nvtx, None, ~bad["NVTX row"])[0]
+
+
+def _checked_steps(nvtx: dict, warnings: list[str], path: Path) -> dict:
+    """The NVTX rows without the step ranges of zero length (events.checked_steps, which also
+    names overlapping steps), checked per process on the CPU ranges as marked: their GPU
+    projections may overlap legitimately (a step's last allreduce runs on while the next starts)."""
+    rows = np.flatnonzero(nvtx["is_step"])
+    keep, told = ev.checked_steps(nvtx["start"][rows], nvtx["end"][rows], nvtx["step"][rows], nvtx["pid"][rows],
+                                  path)
+    warnings += told
+    if keep.all():
+        return nvtx
+    mask = np.ones(nvtx["start"].size, bool)
+    mask[rows[~keep]] = False
+    return _kept(nvtx, None, mask)[0]
 
 
 def _drop_reversed(columns: dict, op_launch: np.ndarray | None, warnings: list[str], path: Path, what: str):
