@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from test_blame import _result
 
 from distprof import config as config_mod
 from distprof import events as ev
@@ -20,17 +21,6 @@ MS = 1_000_000
 STEP_NS = 150 * MS
 STEPS = 6
 DATA = Path(__file__).parent / "data" / "torch_ddp"
-
-
-def _result(rank: int, rows: list[tuple]):
-    """A RankResult from (kind, category, name, start, end, lane, step, collective, group) rows."""
-    columns = list(zip(*rows))
-    kind, category, name = (np.array(c, dtype=object) for c in columns[:3])
-    start, end, lane, step = (np.array(c, np.int64) for c in columns[3:7])
-    collective, group = (np.array(c, dtype=object) for c in columns[7:9])
-    events = ev.make_events(kind=kind, category=category, name=name, rank=rank, start_ns=start, end_ns=end,
-                            lane=lane, step=step, collective=collective, group=group)
-    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
 
 
 def ddp_job(delay_ns: int, transfer_ns: int, rank0_compute_ms: list[int] | None = None) -> dict:
@@ -46,9 +36,9 @@ def ddp_job(delay_ns: int, transfer_ns: int, rank0_compute_ms: list[int] | None 
         issued = {r: compute_end[r] - 2 * MS for r in rows}
         done = max(issued.values()) + transfer_ns
         for r in rows:
-            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, base, done + 5 * MS, 1, s, "", ""),
-                        (ev.RANGE, ev.PHASE, "forward", base + 5 * MS, compute_end[r], 1, s, "", ""),
-                        (ev.COMM_OP, ev.COMMUNICATION, ev.ALLREDUCE, issued[r], done, 2, s, ev.ALLREDUCE, "dp")]
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, base, done + 5 * MS, 1, s, "", "", -1),
+                        (ev.RANGE, ev.PHASE, "forward", base + 5 * MS, compute_end[r], 1, s, "", "", -1),
+                        (ev.COMM_OP, ev.COMMUNICATION, ev.ALLREDUCE, issued[r], done, 2, s, ev.ALLREDUCE, "dp", -1)]
     results = [_result(rank, r) for rank, r in sorted(rows.items())]
     return pipeline.combine(results, CONFIG, source="test", world_size=2).to_json()
 

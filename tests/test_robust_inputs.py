@@ -139,16 +139,8 @@ def test_mixing_nsys_and_kineto_warns(tmp_path, capsys):
 
 def native_file(path, rank=1, world_size=2):
     """A real collector file: two steps with a compute range each, complete."""
-    from distprof.collector import Collector
-    collector = Collector(path, rank=rank, world_size=world_size)
-    for step in range(2):
-        base = 1_000_000 * (step + 1)
-        collector.record("ProfileStep", "PHASE", "range", base, base + 900_000)
-        collector.record("Forward", "PHASE", "range", base + 10_000, base + 500_000)
-        collector.flush()
-    collector.set_meta(complete=1)
-    collector.close()
-    return path
+    from test_bad_input_sources import native_file as made
+    return made(path, rank=rank, world_size=world_size)
 
 
 def test_native_range_with_missing_name_is_kept_with_placeholder(tmp_path):
