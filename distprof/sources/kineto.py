@@ -60,8 +60,10 @@ is multiplied by the group size when that is known), else -1 (a TensorList has n
 ``group``: the args' "Process Group Name"; the one group of pg_config when the rank has one; for
 gloo (which names no group) the worker threads: each gloo group owns its threads, created with
 it and taking turns at its ops: threads split by the kinds they ran, else at the largest tid
-gaps, into equal sets mapped in order to pg_config's entries (else "" and a warning); a
-c10d::* op then takes the one group of the gloo ranges of its kind.
+gaps, into equal sets mapped in order to pg_config's entries, or, when their count cannot fill
+every group's pool and pg_config starts with the world, to the entries after it (the default
+group ran nothing: TP x DP on CPU) (else "" and a warning); a c10d::* op then takes the one
+group of the gloo ranges of its kind.
 ``peer``: c10d::send / recv_'s third concrete input (a rank in the group) as a global rank; a
 gloo:send / gloo:recv range (the exchange, with its wait) takes the peer of the c10d op of its
 direction whose span holds the range's start on the same thread (gloo creates the Work, and
@@ -1107,7 +1109,29 @@ def _thread_clusters(threads: np.ndarray, groups: int) -> np.ndarray | None:
     return cluster if (np.bincount(cluster) == threads.size // groups).all() else None
 
 
-def _infer_groups(merged: dict, facts: dict, tid: np.ndarray, pg_names: list[str]) -> tuple[list[str], list[str]]:
+def _thread_groups(threads: np.ndarray, row_tid: np.ndarray, row_kind: np.ndarray, pg_names: list[str],
+                   default_first: bool) -> tuple[np.ndarray | None, list[str], bool]:
+    """The gloo worker threads' groups: (cluster per thread, the pg names they index, whether the
+    default group was taken to be idle). The split by kinds, else by tid gaps, into the groups of
+    pg_config; failing that, when pg_config starts with the default (world) group, into the
+    others: the default group is created first, with init_process_group, and a job whose
+    collectives all run in subgroups leaves its threads without a single gloo range (TP x DP on
+    CPU). Only when the threads cannot all be there (every group has the same pool, and their
+    count is no multiple of the groups'); counts that then disagree across ranks are still caught
+    by the matching."""
+    idle_default = default_first and threads.size % len(pg_names) != 0
+    for names, idle in ((pg_names, False), (pg_names[1:] if idle_default else [], True)):
+        if not names:
+            continue
+        cluster = _clusters_by_kinds(threads, row_tid, row_kind, len(names))
+        cluster = _thread_clusters(threads, len(names)) if cluster is None else cluster
+        if cluster is not None:
+            return cluster, names, idle
+    return None, pg_names, False
+
+
+def _infer_groups(merged: dict, facts: dict, tid: np.ndarray, pg_names: list[str],
+                  default_first: bool = False) -> tuple[list[str], list[str]]:
     """Fill the group of rows whose args do not name it, in ``merged["group"]``; returns how
     (phrases for meta["group_from"]) and warnings. One group in pg_config: every op is in it.
     Gloo: each process group owns its worker threads, created with the group: the threads split
@@ -1125,9 +1149,9 @@ def _infer_groups(merged: dict, facts: dict, tid: np.ndarray, pg_names: list[str
     if not gloo.size or not pg_names:
         return methods, []
     threads = np.unique(tid[facts["rows"][gloo]])
-    cluster = _clusters_by_kinds(threads, tid[facts["rows"][gloo]], kind[gloo], len(pg_names))
-    if cluster is None:
-        cluster = _thread_clusters(threads, len(pg_names))
+    cluster, pg_names, idle_default = _thread_groups(threads, tid[facts["rows"][gloo]], kind[gloo], pg_names,
+                                                     default_first)
+    methods += ["the default group ran no collective in the trace"] if idle_default else []
     if cluster is None:
         return methods, [f"gloo process groups could not be told apart: {threads.size} worker thread(s) do not "
                          f"split into {len(pg_names)} equal runs of tids for the group(s) in pg_config; their "
@@ -1160,7 +1184,11 @@ def _comm_columns(doc: _Document, facts: dict, ids: dict, steps: dict, classes, 
     groups = {name: ranks for name, ranks in pg if ranks is not None}
     for name, ranks in facts["named_groups"].items():
         groups.setdefault(name, ranks)
-    methods, warnings = _infer_groups(merged, facts, ids["tid"], [name for name, _ in pg])
+    info = doc.info.get("distributedInfo")
+    world = _to_int(info.get("world_size"), 0) if isinstance(info, dict) else 0
+    default_first = len(pg) > 1 and pg[0][1] is not None and 0 < world == len(pg[0][1]) and \
+        sorted(pg[0][1]) == list(range(world))
+    methods, warnings = _infer_groups(merged, facts, ids["tid"], [name for name, _ in pg], default_first)
     group = merged["group"]
     size_of = {name: len(ranks) for name, ranks in groups.items()}
     group_codes, group_names = ev.factorize(group.tolist())

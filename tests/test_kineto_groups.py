@@ -1,0 +1,49 @@
+"""Gloo process groups told apart on a real TP x DP torch job whose trace names none of them
+(no record_param_comms): each rank's pg_config lists the default group first, then its TP and
+DP groups; the default group ran no collective, so only two of the three have worker threads
+with gloo ranges. Checked against the raw JSON."""
+
+import gzip
+import json
+from pathlib import Path
+
+from distprof import config as config_mod
+from distprof import pipeline
+
+DATA = Path(__file__).parent / "data" / "torch_tpdp" / "late3"
+CONFIG = config_mod.load()
+
+
+def _raw(path: Path) -> dict:
+    return json.loads(gzip.open(path).read())
+
+
+def _expected_groups() -> dict[tuple[str, tuple[int, ...]], int]:
+    """(kind, group members) -> gloo ranges per member, from the raw traces: a rank's TP group is
+    pg_config's second entry, its DP group the third, and the TP collective is all_reduce."""
+    out: dict = {}
+    for path in sorted(DATA.glob("rank*.pt.trace.json.gz")):
+        trace = _raw(path)
+        pg = trace["distributedInfo"]["pg_config"]
+        assert [entry["pg_desc"] for entry in pg][0] == "default_pg"
+        names = [e["name"] for e in trace["traceEvents"] if str(e.get("name", "")).startswith("gloo:")]
+        for kind, entry in (("gloo:all_reduce", pg[1]), ("gloo:all_gather", pg[2])):
+            out[(kind, tuple(entry["ranks"]))] = names.count(kind)
+    return out
+
+
+def test_gloo_groups_with_an_idle_default_group_are_told_apart():
+    summary = pipeline.merge_files(sorted(DATA.glob("rank*.pt.trace.json.gz")), CONFIG).to_json()
+    expected = _expected_groups()
+    assert sorted(expected) == [("gloo:all_gather", (0, 2)), ("gloo:all_gather", (1, 3)),
+                                ("gloo:all_reduce", (0, 1)), ("gloo:all_reduce", (2, 3))]
+    kinds = {(k["name"], k["group"]): k["matched"] for k in summary["skew"]["kinds"]}
+    assert sorted(kinds.values()) == sorted(expected.values())  # every range matched, per group
+    assert sum(kinds.values()) == summary["skew"]["matched"] == 48
+    assert not [w for w in summary["warnings"] if "could not be told apart" in w]
+    members = {entry["pg_name"]: tuple(entry["ranks"]) for path in DATA.glob("rank*.pt.trace.json.gz")
+               for entry in _raw(path)["distributedInfo"]["pg_config"]}
+    named = {(name, members[group]) for name, group in kinds}
+    assert named == {("allreduce", (0, 1)), ("allreduce", (2, 3)), ("allgather", (0, 2)), ("allgather", (1, 3))}
+    straggler = summary["skew"]["straggler"]
+    assert straggler["rank"] == 3  # its 20 ms reach rank 2 (TP) and rank 1 (DP): charged once, to 3
