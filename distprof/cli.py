@@ -82,6 +82,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(" ".join(command))
         return 0
     outpaths.check_dir(args.out, OUTPUT_FILES)  # before mpirun starts the job
+    # rank 0 prints the report into mpirun's pipe, not this terminal: it fits the width said here
+    os.environ["COLUMNS"] = str(console.terminal_width(getattr(args, "width", None)))
     if args.hang is not None:
         return run_hang_demo(command, Path(args.out), ranks)
     returncode = subprocess.call(command)
@@ -230,13 +232,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
     out = Path(args.out)
     with writing(out):
         export.write_summary(summary, out)
-    sys.stdout.write(text.render(summary, args.unit))
+    sys.stdout.write(text.render(summary, args.unit, width=args.width, all_ranks=args.all_ranks))
     print(f"\nwrote {out / export.SUMMARY_FILE}")
     if args.html:
         from .reports import html
         with writing(out):
             print(f"wrote {html.write_report(summary, out, args.unit)}")
-    print(text.next_steps(out, args.html))
+    print(text.next_steps(out, args.html, width=args.width))
     return 0
 
 
@@ -272,7 +274,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     refuse_json_array(args.summary)
     summary = export.read_summary(args.summary)
     try:
-        shown = text.render(summary, args.unit, sorted_by=args.sorted_by, top=args.top or None, rank=args.rank)
+        shown = text.render(summary, args.unit, sorted_by=args.sorted_by, top=args.top or None, rank=args.rank,
+                            width=args.width, all_ranks=args.all_ranks)
     except (KeyError, TypeError, AttributeError) as error:  # a hand-edited or truncated summary
         detail = f"missing key {error}" if isinstance(error, KeyError) else f"unexpected content ({error})"
         raise SourceError(f"{args.summary}: not a complete distprof summary.json ({detail})") from None
@@ -522,7 +525,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         if not result:
             raise SourceError(f"{label}: no what-if in this summary (made by an older distprof, or the replay was "
                               "skipped)")
-        shown = whatif_report.render(result, args.unit)
+        shown = whatif_report.render(result, args.unit, width=args.width)
     except _BAD_CONTENT as error:
         raise SourceError(f"{label}: not a complete distprof summary.json (whatif: {_what(error)})") from None
     sys.stdout.write(shown + "\n")
@@ -620,6 +623,7 @@ def _demo_parser(sub) -> None:
     demo.add_argument("--config", default=None, help="YAML config file")
     demo.add_argument("--dry-run", action="store_true", help="print the mpirun command and exit")
     demo.add_argument("--no-align", action="store_true", help=NO_ALIGN_HELP)
+    _layout_options(demo, all_ranks=False)
     demo.set_defaults(func=cmd_demo)
 
 
@@ -640,7 +644,19 @@ def _merge_parser(sub) -> None:
                             "table's intra-/inter-node split (config hardware.gpus_per_node)")
     merge.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                        help="also write OUT/report.html (default; --no-html to skip)")
+    _layout_options(merge)
     merge.set_defaults(func=cmd_merge)
+
+
+def _layout_options(parser: argparse.ArgumentParser, all_ranks: bool = True) -> None:
+    """--width and --all-ranks of the commands that print a report."""
+    parser.add_argument("--width", type=console.width_option, default=None, metavar="N",
+                        help="fit the report to N columns (default: the terminal's, COLUMNS, or "
+                             f"{console.DEFAULT_WIDTH} when not a terminal)")
+    if all_ranks:
+        parser.add_argument("--all-ranks", action="store_true",
+                            help="a row for every rank in the per-rank tables (above 8 ranks they show "
+                                 "min/median/max and the outlying ranks)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -660,6 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--rank", type=int, default=None, help="that rank's own tables instead of all ranks'")
     report.add_argument("--html", nargs="?", const="", default=None, metavar="PATH",
                         help="also write report.html (next to summary.json, or to PATH)")
+    _layout_options(report)
     report.set_defaults(func=cmd_report)
 
     trace = sub.add_parser("trace", help="write a merged Perfetto / Chrome trace of all ranks (trace.json.gz)")
@@ -696,6 +713,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "comm_bandwidth_x2, no_dataloader_wait, balanced_ranks")
     what.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     what.add_argument("--config", default=None, help="YAML config file")
+    _layout_options(what, all_ranks=False)
     what.set_defaults(func=cmd_whatif)
 
     hang = sub.add_parser("hang", help="which rank a hang started at, in which collective, why "

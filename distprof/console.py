@@ -1,31 +1,65 @@
-"""The console: lines a person reads on a terminal. Report prose wraps at ``WRAP`` characters, tables
-fit ``TABLE_WIDTH``. Warnings on stderr stay one line each (``distprof: warning: ...``, like a
-compiler's diagnostics) so that a log can be grepped; the report repeats them wrapped, first."""
+"""The console: lines a person reads on a terminal. Reports fit the terminal's width
+(``terminal_width``: ``--width``, else COLUMNS or the terminal, else ``DEFAULT_WIDTH`` when stdout is
+a pipe or a file); prose wraps at that width, tables split or shorten their cells to it, so no row
+breaks. Warnings on stderr stay one line each (``distprof: warning: ...``, like a compiler's
+diagnostics) so that a log can be grepped; the report repeats them wrapped, first."""
 
 from __future__ import annotations
 
 import sys
 
-TABLE_WIDTH = 200  # console tables fit this many columns; prose lines wrap at WRAP
-WRAP = 160
+from .names import printable
+
+TABLE_WIDTH = 200  # the widest a table gets where no width is asked for (direct callers, the diff report)
+WRAP = 160         # prose lines wrap here where no width is asked for
+DEFAULT_WIDTH = 100  # stdout is not a terminal (a pipe, a file, a CI log) and COLUMNS is not set
+MIN_WIDTH = 40     # narrower, no table of the report fits even with its cells shortened
+
+
+def terminal_width(requested: int | None = None) -> int:
+    """The width a report fits: ``requested`` (``--width``), else COLUMNS or the terminal's own width
+    (shutil.get_terminal_size reads both, in that order), else DEFAULT_WIDTH; never under MIN_WIDTH.
+    A fixed 160 was wider than most terminals, and wider rows broke in the middle."""
+    if requested:
+        return max(int(requested), MIN_WIDTH)
+    import shutil
+    return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, MIN_WIDTH)
+
+
+def width_option(text: str) -> int:
+    """An argparse type for ``--width N``: whole columns, at least MIN_WIDTH (said, not clamped
+    silently, when asked for on the command line)."""
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of columns") from None
+    if value < MIN_WIDTH:
+        raise argparse.ArgumentTypeError(f"{text!r}: the report needs at least {MIN_WIDTH} columns")
+    return value
 
 
 def wrapped(line: str, width: int = WRAP) -> list[str]:
     """One prose line of a report as console lines of at most ``width`` characters: its indentation
-    kept, continuation lines hanging under the text after a leading marker ("-> ", "note: ")."""
+    kept, continuation lines hanging under the text after a leading marker ("-> ", "note: "). A word
+    longer than a whole line (a path, a kernel name) is cut across lines rather than overflow."""
     if len(line) <= width:
         return [line]
     import textwrap
     body = line.lstrip(" ")
     indent = " " * (len(line) - len(body))
     marker = next((m for m in ("-> ", "note: ", "straggler: ") if body.startswith(m)), "")
-    return textwrap.wrap(body, width, initial_indent=indent, subsequent_indent=indent + " " * (len(marker) or 2),
-                         break_on_hyphens=False, break_long_words=False)
+    hang = indent + " " * (len(marker) or 2)
+    if len(hang) > width // 2:  # a narrow console: hang less, keep room for the text
+        hang = indent[: width // 4] + "  "
+    return textwrap.wrap(body, width, initial_indent=indent[: width // 2], subsequent_indent=hang,
+                         break_on_hyphens=False, break_long_words=True)
 
 
 def warn(text: str) -> None:
-    """``distprof: warning: TEXT`` on stderr, one line."""
-    print(f"distprof: warning: {text}", file=sys.stderr, flush=True)
+    """``distprof: warning: TEXT`` on stderr, one line (control characters escaped: a warning can
+    quote a file's or a trace's names)."""
+    print(f"distprof: warning: {printable(text)}", file=sys.stderr, flush=True)
 
 
 def progress(items, desc: str):

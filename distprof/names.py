@@ -46,6 +46,45 @@ def _cap(text: str, limit: int) -> str:
     return text if len(text) <= limit else short_name(text, limit)
 
 
+# what a terminal acts on instead of printing: C0 and C1 controls (ESC starts title, clear-screen and
+# cursor sequences; CSI is also U+009B), DEL, line/paragraph separators and bidi overrides (which
+# reorder what follows them on the line)
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    return _ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def printable(text: object) -> str:
+    """``text`` safe to print on a terminal: control characters written as escapes (``\\x1b``,
+    ``\\n``), not acted on. Names come from traces and dumps anyone can write: raw, a process
+    group called "\\x1b]0;x\\x07" sets the terminal's title, "\\x1b[2J" clears the screen, and a
+    newline starts a forged report line. Escaped rather than dropped, so the reader sees that the
+    name holds them."""
+    value = str(text)
+    return _UNPRINTABLE.sub(_escape, value) if _UNPRINTABLE.search(value) else value
+
+
+def printable_all(value: object) -> object:
+    """A JSON-like value (a summary) with every string, keys included, made ``printable``: applied
+    once where a text report starts, so no name, label, path or message reaches the terminal raw.
+    What needs no escape is returned as it is (no copy)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        items = [(printable(k) if isinstance(k, str) else k, printable_all(v)) for k, v in value.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items())):
+            return value
+        return dict(items)
+    if isinstance(value, list):
+        items = [printable_all(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else items
+    return value
+
+
 # PyTorch's NVTX op ranges (emit_nvtx, nsys) append per-call numbers to the op name:
 # "aten::to, seq = 12, op_id = 998", then ", sizes = [...]", ", input_op_ids = [...]"
 _CALL_SUFFIX = re.compile(r", (?:seq|op_id) = -?\d+(?:,.*)?$", re.DOTALL)

@@ -140,7 +140,7 @@ def test_killed_rank_keeps_every_completed_step(tmp_path):
     assert any("did not finish" in w for w in trace.warnings)
     merged = run_cli("merge", str(out / "rank0.sqlite"), "-o", str(tmp_path / "merged"))
     assert merged.returncode == 0, merged.stderr
-    assert "did not finish" in merged.stdout
+    assert "did not finish" in " ".join(merged.stdout.split())  # a warning, wrapped at the console width
     assert "Traceback" not in merged.stdout + merged.stderr
 
 

@@ -72,7 +72,12 @@ def test_sixteen_ranks_with_long_kernel_names_fit(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert widest(result.stdout) <= TABLE_WIDTH
     assert "elementwise_kernel" in result.stdout                 # the name, cut, still says which kernel
-    assert all(f"\n{rank} " in result.stdout for rank in range(16))  # every rank has its row
+    # above 8 ranks the per-rank tables show min/median/max and the outlying ranks (issue 40);
+    # --all-ranks gives every rank its row
+    assert "\nmedian " in result.stdout and "--all-ranks" in result.stdout
+    every = run_cli("report", str(tmp_path / "out"), "--all-ranks")
+    assert every.returncode == 0 and widest(every.stdout) <= TABLE_WIDTH, every.stderr[-2000:]
+    assert all(f"\n{rank} " in every.stdout for rank in range(16))  # every rank has its row
 
 
 def test_next_steps_wrap_between_commands_never_inside_one():

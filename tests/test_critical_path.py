@@ -250,8 +250,10 @@ def test_a_synchronous_collective_outside_phases_is_wait_and_transfer_not_comput
 
 
 def by_rank_line(path: dict) -> str:
+    """The whole "by rank:" line (rendered wide enough not to wrap it: the console's width would)."""
     from distprof.reports import critical_path_report
-    return next(line for line in critical_path_report.render(path).splitlines() if line.startswith("by rank:"))
+    return next(line for line in critical_path_report.render(path, width=1000).splitlines()
+                if line.startswith("by rank:"))
 
 
 def test_a_balanced_job_reads_as_no_culprit_though_the_walk_starts_on_one_rank():

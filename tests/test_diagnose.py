@@ -100,22 +100,21 @@ def test_findings_are_priced_by_the_replay_ordered_and_rendered():
     assert priced["saving_share"] == loader_row["saving_ns"] / summary["whatif"]["measured_step_ns"]
     assert unpriced["predicted_saving_ns"] is None and unpriced["severity"] == "unpriced"
     json.dumps(summary)  # plain JSON types only
-    [section] = text.extra_sections(summary, "ns")
-    lines = section.splitlines()
-    assert "Diagnosis" in lines[0] and lines[1].startswith("Findings (ordered by what the fix saves per step")
-    assert lines[2].startswith(f"  1. {priced['severity'].upper():<8} fix saves {loader_row['saving_ns']:.2f} ns "
+    lines = text.finding_lines(summary["findings"], "ns", width=1000)  # wide: one line each
+    assert lines[0].startswith("Findings (ordered by what the fix saves per step")
+    assert lines[1].startswith(f"  1. {priced['severity'].upper():<8} fix saves {loader_row['saving_ns']:.2f} ns "
                                "per step")
-    assert lines[3].strip().startswith("dataloader-bound on 1/2 ranks") and "-> " in lines[4]
-    assert lines[5].startswith("  2. UNPRICED saving not predicted: no what-if scenario models this fix")
-    assert any(line.startswith("Checks: N/A 2") for line in lines)
+    assert lines[2].strip().startswith("dataloader-bound on 1/2 ranks") and "-> " in lines[3]
+    assert lines[4].startswith("  2. UNPRICED saving not predicted: no what-if scenario models this fix")
     report = text.render(summary, "ns")
-    assert report.index("Distributed Summary") < report.index("Diagnosis")
+    assert any(line.startswith("Checks: N/A 2") for line in report.splitlines())
+    # the answer first (issue 40): findings and checks above the per-rank tables
+    assert report.index("Distributed Summary") < report.index("Findings (ordered") < report.index("Per rank")
 
 
 def test_no_findings_reads_as_none():
     summary = pipeline.combine([host_result(0, 5)], CONFIG, source="test").to_json()
-    [section] = text.extra_sections(summary, "ms")
-    assert "Findings: none." in section
+    assert "Findings: none." in text.render(summary, "ms")
 
 
 def test_severity_is_the_saving_share_of_the_step():

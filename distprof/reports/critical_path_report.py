@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import html
 
-from . import format
-from .tables import tabulate
+from . import format, tables
 from .whatif_report import TITLES
 
 TITLE = "Critical path (what sets the step)"
@@ -62,14 +61,18 @@ def parts(path: dict, unit: str = "ms") -> tuple[list[str], list[str], list[list
     return lines, ["On the path", "Kind", f"Time ({unit})", "Share", "Ranks"], rows
 
 
-def render(path: dict | None, unit: str = "ms") -> str:
-    """The text section ('' without a critical path)."""
+def render(path: dict | None, unit: str = "ms", width: int | None = None) -> str:
+    """The text section ('' without a critical path), ``width`` columns wide (None: the console's)."""
     if not path or not path.get("steps"):
         return ""
-    lines, headers, rows = parts(path, unit)
-    table = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
-    width = max(len(line) for line in table.splitlines())
-    return "\n".join([format.banner(TITLE, width), *lines, table])
+    from .. import console
+    from ..names import printable_all
+    width = console.terminal_width(width)
+    lines, headers, rows = parts(printable_all(path), unit)
+    table = tables.fitted(rows, headers, keep=1, width=width, shrink=(0, 4))
+    wide = min(max(tables.widest(table), len(TITLE) + 20), width)
+    return "\n".join([format.banner(TITLE, wide), *(part for line in lines for part in format.wrapped(line, width)),
+                      table])
 
 
 def _band(step: dict, unit: str) -> str:

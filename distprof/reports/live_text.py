@@ -65,8 +65,9 @@ def alert_line(alert: dict) -> str:
             f"(noise {_ms(alert['noise_ns'])})")
 
 
-def section(live: dict | None) -> list[str]:
-    """The text report's Live section: windows seen, the straggler over time, the alerts."""
+def section(live: dict | None, width: int | None = None) -> list[str]:
+    """The text report's Live section: windows seen, the straggler over time, the alerts; lines
+    wrapped at ``width`` (None: as they are; dozens of windows make lines of any length)."""
     if not live or not live.get("windows"):
         return []
     windows = live["windows"]
@@ -77,6 +78,9 @@ def section(live: dict | None) -> list[str]:
              + " ".join(_ms(w["step_time_ns"]) for w in windows),
              "straggler per window: " + ", ".join(named)]
     lines += ["  " + alert_line(alert).removeprefix(PREFIX + " ") for alert in live.get("alerts", [])] or ["no alerts"]
+    if width:
+        from ..console import wrapped
+        lines = [part for line in lines for part in wrapped(line, width)]
     return ["\n".join(lines)]
 
 

@@ -7,6 +7,8 @@ by ``--top``; Device, Overview and Model keep their fixed order, as in Paddle.
 
 from __future__ import annotations
 
+import re
+
 from . import format
 
 
@@ -17,17 +19,82 @@ def tabulate(rows, **options) -> str:
     return render(rows, **options)
 
 
-def fitted(rows: list[list], headers: list[str], keep: int = 1, width: int = format.TABLE_WIDTH) -> str:
-    """A "simple" table that fits ``width`` columns: when too wide, its columns after the first ``keep``
-    (the row labels, repeated) are split into the fewest consecutive tables that fit, of even widths
-    (a column takes its widest line, 2 of padding and 2 between columns)."""
-    text = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
-    if max(len(line) for line in text.splitlines()) <= width or len(headers) <= keep + 1:
-        return text
-    cells = [[str(cell) for cell in row] for row in rows]
-    needs = [4 + max(len(line) for cell in [headers[i], *(row[i] for row in cells)] for line in cell.splitlines())
-             for i in range(len(headers))]
-    labels, columns = sum(needs[:keep]), list(range(keep, len(headers)))
+PAD = 4        # what a "simple" table adds to a column's widest line: 2 of padding, 2 between columns
+MIN_CELL = 10  # a shortened name column keeps at least this many characters (head and tail around "…")
+WHOLE_CELL = 24  # ... and this many where that spares splitting the table
+
+
+def _simple(cells: list[list[str]], headers: list[str]) -> str:
+    return tabulate(cells, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def widest(text: str) -> int:
+    """The longest line of a text block, in characters (what the console width must hold)."""
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def _needs(cells: list[list[str]], headers: list[str]) -> list[int]:
+    """Each column's width in a "simple" table, padding and gap included."""
+    return [PAD + max(len(line) for cell in [headers[i], *(row[i] for row in cells)]
+                      for line in (cell.splitlines() or [""])) for i in range(len(headers))]
+
+
+_CALL = re.compile(r"\w\(")  # "kernel(" of a C++ signature, not "thread 7 (comm)"
+
+
+def _compact(name: str, limit: int) -> str:
+    """A long C++ name (kernel, operator) within ``limit`` characters as a reader shortens it:
+    template arguments and parameter lists as "<…>" and "(…)", then "void " and the namespaces
+    dropped while it is too long; still too long, head and tail around "…" (names.short_name).
+    A plain cut of "void at::native::elementwise_kernel<float, float, ...>(...)" kept neither end's
+    meaning: "void at::nat…oat, float,…"."""
+    from ..names import short_name
+    if "<" not in name and not _CALL.search(name):  # not code: "thread 7 (comm)", a path
+        return short_name(name, limit)
+    out, depth = [], 0
+    for char in name:  # one pass over the name's characters
+        if char in "<(":
+            out.append(char + "…" if depth == 0 else "")
+            depth += 1
+        elif char in ">)" and depth:
+            depth -= 1
+            out.append(char if depth == 0 else "")
+        elif depth == 0:
+            out.append(char)
+    text = "".join(out).removeprefix("void ")
+    while len(text) > limit and "::" in text.split("<")[0].split("(")[0]:
+        text = text.split("::", 1)[1]
+    return short_name(text, limit)
+
+
+def _cut(cells: list[list[str]], headers: list[str], columns: dict[int, int]) -> tuple[list[list[str]], list[str]]:
+    """Cells (and titles) of ``columns`` ({index: characters}) shortened to that many characters
+    (``_compact``: the ends say which kernel, file or lane)."""
+    def fit(text: str, limit: int) -> str:
+        return "\n".join(_compact(line, limit) for line in text.splitlines()) if len(text) > limit else text
+    cut_cells = [[fit(cell, columns[i]) if i in columns else cell for i, cell in enumerate(row)] for row in cells]
+    return cut_cells, [fit(h, columns[i]) if i in columns else h for i, h in enumerate(headers)]
+
+
+def _shrink(needs: list[int], floors: dict[int, int], excess: int) -> dict[int, int]:
+    """How many characters each column of ``floors`` keeps so that the table sheds ``excess``: the
+    widest is cut first (water-filling), none below its floor; {} when nothing needs cutting."""
+    widths = {i: needs[i] - PAD for i in floors}
+    while excess > 0:
+        open_ = [i for i in widths if widths[i] > floors[i]]
+        if not open_:
+            break
+        column = max(open_, key=lambda i: widths[i])
+        widths[column] -= 1
+        excess -= 1
+    return {i: w for i, w in widths.items() if w < needs[i] - PAD}
+
+
+def _groups(needs: list[int], keep: int, width: int) -> list[list[int]]:
+    """The columns after the first ``keep`` (the row labels, repeated in every group) as the fewest
+    consecutive groups that fit ``width``, of even widths."""
+    labels, columns = sum(needs[:keep]), list(range(keep, len(needs)))
+    chunks = [columns]
     for count in range(2, len(columns) + 1):
         share = sum(needs[keep:]) / count
         chunks, current, used = [], [], 0
@@ -40,9 +107,55 @@ def fitted(rows: list[list], headers: list[str], keep: int = 1, width: int = for
         chunks.append(current)
         if len(chunks) <= count and all(labels + sum(needs[c] for c in chunk) <= width for chunk in chunks):
             break
-    return "\n\n".join(tabulate([[row[i] for i in (*range(keep), *chunk)] for row in cells],
-                                headers=[headers[i] for i in (*range(keep), *chunk)], tablefmt="simple",
-                                disable_numparse=True) for chunk in chunks)
+    return chunks
+
+
+def fitted(rows: list[list], headers: list[str], keep: int = 1, width: int = format.TABLE_WIDTH,
+           shrink: tuple[int, ...] = ()) -> str:
+    """A "simple" table that fits ``width`` columns, each row one line (a row that wraps on the
+    terminal, or inside its cells, no longer reads as a row). Too wide, it first shortens the cells
+    of its ``shrink`` columns (names, paths, lane lists: head and tail kept), then splits the columns
+    into consecutive tables that fit, each repeating the first ``keep`` (the row labels); a part
+    still too wide (one huge column in a narrow console) has its widest cells shortened."""
+    cells = [[str(cell) for cell in row] for row in rows]
+    headers = [str(h) for h in headers]
+    floors = {i: max(MIN_CELL, min(16, max(len(line) for line in headers[i].splitlines() or [""])))
+              for i in shrink}  # a shortened column keeps MIN_CELL characters, and its title's (up to 16)
+    if len(headers) <= keep + 1:
+        return _fit_part(cells, headers, floors, width)
+    # whole, a name keeps WHOLE_CELL characters: shorter, splitting the table reads better
+    text = _fit_part(cells, headers, {i: max(floor, WHOLE_CELL) for i, floor in floors.items()}, width, force=False)
+    if widest(text) <= width:
+        return text
+    needs = [min(need, floors[i] + PAD) if i in floors else need for i, need in enumerate(_needs(cells, headers))]
+    parts = []
+    for chunk in _groups(needs, keep, width):
+        order = [*range(keep), *chunk]
+        parts.append(_fit_part([[row[i] for i in order] for row in cells], [headers[i] for i in order],
+                               {order.index(i): floor for i, floor in floors.items() if i in order}, width))
+    return "\n\n".join(parts)
+
+
+def _fit_part(cells: list[list[str]], headers: list[str], floors: dict[int, int], width: int,
+              force: bool = True) -> str:
+    """One table as it is, else with the columns of ``floors`` shortened, else (``force``) with any
+    column shortened until it fits ``width``."""
+    text = _simple(cells, headers)
+    if widest(text) <= width:
+        return text
+    if floors:
+        cut_cells, cut_headers = _cut(cells, headers, _shrink(_needs(cells, headers), floors, widest(text) - width))
+        text = _simple(cut_cells, cut_headers)
+        if widest(text) <= width:
+            return text
+    return _forced(cells, headers, width) if force else text
+
+
+def _forced(cells: list[list[str]], headers: list[str], width: int) -> str:
+    """The last resort: every column may be shortened (widest first) until the table fits."""
+    needs = _needs(cells, headers)
+    columns = _shrink(needs, {i: 4 for i in range(len(headers))}, sum(needs) - 2 - width)
+    return _simple(*_cut(cells, headers, columns))
 
 
 UNITS = format.UNITS
@@ -60,18 +173,20 @@ def _ratio(value) -> str:
 
 
 def _name(name: str, width: int = NAME_WIDTH) -> str:
-    """Long (templated C++) kernel names cut to a readable width."""
-    return name if len(name) <= width else name[: width - 1] + "…"
+    """Long (templated C++) kernel names cut to a readable width (``_compact``)."""
+    return name if len(name) <= width else _compact(name, width)
 
 
-def _banner(title: str, table: str) -> str:
-    """A banner as wide as the table under it (at least the title and 20 dashes)."""
-    width = max((len(line) for line in table.splitlines()), default=len(title) + 20)
-    return format.banner(title, max(width, len(title) + 20))
+def _banner(title: str, table: str, width: int = format.TABLE_WIDTH) -> str:
+    """A banner as wide as the table under it (at least the title and 20 dashes, at most ``width``)."""
+    wide = max((len(line) for line in table.splitlines()), default=len(title) + 20)
+    return format.banner(title, min(max(wide, len(title) + 20), width))
 
 
-def _section(title: str, table: str, notes: list[str] = ()) -> str:
-    return "\n".join([_banner(title, table), table, *(line for note in notes for line in format.wrapped(note))])
+def _section(title: str, table: str, notes: list[str] = (), width: int = format.TABLE_WIDTH) -> str:
+    """Banner, table and notes (wrapped at ``width``, or at WRAP where that is narrower)."""
+    return "\n".join([_banner(title, table, width), table,
+                      *(line for note in notes for line in format.wrapped(note, min(width, format.WRAP)))])
 
 
 def select(summary: dict, rank: int | None = None) -> dict | None:
@@ -103,25 +218,25 @@ def sort_rows(rows: list[dict], sorted_by: str) -> list[dict]:
     return sorted(rows, key=lambda r: -(r.get(column) if r.get(column) is not None else float("-inf")))
 
 
-def device_table(device: list[dict], merged: bool) -> str:
+def device_table(device: list[dict], merged: bool, width: int = format.TABLE_WIDTH) -> str:
+    """Utilization per device: the mean and the ranks at the min and max when merged."""
     if merged:
         rows = [[d["device"], _ratio(d["mean"]), f"{_ratio(d['min'])} (rank {d['min_rank']})",
                  f"{_ratio(d['max'])} (rank {d['max_rank']})"] for d in device]
-        return tabulate(rows, headers=["Device", "Utilization (%) mean", "min", "max"], tablefmt="simple",
-                        disable_numparse=True)
+        return fitted(rows, ["Device", "Utilization (%) mean", "min", "max"], width=width, shrink=(0,))
     rows = [[d["device"], _ratio(d["utilization"])] for d in device]
-    return tabulate(rows, headers=["Device", "Utilization (%)"], tablefmt="simple", disable_numparse=True)
+    return fitted(rows, ["Device", "Utilization (%)"], width=width, shrink=(0,))
 
 
-def overview_table(overview: list[dict], scale: int, unit: str) -> str:
+def overview_table(overview: list[dict], scale: int, unit: str, width: int = format.TABLE_WIDTH) -> str:
+    """Each event type's calls and union time, CPU then GPU (the parts indented under their whole)."""
     rows = []
     for side, title in (("cpu", "CPU"), ("gpu", "GPU")):
         part = [r for r in overview if r["side"] == side]
         for r in part:
             indent = "" if r["type"] in ("ProfileStep", "GPU busy") else "  "
             rows.append([indent + r["type"], title, r["calls"], _time(r["total_ns"], scale), _ratio(r["ratio"])])
-    return tabulate(rows, headers=["Event type", "Side", "Calls", f"Time ({unit}, union)", "Ratio (%)"],
-                    tablefmt="simple", disable_numparse=True)
+    return fitted(rows, ["Event type", "Side", "Calls", f"Time ({unit}, union)", "Ratio (%)"], width=width)
 
 
 def _five(row: dict, side: str, scale: int) -> str:
@@ -137,7 +252,8 @@ def _max_rank(values: list | None, ranks: list[int]) -> str:
     return str(-max(pairs)[1])   # ties: the lowest rank
 
 
-def model_table(model: list[dict], scale: int, ranks: list[int] | None) -> str:
+def model_table(model: list[dict], scale: int, ranks: list[int] | None, width: int = format.TABLE_WIDTH) -> str:
+    """The phases' CPU (and GPU) figures, and the rank with the most CPU time in each when merged."""
     has_gpu = any(r.get("gpu_total_ns") is not None for r in model)
     headers = ["Name", "Calls", "CPU Total / Avg / Max / Min / Ratio(%)"]
     if has_gpu:
@@ -153,11 +269,11 @@ def model_table(model: list[dict], scale: int, ranks: list[int] | None) -> str:
         if ranks and len(ranks) > 1:
             row.append(_max_rank(r.get("cpu_total_ns_by_rank"), ranks))
         rows.append(row)
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    return fitted(rows, headers, width=width, shrink=(0,))
 
 
 def by_name_table(table: dict, scale: int, sorted_by: str, top: int | None, side: str, merged: bool,
-                  keys=("name",)) -> tuple[str, list[str]]:
+                  keys=("name",), width: int = format.TABLE_WIDTH) -> tuple[str, list[str]]:
     """Kernel / Memory / UserDefined: rows sorted and cut, and the notes saying what was left out."""
     rows = sort_rows(table["rows"], sorted_by)
     shown = rows if not top else rows[:top]
@@ -179,7 +295,7 @@ def by_name_table(table: dict, scale: int, sorted_by: str, top: int | None, side
     if dropped.get("rows"):
         notes.append(f"({dropped['rows']} smaller rows not stored: {dropped['calls']} calls, "
                      f"{dropped['total_ns'] / scale:.2f} total)")
-    return tabulate(out, headers=headers, tablefmt="simple", disable_numparse=True), notes
+    return fitted(out, headers, keep=len(keys), width=width, shrink=tuple(range(len(keys)))), notes
 
 
 def sort_operator_rows(rows: list[dict], sorted_by: str) -> list[dict]:
@@ -193,7 +309,8 @@ def sort_operator_rows(rows: list[dict], sorted_by: str) -> list[dict]:
     return sorted(rows, key=lambda r: -(r.get(column) if r.get(column) is not None else float("-inf")))
 
 
-def operator_table(table: dict, scale: int, sorted_by: str, top: int | None, merged: bool) -> tuple[str, list[str]]:
+def operator_table(table: dict, scale: int, sorted_by: str, top: int | None, merged: bool,
+                   width: int = format.TABLE_WIDTH) -> tuple[str, list[str]]:
     """The Operator Summary: rows sorted and cut, and the notes saying what was left out."""
     rows = sort_operator_rows(table["rows"], sorted_by)
     shown = rows if not top else rows[:top]
@@ -215,12 +332,13 @@ def operator_table(table: dict, scale: int, sorted_by: str, top: int | None, mer
     if dropped.get("rows"):
         notes.append(f"({dropped['rows']} smaller rows not stored: {dropped['calls']} calls, "
                      f"{dropped['total_ns'] / scale:.2f} CPU total)")
-    return tabulate(out, headers=headers, tablefmt="simple", disable_numparse=True), notes
+    return fitted(out, headers, width=width, shrink=(0,)), notes
 
 
 def sections(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top: int | None = 20,
-             rank: int | None = None) -> list[str]:
-    """The summary-table sections of a summary, each a titled text block (empty tables left out)."""
+             rank: int | None = None, width: int = format.TABLE_WIDTH) -> list[str]:
+    """The summary-table sections of a summary, each a titled text block ``width`` columns wide at
+    most (empty tables left out)."""
     tables = select(summary, rank)
     if not tables:
         return []
@@ -230,29 +348,29 @@ def sections(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top:
     scope = "all ranks" if merged else f"rank {rank if rank is not None else tables.get('rank', 0)}"
     out = []
     if tables.get("device"):
-        out.append(_section(f"Device Summary ({scope})", device_table(tables["device"], merged)))
+        out.append(_section(f"Device Summary ({scope})", device_table(tables["device"], merged, width), width=width))
     if tables.get("overview"):
-        out.append(_section(f"Overview Summary ({scope})", overview_table(tables["overview"], scale, unit),
-                            [f"Time unit: {unit}; a type's time is the union of its intervals in the window"]))
+        out.append(_section(f"Overview Summary ({scope})", overview_table(tables["overview"], scale, unit, width),
+                            [f"Time unit: {unit}; a type's time is the union of its intervals in the window"], width))
     if tables.get("model"):
-        out.append(_section(f"Model Summary ({scope})", model_table(tables["model"], scale, ranks),
-                            [f"Time unit: {unit}; ratios are of ProfileStep; GPU time per step"]))
+        out.append(_section(f"Model Summary ({scope})", model_table(tables["model"], scale, ranks, width),
+                            [f"Time unit: {unit}; ratios are of ProfileStep; GPU time per step"], width))
     for key, title, side, keys in (("kernel", "Kernel Summary", "GPU", ("name",)),
                                    ("memory", "Memory Manipulation Summary", "GPU", ("kind", "name")),
                                    ("user", "UserDefined Summary", "CPU", ("name",))):
         table = tables.get(key)
         if table and table["rows"]:
-            text, notes = by_name_table(table, scale, sorted_by, top, side, merged, keys)
-            out.append(_section(f"{title} ({scope})", text, [f"Time unit: {unit}", *notes]))
+            text, notes = by_name_table(table, scale, sorted_by, top, side, merged, keys, width)
+            out.append(_section(f"{title} ({scope})", text, [f"Time unit: {unit}", *notes], width))
     if (tables.get("operator") or {}).get("rows"):
-        text, notes = operator_table(tables["operator"], scale, sorted_by, top, merged)
+        text, notes = operator_table(tables["operator"], scale, sorted_by, top, merged, width)
         out.append(_section(f"Operator Summary ({scope})", text, [
             f"Time unit: {unit}; Self = own time minus the child operators'; Ratio = CPU total / window (nested "
-            "operators overlap); GPU = kernels launched under the operator", *notes]))
+            "operators overlap); GPU = kernels launched under the operator", *notes], width))
     return out
 
 
 def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top: int | None = 20,
-           rank: int | None = None) -> str:
+           rank: int | None = None, width: int = format.TABLE_WIDTH) -> str:
     """All summary tables as one text block ("" when the summary has none)."""
-    return "\n\n".join(sections(summary, unit, sorted_by, top, rank))
+    return "\n\n".join(sections(summary, unit, sorted_by, top, rank, width))

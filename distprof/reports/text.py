@@ -1,9 +1,19 @@
-"""Text report: the Distributed Summary in the style of the Paddle profiler, then warnings."""
+"""Text report: the answer first (step time, the straggler, the findings with what each fix saves,
+the checks), then the tables: the Distributed Summary per rank in the style of the Paddle profiler,
+the diagnosis's details, collectives, what-if, critical path and the summary tables. Everything fits
+the console's width (``console.terminal_width``) with each table row on one line, and every name
+from a trace is printed escaped (``names.printable_all``)."""
 
 from __future__ import annotations
 
+import statistics
+import textwrap
+from collections.abc import Callable
+
+from .. import console
 from ..analyses.steptime import STEP_TIME_DEFINITION
-from ..names import cap_names
+from ..names import cap_names, printable_all
+from ..ranges import rank_ranges
 from ..units import phrase
 from . import findings as findings_report
 from . import format, tables
@@ -11,62 +21,135 @@ from .tables import tabulate
 
 UNITS = format.UNITS
 _banner = format.banner
+MANY_RANKS = 8        # above this many ranks, per-rank tables show min/median/max and the outlying ranks
+OUTLIERS_SHOWN = 8    # ... at most this many of them
+OUTLIER_MADS = 3.0    # a rank this many (scaled) median absolute deviations from the median is outlying
+CHECK_LINES = 8       # checks listed one a line; above it, only the ones not PASS (up to this many)
 
 
-def distributed_table(summary: dict, unit: str = "ms") -> str:
+def outlying_ranks(summary: dict, limit: int = OUTLIERS_SHOWN) -> list[int]:
+    """The ranks a many-rank report prints a row for: the straggler, the ranks a finding names (when
+    it names few), then the ranks furthest from the median in some Distributed Summary column (beyond
+    OUTLIER_MADS scaled MADs, and 1% of the median: the jitter of identical ranks is no outlier); at
+    most ``limit``, in rank order. Printing all 32 ranks three times buried the answer."""
+    ranks = summary["ranks"]
+    named = []
+    straggler = (summary.get("skew") or {}).get("straggler")
+    if straggler:
+        named.append(straggler["rank"])
+    for finding in summary.get("findings") or []:
+        if len(finding.get("ranks") or []) <= max(limit // 2, 1):
+            named += finding["ranks"]
+    scores: dict[int, float] = {}
+    for key, _ in format.summary_columns(ranks):
+        values = [(row["rank"], row[key]) for row in ranks if row.get(key) is not None]
+        if len(values) < 3:
+            continue
+        middle = statistics.median(v for _, v in values)
+        spread = 1.4826 * statistics.median(abs(v - middle) for _, v in values)
+        scale = max(spread, 0.01 * abs(middle), 1e-9)
+        for rank, value in values:
+            if abs(value - middle) / scale > OUTLIER_MADS:
+                scores[rank] = max(scores.get(rank, 0.0), abs(value - middle) / scale)
+    known = {row["rank"] for row in ranks}
+    chosen = dict.fromkeys([r for r in named if r in known] + sorted(scores, key=lambda r: (-scores[r], r)))
+    return sorted(list(chosen)[:limit])
+
+
+def shown_ranks(summary: dict, all_ranks: bool = False) -> list[int] | None:
+    """The ranks the per-rank tables list: None (all) up to MANY_RANKS or with ``--all-ranks``."""
+    if all_ranks or len(summary.get("ranks") or []) <= MANY_RANKS:
+        return None
+    return outlying_ranks(summary)
+
+
+def _hidden_note(summary: dict, shown: list[int] | None) -> list[str]:
+    """What a many-rank table leaves out, and where every rank is."""
+    if shown is None:
+        return []
+    count = len(summary["ranks"])
+    which = (f"{len(shown)} outlying: {rank_ranges(shown)} (the straggler, ranks its findings name, or over "
+             f"{OUTLIER_MADS:g} MADs from the median in a column)" if shown else "no rank stands out")
+    return [f"({count} ranks: min/median/max of all, ranks {which}; every rank: --all-ranks, ranks.csv, "
+            "report.html)"]
+
+
+def distributed_table(summary: dict, unit: str = "ms", width: int = format.TABLE_WIDTH,
+                      shown: list[int] | None = None) -> str:
+    """The per-rank figures (``shown`` ranks only, None: all), then min/median/max across all ranks."""
     rows = []
     columns = format.summary_columns(summary["ranks"])
     for rank in summary["ranks"]:
-        rows.append([rank["rank"], rank["steps"], *(format.figure(k, rank.get(k), unit) for k, _ in columns)])
+        if shown is None or rank["rank"] in shown:
+            rows.append([rank["rank"], rank["steps"], *(format.figure(k, rank.get(k), unit) for k, _ in columns)])
     across = summary.get("across_ranks") or {}
     if len(summary["ranks"]) > 1 and across:
         for stat in ("min", "median", "max"):
             rows.append([stat, "", *(format.figure(k, (across.get(k) or {}).get(stat), unit) for k, _ in columns)])
         rows.append(["max at rank", "", *((across.get(k) or {}).get("max_rank", "-") for k, _ in columns)])
     headers = ["Rank", "Steps", *(format.column_title(key, title, unit) for key, title in columns)]
-    return tables.fitted(rows, headers, keep=2)
+    return tables.fitted(rows, headers, keep=2, width=width)
 
 
-def lanes_table(summary: dict) -> str:
+def lanes_table(summary: dict, width: int = format.TABLE_WIDTH, shown: list[int] | None = None) -> str:
+    """Each rank's file, process, device and lanes (``shown`` ranks only; None: all)."""
     rows = [[r["rank"], r.get("source_file") or "-", r.get("pid") or "-",
              "-" if r.get("device") is None else r["device"],
-             ", ".join(r["comm_lanes"]) or "-", ", ".join(r["compute_lanes"]) or "-"] for r in summary["ranks"]]
-    return tabulate(rows, headers=["Rank", "Source", "PID", "Device", "Comm lanes", "Compute lanes"],
-                    tablefmt="simple", disable_numparse=True)
+             ", ".join(r["comm_lanes"]) or "-", ", ".join(r["compute_lanes"]) or "-"] for r in summary["ranks"]
+            if shown is None or r["rank"] in shown]
+    return tables.fitted(rows, ["Rank", "Source", "PID", "Device", "Comm lanes", "Compute lanes"], keep=1,
+                         width=width, shrink=(1, 4, 5))
 
 
-def render(summary: dict, unit: str = "ms", **table_options) -> str:
-    """The whole text report of a summary (names cut: summaries older than the cap hold full ones)."""
-    summary = cap_names(summary)
-    table = distributed_table(summary, unit)
-    width = max(len(line) for line in table.splitlines())
+def render(summary: dict, unit: str = "ms", width: int | None = None, all_ranks: bool = False,
+           **table_options) -> str:
+    """The whole text report of a summary, ``width`` columns wide (None: the console's): the answer,
+    then the tables. Names are escaped (a trace's control characters never reach the terminal) and
+    cut (summaries older than the cap hold full ones)."""
+    width = console.terminal_width(width)
+    summary = cap_names(printable_all(summary))
+    shown = shown_ranks(summary, all_ranks)
     parts = [_banner("Distributed Summary", width),
-             f"world size {summary['world_size']} · source {summary['source']} · time unit {unit}",
-             *warning_lines(summary.get("warnings") or []), table, "", lanes_table(summary)]
+             *format.wrapped(f"world size {summary['world_size']} · source {summary['source']} · time unit {unit}",
+                             width),
+             *warning_lines(summary.get("warnings") or [], width), *answer_lines(summary, unit, width, all_ranks)]
+    parts += ["", ranks_section(summary, unit, width, shown)]
     from .live_text import section as live_section
-    for section in (extra_sections(summary, unit) + collectives_section(summary, unit) + profile_section(summary)
-                    + model_profile_section(summary, unit) + live_section(summary.get("live"))):
+    for section in (diagnosis_section(summary, unit, width) + collectives_section(summary, unit, width)
+                    + profile_section(summary, width, shown) + model_profile_section(summary, unit, width, shown)
+                    + live_section(summary.get("live"), width)):
         parts += ["", section]
     if summary.get("whatif"):
         from . import whatif_report
-        parts += ["", whatif_report.render(summary["whatif"], unit)]
+        parts += ["", whatif_report.render(summary["whatif"], unit, width)]
     if summary.get("critical_path"):
         from . import critical_path_report
-        parts += ["", critical_path_report.render(summary["critical_path"], unit)]
-    parts += [part for section in tables.sections(summary, unit, **table_options) for part in ("", section)]
+        parts += ["", critical_path_report.render(summary["critical_path"], unit, width)]
+    parts += [part for section in tables.sections(summary, unit, width=width, **table_options)
+              for part in ("", section)]
+    parts += ["", *top_finding_lines(summary, unit, width)]
     return "\n".join(parts) + "\n"
 
 
-WRAP = format.WRAP  # console lines: warnings and notes wrap here
+def ranks_section(summary: dict, unit: str, width: int, shown: list[int] | None) -> str:
+    """The Distributed Summary table per rank and the lanes of each rank, under one banner."""
+    table = distributed_table(summary, unit, width, shown)
+    lanes = lanes_table(summary, width, shown)
+    wide = min(max(tables.widest(table), tables.widest(lanes)), width)
+    return "\n".join([_banner("Per rank", wide), table,
+                      *(line for note in _hidden_note(summary, shown) for line in format.wrapped(note, width)),
+                      "", lanes])
 
 
-def warning_lines(warnings: list[str]) -> list[str]:
-    """The warnings first, above the tables whose meaning they change (renumbered ranks, missing
-    ranks, clocks not verified, no steps), each wrapped at ``WRAP`` characters."""
-    import textwrap
+WRAP = format.WRAP  # console lines: warnings and notes wrap here where no width is given
+
+
+def warning_lines(warnings: list[str], width: int = WRAP) -> list[str]:
+    """The warnings first, above the answer and the tables whose meaning they change (renumbered
+    ranks, missing ranks, clocks not verified, no steps), each wrapped at ``width`` characters."""
     lines = []
     for warning in warnings:
-        lines += textwrap.wrap(warning, WRAP, initial_indent="! ", subsequent_indent="  ", break_on_hyphens=False)
+        lines += textwrap.wrap(warning, width, initial_indent="! ", subsequent_indent="  ", break_on_hyphens=False)
     return lines
 
 
@@ -74,14 +157,32 @@ def _mib(value) -> str:
     return "-" if value is None else f"{value / 2 ** 20:.1f}"
 
 
-def profile_section(summary: dict) -> list[str]:
-    """FLOPs and memory per rank (analyses.profiles); [] when no rank has either."""
+def _section(title: str, table: str, lines: list[str], width: int | None) -> str:
+    """A banner as wide as the table (within ``width``), the table, the notes wrapped at ``width``
+    (None, for the HTML report's <pre>: as they are)."""
+    wide = max(tables.widest(table), len(title) + 20)
+    notes = lines if width is None else [part for line in lines for part in format.wrapped(line, width)]
+    return "\n".join([_banner(title, wide if width is None else min(wide, width)), table, *notes])
+
+
+def _fit(rows: list[list], headers: list[str], width: int | None, keep: int = 1, shrink: tuple[int, ...] = ()) -> str:
+    """A table fitted to ``width``; None (the HTML report's <pre>): as it is."""
+    if width is None:
+        return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    return tables.fitted(rows, headers, keep=keep, width=width, shrink=shrink)
+
+
+def profile_section(summary: dict, width: int | None = None, shown: list[int] | None = None) -> list[str]:
+    """FLOPs and memory per rank (analyses.profiles; ``shown`` ranks only, None: all); [] when no
+    rank has either."""
     ranks = [r for r in summary["ranks"] if r.get("flops_total") is not None
              or r.get("memory_peak_allocated_bytes") is not None]
     if not ranks:
         return []
     rows = []
     for r in ranks:
+        if shown is not None and r["rank"] not in shown:
+            continue
         phases = r.get("flops_by_phase") or {}
         rows.append([r["rank"], "-" if r.get("flops_per_step") is None else f"{r['flops_per_step'] / 1e9:.3f}",
                      " / ".join(f"{phases.get(k, 0) / 1e9:.3f}" for k in ("forward", "backward", "optimizer"))
@@ -90,10 +191,9 @@ def profile_section(summary: dict) -> list[str]:
                      "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%",
                      r.get("memory_device") or "-", _mib(r.get("memory_peak_allocated_bytes")),
                      _mib(r.get("memory_peak_reserved_bytes")), _mib(r.get("memory_growth_per_step_bytes"))])
-    text = tabulate(rows, headers=["Rank", "GFLOPs/step", "fwd / bwd / opt", "TFLOPS", "MFU", "Memory on",
-                                   "Peak alloc (MiB)", "Peak reserved", "Growth/step"],
-                    tablefmt="simple", disable_numparse=True)
-    notes = []
+    text = _fit(rows, ["Rank", "GFLOPs/step", "fwd / bwd / opt", "TFLOPS", "MFU", "Memory on", "Peak alloc (MiB)",
+                       "Peak reserved", "Growth/step"], width, shrink=(5,))
+    notes = [f"({len(ranks) - len(rows)} more ranks: --all-ranks)"] if len(rows) < len(ranks) else []
     across = (summary.get("profiles") or {}).get("achieved_tflops")
     if across and len(ranks) > 1:
         notes.append(f"TFLOPS across ranks: min {across['min']:.3f} (rank {across['min_rank']}, the slowest), "
@@ -107,12 +207,13 @@ def profile_section(summary: dict) -> list[str]:
         notes.append("no MFU: set hardware.peak_tflops")
     notes.append("FLOPs: innermost GEMM/conv ops (Kineto flops args, else record_shapes Input Dims); TFLOPS over "
                  "ProfileStep time")
-    width = max(len(line) for line in text.splitlines())
-    return ["\n".join([_banner("FLOPs and Memory", width), text, *notes])]
+    return [_section("FLOPs and Memory", text, notes, width)]
 
 
-def model_profile_section(summary: dict, unit: str = "ms") -> list[str]:
-    """The live FLOPs profile (instrument(flops=True)): per rank, then rank 0's largest modules by depth."""
+def model_profile_section(summary: dict, unit: str = "ms", width: int | None = None,
+                          shown: list[int] | None = None) -> list[str]:
+    """The live FLOPs profile (instrument(flops=True)): per rank (``shown`` ones only, None: all),
+    then rank 0's largest modules by depth."""
     ranks = ((summary.get("model_profile") or {}).get("ranks")) or []
     if not ranks:
         return []
@@ -126,113 +227,178 @@ def model_profile_section(summary: dict, unit: str = "ms") -> list[str]:
     rows = [[r["rank"], f"{r['params']:,}", num(r["fwd_flops_per_step"] / 1e9), num(r["bwd_flops_per_step"] / 1e9),
              t(r.get("fwd_latency_ns")), t(r.get("bwd_latency_ns")), t(r.get("step_latency_ns")),
              t(r.get("iter_latency_ns")), num(r.get("achieved_tflops"), 4), num(r.get("samples_per_s"), 1),
-             "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"] for r in ranks]
-    text = tabulate(rows, headers=["Rank", "Params", "fwd GFLOPs", "bwd GFLOPs", f"fwd ({unit})", f"bwd ({unit})",
-                                   f"step ({unit})", f"iter ({unit})", "TFLOPS", "samples/s", "MFU"],
-                    tablefmt="simple", disable_numparse=True)
-    modules = tabulate([[m["depth"], m["name"], f"{m['params']:,}", f"{m['macs'] / 1e6:.2f}",
-                         t(m.get("fwd_latency_ns")), num(m.get("tflops"), 4)] for m in ranks[0].get("modules", [])],
-                       headers=["Depth", f"Module (rank {ranks[0]['rank']})", "Params", "MMACs", f"fwd ({unit})",
-                                "TFLOPS"], tablefmt="simple", disable_numparse=True)
-    width = max(len(line) for line in text.splitlines())
-    return ["\n".join([_banner("Model FLOPs Profile (live, one step)", width), text, "", modules,
-                        "FLOPs counted by torch.utils.flop_counter on the first recorded step (which alone pays "
-                        "for the counting and the module timing)"])]
+             "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"] for r in ranks
+            if shown is None or r["rank"] in shown]
+    text = _fit(rows, ["Rank", "Params", "fwd GFLOPs", "bwd GFLOPs", f"fwd ({unit})", f"bwd ({unit})",
+                       f"step ({unit})", f"iter ({unit})", "TFLOPS", "samples/s", "MFU"], width)
+    modules = _fit([[m["depth"], m["name"], f"{m['params']:,}", f"{m['macs'] / 1e6:.2f}",
+                     t(m.get("fwd_latency_ns")), num(m.get("tflops"), 4)] for m in ranks[0].get("modules", [])],
+                   ["Depth", f"Module (rank {ranks[0]['rank']})", "Params", "MMACs", f"fwd ({unit})", "TFLOPS"],
+                   width, keep=2, shrink=(1,))
+    notes = [f"({len(ranks) - len(rows)} more ranks: --all-ranks)"] if len(rows) < len(ranks) else []
+    counted = ("FLOPs counted by torch.utils.flop_counter on the first recorded step (which alone pays for the "
+               "counting and the module timing)")
+    return ["\n".join([_section("Model FLOPs Profile (live, one step)", text, notes, width), "", modules,
+                       *(format.wrapped(counted, width) if width else [counted])])]
 
 
-def collectives_section(summary: dict, unit: str) -> list[str]:
+def collectives_section(summary: dict, unit: str, width: int = format.TABLE_WIDTH) -> list[str]:
     """The Collectives table: every kind per group, node span and size; [] when there is none."""
     table = summary.get("collectives") or {}
     rows = table.get("rows") or []
     if not rows:
         return []
     peak = table.get("peak_busbw_gbps")
-    text = tabulate([format.collective_cells(row, unit, bool(peak)) for row in rows],
-                    headers=format.collective_headers(unit, bool(peak)), tablefmt="simple", disable_numparse=True)
-    width = max(len(line) for line in text.splitlines())
-    notes = ["Count: matched/all where some were seen on one rank only (transfer = their whole duration, an "
-             "upper bound). Wait share = sync wait / duration of the matched ones. busbw as nccl-tests"
-             + (f"; peak {peak:g} GB/s (hardware.peak_busbw_gbps)" if peak else
-                "; no % of peak: set hardware.peak_busbw_gbps")]
-    return ["\n".join([_banner("Collectives", width), text,
-                       *(line for note in notes for line in format.wrapped(note))])]
+    text = tables.fitted([format.collective_cells(row, unit, bool(peak)) for row in rows],
+                         format.collective_headers(unit, bool(peak)), keep=2, width=width, shrink=(1,))
+    note = ("Count: matched/all where some were seen on one rank only (transfer = their whole duration, an "
+            "upper bound). Wait share = sync wait / duration of the matched ones. busbw as nccl-tests"
+            + (f"; peak {peak:g} GB/s (hardware.peak_busbw_gbps)" if peak else
+               "; no % of peak: set hardware.peak_busbw_gbps"))
+    return [_section("Collectives", text, [note], width)]
 
 
-def extra_sections(summary: dict, unit: str) -> list[str]:
-    """Sections after the Distributed Summary: the Diagnosis (findings first, costliest on top,
-    then the check table, the collectives that waited the most and the straggler line), when
-    the summary has one. Big jobs print counts and the non-PASS rows, not one row per rank."""
-    checks, skew, findings = summary.get("checks"), summary.get("skew") or {}, summary.get("findings")
-    if not checks and not skew and not findings:
-        return []
+def _timer(unit: str) -> Callable[[int | None], str]:
+    """Durations as the Diagnosis writes them: '12.34 ms', '-' when unknown."""
     scale = UNITS[unit]
 
     def t(ns) -> str:
         return "-" if ns is None else f"{ns / scale:.2f} {unit}"
+    return t
 
-    lines = [findings_report.HEADING if findings else "Findings: none."]
-    for number, finding in enumerate(findings or [], 1):
-        message = phrase(finding.get("template", finding["message"]), unit)
-        lines.append(f"  {number}. {finding['severity'].upper():<8} {findings_report.saving(finding, t)}")
-        lines.append(f"     {'':<8} {message}")
-        lines.append(f"     {'':<8} -> {finding['advice']}")
 
-    checks = checks or []
-    shown = checks if len(checks) <= 16 else [c for c in checks if c["status"] != "PASS"][:16]
-    if checks:
-        counts = {}
-        for check in checks:
-            counts[check["status"]] = counts.get(check["status"], 0) + 1
-        lines += ["", "Checks: " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
-                  + (f" (showing {len(shown)} of {len(checks)} rows: not PASS)" if len(shown) < len(checks) else "")]
-        rows = [[c["rank"], "-" if c["device"] is None else c["device"], c["check"], c["status"],
-                 ", ".join(c["comm_lanes"]) or "-", ", ".join(c["compute_lanes"]) or "-", phrase(c["message"], unit)]
-                for c in shown]
-        if rows:  # lane lists and messages wrap inside their cells: the table fits format.TABLE_WIDTH
-            lines.append(tabulate(rows, headers=["Rank", "Device", "Check", "Status", "Comm lanes",
-                                                 "Compute lanes", "Message"], tablefmt="simple",
-                                  disable_numparse=True, maxcolwidths=[None, None, None, None, 28, 28, 72]))
+def _hanging(first: str, text: str, width: int, indent: int) -> list[str]:
+    """``first`` + ``text`` wrapped at ``width``, continuation lines under column ``indent`` (a narrow
+    console moves both left by as much, up to a third of the width)."""
+    shift = max(indent - width // 3, 0)
+    first, indent = first[min(shift, len(first) - len(first.lstrip(" "))):], indent - shift
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=" " * indent,
+                         break_on_hyphens=False) or [first.rstrip()]
 
-    if skew.get("matched"):
-        kinds = ", ".join(f"{k['name']}{' [group ' + k['group'] + ']' if k.get('group') else ''} {k['matched']}"
-                          for k in skew.get("kinds", []))
-        methods: dict[str, int] = {}
-        for estimate in skew.get("alignment", []):
-            if estimate["method"] != "reference":
-                methods[estimate["method"]] = methods.get(estimate["method"], 0) + 1
-        unverified = [a["rank"] for a in skew.get("alignment", []) if not a.get("verified", True)]
-        bound = skew.get("max_clock_uncertainty_ns")
-        clock_line = ("clock uncertainty " + (f"<= {t(bound)}" if bound is not None else "unknown (not verified)")
-                      + ("" if skew.get("aligned", True) else " (alignment off)")
-                      + (f", unverified for rank(s) {', '.join(map(str, unverified[:8]))}"
-                         + (" ..." if len(unverified) > 8 else "") if unverified else "")
-                      + "; offsets: " + "; ".join(f"{n} rank(s) {method}" for method, n in sorted(methods.items())))
-        lines += ["", f"Collectives: {skew['matched']} matched ({kinds}); {clock_line}"]
-        top = sorted(skew.get("collectives", []), key=lambda c: -c["arrival_skew_ns"])[:5]
-        rows = [[c["index"], c["step"], c["name"], t(c["arrival_skew_ns"]), t(c["end_skew_ns"]), c["last_rank"],
-                 t(c["last_lateness_ns"]), t(c["transfer_ns"]), t(c["max_sync_ns"])] for c in top]
-        lines.append(tabulate(rows, headers=["#", "Step", "Collective", "Arrival skew", "End skew", "Last rank",
-                                             "Its lateness", "Transfer", "Max sync"],
-                              tablefmt="simple", disable_numparse=True))
+
+def answer_lines(summary: dict, unit: str = "ms", width: int = WRAP, all_ranks: bool = False) -> list[str]:
+    """The answer, first: the step time, the straggler verdict (and pipeline bubbles), the findings
+    with what each fix saves, the checks one a line; [] when the summary has none of them. A reader
+    saw it only after every rank's rows (line 141 at 32 ranks)."""
+    skew, t = summary.get("skew") or {}, _timer(unit)
+    lines = []
     steps = skew.get("steps_summary")
     if steps and steps.get("imbalance"):
         imbalance = steps["imbalance"]
-        lines += ["", f"Steps: {steps['count']}, {STEP_TIME_DEFINITION} {t(steps['duration_median_ns'])}; "
-                      "imbalance (slowest rank / median rank) "
-                      f"median {imbalance['median']:.2f}, worst {imbalance['max']:.2f} at step {imbalance['max_step']} "
-                      f"(rank {imbalance['max_rank']}); start spread median {t(steps['start_spread_ns']['median'])}"
-                      + ("" if steps.get("clock_verified", True) else " (clock not verified)")]
+        lines += format.wrapped(
+            f"Steps: {steps['count']}, {STEP_TIME_DEFINITION} {t(steps['duration_median_ns'])}; imbalance (slowest "
+            f"rank / median rank) median {imbalance['median']:.2f}, worst {imbalance['max']:.2f} at step "
+            f"{imbalance['max_step']} (rank {imbalance['max_rank']}); start spread median "
+            f"{t(steps['start_spread_ns']['median'])}" + ("" if steps.get("clock_verified", True)
+                                                           else " (clock not verified)"), width)
     if skew.get("matched"):
-        lines.append(findings_report.straggler_line(skew.get("straggler"), t))
-        lines += findings_report.pipeline_lines(skew.get("pipelines") or [], t)
-    lines += [f"note: {phrase(note, unit)}" for note in skew.get("note_templates", skew.get("notes", []))]
-    width = min(max(len(line) for text in lines for line in text.splitlines()), 150)
-    return [_banner("Diagnosis", width) + "\n" + "\n".join(fitted for text in lines for line in text.splitlines()
-                                                           for fitted in format.wrapped(line))]
+        lines += format.wrapped(findings_report.straggler_line(skew.get("straggler"), t), width)
+        lines += [part for line in findings_report.pipeline_lines(skew.get("pipelines") or [], t)
+                  for part in format.wrapped(line, width)]
+    findings = summary.get("findings")
+    if findings is not None or summary.get("checks") or skew:
+        lines += finding_lines(findings or [], unit, width)
+    return lines + check_lines(summary.get("checks") or [], unit, width, all_ranks)
 
 
-def render_benchmark(summary: dict, unit: str = "ms") -> str:
-    """The Perf Summary of a timer_only run: reader_cost, batch_cost, ips, Reader Ratio."""
+def finding_lines(findings: list[dict], unit: str, width: int) -> list[str]:
+    """Each finding: severity and what its fix saves, its message, its advice (wrapped under it)."""
+    if not findings:
+        return ["Findings: none."]
+    t, lines = _timer(unit), format.wrapped(findings_report.HEADING, width)
+    for number, finding in enumerate(findings, 1):
+        message = phrase(finding.get("template", finding["message"]), unit)
+        lines += _hanging(f"  {number}. {finding['severity'].upper():<8} ", findings_report.saving(finding, t),
+                          width, 14)
+        lines += _hanging(" " * 14, message, width, 14)
+        lines += _hanging(" " * 14 + "-> ", finding["advice"], width, 17)
+    return lines
+
+
+def check_lines(checks: list[dict], unit: str, width: int, all_ranks: bool = False) -> list[str]:
+    """The checks' counts, then one line per check (a long message wraps under itself), ranks with
+    the same status and message on one line: all of them up to CHECK_LINES lines or with
+    ``--all-ranks``, else the ones not PASS first. The table they were had rows that broke in the
+    middle, and 32 ranks made 32 rows of one message."""
+    if not checks:
+        return []
+    counts: dict[str, int] = {}
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for check in checks:
+        counts[check["status"]] = counts.get(check["status"], 0) + 1
+        groups.setdefault((check["status"], check["check"], phrase(check["message"], unit)), []).append(check)
+    keys = list(groups)
+    if not all_ranks and len(keys) > CHECK_LINES:
+        keys = [k for k in keys if k[0] != "PASS"][:CHECK_LINES]
+    hidden = len(groups) - len(keys)
+    note = "" if not hidden else " (" + (f"{len(keys)} line(s) not PASS shown; " if keys else "") + "each: --all-ranks)"
+    lines = format.wrapped("Checks: " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items())) + note,
+                           width)
+    for status, name, message in keys:
+        ranks = groups[(status, name, message)]
+        who = (f"rank {ranks[0]['rank']}" + ("" if ranks[0]["device"] is None else f" device {ranks[0]['device']}")
+               if len(ranks) == 1 else f"ranks {rank_ranges(r['rank'] for r in ranks)}")
+        lines += _hanging(f"  {status:<5} {who} {name}: ", message, width, 8)
+    return lines
+
+
+def diagnosis_section(summary: dict, unit: str, width: int = WRAP) -> list[str]:
+    """The Diagnosis's details under the answer: the matched collectives and the clocks, the five
+    that waited the most, the notes; [] when there are none."""
+    skew, t = summary.get("skew") or {}, _timer(unit)
+    lines, table = [], ""
+    if skew.get("matched"):
+        kinds = ", ".join(f"{k['name']}{' [group ' + k['group'] + ']' if k.get('group') else ''} {k['matched']}"
+                          for k in skew.get("kinds", []))
+        lines += format.wrapped(f"Collectives: {skew['matched']} matched ({kinds}); {_clock_text(skew, t)}", width)
+        top = sorted(skew.get("collectives", []), key=lambda c: -c["arrival_skew_ns"])[:5]
+        rows = [[c["index"], c["step"], c["name"], t(c["arrival_skew_ns"]), t(c["end_skew_ns"]), c["last_rank"],
+                 t(c["last_lateness_ns"]), t(c["transfer_ns"]), t(c["max_sync_ns"])] for c in top]
+        table = tables.fitted(rows, ["#", "Step", "Collective", "Arrival skew", "End skew", "Last rank",
+                                     "Its lateness", "Transfer", "Max sync"], keep=1, width=width, shrink=(2,))
+    notes = [part for note in skew.get("note_templates", skew.get("notes", []))
+             for part in format.wrapped(f"note: {phrase(note, unit)}", width)]
+    if not lines and not notes:
+        return []
+    body = [*lines, *([table] if table else []), *notes]
+    wide = min(max(len(line) for text in body for line in text.splitlines()), width)
+    return ["\n".join([_banner("Diagnosis", wide), *body])]
+
+
+def _clock_text(skew: dict, t) -> str:
+    """How far the clocks can be trusted, and how each rank's offset was found."""
+    methods: dict[str, int] = {}
+    for estimate in skew.get("alignment", []):
+        if estimate["method"] != "reference":
+            methods[estimate["method"]] = methods.get(estimate["method"], 0) + 1
+    unverified = [a["rank"] for a in skew.get("alignment", []) if not a.get("verified", True)]
+    bound = skew.get("max_clock_uncertainty_ns")
+    return ("clock uncertainty " + (f"<= {t(bound)}" if bound is not None else "unknown (not verified)")
+            + ("" if skew.get("aligned", True) else " (alignment off)")
+            + (f", unverified for rank(s) {', '.join(map(str, unverified[:8]))}"
+               + (" ..." if len(unverified) > 8 else "") if unverified else "")
+            + "; offsets: " + "; ".join(f"{n} rank(s) {method}" for method, n in sorted(methods.items())))
+
+
+def top_finding_lines(summary: dict, unit: str, width: int) -> list[str]:
+    """The report's last lines repeat its answer, next to where the outputs were written: the top
+    finding's first clause and what its fix saves (or that there is none)."""
+    findings = summary.get("findings") or []
+    if summary.get("findings") is None and not summary.get("skew"):
+        return []
+    if not findings:
+        straggler = (summary.get("skew") or {}).get("straggler")
+        return format.wrapped("top finding: none" + (f" (straggler: rank {straggler['rank']})" if straggler else ""),
+                              width)
+    top = findings[0]
+    first = phrase(top.get("template", top["message"]), unit).split("; ")[0]
+    return _hanging(f"top finding (1 of {len(findings)}, {top['severity'].upper()}): ",
+                    f"{first}; {findings_report.saving(top, _timer(unit))}", width, 4)
+
+
+def render_benchmark(summary: dict, unit: str = "ms", width: int | None = None) -> str:
+    """The Perf Summary of a timer_only run: reader_cost, batch_cost, ips, Reader Ratio (``width``
+    columns wide; None: the console's)."""
     bench = summary["benchmark"]
     rows = []
     for rank in bench["ranks"]:
@@ -243,22 +409,26 @@ def render_benchmark(summary: dict, unit: str = "ms") -> str:
                      "-" if ips["avg"] is None else f"{ips['avg']:.2f}",
                      "-" if rank["reader_ratio"] is None else f"{100 * rank['reader_ratio']:.1f}%"])
     unit_label = bench["ranks"][0]["ips"]["unit"] if bench["ranks"] else "steps/s"
-    table = tabulate(rows, headers=["Rank", "Steps", f"batch avg ({unit})", "max", "min", f"reader avg ({unit})",
-                                    "max", "min", f"ips ({unit_label})", "Reader Ratio"],
-                     tablefmt="simple", disable_numparse=True)
-    width = max(len(line) for line in table.splitlines())
-    return "\n".join([_banner("Perf Summary", width), table]) + "\n"
+    table = tables.fitted(rows, ["Rank", "Steps", f"batch avg ({unit})", "max", "min", f"reader avg ({unit})",
+                                 "max", "min", f"ips ({unit_label})", "Reader Ratio"], keep=2,
+                          width=console.terminal_width(width))
+    return _section("Perf Summary", table, [], console.terminal_width(width)) + "\n"
 
 
-def next_steps(out, html: bool = True) -> str:
+def next_steps(out, html: bool = True, width: int | None = None) -> str:
     """The line after a merge or a live run: where to look next, as commands to copy (wrapped at
-    ``format.WRAP`` between the suggestions, never inside a command)."""
+    ``width``, None: the console's, between the suggestions, never inside a command)."""
+    width = console.terminal_width(width)
     pieces = ([f"open {out}/report.html;"] if html else []) + [
         f"`distprof whatif {out}` (what each fix saves),", f"`distprof trace {out}` (timeline for Perfetto),",
         f"`distprof diff {out} OTHER_OUT` (did a change help)"]
+    split = []
+    for piece in pieces:  # a suggestion wider than a line: its command and its explanation on lines of their own
+        command, gap, why = piece.partition("` ")
+        split += [command + "`", why] if gap and len(piece) > width - 6 else [piece]
     lines = ["next:"]
-    for piece in pieces:
-        if len(lines[-1]) + 1 + len(piece) > format.WRAP and lines[-1].strip():
+    for piece in split:
+        if len(lines[-1]) + 1 + len(piece) > width and lines[-1].strip():
             lines.append("     ")
         lines[-1] += " " + piece
     return "\n".join(lines)

@@ -4,8 +4,7 @@ saving and the ranks that gain (or why it does not apply)."""
 from __future__ import annotations
 
 from ..analyses.steptime import STEP_TIME_DEFINITION
-from . import format
-from .tables import tabulate
+from . import format, tables
 
 TITLES = {"no_straggler": "no straggler", "overlap_communication": "overlap communication",
           "comm_bandwidth_x2": "comm bandwidth x2", "no_dataloader_wait": "no dataloader wait",
@@ -35,13 +34,22 @@ def parts(whatif: dict, unit: str = "ms") -> tuple[str, list[str], list[list[str
     return head, headers, rows, list(whatif.get("notes", []))
 
 
-def render(whatif: dict | None, unit: str = "ms") -> str:
-    """The section's text ('' without a what-if)."""
+def render(whatif: dict | None, unit: str = "ms", width: int | None = None) -> str:
+    """The section's text ('' without a what-if), ``width`` columns wide (None: the console's). When
+    the table with its "Why not" column is wider, each reason is listed under the table instead,
+    whole: a cut reason would not say why."""
     if not whatif:
         return ""
-    head, headers, rows, notes = parts(whatif, unit)
-    table = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
-    width = max(len(line) for line in table.splitlines())
-    lines = [format.banner("What-if", min(width, 150)), *format.wrapped(head), table]
-    lines += [line for note in notes for line in format.wrapped(f"note: {note}")]
+    from .. import console
+    from ..names import printable_all
+    width = console.terminal_width(width)
+    head, headers, rows, notes = parts(printable_all(whatif), unit)
+    table = tables.fitted(rows, headers, keep=1, width=width)
+    reasons = []
+    if tables.widest(table) > width or "\n\n" in table:  # split or cut: the reasons go below it
+        table = tables.fitted([row[:-1] for row in rows], headers[:-1], keep=1, width=width, shrink=(4,))
+        reasons = [f"  {row[0]}: {row[-1]}" for row in rows if row[-1]]
+        reasons = (["", "Why not:"] if reasons else []) + reasons
+    lines = [format.banner("What-if", min(tables.widest(table), width)), *format.wrapped(head, width), table]
+    lines += [line for text in [*reasons, *(f"note: {note}" for note in notes)] for line in format.wrapped(text, width)]
     return "\n".join(lines)
