@@ -252,6 +252,8 @@ def writing(out: str | Path) -> Iterator[None]:
     traceback. A temporary file's error names the file it was to replace."""
     try:
         yield
+    except BrokenPipeError:  # the reader of stdout left (`| head`): not an output file's problem
+        raise
     except OSError as error:
         name = error.filename2 or error.filename
         target = Path(str(name)) if name else Path(out)
@@ -734,6 +736,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `distprof merge ... | head`: the reader has what it wanted; the files are written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 0
 
 
 if __name__ == "__main__":

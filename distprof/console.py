@@ -6,6 +6,7 @@ diagnostics) so that a log can be grepped; the report repeats them wrapped, firs
 
 from __future__ import annotations
 
+import os
 import sys
 
 from .names import printable
@@ -22,8 +23,15 @@ def terminal_width(requested: int | None = None) -> int:
     A fixed 160 was wider than most terminals, and wider rows broke in the middle."""
     if requested:
         return max(int(requested), MIN_WIDTH)
-    import shutil
-    return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, MIN_WIDTH)
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return max(int(columns), MIN_WIDTH)
+    try:  # the terminal stdout writes to now (not the one the process started with: a redirected
+        # stdout is a pipe or a file, whatever terminal the process was started from)
+        width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else DEFAULT_WIDTH
+    except (OSError, ValueError, AttributeError):
+        width = DEFAULT_WIDTH
+    return max(width, MIN_WIDTH)
 
 
 def width_option(text: str) -> int:

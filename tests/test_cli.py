@@ -1,7 +1,10 @@
 """The CLI as a user runs it: subprocesses, real files, exit codes, one-line errors."""
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,7 +109,7 @@ def test_merge_says_where_it_wrote_and_what_to_run_next(tmp_path):
     lines = result.stdout.splitlines()
     assert f"wrote {tmp_path / 'out' / 'summary.json'}" in lines
     assert f"wrote {tmp_path / 'out' / 'report.html'}" in lines
-    next_text = " ".join(result.stdout[result.stdout.rindex("next: "):].split())  # the last lines, unwrapped
+    next_text = " ".join(result.stdout[result.stdout.rindex("next:"):].split())  # the last lines, unwrapped
     assert next_text.startswith(f"next: open {tmp_path / 'out'}/report.html; `distprof whatif {tmp_path / 'out'}`")
     assert next_text.endswith("(did a change help)") and all(len(line) <= 160 for line in lines)
 
@@ -135,3 +138,16 @@ def test_reading_rank_files_leaves_nothing_beside_them(tmp_path):
     result = run_cli("merge", str(inputs), "-o", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in inputs.iterdir()) == before
+
+
+def test_a_reader_that_stops_early_is_no_output_error(tmp_path):
+    """`distprof merge ... | head -3`: the pipe closes under the report; the files are written and
+    nothing is said about them (it once said the output could not be written: Broken pipe)."""
+    data = Path(__file__).parent / "data" / "torch_ddp" / "healthy"
+    err = tmp_path / "stderr.txt"
+    script = (f"set -o pipefail; {sys.executable} -m distprof merge {data} -o {tmp_path / 'out'} 2>{err} "
+              "| head -3 > /dev/null")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, COLUMNS="80"))
+    assert done.returncode == 0, err.read_text()
+    assert err.read_text() == "" and (tmp_path / "out" / "summary.json").exists()
