@@ -99,9 +99,125 @@ def _load_1m() -> float | None:
         return None
 
 
-def usable_cpus() -> int:
-    """The cores this process may run on (its affinity), recorded so that rank 0 can tell when the
-    ranks of a host outnumber its cores (the what-if replay assumes they do not)."""
+PROC_SELF = Path("/proc/self")  # mountinfo and cgroup: where this process's cgroup folders are
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _cpu_list_size(text: str) -> int | None:
+    """The cores of a cpuset list such as ``0-3,8`` (None when it is not one)."""
+    count = 0
+    try:
+        for part in text.split(","):
+            low, _, high = part.strip().partition("-")
+            first, last = int(low), int(high or low)
+            if last < first:
+                return None
+            count += last - first + 1
+    except ValueError:
+        return None
+    return count or None
+
+
+def _cgroup_mounts(proc: Path) -> dict[str, tuple[Path, str]]:
+    """{controller: (mount point, the cgroup mounted there)} from mountinfo: ``""`` for cgroup v2,
+    ``cpu`` and ``cpuset`` for v1 (a host may have both: v2 then holds no cpu controller)."""
+    mounts: dict[str, tuple[Path, str]] = {}
+    for line in (_text(proc / "mountinfo") or "").splitlines():
+        before, _, after = line.partition(" - ")
+        fields, tail = before.split(), after.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        if tail[0] == "cgroup2":
+            mounts.setdefault("", (Path(fields[4]), fields[3]))
+        elif tail[0] == "cgroup":
+            for controller in ("cpu", "cpuset"):
+                if controller in tail[2].split(","):
+                    mounts.setdefault(controller, (Path(fields[4]), fields[3]))
+    return mounts
+
+
+def _cgroup_folders(proc: Path) -> dict[str, list[Path]]:
+    """Per controller, this process's cgroup folder and its parents up to the mount: a limit set
+    on any of them applies (a job's quota is often on the job, not on the step or task below it)."""
+    paths: dict[str, str] = {}
+    for line in (_text(proc / "cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for controller in ([""] if parts[0] == "0" and not parts[1] else parts[1].split(",")):
+                paths[controller] = parts[2]
+    folders = {}
+    for controller, (mount, root) in _cgroup_mounts(proc).items():
+        path = paths.get(controller)
+        if path is None:
+            continue
+        if root != "/" and (path + "/").startswith(root.rstrip("/") + "/"):
+            path = path[len(root.rstrip("/")):]  # the mount shows the process's cgroup at its root
+        folder = mount / path.lstrip("/")
+        folders[controller] = [f for f in (folder, *folder.parents) if f == mount or mount in f.parents]
+    return folders
+
+
+def cgroup_cores(proc: Path = PROC_SELF) -> tuple[float | None, int | None]:
+    """(CPU quota in cores, cpuset size) of this process's cgroup, None where there is none: v2
+    ``cpu.max`` ("max 100000" or "150000 100000") and ``cpuset.cpus.effective``; v1
+    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1: none) and ``cpuset.effective_cpus``."""
+    folders = _cgroup_folders(proc)
+    quotas = []
+    for folder in folders.get("", []):
+        quota, _, period = (_text(folder / "cpu.max") or "").partition(" ")
+        quotas.append(_quota_cores(quota, period.strip() or "100000"))  # the period may be left out
+    for folder in folders.get("cpu", []):
+        quotas.append(_quota_cores(_text(folder / "cpu.cfs_quota_us"), _text(folder / "cpu.cfs_period_us")))
+    quotas = [q for q in quotas if q is not None]
+    return (min(quotas) if quotas else None), _cpuset_size(folders)
+
+
+def _quota_cores(quota: str | None, period: str | None) -> float | None:
+    """quota / period in cores; None for no limit ("max", -1) or text that is not one."""
+    if quota and period and quota.isdigit() and period.isdigit() and int(period) > 0:
+        return int(quota) / int(period)
+    return None
+
+
+def _cpuset_size(folders: dict[str, list[Path]]) -> int | None:
+    """The cores of this process's cpuset (its own folder's effective list already reflects its
+    parents'); v2 first, then v1."""
+    candidates = [(folders.get("", []), ("cpuset.cpus.effective",)),
+                  (folders.get("cpuset", []), ("cpuset.effective_cpus", "cpuset.cpus"))]
+    for chain, names in candidates:
+        for name in names:
+            size = _cpu_list_size(_text(chain[0] / name) or "") if chain else None
+            if size is not None:
+                return size
+    return None
+
+
+def usable_cpus(proc: Path = PROC_SELF) -> int:
+    """The cores of this host that the job may use: the machine's, capped by the cgroup's cpuset
+    and CPU quota (a container or a batch job's allocation), never by this rank's own affinity.
+    Rank 0 compares it with the ranks on the host to tell when they outnumber its cores (the
+    what-if replay assumes they do not); a launcher that binds each rank to one core (Open MPI
+    does for 2 ranks) would otherwise make every host look like one core per rank."""
+    cores = os.cpu_count() or 1
+    try:
+        quota, cpuset = cgroup_cores(proc)
+    except (OSError, ValueError, ZeroDivisionError):  # an unreadable cgroup: the machine's cores
+        return cores
+    if cpuset is not None:
+        cores = min(cores, cpuset)
+    if quota is not None:
+        cores = min(cores, max(1, int(quota)))  # 1.5 cores cannot run 2 busy ranks: it counts as 1
+    return cores
+
+
+def affinity_cpus() -> int:
+    """The cores this rank may run on (its affinity: one when the launcher binds it to a core)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -126,7 +242,8 @@ class Collector:
         self._db.execute("PRAGMA synchronous=NORMAL")  # commits survive a process crash
         self._db.executescript(NATIVE_SCHEMA)
         self.set_meta(schema_version=SCHEMA_VERSION, rank=rank, world_size=world_size, pid=os.getpid(),
-                      hostname=socket.gethostname(), cpus=usable_cpus(), clock="time.perf_counter_ns (CLOCK_MONOTONIC)",
+                      hostname=socket.gethostname(), cpus=usable_cpus(), affinity=affinity_cpus(),
+                      clock="time.perf_counter_ns (CLOCK_MONOTONIC)",
                       wall_minus_clock_ns=time.time_ns() - clock_ns(), started_wall_ns=time.time_ns(), complete=0,
                       load_1m_start=_load_1m())
         self.active = False

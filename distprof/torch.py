@@ -33,8 +33,11 @@ tests: the test machines have no GPU.)
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -119,14 +122,20 @@ def _kind(category: str) -> str:
 
 
 def _tensors_needing_grad(output: Any) -> list[torch.Tensor]:
-    """The tensors of a forward output (tensor, sequence, mapping) that backward flows into."""
-    if isinstance(output, torch.Tensor):
-        return [output] if output.requires_grad else []
-    if isinstance(output, dict):
-        output = list(output.values())
-    if isinstance(output, (list, tuple)):
-        return [t for item in output for t in _tensors_needing_grad(item)]
-    return []
+    """The tensors of a forward output (tensor, sequence, mapping, nested) that backward flows into.
+    Walked with a stack and a set of the containers seen, not by recursion: an output that holds
+    itself, or is nested deeper than Python's recursion limit, is the model's business and must
+    not stop its training."""
+    found, stack, seen = [], [output], set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.requires_grad:
+                found.append(item)
+        elif isinstance(item, (list, tuple, dict)) and id(item) not in seen:
+            seen.add(id(item))
+            stack.extend(reversed(list(item.values() if isinstance(item, dict) else item)))
+    return found
 
 
 class _GpuTimer:
@@ -165,22 +174,68 @@ class _GpuTimer:
 
 
 MODULES_PER_DEPTH = 3   # model_profile.modules: the largest modules (by MACs) at each depth
+MAX_FORWARDS_PER_STEP = 64  # forwards without an optimizer step before the probe gives up (accumulation)
+_OFF = "off"   # the probe failed or gave up: every hook returns at once for the rest of the run
+
+
+def _guarded(method: Callable) -> Callable:
+    """Run a probe hook so that nothing it raises reaches the training loop: the probe is an
+    observer, and a profile is worth less than the step it would break. On an error the probe
+    warns once, takes its counter and hooks off and stays off (:meth:`_FlopsProbe.fail`)."""
+    @functools.wraps(method)
+    def run(self: _FlopsProbe, *args: Any) -> Any:
+        if self.state == _OFF:
+            return None
+        try:
+            result = method(self, *args)
+        except Exception as error:  # whatever the probe hits, training goes on without it
+            self.fail(f"{method.__name__.strip('_')} raised {type(error).__name__}: {error}")
+            return None
+        if self.broken is not None:  # an error inside the counting mode, noted there
+            self.fail(self.broken)
+        return result
+    return run
+
+
+def _checked_batch_size(batch_size: object) -> int | None:
+    """``batch_size`` as a positive int, else None with a warning: checked when the probe is made,
+    so that a bad value costs samples/s, not a TypeError inside ``optimizer.step()``."""
+    if batch_size is None:
+        return None
+    if not isinstance(batch_size, bool):
+        try:
+            value = operator.index(batch_size)   # int, numpy ints; not "16" nor 16.0
+        except TypeError:
+            value = None
+        if value is not None and value > 0:
+            return value
+    warnings.warn(f"distprof: instrument(batch_size={batch_size!r}): not a positive integer; the FLOPs "
+                  "profile gives no samples/s", RuntimeWarning, stacklevel=5)
+    return None
 
 
 class _FlopsProbe:
     """The live model FLOPs profile (``instrument(..., flops=True)``): on the first recorded step,
-    ``torch.utils.flop_counter.FlopCounterMode`` runs from forward to the optimizer step (so the
-    backward that ``loss.backward()`` starts is counted too: autograd keeps the mode it was called
-    under) and every submodule's forward is timed with hooks. Only that step pays."""
+    ``torch.utils.flop_counter.FlopCounterMode`` runs from the first forward to the optimizer step
+    (every forward of a gradient-accumulation step, and the backwards that ``loss.backward()``
+    starts: autograd keeps the mode it was called under), and every submodule's forward is timed
+    and its FLOPs taken from the counter's running total with forward hooks of the probe's own.
+    Only that step pays. Any error in the probe turns it off with one warning (:func:`_guarded`)."""
 
     def __init__(self, model: torch.nn.Module, batch_size: int | None) -> None:
-        self.model, self.batch_size = model, batch_size
+        self.model, self.batch_size = model, _checked_batch_size(batch_size)
         self.state = "armed"
         self.result: dict | None = None
+        self.broken: str | None = None   # set inside the counting mode, acted on at the next hook
         self._counter = None
-        self._times: dict[str, int] = {}
+        self._times: dict[str, int] = {}    # module name (or <forward>, <backward>) -> ns in the step
+        self._flops: dict[str, int] = {}    # module name -> forward FLOPs in the step
+        self._open: dict[str, list[tuple[int, int]]] = {}  # module name -> (clock, FLOPs) at its calls
         self._marks: dict[str, int] = {}
         self._hooks: list = []
+        self._forwards = self._forward_flops = self._backward_flops = 0
+        self._forward_open: tuple[int, int] | None = None
+        self._warned = False
         self._cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
 
     def _now(self) -> int:
@@ -188,90 +243,163 @@ class _FlopsProbe:
             torch.cuda.synchronize()  # the probed step only: module latencies of GPU work
         return clock_ns()
 
+    def _total(self) -> int:
+        return int(self._counter.get_total_flops())
+
+    def _leave(self) -> None:
+        """Take the module hooks and the counter off, each step on its own (a failed one must
+        not keep the others on)."""
+        hooks, self._hooks = self._hooks, []
+        for handle in hooks:
+            try:
+                handle.remove()
+            except Exception:  # a handle whose module is gone: nothing left to remove
+                pass
+        counter, self._counter = self._counter, None
+        if counter is not None:
+            try:
+                counter.__exit__(None, None, None)
+            except Exception as error:
+                self._warn(f"leaving the FLOP counter raised {type(error).__name__}: {error}")
+
+    def _warn(self, why: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"distprof: the FLOPs probe is off for this run ({why}); training goes on, "
+                          "summary.json has no model_profile", RuntimeWarning, stacklevel=3)
+
+    def fail(self, why: str) -> None:
+        """Stop probing for good, with one warning saying why."""
+        self._warn(why)
+        self._leave()
+        self.state = _OFF
+
     def close(self) -> None:
-        """Leave the counter and the module hooks (a probed step that never reached optimizer.step)."""
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
-        if self._counter is not None:
-            self._counter.__exit__(None, None, None)
-            self._counter = None
+        """Leave the counter and the module hooks (``Instrumentation.remove`` mid-step)."""
+        self._leave()
         self.state = "done"
 
-    def forward_begins(self) -> None:
-        if self.state in ("forward", "backward"):  # a second forward before any optimizer step
-            self.close()
-        if self.state != "armed" or ROUTE.append is None:  # the probed step is a recorded one
-            return
+    def _start(self) -> None:
+        """Enter the counter and hook every submodule: the first forward of the probed step."""
         from torch.utils.flop_counter import FlopCounterMode
-        self.state = "forward"
         for name, module in self.model.named_modules():
             if name:
-                self._hooks.append(module.register_forward_pre_hook(
-                    lambda m, a, name=name: self._marks.__setitem__(name, self._now())))
-                self._hooks.append(module.register_forward_hook(
-                    lambda m, a, o, name=name: self._times.__setitem__(
-                        name, self._times.get(name, 0) + self._now() - self._marks.pop(name, self._now())),
-                    always_call=True))
-        self._counter = FlopCounterMode(display=False)
-        self._counter.__enter__()
-        self._marks["<iter>"] = self._marks["<forward>"] = self._now()
+                self._hooks.append(module.register_forward_pre_hook(functools.partial(self._module_begins, name)))
+                self._hooks.append(module.register_forward_hook(functools.partial(self._module_ends, name),
+                                                                always_call=True))
+        self._counter = counter = FlopCounterMode(display=False)
+        counter.__enter__()
+        # its ModuleTracker is not needed (the hooks above attribute FLOPs to modules; entered in the
+        # top module's pre-hook it names nothing under a plain model) and not safe: its global hooks
+        # flatten every module's output recursively (an output that holds itself: RecursionError)
+        tracker = getattr(counter, "mod_tracker", None)
+        if tracker is not None:
+            tracker.__exit__()
+        count = getattr(counter, "_count_flops", None)
+        if count is not None:
+            counter._count_flops = functools.partial(self._count_safely, count)
+        self._marks["<iter>"] = self._now()
+        self.state = "counting"
 
+    def _count_safely(self, count: Callable, func, out, args, kwargs):
+        """The counter's per-op count, its errors kept from the op's caller (the training loop):
+        the op's result is returned, and the probe turns off at its next hook."""
+        try:
+            return count(func, out, args, kwargs)
+        except Exception as error:
+            self.broken = self.broken or f"counting {func} raised {type(error).__name__}: {error}"
+            return out
+
+    @_guarded
+    def _module_begins(self, name: str, module, args) -> None:
+        if self.state == "counting":
+            self._open.setdefault(name, []).append((self._now(), self._total()))
+
+    @_guarded
+    def _module_ends(self, name: str, module, args, output) -> None:
+        calls = self._open.get(name)
+        if self.state == "counting" and calls:
+            start_ns, start_flops = calls.pop()
+            self._times[name] = self._times.get(name, 0) + self._now() - start_ns
+            self._flops[name] = self._flops.get(name, 0) + self._total() - start_flops
+
+    @_guarded
+    def forward_begins(self) -> None:
+        """A forward of the top module: the first one of a recorded step starts the probe; later
+        ones before the optimizer step are micro-batches of the same step (gradient accumulation)."""
+        if self.state == "armed" and ROUTE.append is not None:  # the probed step is a recorded one
+            self._start()
+        elif self.state != "counting":
+            return
+        if self._forwards >= MAX_FORWARDS_PER_STEP:
+            self.fail(f"no optimizer.step() in {MAX_FORWARDS_PER_STEP} forwards: the probed step never ended")
+            return
+        self._forwards += 1
+        self._forward_open = (self._now(), self._total())
+
+    @_guarded
     def forward_ends(self) -> None:
-        if self.state != "forward":
+        if self.state != "counting" or self._forward_open is None:
             return
-        self._times["<forward>"] = self._now() - self._marks["<forward>"]
-        self._forward_flops = int(self._counter.get_total_flops())
-        self._module_flops = {name: int(sum(ops.values())) for name, ops in self._counter.get_flop_counts().items()}
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
-        self.state = "backward"
+        start_ns, start_flops = self._forward_open
+        self._forward_open = None
+        self._times["<forward>"] = self._times.get("<forward>", 0) + self._now() - start_ns
+        self._forward_flops += self._total() - start_flops
 
+    @_guarded
     def backward(self, start_ns: int, end_ns: int) -> None:
-        if self.state == "backward":
-            self._times["<backward>"] = end_ns - start_ns
+        if self.state == "counting":
+            self._times["<backward>"] = self._times.get("<backward>", 0) + end_ns - start_ns
 
+    @_guarded
     def step_begins(self) -> None:
-        if self.state != "backward":
+        if self.state != "counting":
             return
-        self._backward_flops = int(self._counter.get_total_flops()) - self._forward_flops
-        self._counter.__exit__(None, None, None)
-        self._counter = None
+        self._backward_flops = self._total() - self._forward_flops
+        self._leave()
         self._marks["<step>"] = self._now()
         self.state = "step"
 
+    @_guarded
     def step_ends(self, rank: int, peak_tflops: float | None) -> dict | None:
         if self.state != "step":
             return None
         now = self._now()
-        self.state = "done"
         self.result = self._profile(rank, now - self._marks["<step>"], now - self._marks["<iter>"], peak_tflops)
+        self.state = "done"
         return self.result
+
+    def _modules(self) -> list[dict]:
+        """The modules that ran in the probed step, the ``MODULES_PER_DEPTH`` largest by MACs at
+        each depth (names as ``named_modules`` gives them: ``module.*`` under DDP)."""
+        named = dict(self.model.named_modules())
+        modules = []
+        for path, value in self._flops.items():
+            latency = self._times.get(path)
+            modules.append({"name": path, "depth": path.count(".") + 1,
+                            "params": int(sum(p.numel() for p in named[path].parameters())), "macs": value // 2,
+                            "fwd_latency_ns": latency, "tflops": value / latency / 1e3 if latency else None})
+        modules.sort(key=lambda m: (m["depth"], -m["macs"], m["name"]))
+        rank_at_depth: dict[int, int] = {}
+        kept = []
+        for module in modules:  # sorted: the first ones at each depth are the largest
+            seen = rank_at_depth[module["depth"]] = rank_at_depth.get(module["depth"], 0) + 1
+            if seen <= MODULES_PER_DEPTH:
+                kept.append(module)
+        return kept
 
     def _profile(self, rank: int, step_ns: int, iter_ns: int, peak_tflops: float | None) -> dict:
         flops = self._forward_flops + self._backward_flops
         tflops = flops / iter_ns / 1e3 if iter_ns else None
-        named = dict(self.model.named_modules())
-        modules = []
-        for name, value in self._module_flops.items():  # FlopCounterMode's names: "Sequential.0", ...
-            path = name.split(".", 1)[1] if "." in name else "module" * (name != "Global")  # the top: DDP's module
-            path = next((p for p in (path, f"module.{path}") if path and p in named), None)  # under DDP: module.*
-            if path is None:
-                continue
-            module, latency = named[path], self._times.get(path)
-            modules.append({"name": path, "depth": path.count(".") + 1,
-                            "params": int(sum(p.numel() for p in module.parameters())), "macs": value // 2,
-                            "fwd_latency_ns": latency, "tflops": value / latency / 1e3 if latency else None})
-        modules.sort(key=lambda m: (m["depth"], -m["macs"], m["name"]))
-        kept = [m for m in modules if sum(1 for o in modules if o["depth"] == m["depth"] and
-                                          (-o["macs"], o["name"]) < (-m["macs"], m["name"])) < MODULES_PER_DEPTH]
+        samples = self.batch_size * self._forwards if self.batch_size else None
         return {"rank": rank, "params": int(sum(p.numel() for p in self.model.parameters())),
+                "forwards": self._forwards,
                 "fwd_flops_per_step": self._forward_flops, "bwd_flops_per_step": self._backward_flops,
                 "fwd_latency_ns": self._times.get("<forward>"), "bwd_latency_ns": self._times.get("<backward>"),
                 "step_latency_ns": step_ns, "iter_latency_ns": iter_ns, "achieved_tflops": tflops,
-                "samples_per_s": self.batch_size / iter_ns * 1e9 if self.batch_size and iter_ns else None,
-                "mfu": tflops / peak_tflops if tflops is not None and peak_tflops else None, "modules": kept}
+                "samples_per_s": samples / iter_ns * 1e9 if samples and iter_ns else None,
+                "mfu": tflops / peak_tflops if tflops is not None and peak_tflops else None,
+                "modules": self._modules()}
 
 
 class Instrumentation:
@@ -282,7 +410,10 @@ class Instrumentation:
                  comm_name: str = "allreduce", gpu_timing: bool | None = None, flops: bool = False,
                  batch_size: int | None = None) -> None:
         self.model = model
-        self.flops = _FlopsProbe(model, batch_size) if flops else None
+        if flops and optimizer is None:
+            warnings.warn("distprof: instrument(flops=True) without an optimizer: the probed step ends at "
+                          "optimizer.step(), so there is no FLOPs profile", RuntimeWarning, stacklevel=3)
+        self.flops = _FlopsProbe(model, batch_size) if flops and optimizer is not None else None
         self.optimizer = optimizer
         self.profiler = profiler
         self.comm_name = comm_name
@@ -381,7 +512,10 @@ class Instrumentation:
         collector = getattr(profiler, "collector", None)
         if result is not None and collector is not None:
             import json
-            collector.set_meta(model_profile=json.dumps(result))
+            try:
+                collector.set_meta(model_profile=json.dumps(result))
+            except Exception as error:  # the rank file's problem surfaces at the profiler's end, not here
+                self.flops.fail(f"writing model_profile raised {type(error).__name__}: {error}")
 
     @property
     def model_profile(self) -> dict | None:
@@ -431,7 +565,7 @@ class Instrumentation:
     def remove(self) -> None:
         """Take the forward/backward/optimizer hooks off (DDP cannot unregister a comm hook:
         it stays, and keeps recording while a collector is active)."""
-        if self.flops is not None and self.flops.state in ("forward", "backward", "step"):
+        if self.flops is not None and self.flops.state in ("counting", "step"):
             self.flops.close()
         for handle in self._handles:
             handle.remove()
@@ -485,8 +619,10 @@ def instrument(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None =
     hook as ``(state, hook)``, timed instead of the default allreduce (DDP accepts one hook).
     ``gpu_timing``: CUDA-event phase timing; default on when the model is on a GPU.
     ``flops``: count FLOPs and MACs per module (FlopCounterMode) and time each module's forward on
-    the first recorded step (that step only pays); ``batch_size`` gives samples/s. The result is
-    summary.json's ``model_profile`` (and :attr:`Instrumentation.model_profile`).
+    the first recorded step, all its forwards up to the optimizer step (gradient accumulation);
+    that step only pays, and an error in the probe is a warning that turns it off, never an
+    exception in the loop. ``batch_size``: the samples of one forward, for samples/s. The result
+    is summary.json's ``model_profile`` (and :attr:`Instrumentation.model_profile`).
     Use it as a context manager (or call ``remove()``) so no step is marked after the profiler ends.
     """
     return Instrumentation(model, optimizer, profiler, comm_hook=comm_hook, comm_name=comm_name,

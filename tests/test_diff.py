@@ -3,7 +3,6 @@ and real demo runs (serial vs overlap, straggler vs none, same configuration twi
 
 import gzip
 import json
-import os
 import re
 from pathlib import Path
 
@@ -521,8 +520,11 @@ def test_cli_help_gives_the_min_change_default_it_uses(tmp_path):
 
 
 def test_a_live_run_records_its_machine(demo_overlap):
-    """The collector records the host, its usable cores and the 1-minute load at start and stop."""
+    """The collector records the host, its usable cores (the host's, not a rank's affinity) and the
+    1-minute load at start and stop."""
     import socket
+
+    from distprof.collector import usable_cpus
     machine = json.loads((demo_overlap / "summary.json").read_text())["machine"]
     assert [(m["host"], m["ranks"]) for m in machine] == [(socket.gethostname(), 4)]
-    assert machine[0]["cpus"] == len(os.sched_getaffinity(0)) and isinstance(machine[0]["load_1m"], float)
+    assert machine[0]["cpus"] == usable_cpus() and isinstance(machine[0]["load_1m"], float)

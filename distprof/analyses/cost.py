@@ -35,17 +35,20 @@ OVERSUBSCRIBED = ("ranks outnumber the cores of their host ({detail}): a rank th
 
 
 def oversubscribed_hosts(results) -> list[dict]:
-    """Hosts whose ranks outnumber the cores each rank may use (rank files record ``cpus``; other
-    sources do not, and are never flagged): there the replay's premise, that a rank's compute takes
-    as long without the others' waits as with them, fails (measured: the 4-rank demo on 2 cores,
-    rank 2 sleeping 50 ms a step: no_straggler predicted 34.6 ms/step, removing the sleep saved 4.1)."""
+    """Hosts whose ranks outnumber the host's usable cores (rank files record ``cpus``: the
+    machine's cores capped by the cgroup's cpuset and quota, not the rank's affinity, which is one
+    core when the launcher binds ranks; other sources do not, and are never flagged): there the
+    replay's premise, that a rank's compute takes as long without the others' waits as with them,
+    fails (measured: the 4-rank demo on 2 cores, rank 2 sleeping 50 ms a step: no_straggler
+    predicted 34.6 ms/step, removing the sleep saved 4.1). The host's cores are the largest any of
+    its ranks records: files written before ``cpus`` meant the host recorded the affinity."""
     hosts: dict = {}
     for result in results:  # one per rank
         cpus = result.meta.get("cpus")
         if result.host and isinstance(cpus, int) and cpus > 0:
             hosts.setdefault(result.host, []).append(cpus)
-    return [{"host": host, "ranks": len(cpus), "cpus": min(cpus)} for host, cpus in sorted(hosts.items())
-            if len(cpus) > min(cpus)]
+    return [{"host": host, "ranks": len(cpus), "cpus": max(cpus)} for host, cpus in sorted(hosts.items())
+            if len(cpus) > max(cpus)]
 
 
 def hosts_detail(hosts: list[dict]) -> str:

@@ -1,5 +1,5 @@
-"""The machine a run ran on, as its inputs record it (host names, usable cores, GPU model, the
-1-minute load average): a diff of two runs made under different conditions may measure the
+"""The machine a run ran on, as its inputs record it (host names, the host's usable cores, GPU model,
+the 1-minute load average): a diff of two runs made under different conditions may measure the
 machine, not the change, and says so. Facts only where a source records them."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ LOAD_PER_CORE_DIFFERS = 0.25   # 1-minute load averages this far apart per core:
 
 
 def facts(results: list[RankResult]) -> list[dict]:
-    """One entry per host: its ranks, the cores a rank may use, GPU models, the highest 1-minute
-    load average a rank saw at its start or stop (None where not recorded)."""
+    """One entry per host: its ranks, the host's usable cores (the largest a rank records: the
+    machine's, capped by its cgroup; files from before that recorded a rank's affinity), GPU models,
+    the highest 1-minute load average a rank saw at its start or stop (None where not recorded)."""
     hosts: dict[str, dict] = {}
     for result in results:
         entry = hosts.setdefault(result.host or "", {"host": result.host, "ranks": 0, "cpus": None, "gpus": set(),
@@ -19,7 +20,7 @@ def facts(results: list[RankResult]) -> list[dict]:
         entry["ranks"] += 1
         cpus, gpu, load = result.meta.get("cpus"), result.meta.get("gpu_name"), result.meta.get("load_1m")
         if isinstance(cpus, int) and cpus > 0:
-            entry["cpus"] = cpus if entry["cpus"] is None else min(entry["cpus"], cpus)
+            entry["cpus"] = cpus if entry["cpus"] is None else max(entry["cpus"], cpus)
         if isinstance(gpu, str) and gpu:
             entry["gpus"].add(gpu)
         if isinstance(load, (int, float)):
@@ -49,6 +50,6 @@ def differences(before: list[dict] | None, after: list[dict] | None) -> list[dic
 
 
 def _load_per_core(entries: list[dict]) -> float | None:
-    """The busiest host's 1-minute load average per usable core."""
+    """The busiest host's 1-minute load average per usable core of the host."""
     loads = [e["load_1m"] / e["cpus"] for e in entries if e.get("load_1m") is not None and e.get("cpus")]
     return max(loads) if loads else None
