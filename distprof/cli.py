@@ -536,7 +536,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
 def cmd_hang(args: argparse.Namespace) -> int:
     """Which rank a hang started at, from Flight Recorder dumps and distprof's watchdog files: OUT/hang.json
-    and a short report on stdout."""
+    and a short report on stdout that ends with the next command. Exit 2 when no input could be read, when the
+    inputs are not one job's, or when two of them claim one rank."""
     import json
 
     from .analyses import hang
@@ -546,16 +547,42 @@ def cmd_hang(args: argparse.Namespace) -> int:
     dumps, states = flight_recorder.read_all(args.inputs)
     if not states:
         raise SourceError(f"{', '.join(args.inputs)}: no dump files (names ending in a rank number)")
-    result = hang.analyse(dumps).to_json()
+    if not dumps:
+        _no_dump_read(states)
+    clash = hang.one_job(dumps)
+    if clash:
+        raise SourceError(f"not one job: {clash}: give the dumps of one job")
+    world_size = getattr(args, "world_size", None)
+    result = hang.analyse(dumps, world_size).to_json()
     inputs = [s.to_json() for s in states]
+    rerun = hang_report.rerun_command(args.inputs)
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
-        outpaths.write_text(out / HANG_JSON, json.dumps({**result, "inputs": inputs}, indent=1) + "\n")
-    sys.stdout.write(hang_report.render(result, inputs) + f"wrote {out / HANG_JSON}\n")
+        outpaths.write_text(out / HANG_JSON, json.dumps({**result, "inputs": inputs,
+                                                         "next": hang_report.next_step(result, rerun)}) + "\n")
+    sys.stdout.write(f"wrote {out / HANG_JSON}\n" + hang_report.render(result, inputs, rerun))
     return 0
 
 
+def _no_dump_read(states: list) -> None:
+    """Every input refused or cut short to nothing: each named (one line each), then exit 2."""
+    if len(states) == 1:
+        raise SourceError(f"{states[0].detail} (no input could be read)")
+    for state in states[:20]:
+        print(f"  {state.detail}", file=sys.stderr)
+    more = f", {len(states) - 20} more not shown" if len(states) > 20 else ""
+    raise SourceError(f"none of the {len(states)} inputs could be read (each named above{more}): give Flight "
+                      "Recorder dumps (rank<r>.json, nccl_trace_rank_<r>) or distprof's hang_rank<r>.json files")
+
+
 HANG_JSON = "hang.json"
+
+
+def _hang_world_size(value: str) -> int:
+    from .sources.flight_recorder import MAX_WORLD_SIZE
+    if not value.isdigit() or not 1 <= int(value) <= MAX_WORLD_SIZE:
+        raise argparse.ArgumentTypeError(f"expected a number of ranks from 1 to {MAX_WORLD_SIZE}, got {value[:20]!r}")
+    return int(value)
 
 
 def _expand(inputs: list[str]) -> list[Path]:
@@ -723,6 +750,9 @@ def build_parser() -> argparse.ArgumentParser:
     hang.add_argument("inputs", nargs="+", help="dump files or folders (rank<r>.json, nccl_trace_rank_<r>, "
                                                 "hang_rank<r>.json)")
     hang.add_argument("-o", "--out", default="distprof_hang", help="output directory for hang.json")
+    hang.add_argument("--world-size", type=_hang_world_size, default=None, metavar="N",
+                      help="ranks of the job, where the dumps do not state it (gloo): a rank without a dump is "
+                           "then named exactly")
     hang.set_defaults(func=cmd_hang)
     return parser
 

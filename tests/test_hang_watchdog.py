@@ -66,15 +66,17 @@ def test_watchdog_files_alone_name_the_rank_outside_the_collective():
     dumps = [watchdog_dump(r, 3, inside) for r in (0, 1, 3)] + [watchdog_dump(2, 3, [("forward", "PHASE", None)])]
     result = hang.analyse(dumps)
     assert result.root_ranks == [2] and result.source == "distprof_watchdog"
-    assert [(c.rank, c.reason, c.group_ranks) for c in result.culprits] == [(2, "missing", [0, 1, 2, 3])]
-    assert sorted(w.rank for w in result.waiting) == [0, 1, 3]
+    assert [(c.ranks, c.reason, c.group_name, c.awaited_by) for c in result.culprits] == \
+        [([2], "missing", "world", [0, 1, 3])]
+    assert [(w.ranks, w.waits_for) for w in result.waiting] == \
+        [([0, 1, 3], [{"reason": "missing", "ranks": [2], "inferred": False}])]
 
 
 def test_watchdog_files_with_a_rank_missing_say_not_dumped():
     inside = [("allreduce", "COMMUNICATION", [0, 1])]
     result = hang.analyse([watchdog_dump(0, 7, inside)])
     assert result.root_ranks == [1]
-    assert [(c.rank, c.reason) for c in result.culprits] == [(1, "not_dumped")]
+    assert [(c.ranks, c.reason, c.awaited_by) for c in result.culprits] == [([1], "not_dumped", [0])]
 
 
 FR_JOB = textwrap.dedent("""
@@ -126,8 +128,11 @@ def test_demo_hang_ends_on_its_own_and_names_the_rank(tmp_path):
     assert elapsed < 60
     doc = json.loads((out / "hang.json").read_text())
     assert doc["root_ranks"] == [1]
-    assert [(c["rank"], c["reason"], c["seq"]) for c in doc["culprits"]] == [(1, "missing", 5)]
-    assert [w["rank"] for w in doc["waiting"]] == [0]
+    assert [(c["ranks"], c["reason"], c["seq"]) for c in doc["culprits"]] == [([1], "missing", 5)]
+    assert [w["ranks"] for w in doc["waiting"]] == [[0]]
+    assert [(g["ranks"], g["root"], g["steps"]) for g in doc["stacks"]][0] == ([1], True, [5])  # rank 1's own stack
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("  rank 1: in ") and line.endswith("(step 5; root)") for line in lines)
     assert "root rank 1" in result.stdout
     assert processes_naming(str(out)) == []  # the job's ranks are gone
 

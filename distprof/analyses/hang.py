@@ -1,44 +1,68 @@
 """Hang analysis, numbers and codes only: which rank is at the root of a hang, in which collective of which
-process group, and why (missing, a size / kind / dtype mismatch, no dump).
+process group, why (missing, a size / kind / dtype mismatch, no dump), and who waits for whom.
 
 Groups are resolved across ranks by name and member ranks (the local pg id differs between ranks). Per group:
 the last collective every member completed and the first one not every member completed; for it who issued it,
 who never did, and what differs across the members. Each rank waits in its lowest pending collective of each
-group for the members that never issued it (or that issued a mismatching one); following those waits across
-groups, the ranks at the end of the chains (a terminal cycle: all its ranks) are the root. Without Flight
-Recorder entries, distprof's own watchdog files serve: a rank inside a comm range waits for the members of its
-group that are not inside the same one at the same step.
+group; the ranks waiting in one (group, seq) form one *wait*, which waits for the members that never issued it,
+issued a mismatching one, or left no dump. Following the waits across groups, the ranks at the end of the chains
+(a terminal cycle: all its ranks) are the root.
+
+The stuck rank is the one most likely to leave no dump. Where the dumps state a group's members (NCCL's
+pg_config) a member without a dump is named as such. Where they do not (gloo leaves subgroups' ranks empty), a
+group whose dumped members all issued a collective that never completed must be waiting for a member that left
+no dump: the ranks without a dump are inferred to be it (of the stated world; without one, the gaps among the
+dumped ranks, else the first rank past them).
+
+Scale: a wait is one record for all its ranks, and the ranks it waits for are one shared tuple (a world of
+10,000 ranks with half the dumps missing is 5,000 waiting ranks and one tuple of 5,000, not 25 million edges).
+Without Flight Recorder entries, distprof's own watchdog files serve: a rank inside a comm range waits for the
+members of its group that are not inside the same one at the same step.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import asdict, dataclass, field
+from collections import Counter, deque
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from ..events import COMMUNICATION
-from ..sources.flight_recorder import Entry, RankDump
+from ..sources.flight_recorder import UNIX_NS, Entry, RankDump
 
 MISSING, SIZE, KIND, DTYPE, NOT_DUMPED = "missing", "size_mismatch", "kind_mismatch", "dtype_mismatch", "not_dumped"
 WORLD = "world"
+MAX_DETAIL_RANKS = 16   # culprits' per-rank details (last entry, step, ranges) for at most this many ranks
+MAX_CHAIN = 64          # hops of a wait chain kept
+MAX_WORLD_PER_RANK = 64  # as merge (pipeline.py): a stated world this many times the dumps (and above
+MIN_SUSPECT_WORLD = 1024  # this size) is a corrupt value, not a partial job
+CLOCK_SLACK_NS = 10**9  # clocks of one job's hosts may differ by this much
 
 
 @dataclass(frozen=True)
 class Culprit:
-    rank: int
+    """Ranks at the root, one reason, one wait: e.g. rank 3 left no dump; rank 2 waits for it in #3 of group 2."""
+
+    ranks: list[int]
     reason: str
     group_name: str
-    group_ranks: list[int]
     seq: int
     kind: str
+    awaited_by: list[int]
+    inferred: bool = False       # the dumps do not state the member: it is inferred (see the module doc)
     detail: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Waiting:
-    rank: int
+    """One wait: the ranks waiting in one collective of one group, since when, for whom, and the chain from the
+    first of them to a root."""
+
+    ranks: list[int]
     group_name: str
-    seq: int
+    seq: int                     # the collective's seq (from the watchdog: the step)
     kind: str
+    since_ns: int                # the earliest call of the waiting ranks (0: not known)
+    waits_for: list[dict]        # {"reason", "ranks", "inferred"}; a rank in both lists waits for the others
+    chain: list[dict] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -48,12 +72,14 @@ class GroupState:
     name: str
     desc: str
     ranks: list[int]
+    members_stated: bool         # all members known (pg_config, a stated world); else the ranks the dumps show in it
     last_completed_seq: int
     first_incomplete_seq: int | None
     kind: str
-    issued: dict[int, str]         # rank -> state, of the members that issued the first incomplete one
+    issued: dict[str, list[int]]  # state -> ranks, of the members that issued the first incomplete one
     never_issued: list[int]
     not_dumped: list[int]
+    inferred_missing: list[int]  # members inferred among the ranks without a dump
     mismatch: dict[str, dict[str, list[int]]]   # kind / sizes / dtypes -> value -> ranks, where they differ
 
 
@@ -64,54 +90,260 @@ class HangResult:
     waiting: list[Waiting]
     groups: list[GroupState]
     ranks_dumped: list[int]
-    source: str      # flight_recorder | distprof_watchdog | none
+    source: str                  # flight_recorder | distprof_watchdog | none
+    world_size: int | None = None
+    world_stated: bool = False   # False: the world is the dumped (and inferred) ranks, a lower bound
+    newest_ns: int = 0           # the latest call in the dumps: about when they were written
+    notes: list[str] = field(default_factory=list)
+    stacks: list[dict] = field(default_factory=list)  # watchdog: ranks grouped by their innermost Python frame
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """Plain data for hang.json; lists of ranks are shared, not copied (asdict copied 5,000-rank lists)."""
+        return _plain(self)
 
 
-@dataclass(frozen=True)
-class _Edge:
-    waiter: int
-    target: int
-    reason: str
+def _plain(value: object) -> object:
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, list) and value and is_dataclass(value[0]):
+        return [_plain(item) for item in value]
+    return value
+
+
+@dataclass
+class _Wait:
+    """A wait being built: its targets are (reason, ranks, inferred) with ranks a tuple shared where it can be."""
+
     group: str
     seq: int
     kind: str
+    waiters: list[int]
+    since_ns: int = 0
+    targets: list[tuple[str, tuple[int, ...], bool]] = field(default_factory=list)
 
 
-# -- groups --------------------------------------------------------------------------------------------------
-def group_members(dumps: list[RankDump], world_size: int | None) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Group name -> (desc, member ranks): as a dump's pg_config states them, else the ranks whose entries
-    name the group (the world group: every rank of the world)."""
+@dataclass
+class _Track:
+    """One rank's record of one group: its collectives by seq, the last it completed / issued, its lowest pending."""
+
+    seqs: dict[int, Entry] = field(default_factory=dict)
+    done: int = 0
+    last: int = 0
+    pending: Entry | None = None
+
+
+# -- one job ---------------------------------------------------------------------------------------------------
+def one_job(dumps: list[RankDump]) -> str:
+    """'' when the dumps can be one job's; else why not, naming two files: a group stated with other members, a
+    rank outside a group it calls or outside the stated world, two worlds, two clocks, or a collective that
+    completed though its members called it further apart than its timeout."""
+    return _config_clash(dumps) or _world_clash(dumps) or _time_clash(dumps) or _moment_clash(dumps)
+
+
+def _moment_clash(dumps: list[RankDump]) -> str:
+    """A collective completed on one rank that a member had not issued when it dumped: a collective completes
+    only once every member issued it, and the member's own newest entries of the group are kept by its ring
+    buffer, so the two dumps are not of one job at one moment (the other job's ranks, or a rank dumped before the
+    hang that went on afterwards). Members: the ranks whose whole dumps name the group."""
+    done: dict[str, tuple[int, RankDump, str]] = {}  # group -> (highest completed seq, its dump, its kind)
+    behind: dict[str, tuple[int, RankDump]] = {}     # group -> (lowest last seq of a whole dump, that dump)
+    for dump in dumps:
+        last: dict[str, int] = {}
+        for entry in dump.entries:
+            if entry.is_p2p or entry.seq < 0:
+                continue
+            last[entry.group_name] = max(last.get(entry.group_name, -1), entry.seq)
+            if entry.completed and entry.seq > done.get(entry.group_name, (-1,))[0]:
+                done[entry.group_name] = (entry.seq, dump, entry.kind)
+        if dump.status == "read":
+            for name, seq in last.items():
+                if seq < behind.get(name, (1 << 63,))[0]:
+                    behind[name] = (seq, dump)
+    for name in sorted(done.keys() & behind.keys(), key=_group_key):
+        (seq, early, kind), (last_seq, late) = done[name], behind[name]
+        if seq > last_seq:
+            return (f"rank {early.rank} ({early.path}) completed {kind} #{seq} of group {name}, which rank "
+                    f"{late.rank} ({late.path}), a member, had not issued when it dumped (its last there: "
+                    f"#{last_seq}): two jobs' dumps, or one job's taken at different times")
+    return ""
+
+
+def _config_clash(dumps: list[RankDump]) -> str:
+    stated: dict[str, tuple[tuple[int, ...], str]] = {}
+    descs: dict[str, tuple[str, str]] = {}
+    for dump in dumps:
+        for name, ranks in dump.group_ranks.items():
+            first = stated.setdefault(name, (ranks, dump.path))
+            if first[0] is not ranks and first[0] != ranks:
+                return (f"group {name} is ranks {_rr(first[0])} in {first[1]} but ranks {_rr(ranks)} in "
+                        f"{dump.path}")
+        for name, desc in {e.group_name: e.group_desc for e in dump.entries if e.group_desc}.items():
+            first_desc = descs.setdefault(name, (desc, dump.path))
+            if first_desc[0] != desc:
+                return f"group {name} is {first_desc[0]} in {first_desc[1]} but {desc} in {dump.path}"
+    members = {name: set(ranks) for name, (ranks, _) in stated.items()}
+    for dump in dumps:
+        for name in {e.group_name for e in dump.entries} & members.keys():
+            if dump.rank not in members[name]:
+                return (f"rank {dump.rank} ({dump.path}) calls group {name}, whose members are ranks "
+                        f"{_rr(stated[name][0])} ({stated[name][1]})")
+    return ""
+
+
+def _world_clash(dumps: list[RankDump]) -> str:
+    first: tuple[int, str] | None = None
+    for dump in dumps:
+        if dump.world_size:
+            if first and first[0] != dump.world_size:
+                return f"a world of {first[0]} ranks in {first[1]} but of {dump.world_size} in {dump.path}"
+            first = first or (dump.world_size, dump.path)
+    outside = next((d for d in dumps if first and d.rank >= first[0]), None)
+    if outside is not None and first is not None:
+        return f"rank {outside.rank} ({outside.path}) is outside the world of {first[0]} ranks stated by {first[1]}"
+    return ""
+
+
+def _time_clash(dumps: list[RankDump]) -> str:
+    """Two clocks; a completed collective called further apart than its timeout allows; or one that a rank saw
+    completed (NCCL's time_discovered_completed_ns) before a member called it."""
+    clocks: dict[bool, RankDump] = {}
+    calls: dict[tuple[str, int], _Calls] = {}
+    for dump in dumps:
+        for entry in dump.entries:
+            if entry.created_ns and not entry.is_p2p:
+                clocks.setdefault(entry.created_ns >= UNIX_NS, dump)
+                key = (entry.group_name, entry.seq)
+                call = calls.get(key)
+                if call is None:
+                    call = calls[key] = _Calls(entry.created_ns, dump, entry.created_ns, dump)
+                call.add(entry, dump)
+    if len(clocks) > 1:
+        return (f"the times of {clocks[True].path} are unix time but those of {clocks[False].path} another clock "
+                "(not one job, or not one kind of clock)")
+    for (group, seq), call in sorted(calls.items(), key=lambda item: (_group_key(item[0][0]), item[0][1])):
+        apart = call.late_ns - call.early_ns
+        if call.completed and call.timeout_ms and apart > call.timeout_ms * 10**6 + CLOCK_SLACK_NS:
+            return (f"#{seq} of group {group} completed, yet rank {call.early.rank} ({call.early.path}) called it "
+                    f"{_duration(apart)} before rank {call.late.rank} ({call.late.path}), longer than its timeout of "
+                    f"{_duration(call.timeout_ms * 10**6)} (not one job, or their clocks disagree)")
+        if call.done is not None and call.late_ns > call.done_ns + CLOCK_SLACK_NS:
+            return (f"rank {call.done.rank} ({call.done.path}) saw #{seq} of group {group} completed "
+                    f"{_duration(call.late_ns - call.done_ns)} before rank {call.late.rank} ({call.late.path}) "
+                    "called it (not one job, or their clocks disagree)")
+    return ""
+
+
+@dataclass
+class _Calls:
+    """One collective (group, seq) across the dumps: its earliest and latest call, its first completion seen."""
+
+    early_ns: int
+    early: RankDump
+    late_ns: int
+    late: RankDump
+    completed: bool = False
+    timeout_ms: int = 0
+    done_ns: int = 0
+    done: RankDump | None = None
+
+    def add(self, entry: Entry, dump: RankDump) -> None:
+        if entry.created_ns < self.early_ns:
+            self.early_ns, self.early = entry.created_ns, dump
+        if entry.created_ns > self.late_ns:
+            self.late_ns, self.late = entry.created_ns, dump
+        self.completed |= entry.completed
+        self.timeout_ms = max(self.timeout_ms, entry.timeout_ms)
+        if entry.completed and entry.done_ns and (self.done is None or entry.done_ns < self.done_ns):
+            self.done_ns, self.done = entry.done_ns, dump
+
+
+def _duration(ns: int) -> str:
+    seconds = ns / 1e9
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def _rr(ranks) -> str:  # noqa: ANN001
+    from ..ranges import rank_ranges
+    return rank_ranges(ranks) if len(ranks) <= 64 else f"{rank_ranges(sorted(ranks)[:64])}, ... ({len(ranks)})"
+
+
+# -- the world ---------------------------------------------------------------------------------------------------
+def world_of(dumps: list[RankDump], world_size: int | None) -> tuple[int, bool, list[str]]:
+    """(ranks of the job, whether stated, notes): as given or stated; else at least the dumped and stated ranks."""
+    stated = world_size or max((d.world_size or 0 for d in dumps), default=0)
+    stated_ranks = {id(r): r for d in dumps for r in d.group_ranks.values() if r}  # one tuple shared by many dumps
+    found = max([d.rank for d in dumps] + [r[-1] for r in stated_ranks.values()], default=-1) + 1
+    if stated and not world_size and stated > MIN_SUSPECT_WORLD and stated > MAX_WORLD_PER_RANK * len(dumps):
+        return found, False, [f"world_size {stated} stated by the dumps but only {len(dumps)} rank(s) found; "
+                              f"using {found}"]
+    if stated:
+        return max(stated, found), True, []
+    return found, False, []
+
+
+def pool_of(world: int, stated: bool, usable: set[int]) -> tuple[int, ...]:
+    """The ranks that could be a member that left no dump: of a stated world, every rank without a usable dump;
+    else the gaps among the dumped ranks, or, without gaps, the first rank past them."""
+    if stated:
+        return tuple(r for r in range(world) if r not in usable)
+    gaps = tuple(r for r in range(max(usable, default=-1) + 1) if r not in usable)
+    return gaps or (max(usable, default=-1) + 1,)
+
+
+# -- groups ------------------------------------------------------------------------------------------------------
+def group_members(dumps: list[RankDump], world: int, world_stated: bool
+                  ) -> dict[str, tuple[str, tuple[int, ...], bool]]:
+    """Group name -> (desc, member ranks, complete): as a dump's pg_config states them; the world group: every
+    rank of the world (complete where the world is stated; else the ranks up to the highest dumped, which are
+    in it for sure); else the ranks whose entries name the group (not complete)."""
     stated: dict[str, set[int]] = {}
     seen: dict[str, set[int]] = {}
     desc: dict[str, str] = {}
+    added: set[tuple[str, int]] = set()  # (group, id of a ranks tuple): the world's is one tuple in every dump
     for dump in dumps:
         for name, ranks in dump.group_ranks.items():
-            stated.setdefault(name, set()).update(ranks)
+            if (name, id(ranks)) not in added:
+                added.add((name, id(ranks)))
+                stated.setdefault(name, set()).update(ranks)
+        for name in {e.group_name: None for e in dump.entries}:
+            seen.setdefault(name, set()).add(dump.rank)
         for entry in dump.entries:
-            seen.setdefault(entry.group_name, set()).add(dump.rank)
             desc.setdefault(entry.group_name, entry.group_desc)
-    world = set(range(world_size)) if world_size else {d.rank for d in dumps}
     members = {}
     for name, ranks in seen.items():
-        found = stated.get(name) or (world if desc[name] == "default_pg" else ranks)
-        members[name] = (desc[name], tuple(sorted(found | ranks)))
+        if name in stated:
+            members[name] = (desc[name], tuple(sorted(stated[name] | ranks)), True)
+        elif desc[name] == "default_pg":  # every rank below the world's size, and ranks 0..max dumped are in it
+            members[name] = (desc[name], tuple(range(world)), world_stated)
+        else:
+            members[name] = (desc[name], tuple(sorted(ranks)), False)
     return members
 
 
-Index = dict[int, dict[str, dict[int, Entry]]]  # rank -> group name -> seq -> entry (collectives only)
+Index = dict[int, dict[str, _Track]]  # rank -> group name -> its record (collectives only)
 
 
 def index(dumps: dict[int, RankDump]) -> Index:
-    """Each rank's collectives by group and seq, built once (later entries of a seq win)."""
+    """Each rank's collectives by group and seq, with the last completed / issued and the lowest pending seq,
+    built in one pass (later entries of a seq win)."""
     out: Index = {}
     for rank, dump in dumps.items():
         groups = out.setdefault(rank, {})
         for entry in dump.entries:
-            if not entry.is_p2p and entry.seq >= 0:
-                groups.setdefault(entry.group_name, {})[entry.seq] = entry
+            if entry.is_p2p or entry.seq < 0:
+                continue
+            track = groups.get(entry.group_name)
+            if track is None:
+                track = groups[entry.group_name] = _Track()
+            track.seqs[entry.seq] = entry
+        for track in groups.values():
+            track.last = max(track.seqs)
+            track.done = max((s for s, e in track.seqs.items() if e.completed), default=0)
+            pending = [s for s, e in track.seqs.items() if not e.completed]
+            track.pending = track.seqs[min(pending)] if pending else None
     return out
 
 
@@ -141,79 +373,131 @@ def _odd_ranks(mismatch: dict[str, dict[str, list[int]]]) -> dict[int, str]:
     return {}
 
 
-def group_state(name: str, desc: str, ranks: tuple[int, ...], dumps: dict[int, RankDump], idx: Index) -> GroupState:
-    by_rank = {r: idx[r].get(name, {}) for r in ranks if r in dumps and dumps[r].has_flight_recorder}
-    done = {r: max((s for s, e in seqs.items() if e.completed), default=0) for r, seqs in by_rank.items()}
-    last_all = min(done.values(), default=0)
-    later = sorted({s for seqs in by_rank.values() for s in seqs if s > last_all})
-    not_dumped = [r for r in ranks if r not in by_rank]
-    if not later:
-        return GroupState(name, desc, list(ranks), last_all, None, "", {}, [], not_dumped, {})
-    first = later[0]
-    issued = {r: seqs[first] for r, seqs in by_rank.items() if first in seqs}
-    never = [r for r, seqs in by_rank.items() if first not in seqs and max(seqs, default=0) < first]
+_EMPTY = _Track()
+
+
+def group_state(name: str, desc: str, ranks: tuple[int, ...], stated: bool, idx: Index,
+                pool: tuple[int, ...]) -> GroupState:
+    """The group's last collective completed by all dumped members and its first one not; who issued that one,
+    who never did, who left no dump; and, where the members are not stated, the members inferred to be missing."""
+    by_rank = {r: idx[r].get(name, _EMPTY) for r in ranks if r in idx}
+    last_all = min((t.done for t in by_rank.values()), default=0)
+    first = min((s for t in by_rank.values() if t.last > last_all for s in t.seqs if s > last_all), default=None)
+    not_dumped = [r for r in ranks if r not in idx]
+    if first is None:
+        return GroupState(name, desc, list(ranks), stated, last_all, None, "", {}, [], not_dumped, [], {})
+    issued = {r: t.seqs[first] for r, t in by_rank.items() if first in t.seqs}
+    never = [r for r, t in by_rank.items() if first not in t.seqs and t.last < first]
     kind = Counter(e.kind for e in issued.values()).most_common(1)[0][0]
-    return GroupState(name, desc, list(ranks), last_all, first, kind,
-                      {r: ("completed" if e.completed else e.state) for r, e in sorted(issued.items())},
-                      never, not_dumped, _mismatch(issued))
+    states: dict[str, list[int]] = {}
+    for rank, entry in sorted(issued.items()):
+        states.setdefault("completed" if entry.completed else entry.state or "issued", []).append(rank)
+    mismatch = _mismatch(issued)
+    inferred = pool if not stated and not never and not not_dumped and not mismatch \
+        and not any(e.completed for e in issued.values()) else ()
+    return GroupState(name, desc, list(ranks), stated, last_all, first, kind, states, never, not_dumped,
+                      list(inferred), mismatch)
 
 
-# -- waits -------------------------------------------------------------------------------------------------
-def _fr_edges(dumps: dict[int, RankDump], members, groups: dict[str, GroupState],
-              idx: Index) -> tuple[list[Waiting], list]:
-    """Each rank's lowest pending collective per group, and whom it waits for there."""
-    waiting, edges = [], []
-    last = {(r, name): max(seqs) for r, by_group in idx.items() for name, seqs in by_group.items() if seqs}
-    for rank in sorted(dumps):
-        for name, seqs in sorted(idx[rank].items()):
-            ranks = members[name][1]
-            pending = sorted((s, e) for s, e in seqs.items() if not e.completed)
-            if not pending:
+# -- waits -------------------------------------------------------------------------------------------------------
+def _fr_waits(idx: Index, members, groups: dict[str, GroupState], pool: tuple[int, ...]) -> list[_Wait]:
+    """Each rank's lowest pending collective per group, gathered per (group, seq), and whom they wait for."""
+    waits: dict[tuple[str, int], _Wait] = {}
+    for rank in sorted(idx):
+        for name, track in idx[rank].items():
+            entry = track.pending
+            if entry is None:
                 continue
-            seq, entry = pending[0]
-            waiting.append(Waiting(rank, name, seq, entry.kind))
-            state = groups[name]
-            odd = _odd_ranks(state.mismatch) if seq == state.first_incomplete_seq else {}
-            for other, reason in odd.items():
-                edges.append(_Edge(rank, other, reason, name, seq, entry.kind))
-            for other in ranks:
-                if other == rank or other in odd:
-                    continue
-                if other not in dumps or not dumps[other].has_flight_recorder:
-                    edges.append(_Edge(rank, other, NOT_DUMPED, name, seq, entry.kind))
-                elif last.get((other, name), 0) < seq:
-                    edges.append(_Edge(rank, other, MISSING, name, seq, entry.kind))
-    return waiting, edges
+            wait = waits.get((name, entry.seq))
+            if wait is None:
+                wait = waits[(name, entry.seq)] = _Wait(name, entry.seq, entry.kind, [], entry.created_ns)
+            wait.waiters.append(rank)
+            if entry.created_ns and (not wait.since_ns or entry.created_ns < wait.since_ns):
+                wait.since_ns = entry.created_ns
+    shared: dict[str, tuple[int, ...]] = {}
+    for (name, seq), wait in sorted(waits.items()):
+        state = groups[name]
+        odd = _odd_ranks(state.mismatch) if seq == state.first_incomplete_seq else {}
+        for reason in (KIND, SIZE, DTYPE):
+            ranks = tuple(r for r, why in odd.items() if why == reason)
+            if ranks:
+                wait.targets.append((reason, ranks, False))
+        if state.not_dumped:
+            wait.targets.append((NOT_DUMPED, shared.setdefault(name, tuple(state.not_dumped)), False))
+        if state.inferred_missing:
+            wait.targets.append((NOT_DUMPED, pool, True))
+        behind = tuple(r for r in members[name][1] if r in idx and r not in odd
+                       and idx[r].get(name, _EMPTY).last < seq)
+        if behind:
+            wait.targets.append((MISSING, behind, False))
+    return list(waits.values())
 
 
-def _comm_group(ranges, world: tuple[int, ...]) -> list[tuple[str, tuple[int, ...], str]]:
+def _comm_groups(ranges, world: int) -> list[tuple[str, tuple[int, ...], str]]:
     """(group name, ranks, comm name) of a rank's open comm ranges."""
     out = []
     for r in ranges:
         if r.category == COMMUNICATION:
-            ranks = r.group if r.group else world
-            out.append(("ranks " + ",".join(map(str, ranks)) if r.group else WORLD, tuple(ranks), r.name))
+            ranks = tuple(r.group) if r.group else tuple(range(world))
+            out.append(("ranks " + ",".join(map(str, ranks)) if r.group else WORLD, ranks, r.name))
     return out
 
 
-def _watchdog_edges(dumps: dict[int, RankDump], world_size: int) -> tuple[list[Waiting], list]:
-    """Without Flight Recorder entries: a rank inside a comm range of a group at step s waits for the
-    members that are not inside a comm range of that group at step s."""
-    world = tuple(range(world_size))
-    inside = {r: {(g, d.step) for g, _, _ in _comm_group(d.open_ranges, world)} for r, d in dumps.items()}
-    waiting, edges = [], []
+def _watchdog_waits(dumps: dict[int, RankDump], world: int) -> list[_Wait]:
+    """Without Flight Recorder entries: the ranks inside a comm range of a group at step s wait for the members
+    that left no file, and for those not inside a comm range of that group at step s."""
+    inside: dict[tuple[str, int], set[int]] = {}
+    waits: dict[tuple[str, int, str], _Wait] = {}
+    members: dict[str, tuple[int, ...]] = {}
     for rank, dump in sorted(dumps.items()):
-        for name, ranks, comm in sorted(set(_comm_group(dump.open_ranges, world))):
-            step = -1 if dump.step is None else dump.step
-            waiting.append(Waiting(rank, name, step, comm))
-            for other in ranks:
-                if other == rank:
-                    continue
-                if other not in dumps:
-                    edges.append(_Edge(rank, other, NOT_DUMPED, name, step, comm))
-                elif (name, dump.step) not in inside[other]:
-                    edges.append(_Edge(rank, other, MISSING, name, step, comm))
-    return waiting, edges
+        step = -1 if dump.step is None else dump.step
+        for name, ranks, comm in sorted(set(_comm_groups(dump.open_ranges, world))):
+            inside.setdefault((name, step), set()).add(rank)
+            members[name] = ranks
+            waits.setdefault((name, step, comm), _Wait(name, step, comm, [])).waiters.append(rank)
+    for (name, step, _), wait in waits.items():
+        ranks = members[name]
+        absent = tuple(r for r in ranks if r not in dumps)
+        if absent:
+            wait.targets.append((NOT_DUMPED, absent, False))
+        outside = tuple(r for r in ranks if r in dumps and r not in inside[(name, step)])
+        if outside:
+            wait.targets.append((MISSING, outside, False))
+    return list(waits.values())
+
+
+# -- the wait graph ----------------------------------------------------------------------------------------------
+Graph = tuple[dict[int, list[int]], list[int], dict[int, int]]
+
+
+def wait_graph(waits: list[tuple[list[int], list[tuple[int, ...]]]]) -> Graph:
+    """(out-edges, start nodes, wait node -> index in ``waits``): rank r -> wait node (-1, -2, ...) -> ranks it
+    waits for, through one shared node per target tuple of more than one rank (linear in the ranks, not their
+    product). Waits for no one add no node: their ranks wait on no rank that can be named. The start nodes: what
+    the waits wait for."""
+    out: dict[int, list[int]] = {}
+    shared: dict[int, int] = {}
+    start: list[int] = []
+    nodes: dict[int, int] = {}
+    next_node = -1
+    for position, (waiters, targets) in enumerate(waits):
+        if not any(targets):
+            continue
+        node, next_node = next_node, next_node - 1
+        nodes[node] = position
+        out[node] = []
+        for ranks in targets:
+            if len(ranks) > 1:
+                if id(ranks) not in shared:
+                    shared[id(ranks)], next_node = next_node, next_node - 1
+                    out[shared[id(ranks)]] = list(ranks)
+                out[node].append(shared[id(ranks)])
+            else:
+                out[node].extend(ranks)
+        start += out[node]
+        for rank in waiters:
+            out.setdefault(rank, []).append(node)
+    return out, start, nodes
 
 
 def _components(out: dict[int, list[int]], nodes: list[int]) -> dict[int, int]:
@@ -253,15 +537,16 @@ def _components(out: dict[int, list[int]], nodes: list[int]) -> dict[int, int]:
     return comp
 
 
-def root_ranks(edges: list[_Edge], waiting: list[Waiting]) -> list[int]:
+def root_ranks(waits: list[tuple[list[int], list[tuple[int, ...]]]]) -> list[int]:
     """The ranks at the end of the wait chains: the ranks of every component of the wait graph that waits on no
-    other component (a rank that waits on nobody, or all ranks of a terminal cycle), that a waiting rank waits for."""
-    out: dict[int, list[int]] = {}
-    for edge in edges:
-        out.setdefault(edge.waiter, []).append(edge.target)
-    # from the ranks waiting ranks wait for: a rank waiting in a collective every member issued alike waits for
-    # no rank that can be named, and is no root by itself
-    reachable, todo = set(), sorted({b for w in {w.rank for w in waiting} for b in out.get(w, ())})
+    other component (a rank that waits on nobody, or all ranks of a terminal cycle), that some wait waits for.
+    ``waits``: (waiting ranks, [tuples of ranks they wait for])."""
+    out, start, _ = wait_graph(waits)
+    return _roots(out, start)
+
+
+def _roots(out: dict[int, list[int]], start: list[int]) -> list[int]:
+    reachable, todo = set(), list(dict.fromkeys(start))
     while todo:
         node = todo.pop()
         if node not in reachable:
@@ -269,72 +554,202 @@ def root_ranks(edges: list[_Edge], waiting: list[Waiting]) -> list[int]:
             todo.extend(out.get(node, ()))
     comp = _components(out, sorted(reachable))
     exits = {comp[a] for a in reachable for b in out.get(a, ()) if comp[a] != comp[b]}
-    return sorted(r for r in reachable if comp[r] not in exits)
+    return sorted(r for r in reachable if r >= 0 and comp[r] not in exits)
 
 
-def _culprits(edges: list[_Edge], roots: list[int], members, dumps: dict[int, RankDump],
-              idx: Index) -> list[Culprit]:
-    found: dict[tuple, Culprit] = {}
-    for edge in edges:
-        if edge.target not in roots:
-            continue
-        key = (edge.target, edge.reason, edge.group, edge.seq)
-        if key in found:
-            continue
-        found[key] = Culprit(edge.target, edge.reason, edge.group, list(members.get(edge.group, ("", ()))[1]),
-                             edge.seq, edge.kind, _detail(edge, dumps, idx))
-    causes = {c.rank for c in found.values() if c.reason != MISSING}  # a mismatch explains its own lateness
-    return sorted((c for c in found.values() if c.reason != MISSING or c.rank not in causes),
-                  key=lambda c: (c.rank, c.group_name, c.seq))
+def _toward_roots(out: dict[int, list[int]], roots: list[int]) -> dict[int, int]:
+    """Node -> distance to the nearest root (breadth first over the reversed graph)."""
+    back: dict[int, list[int]] = {}
+    for node, children in out.items():
+        for child in children:
+            back.setdefault(child, []).append(node)
+    dist = dict.fromkeys(roots, 0)
+    queue = deque(roots)
+    while queue:
+        node = queue.popleft()
+        for parent in back.get(node, ()):
+            if parent not in dist:
+                dist[parent] = dist[node] + 1
+                queue.append(parent)
+    return dist
 
 
-def _detail(edge: _Edge, dumps: dict[int, RankDump], idx: Index) -> dict:
-    """Numbers and codes behind one culprit: its last entry in the group, its step and open ranges."""
-    dump = dumps.get(edge.target)
-    if dump is None:
-        return {}
-    seqs = idx.get(edge.target, {}).get(edge.group, {})
-    last = seqs[max(seqs)] if seqs else (dump.entries[-1] if dump.entries else None)
+def _chain(wait: _Wait, by_node: dict[int, _Wait], out, dist: dict[int, int], roots: set[int]) -> list[dict]:
+    """Hops from the wait's first rank to the nearest root: {rank, group_name, seq, kind, waits_for, reason,
+    inferred}, through this wait first."""
+    hops: list[dict] = []
+    rank = next((w for w in wait.waiters if w not in roots), None)
+    current = wait if rank is not None else None
+    while current is not None and len(hops) < MAX_CHAIN and rank not in roots:
+        nxt = min(_targets_of(current), key=lambda t: (dist.get(t[0], 1 << 30), t[0]), default=None)
+        if nxt is None or nxt[0] not in dist:
+            break
+        target, reason, inferred = nxt
+        hops.append({"rank": rank, "group_name": current.group, "seq": current.seq, "kind": current.kind,
+                     "waits_for": target, "reason": reason, "inferred": inferred})
+        rank = target
+        nodes = [n for n in out.get(rank, ()) if n in dist]
+        current = by_node[min(nodes, key=dist.__getitem__)] if nodes else None
+    return hops
+
+
+def _targets_of(wait: _Wait) -> list[tuple[int, str, bool]]:
+    seen: dict[int, tuple[int, str, bool]] = {}
+    for reason, ranks, inferred in wait.targets:
+        for rank in ranks:
+            seen.setdefault(rank, (rank, reason, inferred))
+    return list(seen.values())
+
+
+# -- culprits ----------------------------------------------------------------------------------------------------
+def _culprits(waits: list[_Wait], roots: list[int], dumps: dict[int, RankDump], idx: Index,
+              groups: dict[str, GroupState]) -> list[Culprit]:
+    """Per wait and reason, the root ranks it waits for; a rank's mismatch explains its own lateness elsewhere."""
+    root_set, hits, found = set(roots), {}, []
+    for wait in waits:
+        for reason, ranks, inferred in wait.targets:
+            if id(ranks) not in hits:
+                hits[id(ranks)] = [r for r in ranks if r in root_set]
+            hit = hits[id(ranks)]
+            if hit:
+                awaited = [w for w in wait.waiters if w not in root_set or w not in hit]
+                found.append(Culprit(hit, reason, wait.group, wait.seq, wait.kind, awaited, inferred,
+                                     _detail(hit, reason, wait, dumps, idx, groups)))
+    causes = {r for c in found if c.reason not in (MISSING, NOT_DUMPED) for r in c.ranks}
+    kept = []
+    for culprit in found:
+        if culprit.reason == MISSING and causes & set(culprit.ranks):
+            rest = [r for r in culprit.ranks if r not in causes]
+            if not rest:
+                continue
+            culprit = Culprit(rest, culprit.reason, culprit.group_name, culprit.seq, culprit.kind,
+                              culprit.awaited_by, culprit.inferred, culprit.detail)
+        kept.append(culprit)
+    return sorted(kept, key=lambda c: (c.ranks[0], c.group_name, c.seq))
+
+
+def _detail(ranks: list[int], reason: str, wait: _Wait, dumps: dict[int, RankDump], idx: Index,
+            groups: dict[str, GroupState]) -> dict:
+    """Numbers behind one culprit: for a mismatch every member's call (kind, sizes, dtypes, grouped); per rank
+    (at most MAX_DETAIL_RANKS) its last entry in the group, step and open ranges."""
     detail: dict = {}
-    if last is not None:
-        detail["last_entry"] = {"group_name": last.group_name, "seq": last.seq, "kind": last.kind,
-                                "state": "completed" if last.completed else last.state}
-    if edge.reason != MISSING and edge.seq in seqs:
-        own = seqs[edge.seq]
-        detail["issued"] = {"kind": own.kind, "sizes": f"{own.input_sizes} -> {own.output_sizes}",
-                            "dtypes": own.dtypes}
-    if dump.step is not None:
-        detail["step"] = dump.step
-    if dump.open_ranges:
-        detail["open_ranges"] = [{"name": r.name, "category": r.category, "elapsed_ns": r.elapsed_ns}
-                                 for r in dump.open_ranges]
+    if reason in (KIND, SIZE, DTYPE):
+        calls: dict[tuple[str, str, str], list[int]] = {}
+        for rank in groups[wait.group].ranks:
+            entry = idx.get(rank, {}).get(wait.group, _EMPTY).seqs.get(wait.seq)
+            if entry is not None:
+                calls.setdefault((entry.kind, f"{entry.input_sizes} -> {entry.output_sizes}", entry.dtypes),
+                                 []).append(rank)
+        detail["calls"] = [{"ranks": r, "kind": k, "sizes": s, "dtypes": d} for (k, s, d), r in calls.items()]
+    per_rank = []
+    for rank in ranks[:MAX_DETAIL_RANKS]:
+        dump = dumps.get(rank)
+        if dump is None:
+            continue
+        item: dict = {"rank": rank}
+        seqs = idx.get(rank, {}).get(wait.group, _EMPTY).seqs
+        last = seqs[max(seqs)] if seqs else (dump.entries[-1] if dump.entries else None)
+        if last is not None:
+            item["last_entry"] = {"group_name": last.group_name, "seq": last.seq, "kind": last.kind,
+                                  "state": "completed" if last.completed else last.state}
+        if dump.step is not None:
+            item["step"] = dump.step
+        if dump.open_ranges:
+            item["open_ranges"] = [{"name": r.name, "category": r.category, "elapsed_ns": r.elapsed_ns}
+                                   for r in dump.open_ranges]
+        per_rank.append(item)
+    if per_rank:
+        detail["ranks"] = per_rank
     return detail
 
 
+# -- the whole ---------------------------------------------------------------------------------------------------
 def analyse(dumps: list[RankDump], world_size: int | None = None) -> HangResult:
     """The hang as the dumps show it (``world_size``: ranks of the job when known beyond the dumps)."""
     by_rank = {d.rank: d for d in dumps}
-    world_size = world_size or max((d.world_size or 0 for d in dumps), default=0) or None
-    members = group_members(dumps, world_size)
-    idx = index(by_rank)
+    world, stated, notes = world_of(dumps, world_size)
+    usable = {d.rank for d in dumps if d.has_flight_recorder}
+    idx = index({r: d for r, d in by_rank.items() if d.has_flight_recorder})
+    groups: dict[str, GroupState] = {}
     if any(d.entries for d in dumps):
-        groups = {name: group_state(name, desc, ranks, by_rank, idx) for name, (desc, ranks) in members.items()}
-        waiting, edges = _fr_edges(by_rank, members, groups, idx)
-        source = "flight_recorder"
+        pool = pool_of(world, stated, usable)
+        members = group_members(dumps, world, stated)
+        groups = {name: group_state(name, desc, ranks, st, idx, pool) for name, (desc, ranks, st) in members.items()}
+        waits, source = _fr_waits(idx, members, groups, pool), "flight_recorder"
+        if not stated and any(g.inferred_missing for g in groups.values()):
+            world = max(world, max(pool) + 1)
     elif any(d.open_ranges for d in dumps):
-        world_size = world_size or (max(by_rank) + 1)
-        groups = {}
-        waiting, edges = _watchdog_edges(by_rank, world_size)
-        members = {e.group: ("", _group_of(e.group, world_size)) for e in edges}
+        waits = _watchdog_waits(by_rank, world)
         source = "distprof_watchdog"
     else:
-        groups, waiting, edges, source = {}, [], [], "none"
-    roots = root_ranks(edges, waiting)
-    return HangResult(roots, _culprits(edges, roots, members, by_rank, idx), waiting,
-                      [groups[name] for name in sorted(groups)], sorted(by_rank), source)
+        waits, source = [], "none"
+    out, start, nodes = wait_graph([(w.waiters, [t[1] for t in w.targets]) for w in waits])
+    roots = _roots(out, start)
+    waiting = _waiting(waits, out, nodes, roots)
+    notes += [f"every dumped member of group {w.group} issued {w.kind} #{w.seq} and it never completed: no rank "
+              "to name (a fault in the collective itself, or a member the dumps do not show)"
+              for w in waits if not w.targets and w.group in groups and groups[w.group].members_stated]
+    newest = max((e.created_ns for d in dumps for e in d.entries), default=0)
+    return HangResult(roots, _culprits(waits, roots, by_rank, idx, groups), waiting,
+                      [groups[name] for name in sorted(groups, key=_group_key)], sorted(by_rank), source,
+                      world, stated, newest, notes, stacks_of(dumps, roots))
 
 
-def _group_of(name: str, world_size: int) -> tuple[int, ...]:
-    if name == WORLD:
-        return tuple(range(world_size))
-    return tuple(int(r) for r in name.removeprefix("ranks ").split(","))
+# frames that are not the job's own code (distprof's demo job is its own code)
+LIBRARY_PATHS = ("/lib/python3", "site-packages", "dist-packages", "<frozen", "/distprof/annotate",
+                 "/distprof/collector", "/distprof/watchdog", "/distprof/profiler")
+
+
+def _frame_parts(frame: str) -> tuple[str, str, str]:
+    """'path/train.py:88 in step' -> ('path/train.py', '88', 'step')."""
+    where, _, function = frame.rpartition(" in ")
+    path, _, line = where.rpartition(":")
+    return path, line, function
+
+
+def _new_stack_group(own: str, inner: str) -> dict:
+    path, line, function = _frame_parts(own)
+    inner_path, inner_line, inner_function = _frame_parts(inner)
+    return {"ranks": [], "path": path, "file": path.rsplit("/", 1)[-1], "line": line, "function": function,
+            "inner": f"{inner_function} ({inner_path.rsplit('/', 1)[-1]}:{inner_line})" if inner else "",
+            "steps": [], "comm": []}
+
+
+def stacks_of(dumps: list[RankDump], roots: list[int]) -> list[dict]:
+    """The watchdog's stacks across ranks, next to the Flight Recorder verdict: the ranks grouped by where their
+    training thread is: its innermost frame of the job's own code (not the standard library, site-packages or
+    distprof's instrumentation), and the innermost frame when that differs ({ranks, path, file, line, function,
+    inner, steps, comm, root}); the groups holding a root first, then the largest. 4,096 ranks in one all_reduce
+    are one line."""
+    groups: dict[tuple[str, str], dict] = {}
+    for dump in dumps:
+        if not dump.stack:
+            continue
+        own = next((f for f in reversed(dump.stack) if not any(p in f for p in LIBRARY_PATHS)), dump.stack[-1])
+        inner = dump.stack[-1] if dump.stack[-1] != own else ""
+        group = groups.get((own, inner)) or groups.setdefault((own, inner), _new_stack_group(own, inner))
+        group["ranks"].append(dump.rank)
+        if dump.step is not None and dump.step not in group["steps"]:
+            group["steps"].append(dump.step)
+        for comm in (r.name for r in dump.open_ranges if r.category == COMMUNICATION):
+            if comm not in group["comm"]:
+                group["comm"].append(comm)
+    root_set = set(roots)
+    out = [dict(g, steps=sorted(g["steps"]), root=bool(root_set & set(g["ranks"]))) for g in groups.values()]
+    return sorted(out, key=lambda g: (not g["root"], -len(g["ranks"]), g["ranks"][0]))
+
+
+def _waiting(waits: list[_Wait], out: dict[int, list[int]], nodes: dict[int, int], roots: list[int]
+             ) -> list[Waiting]:
+    """The waits as reported: ranks, since when, whom they wait for, and the chain to the nearest root."""
+    dist = _toward_roots(out, roots)
+    by_node = {node: waits[i] for node, i in nodes.items()}
+    return [Waiting(w.waiters, w.group, w.seq, w.kind, w.since_ns,
+                    [{"reason": reason, "ranks": list(ranks), "inferred": inferred}
+                     for reason, ranks, inferred in w.targets],
+                    _chain(w, by_node, out, dist, set(roots)))
+            for w in sorted(waits, key=lambda w: (w.waiters[0], _group_key(w.group), w.seq))]
+
+
+def _group_key(name: str) -> tuple:
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)

@@ -1,68 +1,206 @@
-"""The hang report: root ranks and why, who waits where, each group's state, and what became of the inputs.
-All wording of ``distprof hang`` lives here; the analysis gives numbers and codes."""
+"""The hang report: root ranks and why, who waits for whom since when, the chain to the root, each stuck group,
+what became of the inputs, and the next command to run. All wording of ``distprof hang`` lives here; the
+analysis gives numbers and codes. Bounded at any scale: rank lists read as ranges (0-4095) and each section
+shows at most MAX_LINES lines (hang.json has everything)."""
 
 from __future__ import annotations
 
-REASONS = {"missing": ("never issued", ""), "size_mismatch": ("issued", " with other sizes than the others"),
-           "kind_mismatch": ("issued", " as another collective than the others"),
-           "dtype_mismatch": ("issued", " with other dtypes than the others"),
-           "not_dumped": ("left no usable dump, awaited in", "")}
+import shlex
+import time
+
+from ..ranges import rank_ranges
+
 STATUS = {"read": "read", "cut_short": "cut short", "refused": "refused"}
+WHY = {"missing": "never issued it", "size_mismatch": "issued it with other sizes",
+       "kind_mismatch": "issued another collective", "dtype_mismatch": "issued it with other dtypes",
+       "not_dumped": "left no dump"}
+MAX_LINES = 20       # lines per section; the rest is counted
+MAX_RANK_TEXT = 120  # characters of one rank list
+MAX_HOPS = 8         # hops of the chain shown
+UNIX_NS = 10**18
 
 
-def _ranks(ranks) -> str:
-    return ",".join(map(str, ranks))
+def ranks_text(ranks: list[int]) -> str:
+    """'rank 3' / 'ranks 0-2, 5' / 'ranks 3, 11, ..., 2043 (step 8)' (a DP group): ranges or a stride, cut at
+    MAX_RANK_TEXT characters with the count of the rest."""
+    if not ranks:
+        return "no rank"
+    step = ranks[1] - ranks[0] if len(ranks) >= 4 else 0
+    if step > 1 and all(b - a == step for a, b in zip(ranks, ranks[1:])):
+        return f"ranks {ranks[0]}, {ranks[1]}, ..., {ranks[-1]} (step {step}, {len(ranks)} ranks)"
+    shown = rank_ranges(ranks)
+    if len(shown) > MAX_RANK_TEXT:
+        cut = shown[:MAX_RANK_TEXT].rsplit(", ", 1)[0]
+        shown = f"{cut}, ... ({len(ranks)} ranks)"
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
 
 
-def _where(kind: str, seq: int, group_name: str, group_ranks, by_step: bool) -> str:
-    """'all_reduce #4 of group 0 (ranks 0,1,2,3)'; from the watchdog (no sequence numbers): '... at step 5'."""
-    group = f"group {group_name}" if group_name.startswith("ranks ") or group_ranks is None \
-        else f"group {group_name} (ranks {_ranks(group_ranks)})"
-    return f"{kind} at step {seq} in {group}" if by_step else f"{kind} #{seq} of {group}"
+def _where(kind: str, seq: int, group: str, members: list[int] | None, by_step: bool) -> str:
+    """'all_reduce #4 of group 0 (ranks 0-3)'; from the watchdog (no sequence numbers): '... at step 5'."""
+    shown = f"group {group}" if members is None or group.startswith("ranks ") \
+        else f"group {group} ({ranks_text(members)})"
+    return f"{kind} at step {seq} in {shown}" if by_step else f"{kind} #{seq} of {shown}"
 
 
-def _culprit_line(culprit: dict, by_step: bool) -> str:
-    where = _where(culprit["kind"], culprit["seq"], culprit["group_name"], culprit["group_ranks"], by_step)
-    before, after = REASONS.get(culprit["reason"], (culprit["reason"], ""))
-    line = f"  rank {culprit['rank']}: {before} {where}{after}"
-    detail = culprit.get("detail", {})
-    issued = detail.get("issued")
-    if issued and culprit["reason"] != "missing":
-        line += f"; its call: {issued['kind']} sizes {issued['sizes']} dtypes {issued['dtypes']}"
-    last = detail.get("last_entry")
-    if last and culprit["reason"] == "missing":
-        line += f"; its last entry there: {last['kind']} #{last['seq']} ({last['state']})"
-    if "step" in detail and not by_step:
-        line += f"; at step {detail['step']}"
-    ranges = detail.get("open_ranges")
-    if ranges:
-        line += "; inside " + ", ".join(f"{r['name']} ({r['elapsed_ns'] / 1e9:.1f} s)" for r in ranges)
+def _since(ns: int) -> str:
+    if not ns:
+        return ""
+    if ns >= UNIX_NS:
+        clock = time.strftime("%H:%M:%S", time.gmtime(ns // 10**9))
+        return f" since {clock}.{ns // 10**6 % 1000:03d} UTC"
+    return f" since {ns / 1e9:.3f} s on its clock"
+
+
+ACTS = {"missing": ("never issued", ""), "size_mismatch": ("issued", " with other sizes than the others"),
+        "kind_mismatch": ("issued", " as another collective than the others"),
+        "dtype_mismatch": ("issued", " with other dtypes than the others")}
+
+
+def _culprit_line(c: dict, members: dict[str, list[int] | None], by_step: bool) -> str:
+    """'rank 3 left no dump; rank 2 waits for it in all_reduce #4 of group 2', and for the other reasons what
+    the rank did instead, then who waits for it."""
+    who, many = ranks_text(c["ranks"]), len(c["ranks"]) > 1
+    where = _where(c["kind"], c["seq"], c["group_name"], members.get(c["group_name"]), by_step)
+    waiters, n = ranks_text(c["awaited_by"]), len(c["awaited_by"])
+    waits = f"{waiters} wait{'s' if n == 1 else ''} for {'them' if many else 'it'}"
+    if c["reason"] == "not_dumped":
+        line = f"  {who} left no dump; " + (f"{waits} in {where}" if n else f"awaited in {where}")
+        if c["inferred"]:
+            line += (f" (inferred: the dumped members of group {c['group_name']} all issued it and it never "
+                     "completed, so a member left no dump)")
+        return line
+    before, after = ACTS.get(c["reason"], (c["reason"], ""))
+    line = f"  {who} {before} {where}{after}" + (f"; {waits}" if n else "")
+    detail = c.get("detail", {})
+    if detail.get("calls"):
+        line += "; calls: " + "; ".join(f"{x['kind']} sizes {x['sizes']} dtypes {x['dtypes']} on "
+                                        f"{ranks_text(x['ranks'])}" for x in detail["calls"][:MAX_LINES])
+    for item in detail.get("ranks", [])[:3]:
+        last = item.get("last_entry")
+        mine = "its" if not many else f"rank {item['rank']}'s"
+        if last and c["reason"] == "missing":
+            line += f"; {mine} last entry there: {last['kind']} #{last['seq']} ({last['state']})"
+        if "step" in item and not by_step:
+            line += f"; at step {item['step']}"
+        if item.get("open_ranges"):
+            line += "; inside " + ", ".join(f"{r['name']} ({r['elapsed_ns'] / 1e9:.1f} s)" for r in item["open_ranges"])
     return line
 
 
-def render(result: dict, inputs: list[dict]) -> str:
-    """The text printed by ``distprof hang``."""
+def _wait_line(w: dict, members: dict[str, list[int] | None], by_step: bool) -> str:
+    where = _where(w["kind"], w["seq"], w["group_name"], members.get(w["group_name"]), by_step)
+    whom = "; ".join(f"{ranks_text(t['ranks'])} ({WHY.get(t['reason'], t['reason'])}"
+                     f"{', inferred' if t['inferred'] else ''})" for t in w["waits_for"]) or "no rank named"
+    verb = "waits" if len(w["ranks"]) == 1 else "wait"
+    return f"  {ranks_text(w['ranks'])} {verb} in {where}{_since(w['since_ns'])} for {whom}"
+
+
+def _chain_line(chain: list[dict], by_step: bool) -> str:
+    parts = [f"rank {chain[0]['rank']}"]
+    for hop in chain[:MAX_HOPS]:
+        where = f"{hop['kind']} at step {hop['seq']}" if by_step else f"{hop['kind']} #{hop['seq']}"
+        parts.append(f"rank {hop['waits_for']} ({where} of group {hop['group_name']}: "
+                     f"{WHY.get(hop['reason'], hop['reason'])}{', inferred' if hop['inferred'] else ''})")
+    more = f" -> ... ({len(chain) - MAX_HOPS} more)" if len(chain) > MAX_HOPS else ""
+    return "Chain: " + " -> ".join(parts) + more
+
+
+def _stack_line(g: dict) -> str:
+    """'ranks 0-2: in all_reduce at train.py:88 (step 5)'."""
+    steps = f"step{'s' if len(g['steps']) > 1 else ''} {', '.join(map(str, g['steps'][:8]))}" if g["steps"] else ""
+    comm = f"inside {', '.join(g['comm'][:4])}" if g["comm"] else ""
+    extra = "; ".join(x for x in (steps, comm, "root" if g["root"] else "") if x)
+    where = f"  {ranks_text(g['ranks'])}: in {g['function']} at {g['file']}:{g['line']}"
+    where += f" -> {g['inner']}" if g.get("inner") else ""
+    return where + (f" ({extra})" if extra else "")
+
+
+def _group_line(g: dict) -> str:
+    issued = "; ".join(f"{ranks_text(r)} ({state})" for state, r in g["issued"].items()) or "none"
+    members = ranks_text(g["ranks"]) + ("" if g["members_stated"] else " as the dumps show")
+    line = (f"  group {g['name']} ({members}): all completed #{g['last_completed_seq']}; "
+            f"#{g['first_incomplete_seq']} {g['kind']} issued by {issued}; never by "
+            f"{ranks_text(g['never_issued']) if g['never_issued'] else 'none'}")
+    if g["not_dumped"]:
+        line += f"; no dump: {ranks_text(g['not_dumped'])}"
+    if g["inferred_missing"]:
+        line += f"; a member without a dump inferred: {ranks_text(g['inferred_missing'])}"
+    return line
+
+
+def _capped(lines: list[str], what: str) -> list[str]:
+    if len(lines) <= MAX_LINES:
+        return lines
+    return lines[:MAX_LINES] + [f"  ... {len(lines) - MAX_LINES} more {what} (hang.json has them all)"]
+
+
+def render(result: dict, inputs: list[dict], rerun: str = "distprof hang DUMPS") -> str:
+    """The text printed by ``distprof hang``; it ends with the next command to run."""
     lines = []
     by_step = result["source"] == "distprof_watchdog"
     roots = result["root_ranks"]
+    members = {g["name"]: g["ranks"] if g["members_stated"] else None for g in result["groups"]}
+    dumped = len(result["ranks_dumped"])
+    world = (f"a world of {result['world_size']}" if result.get("world_stated")
+             else f"a world of at least {result.get('world_size') or dumped}")
+    source = result["source"].replace("_", " ")
     if roots:
-        lines.append(f"Hang: root rank{'s' if len(roots) > 1 else ''} {_ranks(roots)} "
-                     f"(from {result['source'].replace('_', ' ')})")
-        lines += [_culprit_line(c, by_step) for c in result["culprits"]]
+        lines.append(f"Hang: root {ranks_text(roots)} (from {source}; {dumped} ranks dumped of {world})")
+        lines += _capped([_culprit_line(c, members, by_step) for c in result["culprits"]], "culprits")
+    elif result["waiting"]:
+        lines.append(f"Hang, no root named: ranks wait but for no rank the dumps can name ({dumped} ranks dumped)")
     else:
-        lines.append(f"No hang seen: no rank waits in an unfinished collective ({len(result['ranks_dumped'])} "
-                     "ranks dumped)")
-    for wait in result["waiting"]:
-        lines.append(f"  rank {wait['rank']} waits in "
-                     + _where(wait["kind"], wait["seq"], wait["group_name"], None, by_step))
+        lines.append(f"No hang seen: no rank waits in an unfinished collective ({dumped} ranks dumped)")
+    if result["waiting"]:
+        lines.append("Waiting (who waits for whom, since when):")
+        lines += _capped([_wait_line(w, members, by_step) for w in result["waiting"]], "waits")
+        longest = max((w["chain"] for w in result["waiting"]), key=len)
+        if longest:
+            lines.append(_chain_line(longest, by_step))
+    if result.get("stacks"):
+        lines.append("Stacks (distprof's watchdog: where each rank's training thread is, in its own code):")
+        lines += _capped([_stack_line(g) for g in result["stacks"]], "stacks")
     stuck = [g for g in result["groups"] if g["first_incomplete_seq"] is not None]
-    for group in stuck:
-        issued = ", ".join(f"{r} {state}" for r, state in group["issued"].items()) or "none"
-        lines.append(f"  group {group['name']} (ranks {_ranks(group['ranks'])}): all completed "
-                     f"#{group['last_completed_seq']}; #{group['first_incomplete_seq']} {group['kind']} issued by "
-                     f"{issued}; never by {_ranks(group['never_issued']) or 'none'}"
-                     + (f"; not dumped: {_ranks(group['not_dumped'])}" if group["not_dumped"] else ""))
+    if stuck:
+        lines.append("Groups:")
+        lines += _capped([_group_line(g) for g in stuck], "groups")
+    lines += [f"Note: {note}" for note in result.get("notes", [])]
     counts = {s: sum(1 for i in inputs if i["status"] == s) for s in STATUS}
     lines.append("Inputs: " + ", ".join(f"{n} {STATUS[s]}" for s, n in counts.items()))
-    lines += [f"  {i['detail']}" for i in inputs if i["status"] != "read"]
+    lines += _capped([f"  {i['detail']}" for i in inputs if i["status"] != "read"], "inputs")
+    lines.append(f"Next: {next_step(result, rerun)}")
     return "\n".join(lines) + "\n"
+
+
+def next_step(result: dict, rerun: str) -> str:
+    """The one command to run next, for what was found."""
+    roots, dumped = result["root_ranks"], set(result["ranks_dumped"])
+    absent = [r for r in roots if r not in dumped]
+    if absent:
+        rank = absent[0]
+        step = (f"{rerun} PATH/nccl_trace_rank_{rank}   (rank {rank} left no dump among the inputs: its host's "
+                f"/tmp/nccl_trace_rank_{rank}, or its rank{rank}.json)")
+        if not result.get("world_stated"):
+            step += f"; or state the world: {rerun} --world-size N"
+        return step
+    stack = next((g for g in result.get("stacks", []) if g["root"]), None)
+    if roots and stack and stack["path"] and stack["line"].isdigit():
+        line = int(stack["line"])
+        return (f"sed -n {max(1, line - 10)},{line + 10}p {shlex.quote(stack['path'])}   ({ranks_text(stack['ranks'])} "
+                f"{'is' if len(stack['ranks']) == 1 else 'are'} in {stack['function']} there; every thread's stack is "
+                "in the hang_rank<r>.json files)")
+    if roots:
+        rank = roots[0]
+        return (f"py-spy dump --pid PID   (on rank {rank}'s host: where rank {rank} is, in Python; or rerun the job "
+                "with collector.hang_dump_s: 60, and distprof's hang_rank<r>.json files carry every thread's stack)")
+    if result["waiting"]:
+        return ("NCCL_DEBUG=INFO python ...   (rerun the job: every member issued the collective and none "
+                "completed, so look at the transport, not at one rank)")
+    return (f"{rerun}   (with dumps taken while the job hangs: TORCH_FR_BUFFER_SIZE=2000 and "
+            "TORCH_NCCL_DUMP_ON_TIMEOUT=1, or distprof's collector.hang_dump_s: 60)")
+
+
+def rerun_command(inputs: list[str], limit: int = 4) -> str:
+    """`distprof hang IN...` as typed again, a few inputs at most."""
+    shown = [shlex.quote(i) for i in inputs[:limit]] + (["..."] if len(inputs) > limit else [])
+    return "distprof hang " + " ".join(shown)
