@@ -536,14 +536,17 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
 def cmd_hang(args: argparse.Namespace) -> int:
     """Which rank a hang started at, from Flight Recorder dumps and distprof's watchdog files: OUT/hang.json
-    and a short report on stdout that ends with the next command. Exit 2 when no input could be read, when the
-    inputs are not one job's, or when two of them claim one rank."""
+    and a short report on stdout that ends with the next command; OUT/hang.html the same in a browser (unless
+    --no-html, as merge's report.html). Exit 2 when no input could be read, when the inputs are not one job's, or
+    when two of them claim one rank."""
     import json
 
     from .analyses import hang
-    from .reports import hang_report
+    from .names import printable
+    from .reports import hang_html, hang_report
     from .sources import flight_recorder
-    out = outpaths.check_dir(args.out, (HANG_JSON,))
+    html = getattr(args, "html", True)  # the hang demo calls this without the option
+    out = outpaths.check_dir(args.out, (HANG_JSON, hang_html.HANG_HTML) if html else (HANG_JSON,))
     dumps, states = flight_recorder.read_all(args.inputs)
     if not states:
         raise SourceError(f"{', '.join(args.inputs)}: no dump files (names ending in a rank number)")
@@ -556,11 +559,13 @@ def cmd_hang(args: argparse.Namespace) -> int:
     result = hang.analyse(dumps, world_size).to_json()
     inputs = [s.to_json() for s in states]
     rerun = hang_report.rerun_command(args.inputs)
+    doc = {**result, "inputs": inputs, "next": hang_report.next_step(result, rerun)}
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
-        outpaths.write_text(out / HANG_JSON, json.dumps({**result, "inputs": inputs,
-                                                         "next": hang_report.next_step(result, rerun)}) + "\n")
-    sys.stdout.write(f"wrote {out / HANG_JSON}\n" + hang_report.render(result, inputs, rerun))
+        outpaths.write_text(out / HANG_JSON, json.dumps(doc) + "\n")
+        page = hang_html.write(doc, out) if html else None
+    sys.stdout.write(f"wrote {printable(out / HANG_JSON)}\n"
+                     + hang_report.render(result, inputs, rerun, str(page) if page else None))
     return 0
 
 
@@ -568,8 +573,9 @@ def _no_dump_read(states: list) -> None:
     """Every input refused or cut short to nothing: each named (one line each), then exit 2."""
     if len(states) == 1:
         raise SourceError(f"{states[0].detail} (no input could be read)")
+    from .names import printable
     for state in states[:20]:
-        print(f"  {state.detail}", file=sys.stderr)
+        print(f"  {printable(state.detail)}", file=sys.stderr)  # a file's name can hold control characters
     more = f", {len(states) - 20} more not shown" if len(states) > 20 else ""
     raise SourceError(f"none of the {len(states)} inputs could be read (each named above{more}): give Flight "
                       "Recorder dumps (rank<r>.json, nccl_trace_rank_<r>) or distprof's hang_rank<r>.json files")
@@ -750,6 +756,8 @@ def build_parser() -> argparse.ArgumentParser:
     hang.add_argument("inputs", nargs="+", help="dump files or folders (rank<r>.json, nccl_trace_rank_<r>, "
                                                 "hang_rank<r>.json)")
     hang.add_argument("-o", "--out", default="distprof_hang", help="output directory for hang.json")
+    hang.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
+                      help="also write OUT/hang.html (default; --no-html to skip)")
     hang.add_argument("--world-size", type=_hang_world_size, default=None, metavar="N",
                       help="ranks of the job, where the dumps do not state it (gloo): a rank without a dump is "
                            "then named exactly")
@@ -762,7 +770,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (config_mod.ConfigError, SourceError) as error:
-        print(f"distprof: error: {error}", file=sys.stderr)
+        from .names import printable  # a message can quote a name from a file: escaped, as console.warn does
+        print(f"distprof: error: {printable(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -1,13 +1,16 @@
 """The hang report: root ranks and why, who waits for whom since when, the chain to the root, each stuck group,
 what became of the inputs, and the next command to run. All wording of ``distprof hang`` lives here; the
 analysis gives numbers and codes. Bounded at any scale: rank lists read as ranges (0-4095) and each section
-shows at most MAX_LINES lines (hang.json has everything)."""
+shows at most MAX_LINES lines (hang.json has everything). Every line is printed with its control characters
+escaped (names.printable): group names, paths and function names come from dumps anyone can write. hang.html
+(hang_html.py) says the same in a browser, with these sentences."""
 
 from __future__ import annotations
 
 import shlex
 import time
 
+from ..names import printable
 from ..ranges import rank_ranges
 
 STATUS = {"read": "read", "cut_short": "cut short", "refused": "refused"}
@@ -42,7 +45,8 @@ def _where(kind: str, seq: int, group: str, members: list[int] | None, by_step: 
     return f"{kind} at step {seq} in {shown}" if by_step else f"{kind} #{seq} of {shown}"
 
 
-def _since(ns: int) -> str:
+def since_text(ns: int) -> str:
+    """' since 21:36:02.533 UTC' (unix time), ' since 12.345 s on its clock' (another clock), '' (not known)."""
     if not ns:
         return ""
     if ns >= UNIX_NS:
@@ -56,7 +60,7 @@ ACTS = {"missing": ("never issued", ""), "size_mismatch": ("issued", " with othe
         "dtype_mismatch": ("issued", " with other dtypes than the others")}
 
 
-def _culprit_line(c: dict, members: dict[str, list[int] | None], by_step: bool) -> str:
+def culprit_line(c: dict, members: dict[str, list[int] | None], by_step: bool) -> str:
     """'rank 3 left no dump; rank 2 waits for it in all_reduce #4 of group 2', and for the other reasons what
     the rank did instead, then who waits for it."""
     who, many = ranks_text(c["ranks"]), len(c["ranks"]) > 1
@@ -70,32 +74,44 @@ def _culprit_line(c: dict, members: dict[str, list[int] | None], by_step: bool) 
                      "completed, so a member left no dump)")
         return line
     before, after = ACTS.get(c["reason"], (c["reason"], ""))
-    line = f"  {who} {before} {where}{after}" + (f"; {waits}" if n else "")
+    return f"  {who} {before} {where}{after}" + (f"; {waits}" if n else "") + detail_text(c, by_step)
+
+
+def detail_text(c: dict, by_step: bool) -> str:
+    """'; calls: ...; its last entry there: ...; at step 5; inside ...': what a culprit's ranks did instead, from
+    its ``detail``; one function so that the text and hang.html word it alike."""
+    text, many = "", len(c["ranks"]) > 1
     detail = c.get("detail", {})
     if detail.get("calls"):
-        line += "; calls: " + "; ".join(f"{x['kind']} sizes {x['sizes']} dtypes {x['dtypes']} on "
+        text += "; calls: " + "; ".join(f"{x['kind']} sizes {x['sizes']} dtypes {x['dtypes']} on "
                                         f"{ranks_text(x['ranks'])}" for x in detail["calls"][:MAX_LINES])
     for item in detail.get("ranks", [])[:3]:
         last = item.get("last_entry")
         mine = "its" if not many else f"rank {item['rank']}'s"
         if last and c["reason"] == "missing":
-            line += f"; {mine} last entry there: {last['kind']} #{last['seq']} ({last['state']})"
+            text += f"; {mine} last entry there: {last['kind']} #{last['seq']} ({last['state']})"
         if "step" in item and not by_step:
-            line += f"; at step {item['step']}"
+            text += f"; at step {item['step']}"
         if item.get("open_ranges"):
-            line += "; inside " + ", ".join(f"{r['name']} ({r['elapsed_ns'] / 1e9:.1f} s)" for r in item["open_ranges"])
-    return line
+            text += "; inside " + ", ".join(f"{r['name']} ({r['elapsed_ns'] / 1e9:.1f} s)" for r in item["open_ranges"])
+    return text
+
+
+def whom_text(w: dict) -> str:
+    """'rank 3 (left no dump, inferred)': whom one wait waits for and why, as the text and hang.html say it."""
+    return "; ".join(f"{ranks_text(t['ranks'])} ({WHY.get(t['reason'], t['reason'])}"
+                     f"{', inferred' if t['inferred'] else ''})" for t in w["waits_for"]) or "no rank named"
 
 
 def _wait_line(w: dict, members: dict[str, list[int] | None], by_step: bool) -> str:
+    """'  rank 0 waits in all_reduce #3 of group 3 since 21:36:02.533 UTC for rank 2 (never issued it)'."""
     where = _where(w["kind"], w["seq"], w["group_name"], members.get(w["group_name"]), by_step)
-    whom = "; ".join(f"{ranks_text(t['ranks'])} ({WHY.get(t['reason'], t['reason'])}"
-                     f"{', inferred' if t['inferred'] else ''})" for t in w["waits_for"]) or "no rank named"
     verb = "waits" if len(w["ranks"]) == 1 else "wait"
-    return f"  {ranks_text(w['ranks'])} {verb} in {where}{_since(w['since_ns'])} for {whom}"
+    return f"  {ranks_text(w['ranks'])} {verb} in {where}{since_text(w['since_ns'])} for {whom_text(w)}"
 
 
-def _chain_line(chain: list[dict], by_step: bool) -> str:
+def chain_line(chain: list[dict], by_step: bool) -> str:
+    """'Chain: rank 0 -> rank 2 (...) -> rank 3 (...)', at most MAX_HOPS hops."""
     parts = [f"rank {chain[0]['rank']}"]
     for hop in chain[:MAX_HOPS]:
         where = f"{hop['kind']} at step {hop['seq']}" if by_step else f"{hop['kind']} #{hop['seq']}"
@@ -134,29 +150,41 @@ def _capped(lines: list[str], what: str) -> list[str]:
     return lines[:MAX_LINES] + [f"  ... {len(lines) - MAX_LINES} more {what} (hang.json has them all)"]
 
 
-def render(result: dict, inputs: list[dict], rerun: str = "distprof hang DUMPS") -> str:
-    """The text printed by ``distprof hang``; it ends with the next command to run."""
-    lines = []
-    by_step = result["source"] == "distprof_watchdog"
-    roots = result["root_ranks"]
-    members = {g["name"]: g["ranks"] if g["members_stated"] else None for g in result["groups"]}
-    dumped = len(result["ranks_dumped"])
+def members_of(result: dict) -> dict[str, list[int] | None]:
+    """Group name -> its members where the dumps state them (None: only the ranks the dumps show in it)."""
+    return {g["name"]: g["ranks"] if g["members_stated"] else None for g in result["groups"]}
+
+
+def headline(result: dict) -> str:
+    """The verdict's first line: the root ranks and how much of the world the dumps cover, a hang without a
+    root, or no hang."""
+    roots, dumped = result["root_ranks"], len(result["ranks_dumped"])
     world = (f"a world of {result['world_size']}" if result.get("world_stated")
              else f"a world of at least {result.get('world_size') or dumped}")
     source = result["source"].replace("_", " ")
     if roots:
-        lines.append(f"Hang: root {ranks_text(roots)} (from {source}; {dumped} ranks dumped of {world})")
-        lines += _capped([_culprit_line(c, members, by_step) for c in result["culprits"]], "culprits")
-    elif result["waiting"]:
-        lines.append(f"Hang, no root named: ranks wait but for no rank the dumps can name ({dumped} ranks dumped)")
-    else:
-        lines.append(f"No hang seen: no rank waits in an unfinished collective ({dumped} ranks dumped)")
+        return f"Hang: root {ranks_text(roots)} (from {source}; {dumped} ranks dumped of {world})"
+    if result["waiting"]:
+        return f"Hang, no root named: ranks wait but for no rank the dumps can name ({dumped} ranks dumped)"
+    return f"No hang seen: no rank waits in an unfinished collective ({dumped} ranks dumped)"
+
+
+def render(result: dict, inputs: list[dict], rerun: str = "distprof hang DUMPS", html_path: str | None = None) -> str:
+    """The text printed by ``distprof hang``; it ends with where hang.html is (``html_path``, when written) and the
+    next command to run. Each line is made printable here, once, where it is rendered: a group name, a path or
+    a function name from a dump holding ESC or a newline would otherwise retitle or clear the terminal, or forge
+    a report line."""
+    by_step = result["source"] == "distprof_watchdog"
+    members = members_of(result)
+    lines = [headline(result)]
+    if result["root_ranks"]:
+        lines += _capped([culprit_line(c, members, by_step) for c in result["culprits"]], "culprits")
     if result["waiting"]:
         lines.append("Waiting (who waits for whom, since when):")
         lines += _capped([_wait_line(w, members, by_step) for w in result["waiting"]], "waits")
         longest = max((w["chain"] for w in result["waiting"]), key=len)
         if longest:
-            lines.append(_chain_line(longest, by_step))
+            lines.append(chain_line(longest, by_step))
     if result.get("stacks"):
         lines.append("Stacks (distprof's watchdog: where each rank's training thread is, in its own code):")
         lines += _capped([_stack_line(g) for g in result["stacks"]], "stacks")
@@ -168,8 +196,10 @@ def render(result: dict, inputs: list[dict], rerun: str = "distprof hang DUMPS")
     counts = {s: sum(1 for i in inputs if i["status"] == s) for s in STATUS}
     lines.append("Inputs: " + ", ".join(f"{n} {STATUS[s]}" for s, n in counts.items()))
     lines += _capped([f"  {i['detail']}" for i in inputs if i["status"] != "read"], "inputs")
+    if html_path:
+        lines.append(f"wrote {html_path}   (the same in a browser: verdict, waits, chain, stacks, groups, inputs)")
     lines.append(f"Next: {next_step(result, rerun)}")
-    return "\n".join(lines) + "\n"
+    return "".join(f"{printable(line)}\n" for line in lines)
 
 
 def next_step(result: dict, rerun: str) -> str:
