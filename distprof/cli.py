@@ -372,7 +372,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         if not writer.ranks or (steps is not None and not writer.selected):
             what = f"--steps {args.steps}" if writer.ranks else "the rank selection"
             raise config_mod.ConfigError(f"{what}: matches no events; {out} not written")
-    print(f"wrote {out} ({len(writer.ranks)} rank(s), {writer.events} trace events)")
+    print(f"wrote {out} ({len(writer.ranks)} rank(s), {writer.events} trace events)\n"
+          f"next: open https://ui.perfetto.dev, then Open trace file: {out} (or drag the file onto the page)")
     return 0
 
 
@@ -695,9 +696,11 @@ def _layout_options(parser: argparse.ArgumentParser, all_ranks: bool = True) -> 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     from .config import DIFF_MIN_CHANGE
     from .reports import tables
     parser = argparse.ArgumentParser(prog="distprof", description="Where the time goes across ranks.")
+    parser.add_argument("--version", action="version", version=f"distprof {__version__}")  # for bug reports
     sub = parser.add_subparsers(dest="command", required=True)
 
     _demo_parser(sub)

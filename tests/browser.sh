@@ -5,6 +5,7 @@ if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; the
     exit 0
 fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "tests/browser.sh: installing Debian's chromium with apt-get (the report test renders report.html in it)"
     if (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
             >/tmp/distprof-browser-install.log 2>&1; then
         exit 0

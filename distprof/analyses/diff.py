@@ -14,11 +14,14 @@ phrases them.
 * **Ranks**: every Distributed Summary figure (results.RankFigures) before/after per rank
   (matched by rank number) and across ranks, with delta (after - before) and relative delta.
 * **Unit of work**: the most frequent compute kernel (else user range, else phase) present in
-  both runs, by base name (names.base_name), never a step marker; figures per unit apply when
-  a side has no steps or the step counts differ.
+  both runs, by base name (names.base_name), never a step marker; the most frequent by both
+  runs' calls together, so swapping before and after names the same unit; its count compared
+  per rank-step (in all without steps), so equal counts read as the same; figures per unit apply
+  when a side has no steps or the step counts differ.
 * **Movers**: phases, kernels, user ranges and collectives ranked by absolute change per step
-  (per unit, or per window, when there are no steps), an op's calls under its base name;
-  bandwidth when the summaries hold bytes.
+  (per unit, or per window, when there are no steps), an op's calls under its base name, never
+  a step marker (``ProfilerStep#N`` rows and the ProfileStep phase are the step itself, whose
+  time the step-time verdict gives); bandwidth when the summaries hold bytes.
 * **Findings**: resolved / new / kept by finding code, and stream placement verdicts that changed.
 """
 
@@ -250,11 +253,14 @@ def _rank_steps(summary: dict) -> int:
 
 
 def dominant_unit(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PREFIXES) -> tuple | None:
-    """(source, name, row before, row after) of the most frequent unit present in both runs."""
+    """(source, name, row before, row after) of the most frequent unit present in both runs: by
+    both runs' calls, then time, then name, a rule symmetric in before and after (by the before
+    run's alone, two ops tied in calls gave AccumulateGrad one way and copy_bucket_to_grad the other)."""
     for (source, b), (_, a) in zip(_unit_candidates(before, prefixes), _unit_candidates(after, prefixes)):
         common = [name for name in b if name in a]
         if common:
-            name = max(common, key=lambda n: (b[n]["calls"], b[n].get("total_ns") or 0))
+            name = min(common, key=lambda n: (-(b[n]["calls"] + a[n]["calls"]),
+                                              -((b[n].get("total_ns") or 0) + (a[n].get("total_ns") or 0)), n))
             return source, name, b[name], a[name]
     return None
 
@@ -263,8 +269,10 @@ def unit_of_work(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PRE
     """Figures per unit of the dominant repeated unit, and whether they replace per-step ones.
 
     ``applies`` when a side has no steps or the step counts differ: then totals only compare
-    per unit of work. ``per_second``: units per second of window (counts and windows summed
-    over ranks)."""
+    per unit of work. ``per_step``: units per rank-step (None without steps on a side), the rate
+    the report words: equal counts over equal steps are the same number, where units per second
+    of window (``per_second``, counts and windows summed over ranks) read "31% fewer" whenever
+    the window grew."""
     unit = dominant_unit(before, after, prefixes)
     if unit is None:
         return None
@@ -275,6 +283,7 @@ def unit_of_work(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PRE
     wb, wa = _rank_sum(before, "window_ns"), _rank_sum(after, "window_ns")
     out = {"source": source, "name": name, "applies": reason is not None, "reason": reason,
            "count": change(cb, ca), "window_ns": change(wb, wa),
+           "per_step": change(cb / sb if sb else None, ca / sa if sa else None),
            "per_second": change(1e9 * cb / wb if wb else None, 1e9 * ca / wa if wa else None),
            "cost_per_unit_ns": change(rb["total_ns"] / cb if rb.get("total_ns") is not None else None,
                                       ra["total_ns"] / ca if ra.get("total_ns") is not None else None)}
@@ -291,11 +300,15 @@ def _rows(summary: dict) -> dict[tuple, float]:
     where a part is unknown (null: a NaN of a damaged summary as cli.finite reads it)."""
     merged, out = _merged(summary), {}
     for row in merged.get("model") or []:
+        if names.is_step_name(row["name"]):  # the step itself, not a part that moved
+            continue
         for side in ("cpu", "gpu"):
             if row.get(f"{side}_total_ns") is not None:
                 out[("phase", row["name"], f"{side}_total_ns")] = row[f"{side}_total_ns"]
     for table, category in (("kernel", "kernel"), ("user", "user"), ("memory", "memory")):
         for row in (merged.get(table) or {}).get("rows") or []:  # an op's calls under its base name
+            if names.is_step_name(names.base_name(row["name"])):  # ProfilerStep#N: 5 of 10 movers were steps
+                continue
             key = (category, names.base_name(row["name"]), "total_ns")
             seen, total = out.get(key, 0), row["total_ns"]
             out[key] = None if seen is None or total is None else seen + total  # None: unknown, not 0

@@ -142,15 +142,24 @@ def ranks_table(diff: dict, unit: str) -> str:
 
 
 def unit_lines(unit_of_work: dict | None, unit: str) -> list[str]:
-    """"after does 12% fewer <unit>s per window", and the time per unit, when it applies."""
+    """"after does 12% fewer of them per rank-step" (in all, without steps), and the time per unit
+    when it applies. The count per rank-step, not per second of window: at 256 -> 256 calls over
+    8 -> 8 steps the old rate read "31% fewer ... per window" because the window had grown (the
+    wall time per unit says that)."""
     if unit_of_work is None:
         return ["Unit of work: none found in both runs (no repeated kernel, range or phase)"]
     u = unit_of_work
     word = _UNIT_WORDS[u["source"]]
-    rate = u["per_second"]["relative"]
-    more = "the same number" if not rate else f"{abs(100 * rate):.0f}% {'more' if rate > 0 else 'fewer'}"
-    lines = [f"Unit of work: the most frequent {word}, {names.short_name(u['name'], 60)!r} ({u['count']['before']} "
-             f"-> {u['count']['after']} calls): after does {more} of them per window"]
+    per_step = u.get("per_step") or {}  # diff.json written before per_step: per rank-step from the counts
+    stepped = per_step.get("before") is not None and per_step.get("after") is not None
+    rate = per_step["relative"] if stepped else u["count"]["relative"]
+    more = ("the same number" if round(100 * rate) == 0 else f"{abs(100 * rate):.0f}% "
+            f"{'more' if rate > 0 else 'fewer'}") if _known(rate) else "an unknown number"
+    counts = f"{u['count']['before']} -> {u['count']['after']} calls"
+    if stepped:
+        counts += f", {per_step['before']:.4g} -> {per_step['after']:.4g} per rank-step"
+    lines = [f"Unit of work: the most frequent {word}, {names.short_name(u['name'], 60)!r} ({counts}): after does "
+             f"{more} of them {'per rank-step' if stepped else 'in all (no steps to count them by)'}"]
     if u["applies"]:
         lines[0] += f"; figures per unit because {_REASONS[u['reason']]}"
     for key, title in (("window_per_unit_ns", "wall time"), ("cost_per_unit_ns", f"{word} time"),

@@ -7,8 +7,9 @@ from ..console import TABLE_WIDTH, WRAP, wrapped  # noqa: F401 - the reports' co
 
 UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
-# the Distributed Summary columns of every report: (summary.json key, title)
-SUMMARY_COLUMNS = (("window_ns", "ProfileStep"), ("communication_ns", "Communication"),
+# the Distributed Summary columns of every report: (summary.json key, title). window_ns is the time
+# summed over the rank's steps, not one step's: "ProfileStep (ms)" next to "Steps" read as a step time
+SUMMARY_COLUMNS = (("window_ns", "Steps total"), ("communication_ns", "Communication"),
                    ("communication_wait_ns", "Comm wait"), ("communication_transfer_ns", "Comm transfer"),
                    ("computation_ns", "Computation"), ("memory_ns", "Memory"), ("overlap_ns", "Overlap"),
                    ("exposed_communication_ns", "Exposed comm"), ("overlap_ratio", "Overlap ratio"),
@@ -18,8 +19,10 @@ OPTIONAL_COLUMNS = ("gpu_window_ns", "communication_wait_ns", "communication_tra
 
 
 def summary_columns(ranks: list[dict]) -> tuple:
-    """The Distributed Summary columns of these rank rows: optional ones only where a rank has a value."""
-    return tuple((key, title) for key, title in SUMMARY_COLUMNS
+    """The Distributed Summary columns of these rank rows: optional ones only where a rank has a value.
+    Without steps on any rank the window is the whole trace, and its column says so ("Trace span")."""
+    stepped = any(row.get("steps") for row in ranks)
+    return tuple((key, title if key != "window_ns" or stepped else "Trace span") for key, title in SUMMARY_COLUMNS
                  if key not in OPTIONAL_COLUMNS or any(row.get(key) is not None for row in ranks))
 
 

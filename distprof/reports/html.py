@@ -60,13 +60,16 @@ CSS = _CSS  # the page style, for other pages styled like report.html (diff.html
 # -- plots -------------------------------------------------------------------------------------
 
 def _rank_labels(axes: svg.Axes, ranks: list[int], centre, axis: str = "y") -> None:
-    """At most ~32 rank labels along the left (axis 'y', ``centre(i)`` = y) or bottom ('x') of a plot."""
-    for i in svg.rank_positions(len(ranks)):
-        where = centre(i)
-        if axis == "x":
-            axes.canvas.text(where, axes.top + axes.height + 14, str(ranks[i]), "middle")
-        else:
-            axes.canvas.text(axes.left - 5, where + 4, str(ranks[i]), "end")
+    """At most ~32 rank labels along the left (axis 'y', ``centre(i)`` = y) or bottom ('x') of a plot;
+    along the bottom also no more than fit side by side (32 ranks in a 380-wide panel overlapped)."""
+    chosen = svg.rank_positions(len(ranks))
+    if axis == "x":
+        kept = svg.thinned([centre(i) for i in chosen], [str(ranks[i]) for i in chosen])
+        for i in (chosen[k] for k in kept):
+            axes.canvas.text(centre(i), axes.top + axes.height + 14, str(ranks[i]), "middle")
+        return
+    for i in chosen:
+        axes.canvas.text(axes.left - 5, centre(i) + 4, str(ranks[i]), "end")
 
 
 def distributed_bars(summary: dict, unit: str = "ms") -> str | None:
@@ -147,9 +150,9 @@ def skew_heatmap(summary: dict, unit: str = "ms") -> str | None:
     axes.title("y", "rank")
     step_of = [c.get("step", -1) for c in collectives]  # one tick where each step's collectives begin
     starts = [j for j in range(len(collectives)) if j == 0 or step_of[j] != step_of[j - 1]]
-    for j in starts[::max(1, len(starts) // 20 + (len(starts) % 20 > 0))]:
-        canvas.text(axes.x(j), axes.top + axes.height + 14, f"step {step_of[j]}" if step_of[j] >= 0 else "-",
-                    "middle")
+    texts = [f"step {step_of[j]}" if step_of[j] >= 0 else "-" for j in starts]
+    for k in svg.thinned([axes.x(j) for j in starts], texts):
+        canvas.text(axes.x(starts[k]), axes.top + axes.height + 14, texts[k], "middle")
     names = sorted({c.get("name", "") for c in collectives})
     axes.title("x", "collective, in time order" + (f" ({', '.join(names[:4])})" if names else ""))
     top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 0.0
@@ -164,13 +167,19 @@ def _colour_bar(canvas: svg.Canvas, x: float, y: float, height: float, top: floa
     canvas.parts.append(f'<defs><linearGradient id="magma" x1="0" y1="0" x2="0" y2="1">{stops}'
                         f'</linearGradient></defs>')
     canvas.rect(x, y, 14, height, "url(#magma)")
-    for tick in svg.nice_ticks(top, 5) if top > 0 else [0.0]:
-        if tick <= top or top == 0:
-            ty = y + (tick / top if top > 0 else 0) * height
-            canvas.line(x + 14, ty, x + 18, ty)
-            canvas.text(x + 21, ty + 4, svg.label(tick))
-    cx, cy = x + 80, y + height / 2
-    canvas.text(cx, cy, title, "middle", extra=f' transform="rotate(-90 {cx:.1f} {cy:.1f})"')
+    ticks = [t for t in (svg.nice_ticks(top, 5) if top > 0 else [0.0]) if t <= top or top == 0]
+    for tick in ticks:
+        ty = y + (tick / top if top > 0 else 0) * height
+        canvas.line(x + 14, ty, x + 18, ty)
+        canvas.text(x + 21, ty + 4, svg.label(tick))
+    # the title, rotated, right of the widest tick label, in as many lines as the canvas's height needs
+    # (a 2-rank heat map is 144 tall; "wait for the last rank (ms)" ran off its top)
+    lines = svg.wrapped(title, canvas.height - 8)
+    cx = x + 21 + max(svg.text_width(svg.label(t)) for t in ticks) + 14
+    half = max(map(svg.text_width, lines)) / 2
+    cy = min(max(y + height / 2, 4 + half), canvas.height - 4 - half)
+    for k, line in enumerate(lines):
+        canvas.text(cx + 13 * k, cy, line, "middle", extra=f' transform="rotate(-90 {cx + 13 * k:.1f} {cy:.1f})"')
 
 
 def _step_band(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
@@ -250,12 +259,17 @@ def memory_plot(summary: dict) -> str | None:
     ticks = svg.nice_ticks(max(v for _, _, ys in lines for v in ys))
     axes.x_range, axes.y_range = (min(steps) - 0.5, max(steps) + 0.5), (0.0, ticks[-1])
     axes.value_axis("y", ticks, "peak allocated (MiB)")
-    for index, (rank, xs, ys) in enumerate(lines):
-        colour = _RANK_COLOURS[index % len(_RANK_COLOURS)]
+    colours = [_RANK_COLOURS[index % len(_RANK_COLOURS)] for index in range(len(lines))]
+    for colour, (_, xs, ys) in zip(colours, lines):
         canvas.polyline([(axes.x(x), axes.y(y)) for x, y in zip(xs, ys)], colour)
-        canvas.text(axes.x(xs[-1]) + 6, axes.y(ys[-1]) + 4, f"rank {rank}")
-    for step in sorted(set(steps)) if len(set(steps)) <= 30 else []:
-        canvas.text(axes.x(step), axes.top + axes.height + 14, str(step), "middle")
+    # each line's name in its colour, right of the plot, moved apart where lines end at one height
+    # (ranks of one data-parallel job usually do: "rank 0" and "rank 1" were drawn over each other)
+    ends = svg.spread([axes.y(ys[-1]) + 4 for _, _, ys in lines], axes.top + 4, axes.top + axes.height + 4)
+    for colour, (rank, _, _), y in zip(colours, lines, ends):
+        canvas.text(axes.left + axes.width + 6, y, f"rank {rank}", extra=f' fill="{colour}"')
+    ticks = sorted(set(steps))
+    for k in svg.thinned([axes.x(step) for step in ticks], [str(step) for step in ticks]):
+        canvas.text(axes.x(ticks[k]), axes.top + axes.height + 14, str(ticks[k]), "middle")
     axes.title("x", "step")
     axes.frame()
     return canvas.svg()

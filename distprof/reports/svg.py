@@ -42,6 +42,57 @@ def _e(text) -> str:
     return html.escape(str(text))
 
 
+CHAR_EM = 0.62  # a system-ui character's advance over the font size, on the wide side (digits ~0.55)
+
+
+def text_width(text: str, size: int = 11) -> float:
+    """An upper estimate of a label's width in user units: the SVG is laid out here, without a
+    browser to measure text, so layouts keep their labels apart by this figure."""
+    return CHAR_EM * size * len(text)
+
+
+def thinned(positions: list[float], texts: list[str], size: int = 11, gap: float = 6) -> list[int]:
+    """Indices of the labels to draw along an axis (centred at ``positions``, in order): every k-th,
+    with the smallest k at which no two drawn labels overlap (32 rank numbers in a 380-wide panel, or
+    "step N" at every step of a long heat map, drew over each other)."""
+    for stride in range(1, len(positions) + 1):  # the first stride that fits ends the search
+        kept = list(range(0, len(positions), stride))
+        if all(positions[j] - positions[i] >= (text_width(texts[i], size) + text_width(texts[j], size)) / 2 + gap
+               for i, j in zip(kept, kept[1:])):
+            return kept
+    return [0] if positions else []
+
+
+def spread(ys: list[float], low: float, high: float, gap: float = 13) -> list[float]:
+    """Label baselines moved apart to at least ``gap`` each, as near their own ``ys`` as that allows,
+    inside [low, high] (squeezed when they cannot all fit): labels at the ends of lines that end at
+    one height stay readable."""
+    order = sorted(range(len(ys)), key=lambda i: ys[i])
+    gap = min(gap, (high - low) / max(len(ys) - 1, 1))
+    placed = [0.0] * len(ys)
+    floor = low
+    for i in order:  # downwards: each at its own y or just below the one above
+        placed[i] = floor = max(ys[i], floor)
+        floor += gap
+    ceiling = high
+    for i in reversed(order):  # upwards: pull back inside the bottom edge
+        placed[i] = ceiling = min(placed[i], ceiling)
+        ceiling -= gap
+    return placed
+
+
+def wrapped(text: str, length: float, size: int = 11) -> list[str]:
+    """``text`` in lines of at most ``length`` user units, broken between words (a word longer than
+    that alone on its line): a colour bar's rotated title longer than the plot is tall was cut off."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and text_width(f"{lines[-1]} {word}", size) <= length:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return lines
+
+
 class Canvas:
     """SVG elements in user units; ``svg()`` has a viewBox and no fixed size (CSS sets the width)."""
 

@@ -272,6 +272,14 @@ def model_table(model: list[dict], scale: int, ranks: list[int] | None, width: i
     return fitted(rows, headers, width=width, shrink=(0,))
 
 
+def model_note(model: list[dict], unit: str) -> str:
+    """The Model Summary's note: its GPU columns count one call per step; a trace without a GPU has
+    none, and "GPU time per step" under a CPU job's table named a device it never used."""
+    has_gpu = any(r.get("gpu_total_ns") is not None for r in model)
+    return (f"Time unit: {unit}; ratios are of ProfileStep; "
+            + ("GPU time per step" if has_gpu else "CPU time (no GPU in the trace)"))
+
+
 def by_name_table(table: dict, scale: int, sorted_by: str, top: int | None, side: str, merged: bool,
                   keys=("name",), width: int = format.TABLE_WIDTH) -> tuple[str, list[str]]:
     """Kernel / Memory / UserDefined: rows sorted and cut, and the notes saying what was left out."""
@@ -291,11 +299,19 @@ def by_name_table(table: dict, scale: int, sorted_by: str, top: int | None, side
     notes = []
     if len(shown) < len(rows):
         notes.append(f"({len(rows) - len(shown)} more rows; --top 0 shows all {len(rows)})")
-    dropped = table.get("dropped") or {}
-    if dropped.get("rows"):
-        notes.append(f"({dropped['rows']} smaller rows not stored: {dropped['calls']} calls, "
-                     f"{dropped['total_ns'] / scale:.2f} total)")
+    notes += dropped_note(table, scale, "total")
     return fitted(out, headers, keep=len(keys), width=width, shrink=tuple(range(len(keys)))), notes
+
+
+def dropped_note(table: dict, scale: int, what: str) -> list[str]:
+    """What a table's rows beyond summaries.MAX_ROWS add up to, with its unit: "0.11 total" left a
+    reader to guess between ms, s and a share."""
+    dropped = table.get("dropped") or {}
+    if not dropped.get("rows"):
+        return []
+    unit = next((name for name, size in UNITS.items() if size == scale), f"x {scale} ns")
+    return [f"({dropped['rows']} smaller rows not stored: {dropped['calls']} calls, "
+            f"{dropped['total_ns'] / scale:.2f} {unit} {what})"]
 
 
 def sort_operator_rows(rows: list[dict], sorted_by: str) -> list[dict]:
@@ -328,10 +344,7 @@ def operator_table(table: dict, scale: int, sorted_by: str, top: int | None, mer
             line += [r.get("ranks", "-"), r.get("max_rank", "-")]
         out.append(line)
     notes = [f"({len(rows) - len(shown)} more rows; --top 0 shows all {len(rows)})"] if len(shown) < len(rows) else []
-    dropped = table.get("dropped") or {}
-    if dropped.get("rows"):
-        notes.append(f"({dropped['rows']} smaller rows not stored: {dropped['calls']} calls, "
-                     f"{dropped['total_ns'] / scale:.2f} CPU total)")
+    notes += dropped_note(table, scale, "CPU total")
     return fitted(out, headers, width=width, shrink=(0,)), notes
 
 
@@ -354,7 +367,7 @@ def sections(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top:
                             [f"Time unit: {unit}; a type's time is the union of its intervals in the window"], width))
     if tables.get("model"):
         out.append(_section(f"Model Summary ({scope})", model_table(tables["model"], scale, ranks, width),
-                            [f"Time unit: {unit}; ratios are of ProfileStep; GPU time per step"], width))
+                            [model_note(tables["model"], unit)], width))
     for key, title, side, keys in (("kernel", "Kernel Summary", "GPU", ("name",)),
                                    ("memory", "Memory Manipulation Summary", "GPU", ("kind", "name")),
                                    ("user", "UserDefined Summary", "CPU", ("name",))):

@@ -154,7 +154,9 @@ def warning_lines(warnings: list[str], width: int = WRAP) -> list[str]:
 
 
 def _mib(value) -> str:
-    return "-" if value is None else f"{value / 2 ** 20:.1f}"
+    """Bytes in MiB to one decimal; a growth that rounds to zero is "0.0", never "-0.0" (a fit's
+    slope of -40 kB/step printed a sign that said nothing)."""
+    return "-" if value is None else f"{round(value / 2 ** 20, 1) + 0.0:.1f}"
 
 
 def _section(title: str, table: str, lines: list[str], width: int | None) -> str:
