@@ -427,7 +427,7 @@ def _diff_text(args: argparse.Namespace, labels: tuple[str, str], befores: list[
         result = diff_mod.diff(b[0], a[0], seed=args.seed, min_change=args.min_change / 100,
                                prefixes=tuple(config["communication"]["kernel_prefixes"]),
                                more_before=b[1:], more_after=a[1:])
-        return result, diff_report.render(result, labels, args.unit)
+        return result, diff_report.render(result, labels, args.unit, width=getattr(args, "width", None))
     try:
         return run(befores, afters)
     except _BAD_CONTENT as error:
@@ -742,6 +742,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="smallest change of the step time called significant, in %% "
                            f"(default {100 * DIFF_MIN_CHANGE:g})")
     diff.add_argument("--config", default=None, help="YAML config file (for inputs that need a merge)")
+    _layout_options(diff, all_ranks=False)
     diff.set_defaults(func=cmd_diff)
 
     what = sub.add_parser("whatif", help="what each fix would save: the measured timeline replayed with changes")

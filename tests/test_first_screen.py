@@ -192,3 +192,14 @@ def test_the_demo_fits_80_columns(tmp_path) -> None:
     assert widest(result.stdout) <= 80 and broken_rows(result.stdout, 80) == []
     lines = result.stdout.splitlines()
     assert line_of(lines, "Checks: ") < line_of(lines, "Rank ") and "top finding" in result.stdout
+
+
+def test_diff_fits_the_width_too(tmp_path):
+    """`distprof diff` of two real DDP runs at COLUMNS=80 and --width 60: no line over the width."""
+    data = ROOT / "tests" / "data" / "torch_ddp"
+    for name in ("healthy", "late"):
+        distprof("merge", str(data / name), "-o", name, "--no-html", columns=100, cwd=tmp_path)
+    for columns, extra in ((80, []), (200, ["--width", "60"])):
+        done = distprof("diff", "healthy", "late", "-o", "d", *extra, columns=columns, cwd=tmp_path)
+        width = 60 if extra else columns
+        assert "Top movers" in done.stdout and max(map(len, done.stdout.splitlines())) <= width

@@ -8,8 +8,6 @@ import json
 import math
 from pathlib import Path
 
-from tabulate import tabulate
-
 from .. import names, outpaths
 from ..analyses.steptime import PER_STEP_DEFINITION, STEP_TIME_DEFINITION
 from . import format, svg, tables
@@ -125,7 +123,7 @@ def _figures(diff: dict) -> tuple:
     return tuple(c for c in format.summary_columns(sides) if c[0] != "overlap_ratio")
 
 
-def ranks_table(diff: dict, unit: str) -> str:
+def ranks_table(diff: dict, unit: str, width: int = format.TABLE_WIDTH) -> str:
     """One row per rank (and the across-ranks median and max): before -> after (relative)."""
     rows, figures = [], _figures(diff)
     for entry in diff["ranks"][:RANKS_SHOWN]:
@@ -138,7 +136,7 @@ def ranks_table(diff: dict, unit: str) -> str:
             pairs = [(across.get(k) or {}).get(stat) or {} for k, _ in figures]
             rows.append([stat, "", *(_cell(p.get("before"), p.get("after"), unit) for p in pairs)])
     headers = ["Rank", "Steps", *(format.column_title(k, title, unit) for k, title in figures)]
-    return tables.fitted(rows, headers, keep=2)
+    return tables.fitted(rows, headers, keep=2, width=width)
 
 
 def unit_lines(unit_of_work: dict | None, unit: str) -> list[str]:
@@ -170,7 +168,7 @@ def unit_lines(unit_of_work: dict | None, unit: str) -> list[str]:
     return lines if u["applies"] else lines[:2]
 
 
-def movers_table(diff: dict, unit: str) -> str:
+def movers_table(diff: dict, unit: str, width: int = format.TABLE_WIDTH) -> str:
     per = {"step": "per rank-step", "unit": "per unit of work", "window": "per window"}[diff["movers_per"]]
     rows = []
     for m in [m for m in diff["movers"] if m["category"] != "bandwidth"][:MOVERS_SHOWN]:
@@ -181,8 +179,8 @@ def movers_table(diff: dict, unit: str) -> str:
                      f"{m['after']:.2f}", f"{m['delta']:+.2f}", _pct(m["relative"])])
     if not rows:
         return "Top movers: nothing changed"
-    table = tabulate(rows, headers=["What", "Name", "Metric", f"Before ({unit})", f"After ({unit})",
-                                    "Delta", "Rel."], tablefmt="simple", disable_numparse=True)
+    table = tables.fitted(rows, ["What", "Name", "Metric", f"Before ({unit})", f"After ({unit})", "Delta", "Rel."],
+                          keep=2, width=width, shrink=(1,))
     return f"Top movers ({per}, largest absolute change first):\n{table}"
 
 
@@ -218,19 +216,22 @@ def warning_lines(diff: dict) -> list[str]:
     return out
 
 
-def render(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
-    """The whole text of ``distprof diff``."""
-    table = ranks_table(diff, unit)
-    width = max(len(line) for line in table.splitlines())
+def render(diff: dict, labels: tuple[str, str], unit: str = "ms", width: int | None = None) -> str:
+    """The whole text of ``distprof diff``, in ``width`` columns (console.terminal_width: --width,
+    COLUMNS or the terminal, else 100), names from the traces escaped."""
+    from ..console import terminal_width, wrapped
+    columns = terminal_width(width)
+    diff, labels = names.printable_all(diff), tuple(names.printable(label) for label in labels)
+    table = ranks_table(diff, unit, columns)
     ws, src = diff["world_size"], diff["source"]
-    parts = [format.banner("distprof diff", min(width, 100)),
-             f"before: {labels[0]} (world size {ws['before']}, {src['before']})",
+    prose = [f"before: {labels[0]} (world size {ws['before']}, {src['before']})",
              f"after:  {labels[1]} (world size {ws['after']}, {src['after']})",
-             *(line for text in warning_lines(diff) + machine_lines(diff.get("machine") or [])
-               for line in format.wrapped(text)), "",
-             *(line for text in verdict_lines(diff, unit) for line in format.wrapped(text)), "",
-             "Distributed Summary per rank, before -> after and the relative change:", table, "",
-             movers_table(diff, unit), "", *finding_lines(diff, unit)]
+             *warning_lines(diff), *machine_lines(diff.get("machine") or []), "", *verdict_lines(diff, unit), "",
+             "Distributed Summary per rank, before -> after and the relative change:"]
+    parts = [format.banner("distprof diff", min(max(len(line) for line in table.splitlines()), columns)),
+             *(line for text in prose for line in wrapped(text, columns)), table, "",
+             movers_table(diff, unit, columns), "", *(line for text in finding_lines(diff, unit)
+                                                      for line in wrapped(text, columns))]
     return "\n".join(parts) + "\n"
 
 
