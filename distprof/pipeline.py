@@ -312,17 +312,37 @@ def _reduce_here(paths: list[Path], mine: list[int], config: dict) -> tuple[list
 
 
 def _claimed_twice(reduced: list, paths: list[Path]) -> str | None:
-    """The first rank two inputs of one kind claim (two runs' files in one folder), as one line."""
-    seen: dict[tuple[str, int], int] = {}
+    """The first rank two inputs claim, whatever their formats (a native file and a Kineto trace that
+    both say rank 0 are two processes, not one rank), as one line: two runs' files in one folder."""
+    seen: dict[int, int] = {}
     for index, _, result in reduced:  # one per rank result
         if result.rank is None:
             continue
-        key = (result.source, result.rank)
-        if key in seen and seen[key] != index:
-            return (f"rank {result.rank} is claimed by two inputs: {paths[seen[key]]} and {paths[index]} (two runs in "
-                    "one folder?): give one run's files, or --allow-duplicate-ranks to renumber them")
-        seen.setdefault(key, index)
+        if result.rank in seen and seen[result.rank] != index:
+            return (f"rank {result.rank} is claimed by two inputs: {paths[seen[result.rank]]} and {paths[index]} "
+                    "(two runs in one folder?): give one run's files, or --allow-duplicate-ranks to renumber them")
+        seen.setdefault(result.rank, index)
     return None
+
+
+def _not_one_run(reduced: list, paths: list[Path]) -> str | None:
+    """Why the inputs are not one run's files (two ranks claiming one number, launcher ids or recorded
+    times of two runs: sources.one_run), as one line naming files of both; None when they can be one.
+    The rule is the same for every format, so any mix of them is checked as one set."""
+    from .sources import one_run
+    clash = _claimed_twice(reduced, paths)
+    if clash:
+        return clash
+    spans: dict[int, dict] = {}
+    for index, _, result in reduced:  # one per rank result; a file of several ranks is one input
+        run = result.meta.get("run") or {}
+        mine = spans.setdefault(index, {"span_ns": None, "launcher": {}})
+        if run.get("span_ns"):
+            first, last = run["span_ns"]
+            old = mine["span_ns"] or (first, last)
+            mine["span_ns"] = (min(old[0], first), max(old[1], last))
+        mine["launcher"].update(run.get("launcher") or {})
+    return one_run([(str(paths[index]), identity) for index, identity in sorted(spans.items())])
 
 
 def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None,
@@ -351,13 +371,16 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
         return None
     reduced, warnings = gathered
     reduced = sorted(reduced, key=lambda item: item[:2])
-    clash = None if allow_duplicate_ranks else _claimed_twice(reduced, paths)
-    if clash:
+    clash = _not_one_run(reduced, paths)
+    if clash and not allow_duplicate_ranks:
         raise ev.SourceError(clash)
     results = [result for _, _, result in reduced]
     warnings = [*(extra or []), *(text for _, text in sorted(warnings))]
     if not results:
         raise ev.SourceError("no readable rank file among the inputs" + (f": {warnings[0]}" if warnings else ""))
     world_size = max((r.meta.get("world_size") or 0) for r in results) or None
+    if clash:  # several runs merged on purpose: their ranks side by side make the world, not one run's size
+        world_size = max(world_size or 0, len(results))
+        warnings.insert(0, f"merged anyway (--allow-duplicate-ranks): {clash.split(': give one run')[0]}")
     kinds = sorted({r.source for r in results})
     return combine(results, config, source="+".join(kinds), world_size=world_size, warnings=warnings)

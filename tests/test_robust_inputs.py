@@ -378,7 +378,9 @@ def test_one_day_offset_on_one_host_is_distrusted_not_a_straggler(tmp_path, step
     from distprof import config as config_mod
     from distprof import pipeline
     paths = same_host_ranks(tmp_path, DAY_NS, steps)
-    summary = pipeline.merge_files(paths, config_mod.load()).to_json()
+    # files a day apart are two runs (refused: tests/test_run_identity.py); merged anyway, their clocks
+    # are still not trusted
+    summary = pipeline.merge_files(paths, config_mod.load(), allow_duplicate_ranks=True).to_json()
     assert summary["skew"]["straggler"] is None
     assert not [f for f in summary["findings"] if f["finding"] == "straggler"]
     told = [w for w in summary["warnings"] if "distrusted" in w]

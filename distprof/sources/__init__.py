@@ -13,9 +13,13 @@ import subprocess
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import console, outpaths
 from ..events import RankTrace, SourceError
+
+if TYPE_CHECKING:  # numpy loads when a file is read, not when the package is imported
+    import numpy as np
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz", ".sqlite.gz", ".sqlite.zst")
@@ -41,6 +45,125 @@ def sane_rank(rank: int | None, world_size: int | None, path: Path) -> tuple[int
         warnings.append(f"{path}: rank {rank} is outside a world of {limit}; numbered by input order instead")
         rank = None
     return rank, world_size, warnings
+
+
+# -- which run a file belongs to (docs/inputs.md, "One run per merge") ------------------------------
+# The ranks of one run are alive together (they rendezvous, then wait for each other in every
+# collective), so what they recorded overlaps in wall-clock time; two runs' files do not. Clocks of
+# hosts differ (NTP: milliseconds; ranks of one host starting seconds apart), hence the tolerance:
+# a minute, the gap beyond which align already calls collective ends on one host a wrong clock.
+SAME_RUN_GAP_NS = 60 * 10**9
+WALL_MIN_NS = 946_684_800 * 10**9  # 2000-01-01: an earlier "wall" time is a relative clock (ns since start)
+WALL_MAX_NS = 2**62                # year 2116: a later one is corrupt
+# Ids a launcher gives every process of one job (and no other job), as a source may record its
+# environment (nsys captures it). A counter that tells attempts or steps of one id apart is joined to it:
+# two srun steps of one allocation, or two restarts of one elastic job, are two runs.
+LAUNCHER_IDS = {"TORCHELASTIC_RUN_ID": "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID": "SLURM_STEP_ID",
+                "PMIX_NAMESPACE": "", "OMPI_MCA_ess_base_jobid": "", "OMPI_MCA_orte_ess_jobid": "",
+                "LSB_JOBID": "", "PBS_JOBID": "", "FLUX_JOB_ID": ""}
+
+
+def launcher_ids(env: dict[str, str]) -> dict[str, str]:
+    """The launcher-given job ids in a recorded environment: {variable: value[.step]}. torchrun's
+    default rendezvous id "none" is shared by unrelated jobs, so it is not an id."""
+    ids = {}
+    for key, counter in LAUNCHER_IDS.items():
+        value = str(env.get(key, "")).strip()
+        if value and value.lower() != "none":
+            step = str(env.get(counter, "")).strip() if counter else ""
+            ids[key] = f"{value}.{step}" if step else value
+    return ids
+
+
+def run_identity(start_ns: np.ndarray, end_ns: np.ndarray, to_wall_ns: int | None, since_wall_ns: int | None = None,
+                 launcher: dict[str, str] | None = None) -> dict:
+    """What tells this rank's run from another's (RankTrace.meta["run"]): ``span_ns``, the first and
+    last recorded instants on the wall clock (events + ``to_wall_ns``, from ``since_wall_ns`` when the
+    source knows when recording began), None when the file has no wall clock (relative times: such a
+    file is never said to be another run); ``launcher``, the launcher's job ids where recorded."""
+    import numpy as np
+    span = None
+    if to_wall_ns is not None and len(start_ns):
+        first = int(np.min(start_ns)) + int(to_wall_ns)
+        last = int(np.max(end_ns)) + int(to_wall_ns)
+        if since_wall_ns is not None and WALL_MIN_NS <= since_wall_ns < first:
+            first = int(since_wall_ns)
+        if WALL_MIN_NS <= first <= last < WALL_MAX_NS:
+            span = (first, last)
+    return {"span_ns": span, "launcher": dict(launcher or {})}
+
+
+def _utc(ns: int) -> str:
+    import datetime
+    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _gap(ns: int) -> str:
+    seconds = ns / 1e9
+    for unit, size in (("days", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.0f} {unit}"
+    return f"{seconds:,.1f} s"
+
+
+def _named(files: list[str]) -> str:
+    return files[0] + (f" (and {len(files) - 1} more)" if len(files) > 1 else "")
+
+
+def _launcher_clash(inputs: list[tuple[str, dict]]) -> str | None:
+    """Two inputs whose launcher gave them different ids of one kind: two jobs, whatever the clocks say."""
+    first: dict[str, tuple[str, str]] = {}
+    for path, identity in inputs:
+        for key, value in (identity.get("launcher") or {}).items():
+            seen, where = first.setdefault(key, (value, path))
+            if seen != value:
+                return (f"inputs of two runs: {where} ({key}={seen}) and {path} ({key}={value}): give one run's "
+                        "files, or --allow-duplicate-ranks to merge them anyway")
+    return None
+
+
+def _time_runs(inputs: list[tuple[str, dict]]) -> list[dict]:
+    """The inputs with a wall-clock span, in runs: spans closer than SAME_RUN_GAP_NS chain into one run,
+    and inputs sharing a launcher id are one run whatever their clocks say. Runs in time order."""
+    timed = sorted((identity["span_ns"], path, identity.get("launcher") or {}) for path, identity in inputs
+                   if identity.get("span_ns"))
+    runs: list[dict] = []
+    for (first, last), path, launcher in timed:  # one pass per input file
+        if not runs or first > runs[-1]["last"] + SAME_RUN_GAP_NS:
+            runs.append({"first": first, "last": last, "files": [], "ids": set()})
+        run = runs[-1]
+        run["last"] = max(run["last"], last)
+        run["files"].append(path)
+        run["ids"] |= set(launcher.items())
+    joined: list[dict] = []
+    for run in runs:  # a handful of runs
+        into = next((other for other in joined if other["ids"] & run["ids"]), None)
+        if into is None:
+            joined.append(run)
+        else:
+            into.update(last=max(into["last"], run["last"]), files=into["files"] + run["files"],
+                        ids=into["ids"] | run["ids"])
+    return joined
+
+
+def one_run(inputs: list[tuple[str, dict]]) -> str | None:
+    """None when the inputs (file, run identity: see run_identity; one per file) can be one run, else
+    one line naming files of two runs. Launcher ids decide where two files both carry one; else the
+    wall-clock spans. A file without either (relative times, no ids) is taken to be of any run."""
+    clash = _launcher_clash(inputs)
+    if clash:
+        return clash
+    runs = _time_runs(inputs)
+    if len(runs) < 2:
+        return None
+    one, two = runs[0], runs[1]
+    gap = two["first"] - one["last"]
+    after = f", {_gap(gap)} after the first ended" if gap > 0 else ""
+    more = f"; {len(runs) - 2} more run(s)" if len(runs) > 2 else ""
+    return (f"inputs of {len(runs)} runs: {_named(one['files'])} recorded {_utc(one['first'])} to "
+            f"{_utc(one['last'])} UTC, {_named(two['files'])} from {_utc(two['first'])} UTC{after}{more} (the "
+            f"ranks of one run overlap in time, within {SAME_RUN_GAP_NS // 10**9} s): give one run's files, or "
+            "--allow-duplicate-ranks to merge them anyway")
 
 
 # Bytes per element of a tensor's dtype, by PyTorch's names in both spellings: the ScalarType
@@ -394,11 +517,11 @@ def _mix_warning(paths: list[Path]) -> str | None:
             if detect(path) == "nsys":
                 return (f"mixing nsys exports ({path.name}, ...) and Kineto traces ({kineto[0].name}, ...): "
                         "their rank numbers come from different sources (environment vs distributedInfo); "
-                        "check that they do not collide")
+                        "a rank both claim is refused as two runs' files")
         except SourceError:
             continue
     return None
 
 
 __all__ = ["read", "detect", "expand", "check_file", "read_bytes", "sane_rank", "MAX_WORLD_SIZE", "DTYPE_BYTES",
-           "dtype_size"]
+           "dtype_size", "run_identity", "launcher_ids", "one_run", "SAME_RUN_GAP_NS"]

@@ -72,6 +72,10 @@ opens the range, inside the op; the range ends at wait(), after the op returned)
 
 Clock: ``clock_offset_ns`` = ``baseTimeNanoseconds`` when present (Kineto's definition:
 absolute = base + ts), else 0, since older traces already write microseconds since the epoch.
+Run: ``meta["run"]`` (sources.run_identity) is the recorded span on that absolute clock. Nothing else
+in a trace names its run: ``trace_id`` is per process (each rank's differs), ``baseTimeNanoseconds``
+is a coarse base shared by unrelated runs (1790857026000000000 in every torch 2.11-2.13 trace of
+tests/data, on two machines), and ``distributedInfo`` describes the job's shape.
 
 Speed: ``msgspec`` decodes straight into small typed structs holding only the fields read here
 (the rest of each event, mostly ``args``, is skipped without creating Python objects), as a union
@@ -99,7 +103,7 @@ from typing import Any, Union
 import numpy as np
 
 from .. import events as ev
-from . import communication_prefixes, dtype_size, plausible_span, sane_rank
+from . import communication_prefixes, dtype_size, plausible_span, run_identity, sane_rank
 from .joins import innermost_enclosing, launch_join, span_of_groups
 
 try:
@@ -504,6 +508,7 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     meta = _meta(doc, main_device, int(steps["work"].size - (steps["launch"] >= 0).sum()), skipped)
     meta.update(comm_meta)
     meta["world_size"] = world_size
+    meta["run"] = run_identity(table["start_ns"], table["end_ns"], _to_int(doc.info.get("baseTimeNanoseconds"), 0))
     # the GPU window of each step (span of the GPU work launched in it), next to the CPU step rows
     meta["gpu_step_windows"] = {"step": steps["numbers"].tolist(), "start_ns": steps["gpu_start"].tolist(),
                                 "end_ns": steps["gpu_end"].tolist()}

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import events as ev
 from ..clock import offset_to_root
-from . import sane_rank
+from . import run_identity, sane_rank
 
 _INTEGERS = ("start_ns", "end_ns", "tid", "step")
 GROUP_PREFIX = "ranks "          # group name of a rank list: "ranks 0,1" (collector.group_text)
@@ -136,9 +136,18 @@ def read(path: Path, config: dict, window: tuple[int, int, int] | None = None) -
                                "lane_names": lane_names,
                                "process_cpu_ns": _int_meta(meta, "process_cpu_ns", path, warnings),
                                "elapsed_ns": _int_meta(meta, "elapsed_ns", path, warnings),
+                               "run": _run(meta, events, path, warnings),
                                **({"process_groups": process_groups, "group_from": GROUP_FROM}
                                   if process_groups else {}),
                                **_model_profile(meta, path, warnings)})]
+
+
+def _run(meta: dict, events: ev.Table, path: Path, warnings: list[str]) -> dict:
+    """The rank's run identity (sources.run_identity): its ranges on the wall clock, by the
+    ``wall_minus_clock_ns`` the collector measured when it started (from ``started_wall_ns``, when
+    it wrote one). The collector writes no launcher id, so the times alone tell two runs apart."""
+    return run_identity(events["start_ns"], events["end_ns"], _int_meta(meta, "wall_minus_clock_ns", path, warnings),
+                        _int_meta(meta, "started_wall_ns", path, warnings))
 
 
 def _rank_and_pid(meta: dict, path: Path, warnings: list[str]) -> tuple[int | None, int]:

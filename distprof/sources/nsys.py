@@ -59,6 +59,9 @@ What this reader decides, and why (see ``data/nsys/SCHEMA.md`` for the schema fa
   aligned with others in absolute time). A negative time is therefore corrupt: such GPU ops,
   launch calls and NVTX rows are dropped with a warning naming the file and the counts (a kernel
   whose start lost its sign spanned 0 and counted 18 s of computation where the file has 10 ms).
+* **Run.** ``meta["run"]`` (sources.run_identity): the process's span on that UTC clock from the
+  session start, and the launcher's job ids in the captured environment (``TORCHELASTIC_RUN_ID``,
+  ``SLURM_JOB_ID``.``SLURM_STEP_ID``, ...): the merge refuses files of two runs.
 * **Steps.** Step ranges as the file marks them (before their GPU projection) go through
   ``events.checked_steps``, as every reader's do: a step of zero length is dropped, steps that
   overlap are named in a warning.
@@ -81,7 +84,7 @@ import numpy as np
 from .. import events as ev
 from ..columns import unique_rows
 from ..events import RankTrace, SourceError
-from . import communication_prefixes, plausible_span
+from . import communication_prefixes, launcher_ids, plausible_span, run_identity
 from .joins import innermost_enclosing, launch_join, span_of_groups
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -952,7 +955,9 @@ def _rank_traces(export: _Export, rows: dict, phase_names: np.ndarray, devices: 
             rank=-1 if rank is None else rank, nbytes=column["nbytes"],
             collective=ev.Texts.from_codes(column["collective"], ev.COLLECTIVE_KINDS))
         del column, name, phase
-        meta = {**file_facts, "nvtx_domains": domain_counts.get(int(pid), {})}
+        meta = {**file_facts, "nvtx_domains": domain_counts.get(int(pid), {}),
+                "run": run_identity(events["start_ns"], events["end_ns"], clock_offset, clock_offset or None,
+                                    launcher_ids(env))}
         if hostname:
             meta["hostname"] = hostname
         traces.append(RankTrace(events=events, rank=rank, source="nsys", source_file=str(path), pid=int(pid),
