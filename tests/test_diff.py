@@ -262,7 +262,7 @@ def test_cli_several_runs_a_side(tmp_path):
     assert result.returncode == 0, result.stderr
     said = " ".join(result.stdout.split())
     assert "Between runs: before 3 runs, median 101.00 ms" in said and "after 3 runs, median 131.00 ms" in said
-    assert f"before: {tmp_path / 'b1'}" in result.stdout          # the median run is the detail's
+    assert f"before: {tmp_path / 'b1'}" in said          # the median run is the detail's
     data = json.loads((tmp_path / "out" / "diff.json").read_text())
     assert data["runs"]["significant"] and len(data["runs"]["after"]["runs_ns"]) == 3
     odd = run_cli("diff", str(tmp_path / "b0"), "-o", str(tmp_path / "out"))
@@ -315,7 +315,7 @@ def quiet(loads: list[float]) -> bool:
 
 
 def _diff_cli(before: Path, after: Path, out: Path) -> tuple[dict, str]:
-    result = run_cli("diff", str(before), str(after), "-o", str(out))
+    result = run_cli("diff", str(before), str(after), "-o", str(out), "--width", "400")  # tables in one piece
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads((out / "diff.json").read_text()), result.stdout
 

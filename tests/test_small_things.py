@@ -135,7 +135,7 @@ def test_trace_ends_with_how_to_open_it(ddp):
 # -- diff: movers without steps, one unit both ways, equal counts the same ---------------------------------
 
 def _diff(before: Path, after: Path, out: Path) -> tuple[str, dict]:
-    result = run_cli("diff", str(before), str(after), "-o", str(out))
+    result = run_cli("diff", str(before), str(after), "-o", str(out), "--width", "400")  # tables in one piece
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout, json.loads((out / "diff.json").read_text())
 
