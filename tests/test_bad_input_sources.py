@@ -57,9 +57,10 @@ def test_nsys_negative_kernel_times_are_dropped_with_a_warning(tmp_path):
 
 # ---------------------------------------------------------------- native rank files
 
-def native_file(path: Path, rank: int = 0, world_size: int = 1, clock: bool = False) -> Path:
+def native_file(path: Path, rank: int = 0, world_size: int = 1, clock: bool = False, **meta) -> Path:
     """A real collector file: steps 0 and 1 at [1, 1.9) and [2, 2.9) ms, a Forward phase of 490 us
-    in each (the computation: no COMPUTE ranges), complete; with ``clock`` two ping-pong samples."""
+    in each (the computation: no COMPUTE ranges), complete; with ``clock`` two ping-pong samples;
+    ``meta``: more distprof_meta facts."""
     collector = Collector(path, rank=rank, world_size=world_size)
     if clock:
         collector.record_clock("start", 1000, 200)
@@ -70,7 +71,7 @@ def native_file(path: Path, rank: int = 0, world_size: int = 1, clock: bool = Fa
         collector.record("ProfileStep", "PHASE", "range", base, base + 900_000)
         collector.record("Forward", "PHASE", "range", base + 10_000, base + 500_000)
         collector.flush()
-    collector.set_meta(complete=1)
+    collector.set_meta(complete=1, **meta)
     collector.close()
     return path
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_hang import Hostile
 from test_hang_missing_member import ROOT, scale_module
 
 from distprof.sources import flight_recorder as fr
@@ -194,17 +195,9 @@ def test_no_literal_eval_and_one_parse_per_distinct_ranks_text(tmp_path):
     assert len(worlds) == 1 and dumps[0].group_ranks["0"] == tuple(range(64))  # one tuple for the 64 dumps
 
 
-class Payload:
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
-
-
 def test_nothing_of_a_cut_short_hostile_pickle_runs(tmp_path):
     marker = tmp_path / "ran"
-    whole = pickle.dumps({"entries": [GOOD, {"x": Payload(marker)}]})
+    whole = pickle.dumps({"entries": [GOOD, {"x": Hostile(marker)}]})
     path = dump(tmp_path, whole[: len(whole) - 3])  # cut short: the salvaging unpickler reads it too
     assert "refused: the pickle names posix.system" in refused(path, tmp_path / "out")
     assert not marker.exists()

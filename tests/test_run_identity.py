@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_bad_input_sources import native_file
 
 from distprof import sources
-from distprof.collector import Collector
 
 DATA = Path(__file__).resolve().parent / "data"
 HOUR_NS = 3600 * 10**9
@@ -49,22 +49,10 @@ def native_run(folder: Path, prefix: str, ranks: list[int], wall_ns: int, world_
     ``hosts`` per rank; ``started_ns`` per rank: when its collector started, before the first step."""
     paths = []
     for position, rank in enumerate(ranks):
-        path = folder / f"{prefix}rank{rank}.sqlite"
-        collector = Collector(path, rank=rank, world_size=world_size)
-        for step in range(2):
-            collector.step = step
-            base = 1_000_000 * (step + 1)
-            collector.record("ProfileStep", "PHASE", "range", base, base + 900_000)
-            collector.record("Forward", "PHASE", "range", base + 10_000, base + 500_000)
-            collector.flush()
-        facts = {"wall_minus_clock_ns": wall_ns, "started_wall_ns": wall_ns}
-        if started_ns:
-            facts["started_wall_ns"] = started_ns[position]
+        facts = {"wall_minus_clock_ns": wall_ns, "started_wall_ns": started_ns[position] if started_ns else wall_ns}
         if hosts:
             facts["hostname"] = hosts[position]
-        collector.set_meta(**facts)
-        collector.close()
-        paths.append(path)
+        paths.append(native_file(folder / f"{prefix}rank{rank}.sqlite", rank, world_size, **facts))
     return paths
 
 
