@@ -22,7 +22,8 @@ def _straggler(window: dict) -> str:
     share = straggler.get("cost_share")
     priced = (f"costs {_ms(cost)} ms/step" + (f" ({100 * share:.0f}% of the step)" if share is not None else "")
               if cost is not None else "cost not known")
-    return f"straggler rank {straggler['rank']} ({priced}; last in {straggler.get('late_in')} of {straggler.get('of')} collectives)"
+    last = f"last in {straggler.get('late_in')} of {straggler.get('of')} collectives"
+    return f"straggler rank {straggler['rank']} ({priced}; {last})"
 
 
 def window_lines(window: dict) -> list[str]:
