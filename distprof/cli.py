@@ -81,14 +81,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(" ".join(command))
         return 0
-    outpaths.check_dir(args.out, OUTPUT_FILES)  # before mpirun starts the job
+    templated = outpaths.has_placeholders(args.out)
+    outpaths.check_dir(outpaths.expand(args.out, 0) if templated else args.out, OUTPUT_FILES)  # before mpirun
     # rank 0 prints the report into mpirun's pipe, not this terminal: it fits the width said here
     os.environ["COLUMNS"] = str(console.terminal_width(getattr(args, "width", None)))
     if args.hang is not None:
         return run_hang_demo(command, Path(args.out), ranks)
     returncode = subprocess.call(command)
     if returncode == 0:  # rank 0 said where it wrote the summary and what to run next
-        print(f"rank files: {Path(args.out) / 'rank*.sqlite'} ({ranks} ranks, for `distprof merge`)")
+        files = re.sub(r"\{(rank|host)\}", "*", str(Path(args.out) / "rank*.sqlite")) if templated else \
+            Path(args.out) / "rank*.sqlite"
+        print(f"rank files: {files} ({ranks} ranks, for `distprof merge`)")
     return returncode
 
 

@@ -70,8 +70,22 @@ DEFAULTS: dict[str, Any] = {
     "live": {
         "every_steps": 0,           # a rolling Distributed Summary every this many committed steps; 0: off
         "prometheus_port": None,    # rank 0 serves /metrics on this port; None: off
+        "prometheus_addr": "127.0.0.1",  # the address /metrics binds (loopback; 0.0.0.0 or :: for a scraper)
         "textfile": None,           # node-exporter textfile (.prom) rewritten each window; None: off
-        "alerts": True,             # straggler / step-time / exposed-communication alerts
+        "node": "{host}",           # ranks whose node name (this, {rank}/{host} filled in) is equal are one node:
+                                    # one side process there reduces their files and sends rank 0 the results
+        "view_addr": None,          # where the other nodes reach rank 0's view; None: rank 0's host addresses
+        "priority": "idle",         # idle: the side processes use only idle CPU (SCHED_IDLE); nice: nice 5
+        "alerts": {                 # straggler / step-time / exposed-communication alerts (false: none)
+            "enabled": True,
+            "windows_in_a_row": 2,          # a straggler named (or a figure above) in this many windows in a row
+            "straggler_min_cost_share": 0.10,   # ... at a cost of at least this share of the step
+            "baseline_windows": 3,          # a figure's baseline: the median of its previous this many windows
+            "min_baseline_windows": 2,      # no jump alert before this many windows of baseline
+            "jump_share": 0.25,             # a jump: above the baseline by this share of it ...
+            "jump_noise": 3.0,              # ... and by this many times the baseline's noise (1.4826 MAD)
+            "exposed_floor_share": 0.10,    # ... and, for exposed communication, by this share of the step
+        },
     },
     "demo": {
         "ranks": 4,
@@ -85,7 +99,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-CHOICES = {"window": ("steps", "all"), "demo.comm": ("overlap", "serial")}
+CHOICES = {"window": ("steps", "all"), "demo.comm": ("overlap", "serial"), "live.priority": ("idle", "nice")}
 # numeric keys and their allowed closed range (None: unbounded); a value outside is an error. Counts
 # that size work or memory are bounded above: pingpong_samples 1e9 hung the demo's start
 RANGES: dict[str, tuple[float | None, float | None]] = {
@@ -100,13 +114,19 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "diagnosis.memory_creep_share": (0, None), "diagnosis.memory_outlier_share": (0, None),
     "demo.ranks": (1, 1024), "demo.steps": (1, 1_000_000), "demo.layers": (1, 1000), "demo.width": (1, 65_536),
     "demo.batch": (1, 1_000_000), "live.every_steps": (0, None), "live.prometheus_port": (1, 65535),
+    "live.alerts.windows_in_a_row": (1, 1000), "live.alerts.straggler_min_cost_share": (0, 1),
+    "live.alerts.baseline_windows": (1, 1000), "live.alerts.min_baseline_windows": (1, 1000),
+    "live.alerts.jump_share": (0, None), "live.alerts.jump_noise": (0, None), "live.alerts.exposed_floor_share": (0, 1),
 }
 # keys whose default is None (not known): a number of this type, or null; must be > 0
 NULLABLE: dict[str, type] = {"hardware.peak_busbw_gbps": float, "hardware.gpus_per_node": int,
                              "hardware.peak_tflops": float, "input.max_file_mb": int,
                              "input.max_uncompressed_mb": int, "live.prometheus_port": int, "live.textfile": str,
-                             "collector.hang_dump_s": float}
+                             "collector.hang_dump_s": float, "live.view_addr": str}
 NON_EMPTY_ITEMS = ("communication.kernel_prefixes",)  # an empty prefix would match every kernel
+NON_EMPTY_TEXT = ("live.prometheus_addr", "live.node")  # an empty bind address is every interface
+# a mapping that may be given as a bool: the bool sets this key of it (``live: {alerts: false}``)
+BOOL_SHORTHAND = {"live.alerts": "enabled"}
 INT_LIMIT = 2 ** 63 - 1  # an integer beyond int64 overflowed float() or numpy deep in the analysis
 _EXPONENT = re.compile(r"([-+]?)(\d+)(?:\.(\d*))?[eE]([-+]?)(\d+)")
 
@@ -122,6 +142,8 @@ def _merge(base: dict, override: dict, where: str, source: str) -> dict:
         if key not in base:
             raise ConfigError(f"{source}: unknown key '{path}' (known: {', '.join(sorted(base))})")
         default = base[key]
+        if isinstance(default, dict) and path in BOOL_SHORTHAND and isinstance(value, bool):
+            value = {BOOL_SHORTHAND[path]: value}
         if isinstance(default, dict):
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: key '{path}' must be a mapping, got {type(value).__name__}")
@@ -181,6 +203,8 @@ def _check_value(path: str, value: Any, source: str) -> None:
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
             raise ConfigError(f"{source}: key '{path}' must be {bounds}, got {value!r}")
+    if path in NON_EMPTY_TEXT and isinstance(value, str) and not value.strip():
+        raise ConfigError(f"{source}: key '{path}' must not be empty")
     if path in NON_EMPTY_ITEMS and isinstance(value, list) and any(item == "" for item in value):
         raise ConfigError(f"{source}: key '{path}' must not hold an empty string (it would match everything)")
 

@@ -134,3 +134,35 @@ def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
     with atomic_open(path, "w", encoding=encoding) as handle:
         handle.write(text)
     return Path(path)
+
+
+# -- a folder per rank or node: ``out`` with {rank} and {host} ----------------------------------
+
+_FIELD = re.compile(r"\{([^{}]*)\}")
+PLACEHOLDERS = ("rank", "host")
+
+
+def host_name() -> str:
+    """This host's name as {host} and the live view's default node name use it (the rank files'
+    ``hostname`` meta is the same), with a path separator made harmless."""
+    import socket
+    return socket.gethostname().replace(os.sep, "_") or "localhost"
+
+
+def has_placeholders(template: str | Path) -> bool:
+    """Whether an output path names a folder per rank or node ({rank}, {host})."""
+    return _FIELD.search(str(template)) is not None
+
+
+def expand(template: str | Path, rank: int, host: str | None = None) -> Path:
+    """``template`` with {rank} and {host} filled in: every rank writes under its own folder (a
+    node's local disk), and no rank needs another's. Any other {name} is a one-line error: a
+    misspelt placeholder would otherwise make one literal folder that every rank shares."""
+    def field(match: re.Match) -> str:
+        name = match.group(1)
+        if name == "rank":
+            return str(int(rank))
+        if name == "host":
+            return host if host is not None else host_name()
+        raise SourceError(f"{template}: unknown placeholder {{{name}}} in the output path (known: {{rank}}, {{host}})")
+    return Path(_FIELD.sub(field, str(template)))

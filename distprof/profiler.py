@@ -38,7 +38,10 @@ class Profiler:
             self.config = config_mod.load(None, config)
         else:
             self.config = config_mod.load(config, overrides or None)
-        self.out = outpaths.check_dir(out if out is not None else self.config["out"])  # one line, before the job
+        # ``out`` may name a folder per rank or node ({rank}, {host}): checked with this rank as far
+        # as it is known here, and again with the job's rank at the start
+        self._out_template = str(out if out is not None else self.config["out"])
+        self.out = outpaths.check_dir(self._expand_out(self._guess_rank()))  # one line, before the job
         self.quiet = quiet
         self.summary: dict | None = None
         self.collector: Collector | None = None
@@ -50,7 +53,21 @@ class Profiler:
         self._stop_link = False  # not made yet
         self._failed: list[int] = []  # ranks that failed, told when rank 0's summary is written
         self._failure_lines: dict[int, str | None] = {}  # what each of them said
-        self._live = None  # rank 0's live view process (config live.every_steps)
+        self._live = None  # the live side process: rank 0's view, or its node's sender (live.every_steps)
+
+    def _guess_rank(self) -> int:
+        """This rank before the start, for a templated ``out`` only (launcher variables; 0 when
+        they say nothing): the start expands it again with the job's rank."""
+        if not outpaths.has_placeholders(self._out_template):
+            return 0
+        import os
+        return transport.detect_world(os.environ)[0]
+
+    def _expand_out(self, rank: int) -> Path:
+        """The output folder of ``rank`` on this host: ``out`` with {rank} and {host} filled in."""
+        if not outpaths.has_placeholders(self._out_template):
+            return Path(self._out_template)
+        return outpaths.expand(self._out_template, rank, outpaths.host_name())
 
     # -- session ---------------------------------------------------------------------------
     def __enter__(self) -> Profiler:
@@ -58,6 +75,8 @@ class Profiler:
         self.rank, self.world_size, self.rank_from = transport.detect_world()
         if self.rank_from != "MPI":  # MPI's singleton world in a torchrun/Slurm job: not the job's world
             self._comm = None
+        if outpaths.has_placeholders(self._out_template):
+            self.out = outpaths.check_dir(self._expand_out(self.rank))  # this rank's own folder
         annotate.set_nvtx(self.config["collector"]["nvtx"])
         if self.config["collector"]["enabled"] and not self.timer_only:
             self.collector = Collector(self.rank_file(self.rank), self.rank, self.world_size)
@@ -114,19 +133,24 @@ class Profiler:
             elif self.collector is not None:
                 self.summary = self._aggregate(failure)  # the exception (if any) propagates after this
         finally:
-            if self._live is not None:  # a stop that wrote no summary: the view ends now
+            if self._live is not None:
+                # rank 0: a stop that wrote no summary, the view ends now; a node's sender: its last
+                # windows (bounded), unless this rank failed
                 from . import live
-                live.stop(self._live, wait_s=0.5)
+                live.stop(self._live, wait_s=0.5 if self._live.role == "view" or failure else None)
                 self._live = None
 
     def _start_live(self) -> None:
-        """Rank 0: the rolling view (live.py), a separate process reading the rank files; the
-        training thread never waits for it."""
-        if self.rank == 0 and self.config["live"]["every_steps"] > 0:
-            import time
-
-            from . import live
-            self._live = live.start(self.out, self.world_size, self.config, time.time_ns(), self.quiet)
+        """The rolling view (live.py): rank 0 starts the view, one rank of every other node its
+        sender, separate processes reading their node's rank files. The node and rank 0's address
+        are exchanged here, once; the training thread never waits for them after the start."""
+        if self.config["live"]["every_steps"] <= 0:
+            return
+        from . import live
+        node = str(outpaths.expand(self.config["live"]["node"], self.rank, outpaths.host_name()))
+        self.collector.set_meta(live_node=node)  # how a side process tells its node's rank files
+        self._live = live.start_rank(self.rank, self.world_size, node, self._out_template, self.out, self.config,
+                                     self._comm, self.quiet)
 
     def _abort_if_unhandled(self) -> None:
         """Under MPI, an exception that reaches the top of the program aborts the job once Python has
@@ -144,7 +168,9 @@ class Profiler:
         sys.excepthook = hook
 
     def rank_file(self, rank: int) -> Path:
-        return self.out / f"rank{rank}.sqlite"
+        """A rank's native file: this rank's in its folder; another's where it is on this host."""
+        folder = self.out if rank == getattr(self, "rank", None) else self._expand_out(rank)
+        return folder / f"rank{rank}.sqlite"
 
     # -- steps and data loading ------------------------------------------------------------
     def step(self) -> None:

@@ -310,3 +310,138 @@ def drain(link, seconds: float = 1.0) -> None:
     while pending and time.monotonic() < deadline:
         pending[:] = [request for request in pending if not request.Test()]
         time.sleep(0.002)
+
+
+# -- the live view across nodes: rank 0's address at the start, and signed frames ---------------
+
+_LIVE_SESSION = [0]  # every rank makes its Profilers in the same order: the store keys of one session match
+
+
+def live_rendezvous(comm, rank: int, size: int, node: str, offer, timeout_s: float) -> tuple[dict | None, bool]:
+    """Once, at the start of a live session: rank 0's view offer (``{node, addresses, port, token}``,
+    or ``{node}`` when it takes no other node) and whether this rank starts its node's sender.
+    ``offer(remote)`` runs on rank 0 only and starts its view; ``remote`` says whether other nodes
+    exist (None: not known before the offer, as with the store). Under MPI the lowest rank of each
+    node other than rank 0's leads it; with the torch store the first of it to claim the node does.
+    Without either (one process, or no process group): rank 0's view alone, on its own host."""
+    if comm is not None and size > 1:
+        nodes = comm.allgather(node)  # a few bytes per rank, once: the job's ranks are all at the start
+        remote = any(other != nodes[0] for other in nodes)
+        made = None
+        if rank == 0:
+            try:
+                made = offer(remote)
+            except Exception as error:  # noqa: BLE001 - the others wait in the bcast: they hear "no view"
+                import sys
+                sys.stderr.write(f"distprof: warning: live view not started ({error}); training goes on\n")
+                made = {"node": node}
+        if remote:
+            made = comm.bcast(made, root=0)
+        return made, remote and node != nodes[0] and nodes.index(node) == rank
+    store = _default_store() if size > 1 else None
+    if store is None:
+        return (offer(False) if rank == 0 else None), False
+    return _store_rendezvous(store, rank, node, offer, timeout_s)
+
+
+def _default_store():
+    """The key-value store of the job's default process group, or None."""
+    if not torch_group_initialized():
+        return None
+    import torch.distributed.distributed_c10d as c10d
+    try:
+        return c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+
+
+def _store_rendezvous(store, rank: int, node: str, offer, timeout_s: float) -> tuple[dict | None, bool]:
+    """live_rendezvous through the torch store: rank 0 publishes its offer; the others wait for it
+    (bounded, polled: the store's own wait logs a warning per timeout) and claim their node
+    (compare_set: one rank per node wins, whatever the order they come in)."""
+    import json
+    import time
+    _LIVE_SESSION[0] += 1
+    prefix = f"distprof/live/{_LIVE_SESSION[0]}"
+    if rank == 0:
+        made = offer(None)
+        store.set(f"{prefix}/view", json.dumps(made))
+        return made, False
+    deadline = time.monotonic() + timeout_s
+    while not store.check([f"{prefix}/view"]):
+        if time.monotonic() >= deadline:
+            return None, False
+        time.sleep(0.02)
+    made = json.loads(store.get(f"{prefix}/view"))
+    if not made or node == made.get("node"):
+        return made, False
+    return made, store.compare_set(f"{prefix}/leader/{node}", "", str(rank)) == str(rank).encode()
+
+
+def view_addresses(configured: str | None) -> list[str]:
+    """Where the other nodes may reach rank 0's view, to be tried in turn: ``configured`` alone when
+    given (config live.view_addr), else this host's non-loopback addresses (its name resolved, and the
+    interface that routes to MASTER_ADDR when set), its name, then loopback (ranks on this host)."""
+    import ipaddress
+    import os
+    import socket
+    if configured:
+        return [configured]
+    host = socket.gethostname()
+    found: list[str] = []
+    try:
+        found += [info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
+    except OSError:
+        pass
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((master, 9))  # UDP: sends nothing, only picks the outgoing interface
+                found.append(probe.getsockname()[0])
+        except OSError:
+            pass
+    outward = [a for a in dict.fromkeys(found) if not ipaddress.ip_address(a.split("%")[0]).is_loopback]
+    return list(dict.fromkeys([*outward, host, "127.0.0.1"]))
+
+
+FRAME_LENGTH = 4          # bytes of a frame's length prefix (big endian)
+FRAME_MAC = 32            # bytes of its HMAC-SHA256
+MAX_FRAME_BYTES = 64 << 20  # a frame larger than this is not a sender's: the connection is closed
+
+
+def pack_frame(message, token: bytes) -> bytes:
+    """One message for rank 0's view: length, HMAC-SHA256 of the payload under the job's token,
+    payload (pickle, zlib). Signed because the view unpickles it: only a process that got the
+    token from the job (MPI or the torch store) can make the view load anything."""
+    import hashlib
+    import hmac
+    import pickle
+    import zlib
+    payload = zlib.compress(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL), 6)
+    return (FRAME_MAC + len(payload)).to_bytes(FRAME_LENGTH, "big") + \
+        hmac.new(token, payload, hashlib.sha256).digest() + payload
+
+
+def unpack_frames(buffer: bytearray, token: bytes) -> tuple[list[tuple[object, int]], bool]:
+    """The complete frames at the start of ``buffer`` (removed from it), each as (message, bytes
+    on the wire); False as second item when one is too large or not signed with ``token``: the
+    caller closes the connection, nothing of it unpickled."""
+    import hashlib
+    import hmac
+    import pickle
+    import zlib
+    out = []
+    while len(buffer) >= FRAME_LENGTH:
+        size = int.from_bytes(buffer[:FRAME_LENGTH], "big")
+        if size < FRAME_MAC or size > MAX_FRAME_BYTES:
+            return out, False
+        if len(buffer) < FRAME_LENGTH + size:
+            break
+        mac = bytes(buffer[FRAME_LENGTH:FRAME_LENGTH + FRAME_MAC])
+        payload = bytes(buffer[FRAME_LENGTH + FRAME_MAC:FRAME_LENGTH + size])
+        del buffer[:FRAME_LENGTH + size]
+        if not hmac.compare_digest(mac, hmac.new(token, payload, hashlib.sha256).digest()):
+            return out, False
+        out.append((pickle.loads(zlib.decompress(payload)), FRAME_LENGTH + size))  # noqa: S301 - signed above
+    return out, True

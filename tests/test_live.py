@@ -33,10 +33,16 @@ def test_live_keys_are_validated(live_config, key):
         config_mod.load(None, {"live": live_config})
 
 
+ALERTS = {"enabled": True, "windows_in_a_row": 2, "straggler_min_cost_share": 0.1, "baseline_windows": 3,
+          "min_baseline_windows": 2, "jump_share": 0.25, "jump_noise": 3.0, "exposed_floor_share": 0.1}
+LIVE_DEFAULTS = {"every_steps": 0, "prometheus_port": None, "prometheus_addr": "127.0.0.1", "textfile": None,
+                 "node": "{host}", "view_addr": None, "priority": "idle", "alerts": ALERTS}
+
+
 def test_live_is_off_by_default_and_takes_its_keys():
-    assert config_mod.load()["live"] == {"every_steps": 0, "prometheus_port": None, "textfile": None, "alerts": True}
+    assert config_mod.load()["live"] == LIVE_DEFAULTS  # /metrics on loopback, side processes at idle priority
     loaded = config_mod.load(None, {"live": {"every_steps": 4, "prometheus_port": 9100, "textfile": "x.prom"}})
-    assert loaded["live"] == {"every_steps": 4, "prometheus_port": 9100, "textfile": "x.prom", "alerts": True}
+    assert loaded["live"] == {**LIVE_DEFAULTS, "every_steps": 4, "prometheus_port": 9100, "textfile": "x.prom"}
 
 
 def test_straggler_from_a_step_parses_and_old_form_still_works():

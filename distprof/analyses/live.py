@@ -72,7 +72,12 @@ class AlertRule:
     baseline's noise (exposed communication, net of the waits for a named straggler: and by
     ``floor_share`` of the step time), in
     ``straggler_windows`` consecutive windows; one alert per jump, re-armed when the figure is no
-    longer above (the baseline caught up or it fell)."""
+    longer above (the baseline caught up or it fell).
+
+    A window with ranks left out (behind: their file, or their node's sender, did not reach it)
+    says nothing about the straggler, nor about exposed communication: the late rank may be the one
+    missing, and the others' waits for it would read as their own jump. Such a window neither
+    names, clears nor recovers a straggler, and feeds no exposed-communication baseline."""
 
     straggler_windows: int = 2
     min_cost_share: float = 0.10
@@ -87,19 +92,34 @@ class AlertRule:
     high: set = field(default_factory=set)         # (code, rank) alerted and still above
     above: dict = field(default_factory=dict)      # (code, rank) -> consecutive windows above
 
+    # config ``live.alerts`` key -> field: the thresholds are the user's, the state is not
+    CONFIG_FIELDS = {"windows_in_a_row": "straggler_windows", "straggler_min_cost_share": "min_cost_share",
+                     "baseline_windows": "baseline", "min_baseline_windows": "min_baseline",
+                     "jump_share": "jump_share", "jump_noise": "jump_noise", "exposed_floor_share": "floor_share"}
+
+    @classmethod
+    def from_config(cls, alerts: dict) -> AlertRule:
+        """The rule with the thresholds of config ``live.alerts`` (keys it lacks keep the defaults)."""
+        return cls(**{name: alerts[key] for key, name in cls.CONFIG_FIELDS.items() if key in alerts})
+
     def update(self, window: dict) -> list[dict]:
         """The alerts of this window: {steps, code, rank, ...numbers}."""
         steps = window["steps"]
+        whole = not window.get("behind")
         straggler = window["straggler"] or {}
         # the replay's price; where it gives none (ranks outnumbering their cores) the waits it causes
         share = straggler.get("cost_share")
         share = straggler.get("waits_caused_share") if share is None else share
-        self.named.append(straggler.get("rank") if (share or 0) >= self.min_cost_share else None)
-        out = self._straggler(steps, window)
+        out = []
+        if whole:
+            self.named.append(straggler.get("rank") if (share or 0) >= self.min_cost_share else None)
+            out += self._straggler(steps, window)
         step_time = window["step_time_ns"] or 0.0
         for row in window["ranks"]:  # one per rank
             if row["step_ns"] is not None:
                 out += self._jump("step_time_jump", row["rank"], steps, row["step_ns"], row["step_durations_ns"], 0.0)
+            if not whole:
+                continue
             # waiting for a named straggler is the straggler's alert, not this rank's jump
             own = row["exposed_communication_ns"] - row.get("waits_for_straggler_ns", 0)
             exposed = max(own, 0) / max(row["steps"], 1)

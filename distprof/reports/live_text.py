@@ -45,6 +45,13 @@ def window_lines(window: dict) -> list[str]:
     return lines
 
 
+def lost_node_line(window: tuple[int, int] | list[int], node: str, ranks: list[int]) -> str:
+    """A node whose sender's connection ended without its stop: its ranks are named behind from here."""
+    shown = ", ".join(map(str, ranks)) or "none delivered yet"
+    return (f"{PREFIX} steps {window[0]}-{window[1]}: node {node} stopped sending (ranks {shown}); "
+            "its ranks are named behind, the view goes on")
+
+
 def skipped_line(window: tuple[int, int]) -> str:
     return f"{PREFIX} steps {window[0]}-{window[1]}: skipped (the live view fell behind the job)"
 
