@@ -63,15 +63,21 @@ LAG_S = 10.0            # the longest the view waits for a window's results on t
 # -- every rank's side: start and stop its side process ----------------------------------------
 
 
-def _receive(sock: socket.socket, size: int) -> bytes | None:
-    """What a non-blocking socket has now: None when nothing yet, b"" when the peer closed or failed
-    (both ends of the view read this way: the nodes' senders and /metrics scrapers)."""
+def _received(sock: socket.socket, size: int, state: dict, close) -> bool:
+    """Append what a non-blocking socket has now to ``state["buffer"]``: False when there is nothing
+    new, or the peer closed or failed (then ``close(sock)``). Both ends of the view read this way:
+    the nodes' senders and /metrics scrapers."""
     try:
-        return sock.recv(size)
+        data = sock.recv(size)
     except (BlockingIOError, InterruptedError):
-        return None
+        return False
     except OSError:
-        return b""
+        data = b""
+    if not data:
+        close(sock)
+        return False
+    state["buffer"] += data
+    return True
 
 class LiveProcess:
     """A running side process: the view (rank 0) or its node's sender."""
@@ -467,13 +473,8 @@ class Inbox:
             self.selector.register(sock, selectors.EVENT_READ, state)
 
     def _read(self, sock: socket.socket, state: dict) -> None:
-        data = _receive(sock, 1 << 20)
-        if data is None:
+        if not _received(sock, 1 << 20, state, self._close):
             return
-        if not data:
-            self._close(sock)
-            return
-        state["buffer"] += data
         frames, good = transport.unpack_frames(state["buffer"], self.token)
         for message, size in frames:  # a few per window
             if isinstance(message, dict) and state["node"] is None:
@@ -658,13 +659,8 @@ class MetricsServer:
             self._read(sock, state)  # a scraper sends its request with the connection: answer it now
 
     def _read(self, sock: socket.socket, state: dict) -> None:
-        data = _receive(sock, 4096)
-        if data is None:
+        if not _received(sock, 4096, state, self._close):
             return
-        if not data:
-            self._close(sock)
-            return
-        state["buffer"] += data
         end = state["buffer"].find(b"\r\n\r\n")
         if end < 0 and len(state["buffer"]) <= self.MAX_REQUEST_BYTES:
             return
