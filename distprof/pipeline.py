@@ -170,11 +170,12 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
                                                   (skew_summary.get("steps_summary") or {}).get("duration_median_ns"))
     checks = streams.pipeline_dependencies(streams.stream_checks(final, config), skew_summary["pipelines"])
     replay_graph: dict = {}
+    crowded = cost.oversubscribed_hosts(final)
+    skew_summary, what = _priced_straggler(final, aligned.matching, config, warnings, skew_summary, crowded,
+                                           replay_graph)
     straggler_rank = (skew_summary.get("straggler") or {}).get("rank")
-    what = whatif.safe_whatif(final, aligned.matching, config, warnings, straggler_rank, keep=replay_graph)
     path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings, straggler_rank,
                                             str(config.get("phases", {}).get("dataloader", "Dataloader")))
-    crowded = cost.oversubscribed_hosts(final)
     if crowded:
         said = cost.OVERSUBSCRIBED.format(detail=cost.hosts_detail(crowded))
         warnings.append(said[0].upper() + said[1:] + " (findings unpriced; the what-if table kept for reference)")
@@ -196,6 +197,23 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
         model_profile=profiles.model_profile(final), critical_path=path, machine=machine.facts(final))
+
+
+def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, config: dict, warnings: list[str],
+                      skew_summary: dict, crowded: list[dict], keep: dict) -> tuple[dict, dict | None]:
+    """The what-if, replayed with the named straggler fixed, and the skew summary without that
+    straggler when the replay prices its fix under ``skew.straggler_min_step_fraction`` of the step
+    (then ``skew.unconfirmed_straggler`` says so, and the replay runs again with none named, for
+    the other findings' prices). Not where the replay cannot see the waits (GPU collectives no
+    host call waits for: ``whatif.gpu_waits_unseen``): its saving is no evidence there."""
+    straggler = skew_summary.get("straggler")
+    what = whatif.safe_whatif(results, matching, config, warnings, (straggler or {}).get("rank"), keep=keep)
+    floor = float(config["skew"]["straggler_min_step_fraction"])
+    unconfirmed = cost.unconfirmed_straggler(straggler, what, crowded, floor)
+    if unconfirmed is None or "graph" not in keep or whatif.gpu_waits_unseen(keep["graph"]):
+        return skew_summary, what
+    what = whatif.safe_whatif(results, matching, config, warnings, None, keep=keep)
+    return {**skew_summary, "straggler": None, "unconfirmed_straggler": {**straggler, **unconfirmed}}, what
 
 
 def _plausible_findings(findings: list[dict], results: list[RankResult]) -> tuple[list[dict], list[str]]:

@@ -225,10 +225,9 @@ def sync_collective_job(ranks: int, late: int, delay: int, lane: int, steps: int
     return [_reduced(r, rows[r]) for r in range(ranks)]
 
 
-@pytest.mark.parametrize("lane", [COMM_LANE, 1], ids=["gloo_worker", "issuing_thread"])
-def test_a_synchronous_collective_outside_phases_is_wait_and_transfer_not_compute(lane):
+def test_a_synchronous_collective_outside_phases_is_wait_and_transfer_not_compute():
     delay = 30 * MS
-    path = summarize(sync_collective_job(3, late=2, delay=delay, lane=lane))["critical_path"]
+    path = summarize(sync_collective_job(3, late=2, delay=delay, lane=COMM_LANE))["critical_path"]
     step_ns = F + delay + T + G + OPT
     for s, step in enumerate(path["steps"]):
         begin = s * step_ns
@@ -247,6 +246,26 @@ def test_a_synchronous_collective_outside_phases_is_wait_and_transfer_not_comput
     # the replay keeps that stretch as a segment of the thread, not a transfer it could shorten
     assert path["scenario_shares"]["comm_bandwidth_x2"] == 0.0
     assert path["scenario_shares"]["balanced_ranks"] == pytest.approx(1.0)
+
+
+def test_a_blocking_call_on_the_issuing_thread_leads_the_path_to_the_rank_it_waited_for():
+    # the same job with the allgather a blocking call of the thread that runs the steps (MPI's
+    # blocking calls, gloo's send/recv): the thread resumes when it returns, so it waited for it,
+    # and the path goes through the late rank's forward, then the transfer (issue 36: a recv that
+    # waits for the previous pipeline stage)
+    delay = 30 * MS
+    path = summarize(sync_collective_job(3, late=2, delay=delay, lane=1))["critical_path"]
+    step_ns = F + delay + T + G + OPT
+    for s, step in enumerate(path["steps"]):
+        cuts = np.cumsum([s * step_ns, F + delay, T, G, OPT]).tolist()
+        assert [(seg["rank"], seg["name"], seg["kind"], seg["start_ns"], seg["end_ns"])
+                for seg in step["segments"]] == [
+            (2, "forward", "compute", cuts[0], cuts[1]),
+            (0, "allgather", "communication", cuts[1], cuts[2]),
+            (0, "(no phase)", "compute", cuts[2], cuts[3]),
+            (0, "optimizer", "compute", cuts[3], cuts[4])]
+    assert path["share_by_rank_waited_for"] == pytest.approx({"2": (F + delay) / step_ns})
+    assert path["scenario_shares"]["comm_bandwidth_x2"] == pytest.approx(T / step_ns)
 
 
 def by_rank_line(path: dict) -> str:

@@ -4,8 +4,9 @@ whose timing is fixed by construction (test_blame's pipeline)."""
 
 import numpy as np
 import pytest
-from test_blame import MS, pipeline_job
+from test_blame import MS, _phase, pipeline_job, summarize
 
+from distprof import events as ev
 from distprof.analyses.pipelines import chains
 
 
@@ -48,3 +49,67 @@ def test_pipeline_recv_on_the_compute_thread_is_a_dependency_not_serialization()
     assert all(c["pipeline_ranks"] == [0, 1, 2, 3] for c in checks if c["rank"])
     assert "not serialized communication" in checks[1]["message"]
     assert not [f for f in summary["findings"] if f["finding"] == "serialized_communication"]
+
+
+def _hand_over(rows: list, lane: int, step: int, begin: int, sent: int | None, work: int,
+               peers: tuple[int, int]) -> int:
+    """One stage's pass: a blocking recv from ``peers[0]`` posted at ``begin`` that returns 0.1 ms
+    after that stage's send (``sent``; None: the first stage, nothing to receive), ``work`` of
+    compute, an eager 0.1 ms send to ``peers[1]`` (-1: none). Returns when the send starts."""
+    ready = begin if sent is None else max(begin, sent + MS // 10)
+    if sent is not None:
+        rows.append((ev.COMM_OP, ev.COMMUNICATION, ev.RECV, begin, ready, lane, step, ev.RECV, "pp", peers[0]))
+    if peers[1] >= 0:
+        rows.append((ev.COMM_OP, ev.COMMUNICATION, ev.SEND, ready + work, ready + work + MS // 10, lane, step,
+                     ev.SEND, "pp", peers[1]))
+    return ready + work
+
+
+def _stage_steps(delay_ns: int, late_stage: int, lane: int, stages: int = 4, steps: int = 6) -> dict:
+    """A one-micro-batch pipeline whose steps follow each other: per stage a forward phase (recv
+    from the stage before, 20 ms of compute, + the delay on the late stage, send on) and a
+    backward phase (recv from the stage after, 10 ms, send back), the transfers blocking calls
+    on ``lane`` (1: the thread that runs the steps). No point marks a recv's return but the
+    return itself: only a blocking call tells the replay that the compute waited for it."""
+    rows = {r: [] for r in range(stages)}
+    step_start = [0] * stages
+    for s in range(steps):
+        sent, forward_end = None, {}
+        for r in range(stages):
+            work = 20 * MS + (delay_ns if r == late_stage else 0)
+            sent = _hand_over(rows[r], lane, s, step_start[r], sent, work, (r - 1, r + 1 if r < stages - 1 else -1))
+            forward_end[r] = sent + MS // 10
+            rows[r].append(_phase("forward", step_start[r], forward_end[r], s))
+        sent = None
+        for r in reversed(range(stages)):
+            sent = _hand_over(rows[r], lane, s, forward_end[r], sent, 10 * MS, (r + 1, r - 1))
+            end = sent + MS // 10
+            rows[r] += [_phase("backward", forward_end[r], end, s),
+                        (ev.RANGE, ev.PHASE, ev.PROFILE_STEP, step_start[r], end, 1, s, "", "", -1)]
+            step_start[r] = end
+    return summarize(rows)
+
+
+def _scenario(summary: dict, name: str) -> dict:
+    return next(row for row in summary["whatif"]["scenarios"] if row["name"] == name)
+
+
+def test_a_recv_on_the_steps_thread_carries_the_late_stage_delay_through_the_replay():
+    """Stage 1 computes 15 ms longer: every later stage receives, and so ends, 15 ms later. Without
+    it the replay's job step is 15 ms shorter; the recv waits are the pipeline's dependencies,
+    which no overlap removes."""
+    summary = _stage_steps(15 * MS, late_stage=1, lane=1)
+    assert summary["skew"]["straggler"]["rank"] == 1
+    assert summary["skew"]["straggler"]["cost_ns"] == 15 * MS
+    assert _scenario(summary, "no_straggler")["saving_ns"] == 15 * MS
+    assert (_scenario(summary, "overlap_communication")["saving_ns"] or 0) <= 0
+
+
+def test_a_recv_on_another_thread_is_not_taken_as_the_steps_thread_waiting():
+    # the same job with the transfers on a worker thread: nothing says the compute waited for
+    # them, so the replay keeps each stage's stretch as it was measured and the late stage only
+    # shortens its own step
+    summary = _stage_steps(15 * MS, late_stage=1, lane=7)
+    straggler = summary["skew"]["straggler"] or summary["skew"]["unconfirmed_straggler"]
+    assert straggler["rank"] == 1
+    assert (straggler.get("cost_ns") or straggler.get("saving_ns")) < 15 * MS

@@ -118,6 +118,9 @@ def rank_markers(events: ev.Table, config: dict, lane_names: dict | None = None)
                            comm_mask)
     keys, lane_of = lanes_mod.lane_index(events)
     labels = lanes_mod.labels(keys, lane_names)
+    # a call on the thread that runs the steps blocks it until it returns: the thread waits for it
+    blocking = np.isin(lane_of[comm_mask], lane_of[steps]) & \
+        ~events["kind"].isin((ev.KERNEL, ev.MEMCPY, ev.MEMSET))[comm_mask]
     collectives = {
         "name": _kinds(events, comm_mask),  # the canonical kind (events.COLLECTIVE_KINDS): what matching keys on
         "start_ns": events["start_ns"][comm_mask].tolist(),
@@ -129,6 +132,7 @@ def rank_markers(events: ev.Table, config: dict, lane_names: dict | None = None)
         "peer": events["peer"][comm_mask].tolist(),
         "launch_ns": _launch_starts(events, comm_mask).tolist(),
         "exposed_ns": exposed_per_op(events, config, comm_mask).tolist(),
+        "blocking": blocking.tolist(),
     }
     sync = events["kind"].eq(ev.RUNTIME) & events["name"].where(lambda name: re.search(SYNC_CALL, name))
     syncs = {"start_ns": events["start_ns"][sync].tolist(), "end_ns": events["end_ns"][sync].tolist()}

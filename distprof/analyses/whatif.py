@@ -53,8 +53,9 @@ GAIN_SHARE = 0.01                 # a rank gains when its median step drops by m
 REPLAY_ERROR_TARGET = 0.05
 SCENARIOS = ("no_straggler", "overlap_communication", "comm_bandwidth_x2", "no_dataloader_wait", "balanced_ranks")
 _NEG = np.iinfo(np.int64).min // 4
-# chain point kinds, in their order at equal times
-_PHASE_END, _STEP_END, _STEP_START, _PHASE_START, _ISSUE = range(5)
+# chain point kinds, in their order at equal times: a blocking call returns before the phase
+# around it ends
+_RETURN, _PHASE_END, _STEP_END, _STEP_START, _PHASE_START, _ISSUE = range(-1, 5)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,9 @@ class Graph:
     o_partial: np.ndarray      # some members of its column arrived after it ended: not one join
     o_gpu: np.ndarray          # GPU work (launched before it started), not a host range
     edges: np.ndarray          # (n, 3) int64: point, op, gap
+    e_needed: np.ndarray       # per edge: a blocking call's return that work comes right after
+    #                            (no scenario overlaps it: the thread needs its result, as a
+    #                            pipeline stage needs the activations its recv brings)
     p_kind: np.ndarray         # _PHASE_END, _STEP_END, _STEP_START, _PHASE_START or _ISSUE
     p_label: np.ndarray        # code into ``labels``
     labels: np.ndarray         # label texts, sorted: "name<" / "name>" for phase bounds, "step<" /
@@ -149,12 +153,20 @@ def _gather(results: list[RankResult]) -> tuple[dict, dict, dict, dict]:
     steps = _flat([m.step_bounds for m in markers], ("step", "start_ns", "end_ns"))
     phases = _flat([m.phases if m.phases.get("step") else none for m in markers],
                    ("step", "name", "start_ns", "end_ns"), texts=("name",))
-    ops = _flat([m.collectives for m in markers], ("name", "lane", "step", "start_ns", "end_ns", "launch_ns"),
-                texts=("name", "lane"))
+    ops = _flat([_with_blocking(m.collectives) for m in markers],
+                ("name", "lane", "step", "start_ns", "end_ns", "launch_ns", "blocking"), texts=("name", "lane"))
     syncs = _flat([{"start_ns": m.syncs.get("start_ns", []), "end_ns": m.syncs.get("end_ns", [])} for m in markers],
                   ("start_ns", "end_ns"))
     ops = {**_shifted(ops, offset), "own_start": ops["start_ns"], "own_end": ops["end_ns"]}
     return _shifted(steps, offset), _shifted(phases, offset), ops, _shifted(syncs, offset)
+
+
+def _with_blocking(collectives: dict) -> dict:
+    """The collectives with ``blocking`` (a host call on the steps' thread), False where the
+    markers predate it."""
+    if "blocking" in collectives:
+        return collectives
+    return {**collectives, "blocking": [False] * len(collectives["start_ns"])}
 
 
 def _in_steps(row: np.ndarray, step: np.ndarray, steps: dict) -> np.ndarray:
@@ -214,17 +226,20 @@ def _synced(ops: dict, syncs: dict) -> np.ndarray:
 
 def _labels(phase_names: np.ndarray, op_names: np.ndarray, dataloader: str) -> dict[str, np.ndarray]:
     """The label texts of chain points (sorted) and the codes of each kind of point: "" (before a
-    rank's first point), "step>", "step<", per phase "name<" and "name>", per op "@name"; and
+    rank's first point), "step>", "step<", per phase "name<" and "name>", per op "@name" (issue)
+    and "@name>" (a blocking call's return); and
     the dataloader's bounds (+1 where it opens, -1 where it closes) per text."""
     phase_set, phase_code = np.unique(phase_names, return_inverse=True)
     op_set, op_code = np.unique(op_names, return_inverse=True)
     raw = ["", "step>", "step<", *(f"{name}<" for name in phase_set.tolist()),
-           *(f"{name}>" for name in phase_set.tolist()), *(f"@{name}" for name in op_set.tolist())]
+           *(f"{name}>" for name in phase_set.tolist()), *(f"@{name}" for name in op_set.tolist()),
+           *(f"@{name}>" for name in op_set.tolist())]
     texts, code = np.unique(np.asarray(raw, dtype=str), return_inverse=True)
-    code, n, phase_code = code.reshape(-1), phase_set.size, phase_code.reshape(-1)
+    code, n, m, phase_code = code.reshape(-1), phase_set.size, op_set.size, phase_code.reshape(-1)
+    op_code = op_code.reshape(-1)
     return {"texts": texts.astype(object), "empty": code[0], "step_end": code[1], "step_start": code[2],
             "phase_start": code[3:3 + n][phase_code], "phase_end": code[3 + n:3 + 2 * n][phase_code],
-            "issue": code[3 + 2 * n:][op_code.reshape(-1)],
+            "issue": code[3 + 2 * n:3 + 2 * n + m][op_code], "return": code[3 + 2 * n + m:][op_code],
             "loader": np.where(texts == dataloader + "<", 1, np.where(texts == dataloader + ">", -1, 0))}
 
 
@@ -234,12 +249,15 @@ def _chain_points(steps: dict, phases: dict, ops: dict, labels: dict) -> dict[st
     issue points of the ops not queued on their lane (``op``: the op issued there, else -1)."""
     keep = _in_steps(phases["row"], phases["step"], steps)
     issued = np.flatnonzero(~ops["queued"])
+    returned = np.flatnonzero(ops["blocking"].astype(bool) & ops["host"])
     issue_t = np.where(ops["launch_ns"] >= 0, ops["launch_ns"], ops["start_ns"])[issued]
     parts = [(steps["row"], steps["end_ns"], _STEP_END, steps["step"], labels["step_end"]),
              (steps["row"], steps["start_ns"], _STEP_START, steps["step"], labels["step_start"]),
              (phases["row"][keep], phases["start_ns"][keep], _PHASE_START, phases["step"][keep],
               labels["phase_start"][keep]),
              (phases["row"][keep], phases["end_ns"][keep], _PHASE_END, phases["step"][keep], labels["phase_end"][keep]),
+             (ops["row"][returned], ops["end_ns"][returned], _RETURN, ops["step"][returned],
+              labels["return"][returned]),
              (ops["row"][issued], issue_t, _ISSUE, ops["step"][issued], labels["issue"][issued])]
     rank, t, step = (np.concatenate([part[i] for part in parts]).astype(np.int64) for i in (0, 1, 3))
     kind = np.concatenate([np.full(part[0].size, part[2], np.int64) for part in parts])
@@ -342,6 +360,7 @@ def _finish_graph(results: list[RankResult], n_cols: int, points: dict, ops: dic
     waited = np.flatnonzero(wait_op >= 0)
     edges = np.stack([waited, wait_op[waited], chain_of["gap"][waited]], axis=1) if waited.size \
         else np.zeros((0, 3), np.int64)
+    needed = _needed_returns(points, waited)
     return Graph(
         n_ranks=len(results), rank_numbers=np.asarray([r.rank for r in results]), p_rank=points["rank"],
         p_t=points["t"], p_w=chain_of["w"], p_first=chain_of["first"], p_key=chain_of["key"],
@@ -349,9 +368,21 @@ def _finish_graph(results: list[RankResult], n_cols: int, points: dict, ops: dic
         step_rank=points["rank"][step_start], step_index=points["step"][step_start], step_start=step_start,
         step_end=step_end, o_rank=ops["row"], o_col=col, o_issue=ops["issue"], o_lane_prev=ops["lane_prev"],
         o_delta=delta, o_transfer=end - last, o_start=start, o_end=end, o_step_end=op_step_end,
-        o_partial=last < column_last[col], o_gpu=~ops["host"], edges=edges, p_kind=points["kind"],
+        o_partial=last < column_last[col], o_gpu=~ops["host"], edges=edges, e_needed=needed,
+        p_kind=points["kind"],
         p_label=points["label"], labels=chain_of["texts"], o_name=ops["name"].astype(object),
         o_lane=ops["lane"].astype(object))
+
+
+def _needed_returns(points: dict, waited: np.ndarray) -> np.ndarray:
+    """Per wait edge (its point in ``waited``): the return of a blocking call after which the
+    thread works on (more than ``WAIT_TOLERANCE_NS`` before its next point) with what the call
+    brought. A return right before the next point (a phase's end, the step's end) is a wait
+    that overlapping could hide."""
+    t, rank, kind = points["t"], points["rank"], points["kind"]
+    after = np.minimum(waited + 1, t.size - 1)
+    work = np.where(rank[after] == rank[waited], t[after] - t[waited], 0)
+    return (kind[waited] == _RETURN) & (work > WAIT_TOLERANCE_NS)
 
 
 def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -703,17 +734,29 @@ def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[t
             return None, {"reason": "no_dataloader", "phase": context["dataloader"]}
         return (np.where(g.p_loader, 0, w), transfer, edges, hoist), {"removed_ns": removed}
     if name == "overlap_communication":
-        if not edges.shape[0]:
+        needed = _needed_edges(g, edges)
+        if not (~needed).any():
             return None, {"reason": "already_overlapped"}
         done = (g.o_step_end >= 0) & (g.o_end <= g.p_t[np.maximum(g.o_step_end, 0)] + WAIT_TOLERANCE_NS)
         ops = np.flatnonzero(done)
         step_end = np.stack([g.o_step_end[ops], ops, np.zeros(ops.size, np.int64)], axis=1)
-        ready_early = _input_phases(g, np.unique(edges[:, 1]))
-        return (w, transfer, step_end, ready_early), {"waits_removed": int(edges.shape[0]),
-                                                      "issued_earlier": int((ready_early[:, 0] >= 0).sum())}
+        ready_early = _input_phases(g, np.unique(edges[~needed, 1]))
+        kept = np.concatenate([edges[needed], step_end])
+        return (w, transfer, kept, ready_early), {"waits_removed": int((~needed).sum()),
+                                                  "issued_earlier": int((ready_early[:, 0] >= 0).sum())}
     raise ValueError(f"unknown what-if scenario {name!r}; known: {', '.join(SCENARIOS)}")
 
 
+
+
+def _needed_edges(g: Graph, edges: np.ndarray) -> np.ndarray:
+    """Per edge of ``edges`` (the graph's or a subset): whether it is one the thread needs (the
+    graph's ``e_needed``)."""
+    if not edges.shape[0] or not g.edges.shape[0]:
+        return np.zeros(edges.shape[0], bool)
+    needed = np.zeros(g.p_t.size, bool)
+    needed[g.edges[g.e_needed, 0]] = True
+    return needed[edges[:, 0]]
 
 
 def _step_ns(g: Graph, t: np.ndarray) -> np.ndarray:
@@ -769,11 +812,19 @@ def _partial_note(g: Graph) -> list[str]:
             "members that arrived before it ended"]
 
 
+def gpu_waits_unseen(g: Graph) -> bool:
+    """The trace has GPU collectives and the host waits for none of them (no sync call returns
+    with one): the replay cannot see a rank wait for another's kernels, so a saving it finds
+    near 0 says nothing of what the lateness costs."""
+    gpu = np.flatnonzero(g.o_gpu)
+    return bool(gpu.size) and not np.isin(gpu, g.edges[:, 1]).any()
+
+
 def _unwaited_gpu_note(g: Graph) -> list[str]:
     """GPU collectives that the host never waits for: what faster communication cannot show."""
-    gpu = np.flatnonzero(g.o_gpu)
-    if not gpu.size or np.isin(gpu, g.edges[:, 1]).any():
+    if not gpu_waits_unseen(g):
         return []
+    gpu = np.flatnonzero(g.o_gpu)
     return [f"the host waits for none of the {gpu.size} GPU collectives (no sync call returns with one): a "
             "scenario that speeds communication up saves time only where a rank waits for it, and the "
             "dependencies of kernels on other streams are not modelled"]

@@ -294,7 +294,8 @@ def answer_lines(summary: dict, unit: str = "ms", width: int = WRAP, all_ranks: 
             f"{t(steps['start_spread_ns']['median'])}" + ("" if steps.get("clock_verified", True)
                                                            else " (clock not verified)"), width)
     if skew.get("matched"):
-        lines += format.wrapped(findings_report.straggler_line(skew.get("straggler"), t), width)
+        verdict = findings_report.straggler_line(skew.get("straggler"), t, skew.get("unconfirmed_straggler"))
+        lines += format.wrapped(verdict, width)
         lines += [part for line in findings_report.pipeline_lines(skew.get("pipelines") or [], t)
                   for part in format.wrapped(line, width)]
     findings = summary.get("findings")
