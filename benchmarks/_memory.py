@@ -24,3 +24,13 @@ def children_peak_rss_mib() -> float:
     its parent at the fork (they are resident in it too); a child that exec'd would also carry its
     pre-exec peak, so use this for forked workers only."""
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux: KiB
+
+
+def current_rss_mib() -> float:
+    """Resident memory of this process now, in MiB (VmRSS): the baseline a later peak is measured
+    from, so that a figure counts what one step added, not the interpreter and its imports."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024  # kB
+    raise OSError("no VmRSS in /proc/self/status")

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-import numpy as np
-
 from .units import phrase
 
 # per-rank figures in summary.json's rank rows, in their order there
@@ -101,7 +99,9 @@ class Lane:
 
 def _shifted(columns: dict, offset_ns: int) -> dict:
     """Column dict with its times (start_ns/end_ns, and launch_ns where known: -1 is unknown)
-    moved by ``offset_ns`` (other columns shared)."""
+    moved by ``offset_ns`` (other columns shared). numpy is imported here, not with the module:
+    ``distprof report`` reads a summary's results and needs no numpy."""
+    import numpy as np
     out = {**columns, **{key: (np.asarray(columns[key], dtype=np.int64) + offset_ns).tolist()
                          for key in ("start_ns", "end_ns")}}
     if "launch_ns" in columns:

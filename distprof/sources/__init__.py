@@ -7,13 +7,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sqlite3
 import stat
-import subprocess
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from .. import console, outpaths
 from ..events import RankTrace, SourceError
@@ -211,6 +209,7 @@ def detect(path: Path) -> str:
         return "kineto"
     if head != SQLITE_MAGIC:
         raise SourceError(f"{path}: not a SQLite file, nsys export or Kineto JSON trace")
+    import sqlite3  # here, not at import: a merge of Kineto traces never opens SQLite
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as connection:
             tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -297,40 +296,115 @@ def check_file(path: Path, config: dict) -> None:
                           "raise it in the config to read this file")
 
 
-def read_bytes(path: Path, config: dict) -> bytes:
-    """The file's bytes, gunzipped while streaming: a gzip expanding beyond
-    ``input.max_uncompressed_mb`` is refused before it fills memory."""
+def read_bytes(path: Path, config: dict) -> bytes | bytearray:
+    """The file's bytes, gunzipped while streaming into one buffer (the expanded bytes are held once,
+    never a second joined copy): a gzip expanding beyond ``input.max_uncompressed_mb`` is refused
+    holding at most that limit, and one whose trailer already says so is refused holding nothing."""
     limit_mb, named = input_limit_mb(config, "max_uncompressed_mb")
-    limit = limit_mb * MB
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
+            head = handle.read(2)
+            if head != b"\x1f\x8b":
+                handle.seek(0)
+                return handle.read()  # one read into one buffer (not head + rest: a second copy)
+            hint = _gzip_size_hint(handle)
+            if hint > limit_mb * MB and _expands_beyond(handle, limit_mb * MB, path):
+                raise _refused(path, named)
+            handle.seek(0)
+            return _gunzip(handle, path, limit_mb * MB, named, hint)
     except OSError as error:
         raise SourceError(f"{path}: cannot read ({error.strerror or error})") from None
-    if data[:2] != b"\x1f\x8b":
-        return data
+
+
+GZIP_READ = 1 << 20      # compressed bytes read at a time
+GZIP_PIECE = 1 << 20     # expanded bytes inflated at a time, copied into the one buffer
+DEFLATE_MAX_RATIO = 1032  # deflate expands one byte to at most ~1032: a larger trailer size is a lie
+
+
+def _refused(path: Path, named: str) -> SourceError:
+    return SourceError(f"{path}: refused while decompressing: gzip expands beyond {named}; "
+                       "raise it in the config to read this file")
+
+
+def _gzip_size_hint(handle: BinaryIO) -> int:
+    """The expanded size the last gzip member's trailer states (ISIZE, modulo 2**32), 0 where it
+    cannot be true. zlib checks it against the data at the member's end, so in a valid file the
+    expanded size is at least this: a hint to size the buffer, never trusted alone to refuse."""
+    size = handle.seek(0, os.SEEK_END)
+    if size < 18:  # a gzip header and trailer alone take 18 bytes
+        return 0
+    handle.seek(size - 4)
+    hint = int.from_bytes(handle.read(4), "little")
+    handle.seek(2)
+    return hint if hint <= DEFLATE_MAX_RATIO * size else 0
+
+
+def _expands_beyond(handle: BinaryIO, limit: int, path: Path) -> bool:
+    """Whether the gzip from the file's start expands beyond ``limit`` bytes, inflated and counted
+    without keeping the output (a file whose trailer states more is checked before it is held)."""
+    handle.seek(0)
+    total = 0
+    for piece in _inflated(handle, path):
+        total += len(piece)
+        if total > limit:
+            return True
+    return False
+
+
+def _gunzip(handle: BinaryIO, path: Path, limit: int, named: str, hint: int) -> bytearray:
+    """Every gzip member of the file inflated into one bytearray, preallocated from ``hint`` (when
+    within ``limit``) and grown in place past it: the peak is the expanded size plus one piece."""
+    buffer = bytearray(hint if hint <= limit else 0)
+    filled = 0
+    for piece in _inflated(handle, path):
+        end = filled + len(piece)
+        if end > limit:
+            raise _refused(path, named)
+        if end <= len(buffer):
+            buffer[filled:end] = piece  # same length: copied in place, no resize
+        else:
+            del buffer[filled:]
+            buffer += piece  # grows by realloc (mremap for large buffers): no second copy
+        filled = end
+    del buffer[filled:]
+    return buffer
+
+
+def _inflated(handle: BinaryIO, path: Path) -> Iterator[bytes]:
+    """The expanded bytes of the gzip members from the handle's position, GZIP_PIECE at most at a
+    time, reading GZIP_READ compressed bytes at a time; members one after another (zero padding
+    between them skipped) like ``gzip.decompress``; trailing bytes that start no member ignored."""
     inflater, errors = _inflater()
-    chunks, total, rest = [], 0, data
+    pending, at_end = handle.read(GZIP_READ), False
     try:
-        while rest[:2] == b"\x1f\x8b":  # one gzip member after another, like gzip.decompress
+        while pending[:2] == b"\x1f\x8b":
             inflate = inflater.decompressobj(zlib.MAX_WBITS | 16)
-            chunk = inflate.decompress(rest, 64 * MB)
-            while True:
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > limit:
-                    raise SourceError(f"{path}: refused while decompressing: gzip expands beyond {named}; "
-                                      "raise it in the config to read this file")
-                if inflate.eof or not inflate.unconsumed_tail:
-                    break
-                chunk = inflate.decompress(inflate.unconsumed_tail, 64 * MB)
-            if not inflate.eof:
-                raise SourceError(f"{path}: corrupt or truncated gzip (compressed data ended early)")
-            rest = inflate.unused_data.lstrip(b"\x00")
+            while not inflate.eof:
+                if not pending and not at_end:
+                    pending = handle.read(GZIP_READ)
+                    at_end = not pending
+                piece = inflate.decompress(pending, GZIP_PIECE)  # at the end, b"": what zlib still holds
+                pending = inflate.unconsumed_tail
+                if piece:
+                    yield piece
+                elif at_end and not inflate.eof:
+                    raise SourceError(f"{path}: corrupt or truncated gzip (compressed data ended early)")
+            pending = _next_member(inflate.unused_data, handle)
     except errors as error:
         raise SourceError(f"{path}: corrupt or truncated gzip ({error})") from None
-    # one chunk (a trace up to 64 MB inflated) is the buffer itself: no second copy at the peak
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _next_member(rest: bytes, handle: BinaryIO) -> bytes:
+    """The compressed bytes after a gzip member, zero padding skipped, with at least the two bytes
+    that say whether another member starts (fewer only at the end of the file)."""
+    while True:
+        rest = rest.lstrip(b"\x00")
+        if len(rest) >= 2:
+            return rest
+        more = handle.read(GZIP_READ)
+        if not more:
+            return rest
+        rest += more
 
 
 def _inflater():
@@ -349,6 +423,7 @@ def _nsys_report(path: Path) -> Path:
     if target.exists():
         return target
     hint = f"run `nsys export --type sqlite {path}` and merge the .sqlite file"
+    import subprocess
     nsys = shutil.which("nsys")
     if nsys is None:
         raise SourceError(f"{path}: an Nsight Systems report, not its SQLite export: {hint}")

@@ -95,6 +95,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
+from functools import cache
 from itertools import compress, repeat
 from operator import attrgetter, eq, is_, is_not, methodcaller
 from pathlib import Path
@@ -200,9 +201,13 @@ if msgspec is not None:
         ], gc=False)
         return msgspec.json.Decoder(trace), complete, instant
 
-    _DECODERS = {(exact, tagged): _decoder(Union[int, Decimal, None] if exact else  # noqa: UP007
-                                           Union[int, float, str, None], tagged)  # noqa: UP007
-                 for exact in (False, True) for tagged in (True, False)}
+    @cache
+    def _decoders(exact: bool, tagged: bool) -> tuple:
+        """(decoder, complete struct type, instant struct type), built on first use: building all
+        four at import cost every command that imports this module (a decoder is ~3 ms of structs)
+        and a merge of ordinary traces only ever uses the (inexact, tagged) one."""
+        time_type = Union[int, Decimal, None] if exact else Union[int, float, str, None]  # noqa: UP007
+        return _decoder(time_type, tagged)
     _EMPTY_ARGS = _Args()
 
 
@@ -311,7 +316,7 @@ def _load(path: Path, exact_text: bool, config: dict | None = None) -> _Document
     data = _read_bytes(path, config or {})
     if msgspec is not None:
         for tagged in (True, False):  # untagged only when some event has no or an unknown "ph"
-            decoder, complete_type, instant_type = _DECODERS[exact_text, tagged]
+            decoder, complete_type, instant_type = _decoders(exact_text, tagged)
             try:
                 trace = decoder.decode(data)
                 break
