@@ -7,13 +7,23 @@ lock. Measured in benchmarks/collector_overhead.py: storing into preallocated ar
 per range costs 150-250 ns more than this, which would break the "no dearer than a bare
 nvtx.annotate" budget; the rows become int64 columns when they are read back.
 
-A flush swaps in a fresh list and writes the old one in one ``executemany`` transaction. The
-swapped-out list is kept for one more flush, so a writer that fetched the old list's
-``append`` just before the swap still lands on disk.
+A step boundary (``submit``, from Profiler.step) swaps in a fresh list and hands the old one to
+the collector's writer thread, which commits it in one transaction, so the training thread pays for
+the swap only (benchmarks/step_overhead.py). It waits only while the previous step is still being
+written: a crash loses at most the step handed over last. The writer inserts up to 4,096 rows with
+one ``INSERT ... FROM (VALUES ...)`` statement: the GIL is taken once to bind them and released while
+SQLite inserts, where ``executemany`` would release and retake it for every row, and could wait a
+switch interval (5 ms) each time behind a busy training thread. ``flush`` writes on the calling
+thread and returns when the rows are committed.
+
+The swapped-out list is kept for one more write, so a thread that fetched the old list's
+``append`` just before the swap still lands on disk (with the next step's number, as before).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import socket
 import sqlite3
@@ -34,6 +44,11 @@ CREATE TABLE IF NOT EXISTS distprof_threads(tid INTEGER PRIMARY KEY, name TEXT N
 CREATE TABLE IF NOT EXISTS distprof_clock(
     phase TEXT NOT NULL, offset_ns INTEGER NOT NULL, rtt_ns INTEGER NOT NULL);
 """
+
+ROWS_PER_STATEMENT = 4096  # the most rows bound to one INSERT (16,386 parameters)
+ROW_FIELDS = 4  # start_ns, end_ns, tid, name_id
+INSERT_CPU = "INSERT OR REPLACE INTO distprof_meta VALUES ('process_cpu_ns', ?), ('elapsed_ns', ?)"
+WRITER_POLL_S = 1.0  # how often a wait for the writer checks that it is still alive
 
 clock_ns = time.perf_counter_ns  # CLOCK_MONOTONIC on Linux: steady, shared by all processes of a host
 
@@ -221,6 +236,27 @@ def affinity_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+@functools.cache
+def _insert_sql(size: int) -> str:
+    """The INSERT of up to ``size`` rows, bound as: the step, ``size`` rows of four values, then how
+    many of them are rows (the others pad: powers of two, so a few cached statements serve every
+    batch). Rows keep their order, so they get the rowids executemany would give them."""
+    values = ",".join(["(?,?,?,?)"] * size)
+    return (f"INSERT INTO distprof_ranges SELECT column1, column2, column3, column4, ? FROM (VALUES {values}) "
+            "LIMIT ?")
+
+
+def _rows_per_statement(db: sqlite3.Connection) -> int:
+    """The largest power of two of rows that fits this SQLite's bound-parameter limit (32,766 since
+    3.32, 999 before), at most ROWS_PER_STATEMENT."""
+    try:
+        limit = db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    except AttributeError:  # Python 3.10 has no getlimit
+        limit = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+    rows = (limit - 2) // ROW_FIELDS
+    return min(ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
+
+
 class Collector:
     """Records the ranges of one rank into ``path`` (the native file, schema above)."""
 
@@ -236,11 +272,14 @@ class Collector:
         self._retired: list[tuple[int, int, int, int]] = []
         self._retired_written = 0
         self._names_written = 0
-        self._lock = threading.Lock()
+        self._threads_written = 0
+        self._lock = threading.Lock()  # the connection: the writer thread, set_meta, record_clock
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # commits survive a process crash
         self._db.executescript(NATIVE_SCHEMA)
+        self._chunk = _rows_per_statement(self._db)
+        self._padding = (None,) * (ROW_FIELDS * self._chunk)
         self.set_meta(schema_version=SCHEMA_VERSION, rank=rank, world_size=world_size, pid=os.getpid(),
                       hostname=socket.gethostname(), cpus=usable_cpus(), affinity=affinity_cpus(),
                       clock="time.perf_counter_ns (CLOCK_MONOTONIC)",
@@ -250,6 +289,15 @@ class Collector:
         # process CPU time over wall time since the collector started: the Device Summary's
         # CPU(Process) row (up to cores x 100 %); written at every flush, so a crash keeps it
         self._cpu_start_ns, self._wall_start_ns = time.process_time_ns(), clock_ns()
+        # the writer thread's handshake: ``_free`` is held from a hand-over until its batch is
+        # committed; ``_ready`` is released to wake the writer for the batch in ``_handed``
+        self._free, self._ready = threading.Lock(), threading.Lock()
+        self._ready.acquire()
+        self._handed: tuple | None = None
+        self._writer_error: BaseException | None = None
+        self._writing = True  # False once close() stopped the writer: later writes happen on the caller
+        self._writer = threading.Thread(target=self._write_loop, name=f"distprof-writer-{rank}", daemon=True)
+        self._writer.start()
 
     def activate(self) -> None:
         """Route every range of this process into this collector."""
@@ -277,35 +325,119 @@ class Collector:
         with self._lock:
             self._db.execute("INSERT INTO distprof_clock VALUES (?, ?, ?)", (phase, int(offset_ns), int(rtt_ns)))
 
+    # -- step boundaries: hand-over to the writer thread ---------------------------------------
+    def submit(self) -> int:
+        """End a step on the training thread: hand its rows to the writer thread and return before
+        they are written. Waits only while the previous step is still being written (at most one
+        step is ever in flight, so a crash loses at most that one); returns the rows handed over."""
+        if not self._claim():  # no writer thread (gone): write here, as flush does
+            return self._write(self._take())
+        batch = self._handed = self._take()
+        self._ready.release()
+        return len(batch[0])
+
     def flush(self) -> int:
-        """Write the rows recorded since the last flush and commit; returns rows written."""
+        """Write the rows recorded since the last hand-over now, on the calling thread, and commit;
+        returns the rows written."""
+        writer = self._claim()
+        try:
+            return self._write(self._take())
+        finally:
+            if writer:
+                self._free.release()
+
+    def _take(self) -> tuple[list, int]:
+        """Swap in a fresh row list; the batch to write: (rows, step)."""
+        rows, self.rows = self.rows, []
+        if self.active:
+            ROUTE.append = self.rows.append
+        return rows, self.step
+
+    def _claim(self) -> bool:
+        """Wait until the writer has committed what it was handed, and hold it idle (``_free``).
+        False when it is gone (stopped, or a thread that died): the caller writes.
+        Raises, once, the error the writer met with the previous batch, as a flush did."""
+        if not self._writing:
+            return False
+        if not self._free.acquire(blocking=False):
+            while not self._free.acquire(timeout=WRITER_POLL_S):
+                if not self._writer.is_alive():
+                    return False
+        error, self._writer_error = self._writer_error, None
+        if error is not None:
+            self._free.release()
+            raise error
+        return True
+
+    def _write_loop(self) -> None:
+        """The writer thread: one batch at a time; ``None`` handed over stops it (close)."""
+        while True:
+            self._ready.acquire()
+            batch, self._handed = self._handed, None
+            try:
+                if batch is None:
+                    return
+                self._write(batch)
+            except BaseException as error:  # noqa: BLE001 - raised on the training thread at its next step
+                self._writer_error = error
+            finally:
+                self._free.release()
+
+    def _write(self, batch: tuple[list, int]) -> int:
+        """Commit one batch, with the rows that reached the previous batch's list after it was
+        written, and the process's CPU time so far (all threads: measured here as well as on the
+        training thread); returns the rows written."""
+        rows, step = batch
         with self._lock:
-            rows, self.rows = self.rows, []
-            if self.active:
-                ROUTE.append = self.rows.append
-            late = self._retired[self._retired_written:]  # appended to the old list after its flush
+            cpu_ns, elapsed_ns = time.process_time_ns() - self._cpu_start_ns, clock_ns() - self._wall_start_ns
+            count = len(rows)  # rows appended from here on are the next write's late ones
+            todo = self._retired[self._retired_written:] + rows[:count]
+            names, threads = NAMES.items(), list(THREAD_NAMES.items())
             self._db.execute("BEGIN")
-            names = NAMES.items()
-            if len(names) > self._names_written:
-                self._db.executemany("INSERT OR IGNORE INTO distprof_names VALUES (?, ?, ?, ?, ?, ?, ?)", names)
-                self._names_written = len(names)
-            self._db.executemany("INSERT OR IGNORE INTO distprof_threads VALUES (?, ?)",
-                                 list(THREAD_NAMES.items()))
-            insert = f"INSERT INTO distprof_ranges VALUES (?, ?, ?, ?, {int(self.step)})"
-            self._db.executemany(insert, late)
-            self._db.executemany(insert, rows)
-            self._db.executemany("INSERT OR REPLACE INTO distprof_meta VALUES (?, ?)",
-                                 [("process_cpu_ns", str(time.process_time_ns() - self._cpu_start_ns)),
-                                  ("elapsed_ns", str(clock_ns() - self._wall_start_ns))])
-            self._db.execute("COMMIT")
-            self._retired, self._retired_written = rows, len(rows)
-            return len(rows) + len(late)
+            try:
+                if len(names) > self._names_written or len(threads) > self._threads_written:
+                    self._db.executemany("INSERT OR IGNORE INTO distprof_names VALUES (?, ?, ?, ?, ?, ?, ?)", names)
+                    self._db.executemany("INSERT OR IGNORE INTO distprof_threads VALUES (?, ?)", threads)
+                self._insert_rows(todo, int(step))
+                self._db.execute(INSERT_CPU, (str(cpu_ns), str(elapsed_ns)))
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._retired, self._retired_written = rows, count
+            self._names_written, self._threads_written = len(names), len(threads)
+            return len(todo)
+
+    def _insert_rows(self, rows: list, step: int) -> None:
+        """Up to ``self._chunk`` rows a statement, padded to a power of two (_insert_sql)."""
+        for first in range(0, len(rows), self._chunk):
+            part = rows[first:first + self._chunk]
+            size = 1 << max(4, (len(part) - 1).bit_length())
+            params = [step, *itertools.chain.from_iterable(part)]
+            if len(params) != 1 + ROW_FIELDS * len(part):  # not all 4-tuples: executemany says which
+                self._db.executemany(f"INSERT INTO distprof_ranges VALUES (?, ?, ?, ?, {step})", part)
+                continue
+            params.extend(self._padding[:ROW_FIELDS * (size - len(part))])
+            params.append(len(part))
+            self._db.execute(_insert_sql(size), params)
 
     def close(self) -> None:
+        """Write every row, stop the writer thread, mark the file complete and close it."""
         self.flush()
         self.flush()  # picks up rows that raced with the previous swap
+        self._stop_writer()
         self.deactivate()
         self.set_meta(complete=1, load_1m_stop=_load_1m())
         with self._lock:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
+
+    def _stop_writer(self) -> None:
+        """Hand the writer ``None`` and join it (bounded: it is idle, holding no lock)."""
+        if self._claim():
+            self._writing = False
+            self._handed = None
+            self._ready.release()
+        if self._writer is not threading.current_thread():
+            self._writer.join(timeout=WRITER_POLL_S)

@@ -174,7 +174,8 @@ class Profiler:
 
     # -- steps and data loading ------------------------------------------------------------
     def step(self) -> None:
-        """Close the current ProfileStep (and write it to disk when recorded), open the next."""
+        """Close the current ProfileStep (handed to the collector's writer thread when recorded, so
+        the training thread does not wait for SQLite), open the next."""
         now = clock_ns()
         self._end_step_nvtx()
         if self.timer_only:
@@ -183,11 +184,14 @@ class Profiler:
             self._reader_in_step = 0
         elif self.collector is not None:
             state = self.state()
+            ready = state is schedule_mod.State.RECORD_AND_RETURN and self.on_trace_ready is not None
             if state in schedule_mod.RECORDING:
                 self.collector.record(ev.PROFILE_STEP, ev.PHASE, ev.RANGE, self._step_start, now)
-                self.collector.flush()
+                # the collector's writer thread writes the step; a cycle's last step is on disk
+                # before on_trace_ready, which may read the file
+                self.collector.flush() if ready else self.collector.submit()
             self.collector.step = self.step_num + 1
-            if state is schedule_mod.State.RECORD_AND_RETURN and self.on_trace_ready is not None:
+            if ready:
                 self.on_trace_ready(self)
         self.step_num += 1
         if self.collector is not None:
