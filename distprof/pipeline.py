@@ -207,7 +207,8 @@ def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, c
     the other findings' prices). Not where the replay cannot see the waits (GPU collectives no
     host call waits for: ``whatif.gpu_waits_unseen``): its saving is no evidence there."""
     straggler = skew_summary.get("straggler")
-    what = whatif.safe_whatif(results, matching, config, warnings, (straggler or {}).get("rank"), keep=keep)
+    what = whatif.safe_whatif(results, matching, config, warnings, (straggler or {}).get("rank"), keep=keep,
+                              straggler_since=(straggler or {}).get("onset_step"))
     floor = float(config["skew"]["straggler_min_step_fraction"])
     unconfirmed = cost.unconfirmed_straggler(straggler, what, crowded, floor)
     if unconfirmed is None or "graph" not in keep or whatif.gpu_waits_unseen(keep["graph"]):

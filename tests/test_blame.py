@@ -133,6 +133,10 @@ def test_a_rank_that_turns_slow_mid_run_and_stays_slow_is_named_since_that_step(
     straggler = summary["skew"]["straggler"]
     assert (straggler["rank"], straggler["pattern"], straggler["onset_step"]) == (1, "since step", 3)
     assert straggler["waits_caused_ns"] == 20 * MS  # per step since it turned slow
+    # the replay removes its lateness from step 3 on and prices it per step since then
+    assert straggler["cost_ns"] == 20 * MS
+    no_straggler = next(row for row in summary["whatif"]["scenarios"] if row["name"] == "no_straggler")
+    assert (no_straggler["since_step"], no_straggler["removed_per_step_ns"]) == (3, 20 * MS)
     [finding] = [f for f in summary["findings"] if f["finding"] == "straggler"]
     assert "late since step 3" in finding["message"]
 
@@ -160,6 +164,9 @@ def test_the_onset_rank_is_found_when_another_cost_more_before_it():
     summary = tp_dp_job(0, delays={0: [19 * MS] * 4 + [0] * 4, 1: [0] * 5 + [24 * MS] * 3}, steps=8)
     straggler = summary["skew"]["straggler"]
     assert (straggler["rank"], straggler["pattern"], straggler["onset_step"]) == (1, "since step", 5)
+    # priced per step since step 5: over all 8 steps (3 late) its median lateness, and so the
+    # replay's saving, was 0, which the floor would now take as no straggler
+    assert straggler["cost_ns"] == 24 * MS
 
 
 def test_an_onset_no_later_than_the_noise_before_it_is_no_straggler():

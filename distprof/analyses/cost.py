@@ -137,12 +137,13 @@ def unconfirmed_straggler(straggler: dict | None, whatif: dict | None, oversubsc
     removing its lateness (``saving``: not where it cannot) at less than ``min_share`` of the
     measured step, the same share its waits had to reach. Waits a rank causes can exceed what
     fixing it saves (a rank a little behind in every bucket of a 2-rank DDP job: 10 ms of waits a
-    step, 1 ms saved); a wrong verdict is worse than none. None when it stands, when none was
-    named, or when its lateness is not every step's (an onset, one step: the replay's
-    no_straggler removes a rank's median lateness over all steps, so it cannot price those).
-    Else the saving, its share of the step and the floor, to go beside the straggler's row."""
-    if not straggler or straggler.get("pattern") != "persistent":
-        return None  # the replay removes a lateness of every step: it prices no onset nor one step
+    step, 1 ms saved); a wrong verdict is worse than none. A rank that turned slow is priced per
+    step since its onset (whatif's ``straggler_since``); one profiled step is not judged (one
+    step of a trace cut around it says little of what the lateness costs the job). None when it
+    stands or none was named; else the saving, its share of the step and the floor, to go beside
+    the straggler's row."""
+    if not straggler or straggler.get("pattern") == "single step":
+        return None
     value, _, _ = saving("straggler", whatif, oversubscribed)
     step_ns = (whatif or {}).get("measured_step_ns")
     if value is None or not step_ns or value >= min_share * step_ns:

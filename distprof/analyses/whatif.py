@@ -95,7 +95,8 @@ class Graph:
     e_needed: np.ndarray       # per edge: a blocking call's return that work comes right after
     #                            (no scenario overlaps it: the thread needs its result, as a
     #                            pipeline stage needs the activations its recv brings)
-    p_kind: np.ndarray         # _PHASE_END, _STEP_END, _STEP_START, _PHASE_START or _ISSUE
+    p_kind: np.ndarray         # _RETURN, _PHASE_END, _STEP_END, _STEP_START, _PHASE_START or _ISSUE
+    p_step: np.ndarray         # the step of each point
     p_label: np.ndarray        # code into ``labels``
     labels: np.ndarray         # label texts, sorted: "name<" / "name>" for phase bounds, "step<" /
     #                            "step>", "@op" for issues, "" (before a rank's first point)
@@ -369,7 +370,7 @@ def _finish_graph(results: list[RankResult], n_cols: int, points: dict, ops: dic
         step_end=step_end, o_rank=ops["row"], o_col=col, o_issue=ops["issue"], o_lane_prev=ops["lane_prev"],
         o_delta=delta, o_transfer=end - last, o_start=start, o_end=end, o_step_end=op_step_end,
         o_partial=last < column_last[col], o_gpu=~ops["host"], edges=edges, e_needed=needed,
-        p_kind=points["kind"],
+        p_kind=points["kind"], p_step=points["step"],
         p_label=points["label"], labels=chain_of["texts"], o_name=ops["name"].astype(object),
         o_lane=ops["lane"].astype(object))
 
@@ -625,8 +626,9 @@ def _with_medians(g: Graph, medians: tuple[np.ndarray, np.ndarray], rows: np.nda
     return w
 
 
-def _without_lateness(g: Graph, row: int, others: np.ndarray) -> np.ndarray:
-    """Segment durations with the straggler's (``row``) lateness removed and its jitter kept.
+def _without_lateness(g: Graph, row: int, others: np.ndarray, since: int | None = None) -> np.ndarray:
+    """Segment durations with the straggler's (``row``) lateness removed and its jitter kept;
+    ``since``: only from that step on, its lateness measured there (a rank that turned slow).
 
     Its lateness per segment is its median excess over the other ranks' same segment of the same
     step; that is taken off every step's segment. A rank's step-to-step variation is not
@@ -636,7 +638,7 @@ def _without_lateness(g: Graph, row: int, others: np.ndarray) -> np.ndarray:
     is never longer than the longest the other ranks show for that segment (one-off late steps).
     """
     w = g.p_w.copy()
-    use = np.flatnonzero((g.p_rank == row) & ~g.p_first & ~g.p_waited)
+    use = np.flatnonzero((g.p_rank == row) & ~g.p_first & ~g.p_waited & (g.p_step >= (since or _NEG)))
     same_step = columns.lookup(_segment_medians(g, others), g.p_key[use])
     known = ~np.isnan(same_step)
     use, same_step = use[known], same_step[known]
@@ -716,8 +718,10 @@ def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[t
         row, info = context["straggler"]
         if row is None:
             return None, info
-        new_w = w - (g.p_w - _without_lateness(g, row, np.setdiff1d(np.arange(g.n_ranks), [row])))
-        steps = max(int(np.unique(g.step_index[g.step_rank == row]).size), 1)
+        since = context.get("since")
+        new_w = w - (g.p_w - _without_lateness(g, row, np.setdiff1d(np.arange(g.n_ranks), [row]), since))
+        mine = g.step_index[g.step_rank == row]
+        steps = max(int(np.unique(mine[mine >= (since or _NEG)]).size), 1)
         return (new_w, transfer, edges, hoist), {**info, "removed_per_step_ns": int((w - new_w).sum() // steps)}
     if name == "balanced_ranks":
         if g.n_ranks < 2:
@@ -834,7 +838,7 @@ def _unwaited_gpu_note(g: Graph) -> list[str]:
 
 def whatif(results: list[RankResult], matching: Matching, config: dict,
            scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None = None,
-           keep: dict | None = None) -> dict:
+           keep: dict | None = None, straggler_since: int | None = None) -> dict:
     """summary.json's ``whatif``: measured and replayed median step, the replay error (median over
     steps of |replayed − measured| / measured) and each scenario's predicted median step,
     saving against the measured one and the ranks whose own median step drops.
@@ -842,7 +846,9 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     None when it named none: no_straggler then does not apply. Where it applies, every other
     scenario is also replayed on top of it (``saving_after_straggler_ns``): a delay the straggler
     causes is its cost, not also that of the waits it propagates into. ``keep``: a dict that
-    receives the graph (``keep["graph"]``), for the critical path, so it is built once."""
+    receives the graph (``keep["graph"]``), for the critical path, so it is built once.
+    ``straggler_since``: the step it turned slow at (skew's onset): no_straggler then removes its
+    lateness from there on and its saving is per step since then."""
     dataloader = str(config.get("phases", {}).get("dataloader", "Dataloader"))
     g = build_graph(results, matching, dataloader)
     if keep is not None:
@@ -859,7 +865,7 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     job_measured, job_replayed = _job_steps(g, _step_ns(g, g.p_t))[1], _job_steps(g, replayed)[1]
     errors = np.abs(job_replayed - job_measured) / np.maximum(job_measured, 1)
     measured_ns = int(round(float(np.median(job_measured))))
-    context = {"dataloader": dataloader, "straggler": _named(g, straggler_rank)}
+    context = {"dataloader": dataloader, "straggler": _named(g, straggler_rank), "since": straggler_since}
     base_by_rank = _rank_medians(g, replayed)[1]
     fixed, _ = _scenario_inputs("no_straggler", g, context, measured_inputs)
     fixed_ns = _job_step_ns(g, replay(g, *fixed)[0]) if fixed else None
@@ -893,16 +899,32 @@ def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank
     rows, by_rank = _rank_medians(g, _step_ns(g, t))
     predicted = _job_step_ns(g, t)
     gaining = [int(g.rank_numbers[r]) for r in rows[(base_by_rank - by_rank) > GAIN_SHARE * base_by_rank].tolist()]
-    return {"name": name, "predicted_step_ns": predicted, "saving_ns": measured_ns - predicted,
-            "ranks_gaining": gaining, "applies": True, "why": None, **info}
+    since = context.get("since") if name == "no_straggler" else None
+    saving = measured_ns - predicted if since is None else _saving_since(g, t, since)
+    return {"name": name, "predicted_step_ns": predicted, "saving_ns": saving,
+            "ranks_gaining": gaining, "applies": True, "why": None, **info,
+            **({"since_step": since} if since is not None else {})}
+
+
+def _saving_since(g: Graph, t: np.ndarray, since: int) -> int:
+    """The job's median step from step ``since`` on, measured, less the same under times ``t``:
+    what a fix saves per step where the lateness is (a rank that turned slow at ``since``)."""
+    steps, measured = _job_steps(g, _step_ns(g, g.p_t))
+    predicted = _job_steps(g, _step_ns(g, t))[1]
+    late = steps >= since
+    if not late.any():
+        return 0
+    return int(round(float(np.median(measured[late])) - float(np.median(predicted[late]))))
 
 
 def safe_whatif(results: list[RankResult], matching: Matching, config: dict, warnings: list[str],
-                straggler_rank: int | None = None, keep: dict | None = None) -> dict | None:
+                straggler_rank: int | None = None, keep: dict | None = None,
+                straggler_since: int | None = None) -> dict | None:
     """``whatif`` for pipeline.combine: a trace the replay cannot read costs the what-if, with a
     warning saying so, not the whole merge."""
     try:
-        return whatif(results, matching, config, straggler_rank=straggler_rank, keep=keep)
+        return whatif(results, matching, config, straggler_rank=straggler_rank, keep=keep,
+                      straggler_since=straggler_since)
     except (ValueError, KeyError, IndexError) as error:
         warnings.append(f"what-if replay skipped: {type(error).__name__}: {error}")
         return None
