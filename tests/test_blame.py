@@ -258,3 +258,13 @@ def test_the_straggler_line_says_why_the_waits_did_not_name_a_rank():
     assert line == ("Straggler: none (rank 1 is last in 6 of its 6 collectives and the others wait 5.0 ms per step "
                     "for it, but removing its lateness saves 0.0 ms per step: 0.0% of the step, under the 5% a "
                     "straggler costs)")
+
+
+def test_a_rank_late_every_step_that_does_not_lead_reads_as_spread_not_rotating():
+    """Rank 1 late 20 ms in every step; rank 2 late 35 ms in steps 2 and 4 (70 ms against rank 1's
+    120 ms: less than twice): no straggler, because rank 2 costs nearly as much, not because the
+    late rank rotates (rank 1 is the worst in 4 of the 6 steps)."""
+    summary = tp_dp_job(0, delays={1: [20 * MS] * 6, 2: [0, 0, 35 * MS, 0, 35 * MS, 0]})
+    assert summary["skew"]["straggler"] is None
+    [note] = [n for n in summary["skew"]["notes"] if "straggler" in n]
+    assert note.startswith("rank 1 costs the others 20.0 ms per step, but rank 2 costs nearly as much (11.7 ms)"), note

@@ -520,12 +520,18 @@ def _exposed_waits(matching: Matching, inst: dict, blame: dict, r: int, late_uni
 
 
 def _no_straggler_notes(blame: dict, rank_of: list[int], r: int, big: bool, repeats: bool) -> list[str]:
-    """Why no rank is named: the late rank rotates, or one is late only in a few steps."""
+    """Why no rank is named, by the condition that failed: another rank costs nearly as much (the
+    late rank repeats but does not lead), the late rank rotates, or one is late only in a few steps."""
     per_unit, min_cost = blame["per_unit"], blame["min_cost"]
+    label = "step" if blame["by_step"] else "unit"
+    if big and repeats:
+        second = int(np.argsort(-blame["cost"])[1])
+        return [f"rank {rank_of[r]} costs the others {duration(blame['per_step'][r])} per {label}, but rank "
+                f"{rank_of[second]} costs nearly as much ({duration(blame['per_step'][second])}): no single "
+                "straggler; the delay is spread (uneven work, or a busy machine)"]
     worst = per_unit.argmax(axis=0)
     hit = per_unit.max(axis=0) >= min_cost
     culprits = sorted({rank_of[w] for w in worst[hit]})
-    label = "step" if blame["by_step"] else "unit"
     if len(culprits) >= 2:
         shown = "; ".join(f"{label} {int(s)}: rank {rank_of[w]} ({duration(c)})" for s, w, c in
                           zip(blame["steps"][hit][:8], worst[hit][:8], per_unit.max(axis=0)[hit][:8]))
@@ -540,11 +546,6 @@ def _no_straggler_notes(blame: dict, rank_of: list[int], r: int, big: bool, repe
         steps = ", ".join(str(int(s)) for s in blame["steps"][late][:8])
         return [f"rank {rank_of[r]} is late only in {label}(s) {steps} ({late.size} of {blame['n_units']}): transient, "
                 f"not a straggler (costs {duration(blame['per_step'][r])} per {label} on average)"]
-    if big and repeats:
-        second = int(np.argsort(-blame["cost"])[1])
-        return [f"rank {rank_of[r]} costs the others {duration(blame['per_step'][r])} per {label}, but rank "
-                f"{rank_of[second]} costs nearly as much ({duration(blame['per_step'][second])}): no single "
-                "straggler; the delay is spread (uneven work, or a busy machine)"]
     return []
 
 
