@@ -175,7 +175,8 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
                                            replay_graph)
     straggler_rank = (skew_summary.get("straggler") or {}).get("rank")
     path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings, straggler_rank,
-                                            str(config.get("phases", {}).get("dataloader", "Dataloader")))
+                                            str(config.get("phases", {}).get("dataloader", "Dataloader")),
+                                            replay_graph.get("measured"))
     if crowded:
         said = cost.OVERSUBSCRIBED.format(detail=cost.hosts_detail(crowded))
         warnings.append(said[0].upper() + said[1:] + " (findings unpriced; the what-if table kept for reference)")

@@ -394,10 +394,11 @@ def critical_path(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray,
 
 
 def safe_critical_path(g: Graph | None, results: list, warnings: list[str], straggler_rank: int | None = None,
-                       dataloader: str = "Dataloader") -> dict | None:
+                       dataloader: str = "Dataloader", replayed: tuple | None = None) -> dict | None:
     """``critical_path`` of the measured replay for pipeline.combine (None without a graph or
-    steps); ``results`` (RankResults, the graph's rows) name each rank's computing threads. A graph
-    the walk cannot follow costs the critical path, with a warning, not the merge."""
+    steps); ``results`` (RankResults, the graph's rows) name each rank's computing threads;
+    ``replayed``: the what-if's measured replay of ``g``, reused. A graph the walk cannot follow
+    costs the critical path, with a warning, not the merge."""
     if g is None or not g.step_start.size:
         return None
     try:
@@ -405,7 +406,8 @@ def safe_critical_path(g: Graph | None, results: list, warnings: list[str], stra
         threads = [{lane.label: lane.computation_ns > 0 for lane in result.lanes if lane.lane_kind == HOST_THREAD}
                    for result in results]
         chain_lanes = [{label for label, computes in lanes.items() if computes} for lanes in threads]
-        return critical_path(g, whatif.replay_times(g, *inputs), *inputs, chain_lanes, straggler_rank, dataloader,
+        return critical_path(g, whatif.replay_times(g, *inputs, replayed=replayed), *inputs, chain_lanes,
+                             straggler_rank, dataloader,
                              [set(lanes) for lanes in threads])
     except (ValueError, KeyError, IndexError) as error:
         warnings.append(f"critical path skipped: {type(error).__name__}: {error}")

@@ -587,11 +587,13 @@ class ReplayTimes:
 
 
 
-def replay_times(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray) -> ReplayTimes:
+def replay_times(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
+                 replayed: tuple[np.ndarray, np.ndarray] | None = None) -> ReplayTimes:
     """``replay`` and the op times it implies, re-derived vectorized from its point times and op
     ends (start = max(ready, lane predecessor's end) + launch delay; the last member is the
-    latest start among the members the op joined)."""
-    t, ends = replay(g, w, transfer, edges)
+    latest start among the members the op joined). ``replayed``: that replay's (point times, op
+    ends), where the what-if made it already."""
+    t, ends = replayed if replayed is not None else replay(g, w, transfer, edges)
     issue_t = np.where(g.o_issue >= 0, t[np.maximum(g.o_issue, 0)], 0)
     ready = _measured_ready(issue_t, g.o_issue, g.o_lane_prev)
     prev_end = np.where(g.o_lane_prev >= 0, ends[np.maximum(g.o_lane_prev, 0)], _NEG)
@@ -846,7 +848,8 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     None when it named none: no_straggler then does not apply. Where it applies, every other
     scenario is also replayed on top of it (``saving_after_straggler_ns``): a delay the straggler
     causes is its cost, not also that of the waits it propagates into. ``keep``: a dict that
-    receives the graph (``keep["graph"]``), for the critical path, so it is built once.
+    receives the graph (``keep["graph"]``) and its measured replay (``keep["measured"]``: point
+    times, op ends), for the critical path, so both are made once.
     ``straggler_since``: the step it turned slow at (skew's onset): no_straggler then removes its
     lateness from there on and its saving is per step since then."""
     dataloader = str(config.get("phases", {}).get("dataloader", "Dataloader"))
@@ -860,7 +863,9 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
                 "scenarios": [{"name": n, "predicted_step_ns": None, "saving_ns": None, "ranks_gaining": [],
                                "applies": False, "why": _why(info)} for n in scenarios]}
     measured_inputs = (g.p_w, g.o_transfer, g.edges, None)
-    t, _ = replay(g, *measured_inputs)
+    t, ends = replay(g, *measured_inputs)
+    if keep is not None:
+        keep["measured"] = (t, ends)
     replayed = _step_ns(g, t)
     job_measured, job_replayed = _job_steps(g, _step_ns(g, g.p_t))[1], _job_steps(g, replayed)[1]
     errors = np.abs(job_replayed - job_measured) / np.maximum(job_measured, 1)
