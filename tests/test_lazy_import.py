@@ -77,3 +77,17 @@ def test_merge_and_whatif_load_no_pandas(inputs, tmp_path):
             f"    cli.main(['merge', *{paths!r}, '-o', {str(tmp_path)!r}])\n"
             f"    cli.main(['whatif', {str(tmp_path)!r}])\n")
     assert loaded_after(code) == []
+
+
+def test_report_of_a_summary_loads_no_numpy(tmp_path):
+    """``distprof report`` words a summary.json: numbers already made, no numpy to load (the
+    reports read the step-time definition and the cost texts, not the analyses' arrays)."""
+    from pathlib import Path
+    golden = Path(__file__).parent / "data" / "golden" / "demo__demo_ranks.json"
+    (tmp_path / "summary.json").write_text(golden.read_text())
+    code = ("from distprof import cli\n"
+            f"cli.main(['report', {str(tmp_path)!r}])\n"
+            "print(json.dumps(['numpy'] if 'numpy' in sys.modules else []))\n")
+    done = subprocess.run([sys.executable, "-c", "import json, sys\n" + code], capture_output=True, text=True,
+                          check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []

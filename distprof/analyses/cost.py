@@ -13,8 +13,6 @@ scenario prices (or whose scenario does not apply to the trace) keeps ``predicte
 
 from __future__ import annotations
 
-import numpy as np
-
 HIGH_SHARE, MEDIUM_SHARE = 0.10, 0.03
 UNPRICED = "unpriced"
 SEVERITY_ORDER = ("high", "medium", "low", UNPRICED)
@@ -93,7 +91,9 @@ def durations_vary(results, straggler_rank: int | None) -> float | None:
     yet a rank's phase time per step (its phases' busy time, summed) varies from step to step.
     The median over the ranks other than the straggler of that spread (1.4826 × MAD / median, ≥ 3
     steps), when above ``DURATIONS_VARY_SHARE``; else None. Measured: a 2-rank DDP pair on 2
-    shared cores ran compute 19.5% faster beside a sleeping rank than beside a busy one."""
+    shared cores ran compute 19.5% faster beside a sleeping rank than beside a busy one. numpy is
+    imported here: the reports read this module's texts, and ``distprof report`` needs no numpy."""
+    import numpy as np
     spreads = []
     for result in results:  # one per rank
         phases = result.markers.phases

@@ -9,7 +9,10 @@ not this step time (the slowest rank's step, one rank's own steps) say so in the
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STEP_TIME_DEFINITION = "step time (median rank per step, median over steps)"
 PER_STEP_DEFINITION = "step time per step (median over ranks)"
@@ -19,7 +22,9 @@ MAX_STEPS = 2000  # steps kept in a step-time series (summary.json's tables, a d
 def per_step(steps: np.ndarray, durations_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(step indices ascending, median over ranks of each step's duration) from one row per
     (rank, step). A step seen by an even number of ranks takes the mean of the middle two
-    (as ``np.median``). One sort, no loop per step."""
+    (as ``np.median``). One sort, no loop per step. numpy is imported here, not with the module:
+    the reports read only the definitions above, and ``distprof report`` needs no numpy."""
+    import numpy as np
     steps = np.asarray(steps, np.int64)
     durations = np.asarray(durations_ns)
     if steps.size == 0:
@@ -35,5 +40,6 @@ def per_step(steps: np.ndarray, durations_ns: np.ndarray) -> tuple[np.ndarray, n
 
 def run_step_time(per_step_ns: np.ndarray) -> float | None:
     """The run's step time: the median over steps of the per-step series; None without steps."""
+    import numpy as np
     values = np.asarray(per_step_ns, np.float64)
     return float(np.median(values)) if values.size else None
