@@ -139,6 +139,43 @@ def test_kineto_side_tables_hold_every_cpu_op_and_memory_sample():
     assert len(trace.profiles["memory"]) == sum(e.get("name") == "[memory]" and e.get("ph") == "i" for e in raw)
 
 
+def test_shape_args_needed_names_the_formulas_ops():
+    """The reader decodes Input Dims for the GEMM/conv ops only and Concrete Inputs for convolutions."""
+    names = ["aten::mm", "aten::addmm", "aten::linear", "aten::conv2d", "aten::_convolution", "aten::relu",
+             "aten::matmul", "aten::conv_transpose2d", "aten::convert_element_type", "ProfilerStep#2"]
+    dims, concrete = profiles.shape_args_needed(names)
+    assert [n for n, d in zip(names, dims) if d] == ["aten::mm", "aten::addmm", "aten::linear", "aten::conv2d",
+                                                     "aten::_convolution"]
+    assert [n for n, c in zip(names, concrete) if c] == ["aten::conv2d", "aten::_convolution"]
+    assert all(shape is None or d for n, d in zip(names, dims)
+               for shape in [profiles.shape_flops(n, [[2, 3], [3, 4], [3, 4]], ["", "", "", "1", "0", "1", "0"])])
+
+
+def test_kineto_decodes_shapes_only_where_flops_read_them():
+    """Input Dims of the ops without a FLOPs formula are left undecoded (code -1), the GEMMs' are kept."""
+    side = kineto.read(FILES[0], config_mod.load())[0].profiles
+    ops, raw = side["operators"], _raw(FILES[0])
+    dims = np.asarray(ops["dims"])
+    needed, _ = profiles.shape_args_needed(ops["name"].texts)
+    assert ((dims >= 0) == needed[ops["name"].codes]).all() and (dims >= 0).any()
+    mm = [e["args"]["Input Dims"] for e in raw if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"]
+    assert sorted(side["input_dims"][d] for d in dims[ops["name"].eq("aten::mm")]) == sorted(mm)
+    assert all(dims[~needed[ops["name"].codes]] == -1) and (np.asarray(ops["concrete"]) == -1).all()
+
+
+def test_no_flops_anywhere_counts_nothing_and_lists_the_gemms_uncounted():
+    """Without flops args or usable shapes nothing goes up the tree: every GEMM/conv op is uncounted."""
+    names = ["aten::linear", "aten::addmm", "aten::relu", "aten::conv2d"]
+    ops = {"name": operators.ev.Texts.of(np.array(names, object)), "flops": np.full(4, np.nan),
+           "dims": np.full(4, -1), "concrete": np.full(4, -1)}
+    tree = {"ops": ops, "parent": np.array([-1, 0, -1, -1]), "depth": np.array([1, 2, 1, 1])}
+    counted, uncounted, source = profiles.op_flops(tree, [], [])
+    assert counted.tolist() == [0, 0, 0, 0] and uncounted.tolist() == [True, True, False, True] and source is None
+    ops["dims"], ops["flops"] = np.array([-1, 0, 0, -1]), np.array([np.nan, np.nan, 5.0, np.nan])
+    counted, uncounted, source = profiles.op_flops(tree, [[[2, 3], [3, 4]]], [])
+    assert counted.tolist() == [0, 0, 5, 0] and uncounted.tolist() == [True, True, False, True] and source == "args"
+
+
 def test_rank_profile_round_trips_through_json(summary):
     row = summary["ranks"][1]
     profile = RankProfile.from_json(row)

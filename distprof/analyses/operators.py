@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -80,18 +81,22 @@ def up_the_tree(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np
     return total
 
 
-def nvtx_operators(events: ev.Table) -> tuple[ev.Table, list]:
+def nvtx_operators(events: ev.Table, needs_shapes: Callable | None = None) -> tuple[ev.Table, list]:
     """Operators of a trace without a cpu_op side table: host ranges named ``aten::...`` (nsys NVTX
     of emit_nvtx), names without their ``, seq = N, sizes = [...]`` tails; the ``sizes`` (emit_nvtx
-    with record_shapes) as Input Dims: (operators, distinct dims)."""
+    with record_shapes) as Input Dims: (operators, distinct dims). ``needs_shapes`` (clean names ->
+    a mask) picks the ops whose sizes are decoded (all when None): a name with its ``seq`` is
+    distinct per call, so decoding every op's sizes is a JSON parse per event."""
     host = events["lane_kind"].eq(ev.HOST_THREAD) & events["kind"].isin((ev.RANGE, ev.COMM_OP))
     rows = np.flatnonzero(host & events["name"].where(_NVTX_OP.match))
     names = [str(name) for name in events["name"].texts]
     codes = events["name"].codes[rows]
     clean = np.asarray([_NVTX_TAIL.sub("", n) for n in names], object)
-    sizes = [_nvtx_sizes(n) for n in names]
+    wanted = np.ones(len(names), bool) if needs_shapes is None else needs_shapes(clean)
+    sizes = [_nvtx_sizes(n) if want else None for n, want in zip(names, wanted.tolist())]
     distinct = sorted({text for text in sizes if text is not None})
-    dims_code = np.array([distinct.index(text) if text is not None else -1 for text in sizes] + [-1], np.int64)
+    index = {text: at for at, text in enumerate(distinct)}
+    dims_code = np.array([index.get(text, -1) for text in sizes] + [-1], np.int64)
     ops = ev.Table({"start_ns": events["start_ns"][rows], "end_ns": events["end_ns"][rows],
                     "pid": events["pid"][rows], "lane": events["lane"][rows], "name": ev.Texts.of(clean[codes]),
                     "flops": np.full(rows.size, np.nan), "dims": dims_code[codes],
@@ -143,13 +148,14 @@ def launched_gpu_ns(events: ev.Table, operators: ev.Table, op_thread: np.ndarray
     return np.bincount(op_of[hit], weights=duration[hit], minlength=len(operators)).astype(np.int64)
 
 
-def prepared(events: ev.Table, profiles: dict) -> dict:
+def prepared(events: ev.Table, profiles: dict, needs_shapes: Callable | None = None) -> dict:
     """The operators with their nesting, thread keys and self time: what the Operator Summary and
-    the FLOPs profile share (from the source's side table, else from NVTX op ranges)."""
+    the FLOPs profile share (from the source's side table, else from NVTX op ranges, their shapes
+    decoded where ``needs_shapes`` says: see :func:`nvtx_operators`)."""
     ops = profiles.get("operators")
     dims, concrete = profiles.get("input_dims") or [], profiles.get("concrete_inputs") or []
     if ops is None or not len(ops):
-        ops, dims = nvtx_operators(events)
+        ops, dims = nvtx_operators(events, needs_shapes)
     start, end = ops["start_ns"], ops["end_ns"]
     pid, lane = ops["pid"], ops["lane"]
     (thread,) = _thread_keys((pid, lane)) if len(ops) else (np.empty(0, np.int64),)

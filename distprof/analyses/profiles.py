@@ -52,7 +52,11 @@ _GEMM = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::
 _CONV = re.compile(r"^aten::(_?convolution|conv[123]d|cudnn_convolution|mkldnn_convolution|_convolution)$")
 _FLOP_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|linear|matmul|_?convolution|conv[123]d|cudnn_convolution"
                        r"|mkldnn_convolution|conv_transpose[123]d)$")
+_SHAPE_GEMMS = frozenset((*_GEMM, "aten::linear"))  # the GEMMs whose FLOPs come from their Input Dims
 _PHASE_KEYS = {"Forward": "forward", "Backward": "backward", "Optimization": "optimizer", "Dataloader": "dataloader"}
+# the phase keys of FLOPs by phase, sorted: an operator's phase is its index here (-1: none)
+_PHASES = ("backward", "dataloader", "forward", "optimizer", "other")
+_BACKWARD = _PHASES.index("backward")
 _DEVICE_TYPES = {0: "CPU", 1: "GPU"}   # c10::DeviceType: CPU 0, CUDA 1
 
 
@@ -118,34 +122,60 @@ def shape_flops(name: str, dims, concrete) -> int | None:
     return None
 
 
+def shape_args_needed(names) -> tuple[np.ndarray, np.ndarray]:
+    """Per name: whether its FLOPs formula (:func:`shape_flops`) reads Input Dims, and whether it
+    reads Concrete Inputs too (convolutions). The reader decodes those args for these ops only:
+    on every other op they feed no figure."""
+    texts = [str(name) for name in names]
+    conv = np.fromiter((_CONV.match(text) is not None for text in texts), bool, len(texts))
+    gemm = np.fromiter((text in _SHAPE_GEMMS for text in texts), bool, len(texts))
+    return gemm | conv, conv
+
+
+def _shape_flops(ops: ev.Table, input_dims: list, concrete_inputs: list) -> np.ndarray:
+    """Per operator, the FLOPs of its recorded shapes (0: none), computed once per distinct (name,
+    shapes) and only among the GEMM/conv ops that have shapes."""
+    names, dims = ops["name"], np.asarray(ops["dims"], np.int64)
+    shape = np.zeros(dims.size, np.int64)
+    formula, _ = shape_args_needed(names.texts)
+    rows = np.flatnonzero(formula[names.codes] & (dims >= 0)) if dims.size else dims[:0]
+    if not rows.size:
+        return shape
+    keys = np.stack([names.codes[rows].astype(np.int64), dims[rows], np.asarray(ops["concrete"], np.int64)[rows]],
+                    axis=1)
+    distinct, key_of, _ = unique_rows(keys)
+    per_key = []
+    for code, dim, concrete in distinct.tolist():  # per distinct (name, shapes), not per event
+        value = shape_flops(str(names.texts[code]), input_dims[dim],
+                            concrete_inputs[concrete] if concrete >= 0 else None)
+        per_key.append(-1 if value is None else value)
+    shape[rows] = np.maximum(np.asarray(per_key, np.int64)[np.asarray(key_of).ravel()], 0)
+    return shape
+
+
 def op_flops(tree: dict, input_dims: list, concrete_inputs: list) -> tuple[np.ndarray, np.ndarray, str | None]:
     """Per operator: FLOPs counted (innermost op with FLOPs only), a mask of the FLOP ops whose
     shapes were not usable, and where the FLOPs came from ("args", "shapes", "args+shapes")."""
     ops = tree["ops"]
     names = ops["name"]
     arg = np.asarray(ops["flops"], np.float64)
-    columns = [names.codes.astype(np.int64), np.asarray(ops["dims"], np.int64), np.asarray(ops["concrete"], np.int64)]
-    keys = np.stack(columns, axis=1) if len(names) else np.empty((0, 3), np.int64)
-    distinct, key_of, _ = unique_rows(keys)
-    per_key = []
-    for code, dims, concrete in distinct.tolist():  # per distinct (name, shapes), not per event
-        value = shape_flops(str(names.texts[code]), input_dims[dims] if dims >= 0 else None,
-                            concrete_inputs[concrete] if concrete >= 0 else None)
-        per_key.append(-1 if value is None else value)
-    shape = np.asarray(per_key, np.int64)[np.asarray(key_of).ravel()] if len(names) else np.empty(0, np.int64)
     from_args = np.isfinite(arg) & (arg > 0)
-    flops = np.where(from_args, np.nan_to_num(arg), np.maximum(shape, 0)).astype(np.int64)
+    flops = np.where(from_args, np.nan_to_num(arg), _shape_flops(ops, input_dims, concrete_inputs)).astype(np.int64)
     has = flops > 0
+    flop_op = names.where(lambda name: _FLOP_OPS.match(str(name)))
+    if not has.any():  # no FLOPs at all: nothing to count up the tree, every GEMM/conv op is uncounted
+        return np.zeros(flops.size, np.int64), flop_op, None
     below = ops_mod.up_the_tree(has.astype(np.int64), tree["parent"], tree["depth"]) - has  # descendants with FLOPs
     counted = np.where(has & (below == 0), flops, 0)
-    uncounted = names.where(lambda name: _FLOP_OPS.match(str(name))) & ~has & (below == 0)
+    uncounted = flop_op & ~has & (below == 0)
     used = {"args" if (from_args & (counted > 0)).any() else "", "shapes" if (~from_args & (counted > 0)).any() else ""}
     source = "+".join(sorted(u for u in used if u)) or None
     return counted, uncounted, source
 
 
 def _step_and_phase(events: ev.Table, tree: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Per operator: the ProfileStep index holding its start (-1) and its Model Summary phase key ("")."""
+    """Per operator: the ProfileStep index holding its start (-1) and its Model Summary phase as an
+    index into _PHASES (-1: none; codes, not texts: FLOPs by phase then groups integers)."""
     ops = tree["ops"]
     start, end = ops["start_ns"], ops["end_ns"]
     is_range = events["kind"].eq(ev.RANGE)
@@ -157,14 +187,15 @@ def _step_and_phase(events: ev.Table, tree: dict) -> tuple[np.ndarray, np.ndarra
     step = np.where(found >= 0, events["step"][is_step][np.maximum(found, 0)], -1) if step_starts.size \
         else np.full(start.size, -1)
     phase_mask = is_range & events["category"].eq(ev.PHASE) & ~is_step
-    phase = np.full(start.size, "", object)
+    phase = np.full(start.size, -1, np.int8)
     if phase_mask.any():
         pid, lane = events["pid"], events["lane"]
         thread_ops, thread_phase = ops_mod._thread_keys((ops["pid"], ops["lane"]), (pid[phase_mask], lane[phase_mask]))
         at = innermost_enclosing(thread_phase, ev_start[phase_mask], ev_end[phase_mask], thread_ops, start, end)
-        key = events["name"].mapped(lambda n: _PHASE_KEYS.get(model_row(str(n)) or "", "other"))[phase_mask]
+        key = events["name"].mapped(lambda n: _PHASES.index(_PHASE_KEYS.get(model_row(str(n)) or "", "other")),
+                                    np.int8)[phase_mask]
         phase[at >= 0] = key[at[at >= 0]]
-        _backward_of_other_threads(phase, ops, events, np.flatnonzero(phase_mask)[key == "backward"])
+        _backward_of_other_threads(phase, ops, events, np.flatnonzero(phase_mask)[key == _BACKWARD])
     return step, phase
 
 
@@ -174,7 +205,7 @@ def _backward_of_other_threads(phase: np.ndarray, ops: ev.Table, events: ev.Tabl
     GPU model's backward ops on its device threads while the training thread waits in
     ``loss.backward()`` under ``## backward ##``: on an 8-rank DLRM trace that is 2/3 of the step's
     GEMM FLOPs, which their own thread alone leaves in no phase (backward FLOPs 0)."""
-    loose = np.flatnonzero(phase == "")
+    loose = np.flatnonzero(phase < 0)
     if not loose.size or not backward.size:
         return
     pid = np.concatenate([np.asarray(events["pid"][backward], np.int64), np.asarray(ops["pid"][loose], np.int64)])
@@ -182,7 +213,7 @@ def _backward_of_other_threads(phase: np.ndarray, ops: ev.Table, events: ev.Tabl
     code = code.ravel().astype(np.int64)
     at = innermost_enclosing(code[:backward.size], events["start_ns"][backward], events["end_ns"][backward],
                              code[backward.size:], ops["start_ns"][loose], ops["end_ns"][loose])
-    phase[loose[at >= 0]] = "backward"
+    phase[loose[at >= 0]] = _BACKWARD
 
 
 def _counts_by_name(names: ev.Texts, limit: int) -> dict:
@@ -214,7 +245,7 @@ def flops_figures(events: ev.Table, tree: dict, window: iv.IntervalSet,
     np.add.at(per_step, np.asarray(step_of).ravel(), counted[in_step])
     achieved = total / window_ns / 1e3 if window_ns else None   # FLOP/ns = GFLOP/s
     by_phase = None
-    if (phase != "").any() and per_step.size:
+    if (phase >= 0).any() and per_step.size:
         by_phase = _median_by_phase(np.asarray(step_of).ravel(), step_values.size, phase[in_step], counted[in_step])
     return {**out, "flops_per_step": int(round(np.median(per_step))) if per_step.size else None,
             "flops_total": total, "achieved_tflops": achieved,
@@ -223,13 +254,14 @@ def flops_figures(events: ev.Table, tree: dict, window: iv.IntervalSet,
 
 
 def _median_by_phase(step_of: np.ndarray, steps: int, phase: np.ndarray, flops: np.ndarray) -> dict:
-    """Per phase (sorted), the median over all steps of the FLOPs summed in that step and phase
-    (0 in a step without that phase)."""
-    named = phase != ""
-    phases, phase_of = np.unique(phase[named].astype(str), return_inverse=True)
-    table = np.zeros((steps, phases.size), np.int64)
-    np.add.at(table, (step_of[named], np.asarray(phase_of).ravel()), flops[named])
-    return {str(name): int(round(np.median(table[:, k]))) for k, name in enumerate(phases.tolist())}
+    """Per phase that an operator ran in (sorted), the median over all steps of the FLOPs summed in
+    that step and phase (0 in a step without that phase). Only the ops with FLOPs are added up."""
+    named = phase >= 0
+    present = np.flatnonzero(np.bincount(phase[named], minlength=len(_PHASES)))
+    adds = named & (flops != 0)
+    table = np.zeros((steps, len(_PHASES)), np.int64)
+    np.add.at(table, (step_of[adds], phase[adds]), flops[adds])
+    return {_PHASES[k]: int(round(np.median(table[:, k]))) for k in present.tolist()}
 
 
 def _device_label(device_type: int, device_id: int) -> str:
@@ -282,7 +314,7 @@ def rank_profile(trace: ev.RankTrace, config: dict) -> tuple[RankProfile, dict]:
     """The rank's FLOPs and memory profile and its Operator Summary table."""
     events, profiles = trace.events, trace.profiles or {}
     window = analysis_window(events, config["window"])
-    tree = ops_mod.prepared(events, profiles)
+    tree = ops_mod.prepared(events, profiles, lambda names: shape_args_needed(names)[0])
     in_window = _in_window(tree["ops"]["start_ns"], window)
     table = ops_mod.operator_table(events, tree, window, in_window)
     peak = (config.get("hardware") or {}).get("peak_tflops")

@@ -82,9 +82,9 @@ Speed: ``msgspec`` decodes straight into small typed structs holding only the fi
 tagged by ``ph`` so that flows and metadata become empty structs; columns are then pulled out
 with C-level ``map``/``attrgetter`` and everything after is numpy. record_shapes' bulky args
 ("Input Dims", "Input type", "Concrete Inputs", on every cpu_op) stay raw JSON text and are decoded
-only for communication rows, once per distinct text; since raw text keeps the file's bytes alive,
-the structs are dropped as soon as the rows are read. Without ``msgspec`` the stdlib ``json``
-gives the same result, slower. The cyclic GC is paused while reading.
+only for communication rows and the GEMM/convolution ops whose FLOPs need them, once per distinct
+text; since raw text keeps the file's bytes alive, the structs are dropped as soon as the rows are read.
+Without ``msgspec`` the stdlib ``json`` gives the same result, slower. The cyclic GC is paused while reading.
 """
 
 from __future__ import annotations
@@ -124,6 +124,7 @@ _CATEGORY_CLASS = {
     "gpu_user_annotation": _GPU_RANGE,
 }
 _GPU_WORK = (_KERNEL, _MEMCPY, _MEMSET)
+_OP_CATEGORIES = ("cpu_op", "operator")  # framework operators: the rows of the profile side tables
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 # record_function ranges that are the Model Summary's phases (others are USER ranges)
 _PHASE_NAME = re.compile(r"^(## *(forward|backward|optimi[sz]er|optimi[sz]er[._ ]step|data_?load(er|ing)?) *##"
@@ -148,7 +149,7 @@ _ARG_KEYS = {"stream": "stream", "device": "device", "correlation": "correlation
              "flops": "flops", "total_allocated": "Total Allocated", "total_reserved": "Total Reserved",
              "device_type": "Device Type", "device_id": "Device Id"}
 # args that can be bulky on every cpu_op of a record_shapes trace: kept as raw JSON text by msgspec
-# and decoded only for the communication rows
+# and decoded only for the communication rows and the ops whose FLOPs formula reads them
 _RAW_ARGS = ("input_dims", "input_type", "concrete")
 
 if msgspec is not None:
@@ -228,8 +229,14 @@ class _Document:
     def complete_events(self) -> list:
         """The complete ("X") events."""
         if self.complete_type is not None:
-            return list(compress(self.events, map(isinstance, self.events, repeat(self.complete_type))))
+            return self._of_type(self.complete_type)
         return list(compress(self.events, map(eq, self.field(self.events, "ph"), repeat("X"))))
+
+    def _of_type(self, struct: type) -> list:
+        """The events decoded as this struct of the tagged union: an exact type test, since
+        ``isinstance`` is slow on a mismatch (it then looks up ``__class__``): 30 ms for the
+        instants of a 109k-event trace, 3 ms this way."""
+        return list(compress(self.events, map(is_, map(type, self.events), repeat(struct))))
 
     def field(self, items, name: str) -> list:
         """One field of many events, iterated in C (map + attrgetter/methodcaller)."""
@@ -254,7 +261,7 @@ class _Document:
     def memory_samples(self) -> list:
         """The profile_memory instants ("i" events named "[memory]") that carry a time."""
         if self.instant_type is not None:
-            instants = list(compress(self.events, map(isinstance, self.events, repeat(self.instant_type))))
+            instants = self._of_type(self.instant_type)
         else:
             instants = list(compress(self.events, map(eq, self.field(self.events, "ph"), repeat("i"))))
         named = list(compress(instants, map(eq, self.field(instants, "name"), repeat("[memory]"))))
@@ -479,8 +486,9 @@ def _convert(path: Path, document: _Document, config: dict) -> ev.RankTrace:
 def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     """The rank's event table: rows of known categories, their times and ids, the steps, then
     the categorical columns."""
-    rows, classes, skipped = _known_rows(doc)
+    rows, classes, skipped, is_op = _known_rows(doc)
     read = {field: doc.field(rows, field) for field in ("pid", "tid", "ts", "dur")}  # each read once
+    read["is_op"] = is_op  # filtered with the rows: the side tables need not read "cat" again
     rows, classes, read, corrupt_warnings = _without_corrupt_numbers(rows, classes, read, path)
     rows, classes, read, start_ns, end_ns, negative = _times(rows, classes, read, skipped)
     keep, span_warnings = plausible_span(start_ns, end_ns, path)
@@ -491,7 +499,7 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
     name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
     ids = _ids(doc, rows, classes, read["pid"], read["tid"])
     facts = _comm_facts(doc, rows, _comm_sources(classes, name_codes, name_uniques, config), name_codes, name_uniques)
-    profiles = _profile_tables(doc, rows, name_codes, name_uniques, start_ns, end_ns, ids)
+    profiles = _profile_tables(doc, rows, read["is_op"], name_codes, name_uniques, start_ns, end_ns, ids)
     del rows
     doc.events = []  # everything is read: free the structs now (their raw args hold the whole file's text)
     steps = _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids, path)
@@ -522,11 +530,13 @@ def _build(path: Path, doc: _Document, config: dict) -> ev.RankTrace:
                         rank_from=rank_from, warnings=warnings, meta=meta, profiles=profiles)
 
 
-def _known_rows(doc: _Document) -> tuple[list, np.ndarray, dict]:
-    """The complete events of known categories, their class, and the count of skipped ones by category."""
+def _known_rows(doc: _Document) -> tuple[list, np.ndarray, dict, np.ndarray]:
+    """The complete events of known categories, their class, the count of skipped ones by category,
+    and which rows are framework operators (cpu_op: the side tables' rows; "cat" is read once)."""
     complete = doc.complete_events()
     cat_codes, cat_uniques = ev.factorize(doc.field(complete, "cat"))
     class_of = np.array([_CATEGORY_CLASS.get(str(cat).lower(), _DROP) for cat in cat_uniques], dtype=np.int8)
+    op_of = np.array([str(cat).lower() in _OP_CATEGORIES for cat in cat_uniques], bool)
     classes = class_of[cat_codes] if cat_codes.size else np.empty(0, np.int8)
     keep = classes != _DROP
     dropped = np.bincount(cat_codes[~keep], minlength=len(cat_uniques))
@@ -534,7 +544,7 @@ def _known_rows(doc: _Document) -> tuple[list, np.ndarray, dict]:
     rows = list(compress(complete, keep.tolist()))
     if not rows:
         raise ev.SourceError("no CPU or GPU events in the trace (only metadata or unknown categories)")
-    return rows, classes[keep], skipped
+    return rows, classes[keep], skipped, op_of[cat_codes[keep]]
 
 
 def _beyond_time_range(values: list) -> np.ndarray:
@@ -757,7 +767,6 @@ def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, ste
 
 
 # ---------------------------------------------------------------------------- profiles
-_OP_CATEGORIES = ("cpu_op", "operator")
 
 
 def _number_column(values: list) -> np.ndarray:
@@ -778,25 +787,20 @@ def _as_float(value) -> float:
     return float("nan")
 
 
-def _profile_tables(doc: _Document, rows: list, name_codes, name_uniques, start_ns, end_ns, ids: dict) -> dict:
+def _profile_tables(doc: _Document, rows: list, is_op: np.ndarray, name_codes, name_uniques, start_ns, end_ns,
+                    ids: dict) -> dict:
     """The side tables of analyses.profiles, read before the raw rows are released: the framework
     operators (cpu_op rows) with their ``flops`` arg and record_shapes' Input Dims / Concrete
-    Inputs (codes into distinct decoded values), and the profile_memory samples. Facts only."""
-    cat_codes, cats = ev.factorize(doc.field(rows, "cat"))
-    op_cat = np.array([str(cat).lower() in _OP_CATEGORIES for cat in cats], bool)
-    is_op = op_cat[cat_codes] if cat_codes.size else np.zeros(0, bool)
+    Inputs (codes into distinct decoded values; -1 on the ops whose FLOPs formula reads none), and
+    the profile_memory samples. Facts only."""
     where = np.flatnonzero(is_op)
     args = doc.args(compress(rows, is_op.tolist()))
-    dims_codes, dims = doc.json_arg(args, "input_dims")
-    # Concrete Inputs (stride/padding/dilation) only matter for convolutions: decoded for those only
-    conv_name = np.array(["conv" in name for name in name_uniques] + [False], bool)
-    conv = np.flatnonzero(conv_name[name_codes[where]]) if where.size else np.empty(0, np.int64)
-    concrete_codes = np.full(where.size, -1, np.int64)
-    concrete_codes[conv], concrete = doc.json_arg([args[i] for i in conv.tolist()], "concrete")
+    op_names = name_codes[where]
+    (dims_codes, dims), (concrete_codes, concrete) = _shape_args(doc, args, op_names, name_uniques)
     operators = ev.Table({
         "start_ns": start_ns[where], "end_ns": end_ns[where], "pid": ids["pid"][where], "lane": ids["tid"][where],
-        "name": ev.Texts.from_codes(name_codes[where], name_uniques), "flops": _number_column(doc.arg(args, "flops")),
-        "dims": np.asarray(dims_codes, np.int64), "concrete": concrete_codes})
+        "name": ev.Texts.from_codes(op_names, name_uniques), "flops": _number_column(doc.arg(args, "flops")),
+        "dims": dims_codes, "concrete": concrete_codes})
     samples = doc.memory_samples()
     sample_args = doc.args(samples)
     time_ns, _ = _us_to_ns(doc.field(samples, "ts")) if samples else (np.empty(0, np.int64), None)
@@ -806,6 +810,22 @@ def _profile_tables(doc: _Document, rows: list, name_codes, name_uniques, start_
                            "device_type": _int_column(doc.arg(sample_args, "device_type")),
                            "device_id": _int_column(doc.arg(sample_args, "device_id"))})
     return {"operators": operators, "input_dims": dims, "concrete_inputs": concrete, "memory": memory}
+
+
+def _shape_args(doc: _Document, args: list, op_names: np.ndarray, name_uniques: list) -> tuple:
+    """record_shapes' Input Dims and Concrete Inputs of the operators as ((codes, distinct values),
+    (codes, distinct values)), decoded only for the ops whose FLOPs formula reads them (GEMMs and
+    convolutions; the code is -1 elsewhere): on every other op they feed no figure, and decoding
+    them for every op was a tenth of a 128-rank merge's CPU."""
+    from ..analyses.profiles import shape_args_needed  # the formulas' own list; imported once the reader runs
+    needs_dims, needs_concrete = shape_args_needed(name_uniques)
+    out = []
+    for needed, arg in ((needs_dims, "input_dims"), (needs_concrete, "concrete")):  # two args
+        on = needed[op_names] if op_names.size else np.zeros(0, bool)
+        codes = np.full(op_names.size, -1, np.int64)
+        codes[on], values = doc.json_arg(list(compress(args, on.tolist())), arg)
+        out.append((codes, values))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------- communication
