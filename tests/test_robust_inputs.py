@@ -103,6 +103,14 @@ def test_nothing_found_says_what_was_searched(tmp_path):
     one_line_error(run_cli("merge", str(tmp_path)), "no input files found", "*.sqlite", "*.json.gz", "*.nsys-rep")
 
 
+def test_a_trace_named_like_distprofs_own_output_is_named_when_nothing_else_is_found(tmp_path):
+    # a rank's Kineto trace saved as trace.json.gz (the name of distprof's own Perfetto output, which
+    # a folder's listing skips) used to end in a bare "no input files found"
+    (tmp_path / "trace.json.gz").write_bytes(b"\x1f\x8b")
+    one_line_error(run_cli("merge", str(tmp_path)), "no input files found",
+                   f"skipped {tmp_path / 'trace.json.gz'}: named as a file distprof writes", "give its path")
+
+
 def test_nsys_report_says_how_to_export(tmp_path, monkeypatch):
     report = tmp_path / "rank0.nsys-rep"
     report.write_bytes(b"\x00" * 64)

@@ -515,13 +515,20 @@ def _not_a_rank_file(path: Path) -> str:
     return f"{path}: a directory, not a rank file (named like one; distprof reads trace files, not folders)"
 
 
-def _in_folder(folder: Path, notes: list[str]) -> list[Path]:
-    """The trace files directly in ``folder`` (not distprof's own outputs); a sub-folder named like a
-    rank file is noted, others are passed over as before. A folder named like a rank file that holds
-    no trace file is noted too."""
+def _own_named(path: Path) -> bool:
+    """A trace-like file named as one distprof writes (its Perfetto ``trace.json.gz``)."""
+    return path.name.endswith(TRACE_SUFFIXES) and outpaths.is_own_file(path.name)
+
+
+def _in_folder(folder: Path, notes: list[str], own: list[Path]) -> list[Path]:
+    """The trace files directly in ``folder`` (not distprof's own outputs, which go to ``own``); a
+    sub-folder named like a rank file is noted, others are passed over as before. A folder named
+    like a rank file that holds no trace file is noted too."""
     found = []
     for path in sorted(folder.iterdir()):
-        if path.is_file() and _wanted(path):
+        if path.is_file() and _own_named(path):
+            own.append(path)
+        elif path.is_file() and _wanted(path):
             found.append(path)
         elif path.is_dir() and _wanted(path):
             notes.append(_not_a_rank_file(path))
@@ -539,16 +546,19 @@ def expand(inputs: list[str], warn: Callable[[str], None] = _stderr) -> list[Pat
     import glob
     found: list[Path] = []
     notes: list[str] = []
+    own: list[Path] = []  # skipped: named as distprof's own outputs
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            found += _in_folder(path, notes)
+            found += _in_folder(path, notes, own)
         elif any(ch in item for ch in "*?["):
             for match in map(Path, sorted(glob.glob(item))):
                 if match.is_dir() and _wanted(match):
                     notes.append(_not_a_rank_file(match))
                 elif not outpaths.is_own_file(match.name):
                     found.append(match)
+                elif _own_named(match):
+                    own.append(match)
         else:
             found.append(path)
     by_file: dict[str, Path] = {}
@@ -559,8 +569,10 @@ def expand(inputs: list[str], warn: Callable[[str], None] = _stderr) -> list[Pat
     unique = [p for p in unique if not (p.name.endswith(REPORT_SUFFIXES) and p.with_suffix(".sqlite") in names)]
     if not unique:
         looked = f"looked for {', '.join('*' + s for s in TRACE_SUFFIXES + REPORT_SUFFIXES)}"
+        skipped = (f"; skipped {own[0]}{f' and {len(own) - 1} more' if len(own) > 1 else ''}: named as a file "
+                   "distprof writes (its Perfetto trace), give its path to read it as a rank's trace") if own else ""
         raise SourceError(f"{notes[0]}; no input files left" if notes else
-                          f"{' '.join(inputs)}: no input files found ({looked})")
+                          f"{' '.join(inputs)}: no input files found ({looked}){skipped}")
     for note in notes:
         warn(f"{note}; skipped")
     mixed = _mix_warning(unique)
