@@ -51,8 +51,8 @@ SIZES, QUICK_SIZES = (0.05, 0.10, 0.25, 0.50), (0.25,)
 ONSETS = ("start", "mid")
 RECALL_MIN = 0.10  # recall counts faults of at least this share of the step
 LIVE_EVERY = 2  # the demo jobs' live window, in steps
-STRAGGLER_NOTE = re.compile(r"straggler|late rank|transient|rotates|spread|unverified|not matched|no collective "
-                            r"matched|process group", re.IGNORECASE)
+STRAGGLER_NOTE = re.compile(r"straggler|unconfirmed|late rank|transient|rotates|spread|unverified|not matched|"
+                            r"no collective matched|process group", re.IGNORECASE)
 NOISE_NOTE = re.compile(r"sync/transfer split disagree")  # alignment detail, not why a rank is (not) named
 GROUP_WARNING = re.compile(r"process groups? could not|not matched|no collective matched", re.IGNORECASE)
 
@@ -72,6 +72,7 @@ class Run:
     expected: int | None = None  # the rank a right verdict names (None: no straggler)
     named: int | None = None
     cost_ns: float | None = None
+    unconfirmed: int | None = None  # skew.unconfirmed_straggler's rank: the floor's, not the waits' verdict
     cost_share: float | None = None
     pattern: str | None = None
     onset_step: int | None = None
@@ -219,9 +220,15 @@ def read_verdict(run: Run, summary_dir: Path) -> None:
     run.named, run.cost_ns = straggler.get("rank"), straggler.get("cost_ns")
     run.cost_share, run.pattern, run.onset_step = (straggler.get("cost_share"), straggler.get("pattern"),
                                                    straggler.get("onset_step"))
+    unconfirmed = skew.get("unconfirmed_straggler") or {}
+    run.unconfirmed = unconfirmed.get("rank")
     if run.right:
         return
     notes = [note for note in skew.get("notes") or [] if not NOISE_NOTE.search(note)]
+    if unconfirmed:  # the waits pointed at a rank whose fix the replay prices under the floor
+        notes.insert(0, f"unconfirmed: rank {unconfirmed['rank']}, replay saving "
+                        f"{100 * (unconfirmed.get('share') or 0):.1f}% of the step, under "
+                        f"{100 * (unconfirmed.get('floor') or 0):.0f}%")
     said = [note for note in notes if STRAGGLER_NOTE.search(note)] or notes
     said += [f"finding: {f.get('message')}" for f in summary.get("findings") or [] if f.get("finding") == "straggler"]
     said += [f"warning: {w}" for w in (summary.get("warnings") or [])[:4] if GROUP_WARNING.search(w)][:1]
@@ -377,6 +384,10 @@ def scores(runs: list[Run]) -> dict:
             "live_latency_worst": max(latencies, default=None),
             "live_false_per_clean": [sum(bool(run.live_alerts) for run in clean if run.job in DEMO_JOBS),
                                      sum(run.job in DEMO_JOBS for run in clean)],
+            # the replay-confirmed floor (skew.unconfirmed_straggler): right ranks it withheld, wrong ones it stopped
+            "floor_withheld": sum(run.named is None and run.unconfirmed is not None and run.unconfirmed == run.expected
+                                  for run in done),
+            "floor_stopped": sum(run.unconfirmed is not None and run.unconfirmed != run.expected for run in done),
             "failed": sum(run.error is not None for run in runs),
             "busy_median": statistics.median(loads) if loads else None, "busy_max": max(loads, default=None)}
 
@@ -429,6 +440,9 @@ def report(runs: list[Run]) -> str:
              f"{share(*score['precision'])}",
              f"- false stragglers per clean run: {score['false_per_clean'][0]}/{score['false_per_clean'][1]}"
              f"; one-off (once) pauses named as stragglers: {score['once_named'][0]}/{score['once_named'][1]}",
+             f"- the replay-confirmed floor (rule (e): a straggler's fix must save >= straggler_min_step_fraction "
+             f"of the step): withheld the injected rank in {score['floor_withheld']} run(s), stopped another "
+             f"rank (or one in a clean/one-off run) in {score['floor_stopped']}",
              f"- |cost_ns - measured effect| / measured effect, only where the ranks have a core each "
              f"({jobs}; {os.cpu_count()} cores here), over {score['cost_errors']} right verdicts: median "
              f"{percent(score['cost_error_median'])}, worst {percent(score['cost_error_worst'])}; measured effect = "
