@@ -18,8 +18,11 @@ The verdict is the median over rounds of each round's own ratio (paired); `prof.
 is the median (and 90th percentile) of every timed call. Wall-clock ratios are printed too, as
 information: they include the writer's turns at the GIL, which a loop of empty `with` blocks that never
 releases the GIL leaves it only at a step's end (a real step releases the GIL in its kernels and I/O).
+``--gpu-wait-ms W`` ends every step's ranges with a W ms wait that releases the GIL, as a training
+thread waiting for its GPU does (a sleep: no CPU of this thread): the writer then writes during the
+step, and `prof.step()` rarely waits for it. 0 (the default) is the empty loop above.
 
-    python benchmarks/step_overhead.py [--rounds 30] [--steps 5] [--ranges 1000]
+    python benchmarks/step_overhead.py [--rounds 30] [--steps 5] [--ranges 1000] [--gpu-wait-ms 0]
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ BASE, TARGET, SYNC = VARIANTS
 
 def _timed_loop(expression: str, boundary: str, names: dict):
     """f(steps, ranges) -> (CPU ns, wall ns, [CPU ns of each boundary]) of ``steps`` steps of ``ranges``
-    ``with <expression>: pass`` blocks, each followed by ``boundary``."""
+    ``with <expression>: pass`` blocks, then ``gpu_wait()`` (names'), each followed by ``boundary``."""
     source = ("def loop(steps, ranges, cpu_ns=cpu_ns, wall_ns=wall_ns):\n"
               "    total = 0\n    boundaries = []\n    wall = wall_ns()\n"
               "    for _ in range(steps):\n        started = cpu_ns()\n"
               "        for _ in range(ranges):\n"
               f"            with {expression}:\n                pass\n"
+              "        gpu_wait()\n"
               f"        mid = cpu_ns()\n        {boundary}\n        ended = cpu_ns()\n"
               "        total += ended - started\n        boundaries.append(ended - mid)\n"
               "    return total, wall_ns() - wall, boundaries\n")
@@ -57,9 +61,16 @@ def _timed_loop(expression: str, boundary: str, names: dict):
     return scope["loop"]
 
 
-def measure(rounds: int, steps: int, ranges: int, prof: distprof.Profiler) -> dict[str, dict[str, list]]:
+def measure(rounds: int, steps: int, ranges: int, prof: distprof.Profiler,
+            gpu_wait_ms: float = 0.0) -> dict[str, dict[str, list]]:
     """Per variant: CPU and wall ns per range (one value per round) and every boundary's CPU ns."""
-    names = {"nvtx": nvtx, "distprof": distprof, "step": prof.step}
+    seconds = gpu_wait_ms / 1000
+
+    def gpu_wait() -> None:
+        if seconds:
+            time.sleep(seconds)
+
+    names = {"nvtx": nvtx, "distprof": distprof, "step": prof.step, "gpu_wait": gpu_wait}
     loops = {label: _timed_loop(expression, boundary, names) for label, (expression, boundary) in VARIANTS.items()}
     collector = prof.collector
     out = {label: {"cpu": [], "wall": [], "step": []} for label in loops}
@@ -88,11 +99,13 @@ def _paired(ours: list[float], theirs: list[float]) -> tuple[float, float, float
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
-def report(out: dict[str, dict[str, list]], rounds: int, steps: int, ranges: int) -> None:
+def report(out: dict[str, dict[str, list]], rounds: int, steps: int, ranges: int, gpu_wait_ms: float = 0.0) -> None:
     """Print per-variant figures, the paired ratios and the verdicts."""
     tool = not type(nvtx.get_domain("distprof")).__name__.startswith("Dummy")
     print(f"NVTX: {'a tool is attached' if tool else 'no tool attached (NVTX calls are no-ops, as outside nsys)'}; "
-          f"{rounds} paired rounds x {steps} steps x {ranges} ranges; CPU time of this thread (thread_time_ns)")
+          f"{rounds} paired rounds x {steps} steps x {ranges} ranges; CPU time of this thread (thread_time_ns)"
+          + (f"; each step ends with a {gpu_wait_ms:g} ms wait that releases the GIL (a GPU's)" if gpu_wait_ms
+             else "; an empty loop (no GIL release in a step)"))
     for label, figures in out.items():
         line = f"  {label:<26} {statistics.median(figures['cpu']):7.0f} ns a range (min {min(figures['cpu']):.0f})"
         if label != BASE:
@@ -119,13 +132,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="paired rounds (at least 20)")
     parser.add_argument("--steps", type=int, default=5, help="steps per variant and round")
     parser.add_argument("--ranges", type=int, default=1000, help="annotated ranges a step")
+    parser.add_argument("--gpu-wait-ms", type=float, default=0.0,
+                        help="a wait that releases the GIL at each step's end, as for a GPU (0: none)")
     args = parser.parse_args()
     if args.rounds < 20:
         parser.error("--rounds must be at least 20 (the verdict is a median of paired rounds)")
     with tempfile.TemporaryDirectory() as tmp:
         with distprof.Profiler(out=tmp, quiet=True) as prof:
-            out = measure(args.rounds, args.steps, args.ranges, prof)
-    report(out, args.rounds, args.steps, args.ranges)
+            out = measure(args.rounds, args.steps, args.ranges, prof, args.gpu_wait_ms)
+    report(out, args.rounds, args.steps, args.ranges, args.gpu_wait_ms)
 
 
 if __name__ == "__main__":
