@@ -92,6 +92,7 @@ def _unseen_members(out: dict, matching: align_mod.Matching, missing: list[int])
                             f"{straggler['of']} collectives, but {len(incomplete)} of them belong to groups with "
                             f"members missing from the inputs ({_rank_ranges(sorted(unseen))[:80]}): the missing "
                             "ranks may be later still, so no straggler is named")
+        out["no_straggler_note"] = len(out["notes"]) - 1
 
 
 def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None = None,

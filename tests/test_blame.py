@@ -268,3 +268,19 @@ def test_a_rank_late_every_step_that_does_not_lead_reads_as_spread_not_rotating(
     assert summary["skew"]["straggler"] is None
     [note] = [n for n in summary["skew"]["notes"] if "straggler" in n]
     assert note.startswith("rank 1 costs the others 20.0 ms per step, but rank 2 costs nearly as much (11.7 ms)"), note
+
+
+@pytest.mark.parametrize(("delays", "why"), [
+    ({1: [20 * MS] * 6, 2: [0, 0, 35 * MS, 0, 35 * MS, 0]},
+     "rank 1 costs the others 20.00 ms per step, but rank 2 costs nearly as much (11.67 ms): no single straggler"),
+    ({1: [0, 0, 0, 20 * MS, 0, 0]}, "rank 1 is late only in step(s) 3 (1 of 6): transient, not a straggler"),
+])
+def test_the_first_screen_says_why_no_straggler_is_named(delays, why):
+    # it said "no rank makes the others wait ... in enough steps" whatever the reason
+    from distprof.reports import text
+    summary = tp_dp_job(0, delays=delays)
+    [line] = [line for line in text.answer_lines(summary, width=1000) if line.startswith("Straggler:")]
+    assert line.startswith(f"Straggler: none ({why}"), line
+    # the reason is one of the skew notes (summary.json's readable units), pointed at by its index
+    note = summary["skew"]["notes"][summary["skew"]["no_straggler_note"]]
+    assert note.startswith("rank 1 ") and why.split(": ")[-1] in note

@@ -192,7 +192,7 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     cfg = config["skew"]
     n_ranks, n = matching.start_ns.shape
     result = {"matched": n, "kinds": [], "collectives": [], "collectives_total": n, "ranks": [],
-              "straggler": None, "notes": []}
+              "straggler": None, "notes": [], "no_straggler_note": None}
     if n == 0 or n_ranks < 2:
         return result
     inst = inst if inst is not None else coll.instances(matching, offsets)
@@ -217,6 +217,8 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
                         "steps_late": int(blame["steps_late"][r])} for r in range(n_ranks)]
     straggler, notes = _name_straggler(matching, inst, blame, cfg, verified, phases, gpu)
     result["straggler"] = straggler
+    # which note says why none was named (the first screen's reason): an index into the notes
+    result["no_straggler_note"] = len(result["notes"]) if notes and straggler is None else None
     result["notes"] += notes
     return result
 

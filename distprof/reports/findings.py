@@ -48,16 +48,20 @@ def _pattern(straggler: dict) -> str:
     return f"persistent: late in {straggler.get('steps_late')}/{straggler.get('steps')} steps"
 
 
-def straggler_line(straggler: dict | None, t: Callable[[int | None], str], unconfirmed: dict | None = None) -> str:
+def straggler_line(straggler: dict | None, t: Callable[[int | None], str], unconfirmed: dict | None = None,
+                   why: str | None = None) -> str:
     """The one-line straggler verdict of the Diagnosis: what removing its lateness saves (the
     replay), then the waits it causes (not a saving), how often, where. ``unconfirmed``: the
-    rank the waits pointed at, whose fix the replay prices under the floor."""
+    rank the waits pointed at, whose fix the replay prices under the floor; ``why``: the skew
+    note that says why none was named (skew.no_straggler_note), up to its first "; "."""
     if not straggler and unconfirmed:
         return (f"Straggler: none (rank {unconfirmed['rank']} is last in {unconfirmed['late_in']} of its "
                 f"{unconfirmed['of']} collectives and the others wait {t(unconfirmed['waits_caused_ns'])} per step "
                 f"for it, but removing its lateness saves {t(unconfirmed['saving_ns'])} per step: "
                 f"{100 * unconfirmed['share']:.1f}% of the step, under the {100 * unconfirmed['floor']:.0f}% a "
                 "straggler costs)")
+    if not straggler and why:
+        return f"Straggler: none ({why.split('; ')[0]})"
     if not straggler:
         return ("Straggler: none (no rank makes the others wait, beyond the clock uncertainty and the threshold, "
                 "in enough steps)")

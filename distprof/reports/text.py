@@ -278,6 +278,14 @@ def _hanging(first: str, text: str, width: int, indent: int) -> list[str]:
                          break_on_hyphens=False) or [first.rstrip()]
 
 
+def _no_straggler_why(skew: dict, unit: str) -> str | None:
+    """The skew note that says why no straggler was named (``no_straggler_note``: its index), in
+    the reader's unit (from its template, where summary.json keeps them)."""
+    index = skew.get("no_straggler_note")
+    notes = skew.get("note_templates") or skew.get("notes") or []
+    return phrase(notes[index], unit) if isinstance(index, int) and 0 <= index < len(notes) else None
+
+
 def answer_lines(summary: dict, unit: str = "ms", width: int = WRAP, all_ranks: bool = False) -> list[str]:
     """The answer, first: the step time, the straggler verdict (and pipeline bubbles), the findings
     with what each fix saves, the checks one a line; [] when the summary has none of them. A reader
@@ -294,7 +302,8 @@ def answer_lines(summary: dict, unit: str = "ms", width: int = WRAP, all_ranks: 
             f"{t(steps['start_spread_ns']['median'])}" + ("" if steps.get("clock_verified", True)
                                                            else " (clock not verified)"), width)
     if skew.get("matched"):
-        verdict = findings_report.straggler_line(skew.get("straggler"), t, skew.get("unconfirmed_straggler"))
+        verdict = findings_report.straggler_line(skew.get("straggler"), t, skew.get("unconfirmed_straggler"),
+                                                 _no_straggler_why(skew, unit))
         lines += format.wrapped(verdict, width)
         lines += [part for line in findings_report.pipeline_lines(skew.get("pipelines") or [], t)
                   for part in format.wrapped(line, width)]
