@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["Profiler", "phase", "comm", "range", "config", "__version__"]
+__all__ = ["Profiler", "Summary", "phase", "comm", "range", "config", "__version__"]
 
-_FROM = {"phase": "annotate", "comm": "annotate", "range": "annotate", "Profiler": "profiler"}
+_FROM = {"phase": "annotate", "comm": "annotate", "range": "annotate", "Profiler": "profiler", "Summary": "results"}
 
 
 def __getattr__(name: str):

@@ -189,7 +189,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     priced, dropped = _plausible_findings(cost.price_findings(found + profiles.memory_findings(final, config), what,
                                                               crowded, vary), final)
     warnings += dropped
-    return Summary(
+    return Summary.build(
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks([{"rank": r.rank, **{name: getattr(r.figures, name) for name in FIGURES}}
                                                for r in final]),

@@ -366,9 +366,13 @@ class Profiler:
         from dataclasses import replace
 
         from . import live
+        from .sections.machine import Live
         live_record, self._live = live.stop(self._live), None  # every rank file is complete by now
-        summary = replace(pipeline.combine(results, self.config, source="distprof (live)", world_size=self.world_size,
-                                           warnings=warnings), live=live_record).to_json()
+        summary = pipeline.combine(results, self.config, source="distprof (live)", world_size=self.world_size,
+                                   warnings=warnings)
+        if live_record is not None:  # only a session with the live view on has one
+            summary = replace(summary, live=Live.from_json(live_record))
+        summary = summary.to_json()
         from .reports import export, html, text
         export.write_summary(summary, self.out)
         report = html.write_report(summary, self.out)

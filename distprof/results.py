@@ -13,8 +13,16 @@ get min/median/max across ranks).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
+from .sections.collectives import Collectives
+from .sections.findings import Check, Finding
+from .sections.machine import Host, Live
+from .sections.profiles import FlopsUncounted, MemoryDevice, ModelProfile, Profiles
+from .sections.skew import Skew
+from .sections.tables import AcrossRanks, Tables
+from .sections.whatif import CriticalPath, WhatIf
+from .typed import ABSENT, JsonError, Record, absent
 from .units import phrase
 
 # per-rank figures in summary.json's rank rows, in their order there
@@ -51,29 +59,27 @@ FIGURES = ("window_ns", "communication_ns", "computation_ns", "memory_ns", "over
 
 
 @dataclass(frozen=True)
-class RankProfile:
-    """A rank's FLOPs and memory profile (analyses.profiles.rank_profile); None = not in the trace."""
+class RankProfile(Record):
+    """A rank's FLOPs and memory profile (analyses.profiles.rank_profile); None = not in the trace.
+    Its fields are keys of the rank's row in summary.json."""
 
     flops_per_step: int | None = None      # median over ProfileSteps of the counted FLOPs
     flops_total: int | None = None         # counted FLOPs in the window
     achieved_tflops: float | None = None   # flops_total / window (= ProfileStep time)
     mfu: float | None = None               # achieved_tflops / hardware.peak_tflops
-    flops_by_phase: dict | None = None     # {"forward"|"backward"|"optimizer"|...: median FLOPs per step}
+    flops_by_phase: dict[str, int] | None = None  # {"forward"|"backward"|...: median FLOPs per step}
     flops_source: str | None = None        # "args" (Kineto flops), "shapes" (Input Dims), "args+shapes"
-    flops_uncounted: dict = field(default_factory=lambda: {"ops": 0, "by_name": {}})  # GEMM/conv ops, no shapes
+    flops_uncounted: FlopsUncounted = field(default_factory=FlopsUncounted)  # GEMM/conv ops, no shapes
     memory_peak_allocated_bytes: int | None = None   # of memory_device
     memory_peak_reserved_bytes: int | None = None
     memory_growth_per_step_bytes: float | None = None  # slope of the per-step peaks of memory_device
     memory_device: str | None = None       # the headline device: the GPU with the largest peak, else "CPU"
-    memory_devices: list = field(default_factory=list)  # per device: peaks, per-step peaks, growth
-
-    def to_json(self) -> dict:
-        return _fields_of(self)
+    memory_devices: list[MemoryDevice] = field(default_factory=list)  # per device: peaks, per-step peaks, growth
 
     @classmethod
-    def from_json(cls, row: dict) -> RankProfile:
-        """The profile of a summary.json rank row (keys it lacks keep their defaults)."""
-        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
+    def from_json(cls, row: dict, where: str = "$") -> RankProfile:
+        """The profile in a summary.json rank row (keys it lacks keep their defaults)."""
+        return super().from_json({key: row[key] for key in _PROFILE_KEYS if key in row}, where)
 
 
 def _fields_of(result) -> dict:
@@ -165,7 +171,7 @@ class ClockEstimate:
 
 
 @dataclass(frozen=True)
-class RankResult:
+class RankResult(Record):
     """Everything rank 0 needs from one rank, made next to that rank's events (pipeline.reduce_rank).
 
     ``rank`` is None until align.assign_ranks numbers it when the source could not tell.
@@ -215,31 +221,63 @@ class RankResult:
                 "clock_offset_ns": self.clock.offset_ns, "clock_uncertainty_ns": self.clock.uncertainty_ns,
                 **self.profile.to_json()}
 
+    @classmethod
+    def from_json(cls, row: dict, where: str = "$") -> RankResult:
+        """A rank as summary.json's ``ranks`` row knows it: figures, lanes, clock and profile. What the
+        row does not carry (markers, tables, gaps) is empty: the job-wide figures made from them are
+        in the other sections. ``comm_lanes``/``compute_lanes`` are read back from ``lanes``."""
+        if not isinstance(row, dict):
+            raise JsonError(f"{where}: expected a rank row, got {type(row).__name__}")
+        derived = {"comm_lanes", "compute_lanes", "lanes", "clock_offset_ns", "clock_uncertainty_ns"}
+        unknown = set(row) - _RANK_KEYS - _FIGURE_KEYS - _PROFILE_KEYS - derived
+        if unknown:
+            raise JsonError(f"{where}: unknown key {sorted(unknown)[0]!r} in a rank row")
+        try:
+            figures = RankFigures(**{key: row[key] for key in _FIGURE_KEYS if key in row})
+            lanes = tuple(Lane(lane["lane"], lane["device"], lane["lane_kind"], lane["communication_ns"],
+                               lane["computation_ns"]) for lane in row["lanes"])
+            clock = ClockEstimate(offset_ns=row["clock_offset_ns"], uncertainty_ns=row["clock_uncertainty_ns"])
+            return cls(rank=row["rank"], source="", source_file=row["source_file"], pid=row["pid"],
+                       device=row["device"], rank_from=row["rank_from"], figures=figures, lanes=lanes,
+                       markers=RankMarkers({}, {}, {}), gpu_gaps=None, tables={}, clock=clock,
+                       profile=RankProfile.from_json(row, where))
+        except (KeyError, TypeError) as error:
+            raise JsonError(f"{where}: a rank row without {error}") from None
+
+
+_RANK_KEYS = {"rank", "source_file", "pid", "device", "rank_from"}
+_FIGURE_KEYS = {f.name for f in fields(RankFigures)}
+_PROFILE_KEYS = {f.name for f in fields(RankProfile)}
+
 
 @dataclass(frozen=True)
-class Summary:
-    """The job-wide result (pipeline.combine): ranks in rank order plus what was computed across them.
+class Summary(Record):
+    """The job-wide result (pipeline.combine) and the content of summary.json: ranks in rank order
+    plus what was computed across them, every section a frozen type (distprof.sections).
 
-    ``checks``, ``skew``, ``findings`` and ``tables`` are already in their summary.json shape.
+    In memory, messages (findings, checks, skew notes) are templates with duration tokens
+    (units.duration); ``to_json`` writes them out in readable units and keeps the findings' and
+    notes' templates beside them, so a report can phrase them in its reader's unit. ``from_json``
+    reads such a file back: ``Summary.from_json(j).to_json() == j``.
     """
 
     world_size: int
     source: str
     ranks: tuple[RankResult, ...]
-    across_ranks: dict
+    across_ranks: AcrossRanks
     missing_ranks: list[int]
-    checks: list[dict]
-    skew: dict
-    findings: list[dict]
+    checks: list[Check]
+    skew: Skew
+    findings: list[Finding]
     warnings: list[str]
-    tables: dict
-    collectives: dict = field(default_factory=dict)  # analyses.collectives.summary: the Collectives table
-    whatif: dict | None = None  # analyses.whatif.whatif: replayed step time and scenarios
-    profiles: dict = field(default_factory=dict)  # analyses.profiles.across_ranks: FLOPS spread, memory
-    model_profile: dict | None = None  # analyses.profiles.model_profile: the live FLOPs profile (flops=True)
-    critical_path: dict | None = None  # analyses.critical_path: what sets each step, across ranks
-    machine: list[dict] = field(default_factory=list)  # analyses.machine.facts: hosts, cores, GPUs, load
-    live: dict | None = None  # live.watch's record: every_steps, windows[] (analyses.live.window_figures), alerts[]
+    tables: Tables
+    collectives: Collectives = field(default_factory=Collectives)  # the Collectives table
+    whatif: WhatIf | None = None  # replayed step time and scenarios (analyses.whatif)
+    profiles: Profiles = field(default_factory=Profiles)  # FLOPS spread, memory across ranks
+    model_profile: ModelProfile | None = None  # the live FLOPs profile (flops=True)
+    critical_path: CriticalPath | None = None  # what sets each step, across ranks
+    machine: list[Host] = field(default_factory=list)  # hosts, cores, GPUs, load (analyses.machine)
+    live: Live = absent()  # the live view's record: only a session with the live view on has one
 
     def rank(self, rank: int) -> RankResult:
         """The result of one rank by its number."""
@@ -247,15 +285,21 @@ class Summary:
 
     def to_json(self) -> dict:
         """summary.json's content: the one place it is written from."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["ranks"] = [result.to_json() for result in self.ranks]
-        if self.live is None:  # only a session with the live view on has one
-            del out["live"]
-        # messages carry duration tokens (units.duration): written out here in readable units,
-        # kept as templates so a report can phrase them in the unit its reader asked for
-        out["findings"] = [{**f, "message": phrase(f["message"]), "template": f["message"]} for f in self.findings]
-        out["checks"] = [{**c, "message": phrase(c["message"])} for c in self.checks]
-        notes = self.skew.get("notes")
-        if notes:
-            out["skew"] = {**self.skew, "notes": [phrase(n) for n in notes], "note_templates": list(notes)}
-        return out
+        return Record.to_json(replace(
+            self, findings=[replace(f, message=phrase(f.message), template=f.message) for f in self.findings],
+            checks=[replace(c, message=phrase(c.message)) for c in self.checks],
+            skew=_phrased_notes(self.skew)))
+
+    @classmethod
+    def from_json(cls, data: dict, where: str = "$") -> Summary:
+        """A summary.json's content as the typed value (messages back to their templates)."""
+        read = super().from_json(data, where)
+        return replace(read, findings=[replace(f, message=f.message if f.template is ABSENT else f.template,
+                                               template=ABSENT) for f in read.findings],
+                       skew=read.skew if read.skew.note_templates is ABSENT else
+                       replace(read.skew, notes=list(read.skew.note_templates), note_templates=ABSENT))
+
+
+def _phrased_notes(skew: Skew) -> Skew:
+    """The skew section as summary.json keeps it: notes in readable units, their templates beside."""
+    return replace(skew, notes=[phrase(n) for n in skew.notes], note_templates=list(skew.notes)) if skew.notes else skew

@@ -150,18 +150,18 @@ def test_length_is_the_replayed_step_on_real_traces(pattern):
     t, _ = whatif.replay(g, g.p_w, g.o_transfer, g.edges)
     replayed = {(int(g.rank_numbers[r]), int(s)): int(t[e] - t[b])
                 for r, s, b, e in zip(g.step_rank, g.step_index, g.step_start, g.step_end)}
-    assert path is not None and len(path["steps"]) == summary.whatif["steps"]
-    for step in path["steps"]:
-        durations = sorted(ns for (rank, s), ns in replayed.items() if s == step["step"])
+    assert path is not None and len(path.steps) == summary.whatif.steps
+    for step in path.steps:
+        durations = sorted(ns for (rank, s), ns in replayed.items() if s == step.step)
         median = float(np.median(durations))
-        assert step["rank_step_ns"] == replayed[(step["rank"], step["step"])]
-        assert abs(step["length_ns"] - step["rank_step_ns"]) <= 0.01 * step["rank_step_ns"]
-        assert abs(step["rank_step_ns"] - median) == min(abs(d - median) for d in durations)
-        segs = step["segments"]
+        assert step.rank_step_ns == replayed[(step.rank, step.step)]
+        assert abs(step.length_ns - step.rank_step_ns) <= 0.01 * step.rank_step_ns
+        assert abs(step.rank_step_ns - median) == min(abs(d - median) for d in durations)
+        segs = step.segments
         # one unbroken walk: each segment starts where the one before it ended
-        assert all(a["end_ns"] == b["start_ns"] for a, b in zip(segs, segs[1:]))
-        assert all(s["kind"] in critical_path.KINDS and s["end_ns"] > s["start_ns"] for s in segs)
-    assert abs(sum(path["share_by_rank"].values()) - 1) < 1e-9
+        assert all(a.end_ns == b.start_ns for a, b in zip(segs, segs[1:]))
+        assert all(s.kind in critical_path.KINDS and s.end_ns > s.start_ns for s in segs)
+    assert abs(sum(path.share_by_rank.values()) - 1) < 1e-9
     # the times walked are the replay's: each op's end is its last arrival + transfer (or its start),
     # each point is the later of (previous point + segment) and (waited op's end + gap)
     times = whatif.replay_times(g, g.p_w, g.o_transfer, g.edges)
@@ -175,7 +175,7 @@ def test_length_is_the_replayed_step_on_real_traces(pattern):
 
 def test_multi_group_gloo_the_late_rank_holds_the_largest_share():
     # tests/data/torch_cpu: 4 ranks, several process groups, rank 2 late (make_traces.py)
-    path = pipeline.merge_files(sorted(DATA.glob("torch_cpu/rank*.json.gz")), CONFIG).critical_path
+    path = pipeline.merge_files(sorted(DATA.glob("torch_cpu/rank*.json.gz")), CONFIG).to_json()["critical_path"]
     shares = path["share_by_rank"]
     assert max(shares, key=shares.get) == "2" and shares["2"] > 0.5
 
@@ -186,7 +186,7 @@ def test_nsys_gpu_job_path_is_its_step(tmp_path):
     if not fx.ddl_available():
         pytest.skip("nsys DDL not available")
     paths = [fx.bulk_kernels(tmp_path / f"rank{r}.sqlite", 4000, rank=r) for r in (0, 1)]
-    path = pipeline.merge_files(paths, CONFIG).critical_path
+    path = pipeline.merge_files(paths, CONFIG).to_json()["critical_path"]
     assert len(path["steps"]) == 4
     for step in path["steps"]:
         assert step["length_ns"] == step["rank_step_ns"]
@@ -303,12 +303,13 @@ def test_a_late_rank_is_read_from_the_ranks_the_walk_waited_for():
 
 def test_real_ddp_healthy_blames_no_rank_and_late_names_the_late_one():
     # tests/data/torch_ddp: 2 ranks; healthy: no straggler; late: rank 1 sleeps 25 ms in forward
-    healthy = pipeline.merge_files(sorted(DATA.glob("torch_ddp/healthy/rank*.json.gz")), CONFIG).critical_path
+    healthy = pipeline.merge_files(sorted(DATA.glob("torch_ddp/healthy/rank*.json.gz")),
+                                   CONFIG).to_json()["critical_path"]
     assert healthy["rank_reading"] == "no_straggler" and healthy["walked_from"] == {"0": 8}
     assert healthy["share_walked_rank"] + sum(healthy["share_by_rank_waited_for"].values()) == pytest.approx(1.0)
     line = by_rank_line(healthy)
     assert line.startswith("by rank: no straggler named; ") and "not a culprit" in line
-    late = pipeline.merge_files(sorted(DATA.glob("torch_ddp/late/rank*.json.gz")), CONFIG).critical_path
+    late = pipeline.merge_files(sorted(DATA.glob("torch_ddp/late/rank*.json.gz")), CONFIG).to_json()["critical_path"]
     assert late["rank_reading"] == "straggler"
     assert max(late["share_by_rank"], key=late["share_by_rank"].get) == "1" and late["share_by_rank"]["1"] > 0.5
     assert by_rank_line(late).startswith("by rank: rank 1 ")

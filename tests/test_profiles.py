@@ -17,6 +17,7 @@ from distprof import pipeline
 from distprof.analyses import cost, operators, profiles
 from distprof.reports import findings as findings_report
 from distprof.results import RankProfile
+from distprof.sections.profiles import MemoryDevice
 from distprof.sources import kineto
 
 DATA = Path(__file__).parent / "data" / "torch_flops"
@@ -191,10 +192,10 @@ def test_across_ranks_names_the_slowest_rank(summary):
 
 
 def _with_memory(result, peaks: list[int]):
-    device = {"device": "GPU0", "peak_allocated_bytes": max(peaks), "peak_reserved_bytes": max(peaks),
+    device = MemoryDevice(**{"device": "GPU0", "peak_allocated_bytes": max(peaks), "peak_reserved_bytes": max(peaks),
               "steps": list(range(len(peaks))), "step_peak_allocated_bytes": peaks,
               "step_peak_reserved_bytes": peaks,
-              "growth_per_step_bytes": float(np.polyfit(range(len(peaks)), peaks, 1)[0])}
+              "growth_per_step_bytes": float(np.polyfit(range(len(peaks)), peaks, 1)[0])})
     return replace(result, profile=replace(result.profile, memory_peak_allocated_bytes=max(peaks),
                                            memory_devices=[device]))
 

@@ -309,14 +309,14 @@ def test_replay_error_on_real_traces(pattern):
     assert paths
     summary = pipeline.merge_files(paths, CONFIG)
     what = summary.whatif
-    assert what["steps"] > 0
+    assert what.steps > 0
     # measured 0.0% (to the ns rounding of medians) on every real trace here; worse would need a reason
-    assert what["replay_error"] <= whatif.REPLAY_ERROR_TARGET or what["notes"]
-    assert what["replay_error"] < 1e-4
+    assert what.replay_error <= whatif.REPLAY_ERROR_TARGET or what.notes
+    assert what.replay_error < 1e-4
     aligned = align.align(list(summary.ranks), CONFIG)
-    named = (summary.skew.get("straggler") or {}).get("rank")
+    named = summary.skew.straggler.rank if summary.skew.straggler else None
     again = whatif.whatif(aligned.results, aligned.matching, CONFIG, straggler_rank=named)
-    assert again["replay_error"] == what["replay_error"]
+    assert again["replay_error"] == what.replay_error
 
 
 def test_no_steps_nothing_to_replay():
@@ -358,8 +358,8 @@ def test_no_straggler_predicts_a_recorded_torch_gloo_run_without_it():
     # tests/data/torch_cpu_whatif: 2 ranks (a core each here), 12 steps; rank 1 sleeps 30 ms
     # before its allreduce every step in late/, not in clean/ (make_traces.py, the flags in its README)
     pair = DATA / "torch_cpu_whatif"
-    late = pipeline.merge_files(sorted((pair / "late").glob("rank*.json.gz")), CONFIG).whatif
-    clean = pipeline.merge_files(sorted((pair / "clean").glob("rank*.json.gz")), CONFIG).whatif
+    late = pipeline.merge_files(sorted((pair / "late").glob("rank*.json.gz")), CONFIG).to_json()["whatif"]
+    clean = pipeline.merge_files(sorted((pair / "clean").glob("rank*.json.gz")), CONFIG).to_json()["whatif"]
     by_rank = [profiler_steps_ns(p) for p in sorted((pair / "clean").glob("rank*.json.gz"))]
     per_step = [np.median([steps[s] for steps in by_rank]) for s in sorted(by_rank[0])]
     measured = float(np.median(per_step))     # the job's step without the late rank, from the raw JSON
@@ -379,7 +379,7 @@ def test_replay_error_on_a_two_rank_nsys_gpu_job(tmp_path):
     if not fx.ddl_available():
         pytest.skip("nsys DDL not available")
     paths = [fx.bulk_kernels(tmp_path / f"rank{r}.sqlite", 4000, rank=r) for r in (0, 1)]
-    what = pipeline.merge_files(paths, CONFIG).whatif
+    what = pipeline.merge_files(paths, CONFIG).to_json()["whatif"]
     assert what["steps"] == 4
     assert what["replay_error"] <= whatif.REPLAY_ERROR_TARGET
     # no sync call in it: the host never waits for the GPU, so faster transfers cannot shorten

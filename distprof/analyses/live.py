@@ -29,8 +29,8 @@ def window_figures(summary, window: tuple[int, int], behind: dict[int, int | Non
     each step's duration, and communication / computation / overlap / exposed communication summed
     over the window; the job's step time; the spread across ranks; the priced straggler or None."""
     first, last = window
-    straggler = summary.skew.get("straggler")
-    owed = (straggler or {}).get("exposed_waits_ns_by_rank") or {}
+    straggler = summary.skew.straggler
+    owed = straggler.exposed_waits_ns_by_rank if straggler else {}
     ranks = []
     for result in summary.ranks:  # one per rank present in the window
         figures = result.figures
@@ -40,7 +40,7 @@ def window_figures(summary, window: tuple[int, int], behind: dict[int, int | Non
                       "communication_ns": figures.communication_ns, "computation_ns": figures.computation_ns,
                       "overlap_ns": figures.overlap_ns, "exposed_communication_ns": figures.exposed_communication_ns,
                       "overlap_ratio": figures.overlap_ratio,
-                      "waits_for_straggler_ns": int(owed.get(str(result.rank), 0))})
+                      "waits_for_straggler_ns": int(owed.get(result.rank, 0))})
     step_rows = [(step, d) for result, row in zip(summary.ranks, ranks)
                  for step, d in zip(range(first, first + len(row["step_durations_ns"])), row["step_durations_ns"])]
     per_step = steptime.per_step(np.array([s for s, _ in step_rows], np.int64),
@@ -52,7 +52,7 @@ def window_figures(summary, window: tuple[int, int], behind: dict[int, int | Non
         "spread": {"step_ns": max(r["step_ns"] for r in timed) - min(r["step_ns"] for r in timed) if timed else None,
                    "slowest_rank": max(timed, key=lambda r: r["step_ns"])["rank"] if timed else None,
                    "exposed_communication_ns": max(exposed) - min(exposed) if exposed else None},
-        "straggler": None if not straggler else {key: straggler.get(key) for key in _STRAGGLER_KEYS},
+        "straggler": None if not straggler else {key: getattr(straggler, key) for key in _STRAGGLER_KEYS},
         "behind": [{"rank": rank, "committed_step": step} for rank, step in sorted(behind.items())],
     }
 

@@ -320,7 +320,7 @@ def rank_profile(trace: ev.RankTrace, config: dict) -> tuple[RankProfile, dict]:
     peak = (config.get("hardware") or {}).get("peak_tflops")
     figures = {**flops_figures(events, tree, window, in_window, peak),
                **memory_figures(events, profiles.get("memory"), window)}
-    return RankProfile(**figures), table
+    return RankProfile.build(**figures), table
 
 
 def _spread(values: dict[int, float]) -> dict | None:
@@ -363,9 +363,9 @@ def memory_findings(results: list, config: dict) -> list[dict]:
     out, creeping = [], {}
     for result in results:  # one iteration per rank
         for device in result.profile.memory_devices:
-            peaks = np.asarray(device["step_peak_allocated_bytes"], np.float64)
+            peaks = np.asarray(device.step_peak_allocated_bytes, np.float64)
             if peaks.size >= 3 and (np.diff(peaks) > 0).all() and peaks[-1] - peaks[0] > creep_share * peaks[0]:
-                creeping[(result.rank, device["device"])] = (device["growth_per_step_bytes"], peaks)
+                creeping[(result.rank, device.device)] = (device.growth_per_step_bytes, peaks)
     if creeping:
         (rank, device), (growth, peaks) = max(creeping.items(), key=lambda item: item[1][0])
         out.append(_memory_finding("memory_creep", sorted({r for r, _ in creeping}), ranks_total=len(results),

@@ -1,0 +1,212 @@
+"""summary.json ``findings`` and ``checks``.
+
+A finding is found by analyses/diagnose.py (or analyses/profiles.py: memory), priced by
+analyses/cost.py, given ``critical_path_share`` by analyses/critical_path.py, worded by
+reports/findings.py; Summary.to_json phrases its message and keeps the unphrased one as ``template``.
+Its ``evidence`` has keys by the finding's code: one record per code, picked by ``finding``.
+A check is a stream placement row of one rank and device (analyses/streams.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..typed import JsonError, Record, absent
+
+
+@dataclass(frozen=True)
+class Evidence(Record):
+    """Base of the evidence records: which one a finding carries depends on its ``finding`` code."""
+
+
+@dataclass(frozen=True)
+class PlacementEvidence(Evidence):
+    """serialized_communication / unoverlapped_communication: the worst rank's lanes and what runs on them."""
+
+    worst_rank: int
+    ranks_total: int
+    exposed_communication_ns_by_rank: dict[int, int]  # net of the waits for the straggler
+    lanes: list[str]                  # the worst rank's shared lanes, else its communication lanes
+    lane_kind: str | None             # of lanes[0]
+    kinds: list[str]                  # the check row's kinds on the shared lanes
+    overlap_ratio: float | None
+    window_ns: int
+    lane_collectives: list[str]       # collective kinds on the lanes
+    lane_groups: list[str]
+    groups_by_kind: dict[str, list[str]]
+    in_forward: list[str]             # kinds that start inside a forward phase
+    on_gpu: bool                      # a lane is a GPU stream
+    pytorch: bool                     # the trace shows PyTorch
+    critical_path_share: float = absent()
+
+
+@dataclass(frozen=True)
+class StragglerEvidence(Evidence):
+    """straggler: skew.straggler without its rank and cost keys (the finding has those)."""
+
+    slow_phase: str | None
+    slow_phase_extra_ns: int | None
+    waits_caused_ns: int              # per step (since the onset, with one)
+    waits_caused_share: float | None  # of the step
+    total_waits_caused_ns: int
+    late_in: int
+    last_in: int
+    of: int
+    side: str | None                  # "host" / "device"; None = not known
+    pattern: str                      # "persistent" / "since step" / "single step"
+    onset_step: int | None
+    steps_late: int
+    steps: int
+    late_step_ids: list[int]
+    phase: str | None
+    phase_extra_ns: int | None
+    largest_phase: str | None
+    runner_up_waits_caused_ns: int
+    late_steps: int
+    threshold_ns: int
+    most_often_last_rank: int
+    exposed_waits_ns_by_rank: dict[int, int]
+    durations_vary_share: float | None
+    critical_path_share: float = absent()
+
+
+@dataclass(frozen=True)
+class SlowCollectiveRow(Record):
+    """A Collectives table row below the slow share of the peak, with the keys the finding keeps."""
+
+    kind: str
+    group: str
+    node_span: str | None
+    size_bucket: str
+    count: int
+    busbw_median_gbps: float
+    peak_share: float
+    transfer_median_ns: int | None
+
+
+@dataclass(frozen=True)
+class SlowCollectiveEvidence(Evidence):
+    """slow_collective: the table rows below ``limit_share`` of the peak busbw (the first 8) and the worst."""
+
+    rows: list[SlowCollectiveRow]
+    rows_below: int
+    worst: SlowCollectiveRow          # the one whose transfer time at the peak saves most
+    peak_busbw_gbps: float
+    limit_share: float
+    critical_path_share: float = absent()
+
+
+@dataclass(frozen=True)
+class HostBoundEvidence(Evidence):
+    """host_bound_gpu: GPU gaps waiting for kernel launches, on the worst rank."""
+
+    worst_rank: int
+    ranks_total: int
+    host_bound_ns_by_rank: dict[int, int]
+    host_bound_gaps: int
+    gaps: int
+    idle_ns: int
+    window_ns: int
+    pytorch: bool
+
+
+@dataclass(frozen=True)
+class DataloaderEvidence(Evidence):
+    """dataloader_bound: the dataloader phase's share of the steps, on the worst rank."""
+
+    worst_rank: int
+    ranks_total: int
+    phase: str                        # config phases.dataloader
+    share: float
+    dataloader_ns: int
+    steps: int
+    limit_share: float
+    share_by_rank: dict[int, float]
+    steps_above: int
+    pytorch: bool
+    critical_path_share: float = absent()
+
+
+@dataclass(frozen=True)
+class MemoryCreepEvidence(Evidence):
+    """memory_creep: per-step peaks allocated that grow every step, on the worst rank's device."""
+
+    ranks_total: int
+    worst_rank: int
+    device: str                       # memory device label
+    growth_per_step_bytes: float
+    first_peak_bytes: float
+    last_peak_bytes: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class MemoryImbalanceEvidence(Evidence):
+    """memory_imbalance: a rank whose peak allocated stands out above the median of the ranks."""
+
+    worst_rank: int
+    peak_by_rank: dict[int, int]
+    median_bytes: float
+
+
+EVIDENCE: dict[str, type[Evidence]] = {
+    "serialized_communication": PlacementEvidence, "unoverlapped_communication": PlacementEvidence,
+    "straggler": StragglerEvidence, "slow_collective": SlowCollectiveEvidence,
+    "host_bound_gpu": HostBoundEvidence, "dataloader_bound": DataloaderEvidence,
+    "memory_creep": MemoryCreepEvidence, "memory_imbalance": MemoryImbalanceEvidence,
+}
+
+
+@dataclass(frozen=True)
+class Finding(Record):
+    """What is wrong, the figure it describes, what fixing it saves per step (the what-if replay) and
+    what to change."""
+
+    finding: str                      # the code: a key of EVIDENCE
+    figure_ns: int                    # per step where the trace has steps; 0 for memory
+    ranks: list[int]
+    evidence: Evidence                # the record EVIDENCE[finding]
+    severity: str                     # "high" / "medium" / "low" / "unpriced"
+    cost_ns: int | None               # = predicted_saving_ns
+    predicted_saving_ns: int | None   # per step; None = unpriced (why_not)
+    saving_share: float | None        # of the measured step
+    priced_by: str | None             # the what-if scenario
+    priced_after_straggler: bool
+    why_not: str | None
+    durations_vary_share: float | None
+    message: str                      # in summary.json in readable units; in memory the template
+    advice: str
+    template: str = absent()          # the message with its duration tokens (units.phrase): summary.json only
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "$") -> Any:
+        """The evidence decoded as the record of the finding's code, then the rest as usual."""
+        if isinstance(data, dict) and isinstance(data.get("evidence"), dict):
+            kind = EVIDENCE.get(data.get("finding"))
+            if kind is None:
+                raise JsonError(f"{where}: unknown finding {data.get('finding')!r}")
+            data = {**data, "evidence": kind.from_json(data["evidence"], f"{where}.evidence")}
+        return super().from_json(data, where)
+
+
+@dataclass(frozen=True)
+class Check(Record):
+    """The stream placement check of one rank and device: is communication on its own lane?"""
+
+    check: str                        # "stream_placement"
+    rank: int
+    device: int | None                # None: host only
+    status: str                       # "PASS" / "WARN" / "FAIL" / "N/A"
+    comm_lanes: list[str]
+    compute_lanes: list[str]
+    shared_lanes: list[str]           # lanes carrying both
+    shared_communication_ns: int
+    communication_ns: int
+    exposed_communication_ns: int
+    overlap_ratio: float | None
+    kinds: list[str]                  # collective kinds on the shared lanes (FAIL)
+    message: str                      # in summary.json in readable units; in memory with duration tokens
+    advice: str
+    pipeline_ranks: list[int] = absent()       # a send/recv pipeline stage's chain: its FAIL is a PASS
+    waits_for_straggler_ns: int = absent()     # what a WARN/FAIL rank's exposed time waited for the straggler

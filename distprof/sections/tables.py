@@ -1,0 +1,411 @@
+"""summary.json ``tables``: the Paddle-style summary tables of each rank and merged across ranks
+(analyses.summaries.rank_tables / merge_tables, the Operator Summary of analyses.operators), and
+``across_ranks``: the spread of each Distributed Summary figure (analyses.distributed.across_ranks).
+
+Per-rank rows (``by_rank``) and merged rows (``merged``) are different records: a merged row adds
+``ranks`` / ``max_rank`` (or per-rank columns) and its producer writes the shared keys in another
+order (``avg_ns`` after ``max_rank``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..typed import Record
+
+
+@dataclass(frozen=True)
+class Dropped(Record):
+    """What a by-name table left out beyond its kept rows."""
+
+    rows: int
+    calls: int
+    total_ns: int                  # Operator Summary: their CPU total
+
+
+# -- one rank's tables (tables.by_rank[]) ------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceRow(Record):
+    """Device Summary row of a rank: a GPU's utilization, a host thread's busy share, or the
+    process CPU utilization (kind "gpu", "host_thread", "cpu_process")."""
+
+    device: str                    # "GPU0", a host thread's lane label, "CPU(Process)"
+    kind: str
+    busy_ns: int                   # cpu_process: the process CPU time
+    elapsed_ns: int                # the window (cpu_process: the process wall time)
+    utilization: float | None      # busy / elapsed (cpu_process: up to 1 x cores); None: empty window
+
+
+@dataclass(frozen=True)
+class OverviewRow(Record):
+    """Overview row of a rank: time by event type, the union of its intervals in the window."""
+
+    side: str                      # "cpu" or "gpu"
+    type: str                      # "ProfileStep", "Kernel", "Memcpy", ...
+    calls: int                     # events starting in the window
+    total_ns: int
+    ratio: float | None            # total / window
+
+
+@dataclass(frozen=True)
+class ModelRow(Record):
+    """Model Summary row of a rank (ProfileStep, Dataloader, Forward, Backward, Optimization, Others):
+    CPU = the phase ranges, GPU = the GPU ops launched in the phase, one call per step."""
+
+    name: str
+    calls: int | None              # CPU calls; None for Others
+    cpu_total_ns: int
+    cpu_avg_ns: float | None
+    cpu_max_ns: int | None
+    cpu_min_ns: int | None
+    cpu_ratio: float | None        # of the ProfileStep total (else the window)
+    gpu_calls: int | None          # None: no GPU work in the window (all GPU columns None)
+    gpu_total_ns: int | None
+    gpu_avg_ns: float | None
+    gpu_max_ns: int | None
+    gpu_min_ns: int | None
+    gpu_ratio: float | None        # of the GPU total
+
+
+@dataclass(frozen=True)
+class KernelRow(Record):
+    """Kernel Summary row of a rank: one kernel name."""
+
+    name: str
+    calls: int
+    total_ns: int
+    avg_ns: float
+    max_ns: int
+    min_ns: int
+    ratio: float | None            # of the table's total; None when that is 0
+    category: str                  # the first seen kernel's event category ("" when none)
+
+
+@dataclass(frozen=True)
+class MemoryRow(Record):
+    """Memory Summary row of a rank: one memcpy/memset kind and name."""
+
+    kind: str                      # "memcpy" or "memset"
+    name: str
+    calls: int
+    total_ns: int
+    avg_ns: float
+    max_ns: int
+    min_ns: int
+    ratio: float | None            # of the table's total; None when that is 0
+
+
+@dataclass(frozen=True)
+class UserRow(Record):
+    """UserDefined Summary row of a rank: USER ranges by base name (``aten::to, seq = 12`` counts as
+    ``aten::to``)."""
+
+    name: str
+    calls: int
+    total_ns: int
+    avg_ns: float
+    max_ns: int
+    min_ns: int
+    ratio: float | None            # of the window; None when that is 0
+
+
+@dataclass(frozen=True)
+class OperatorRow(Record):
+    """Operator Summary row of a rank: one framework operator by name."""
+
+    name: str
+    calls: int
+    cpu_total_ns: int
+    cpu_self_ns: int               # own time less its direct child operators'
+    cpu_avg_ns: float
+    cpu_max_ns: int
+    cpu_min_ns: int
+    gpu_total_ns: int | None       # GPU ops launched under it; None on traces without GPU work
+    gpu_avg_ns: float | None
+    ratio: float | None            # CPU total / window (nested operators add up to more than 1)
+
+
+@dataclass(frozen=True)
+class KernelTable(Record):
+    """A rank's Kernel Summary, total down."""
+
+    rows: list[KernelRow]
+    denominator_ns: int            # Σ kernel time in the window
+    dropped: Dropped
+
+
+@dataclass(frozen=True)
+class MemoryTable(Record):
+    """A rank's Memory (memcpy/memset) Summary, total down."""
+
+    rows: list[MemoryRow]
+    denominator_ns: int            # Σ memcpy/memset time in the window
+    dropped: Dropped
+
+
+@dataclass(frozen=True)
+class UserTable(Record):
+    """A rank's UserDefined Summary, total down."""
+
+    rows: list[UserRow]
+    denominator_ns: int            # the window
+    dropped: Dropped
+
+
+@dataclass(frozen=True)
+class OperatorTable(Record):
+    """A rank's Operator Summary, CPU total down."""
+
+    rows: list[OperatorRow]
+    denominator_ns: int            # the window
+    dropped: Dropped
+
+
+@dataclass(frozen=True)
+class RankTables(Record):
+    """One rank's own tables (by-name tables cut to summaries.RANK_ROWS rows, all of them for one rank)."""
+
+    rank: int
+    window_ns: int
+    span_ns: list[int] | None      # [first start, last end] of the rank's events (own clock); None: no events
+    device: list[DeviceRow]
+    overview: list[OverviewRow]
+    model: list[ModelRow]
+    kernel: KernelTable
+    memory: MemoryTable
+    user: UserTable
+    operator: OperatorTable
+
+
+# -- merged across ranks (tables.merged) ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class MergedDeviceRow(Record):
+    """Device Summary across ranks, per kind: GPU = each rank's mean over its GPUs, CPU(Process) =
+    each rank's mean, host thread = each rank's busiest thread."""
+
+    device: str                    # the row's label, e.g. "GPU (mean of the rank's GPUs)"
+    kind: str                      # "gpu", "cpu_process", "host_thread"
+    mean: float
+    min: float
+    max: float
+    min_rank: int
+    max_rank: int
+    utilization_by_rank: list[float | None]  # in tables.ranks order; None: the rank has no such row
+
+
+@dataclass(frozen=True)
+class MergedOverviewRow(Record):
+    """Overview across ranks: Σ calls and totals, ratio of Σ windows."""
+
+    side: str
+    type: str
+    calls: int
+    total_ns: int
+    ratio: float | None
+    total_ns_by_rank: list[int | None]  # in tables.ranks order; None: the rank has no such row
+
+
+@dataclass(frozen=True)
+class MergedModelRow(Record):
+    """Model Summary across ranks: Σ totals and calls, max of maxes, min of mins, ratios of Σ
+    ProfileStep (or window) and of Σ GPU time; each side's columns all None when no rank has it."""
+
+    name: str
+    cpu_total_ns: int | None
+    cpu_avg_ns: float | None
+    cpu_max_ns: int | None
+    cpu_min_ns: int | None
+    cpu_ratio: float | None
+    gpu_total_ns: int | None
+    gpu_avg_ns: float | None
+    gpu_max_ns: int | None
+    gpu_min_ns: int | None
+    gpu_ratio: float | None
+    calls: int | None              # Σ CPU calls; None for Others
+    cpu_total_ns_by_rank: list[int | None]  # in tables.ranks order
+    gpu_total_ns_by_rank: list[int | None] | None  # None when gpu_total_ns is
+
+
+@dataclass(frozen=True)
+class MergedKernelRow(Record):
+    """Kernel Summary row across ranks."""
+
+    name: str
+    calls: int
+    total_ns: int
+    max_ns: int
+    min_ns: int
+    ranks: int                     # ranks that ran it
+    max_rank: int                  # the rank with its largest total
+    avg_ns: float                  # Σ total / Σ calls
+    ratio: float | None            # of Σ the ranks' table totals
+    category: str
+
+
+@dataclass(frozen=True)
+class MergedMemoryRow(Record):
+    """Memory Summary row across ranks."""
+
+    kind: str
+    name: str
+    calls: int
+    total_ns: int
+    max_ns: int
+    min_ns: int
+    ranks: int
+    max_rank: int
+    avg_ns: float
+    ratio: float | None            # of Σ the ranks' table totals
+
+
+@dataclass(frozen=True)
+class MergedUserRow(Record):
+    """UserDefined Summary row across ranks."""
+
+    name: str
+    calls: int
+    total_ns: int
+    max_ns: int
+    min_ns: int
+    ranks: int
+    max_rank: int
+    avg_ns: float
+    ratio: float | None            # of Σ the ranks' windows
+
+
+@dataclass(frozen=True)
+class MergedOperatorRow(Record):
+    """Operator Summary row across ranks."""
+
+    name: str
+    calls: int
+    cpu_total_ns: int
+    cpu_self_ns: int
+    cpu_avg_ns: float
+    cpu_max_ns: int
+    cpu_min_ns: int
+    gpu_total_ns: int | None       # None when no rank has GPU work
+    gpu_avg_ns: float | None
+    ratio: float | None            # CPU total / Σ the ranks' windows
+    ranks: int                     # ranks that ran it
+    max_rank: int                  # the rank with its largest CPU total
+
+
+@dataclass(frozen=True)
+class MergedKernelTable(Record):
+    """The Kernel Summary across ranks, total down (summaries.MAX_ROWS kept)."""
+
+    rows: list[MergedKernelRow]
+    denominator_ns: int
+    dropped: Dropped               # the ranks' own dropped plus the merged rows cut
+
+
+@dataclass(frozen=True)
+class MergedMemoryTable(Record):
+    """The Memory Summary across ranks, total down."""
+
+    rows: list[MergedMemoryRow]
+    denominator_ns: int
+    dropped: Dropped
+
+
+@dataclass(frozen=True)
+class MergedUserTable(Record):
+    """The UserDefined Summary across ranks, total down."""
+
+    rows: list[MergedUserRow]
+    denominator_ns: int            # Σ the ranks' windows
+    dropped: Dropped
+
+
+@dataclass(frozen=True)
+class MergedOperatorTable(Record):
+    """The Operator Summary across ranks, CPU total down."""
+
+    rows: list[MergedOperatorRow]
+    denominator_ns: int            # Σ the ranks' windows
+    dropped: Dropped
+
+
+@dataclass(frozen=True)
+class MergedSteps(Record):
+    """ProfileStep durations per step across ranks (steps ascending), and per rank."""
+
+    step: list[int]
+    min_ns: list[int]
+    median_ns: list[int]           # the job's step time of each step (analyses.steptime)
+    max_ns: list[int]
+    max_rank: list[int]            # the slowest rank of each step
+    ranks: list[int]
+    mean_ns_by_rank: list[float | None]  # in ``ranks`` order; None: the rank has no steps
+    max_ns_by_rank: list[int | None]
+
+
+@dataclass(frozen=True)
+class MergedTables(Record):
+    """The tables summed across ranks."""
+
+    window_ns: int                 # Σ the ranks' windows
+    device: list[MergedDeviceRow]
+    overview: list[MergedOverviewRow]
+    model: list[MergedModelRow]
+    kernel: MergedKernelTable
+    memory: MergedMemoryTable
+    user: MergedUserTable
+    steps: MergedSteps
+    operator: MergedOperatorTable
+
+
+@dataclass(frozen=True)
+class Tables(Record):
+    """summary.json ``tables``: the ranks that sent tables, the merged tables and each rank's own."""
+
+    ranks: list[int]
+    merged: MergedTables
+    by_rank: list[RankTables]
+
+
+# -- across_ranks ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FigureStats(Record):
+    """A ns figure across the ranks that have it (values rounded to ns)."""
+
+    min: int
+    median: int
+    max: int
+    mean: int
+    max_rank: int                  # the first rank holding the max
+    min_rank: int
+
+
+@dataclass(frozen=True)
+class RatioStats(Record):
+    """A ratio figure across the ranks that have it."""
+
+    min: float
+    median: float
+    max: float
+    mean: float
+    max_rank: int
+    min_rank: int
+
+
+@dataclass(frozen=True)
+class AcrossRanks(Record):
+    """summary.json ``across_ranks``: each Distributed Summary figure (results.FIGURES) across ranks;
+    None where no rank has the figure."""
+
+    window_ns: FigureStats | None
+    communication_ns: FigureStats | None
+    computation_ns: FigureStats | None
+    memory_ns: FigureStats | None
+    overlap_ns: FigureStats | None
+    exposed_communication_ns: FigureStats | None
+    overlap_ratio: RatioStats | None
+    idle_ns: FigureStats | None
+    gpu_window_ns: FigureStats | None
+    communication_wait_ns: FigureStats | None
+    communication_transfer_ns: FigureStats | None
