@@ -34,7 +34,7 @@ sys.path.insert(0, {bench!r})
 from _memory import current_rss_mib, peak_rss_mib
 from distprof import sources
 from distprof.sources import kineto
-kineto._load  # the reader and its imports are loaded before the baseline
+kineto.read  # the reader and its imports are loaded before the baseline
 before = current_rss_mib()
 try:
     traces = sources.read({path!r}, {config!r})

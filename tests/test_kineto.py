@@ -17,7 +17,7 @@ from result_views import rank_row
 from distprof import align, pipeline, sources
 from distprof import config as config_mod
 from distprof import events as ev
-from distprof.sources import kineto
+from distprof.sources import kineto, kineto_decode
 
 
 def config(window: str = "steps", **overrides) -> dict:
@@ -160,7 +160,7 @@ def test_stdlib_fallback_gives_the_same_table(tmp_path, monkeypatch):
     paths = [kf.overlap_trace().write(tmp_path / "a.json"),
              kf.overlap_trace(origin_ns=1_682_725_898_236_567_123, base_time_ns=None).write(tmp_path / "b.json")]
     fast = [read_one(path) for path in paths]
-    monkeypatch.setattr(kineto, "msgspec", None)
+    monkeypatch.setattr(kineto_decode, "msgspec", None)
     for path, expected in zip(paths, fast):
         slow = read_one(path)
         assert slow.events.equals(expected.events)
@@ -171,7 +171,7 @@ def test_stdlib_fallback_gives_the_same_table(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ exact microseconds -> ns
 
 def ns(values: list) -> list[int]:
-    converted, missing = kineto._us_to_ns(values)
+    converted, missing = kineto_decode.us_to_ns(values)
     assert missing is None
     return converted.tolist()
 
@@ -183,14 +183,14 @@ def test_us_to_ns_examples():
     assert ns([4458676522690.655]) == [4458676522690655]
     assert ns([Decimal("1682725898236567.123")]) == [1682725898236567123]
     assert ns(["0.0005", "0.0015", "0.00049"]) == [0, 2, 0]  # below the ns: nearest, ties to even
-    converted, missing = kineto._us_to_ns([1.5, None, 2])
+    converted, missing = kineto_decode.us_to_ns([1.5, None, 2])
     assert converted.tolist() == [1500, 0, 2000] and missing.tolist() == [False, True, False]
-    with pytest.raises(kineto._NeedText):
-        kineto._us_to_ns([1682725898236567.2])  # a float this large no longer holds the ns
-    with pytest.raises(kineto._NeedText):
-        kineto._us_to_ns([1.5, "2.5"])
+    with pytest.raises(kineto_decode.NeedText):
+        kineto_decode.us_to_ns([1682725898236567.2])  # a float this large no longer holds the ns
+    with pytest.raises(kineto_decode.NeedText):
+        kineto_decode.us_to_ns([1.5, "2.5"])
     with pytest.raises(ev.SourceError, match="not a number"):
-        kineto._us_to_ns(["12", "abc"])
+        kineto_decode.us_to_ns(["12", "abc"])
 
 
 def test_missing_times(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 
 from distprof import config as config_mod
 from distprof import events as ev
-from distprof.sources import dtype_size, kineto
+from distprof.sources import dtype_size, kineto, kineto_decode
 
 DATA = Path(__file__).resolve().parent / "data"
 NCCL_PARSER = DATA / "kineto" / "hta_nccl_parser_config_1of2" / "nccl_data.json.gz"
@@ -203,7 +203,7 @@ def test_send_peer_is_a_global_rank(tmp_path):
 def test_stdlib_fallback_gives_the_same_columns(monkeypatch):
     paths = [NCCL_PARSER, TRACE_FILTER[0], TORCH_CPU[0]]
     fast = [read(path) for path in paths]
-    monkeypatch.setattr(kineto, "msgspec", None)
+    monkeypatch.setattr(kineto_decode, "msgspec", None)
     for path, expected in zip(paths, fast):
         slow = read(path)
         assert slow.events.equals(expected.events), path

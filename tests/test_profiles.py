@@ -18,7 +18,7 @@ from distprof.analyses import cost, operators, profiles
 from distprof.reports import findings as findings_report
 from distprof.results import RankProfile
 from distprof.sections.profiles import MemoryDevice
-from distprof.sources import kineto
+from distprof.sources import kineto, kineto_decode
 
 DATA = Path(__file__).parent / "data" / "torch_flops"
 FILES = sorted(DATA.glob("rank*.json.gz"))
@@ -272,7 +272,7 @@ def test_side_tables_agree_without_msgspec(monkeypatch):
     """The stdlib JSON fallback reads the same operators, shapes and memory samples."""
     config = config_mod.load()
     fast = kineto.read(FILES[1], config)[0].profiles
-    monkeypatch.setattr(kineto, "msgspec", None)
+    monkeypatch.setattr(kineto_decode, "msgspec", None)
     slow = kineto.read(FILES[1], config)[0].profiles
     assert fast["memory"].equals(slow["memory"])
     for side in (fast, slow):
