@@ -80,7 +80,7 @@ def child_stages(folder: str, out: str) -> dict:
     paths = sources.expand([folder])
     results = [pipeline.reduce_rank(trace, config) for path in paths for trace in sources.read(path, config)]
     reduced = time.perf_counter()
-    summary = pipeline.combine(results, config, source="kineto").to_json()
+    summary = pipeline.combine(results, config, source="kineto")
     combined = time.perf_counter()
     export.write_summary(summary, Path(out))
     text.render(summary, "ms")

@@ -16,11 +16,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import config as config_mod
 from . import console, outpaths
 from .events import SourceError
 from .ranges import rank_ranges
+
+if TYPE_CHECKING:
+    from .results import Summary
 
 
 def find_mpirun() -> str | None:
@@ -188,10 +192,18 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
                 allow_duplicate_ranks: bool = False) -> dict | None:
     """summary.json's content of a merge (pipeline.merge_files); None on MPI workers other than 0.
     ``warnings`` (e.g. from sources.expand) go into the summary's ``warnings``."""
-    from . import pipeline
-    summary = pipeline.merge_files(paths, config, comm=comm, warnings=warnings,
-                                   allow_duplicate_ranks=allow_duplicate_ranks)
+    summary = merge_summary(paths, config, comm=comm, warnings=warnings,
+                            allow_duplicate_ranks=allow_duplicate_ranks)
     return None if summary is None else summary.to_json()
+
+
+def merge_summary(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None,
+                  allow_duplicate_ranks: bool = False) -> Summary | None:
+    """The typed Summary of a merge, what the commands hand to the reports; None on MPI workers
+    other than 0."""
+    from . import pipeline
+    return pipeline.merge_files(paths, config, comm=comm, warnings=warnings,
+                                allow_duplicate_ranks=allow_duplicate_ranks)
 
 
 OUTPUT_FILES = ("summary.json", "ranks.csv", "collectives.csv", "report.html")  # what merge writes
@@ -229,7 +241,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if tasks > 1 and (comm is None or comm.Get_size() == 1):
         print(f"distprof: warning: launched as {tasks} tasks but MPI did not start a {tasks}-rank world: "
               "every task merges every file (with srun, try --mpi=pmix)", file=sys.stderr)
-    summary = merge_files(paths, config, comm=comm, warnings=notes, allow_duplicate_ranks=args.allow_duplicate_ranks)
+    summary = merge_summary(paths, config, comm=comm, warnings=notes,
+                            allow_duplicate_ranks=args.allow_duplicate_ranks)
     if summary is None:  # an MPI worker other than rank 0: its results went to rank 0
         return 0
     out = Path(args.out)
@@ -311,7 +324,7 @@ def refuse_json_array(item: str | Path) -> None:
                           "`distprof report OUT`")
 
 
-def _trace_inputs(args: argparse.Namespace, config: dict) -> tuple[dict, list[tuple[str, Path]], Path]:
+def _trace_inputs(args: argparse.Namespace, config: dict) -> tuple[Summary, list[tuple[str, Path]], Path]:
     """The summary, the (name, path) rank files and the output file of ``distprof trace``: from
     an output directory (its summary.json names the rank files and clock offsets) or from rank
     files (merged first, for the offsets). The output is checked before any merge runs."""
@@ -325,10 +338,10 @@ def _trace_inputs(args: argparse.Namespace, config: dict) -> tuple[dict, list[tu
     if not from_summary:
         notes: list[str] = []
         found = sources.expand(args.inputs, warn=lambda text: _warn(text, notes))
-        return merge_files(found, config, warnings=notes), [(str(p), p) for p in found], out
+        return merge_summary(found, config, warnings=notes), [(str(p), p) for p in found], out
     summary = export.read_summary(first)
     paths = []
-    for name in dict.fromkeys(str(r["source_file"]) for r in summary["ranks"] if r.get("source_file")):
+    for name in dict.fromkeys(str(r.source_file) for r in summary.ranks if r.source_file):
         path = Path(name) if Path(name).exists() else base / Path(name).name  # a moved output dir
         if not path.exists():
             raise SourceError(f"{name}: rank file named in {first} not found")
@@ -347,13 +360,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise config_mod.ConfigError(f"--ranks/--steps: {error}") from None
     summary, paths, out = _trace_inputs(args, config)
-    known = sorted({r["rank"] for r in summary["ranks"]})
+    known = sorted({r.rank for r in summary.ranks})
     if ranks is not None and not any(r in ranks for r in known):
         raise config_mod.ConfigError(f"--ranks {args.ranks}: matches none of the ranks {rank_ranges(known)}; "
                                      f"{out} not written")
     rows = perfetto.rank_map(summary)
-    by_rank = {r["rank"]: r for r in summary["ranks"]}
-    meta = {"world_size": summary.get("world_size"), "source": summary.get("source"),
+    by_rank = {r.rank: r for r in summary.ranks}
+    meta = {"world_size": summary.world_size, "source": summary.source,
             "ranks_filter": args.ranks, "steps_filter": args.steps}
     with perfetto.TraceWriter(out, perfetto.origin_from_summary(summary), meta) as writer:
         for name, path in console.progress(paths, "writing trace"):
@@ -364,14 +377,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 continue
             for trace in traces:
                 row = rows.get((name, trace.pid)) or next(
-                    (r for r in summary["ranks"] if r.get("source_file") == name and r["rank"] == trace.rank), None)
-                if row is None or (ranks is not None and row["rank"] not in ranks):
+                    (r for r in summary.ranks if r.source_file == name and r.rank == trace.rank), None)
+                if row is None or (ranks is not None and row.rank not in ranks):
                     continue
-                writer.add_rank(trace.events, row["rank"], int(by_rank[row["rank"]].get("clock_offset_ns") or 0),
+                writer.add_rank(trace.events, row.rank, int(by_rank[row.rank].clock.offset_ns or 0),
                                 label=f"{Path(name).name}, pid {trace.pid}", steps=steps,
                                 lane_names=trace.meta.get("lane_names"))
             del traces  # bound memory by one file's events
-        writer.add_critical_path(summary.get("critical_path"), steps)
+        writer.add_critical_path(summary.critical_path, steps)
         if not writer.ranks or (steps is not None and not writer.selected):
             what = f"--steps {args.steps}" if writer.ranks else "the rank selection"
             raise config_mod.ConfigError(f"{what}: matches no events; {out} not written")
@@ -380,7 +393,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def diff_side(item: str, config: dict) -> dict:
+def diff_side(item: str, config: dict) -> Summary:
     """One side of ``distprof diff``: a distprof output folder (or its summary.json) as it is,
     else anything ``merge`` reads, merged by merge's own path (``merge_files``, no MPI world:
     a diff is one process). ``sources.expand`` says when nothing is found."""
@@ -395,10 +408,10 @@ def diff_side(item: str, config: dict) -> dict:
     if missing:
         raise SourceError(f"{missing[0]}: neither a distprof output (summary.json) nor a trace file "
                           "distprof merge reads")
-    return merge_files(found, config)
+    return merge_summary(found, config)
 
 
-def _checked_steps(summary: dict, item: str) -> dict:
+def _checked_steps(summary: Summary, item: str) -> Summary:
     """A summary whose step series a diff resamples: at most the MAX_STEPS merge keeps (1M steps
     in a 7 MB file asked the bootstrap for 29.8 GiB)."""
     from .analyses import diff as diff_mod
@@ -419,14 +432,14 @@ def _what(error: Exception) -> str:
 _BAD_CONTENT = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-def _diff_text(args: argparse.Namespace, labels: tuple[str, str], befores: list[dict], afters: list[dict],
-               config: dict) -> tuple[dict, str]:
+def _diff_text(args: argparse.Namespace, labels: tuple[str, str], befores: list[Summary],
+               afters: list[Summary], config: dict) -> tuple[dict, str]:
     """The diff and its text (``befores[0]``/``afters[0]``: each side's median run); a summary of the
     wrong shape is named in one line (each side is tried against itself to tell which), not a KeyError."""
     from .analyses import diff as diff_mod
     from .reports import diff_report
 
-    def run(b: list[dict], a: list[dict]) -> tuple[dict, str]:
+    def run(b: list[Summary], a: list[Summary]) -> tuple[dict, str]:
         result = diff_mod.diff(b[0], a[0], seed=args.seed, min_change=args.min_change / 100,
                                prefixes=tuple(config["communication"]["kernel_prefixes"]),
                                more_before=b[1:], more_after=a[1:])
@@ -454,7 +467,7 @@ def _diff_runs(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return args.runs[:1], args.runs[1:]
 
 
-def _median_first(items: list[str], summaries: list[dict]) -> tuple[list[str], list[dict]]:
+def _median_first(items: list[str], summaries: list[Summary]) -> tuple[list[str], list[Summary]]:
     """A side's runs with its median run (by step time) first: the run the detail compares."""
     from .analyses import diff as diff_mod
     first = diff_mod.median_run(summaries)
@@ -486,16 +499,18 @@ def cmd_diff(args: argparse.Namespace) -> int:
 DIFF_FILES = ("diff.json", "diff.html", "report.html")  # what diff writes
 
 
-def finite(summary: dict, item: str) -> dict:
+def finite(summary: Summary, item: str) -> Summary:
     """A side's summary with every NaN or infinite number as null, the summaries' "unknown":
     json.loads reads NaN from a damaged summary.json, and the diff printed ``nan -> 667.11 +nan%``
-    and wrote NaN into diff.json (not JSON). A warning names the file, the count and the first key."""
+    and wrote NaN into diff.json (not JSON). A warning names the file, the count and the first key
+    (its path in summary.json: the summary is looked at as its JSON, and read back when cleaned)."""
     bad: list[str] = []
-    cleaned = _nulled(summary, "", bad)
-    if bad:
-        console.warn(f"{item}: {len(bad)} figure(s) NaN or infinite (first: {bad[0]}): compared as unknown "
-                     "(\"-\"); merge the run again to get them")
-    return cleaned
+    cleaned = _nulled(summary.to_json(), "", bad)
+    if not bad:
+        return summary
+    console.warn(f"{item}: {len(bad)} figure(s) NaN or infinite (first: {bad[0]}): compared as unknown "
+                 "(\"-\"); merge the run again to get them")
+    return type(summary).from_json(cleaned)
 
 
 def _nulled(value: object, where: str, bad: list[str]) -> object:
@@ -513,6 +528,8 @@ def _nulled(value: object, where: str, bad: list[str]) -> object:
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """What each fix would save: the merge's replay and scenarios (only --scenario ones if given)."""
+    from dataclasses import replace
+
     from .analyses import whatif
     from .reports import whatif_report
     unknown = sorted(set(args.scenario or ()) - set(whatif.SCENARIOS))
@@ -520,15 +537,15 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         raise config_mod.ConfigError(f"--scenario: unknown {', '.join(unknown)}; known: {', '.join(whatif.SCENARIOS)}")
     config = config_mod.load(args.config)
     inputs = args.inputs[0] if len(args.inputs) == 1 else None
-    summary = diff_side(inputs, config) if inputs else merge_files(_expand(args.inputs), config)
-    for text in summary.get("warnings") if isinstance(summary.get("warnings"), list) else []:  # as merge shows them
+    summary = diff_side(inputs, config) if inputs else merge_summary(_expand(args.inputs), config)
+    for text in summary.warnings:  # as merge shows them
         console.warn(text)
     label = " ".join(args.inputs)
     try:
-        result = summary.get("whatif")
-        if result and args.scenario:
-            result = {**result, "scenarios": [r for r in result["scenarios"] if r["name"] in args.scenario]}
-        if not result:
+        result = summary.whatif
+        if result is not None and args.scenario:
+            result = replace(result, scenarios=[r for r in result.scenarios if r.name in args.scenario])
+        if result is None:
             raise SourceError(f"{label}: no what-if in this summary (made by an older distprof, or the replay was "
                               "skipped)")
         shown = whatif_report.render(result, args.unit, width=args.width)

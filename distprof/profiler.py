@@ -358,7 +358,8 @@ class Profiler:
                 transport.drain(self._link())
 
     def _write_summary(self, results: list | None, warnings: list[str]) -> dict | None:
-        """Rank 0: combine, write summary.json and report.html, print the Distributed Summary."""
+        """Rank 0: combine, write summary.json and report.html, print the Distributed Summary; returns
+        summary.json's content (what ``stop()`` has always returned)."""
         from . import pipeline
         results = None if results is None else [r for r in results if r is not None]
         if not results:
@@ -372,7 +373,6 @@ class Profiler:
                                    warnings=warnings)
         if live_record is not None:  # only a session with the live view on has one
             summary = replace(summary, live=Live.from_json(live_record))
-        summary = summary.to_json()
         from .reports import export, html, text
         export.write_summary(summary, self.out)
         report = html.write_report(summary, self.out)
@@ -380,4 +380,4 @@ class Profiler:
             sys.stdout.write(text.render(summary))
             sys.stdout.write(f"\nwrote {self.out / export.SUMMARY_FILE}\nwrote {report}\n{text.next_steps(self.out)}\n")
             sys.stdout.flush()
-        return summary
+        return summary.to_json()

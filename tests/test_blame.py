@@ -7,6 +7,7 @@ import pytest
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline
+from distprof.results import Summary
 
 CONFIG = config_mod.load()
 MS = 1_000_000
@@ -254,7 +255,8 @@ def test_a_rank_whose_lateness_costs_no_step_time_is_not_named():
 def test_the_straggler_line_says_why_the_waits_did_not_name_a_rank():
     from distprof.reports.findings import straggler_line
     summary = hidden_wait_job(5 * MS)
-    line = straggler_line(None, lambda ns: f"{ns / MS:.1f} ms", summary["skew"]["unconfirmed_straggler"])
+    unconfirmed = Summary.from_json(summary).skew.unconfirmed_straggler
+    line = straggler_line(None, lambda ns: f"{ns / MS:.1f} ms", unconfirmed)
     assert line == ("Straggler: none (rank 1 is last in 6 of its 6 collectives and the others wait 5.0 ms per step "
                     "for it, but removing its lateness saves 0.0 ms per step: 0.0% of the step, under the 5% a "
                     "straggler costs)")
@@ -279,7 +281,8 @@ def test_the_first_screen_says_why_no_straggler_is_named(delays, why):
     # it said "no rank makes the others wait ... in enough steps" whatever the reason
     from distprof.reports import text
     summary = tp_dp_job(0, delays=delays)
-    [line] = [line for line in text.answer_lines(summary, width=1000) if line.startswith("Straggler:")]
+    [line] = [line for line in text.answer_lines(Summary.from_json(summary), width=1000)
+              if line.startswith("Straggler:")]
     assert line.startswith(f"Straggler: none ({why}"), line
     # the reason is one of the skew notes (summary.json's readable units), pointed at by its index
     note = summary["skew"]["notes"][summary["skew"]["no_straggler_note"]]

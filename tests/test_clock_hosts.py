@@ -13,6 +13,7 @@ import pytest
 from distprof import config as config_mod
 from distprof import pipeline
 from distprof.reports import text
+from distprof.results import Summary
 
 pytestmark = pytest.mark.skipif(not fx.ddl_available(), reason=f"nsys DDL folder {fx.DDL_DIR} is absent")
 
@@ -92,7 +93,7 @@ def test_two_collectives_leave_offsets_unverified(tmp_path):
     assert summary["skew"]["max_clock_uncertainty_ns"] is None
     assert summary["skew"]["clock_unverified_ranks"] == [1, 2]
     assert any("not verified" in w for w in summary["warnings"])
-    rendered = text.render(summary)
+    rendered = text.render(Summary.from_json(summary))
     assert "clock uncertainty unknown (not verified)" in rendered and "<= 0.00" not in rendered
 
 

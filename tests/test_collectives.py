@@ -17,6 +17,7 @@ from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline, sources
 from distprof.analyses import collectives as coll
+from distprof.results import Summary
 
 CONFIG = config_mod.load()
 US, MS = 1_000, 1_000_000
@@ -255,7 +256,9 @@ def test_sleep_outside_any_phase_is_not_blamed_on_a_phase():
     assert straggler["rank"] == 1 and straggler["waits_caused_ns"] == 40 * MS
     assert straggler["phase"] is None and straggler["largest_phase"] == "forward"
     from distprof.reports.findings import straggler_line
-    line = straggler_line(straggler, lambda ns: f"{ns / MS:.4f} ms")  # how its row reads, named or not
+    skew = Summary.from_json(data).skew
+    line = straggler_line(skew.straggler or skew.unconfirmed_straggler,  # how its row reads, named or not
+                          lambda ns: f"{ns / MS:.4f} ms")
     assert "outside any annotated phase" in line and "225.7" not in line and "0.2257" not in line
 
 
@@ -421,13 +424,13 @@ def test_serialized_advice_fits_the_kind_and_names_no_framework_the_trace_does_n
 
 def test_reports_show_the_table_and_the_split(tp_dp):
     from distprof.reports import html, text
-    _, data = tp_dp
-    shown = text.render(data)
+    summary, data = tp_dp
+    shown = text.render(summary)
     assert "Collectives" in shown and "Comm wait (ms)" in shown and "Comm transfer (ms)" in shown
     assert "tp1      intra-node  1-16 MiB" in shown and "50.0%" in shown
-    page = html.render(data)
+    page = html.render(summary)
     assert "<h2>Collectives</h2>" in page and "16-256 MiB" in page and "Comm wait" in page
-    old = {k: v for k, v in data.items() if k != "collectives"}  # a summary.json from before issue 13
+    old = Summary.from_json({k: v for k, v in data.items() if k != "collectives"})  # from before issue 13
     assert "busbw" not in text.render(old) and "<h2>Collectives</h2>" not in html.render(old)
 
 

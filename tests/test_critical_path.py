@@ -269,9 +269,12 @@ def test_a_blocking_call_on_the_issuing_thread_leads_the_path_to_the_rank_it_wai
 
 
 def by_rank_line(path: dict) -> str:
-    """The whole "by rank:" line (rendered wide enough not to wrap it: the console's width would)."""
+    """The whole "by rank:" line of summary.json's ``critical_path`` (rendered from its typed value, wide
+    enough not to wrap it: the console's width would)."""
     from distprof.reports import critical_path_report
-    return next(line for line in critical_path_report.render(path, width=1000).splitlines()
+    from distprof.sections.whatif import CriticalPath
+    typed = CriticalPath.from_json(path)
+    return next(line for line in critical_path_report.render(typed, width=1000).splitlines()
                 if line.startswith("by rank:"))
 
 

@@ -88,7 +88,8 @@ def test_dataloader_bound_finding():
 def test_findings_are_priced_by_the_replay_ordered_and_rendered():
     gpu = pipeline.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
     loader = host_result(1, 30)
-    summary = pipeline.combine([gpu, loader], CONFIG, source="test").to_json()
+    typed = pipeline.combine([gpu, loader], CONFIG, source="test")
+    summary = typed.to_json()
     names = [f["finding"] for f in summary["findings"]]
     # the dataloader finding is priced (the no_dataloader_wait replay), the host-bound one is not:
     # priced ones first, though 60 ns of loader time is less than 400 ns of host-bound gaps
@@ -100,20 +101,20 @@ def test_findings_are_priced_by_the_replay_ordered_and_rendered():
     assert priced["saving_share"] == loader_row["saving_ns"] / summary["whatif"]["measured_step_ns"]
     assert unpriced["predicted_saving_ns"] is None and unpriced["severity"] == "unpriced"
     json.dumps(summary)  # plain JSON types only
-    lines = text.finding_lines(summary["findings"], "ns", width=1000)  # wide: one line each
+    lines = text.finding_lines(typed.findings, "ns", width=1000)  # wide: one line each
     assert lines[0].startswith("Findings (ordered by what the fix saves per step")
     assert lines[1].startswith(f"  1. {priced['severity'].upper():<8} fix saves {loader_row['saving_ns']:.2f} ns "
                                "per step")
     assert lines[2].strip().startswith("dataloader-bound on 1/2 ranks") and "-> " in lines[3]
     assert lines[4].startswith("  2. UNPRICED saving not predicted: no what-if scenario models this fix")
-    report = text.render(summary, "ns")
+    report = text.render(typed, "ns")
     assert any(line.startswith("Checks: N/A 2") for line in report.splitlines())
     # the answer first (issue 40): findings and checks above the per-rank tables
     assert report.index("Distributed Summary") < report.index("Findings (ordered") < report.index("Per rank")
 
 
 def test_no_findings_reads_as_none():
-    summary = pipeline.combine([host_result(0, 5)], CONFIG, source="test").to_json()
+    summary = pipeline.combine([host_result(0, 5)], CONFIG, source="test")
     assert "Findings: none." in text.render(summary, "ms")
 
 

@@ -1,59 +1,133 @@
 """`distprof diff BEFORE AFTER`: exact deltas on synthetic summaries, the bootstrap's calibration,
 and real demo runs (serial vs overlap, straggler vs none, same configuration twice)."""
 
+import functools
 import gzip
 import json
 import re
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import DATA, foreign_cores, machine_clock, mark_made, run_cli
 
+from distprof import config
 from distprof.analyses import diff
+from distprof.cli import merge_files
 from distprof.reports import diff_report
+from distprof.results import RankFigures, Summary
+from distprof.sections.findings import EVIDENCE, Finding
+from distprof.sections.machine import Host
+from distprof.sections.skew import KindRow
+from distprof.sections.tables import (
+    AcrossRanks,
+    FigureStats,
+    MergedKernelRow,
+    MergedModelRow,
+    MergedSteps,
+    MergedUserRow,
+)
 
 MS = 1_000_000
 FIGURES = ("window_ns", "communication_ns", "computation_ns", "overlap_ns", "exposed_communication_ns", "idle_ns")
 
 
-def summary(ranks: dict, steps: list | None = None, findings=(), checks=(), kernels=(), world=None, kinds=()) -> dict:
-    """A summary.json with only the documented keys diff reads; ``ranks``: rank -> figures (ms)."""
-    rows = []
-    for rank, figures in ranks.items():
-        row = {"rank": rank, "steps": len(steps) if steps else 0, "overlap_ratio": None}
-        row.update({key: int(value * MS) for key, value in zip(FIGURES, figures)})
-        rows.append(row)
-    across = {key: {"min": min(r[key] for r in rows), "median": float(np.median([r[key] for r in rows])),
-                    "max": max(r[key] for r in rows), "mean": float(np.mean([r[key] for r in rows]))}
-              for key in FIGURES}
-    kernel_rows = [{"name": name, "calls": calls, "total_ns": int(total * MS)} for name, calls, total in kernels]
+@functools.cache
+def _base() -> Summary:
+    """A real summary (torch_cpu: 4 ranks, a straggler and an unoverlapped_communication finding) whose
+    parts the synthetic summaries replace: its findings, checks and skew kinds are whole typed rows."""
+    paths = sorted((DATA / "torch_cpu").glob("rank*.json.gz"))
+    return Summary.from_json(merge_files(paths, config.load(None)))
+
+
+def _finding(code: str) -> Finding:
+    """A finding of ``code`` (severity high, 10 ms, rank 0): the base's own, else one whose evidence
+    has the same type (serialized_communication: unoverlapped_communication's), so it reads back."""
+    found = next(f for f in _base().findings if EVIDENCE[f.finding] is EVIDENCE[code])
+    return replace(found, finding=code, severity="high", cost_ns=10 * MS, ranks=[0])
+
+
+def _across(ranks: dict) -> AcrossRanks:
+    """across_ranks of the synthetic figures (rank -> FIGURES in ms; None for the figures left out)."""
+    stats, numbers = {}, list(ranks)
+    for i, key in enumerate(FIGURES):
+        values = np.array([int(figures[i] * MS) for figures in ranks.values()], dtype=float)
+        stats[key] = FigureStats(min=int(values.min()), median=int(round(np.median(values))),
+                                 max=int(values.max()), mean=int(round(values.mean())),
+                                 max_rank=numbers[int(values.argmax())],
+                                 min_rank=numbers[int(values.argmin())])
+    return AcrossRanks(**{**{f.name: None for f in fields(AcrossRanks)}, **stats})
+
+
+def _kernel_row(name: str, calls: int, total_ms: float) -> MergedKernelRow:
+    total = int(total_ms * MS)
+    return MergedKernelRow(name=name, calls=calls, total_ns=total, max_ns=total, min_ns=0, ranks=1,
+                           max_rank=0, avg_ns=total / calls, ratio=None, category="")
+
+
+def _user_row(name: str, calls: int, total_ms: float) -> MergedUserRow:
+    total = int(total_ms * MS)
+    return MergedUserRow(name=name, calls=calls, total_ns=total, max_ns=total, min_ns=0, ranks=1, max_rank=0,
+                         avg_ns=total / calls, ratio=None)
+
+
+def _model_row(name: str, calls: int, cpu_total_ms: float) -> MergedModelRow:
+    total = int(cpu_total_ms * MS)
+    gpu = dict.fromkeys(("gpu_total_ns", "gpu_avg_ns", "gpu_max_ns", "gpu_min_ns", "gpu_ratio"))  # no GPU
+    return MergedModelRow(name=name, cpu_total_ns=total, cpu_avg_ns=total / calls, cpu_max_ns=total,
+                          cpu_min_ns=0, cpu_ratio=None, **gpu, calls=calls, cpu_total_ns_by_rank=[total],
+                          gpu_total_ns_by_rank=None)
+
+
+def with_merged(data: Summary, user: list | None = None, model: list | None = None) -> Summary:
+    """``data`` with its merged UserDefined rows and Model Summary replaced (where given)."""
+    merged = data.tables.merged
+    merged = replace(merged, user=merged.user if user is None else replace(merged.user, rows=user),
+                     model=merged.model if model is None else model)
+    return replace(data, tables=replace(data.tables, merged=merged))
+
+
+def summary(ranks: dict, steps: list | None = None, findings=(), checks=(), kernels=(), world=None,
+            kinds=()) -> Summary:
+    """A Summary with the parts diff reads made up (the rest the base's); ``ranks``: rank -> figures (ms)."""
+    base = _base()
+    figures = [RankFigures(steps=len(steps) if steps else 0, overlap_ratio=None,
+                           **{key: int(value * MS) for key, value in zip(FIGURES, values)})
+               for values in ranks.values()]
+    rows = tuple(replace(base.ranks[0], rank=rank, figures=f) for rank, f in zip(ranks, figures))
     per_step = [int(s * MS) for s in steps or []]
     per_rank = [float(np.mean(per_step)) if per_step else None] * len(ranks)
-    merged = {"steps": {"step": list(range(len(per_step))), "max_ns": per_step, "min_ns": per_step,
-                        "median_ns": per_step, "ranks": list(ranks), "mean_ns_by_rank": per_rank,
-                        "max_ns_by_rank": per_rank},
-              "kernel": {"rows": kernel_rows}, "model": [], "user": {"rows": []}}
-    return {"world_size": world or len(ranks), "source": "synthetic", "ranks": rows, "across_ranks": across,
-            "findings": [{"finding": f, "severity": "high", "cost_ns": 10 * MS, "ranks": [0]} for f in findings],
-            "checks": [{"check": "stream_placement", "rank": r, "device": None, "status": s} for r, s in checks],
-            "skew": {"kinds": list(kinds)}, "tables": {"merged": merged}}
+    merged = base.tables.merged
+    steps_table = MergedSteps(step=list(range(len(per_step))), min_ns=per_step, median_ns=per_step,
+                              max_ns=per_step, max_rank=[0] * len(per_step), ranks=list(ranks),
+                              mean_ns_by_rank=per_rank, max_ns_by_rank=per_rank)
+    merged = replace(merged, steps=steps_table,
+                     kernel=replace(merged.kernel, rows=[_kernel_row(*k) for k in kernels]), model=[],
+                     user=replace(merged.user, rows=[]), memory=replace(merged.memory, rows=[]))
+    checks = [replace(base.checks[0], rank=r, device=None, status=s) for r, s in checks]
+    return replace(base, world_size=world or len(ranks), source="synthetic", ranks=rows,
+                   across_ranks=_across(ranks), findings=[_finding(f) for f in findings],
+                   checks=checks, skew=replace(base.skew, kinds=list(kinds), steps=[]),
+                   tables=replace(base.tables, merged=merged), machine=[])
 
 
 # -- synthetic: exact numbers ----------------------------------------------------------------------
 
-def _kind(waits: dict) -> dict:
-    return {"name": "allreduce", "wait_ns_by_rank": waits, "transfer_ns_total": 8 * MS}
+def _kind(waits: dict, transfer_ns: int = 8 * MS) -> KindRow:
+    """An allreduce of the base's skew kinds with these waits by rank and this transfer time."""
+    kind = next(k for k in _base().skew.kinds if k.name == "allreduce")
+    return replace(kind, wait_ns_by_rank=waits, transfer_ns_total=transfer_ns)
 
 
 def test_known_per_rank_change_gives_exact_deltas():
     steps = [100, 101, 102, 103, 104, 105, 106, 107]
     before = summary({0: (800, 300, 600, 200, 100, 100), 1: (800, 100, 700, 100, 0, 100)}, steps,
                      findings=["serialized_communication", "straggler"], checks=[(0, "FAIL"), (1, "PASS")],
-                     kinds=[_kind({"0": 40 * MS, "1": 0})])
+                     kinds=[_kind({0: 40 * MS, 1: 0})])
     after = summary({0: (880, 174, 600, 174, 0, 106), 1: (880, 289, 700, 189, 100, 80)}, [s + 15 for s in steps],
-                    findings=["straggler", "dataloader_bound"], checks=[(0, "PASS"), (1, "PASS")],
-                    kinds=[_kind({"0": 0, "1": 56 * MS})])
+                    findings=["straggler", "unoverlapped_communication"], checks=[(0, "PASS"), (1, "PASS")],
+                    kinds=[_kind({0: 0, 1: 56 * MS})])
     result = diff.diff(before, after)
     r0, r1 = result["ranks"]
     assert r0["rank"] == 0 and r0["before"]["communication_ns"] == 300 * MS
@@ -68,7 +142,8 @@ def test_known_per_rank_change_gives_exact_deltas():
     assert step["steps_before"] == step["steps_after"] == 8 and step["significant"]  # +14.5%: above --min-change
     assert 0 < step["ci_low_ns"] <= 15 * MS <= step["ci_high_ns"]
     codes = {k: [e["code"] for e in v] for k, v in result["findings"].items()}
-    assert codes == {"resolved": ["serialized_communication"], "new": ["dataloader_bound"], "kept": ["straggler"]}
+    assert codes == {"resolved": ["serialized_communication"], "new": ["unoverlapped_communication"],
+                     "kept": ["straggler"]}
     assert result["checks_changed"] == [{"check": "stream_placement", "rank": 0, "device": None,
                                          "before": "FAIL", "after": "PASS"}]
     wait = next(m for m in result["movers"] if m["metric"] == "wait_ns")
@@ -81,9 +156,8 @@ def test_known_per_rank_change_gives_exact_deltas():
 
 def test_finding_code_is_the_findings_finding_key():
     """summary.json's findings carry their code in ``finding`` (analyses/diagnose.py)."""
-    assert diff.finding_code({"finding": "serialized_communication", "severity": "high"}) == "serialized_communication"
-    assert diff.finding_code({"finding": "straggler", "code": "x"}) == "straggler"
-    assert diff.finding_code({"code": "straggler"}) == "straggler"
+    assert diff.finding_code(_finding("serialized_communication")) == "serialized_communication"
+    assert diff.finding_code(_finding("straggler")) == "straggler"
 
 
 def test_bootstrap_is_seeded_and_calibrated():
@@ -149,15 +223,18 @@ def test_world_sizes_that_differ_are_said():
     assert "world sizes differ" in diff_report.render(result, ("b", "a"))
 
 
-def test_bandwidth_movers_only_with_bytes():
-    kind = {"name": "allreduce", "wait_ns_by_rank": {"0": 0}, "transfer_ns_total": MS}
-    before = summary({0: (1, 1, 1, 0, 1, 0)}, kinds=[{**kind, "bytes": 1 << 20, "busbw_gbps": 10.0}])
-    after = summary({0: (1, 1, 1, 0, 1, 0)}, kinds=[{**kind, "bytes": 1 << 20, "busbw_gbps": 15.0}])
-    moved = [m for m in diff.diff(before, after)["movers"] if m["category"] == "bandwidth"]
-    assert moved == [{"category": "bandwidth", "name": "allreduce bytes=1048576", "metric": "busbw_gbps",
-                      "per": None, "before": 10.0, "after": 15.0, "delta": 5.0, "relative": 0.5}]
-    no_bytes = summary({0: (1, 1, 1, 0, 1, 0)}, kinds=[kind])
-    assert not [m for m in diff.diff(no_bytes, no_bytes)["movers"] if m["category"] == "bandwidth"]
+def test_collective_movers_are_by_kind_and_group():
+    """The skew's kinds (kind x group, no bytes: bandwidth is the Collectives table's) move by their
+    waits and transfer time, named ``kind group=G``."""
+    before = summary({0: (1, 1, 1, 0, 1, 0)}, kinds=[_kind({0: 0}, MS)])
+    after = summary({0: (1, 1, 1, 0, 1, 0)}, kinds=[_kind({0: 3 * MS}, 2 * MS)])
+    group = before.skew.kinds[0].group
+    moved = [m for m in diff.diff(before, after)["movers"] if m["category"] == "collective"]
+    assert moved == [{"category": "collective", "name": f"allreduce group={group}", "metric": metric,
+                      "per": "window", "before": b, "after": a, "delta": a - b,
+                      "relative": None if not b else (a - b) / b}
+                     for metric, b, a in (("wait_ns", 0, 3 * MS), ("transfer_ns", MS, 2 * MS))]
+    assert not [m for m in diff.diff(before, after)["movers"] if m["category"] not in ("collective",)]
 
 
 # -- command line ----------------------------------------------------------------------------------
@@ -167,7 +244,7 @@ def test_cli_writes_diff_json_and_html(tmp_path):
     for name, comm in (("b", 300), ("a", 174)):
         (tmp_path / name).mkdir()
         data = summary({0: (800, comm, 600, 0, comm, 0)}, steps, findings=["straggler"] if name == "b" else [])
-        (tmp_path / name / "summary.json").write_text(json.dumps(data))
+        (tmp_path / name / "summary.json").write_text(json.dumps(data.to_json()))
     result = run_cli("diff", str(tmp_path / "b"), str(tmp_path / "a" / "summary.json"), "-o", str(tmp_path / "out"),
                      "--html")
     assert result.returncode == 0, result.stderr
@@ -193,12 +270,12 @@ def test_cli_side_that_is_nothing_readable_is_one_line(tmp_path):
 
 # -- several runs a side, machine conditions ------------------------------------------------------
 
-def runs_of(centres: list[float], machine: list[dict] | None = None) -> list[dict]:
+def runs_of(centres: list[float], machine: list[dict] | None = None) -> list[Summary]:
     """One synthetic run per centre (ms): 10 steps within +-1 ms of it, their median the centre."""
     out = []
     for centre in centres:
         run = summary({0: (800, 100, 600, 0, 100, 100)}, [centre + (i % 5) * 0.5 - 1 for i in range(10)])
-        out.append({**run, "machine": machine or []})
+        out.append(replace(run, machine=[Host.from_json(host) for host in machine or []]))
     return out
 
 
@@ -256,7 +333,7 @@ def test_cli_several_runs_a_side(tmp_path):
     for name, centres in sides.items():
         for k, run in enumerate(runs_of(centres)):
             (tmp_path / f"{name}{k}").mkdir()
-            (tmp_path / f"{name}{k}" / "summary.json").write_text(json.dumps(run))
+            (tmp_path / f"{name}{k}" / "summary.json").write_text(json.dumps(run.to_json()))
     result = run_cli("diff", *(str(tmp_path / f"b{k}") for k in range(3)), "--vs",
                      *(str(tmp_path / f"a{k}") for k in range(3)), "-o", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
@@ -471,24 +548,18 @@ def test_torch_cpu_diff_fills_every_figure_both_summaries_hold(tmp_path):
 def test_unit_of_work_is_never_a_step():
     """A CPU Kineto trace's ProfilerStep#N ranges are USER rows, and the model table has ProfileStep:
     the most frequent of them is still the step, not a unit of work."""
-    base = summary({0: (1, 1, 1, 0, 1, 0)})
-    tables = base["tables"]["merged"]
-    tables["user"] = {"rows": [{"name": "ProfilerStep#3", "calls": 40, "total_ns": 40 * MS},
-                               {"name": "## forward ##", "calls": 8, "total_ns": 4 * MS}]}
-    tables["model"] = [{"name": "ProfileStep", "calls": 40, "cpu_total_ns": 40 * MS},
-                       {"name": "Forward", "calls": 8, "cpu_total_ns": 4 * MS}]
+    users = [_user_row("ProfilerStep#3", 40, 40), _user_row("## forward ##", 8, 4)]
+    model = [_model_row("ProfileStep", 40, 40), _model_row("Forward", 8, 4)]
+    base = with_merged(summary({0: (1, 1, 1, 0, 1, 0)}), users, model)
     assert diff.dominant_unit(base, base)[:2] == ("user", "## forward ##")
-    tables["user"] = {"rows": tables["user"]["rows"][:1]}
+    base = with_merged(base, user=users[:1])
     assert diff.dominant_unit(base, base)[:2] == ("phase", "Forward")
-    tables["model"] = tables["model"][:1]
+    base = with_merged(base, model=model[:1])
     assert diff.dominant_unit(base, base) is None
 
 
-def _with_user_rows(rows: list[tuple[str, int, float]]) -> dict:
-    data = summary({0: (1, 1, 1, 0, 1, 0)}, [100] * 5)
-    data["tables"]["merged"]["user"] = {"rows": [{"name": n, "calls": c, "total_ns": int(t * MS)}
-                                                 for n, c, t in rows]}
-    return data
+def _with_user_rows(rows: list[tuple[str, int, float]]) -> Summary:
+    return with_merged(summary({0: (1, 1, 1, 0, 1, 0)}, [100] * 5), user=[_user_row(*row) for row in rows])
 
 
 def test_movers_and_unit_group_pytorch_nvtx_calls_under_the_op():
@@ -514,7 +585,8 @@ def test_cli_help_gives_the_min_change_default_it_uses(tmp_path):
     for name, steps in (("b", [100, 100.5, 101, 100.2, 100.7, 100.1, 100.4, 100.9]),
                         ("a", [103, 103.5, 104, 103.2, 103.7, 103.1, 103.4, 103.9])):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "summary.json").write_text(json.dumps(summary({0: (1, 1, 1, 0, 1, 0)}, steps)))
+        data = summary({0: (1, 1, 1, 0, 1, 0)}, steps).to_json()
+        (tmp_path / name / "summary.json").write_text(json.dumps(data))
     result = run_cli("diff", str(tmp_path / "b"), str(tmp_path / "a"), "-o", str(tmp_path / "out"))
     assert result.returncode == 0 and f"under {default:.0f}%" in result.stdout, result.stderr[-2000:]
 

@@ -15,6 +15,7 @@ from distprof import events as ev
 from distprof import pipeline
 from distprof.analyses.live import AlertRule
 from distprof.reports import findings as findings_report
+from distprof.results import Summary
 
 CONFIG = config_mod.load()
 MS = 1_000_000
@@ -143,5 +144,6 @@ def test_a_saving_says_what_the_replay_assumes_where_durations_vary():
     assert finding["durations_vary_share"] == 1.4826 * 20 / 80
     steady = ddp_job(delay_ns=30 * MS, transfer_ns=4 * MS)
     assert steady["skew"]["straggler"]["durations_vary_share"] is None
+    typed = next(f for f in Summary.from_json(summary).findings if f.finding == "straggler")
     assert "replay keeps every duration as traced; here the ranks' phase time varies ±37%" in \
-        findings_report.saving(finding, lambda ns: f"{ns}")
+        findings_report.saving(typed, lambda ns: f"{ns}")

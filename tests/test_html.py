@@ -4,15 +4,18 @@ headless Chromium when it is installed (Debian's `chromium`)."""
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from html.parser import HTMLParser
 
 import pytest
 from conftest import run_cli
 from test_summaries import CONFIG, gpu_rank, host_rank
 
+from distprof import Summary, pipeline
 from distprof import events as ev
-from distprof import pipeline
 from distprof.reports import html
+from distprof.sections.findings import Finding, StragglerEvidence
+from distprof.sections.skew import CollectiveRow
 
 
 class Page(HTMLParser):
@@ -54,16 +57,40 @@ def parse(text: str) -> Page:
     return page
 
 
-def two_rank_summary() -> dict:
+def skew_collective(index: int, step: int, waits: dict[int, int], name: str = "allreduce") -> CollectiveRow:
+    """A matched collective of the skew section: what the heat map reads (index, step, name, waits)
+    as given, the rest plausible."""
+    first, last = max(waits, key=waits.__getitem__), min(waits, key=waits.__getitem__)  # first: waits longest
+    return CollectiveRow(
+        index=index, name=name, kind=name, group_name="", group_ranks=sorted(waits), step=step, ordinal=index,
+        start_ns=0, bytes=None, arrival_skew_ns=max(waits.values()), end_skew_ns=0, first_rank=first,
+        last_rank=last, last_lateness_ns=0, attributable_wait_ns=0, above_uncertainty=True, transfer_ns=0,
+        algbw_gbps=None, busbw_gbps=None, node_span=None, max_sync_ns=0, split_agrees=True,
+        wait_ns_by_rank=waits)
+
+
+def straggler_finding(rank: int, message: str, advice: str, steps_late: int) -> Finding:
+    """A high straggler finding, unpriced, with its evidence."""
+    evidence = StragglerEvidence(
+        slow_phase=None, slow_phase_extra_ns=None, waits_caused_ns=0, waits_caused_share=None,
+        total_waits_caused_ns=0, late_in=steps_late, last_in=steps_late, of=steps_late, side=None,
+        pattern="persistent", onset_step=None, steps_late=steps_late, steps=steps_late, late_step_ids=[],
+        phase=None, phase_extra_ns=None, largest_phase=None, runner_up_waits_caused_ns=0,
+        late_steps=steps_late, threshold_ns=0, most_often_last_rank=rank, exposed_waits_ns_by_rank={},
+        durations_vary_share=None)
+    return Finding(finding="straggler", figure_ns=5_000_000, ranks=[rank], evidence=evidence, severity="high",
+                   cost_ns=5_000_000, predicted_saving_ns=None, saving_share=None, priced_by=None,
+                   priced_after_straggler=False, why_not=None, durations_vary_share=None, message=message,
+                   advice=advice)
+
+
+def two_rank_summary() -> Summary:
     results = [pipeline.reduce_rank(ev.RankTrace(events=gpu_rank(), rank=0, source_file="r0", pid=10), CONFIG),
                pipeline.reduce_rank(ev.RankTrace(events=host_rank(), rank=1, source_file="r1", pid=11), CONFIG)]
-    summary = pipeline.combine(results, CONFIG, source="synthetic", world_size=2).to_json()
-    summary["findings"] = [{"finding": "straggler", "severity": "high", "cost_ns": 5_000_000, "ranks": [1],
-                            "message": "rank 1 <arrives> last", "advice": "balance the data",
-                            "evidence": {"late_steps": 2}}]
-    summary["skew"] = {"collectives": [{"index": i, "name": "allreduce", "step": i // 2,
-                                        "wait_ns_by_rank": {"0": 1_000_000 * i, "1": 0}} for i in range(4)]}
-    return summary
+    summary = pipeline.combine(results, CONFIG, source="synthetic", world_size=2)
+    collectives = [skew_collective(i, i // 2, {0: 1_000_000 * i, 1: 0}) for i in range(4)]
+    return replace(summary, findings=[straggler_finding(1, "rank 1 <arrives> last", "balance the data", 2)],
+                   skew=replace(summary.skew, collectives=collectives))
 
 
 def test_report_has_plots_tables_and_findings(tmp_path):
@@ -76,7 +103,8 @@ def test_report_has_plots_tables_and_findings(tmp_path):
     for section in ("Arrival skew", "Step time", "Device Summary", "Overview Summary", "Model Summary",
                     "Kernel Summary", "Memory Manipulation Summary", "UserDefined Summary"):
         assert section in page.sections
-    assert "rank 1 &lt;arrives&gt; last" in text and "balance the data" in text and "late steps: 2" in text
+    # the evidence's first 12 keys are shown (a straggler's late_steps is its 19th: its steps_late)
+    assert "rank 1 &lt;arrives&gt; last" in text and "balance the data" in text and "steps late: 2" in text
     assert "GPU total" in page.headers and "Overlap ratio" in page.headers
     assert "ncclDevKernel_AllReduce" in text and "Memcpy HtoD" in text
     assert "<metadata>" not in text and 'width="' not in text.split("<svg", 1)[1].split(">", 1)[0]
@@ -84,8 +112,10 @@ def test_report_has_plots_tables_and_findings(tmp_path):
 
 def test_report_without_skew_steps_or_gpu(tmp_path):
     summary = two_rank_summary()
-    summary.update(findings=[], skew={}, checks=[])
-    summary["tables"]["merged"]["steps"]["step"] = []
+    merged = summary.tables.merged
+    merged = replace(merged, steps=replace(merged.steps, step=[]))
+    summary = replace(summary, findings=[], skew=replace(summary.skew, collectives=[]), checks=[],
+                      tables=replace(summary.tables, merged=merged))
     page = parse(html.render(summary))
     assert page.tags["svg"] == 1 and "Arrival skew" not in page.sections and "Step time" not in page.sections
     assert "Findings" in page.sections
@@ -93,8 +123,7 @@ def test_report_without_skew_steps_or_gpu(tmp_path):
 
 def test_missing_ranks_as_ranges():
     assert html.rank_ranges([7, 2, 3, 4]) == "2-4, 7" and html.rank_ranges([]) == "(none)"
-    summary = two_rank_summary()
-    summary["missing_ranks"] = list(range(2, 1000))
+    summary = replace(two_rank_summary(), missing_ranks=list(range(2, 1000)))
     assert "998 missing rank(s): 2-999" in html.render(summary)
 
 

@@ -229,18 +229,32 @@ def test_mpirun_demo_prints_windows_alerts_the_late_straggler_and_serves_metrics
     assert [a["rank"] for a in record["alerts"] if a["code"] == "straggler"] == [1]
 
 
+def _window_rank(rank: int, step_ns: int):
+    """A rank's row of a live window, with only its step time (the rest zero)."""
+    from distprof.sections.machine import WindowRank
+    return WindowRank(rank=rank, steps=4, step_ns=step_ns, step_durations_ns=[], communication_ns=0,
+                      computation_ns=0, overlap_ns=0, exposed_communication_ns=0, overlap_ratio=None,
+                      waits_for_straggler_ns=0)
+
+
 def test_report_html_shows_the_windows_over_time():
     from distprof.reports import live_text
-    live = {"every_steps": 4, "alerts": [{"steps": [16, 19], "code": "straggler", "rank": 1}],
-            "windows": [{"steps": [a, a + 3], "step_time_ns": 100_000_000,
-                         "ranks": [{"rank": 0, "step_ns": 100_000_000},
-                                   {"rank": 1, "step_ns": 150_000_000 if a >= 12 else 100_000_000}]}
-                        for a in range(0, 28, 4)]}
+    from distprof.sections.machine import Live, LiveAlert, LiveWindow, WindowSpread
+    from distprof.typed import ABSENT
+    spread = WindowSpread(step_ns=None, slowest_rank=None, exposed_communication_ns=None)
+    windows = [LiveWindow(steps=[a, a + 3], step_time_ns=100_000_000, spread=spread, straggler=None, behind=[],
+                          ranks=[_window_rank(0, 100_000_000),
+                                 _window_rank(1, 150_000_000 if a >= 12 else 100_000_000)])
+               for a in range(0, 28, 4)]
+    live = Live(every_steps=4, alerts=[LiveAlert(steps=[16, 19], code="straggler", rank=1)], skipped=[],
+                windows=windows)
     section = live_text.html_section(live, "ms")
     assert section.startswith("<h2>Live view</h2>") and "7 windows, 1 alerts" in section
     assert section.count("<polyline") == 3  # two ranks and the job's step time
     assert ">straggler 1</text>" in section and 'stroke="#D55E00"' in section
-    assert live_text.html_section(None) == "" and live_text.html_section({"windows": []}) == ""
+    empty = Live(every_steps=4, windows=[], alerts=[], skipped=[])
+    assert live_text.html_section(None) == "" and live_text.html_section(empty) == ""
+    assert live_text.html_section(ABSENT) == "" and live_text.section(ABSENT) == []
 
 
 def test_an_unpriced_straggler_alerts_by_the_waits_it_causes():

@@ -16,7 +16,7 @@ from distprof import config as config_mod
 from distprof import pipeline
 from distprof.analyses import cost, operators, profiles
 from distprof.reports import findings as findings_report
-from distprof.results import RankProfile
+from distprof.results import RankProfile, Summary
 from distprof.sections.profiles import MemoryDevice
 from distprof.sources import kineto, kineto_decode
 
@@ -254,18 +254,19 @@ def test_nsys_nvtx_operators_on_an_export_with_nsys_ddl(tmp_path):
 
 def test_reports_show_the_operator_summary_and_the_profiles(summary):
     from distprof.reports import html, tables, text
-    report = text.render(summary, sorted_by="calls", top=5)
+    typed = Summary.from_json(summary)
+    report = text.render(typed, sorted_by="calls", top=5)
     assert "Operator Summary (all ranks)" in report and "FLOPs and Memory" in report
     section = report[report.index("Operator Summary (all ranks)"):]
     most_calls = max(summary["tables"]["merged"]["operator"]["rows"], key=lambda r: r["calls"])
     first_row = section.splitlines()[3]
     assert first_row.startswith(most_calls["name"][:40]) and f" {most_calls['calls']} " in first_row
     assert "1.476" in report   # GFLOPs per step
-    page = html.render(summary)
+    page = html.render(typed)
     assert "<h3>Operator Summary</h3>" in page and "<h2>FLOPs and Memory</h2>" in page
     assert "peak allocated (MiB)" in page and page.count(">rank ") >= 2   # the memory plot, a line per rank
-    assert [r["name"] for r in tables.sort_operator_rows(summary["tables"]["merged"]["operator"]["rows"],
-                                                         "cpu_self")][0] == "aten::mm"
+    rows = typed.tables.merged.operator.rows
+    assert [r.name for r in tables.sort_operator_rows(rows, "cpu_self")][0] == "aten::mm"
 
 
 def test_side_tables_agree_without_msgspec(monkeypatch):

@@ -542,10 +542,15 @@ def _wrong_steps(summary):
     summary["tables"]["merged"]["steps"] = {"median_ns": {"x": 1}}
 
 
+def _wrong_step_values(summary):
+    summary["tables"]["merged"]["steps"]["median_ns"] = ["x", 1]  # of the type's shape, not numbers
+
+
 @pytest.mark.parametrize("edit, needle", [
     (_million_steps, "refused: 1,000,000 steps, above the 2,000"),
-    (_wrong_ranks, "not a complete distprof summary.json"),
-    (_wrong_steps, "not a complete distprof summary.json (step times"),
+    (_wrong_ranks, "not a complete distprof summary.json ($.across_ranks: expected an object"),
+    (_wrong_steps, "not a complete distprof summary.json ($.tables.merged.steps: missing key"),  # read, typed
+    (_wrong_step_values, "not a complete distprof summary.json (step times"),  # typed, then resampled
 ])
 def test_diff_hostile_summary_is_one_line_naming_it(merged_out, tmp_path, edit, needle):
     bad = edited_summary(merged_out, tmp_path, edit)

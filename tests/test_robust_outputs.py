@@ -3,6 +3,7 @@ written through a unique temporary file, so concurrent writers into one folder a
 ``report`` on something that is not a summary says what to run; ``trace`` selections are
 ranges, and one that matches nothing leaves an existing trace untouched."""
 
+import dataclasses
 import gzip
 import json
 import os
@@ -62,7 +63,7 @@ def test_concurrent_writers_into_one_folder_all_succeed(merged, tmp_path):
 
     def write(i: int) -> None:
         try:
-            export.write_summary({**summary, "source": f"writer {i}"}, tmp_path)
+            export.write_summary(dataclasses.replace(summary, source=f"writer {i}"), tmp_path)
             html.write_report(summary, tmp_path)
         except BaseException as error:  # noqa: BLE001 - collected and asserted below
             errors.append(error)
@@ -114,11 +115,11 @@ def test_report_on_malformed_summary_is_one_line(tmp_path, content, needle):
 
 
 def test_report_on_summary_missing_nested_key_is_one_line(merged, tmp_path):
-    summary = export.read_summary(merged[1])
-    del summary["ranks"][0]["comm_lanes"]
-    path = tmp_path / "summary.json"
+    summary = json.loads((merged[1] / "summary.json").read_text())
+    del summary["across_ranks"]["window_ns"]["max_rank"]  # a key of a section's record (comm_lanes, derived
+    path = tmp_path / "summary.json"                      # from a rank's lanes, is no longer read)
     path.write_text(json.dumps(summary))
-    one_line_error(run_cli("report", str(path)), str(path), "missing key 'comm_lanes'")
+    one_line_error(run_cli("report", str(path)), str(path), "missing key 'max_rank'")
 
 
 # ---------------------------------------------------------------- trace selections
@@ -215,16 +216,24 @@ def test_expand_warnings_reach_the_summary(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- findings in HTML
 def test_findings_evidence_is_readable_in_the_report_unit():
-    finding = {"severity": "high", "finding": "straggler", "cost_ns": 723_650_062, "ranks": [0],
-               "predicted_saving_ns": 723_650_062, "saving_share": 0.5, "priced_by": "no_straggler",
-               "message": "m", "advice": "a",
-               "evidence": {"worst_rank": 0, "host_bound_ns_by_rank": {"0": 723_650_062}, "gaps": 19,
-                            "idle_ns": 724_054_763, "lanes": [f"stream {i}" for i in range(20)]}}
-    shown = html.findings_html([finding], "ms")
+    from distprof.sections.findings import Finding, HostBoundEvidence, PlacementEvidence
+    priced = {"severity": "high", "cost_ns": 723_650_062, "ranks": [0], "predicted_saving_ns": 723_650_062,
+              "saving_share": 0.5, "priced_by": "no_straggler", "priced_after_straggler": False,
+              "why_not": None, "durations_vary_share": None, "message": "m", "advice": "a",
+              "figure_ns": 723_650_062}
+    host = Finding(finding="host_bound_gpu", **priced, evidence=HostBoundEvidence(
+        worst_rank=0, ranks_total=1, host_bound_ns_by_rank={0: 723_650_062}, host_bound_gaps=19, gaps=19,
+        idle_ns=724_054_763, window_ns=800_000_000, pytorch=False))
+    lanes = Finding(finding="serialized_communication", **priced, evidence=PlacementEvidence(  # a long list
+        worst_rank=0, ranks_total=1, exposed_communication_ns_by_rank={0: 1_000},
+        lanes=[f"stream {i}" for i in range(20)], lane_kind="gpu_stream", kinds=["nccl"], overlap_ratio=0.5,
+        window_ns=800_000_000, lane_collectives=[], lane_groups=[], groups_by_kind={"allreduce": ["world"]},
+        in_forward=[], on_gpu=True, pytorch=False))
+    shown = html.findings_html([host, lanes], "ms")
     assert "host bound by rank: rank 0: 723.65 ms" in shown and "idle: 724.05 ms" in shown
     assert "fix saves 723.65 ms per step (50.0% of the step time)" in shown
-    assert "_ns" not in shown and "{" not in shown and "stream 19" not in shown
-    assert "idle: 724,054.76 us" in html.findings_html([finding], "us")
+    assert "_ns" not in shown and "{" not in shown and "stream 7" in shown and "stream 19" not in shown
+    assert "idle: 724,054.76 us" in html.findings_html([host], "us")
 
 
 def test_advice_names_no_other_framework():

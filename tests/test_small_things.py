@@ -12,15 +12,31 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import DATA, ROOT, run_cli
+from test_html import skew_collective
 
+from distprof import Summary
 from distprof.analyses import diff
 from distprof.reports import format, html, svg
+from distprof.results import RankFigures, RankProfile, RankResult
+from distprof.sections.profiles import MemoryDevice
+from distprof.sections.tables import MergedSteps, MergedUserRow
 
 MS = 1_000_000
+
+
+def _golden() -> Summary:
+    """A real summary (the demo job's golden) that the tests below change the parts of they are about."""
+    return Summary.from_json(json.loads((DATA / "golden" / "demo__demo_ranks.json").read_text()))
+
+
+def _rank(rank: int, figures: RankFigures, profile: RankProfile | None = None) -> RankResult:
+    """A rank with these figures (and profile), the rest of it the golden's rank 0."""
+    return replace(_golden().ranks[0], rank=rank, figures=figures, profile=profile or RankProfile())
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +95,9 @@ def test_per_rank_column_is_named_a_total_over_steps(ddp):
 
 
 def test_without_steps_the_column_is_the_trace_span():
-    assert dict(format.summary_columns([{"steps": 0}]))["window_ns"] == "Trace span"
-    assert dict(format.summary_columns([{"steps": 0}, {"steps": 3}]))["window_ns"] == "Steps total"
+    no_steps, steps = _rank(0, RankFigures(steps=0)), _rank(1, RankFigures(steps=3))
+    assert dict(format.summary_columns([no_steps]))["window_ns"] == "Trace span"
+    assert dict(format.summary_columns([no_steps, steps]))["window_ns"] == "Steps total"
 
 
 # -- notes: units, CPU jobs, signs -------------------------------------------------------------------
@@ -160,10 +177,16 @@ def test_diff_of_the_real_ddp_job_both_ways(ddp, tmp_path):
     assert units[0] == units[1]
 
 
-def _with_users(rows: list[tuple[str, int, float]]) -> dict:
-    merged = {"user": {"rows": [{"name": n, "calls": c, "total_ns": int(t * MS)} for n, c, t in rows]},
-              "kernel": {"rows": []}, "model": []}
-    return {"ranks": [{"rank": 0, "steps": 8, "window_ns": 400 * MS}], "tables": {"merged": merged}}
+def _with_users(rows: list[tuple[str, int, float]], steps: int = 8, window_ns: int = 400 * MS) -> Summary:
+    """One rank of ``steps`` steps whose only repeated units are these user ranges (name, calls, ms)."""
+    golden = _golden()
+    merged = golden.tables.merged
+    users = [MergedUserRow(name=n, calls=c, total_ns=int(t * MS), max_ns=int(t * MS), min_ns=int(t * MS),
+                           ranks=1, max_rank=0, avg_ns=t * MS / c, ratio=None) for n, c, t in rows]
+    merged = replace(merged, user=replace(merged.user, rows=users), kernel=replace(merged.kernel, rows=[]),
+                     model=[])
+    return replace(golden, ranks=(_rank(0, RankFigures(steps=steps, window_ns=window_ns)),),
+                   tables=replace(golden.tables, merged=merged))
 
 
 def test_unit_of_work_does_not_depend_on_the_direction():
@@ -179,14 +202,12 @@ def test_unit_of_work_does_not_depend_on_the_direction():
 def test_unit_of_work_rate_is_per_rank_step():
     """Equal counts over equal steps are the same number whatever the windows; without steps the
     counts compare in all."""
-    before, after = _with_users([("op", 256, 10.0)]), _with_users([("op", 256, 10.0)])
-    after["ranks"][0]["window_ns"] = 580 * MS  # the window grew 45%
     from distprof.reports import diff_report
+    grown = 580 * MS  # the after run's window grew 45%
+    before, after = _with_users([("op", 256, 10.0)]), _with_users([("op", 256, 10.0)], window_ns=grown)
     line = diff_report.unit_lines(diff.unit_of_work(before, after), "ms")[0]
     assert "(256 -> 256 calls, 32 -> 32 per rank-step): after does the same number of them per rank-step" in line
-    after["tables"]["merged"]["user"]["rows"][0]["calls"] = 200
-    for side in (before, after):
-        side["ranks"][0]["steps"] = 0
+    before, after = _with_users([("op", 256, 10.0)], steps=0), _with_users([("op", 200, 10.0)], 0, grown)
     line = diff_report.unit_lines(diff.unit_of_work(before, after), "ms")[0]
     assert "after does 22% fewer of them in all" in line
 
@@ -231,20 +252,28 @@ def test_browser_sh_is_silent_when_chromium_is_there(tmp_path):
 
 # -- report.html: labels apart and inside their plot --------------------------------------------------
 
-def _crowded() -> dict:
+def _crowded() -> Summary:
     """16 ranks whose memory lines end at one height over 60 steps, a 2-rank heat map (144 tall)
     of 200 steps, a step plot of 64 ranks: the layouts where labels ran into each other or off."""
     ranks, steps, first = 16, list(range(100, 160)), 100
-    rows = [{"rank": r, "memory_device": "cuda:0", "window_ns": 10 * MS, "computation_ns": 6 * MS,
-             "overlap_ns": MS, "exposed_communication_ns": 2 * MS, "idle_ns": MS,
-             "memory_devices": [{"device": "cuda:0", "steps": steps,
-                                 "step_peak_allocated_bytes": [2 ** 30 + r] * len(steps)}]} for r in range(ranks)]
-    skew = {"collectives": [{"index": j, "step": first + j // 2, "name": "allreduce",
-                             "wait_ns_by_rank": {"0": (j % 7) * 3 * MS, "1": 0}} for j in range(400)]}
-    merged = {"steps": {"step": steps, "min_ns": [9 * MS] * 60, "median_ns": [10 * MS] * 60,
-                        "max_ns": [12 * MS] * 60, "ranks": list(range(1000, 1064)),
-                        "mean_ns_by_rank": [10 * MS] * 64, "max_ns_by_rank": [12 * MS] * 64}}
-    return {"ranks": rows, "skew": skew, "tables": {"merged": merged}}
+    figures = RankFigures(window_ns=10 * MS, computation_ns=6 * MS, overlap_ns=MS,
+                          exposed_communication_ns=2 * MS, idle_ns=MS)
+
+    def memory(r: int) -> RankProfile:
+        peaks = [2 ** 30 + r] * len(steps)
+        return RankProfile(memory_device="cuda:0", memory_devices=[MemoryDevice(
+            device="cuda:0", peak_allocated_bytes=peaks[0], peak_reserved_bytes=peaks[0], steps=steps,
+            step_peak_allocated_bytes=peaks, step_peak_reserved_bytes=peaks, growth_per_step_bytes=0.0)])
+
+    rows = tuple(_rank(r, figures, memory(r)) for r in range(ranks))
+    collectives = [skew_collective(j, first + j // 2, {0: (j % 7) * 3 * MS, 1: 0}) for j in range(400)]
+    merged_steps = MergedSteps(step=steps, min_ns=[9 * MS] * 60, median_ns=[10 * MS] * 60,
+                               max_ns=[12 * MS] * 60, max_rank=[1000] * 60, ranks=list(range(1000, 1064)),
+                               mean_ns_by_rank=[10 * MS] * 64, max_ns_by_rank=[12 * MS] * 64)
+    golden = _golden()
+    merged = replace(golden.tables.merged, steps=merged_steps)
+    return replace(golden, ranks=rows, skew=replace(golden.skew, collectives=collectives),
+                   tables=replace(golden.tables, merged=merged))
 
 
 def test_memory_labels_and_colour_bar_title_are_laid_out_apart():

@@ -4,6 +4,8 @@ intervals are known by construction, merged across ranks, rendered as text; and 
 import json
 import re
 import sqlite3
+from dataclasses import replace
+from pathlib import Path
 
 import kineto_fixtures as kf
 import numpy as np
@@ -16,8 +18,11 @@ from distprof import events as ev
 from distprof import names, sources
 from distprof.analyses import summaries
 from distprof.reports import tables
+from distprof.results import Summary
+from distprof.sections.tables import Tables
 
 CONFIG = config_mod.load()
+GOLDEN = Path(__file__).parent / "data" / "golden" / "demo__demo_ranks.json"
 HOST, COMM, STREAM, NCCL_STREAM = 1, 2, 7, 15
 
 
@@ -75,6 +80,20 @@ def host_rank():
 
 def by(rows, key, value):
     return next(r for r in rows if r[key] == value)
+
+
+def rank_tables(events) -> dict:
+    """A rank's tables as pipeline.reduce_rank makes them: with its Operator Summary, empty on these
+    ranks (no framework operators; operators.operator_table's table without rows)."""
+    own = summaries.rank_tables(events, CONFIG)
+    none = {"rows": 0, "calls": 0, "total_ns": 0}
+    return {**own, "operator": {"rows": [], "denominator_ns": own["window_ns"], "dropped": none}}
+
+
+def with_tables(merged: dict) -> Summary:
+    """The demo's golden summary with these tables (summaries.merge_tables' result) in place of its own:
+    the text tables read only them."""
+    return replace(Summary.from_json(json.loads(GOLDEN.read_text())), tables=Tables.from_json(merged))
 
 
 def test_device_summary():
@@ -157,32 +176,33 @@ def test_empty_rank():
 
 
 def test_merge_across_ranks():
-    tables_0 = summaries.rank_tables(gpu_rank(), CONFIG)
-    tables_1 = summaries.rank_tables(host_rank(), CONFIG)
+    tables_0 = rank_tables(gpu_rank())
+    tables_1 = rank_tables(host_rank())
     merged_all = summaries.merge_tables([tables_0, tables_1, None], [0, 1, 2])
     json.dumps(merged_all)  # goes to summary.json as is
-    assert merged_all["ranks"] == [0, 1]
-    merged = merged_all["merged"]
-    model = {r["name"]: r for r in merged["model"]}
-    assert model["Backward"]["cpu_total_ns"] == 180 and model["Backward"]["calls"] == 4
-    assert model["Backward"]["cpu_avg_ns"] == 45 and model["Backward"]["cpu_max_ns"] == 50
-    assert model["Backward"]["cpu_total_ns_by_rank"] == [90, 90]
-    assert model["Backward"]["gpu_total_ns"] == 90 and model["Backward"]["gpu_total_ns_by_rank"] == [90, None]
-    assert model["ProfileStep"]["cpu_ratio"] == 1.0 and model["Others"]["cpu_total_ns"] == 34
-    gemm = by(merged["kernel"]["rows"], "name", "gemm")
-    assert (gemm["calls"], gemm["total_ns"], gemm["ranks"], gemm["max_rank"]) == (3, 70, 1, 0)
-    gpu = by(merged["device"], "kind", "gpu")
-    assert gpu["utilization_by_rank"] == [0.575, None] and gpu["mean"] == 0.575
-    thread = by(merged["device"], "kind", "host_thread")
-    assert thread["utilization_by_rank"] == [0.31, 0.94]
-    phase = by(merged["overview"], "type", "Phase")
-    assert phase["total_ns"] == 366 and phase["total_ns_by_rank"] == [183, 183] and phase["ratio"] == 366 / 400
-    assert merged["steps"]["median_ns"] == [100, 100] and merged["steps"]["mean_ns_by_rank"] == [100.0, 100.0]
-    assert merged_all["by_rank"][0]["kernel"]["rows"][0]["name"] == "gemm"
+    typed = Tables.from_json(merged_all)   # ... as its ``tables`` section, read by attribute
+    assert typed.ranks == [0, 1]
+    merged = typed.merged
+    model = {r.name: r for r in merged.model}
+    assert model["Backward"].cpu_total_ns == 180 and model["Backward"].calls == 4
+    assert model["Backward"].cpu_avg_ns == 45 and model["Backward"].cpu_max_ns == 50
+    assert model["Backward"].cpu_total_ns_by_rank == [90, 90]
+    assert model["Backward"].gpu_total_ns == 90 and model["Backward"].gpu_total_ns_by_rank == [90, None]
+    assert model["ProfileStep"].cpu_ratio == 1.0 and model["Others"].cpu_total_ns == 34
+    gemm = next(r for r in merged.kernel.rows if r.name == "gemm")
+    assert (gemm.calls, gemm.total_ns, gemm.ranks, gemm.max_rank) == (3, 70, 1, 0)
+    gpu = next(r for r in merged.device if r.kind == "gpu")
+    assert gpu.utilization_by_rank == [0.575, None] and gpu.mean == 0.575
+    thread = next(r for r in merged.device if r.kind == "host_thread")
+    assert thread.utilization_by_rank == [0.31, 0.94]
+    phase = next(r for r in merged.overview if r.type == "Phase")
+    assert phase.total_ns == 366 and phase.total_ns_by_rank == [183, 183] and phase.ratio == 366 / 400
+    assert merged.steps.median_ns == [100, 100] and merged.steps.mean_ns_by_rank == [100.0, 100.0]
+    assert typed.by_rank[0].kernel.rows[0].name == "gemm"
 
 
 def test_text_tables_sorted_and_cut():
-    summary = {"tables": summaries.merge_tables([summaries.rank_tables(gpu_rank(), CONFIG)], [0])}
+    summary = with_tables(summaries.merge_tables([rank_tables(gpu_rank())], [0]))
     text = tables.render(summary, unit="ns", sorted_by="calls", top=2)
     for title in ("Device Summary", "Overview Summary", "Model Summary", "Kernel Summary",
                   "Memory Manipulation Summary", "UserDefined Summary"):
@@ -194,20 +214,20 @@ def test_text_tables_sorted_and_cut():
     by_name = tables.render(summary, sorted_by="name", top=0)
     kernel = by_name.split("Kernel Summary")[1].split("Memory Manipulation")[0]
     assert kernel.index("gemm") < kernel.index("ncclDevKernel") < kernel.index("relu")
-    assert tables.render({"ranks": []}) == ""
+    assert tables.render(with_tables(summaries.merge_tables([], []))) == ""   # no rank sent tables
 
 
 def test_demo_tables_agree_with_distributed_summary(demo_overlap):
-    summary = json.loads((demo_overlap / "summary.json").read_text())
-    merged = summary["tables"]["merged"]
-    windows = [r["window_ns"] for r in summary["ranks"]]
-    model = {r["name"]: r for r in merged["model"]}
-    assert model["ProfileStep"]["cpu_total_ns_by_rank"] == windows   # steps are back to back
-    assert model["ProfileStep"]["calls"] == sum(r["steps"] for r in summary["ranks"])
-    comm = by(merged["overview"], "type", "Communication")
-    assert comm["total_ns_by_rank"] == [r["communication_ns"] for r in summary["ranks"]]
-    assert {"Dataloader", "Forward", "Backward", "Optimization"} <= {n for n, r in model.items() if r["calls"]}
-    assert len(summary["tables"]["by_rank"]) == summary["world_size"]
+    summary = Summary.from_json(json.loads((demo_overlap / "summary.json").read_text()))
+    merged = summary.tables.merged
+    windows = [r.figures.window_ns for r in summary.ranks]
+    model = {r.name: r for r in merged.model}
+    assert model["ProfileStep"].cpu_total_ns_by_rank == windows   # steps are back to back
+    assert model["ProfileStep"].calls == sum(r.figures.steps for r in summary.ranks)
+    comm = next(r for r in merged.overview if r.type == "Communication")
+    assert comm.total_ns_by_rank == [r.figures.communication_ns for r in summary.ranks]
+    assert {"Dataloader", "Forward", "Backward", "Optimization"} <= {n for n, r in model.items() if r.calls}
+    assert len(summary.tables.by_rank) == summary.world_size
     result = run_cli("report", str(demo_overlap), "--sorted-by", "cpu_avg", "--top", "3", "--unit", "us")
     assert result.returncode == 0, result.stderr
     assert "Model Summary (all ranks)" in result.stdout and "Forward" in result.stdout

@@ -341,8 +341,9 @@ def test_live_flops_profile_under_torchrun(overlap_visible):
         assert (first["depth"], first["params"], first["macs"]) == (2, WIDTH * WIDTH + WIDTH, gemm // 2)
         assert first["fwd_latency_ns"] > 0 and row["fwd_latency_ns"] >= first["fwd_latency_ns"]
     from distprof.reports import html, text
-    assert "Model FLOPs Profile (live, one step)" in text.render(summary)
-    assert "<h2>Model FLOPs Profile</h2>" in html.render(summary)
+    typed = distprof.Summary.from_json(summary)
+    assert "Model FLOPs Profile (live, one step)" in text.render(typed)
+    assert "<h2>Model FLOPs Profile</h2>" in html.render(typed)
 
 
 @pytest.mark.slow

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from nsys_fixtures import real_export
-from result_views import rank_row
 
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline, sources
 from distprof.analyses import summaries
+from distprof.results import RankFigures
 
 DATA = Path(__file__).parent / "data"
 HTA = sorted((DATA / "kineto").glob("*/*.json.gz"))
@@ -79,8 +79,9 @@ def read(path: Path) -> ev.RankTrace:
 
 
 @functools.cache
-def summary(path: Path, window: str = "steps") -> dict:
-    return rank_row(pipeline.reduce_rank(read(path), config_mod.load(overrides={"window": window})))
+def figures(path: Path, window: str = "steps") -> RankFigures:
+    """The Distributed Summary figures of a file's rank, as its summary.json row carries them."""
+    return pipeline.reduce_rank(read(path), config_mod.load(overrides={"window": window})).figures
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -88,7 +89,7 @@ def _caches_end_with_the_module():
     """The caches above hold millions of objects: kept to the worker's exit, they slowed every
     later garbage collection of that worker and its shutdown (seconds)."""
     yield
-    for cached in (raw_events, read, summary):
+    for cached in (raw_events, read, figures):
         cached.cache_clear()
 
 
@@ -100,7 +101,7 @@ def test_profile_step_is_the_cpu_profiler_step(path):
     table = read(path).events.to_frame()
     steps = table[(table["kind"] == ev.RANGE) & (table["name"] == ev.PROFILE_STEP)].sort_values("start_ns")
     assert list(zip(steps["start_ns"], steps["end_ns"])) == cpu_steps(raw)
-    assert summary(path)["window_ns"] == sum(b - a for a, b in union(cpu_steps(raw)))
+    assert figures(path).window_ns == sum(b - a for a, b in union(cpu_steps(raw)))
 
 
 # -- item 1: every GPU kernel in the window counts, launch captured or not ---------------------
@@ -112,9 +113,9 @@ def test_computation_is_the_union_of_all_compute_kernels_in_the_window(path):
     compute = [interval(e) for e in kernels if not e["name"].startswith("nccl")]
     comm = [interval(e) for e in kernels if e["name"].startswith("nccl")]
     window = union(cpu_steps(raw))
-    result = summary(path)
-    assert result["computation_ns"] == covered(compute, window)
-    assert result["communication_ns"] == covered(comm, window)
+    result = figures(path)
+    assert result.computation_ns == covered(compute, window)
+    assert result.communication_ns == covered(comm, window)
     table = read(path).events.to_frame()
     assert int((table["kind"] == ev.KERNEL).sum()) == len(kernels)
 
@@ -139,7 +140,7 @@ def test_kernels_whose_launch_was_not_captured_still_count(tmp_path):
     assert orphans  # the case is really exercised
     window = union(cpu_steps(raw))
     compute = [interval(e) for e in kernels if not e["name"].startswith("nccl")]
-    assert summary(path)["computation_ns"] == covered(compute, window) > 0
+    assert figures(path).computation_ns == covered(compute, window) > 0
     table = read(path).events.to_frame()
     unlaunched = table[(table["kind"] == ev.KERNEL) & table["correlation_id"].isin(dropped)]
     assert len(unlaunched) == len(orphans) and (unlaunched["phase"].astype(str) == "").all()
@@ -176,8 +177,8 @@ def test_cpu_trace_communication_is_the_union_of_the_executing_ranges(path):
     comm = [interval(e) for e in executed_comm(raw)]
     issued = [e for e in raw if e["name"].startswith("c10d::")]
     assert issued and not any(e["name"].startswith("c10d::") for e in executed_comm(raw))  # gloo runs them all
-    result = summary(path)
-    assert result["communication_ns"] == covered(comm, window) > 0
+    result = figures(path)
+    assert result.communication_ns == covered(comm, window) > 0
     table = read(path).events.to_frame()
     category = table["category"].astype(str)
     name = table["name"].astype(str)
@@ -300,7 +301,7 @@ def test_cpu_trace_computation_is_aten_ops_minus_communication_per_thread(path):
         aten = clip([interval(e) for e in on if e["name"].startswith("aten::")], window)
         comm = clip([interval(e) for e in executed if (e.get("pid"), e.get("tid")) == thread], window)
         busy += minus(aten, comm)
-    assert summary(path)["computation_ns"] == sum(b - a for a, b in union(busy)) > 0
+    assert figures(path).computation_ns == sum(b - a for a, b in union(busy)) > 0
 
 
 def test_nsys_mpi_calls_count_as_communication_in_the_summary():
@@ -308,9 +309,9 @@ def test_nsys_mpi_calls_count_as_communication_in_the_summary():
     calls = _sql_mpi_calls(path)
     trace = read(path)
     window = [_sql_span(path, trace.pid)]  # no steps: the whole recorded span
-    result = rank_row(pipeline.reduce_rank(trace, config_mod.load()))
-    assert result["window_ns"] == window[0][1] - window[0][0]
-    assert result["communication_ns"] == covered(calls, window) > 200_000_000  # 244 ms of MPI
+    result = pipeline.reduce_rank(trace, config_mod.load()).figures
+    assert result.window_ns == window[0][1] - window[0][0]
+    assert result.communication_ns == covered(calls, window) > 200_000_000  # 244 ms of MPI
 
 
 def test_nsys_idle_excludes_memory_copies():
@@ -324,11 +325,11 @@ def test_nsys_idle_excludes_memory_copies():
                         if (key >> 24) & 0xFFFFFF == trace.pid]
                 work += rows
                 memory += rows if table != "CUPTI_ACTIVITY_KIND_KERNEL" else []
-        result = rank_row(pipeline.reduce_rank(trace, config_mod.load()))
-        assert result["window_ns"] == window[0][1] - window[0][0]
-        assert result["memory_ns"] == covered(memory, window)
-        assert result["idle_ns"] == result["window_ns"] - covered(work, window)
-        assert result["idle_ns"] < 0.05 * result["window_ns"]  # the GPU is 99% busy, 97% of it memcpy
+        result = pipeline.reduce_rank(trace, config_mod.load()).figures
+        assert result.window_ns == window[0][1] - window[0][0]
+        assert result.memory_ns == covered(memory, window)
+        assert result.idle_ns == result.window_ns - covered(work, window)
+        assert result.idle_ns < 0.05 * result.window_ns  # the GPU is 99% busy, 97% of it memcpy
 
 
 @pytest.mark.parametrize("path", H100_GLOO, ids=lambda p: p.name)
@@ -337,16 +338,16 @@ def test_gpu_trace_gloo_ranges_are_communication(path):
     window = union(cpu_steps(raw))
     # host ranges only: gpu_user_annotation copies span the GPU work inside the annotation
     gloo = [interval(e) for e in raw if e["name"].startswith("gloo:") and e.get("cat") != "gpu_user_annotation"]
-    result = summary(path)
-    assert result["communication_ns"] == covered(gloo, window) > 0
-    assert result["gpu_window_ns"] is not None and result["gpu_window_ns"] <= result["window_ns"]
+    result = figures(path)
+    assert result.communication_ns == covered(gloo, window) > 0
+    assert result.gpu_window_ns is not None and result.gpu_window_ns <= result.window_ns
 
 
 def test_gpu_trace_nccl_host_calls_are_not_communication():
     raw = raw_events(H100_NCCL)
     window = union(cpu_steps(raw))
     nccl = [interval(e) for e in raw if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
-    assert summary(H100_NCCL)["communication_ns"] == covered(nccl, window)
+    assert figures(H100_NCCL).communication_ns == covered(nccl, window)
 
 
 def _model_rows(path: Path) -> dict:
@@ -371,9 +372,9 @@ def test_model_summary_rows_are_the_marked_ranges(path):
 
 
 def test_gpu_window_only_where_the_source_knows_it():
-    assert summary(TORCH_CPU[0])["gpu_window_ns"] is None
+    assert figures(TORCH_CPU[0]).gpu_window_ns is None
     path = real_export("pipit_saxpy-mpi-cuda_perlmutter_rank0.sqlite")
-    assert rank_row(pipeline.reduce_rank(read(path), config_mod.load()))["gpu_window_ns"] is None
+    assert pipeline.reduce_rank(read(path), config_mod.load()).figures.gpu_window_ns is None
 
 
 @pytest.mark.parametrize("path", H100_GLOO[:1], ids=lambda p: p.name)

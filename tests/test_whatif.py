@@ -329,16 +329,19 @@ def test_no_steps_nothing_to_replay():
 
 
 def whatif_text(what: dict) -> str:
+    """The What-if text of summary.json's ``whatif`` (rendered from its typed value)."""
     from distprof.reports import whatif_report
-    return whatif_report.render(what)
+    from distprof.sections.whatif import WhatIf
+    return whatif_report.render(WhatIf.from_json(what))
 
 
 def test_html_report_shows_the_whatif_table():
     from distprof.reports import html as html_report
     from distprof.reports.whatif_report import TITLES
     paths = sorted((Path(__file__).resolve().parent / "data" / "torch_cpu").glob("rank*.json.gz"))
-    summary = pipeline.merge_files(paths, config_mod.load()).to_json()
-    page = html_report.render(summary)
+    typed = pipeline.merge_files(paths, config_mod.load())
+    summary = typed.to_json()
+    page = html_report.render(typed)
     assert "<h2>What-if</h2>" in page
     assert all(f'<td class="l">{TITLES[row["name"]]}</td>' in page for row in summary["whatif"]["scenarios"])
     applied = next(r for r in summary["whatif"]["scenarios"] if r["applies"])

@@ -1,8 +1,8 @@
 """Diff of two runs: did the change help, by how much, and is it real?
 
-Works on two ``summary.json`` dicts (the documented keys only), so it reads any distprof output
-and survives changes of the internals. Numbers and codes only; ``reports/diff_report.py``
-phrases them.
+Works on two typed summaries (:class:`distprof.results.Summary`, read from summary.json by
+attribute), so it reads any distprof output and survives changes of the internals. Numbers and
+codes only, in a plain dict (``diff.json``); ``reports/diff_report.py`` phrases them.
 
 * **Step time**: the job's step time of analyses.steptime (per step the median rank's
   ProfileStep, the run's figure the median over steps). Both runs' figures, their difference,
@@ -21,19 +21,24 @@ phrases them.
 * **Movers**: phases, kernels, user ranges and collectives ranked by absolute change per step
   (per unit, or per window, when there are no steps), an op's calls under its base name, never
   a step marker (``ProfilerStep#N`` rows and the ProfileStep phase are the step itself, whose
-  time the step-time verdict gives); bandwidth when the summaries hold bytes.
+  time the step-time verdict gives).
 * **Findings**: resolved / new / kept by finding code, and stream placement verdicts that changed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
+from typing import Any
 
 import numpy as np
 
 from .. import names
 from ..config import DIFF_MIN_CHANGE
-from ..results import RankFigures
+from ..results import RankFigures, Summary
+from ..sections.findings import Check, Finding
+from ..sections.skew import KindRow
+from ..sections.tables import FigureStats, RatioStats
 from . import machine, steptime
 
 FIGURES = tuple(f.name for f in fields(RankFigures))   # every Distributed Summary figure of a rank
@@ -57,20 +62,19 @@ def change(before: float | None, after: float | None) -> dict:
 
 # -- step time --------------------------------------------------------------------------------
 
-def step_durations(summary: dict) -> np.ndarray:
+def step_durations(summary: Summary) -> np.ndarray:
     """The job's step time of each step (analyses.steptime: the median over ranks of the step's
     ProfileStep duration), as merge wrote it.
 
     From ``tables.merged.steps.median_ns`` (all steps, up to 2000), else ``skew.steps`` (at most
     ``skew.max_rows`` steps kept). A step whose time is unknown (null, or NaN in a damaged
     summary) is left out: one NaN made the median and every resample NaN."""
-    steps = ((summary.get("tables") or {}).get("merged") or {}).get("steps") or {}
-    if steps.get("median_ns"):
-        durations = np.asarray([np.nan if x is None else x for x in steps["median_ns"]], dtype=np.float64)
+    per_step = summary.tables.merged.steps.median_ns
+    if per_step:
+        durations = np.asarray([np.nan if x is None else x for x in per_step], dtype=np.float64)
         return durations[np.isfinite(durations)]
-    rows = (summary.get("skew") or {}).get("steps") or []
-    durations = np.asarray([r["duration_median_ns"] for r in rows if r.get("duration_median_ns") is not None],
-                           np.float64)
+    rows = summary.skew.steps
+    durations = np.asarray([r.duration_median_ns for r in rows if r.duration_median_ns is not None], np.float64)
     return durations[np.isfinite(durations)]
 
 
@@ -88,7 +92,7 @@ def bootstrap_interval(before: np.ndarray, after: np.ndarray, resamples: int = R
     return float(low), float(high)
 
 
-def step_time(before: dict, after: dict, resamples: int = RESAMPLES, seed: int = SEED,
+def step_time(before: Summary, after: Summary, resamples: int = RESAMPLES, seed: int = SEED,
               min_change: float = MIN_CHANGE) -> dict:
     """Median step time of both runs, the change, and whether it is significant: the interval
     excludes 0 *and* the change is at least ``min_change`` of the median (as asv's factor).
@@ -131,8 +135,8 @@ def _side_resamples(durations: list[np.ndarray], resamples: int, rng: np.random.
     return np.median(per_run[drawn, np.arange(resamples)[:, None]], axis=1)
 
 
-def runs_step_time(befores: list[dict], afters: list[dict], resamples: int = RESAMPLES, seed: int = SEED,
-                   min_change: float = MIN_CHANGE) -> dict:
+def runs_step_time(befores: Sequence[Summary], afters: Sequence[Summary], resamples: int = RESAMPLES,
+                   seed: int = SEED, min_change: float = MIN_CHANGE) -> dict:
     """Several runs a side: each run's step time (analyses.steptime), each side's the median of its
     runs', their spread (max - min over the median: the run-to-run noise), and a seeded two-level
     bootstrap interval of the change (runs, then steps). ``significant`` when the interval
@@ -161,7 +165,7 @@ def runs_step_time(befores: list[dict], afters: list[dict], resamples: int = RES
     return out
 
 
-def median_run(summaries: list[dict]) -> int:
+def median_run(summaries: Sequence[Summary]) -> int:
     """Index of a side's median run by step time (the lower middle one for an even count; runs
     without steps last): the run the detailed comparison uses."""
     times = [steptime.run_step_time(d) if (d := step_durations(s)).size else float("inf") for s in summaries]
@@ -170,38 +174,48 @@ def median_run(summaries: list[dict]) -> int:
 
 # -- ranks ------------------------------------------------------------------------------------
 
-def rank_changes(before: dict, after: dict) -> list[dict]:
+def _by_name(record: Any) -> dict[str, Any]:
+    """A record's fields by name in their order, values shared: diff.json keys every figure by its
+    name, so the figures are walked as the codec walks them, not named one by one."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+def rank_changes(before: Summary, after: Summary) -> list[dict]:
     """Per rank (matched by rank number): the figures of both runs and their changes."""
-    b = {r["rank"]: r for r in before.get("ranks") or []}
-    a = {r["rank"]: r for r in after.get("ranks") or []}
+    b = {r.rank: _by_name(r.figures) for r in before.ranks}
+    a = {r.rank: _by_name(r.figures) for r in after.ranks}
     out = []
     for rank in sorted(set(b) | set(a)):
         rb, ra = b.get(rank), a.get(rank)
-        figures = {k: change(rb.get(k) if rb else None, ra.get(k) if ra else None) for k in FIGURES}
+        figures = {k: change(rb[k] if rb else None, ra[k] if ra else None) for k in FIGURES}
         out.append({"rank": rank,
-                    "before": {k: rb.get(k) for k in FIGURES} if rb else None,
-                    "after": {k: ra.get(k) for k in FIGURES} if ra else None,
+                    "before": {k: rb[k] for k in FIGURES} if rb else None,
+                    "after": {k: ra[k] for k in FIGURES} if ra else None,
                     "delta": {k: v["delta"] for k, v in figures.items()},
                     "relative": {k: v["relative"] for k, v in figures.items()}})
     return out
 
 
-def across_changes(before: dict, after: dict) -> dict:
+def _stats(stats: FigureStats | RatioStats | None) -> tuple:
+    """A figure's across-ranks statistics in ACROSS_STATS order (None each where no rank has it)."""
+    return (None,) * len(ACROSS_STATS) if stats is None else (stats.min, stats.median, stats.max, stats.mean)
+
+
+def across_changes(before: Summary, after: Summary) -> dict:
     """Across ranks: min / median / max / mean of each figure, before and after."""
-    b, a = before.get("across_ranks") or {}, after.get("across_ranks") or {}
-    return {key: {stat: change((b.get(key) or {}).get(stat), (a.get(key) or {}).get(stat))
-                  for stat in ACROSS_STATS}
-            for key in FIGURES if key in b or key in a}
+    b, a = _by_name(before.across_ranks), _by_name(after.across_ranks)
+    return {key: {stat: change(x, y) for stat, x, y in zip(ACROSS_STATS, _stats(b[key]), _stats(a[key]))}
+            for key in FIGURES if key in b}
 
 
-def warnings(before: dict, after: dict) -> list[dict]:
+def warnings(before: Summary, after: Summary) -> list[dict]:
     """Codes for what makes the comparison weaker (the report words them)."""
     out = []
-    wb, wa = before.get("world_size"), after.get("world_size")
+    wb, wa = before.world_size, after.world_size
     if wb != wa:
         out.append({"code": "world_size_differs", "before": wb, "after": wa})
-    rb = {r["rank"] for r in before.get("ranks") or []}
-    ra = {r["rank"] for r in after.get("ranks") or []}
+    rb = {r.rank for r in before.ranks}
+    ra = {r.rank for r in after.ranks}
     if rb != ra:
         out.append({"code": "ranks_differ", "only_before": sorted(rb - ra), "only_after": sorted(ra - rb)})
     return out
@@ -209,50 +223,54 @@ def warnings(before: dict, after: dict) -> list[dict]:
 
 # -- unit of work ------------------------------------------------------------------------------
 
-def _merged(summary: dict) -> dict:
-    return ((summary.get("tables") or {}).get("merged")) or {}
-
-
-def _by_base_name(rows: list[dict]) -> dict[str, dict]:
-    """Rows with calls, summed under their base name (names.base_name: one row per op, not per
-    call, also for summaries written before merge grouped them); never a step marker."""
+def _by_base_name(rows: Iterable[tuple[str, int | None, int | None]]) -> dict[str, dict]:
+    """(name, calls, total_ns) rows with calls, summed under their base name (names.base_name: one
+    row per op, not per call, also for summaries written before merge grouped them); never a step
+    marker. The sums are the diff's own {"calls", "total_ns"}."""
     out: dict[str, dict] = {}
-    for row in rows:  # one per table row (at most summaries.MAX_ROWS)
-        name = names.base_name(row["name"])
-        if not row.get("calls") or names.is_step_name(name):
+    for row_name, calls, total in rows:  # one per table row (at most summaries.MAX_ROWS)
+        name = names.base_name(row_name)
+        if not calls or names.is_step_name(name):
             continue
-        total = row.get("total_ns")
         if name in out:
             seen = out[name]["total_ns"]
             total = None if seen is None or total is None else seen + total
-            out[name] = {"calls": out[name]["calls"] + row["calls"], "total_ns": total}
+            out[name] = {"calls": out[name]["calls"] + calls, "total_ns": total}
         else:
-            out[name] = {"calls": row["calls"], "total_ns": total}
+            out[name] = {"calls": calls, "total_ns": total}
     return out
 
 
-def _unit_candidates(summary: dict, prefixes: tuple[str, ...]) -> list[tuple[str, dict[str, dict]]]:
+def _unit_candidates(summary: Summary, prefixes: tuple[str, ...]) -> list[tuple[str, dict[str, dict]]]:
     """Repeated units by table, in order of preference: compute kernels, user ranges, phases."""
-    merged = _merged(summary)
-    kernels = _by_base_name([r for r in (merged.get("kernel") or {}).get("rows") or []
-                             if not str(r["name"]).startswith(prefixes)])
-    users = _by_base_name((merged.get("user") or {}).get("rows") or [])
-    phases = _by_base_name([{"name": r["name"], "calls": r.get("calls"),
-                             "total_ns": r.get("gpu_total_ns") or r.get("cpu_total_ns")}
-                            for r in merged.get("model") or [] if r["name"] not in _NOT_UNITS])
+    merged = summary.tables.merged
+    kernels = _by_base_name((r.name, r.calls, r.total_ns) for r in merged.kernel.rows
+                            if not str(r.name).startswith(prefixes))
+    users = _by_base_name((r.name, r.calls, r.total_ns) for r in merged.user.rows)
+    phases = _by_base_name((r.name, r.calls, r.gpu_total_ns or r.cpu_total_ns)
+                           for r in merged.model if r.name not in _NOT_UNITS)
     return [("kernel", kernels), ("user", users), ("phase", phases)]
 
 
-def _rank_sum(summary: dict, key: str) -> int:
+def _rank_sum(summary: Summary, figure: Callable[[RankFigures], float | None]) -> int:
     """A figure summed over the ranks (the merged tables sum their counts the same way)."""
-    return int(sum(r.get(key) or 0 for r in summary.get("ranks") or []))
+    return int(sum(figure(r.figures) or 0 for r in summary.ranks))
 
 
-def _rank_steps(summary: dict) -> int:
-    return _rank_sum(summary, "steps")
+def _rank_steps(summary: Summary) -> int:
+    return _rank_sum(summary, lambda f: f.steps)
 
 
-def dominant_unit(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PREFIXES) -> tuple | None:
+# the rank figures a unit of work is priced in: (diff.json key, the figure)
+_PER_UNIT: tuple[tuple[str, Callable[[RankFigures], float | None]], ...] = (
+    ("window_per_unit_ns", lambda f: f.window_ns),
+    ("communication_per_unit_ns", lambda f: f.communication_ns),
+    ("computation_per_unit_ns", lambda f: f.computation_ns),
+    ("exposed_communication_per_unit_ns", lambda f: f.exposed_communication_ns),
+    ("idle_per_unit_ns", lambda f: f.idle_ns))
+
+
+def dominant_unit(before: Summary, after: Summary, prefixes: tuple[str, ...] = COMM_PREFIXES) -> tuple | None:
     """(source, name, row before, row after) of the most frequent unit present in both runs: by
     both runs' calls, then time, then name, a rule symmetric in before and after (by the before
     run's alone, two ops tied in calls gave AccumulateGrad one way and copy_bucket_to_grad the other)."""
@@ -260,12 +278,12 @@ def dominant_unit(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PR
         common = [name for name in b if name in a]
         if common:
             name = min(common, key=lambda n: (-(b[n]["calls"] + a[n]["calls"]),
-                                              -((b[n].get("total_ns") or 0) + (a[n].get("total_ns") or 0)), n))
+                                              -((b[n]["total_ns"] or 0) + (a[n]["total_ns"] or 0)), n))
             return source, name, b[name], a[name]
     return None
 
 
-def unit_of_work(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PREFIXES) -> dict | None:
+def unit_of_work(before: Summary, after: Summary, prefixes: tuple[str, ...] = COMM_PREFIXES) -> dict | None:
     """Figures per unit of the dominant repeated unit, and whether they replace per-step ones.
 
     ``applies`` when a side has no steps or the step counts differ: then totals only compare
@@ -280,65 +298,55 @@ def unit_of_work(before: dict, after: dict, prefixes: tuple[str, ...] = COMM_PRE
     sb, sa = _rank_steps(before), _rank_steps(after)
     reason = "no_steps" if not sb or not sa else "step_counts_differ" if sb != sa else None
     cb, ca = int(rb["calls"]), int(ra["calls"])
-    wb, wa = _rank_sum(before, "window_ns"), _rank_sum(after, "window_ns")
+    wb, wa = _rank_sum(before, lambda f: f.window_ns), _rank_sum(after, lambda f: f.window_ns)
     out = {"source": source, "name": name, "applies": reason is not None, "reason": reason,
            "count": change(cb, ca), "window_ns": change(wb, wa),
            "per_step": change(cb / sb if sb else None, ca / sa if sa else None),
            "per_second": change(1e9 * cb / wb if wb else None, 1e9 * ca / wa if wa else None),
-           "cost_per_unit_ns": change(rb["total_ns"] / cb if rb.get("total_ns") is not None else None,
-                                      ra["total_ns"] / ca if ra.get("total_ns") is not None else None)}
-    for key in ("window_ns", "communication_ns", "computation_ns", "exposed_communication_ns", "idle_ns"):
-        out[f"{key.removesuffix('_ns')}_per_unit_ns"] = change(_rank_sum(before, key) / cb,
-                                                               _rank_sum(after, key) / ca)
+           "cost_per_unit_ns": change(rb["total_ns"] / cb if rb["total_ns"] is not None else None,
+                                      ra["total_ns"] / ca if ra["total_ns"] is not None else None)}
+    for key, figure in _PER_UNIT:
+        out[key] = change(_rank_sum(before, figure) / cb, _rank_sum(after, figure) / ca)
     return out
 
 
 # -- movers -----------------------------------------------------------------------------------
 
-def _rows(summary: dict) -> dict[tuple, float]:
+def _rows(summary: Summary) -> dict[tuple, float]:
     """(category, name, metric) -> total over ranks, from the summary tables and the skew; None
     where a part is unknown (null: a NaN of a damaged summary as cli.finite reads it)."""
-    merged, out = _merged(summary), {}
-    for row in merged.get("model") or []:
-        if names.is_step_name(row["name"]):  # the step itself, not a part that moved
+    merged, out = summary.tables.merged, {}
+    for row in merged.model:
+        if names.is_step_name(row.name):  # the step itself, not a part that moved
             continue
-        for side in ("cpu", "gpu"):
-            if row.get(f"{side}_total_ns") is not None:
-                out[("phase", row["name"], f"{side}_total_ns")] = row[f"{side}_total_ns"]
-    for table, category in (("kernel", "kernel"), ("user", "user"), ("memory", "memory")):
-        for row in (merged.get(table) or {}).get("rows") or []:  # an op's calls under its base name
-            if names.is_step_name(names.base_name(row["name"])):  # ProfilerStep#N: 5 of 10 movers were steps
+        for metric, total in (("cpu_total_ns", row.cpu_total_ns), ("gpu_total_ns", row.gpu_total_ns)):
+            if total is not None:
+                out[("phase", row.name, metric)] = total
+    for category, rows in (("kernel", merged.kernel.rows), ("user", merged.user.rows),
+                           ("memory", merged.memory.rows)):
+        for row in rows:  # an op's calls under its base name
+            if names.is_step_name(names.base_name(row.name)):  # ProfilerStep#N: 5 of 10 movers were steps
                 continue
-            key = (category, names.base_name(row["name"]), "total_ns")
-            seen, total = out.get(key, 0), row["total_ns"]
+            key = (category, names.base_name(row.name), "total_ns")
+            seen, total = out.get(key, 0), row.total_ns
             out[key] = None if seen is None or total is None else seen + total  # None: unknown, not 0
-    for kind in (summary.get("skew") or {}).get("kinds") or []:
+    for kind in summary.skew.kinds:
         name = collective_name(kind)
-        waits = list((kind.get("wait_ns_by_rank") or {}).values())
+        waits = list(kind.wait_ns_by_rank.values())
         out[("collective", name, "wait_ns")] = None if None in waits else sum(waits)
-        if kind.get("transfer_ns_total") is not None:
-            out[("collective", name, "transfer_ns")] = kind["transfer_ns_total"]
+        if kind.transfer_ns_total is not None:
+            out[("collective", name, "transfer_ns")] = kind.transfer_ns_total
     return out
 
 
-def collective_name(kind: dict) -> str:
-    """kind x group x size where the summary has them (group and bytes may be absent)."""
-    parts = [str(kind.get("name") or kind.get("kind"))]
-    for key in ("group", "process_group", "bytes"):
-        if kind.get(key) is not None:
-            parts.append(f"{key}={kind[key]}")
-    return " ".join(parts)
+def collective_name(kind: KindRow) -> str:
+    """kind x group, as the skew aggregates them."""
+    return str(kind.name) if kind.group is None else f"{kind.name} group={kind.group}"
 
 
-def _bandwidth(summary: dict) -> dict[tuple, float]:
-    """Bus bandwidth per collective kind, only where the summary knows the bytes."""
-    return {("bandwidth", collective_name(k), "busbw_gbps"): k["busbw_gbps"]
-            for k in (summary.get("skew") or {}).get("kinds") or []
-            if k.get("bytes") is not None and k.get("busbw_gbps") is not None}
-
-
-def movers(before: dict, after: dict, per: str, divisors: tuple[float, float], top: int = TOP_MOVERS) -> list[dict]:
-    """The largest absolute changes of time per ``per`` (step, unit or window), then bandwidth."""
+def movers(before: Summary, after: Summary, per: str, divisors: tuple[float, float],
+           top: int = TOP_MOVERS) -> list[dict]:
+    """The largest absolute changes of time per ``per`` (step, unit or window)."""
     rb, ra = _rows(before), _rows(after)
     out = []
     for key in dict.fromkeys([*rb, *ra]):
@@ -348,13 +356,10 @@ def movers(before: dict, after: dict, per: str, divisors: tuple[float, float], t
         if moved["delta"]:
             out.append({"category": key[0], "name": key[1], "metric": key[2], "per": per, **moved})
     out.sort(key=lambda m: -abs(m["delta"]))
-    bb, ba = _bandwidth(before), _bandwidth(after)
-    bandwidth = [{"category": k[0], "name": k[1], "metric": k[2], "per": None, **change(bb[k], ba[k])}
-                 for k in bb if k in ba]
-    return out[:top] + sorted(bandwidth, key=lambda m: -abs(m["delta"] or 0))
+    return out[:top]
 
 
-def normaliser(before: dict, after: dict, unit: dict | None) -> tuple[str, tuple[float, float]]:
+def normaliser(before: Summary, after: Summary, unit: dict | None) -> tuple[str, tuple[float, float]]:
     """Per rank-step when both runs have steps, else per unit of work, else per window."""
     sb, sa = _rank_steps(before), _rank_steps(after)
     if sb and sa:
@@ -366,22 +371,22 @@ def normaliser(before: dict, after: dict, unit: dict | None) -> tuple[str, tuple
 
 # -- findings and checks ----------------------------------------------------------------------
 
-def finding_code(finding: dict) -> str:
+def finding_code(finding: Finding) -> str:
     """The key two runs' findings match on: the diagnosis' ``finding`` (its code, e.g.
-    ``serialized_communication``); ``code``, ``name`` or ``kind`` only where it is missing."""
-    return str(finding.get("finding") or finding.get("code") or finding.get("name") or finding.get("kind"))
+    ``serialized_communication``)."""
+    return str(finding.finding)
 
 
-def _brief(finding: dict | None) -> dict | None:
+def _brief(finding: Finding | None) -> dict | None:
     if finding is None:
         return None
-    return {"severity": finding.get("severity"), "cost_ns": finding.get("cost_ns"), "ranks": finding.get("ranks")}
+    return {"severity": finding.severity, "cost_ns": finding.cost_ns, "ranks": finding.ranks}
 
 
-def finding_changes(before: dict, after: dict) -> dict:
+def finding_changes(before: Summary, after: Summary) -> dict:
     """Findings resolved (before only), new (after only) and kept (both), by code."""
-    b = {finding_code(f): f for f in before.get("findings") or [] if isinstance(f, dict)}
-    a = {finding_code(f): f for f in after.get("findings") or [] if isinstance(f, dict)}
+    b = {finding_code(f): f for f in before.findings}
+    a = {finding_code(f): f for f in after.findings}
 
     def entry(code: str) -> dict:
         return {"code": code, "before": _brief(b.get(code)), "after": _brief(a.get(code))}
@@ -389,30 +394,31 @@ def finding_changes(before: dict, after: dict) -> dict:
             "kept": [entry(c) for c in b if c in a]}
 
 
-def check_changes(before: dict, after: dict) -> list[dict]:
+def check_changes(before: Summary, after: Summary) -> list[dict]:
     """Checks (stream placement per rank and device) whose status changed, or that one run lacks."""
-    def key(check: dict) -> tuple:
-        return check.get("check"), check.get("rank"), check.get("device")
-    b = {key(c): c.get("status") for c in before.get("checks") or [] if isinstance(c, dict)}
-    a = {key(c): c.get("status") for c in after.get("checks") or [] if isinstance(c, dict)}
+    def key(check: Check) -> tuple:
+        return check.check, check.rank, check.device
+    b = {key(c): c.status for c in before.checks}
+    a = {key(c): c.status for c in after.checks}
     return [{"check": k[0], "rank": k[1], "device": k[2], "before": b.get(k), "after": a.get(k)}
             for k in dict.fromkeys([*b, *a]) if b.get(k) != a.get(k)]
 
 
-def diff(before: dict, after: dict, resamples: int = RESAMPLES, seed: int = SEED,
+def diff(before: Summary, after: Summary, resamples: int = RESAMPLES, seed: int = SEED,
          prefixes: tuple[str, ...] = COMM_PREFIXES, min_change: float = MIN_CHANGE,
-         more_before: list[dict] = (), more_after: list[dict] = ()) -> dict:
+         more_before: Sequence[Summary] = (), more_after: Sequence[Summary] = ()) -> dict:
     """The whole diff of two summaries (the ``diff.json`` contract). ``more_before`` /
     ``more_after``: the other runs of each side (``before`` and ``after`` being its median run);
     with two or more runs a side, ``runs`` judges the step time between runs."""
     unit = unit_of_work(before, after, prefixes)
     per, divisors = normaliser(before, after, unit)
     befores, afters = [before, *more_before], [after, *more_after]
-    return {"world_size": {"before": before.get("world_size"), "after": after.get("world_size")},
-            "source": {"before": before.get("source"), "after": after.get("source")},
+    return {"world_size": {"before": before.world_size, "after": after.world_size},
+            "source": {"before": before.source, "after": after.source},
             "warnings": warnings(before, after),
-            "machine": machine.differences([h for s in befores for h in s.get("machine") or []],
-                                           [h for s in afters for h in s.get("machine") or []]),
+            # analyses.machine compares the hosts as summary.json writes them (its own interface)
+            "machine": machine.differences([h.to_json() for s in befores for h in s.machine],
+                                           [h.to_json() for s in afters for h in s.machine]),
             "runs": (runs_step_time(befores, afters, resamples, seed, min_change)
                      if len(befores) > 1 and len(afters) > 1 else None),
             "step_time": step_time(before, after, resamples, seed, min_change),

@@ -1,5 +1,7 @@
 """Wording of a diff (``analyses/diff.py``): the text printed by ``distprof diff`` and an HTML
-section with side-by-side bars. Everything here phrases numbers the analysis computed."""
+section with side-by-side bars. Everything here phrases numbers the analysis computed: the diff is
+its own plain dict (diff.json's content), and the only summary read here, the after run's for
+report.html, is the typed :class:`~distprof.results.Summary`."""
 
 from __future__ import annotations
 
@@ -7,10 +9,14 @@ import html as html_text
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import names, outpaths
 from ..analyses.steptime import PER_STEP_DEFINITION, STEP_TIME_DEFINITION
 from . import format, svg, tables
+
+if TYPE_CHECKING:
+    from ..results import Summary
 
 DIFF_FILE = "diff.json"
 DIFF_HTML = "diff.html"
@@ -171,12 +177,9 @@ def unit_lines(unit_of_work: dict | None, unit: str) -> list[str]:
 def movers_table(diff: dict, unit: str, width: int = format.TABLE_WIDTH) -> str:
     per = {"step": "per rank-step", "unit": "per unit of work", "window": "per window"}[diff["movers_per"]]
     rows = []
-    for m in [m for m in diff["movers"] if m["category"] != "bandwidth"][:MOVERS_SHOWN]:
+    for m in diff["movers"][:MOVERS_SHOWN]:
         rows.append([m["category"], names.short_name(m["name"], 48), m["metric"].removesuffix("_ns"),
                      _t(m["before"], unit), _t(m["after"], unit), _t(m["delta"], unit, True), _pct(m["relative"])])
-    for m in [m for m in diff["movers"] if m["category"] == "bandwidth"][:MOVERS_SHOWN]:
-        rows.append(["bandwidth", names.short_name(m["name"], 48), "busbw GB/s", f"{m['before']:.2f}",
-                     f"{m['after']:.2f}", f"{m['delta']:+.2f}", _pct(m["relative"])])
     if not rows:
         return "Top movers: nothing changed"
     table = tables.fitted(rows, ["What", "Name", "Metric", f"Before ({unit})", f"After ({unit})", "Delta", "Rel."],
@@ -365,7 +368,8 @@ def write_html(diff: dict, labels: tuple[str, str], out: str | Path, unit: str =
     return outpaths.write_text(path, page)
 
 
-def write_combined(diff: dict, labels: tuple[str, str], after: dict, out: str | Path, unit: str = "ms") -> Path:
+def write_combined(diff: dict, labels: tuple[str, str], after: Summary, out: str | Path,
+                   unit: str = "ms") -> Path:
     """``OUT/report.html``: the after run's report with the diff section on top, so one page
     answers both "what changed" and "where does the time go now"."""
     from . import html

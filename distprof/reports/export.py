@@ -4,26 +4,31 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import outpaths
 from ..names import cap_names
 from ..results import FIGURES
 
+if TYPE_CHECKING:
+    from ..results import Summary
+
 SUMMARY_FILE = "summary.json"
 
 
-def write_summary(summary: dict, out: str | Path) -> Path:
-    """summary.json and ranks.csv in ``out``; names cut (names.cap_names): a 100 kB kernel name
-    once made a 117 MB summary.json. The rank files keep the full names."""
-    summary = cap_names(summary)
-    path = write_json(summary, out)
+def write_summary(summary: Summary, out: str | Path) -> Path:
+    """summary.json, ranks.csv and collectives.csv in ``out``; names cut (names.cap_names): a 100 kB
+    kernel name once made a 117 MB summary.json. The rank files keep the full names."""
+    path = write_json(cap_names(summary.to_json()), out)
     write_csv(summary, Path(out) / "ranks.csv")
     write_collectives_csv(summary, Path(out) / "collectives.csv")
     return path
 
 
 def write_json(summary: dict, out: str | Path) -> Path:
+    """``summary`` (JSON content: summary.json's, or the timer-only benchmark's) as OUT/summary.json."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / SUMMARY_FILE
@@ -43,13 +48,21 @@ def csv_cell(value: object) -> object:
     return value
 
 
-def write_csv(summary: dict, path: Path) -> Path:
+def _cells(values: list) -> list:
+    """A CSV row: text cut as in summary.json (names.cap_names), then made spreadsheet-safe."""
+    return [csv_cell(cap_names(value)) for value in values]
+
+
+def write_csv(summary: Summary, path: Path) -> Path:
+    """ranks.csv: a row per rank, its Distributed Summary figures (results.FIGURES) and clock."""
     columns = ["rank", "steps", *FIGURES, "clock_offset_ns", "clock_uncertainty_ns", "source_file"]
     with outpaths.atomic_open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(columns)
-        for row in summary["ranks"]:
-            writer.writerow([csv_cell(row.get(c)) for c in columns])
+        for row in summary.ranks:
+            figures = asdict(row.figures)  # the figures by the names FIGURES lists
+            writer.writerow(_cells([row.rank, row.figures.steps, *(figures[f] for f in FIGURES),
+                                    row.clock.offset_ns, row.clock.uncertainty_ns, row.source_file]))
     return path
 
 
@@ -58,16 +71,19 @@ COLLECTIVE_CSV = ("kind", "group", "node_span", "size_bucket", "count", "matched
                   "peak_share")
 
 
-def write_collectives_csv(summary: dict, path: Path) -> Path | None:
+def write_collectives_csv(summary: Summary, path: Path) -> Path | None:
     """collectives.csv: the Collectives table (summary.json ``collectives.rows``); none without rows."""
-    rows = (summary.get("collectives") or {}).get("rows") or []
+    rows = summary.collectives.rows
     if not rows:
         return None
     with outpaths.atomic_open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(COLLECTIVE_CSV)
-        for row in rows:
-            writer.writerow([csv_cell(row.get(c)) for c in COLLECTIVE_CSV])
+        for row in rows:  # the columns of COLLECTIVE_CSV, in its order
+            writer.writerow(_cells([row.kind, row.group, row.node_span, row.size_bucket, row.count,
+                                    row.matched, row.total_ns, row.wait_ns, row.wait_share,
+                                    row.transfer_median_ns, row.bytes_median, row.algbw_median_gbps,
+                                    row.busbw_median_gbps, row.peak_share]))
     return path
 
 
@@ -78,9 +94,23 @@ MAX_ITEMS = 1 << 20    # a list of a summary: at most one row per rank (sources.
 RANK_FILE_HINT = "is a rank file, not a summary: run `distprof merge {path} -o OUT` first, then `distprof report OUT`"
 
 
-def read_summary(path: str | Path) -> dict:
-    """Load a summary.json (a file, or a directory holding one); one-line error if unusable,
-    saying what to run instead when it is a rank file (SQLite, gzip'd or plain Kineto trace)."""
+def read_summary(path: str | Path) -> Summary:
+    """Load a summary.json (a file, or a directory holding one) as the typed Summary; one-line
+    error if unusable, saying what to run instead when it is a rank file (SQLite, gzip'd or plain
+    Kineto trace), and naming the key path where its content does not fit the types."""
+    from ..events import SourceError
+    from ..results import Summary
+    from ..typed import JsonError
+    content = _read_json(path)
+    try:
+        return Summary.from_json(content)
+    except (ValueError, TypeError, KeyError, AttributeError) as error:  # a JsonError, or a wrong kind
+        detail = error if isinstance(error, JsonError) else f"unexpected content: {error}"
+        raise SourceError(f"{path}: not a complete distprof summary.json ({detail})") from None  # as given
+
+
+def _read_json(path: str | Path) -> dict:
+    """A summary.json's content, checked for the shape every summary has (an object with rank rows)."""
     from ..events import SourceError
     path = Path(path)
     if path.is_dir():

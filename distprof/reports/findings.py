@@ -6,10 +6,16 @@ reports (pipeline.combine attaches the words)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .. import events as ev
 from ..analyses import cost
+from ..typed import ABSENT
 from ..units import duration
+
+if TYPE_CHECKING:
+    from ..sections.findings import Finding
+    from ..sections.skew import Pipeline, StragglerRow
 
 HEADING = "Findings (ordered by what the fix saves per step, predicted by the what-if replay):"
 SCENARIO_TITLES = {"no_straggler": "no straggler", "overlap_communication": "overlap communication",
@@ -17,16 +23,16 @@ SCENARIO_TITLES = {"no_straggler": "no straggler", "overlap_communication": "ove
                    "balanced_ranks": "balanced ranks"}
 
 
-def saving(finding: dict, t: Callable[[int | None], str]) -> str:
+def saving(finding: Finding, t: Callable[[int | None], str]) -> str:
     """'saves X per step (Y% of the step), what-if: scenario' or why it is not priced."""
-    value = finding.get("predicted_saving_ns")
+    value = finding.predicted_saving_ns
     if value is None:
-        return f"saving not predicted: {finding.get('why_not') or cost.NO_SCENARIO}"
-    share = finding.get("saving_share")
-    scenario = SCENARIO_TITLES.get(finding.get("priced_by") or "", finding.get("priced_by") or "")
-    after = " after the straggler's fix" if finding.get("priced_after_straggler") else ""
+        return f"saving not predicted: {finding.why_not or cost.NO_SCENARIO}"
+    share = finding.saving_share
+    scenario = SCENARIO_TITLES.get(finding.priced_by or "", finding.priced_by or "")
+    after = " after the straggler's fix" if finding.priced_after_straggler else ""
     return (f"fix saves {t(value)} per step" + (f" ({100 * share:.1f}% of the step time)" if share is not None else "")
-            + f"; what-if: {scenario}{after}" + assumption(finding.get("durations_vary_share")))
+            + f"; what-if: {scenario}{after}" + assumption(finding.durations_vary_share))
 
 
 def assumption(vary: float | None) -> str:
@@ -37,60 +43,63 @@ def assumption(vary: float | None) -> str:
             "from step to step, so the saving may be off by as much)")
 
 
-def _pattern(straggler: dict) -> str:
+def _pattern(pattern: str | None, onset_step: int | None, steps_late: int | None, steps: int | None) -> str:
     """How the straggler's lateness repeats: persistent, since a step (turned slow and stayed
-    slow), or one profiled step."""
-    if straggler.get("pattern") == "single step":
+    slow), or one profiled step. Plain values: the verdict reads a typed straggler row, the
+    finding's words its evidence dict (before the summary is typed)."""
+    if pattern == "single step":
         return "one profiled step: cannot tell persistent from one-off"
-    if straggler.get("pattern") == "since step":
-        return (f"late since step {straggler.get('onset_step')} (turned slow mid-run and stayed slow): "
-                f"in {straggler.get('steps_late')}/{straggler.get('steps')} steps")
-    return f"persistent: late in {straggler.get('steps_late')}/{straggler.get('steps')} steps"
+    if pattern == "since step":
+        return (f"late since step {onset_step} (turned slow mid-run and stayed slow): "
+                f"in {steps_late}/{steps} steps")
+    return f"persistent: late in {steps_late}/{steps} steps"
 
 
-def straggler_line(straggler: dict | None, t: Callable[[int | None], str], unconfirmed: dict | None = None,
-                   why: str | None = None) -> str:
+def straggler_line(straggler: StragglerRow | None, t: Callable[[int | None], str],
+                   unconfirmed: StragglerRow | None = None, why: str | None = None) -> str:
     """The one-line straggler verdict of the Diagnosis: what removing its lateness saves (the
     replay), then the waits it causes (not a saving), how often, where. ``unconfirmed``: the
     rank the waits pointed at, whose fix the replay prices under the floor; ``why``: the skew
     note that says why none was named (skew.no_straggler_note), up to its first "; "."""
     if not straggler and unconfirmed:
-        return (f"Straggler: none (rank {unconfirmed['rank']} is last in {unconfirmed['late_in']} of its "
-                f"{unconfirmed['of']} collectives and the others wait {t(unconfirmed['waits_caused_ns'])} per step "
-                f"for it, but removing its lateness saves {t(unconfirmed['saving_ns'])} per step: "
-                f"{100 * unconfirmed['share']:.1f}% of the step, under the {100 * unconfirmed['floor']:.0f}% a "
+        return (f"Straggler: none (rank {unconfirmed.rank} is last in {unconfirmed.late_in} of its "
+                f"{unconfirmed.of} collectives and the others wait {t(unconfirmed.waits_caused_ns)} per step "
+                f"for it, but removing its lateness saves {t(unconfirmed.saving_ns)} per step: "
+                f"{100 * unconfirmed.share:.1f}% of the step, under the {100 * unconfirmed.floor:.0f}% a "
                 "straggler costs)")
     if not straggler and why:
         return f"Straggler: none ({why.split('; ')[0]})"
     if not straggler:
         return ("Straggler: none (no rank makes the others wait, beyond the clock uncertainty and the threshold, "
                 "in enough steps)")
-    share = straggler.get("cost_share")
-    if straggler.get("cost_ns") is not None:
-        saving_text = f"removing its lateness saves {t(straggler['cost_ns'])} per step" + (
+    share = straggler.cost_share
+    if straggler.cost_ns is not None:
+        saving_text = f"removing its lateness saves {t(straggler.cost_ns)} per step" + (
             f" ({100 * share:.1f}% of the step time)" if share is not None else "") + assumption(
-            straggler.get("durations_vary_share"))
+            None if straggler.durations_vary_share is ABSENT else straggler.durations_vary_share)
     else:
-        saving_text = f"saving not predicted ({straggler.get('cost_why_not') or cost.NO_REPLAY})"
-    pattern = _pattern(straggler).removeprefix("persistent: ")
-    where = straggler.get("phase") or "outside any annotated phase"
-    return (f"Straggler: rank {straggler['rank']}, {saving_text}; the others wait {t(straggler['waits_caused_ns'])} "
-            f"per step for it; last in {straggler['late_in']} of {straggler['of']} collectives, {pattern}; "
-            f"side {straggler.get('side') or 'unknown'}; {where} (threshold {t(straggler['threshold_ns'])})")
+        saving_text = f"saving not predicted ({straggler.cost_why_not or cost.NO_REPLAY})"
+    pattern = _pattern(straggler.pattern, straggler.onset_step, straggler.steps_late,
+                       straggler.steps).removeprefix("persistent: ")
+    where = straggler.phase or "outside any annotated phase"
+    return (f"Straggler: rank {straggler.rank}, {saving_text}; the others wait "
+            f"{t(straggler.waits_caused_ns)} per step for it; last in {straggler.late_in} of {straggler.of} "
+            f"collectives, {pattern}; side {straggler.side or 'unknown'}; {where} "
+            f"(threshold {t(straggler.threshold_ns)})")
 
 
-def pipeline_lines(pipelines: list[dict], t: Callable[[int | None], str]) -> list[str]:
+def pipeline_lines(pipelines: list[Pipeline], t: Callable[[int | None], str]) -> list[str]:
     """One line per send/recv pipeline: its stages and each stage's bubble per step (what it
     waits in send/recv for the stage before it and the one after it)."""
     lines = []
     for pipeline in pipelines:
-        stages = pipeline["stages"]
+        stages = pipeline.stages
         shown = "; ".join(
-            f"rank {s['rank']} {t(s['bubble_ns'])}" + (f" ({100 * s['share']:.0f}%)" if s["share"] is not None else "")
-            + f" [before {t(s['upstream_ns'])}, after {t(s['downstream_ns'])}]" for s in stages[:8])
-        lines.append(f"Pipeline: stages {' -> '.join(map(str, pipeline['ranks'][:16]))}"
-                     f"{' ...' if len(pipeline['ranks']) > 16 else ''}; bubble per step (waiting in send/recv for the "
-                     f"stage before / after): {shown}{' ...' if len(stages) > 8 else ''}")
+            f"rank {s.rank} {t(s.bubble_ns)}" + (f" ({100 * s.share:.0f}%)" if s.share is not None else "")
+            + f" [before {t(s.upstream_ns)}, after {t(s.downstream_ns)}]" for s in stages[:8])
+        more, cut = " ..." if len(pipeline.ranks) > 16 else "", " ..." if len(stages) > 8 else ""
+        lines.append(f"Pipeline: stages {' -> '.join(map(str, pipeline.ranks[:16]))}{more}; bubble per step "
+                     f"(waiting in send/recv for the stage before / after): {shown}{cut}")
     return lines
 
 
@@ -187,7 +196,7 @@ _SIDE_ADVICE = {
 
 def _straggler_message(finding: dict) -> str:
     e, rank = finding["evidence"], finding["ranks"][0]
-    pattern = _pattern(e)
+    pattern = _pattern(e.get("pattern"), e.get("onset_step"), e.get("steps_late"), e.get("steps"))
     message = (f"straggler: rank {rank} is last, and waited for alone, in {e['late_in']} of its {e['of']} "
                 f"collectives ({pattern}); the ranks it shares them with wait {duration(e['waits_caused_ns'])} "
                 "per step for it")

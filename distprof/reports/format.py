@@ -3,7 +3,15 @@ titles, banners and duration/ratio formatting, in one place for text, tables and
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 from ..console import TABLE_WIDTH, WRAP, wrapped  # noqa: F401 - the reports' console widths
+from ..results import RankResult
+
+if TYPE_CHECKING:
+    from ..sections.collectives import CollectiveRow
+    from ..sections.tables import AcrossRanks, FigureStats, RatioStats
 
 UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
@@ -17,13 +25,41 @@ SUMMARY_COLUMNS = (("window_ns", "Steps total"), ("communication_ns", "Communica
 # columns shown only when some rank has a value
 OPTIONAL_COLUMNS = ("gpu_window_ns", "communication_wait_ns", "communication_transfer_ns")
 
+# each column's value, read by attribute: results.RankFigures and sections.tables.AcrossRanks name
+# their figures alike (a rank's value; the figure's statistics across ranks)
+FIGURE_OF: dict[str, Callable[[Any], Any]] = {
+    "window_ns": lambda of: of.window_ns, "communication_ns": lambda of: of.communication_ns,
+    "communication_wait_ns": lambda of: of.communication_wait_ns,
+    "communication_transfer_ns": lambda of: of.communication_transfer_ns,
+    "computation_ns": lambda of: of.computation_ns, "memory_ns": lambda of: of.memory_ns,
+    "overlap_ns": lambda of: of.overlap_ns,
+    "exposed_communication_ns": lambda of: of.exposed_communication_ns,
+    "overlap_ratio": lambda of: of.overlap_ratio, "idle_ns": lambda of: of.idle_ns,
+    "gpu_window_ns": lambda of: of.gpu_window_ns}
 
-def summary_columns(ranks: list[dict]) -> tuple:
-    """The Distributed Summary columns of these rank rows: optional ones only where a rank has a value.
-    Without steps on any rank the window is the whole trace, and its column says so ("Trace span")."""
-    stepped = any(row.get("steps") for row in ranks)
+
+def rank_figure(rank: RankResult | dict, key: str) -> float | None:
+    """A rank's value of a Distributed Summary column: of a summary's rank (``RankResult``), or of a
+    side of a diff's rank entry (analyses.diff: a dict of figures, not summary content)."""
+    return rank.get(key) if isinstance(rank, dict) else FIGURE_OF[key](rank.figures)
+
+
+def across_figure(across: AcrossRanks, key: str) -> FigureStats | RatioStats | None:
+    """A Distributed Summary column's statistics across ranks (None: no rank has the figure)."""
+    return FIGURE_OF[key](across)
+
+
+def _steps(rank: RankResult | dict) -> int | None:
+    return rank.get("steps") if isinstance(rank, dict) else rank.figures.steps
+
+
+def summary_columns(ranks: Sequence[RankResult] | Sequence[dict]) -> tuple:
+    """The Distributed Summary columns of these ranks (a summary's, or a diff's sides: rank_figure):
+    optional ones only where a rank has a value. Without steps on any rank the window is the whole
+    trace, and its column says so ("Trace span")."""
+    stepped = any(_steps(row) for row in ranks)
     return tuple((key, title if key != "window_ns" or stepped else "Trace span") for key, title in SUMMARY_COLUMNS
-                 if key not in OPTIONAL_COLUMNS or any(row.get(key) is not None for row in ranks))
+                 if key not in OPTIONAL_COLUMNS or any(rank_figure(row, key) is not None for row in ranks))
 
 
 def banner(title: str, width: int) -> str:
@@ -52,18 +88,18 @@ COLLECTIVE_COLUMNS = (("Kind", "kind"), ("Group", "group"), ("Span", "node_span"
                       ("busbw GB/s", "busbw_median_gbps"), ("% of peak", "peak_share"))
 
 
-def collective_cells(row: dict, unit: str, with_peak: bool) -> list[str]:
+def collective_cells(row: CollectiveRow, unit: str, with_peak: bool) -> list[str]:
     """One Collectives table row as text cells (count as "matched/total" when some were single-rank)."""
     def number(value, digits: int = 1) -> str:  # 3 significant digits below 1: 0.0042, not 0.00
         return "-" if value is None else f"{value:.{digits}f}" if abs(value) >= 1 or value == 0 else f"{value:.3g}"
-    count = str(row["count"]) if row["matched"] == row["count"] else f"{row['matched']}/{row['count']}"
-    cells = [row["kind"], row["group"] or "-", row["node_span"] or "-", row["size_bucket"], count,
-             figure("total_ns", row["total_ns"], unit),
-             "-" if row["wait_share"] is None else f"{100 * row['wait_share']:.1f}%",
-             figure("transfer_median_ns", row["transfer_median_ns"], unit),
-             number(row["algbw_median_gbps"], 2), number(row["busbw_median_gbps"], 2)]
+    count = str(row.count) if row.matched == row.count else f"{row.matched}/{row.count}"
+    cells = [row.kind, row.group or "-", row.node_span or "-", row.size_bucket, count,
+             figure("total_ns", row.total_ns, unit),
+             "-" if row.wait_share is None else f"{100 * row.wait_share:.1f}%",
+             figure("transfer_median_ns", row.transfer_median_ns, unit),
+             number(row.algbw_median_gbps, 2), number(row.busbw_median_gbps, 2)]
     if with_peak:
-        cells.append("-" if row["peak_share"] is None else f"{100 * row['peak_share']:.0f}%")
+        cells.append("-" if row.peak_share is None else f"{100 * row.peak_share:.0f}%")
     return cells
 
 

@@ -12,17 +12,25 @@ from __future__ import annotations
 import html
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import outpaths
 from ..analyses.steptime import PER_STEP_DEFINITION
 from ..names import cap_names
 from ..ranges import rank_ranges
+from ..results import Summary
 from ..units import duration, phrase
 from . import critical_path_report, format, live_text, svg
 from . import findings as findings_report
 from . import tables as text_tables
 from .text import model_profile_section, profile_section
 from .whatif_report import parts as whatif_parts
+
+if TYPE_CHECKING:
+    from ..sections.findings import Check, Evidence, Finding
+    from ..sections.skew import CollectiveRow, Skew
+    from ..sections.tables import MergedModelRow, MergedOperatorTable, MergedSteps, ModelRow, OperatorTable
+    from .tables import ByNameTable
 
 REPORT_FILE = "report.html"
 UNITS = format.UNITS
@@ -72,17 +80,18 @@ def _rank_labels(axes: svg.Axes, ranks: list[int], centre, axis: str = "y") -> N
         axes.canvas.text(axes.left - 5, centre(i) + 4, str(ranks[i]), "end")
 
 
-def distributed_bars(summary: dict, unit: str = "ms") -> str | None:
+def distributed_bars(summary: Summary, unit: str = "ms") -> str | None:
     """Per rank, the window split into computation only, overlap, exposed communication and idle."""
-    rows = [r for r in summary.get("ranks", []) if r.get("window_ns")]
+    rows = [r for r in summary.ranks if r.figures.window_ns]
     if not rows:
         return None
     scale = UNITS[unit]
+    figures = [r.figures for r in rows]
     parts = {
-        "computation only": [(r["computation_ns"] - r["overlap_ns"]) / scale for r in rows],
-        "overlap": [r["overlap_ns"] / scale for r in rows],
-        "exposed communication": [r["exposed_communication_ns"] / scale for r in rows],
-        "idle": [r["idle_ns"] / scale for r in rows],
+        "computation only": [(f.computation_ns - f.overlap_ns) / scale for f in figures],
+        "overlap": [f.overlap_ns / scale for f in figures],
+        "exposed communication": [f.exposed_communication_ns / scale for f in figures],
+        "idle": [f.idle_ns / scale for f in figures],
     }
     row_h = min(22.0, max(1.0, 880 / len(rows)))
     canvas = svg.Canvas(1100, int(row_h * len(rows) + 80))
@@ -97,25 +106,25 @@ def distributed_bars(summary: dict, unit: str = "ms") -> str | None:
             if values[i] > 0:
                 canvas.rect(axes.x(left), top, axes.x(left + values[i]) - axes.x(left), bar, COLOURS[label])
             left += values[i]
-    _rank_labels(axes, [r["rank"] for r in rows], lambda i: axes.top + (i + 0.5) * row_h)
+    _rank_labels(axes, [r.rank for r in rows], lambda i: axes.top + (i + 0.5) * row_h)
     axes.title("y", "rank")
     axes.frame()
     svg.legend(canvas, axes.left + 200, 16, list(COLOURS.items()))
     return canvas.svg()
 
 
-def _collectives(skew: dict) -> list[dict]:
-    return [c for c in skew.get("collectives") or [] if c.get("wait_ns_by_rank")]
+def _collectives(skew: Skew) -> list[CollectiveRow]:
+    return [c for c in skew.collectives if c.wait_ns_by_rank]
 
 
-def _wait_grid(collectives: list[dict], ranks: list[int], scale: int):
+def _wait_grid(collectives: list[CollectiveRow], ranks: list[int], scale: int):
     """ranks x collectives waits in the unit (NaN where a rank has no entry)."""
     import numpy as np
     row_of = {r: i for i, r in enumerate(ranks)}
     grid = np.full((len(ranks), len(collectives)), np.nan)
     for j, collective in enumerate(collectives):  # at most skew.max_rows collectives are stored
-        for rank, wait in collective["wait_ns_by_rank"].items():
-            grid[row_of[int(rank)], j] = wait / scale
+        for rank, wait in collective.wait_ns_by_rank.items():
+            grid[row_of[rank], j] = wait / scale
     return grid
 
 
@@ -130,10 +139,10 @@ def _heat_image(grid) -> str:
     return svg.png_data_uri([row.tobytes() for row in pixels], grid.shape[1])
 
 
-def skew_heatmap(summary: dict, unit: str = "ms") -> str | None:
+def skew_heatmap(summary: Summary, unit: str = "ms") -> str | None:
     """Each rank's wait for the last arrival, per matched collective (columns in time order)."""
-    collectives = sorted(_collectives(summary.get("skew") or {}), key=lambda c: c.get("index", 0))
-    ranks = sorted({int(r) for c in collectives for r in c["wait_ns_by_rank"]})
+    collectives = sorted(_collectives(summary.skew), key=lambda c: c.index)
+    ranks = sorted({r for c in collectives for r in c.wait_ns_by_rank})
     if not collectives or len(ranks) < 2:
         return None
     import numpy as np
@@ -148,12 +157,12 @@ def skew_heatmap(summary: dict, unit: str = "ms") -> str | None:
     row_h = axes.height / len(ranks)
     _rank_labels(axes, ranks, lambda i: axes.top + (i + 0.5) * row_h)
     axes.title("y", "rank")
-    step_of = [c.get("step", -1) for c in collectives]  # one tick where each step's collectives begin
+    step_of = [c.step for c in collectives]  # one tick where each step's collectives begin
     starts = [j for j in range(len(collectives)) if j == 0 or step_of[j] != step_of[j - 1]]
     texts = [f"step {step_of[j]}" if step_of[j] >= 0 else "-" for j in starts]
     for k in svg.thinned([axes.x(j) for j in starts], texts):
         canvas.text(axes.x(starts[k]), axes.top + axes.height + 14, texts[k], "middle")
-    names = sorted({c.get("name", "") for c in collectives})
+    names = sorted({c.name for c in collectives})
     axes.title("x", "collective, in time order" + (f" ({', '.join(names[:4])})" if names else ""))
     top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 0.0
     _colour_bar(canvas, axes.left + axes.width + 20, axes.top, min(axes.height, 300), top,
@@ -182,10 +191,10 @@ def _colour_bar(canvas: svg.Canvas, x: float, y: float, height: float, top: floa
         canvas.text(cx + 13 * k, cy, line, "middle", extra=f' transform="rotate(-90 {cx + 13 * k:.1f} {cy:.1f})"')
 
 
-def _step_band(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
+def _step_band(canvas: svg.Canvas, steps: MergedSteps, scale: int, unit: str) -> None:
     """Left panel: per step, the fastest-to-slowest band and the median rank's line."""
-    x = steps["step"]
-    low, mid, high = ([v / scale for v in steps[k]] for k in ("min_ns", "median_ns", "max_ns"))
+    x = steps.step
+    low, mid, high = ([v / scale for v in values] for values in (steps.min_ns, steps.median_ns, steps.max_ns))
     axes = svg.Axes(canvas, 60, 30, 560, 230)
     ticks = svg.nice_ticks(max(high))
     axes.x_range = (min(x) - 0.5, max(x) + 0.5)
@@ -209,11 +218,11 @@ def _step_band(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
                                             ("median rank (the step time)", "#0072B2")])
 
 
-def _step_ranks(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
+def _step_ranks(canvas: svg.Canvas, steps: MergedSteps, scale: int, unit: str) -> None:
     """Right panel: each rank's mean step time (bar) and slowest step (mark)."""
-    ranks = steps["ranks"]
-    mean = [0 if v is None else v / scale for v in steps["mean_ns_by_rank"]]
-    worst = [0 if v is None else v / scale for v in steps["max_ns_by_rank"]]
+    ranks = steps.ranks
+    mean = [0 if v is None else v / scale for v in steps.mean_ns_by_rank]
+    worst = [0 if v is None else v / scale for v in steps.max_ns_by_rank]
     axes = svg.Axes(canvas, 700, 30, 380, 230)
     ticks = svg.nice_ticks(max(worst + mean))
     axes.x_range, axes.y_range = (-0.5, len(ranks) - 0.5), (0.0, ticks[-1])
@@ -228,10 +237,10 @@ def _step_ranks(canvas: svg.Canvas, steps: dict, scale: int, unit: str) -> None:
     svg.legend(canvas, axes.left + 80, 16, [("mean", "#009E73"), ("max", "#D55E00")])
 
 
-def step_plot(summary: dict, unit: str = "ms") -> str | None:
+def step_plot(summary: Summary, unit: str = "ms") -> str | None:
     """Step time across steps (min-max band and median over ranks) and per rank (mean, max)."""
-    steps = (((summary.get("tables") or {}).get("merged") or {}).get("steps")) or {}
-    if not steps.get("step"):
+    steps = summary.tables.merged.steps
+    if not steps.step:
         return None
     canvas = svg.Canvas(1100, 310)
     _step_band(canvas, steps, UNITS[unit], unit)
@@ -243,14 +252,15 @@ _RANK_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9
 MEMORY_PLOT_RANKS = 16
 
 
-def memory_plot(summary: dict) -> str | None:
+def memory_plot(summary: Summary) -> str | None:
     """Peak allocated memory per step, one line per rank (its headline device; the first
     MEMORY_PLOT_RANKS ranks): creep is a line that keeps rising, an outlier a line above the rest."""
     lines = []
-    for rank in summary.get("ranks", [])[:MEMORY_PLOT_RANKS]:
-        device = next((d for d in rank.get("memory_devices") or [] if d["device"] == rank.get("memory_device")), None)
-        if device and device["steps"]:
-            lines.append((rank["rank"], device["steps"], [v / 2 ** 20 for v in device["step_peak_allocated_bytes"]]))
+    for rank in summary.ranks[:MEMORY_PLOT_RANKS]:
+        profile = rank.profile
+        device = next((d for d in profile.memory_devices if d.device == profile.memory_device), None)
+        if device and device.steps:
+            lines.append((rank.rank, device.steps, [v / 2 ** 20 for v in device.step_peak_allocated_bytes]))
     if not lines:
         return None
     canvas = svg.Canvas(1100, 310)
@@ -306,10 +316,11 @@ def _figure(svg: str | None, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
 
 
-def evidence_text(evidence: dict, unit: str = "ms") -> str:
+def evidence_text(evidence: Evidence, unit: str = "ms") -> str:
     """A finding's ``evidence`` read like the report: '…_ns' values in ``unit`` without the
     suffix, per-rank dicts as 'rank 0: 1.23 ms', lists cut to a few items (raw ns dicts once
-    ended every finding)."""
+    ended every finding). Labelled by the keys summary.json gives its fields (``to_json``: what the
+    finding's kind carries, in that order), the one generic listing of a record in the report."""
     def value(key: str, item: object) -> str:
         if isinstance(item, dict):
             shown = [f"rank {k}: {value(key, v)}" if key.endswith("_by_rank") else f"{k}: {value(k, v)}"
@@ -327,183 +338,195 @@ def evidence_text(evidence: dict, unit: str = "ms") -> str:
         return key.replace("_ns_by_rank", " by rank").replace("_by_rank", " by rank").removesuffix("_ns") \
             .replace("_", " ")
 
-    return "; ".join(f"{label(k)}: {value(k, v)}" for k, v in list(evidence.items())[:12])
+    return "; ".join(f"{label(k)}: {value(k, v)}" for k, v in list(evidence.to_json().items())[:12])
 
 
-def findings_html(findings: list, unit: str = "ms") -> str:
+def findings_html(findings: list[Finding], unit: str = "ms") -> str:
     """The diagnosis' findings (summary.json ``findings``): severity, finding, message, advice, evidence."""
     if not findings:
         return '<p class="meta">No findings: nothing stood out above the thresholds.</p>'
     cards = []
     for item in findings:
-        severity = str(item["severity"])
-        title = item["finding"]
-        parts = [f'<span class="badge">{_e(severity)}</span><b>{_e(title)}</b>']
-        if item.get("ranks"):
-            parts.append(f' <span class="meta">rank(s) {_e(", ".join(map(str, item["ranks"][:16])))}</span>')
+        severity = str(item.severity)
+        parts = [f'<span class="badge">{_e(severity)}</span><b>{_e(item.finding)}</b>']
+        if item.ranks:
+            parts.append(f' <span class="meta">rank(s) {_e(", ".join(map(str, item.ranks[:16])))}</span>')
         parts.append(f' <span class="meta">{_e(findings_report.saving(item, lambda ns: phrase(duration(ns), unit)))}'
                      '</span>')
         body = [f"<p>{''.join(parts)}</p>"]
-        if item.get("message"):
-            body.append(f"<p>{_e(phrase(item.get('template', item['message']), unit))}</p>")
-        if item.get("advice"):
-            body.append(f'<p class="advice">→ {_e(item["advice"])}</p>')
-        extra = item.get("evidence") or {}
-        if extra:
-            shown = evidence_text(extra, unit) if isinstance(extra, dict) else str(extra)
+        if item.message:  # the template: its durations in the report's unit
+            body.append(f"<p>{_e(phrase(item.message, unit))}</p>")
+        if item.advice:
+            body.append(f'<p class="advice">→ {_e(item.advice)}</p>')
+        shown = evidence_text(item.evidence, unit)
+        if shown:
             body.append(f'<p class="evidence">{_e(shown[:600])}</p>')
         css = re.sub(r"[^a-z]", "", severity.lower())
         cards.append(f'<div class="card finding sev-{css}">{"".join(body)}</div>')
     return "".join(cards)
 
 
-def distributed_table_html(summary: dict, unit: str) -> str:
-    columns = format.summary_columns(summary.get("ranks", []))
+# the across-ranks statistics rows under the Distributed Summary table
+_STATS = (("min", lambda stats: stats.min), ("median", lambda stats: stats.median),
+          ("max", lambda stats: stats.max))
+
+
+def distributed_table_html(summary: Summary, unit: str) -> str:
+    columns = format.summary_columns(summary.ranks)
     keys = [key for key, _ in columns]
     titles = [title for _, title in columns]
 
     def value(key, v):
         return format.figure(key, v, unit)
 
-    rows = [[r["rank"], r.get("steps", "-"), *(value(k, r.get(k)) for k in keys)] for r in summary.get("ranks", [])]
+    rows = [[r.rank, r.figures.steps, *(value(k, format.rank_figure(r, k)) for k in keys)]
+            for r in summary.ranks]
     classes = [""] * len(rows)
-    across = summary.get("across_ranks") or {}
+    across = summary.across_ranks
     if len(rows) > 1 and across:
-        for stat in ("min", "median", "max"):
-            rows.append([stat, "", *(value(k, (across.get(k) or {}).get(stat)) for k in keys)])
+        stats = [format.across_figure(across, k) for k in keys]
+        for stat, pick in _STATS:
+            rows.append([stat, "", *(value(k, None if s is None else pick(s)) for k, s in zip(keys, stats))])
             classes.append("stat")
-        rows.append(["max at rank", "", *((across.get(k) or {}).get("max_rank", "-") for k in keys)])
+        rows.append(["max at rank", "", *("-" if s is None else s.max_rank for s in stats)])
         classes.append("stat")
     headers = ["Rank", "Steps", *(t if k == "overlap_ratio" else f"{t} ({unit})" for k, t in zip(keys, titles))]
     return _table(headers, rows, classes=classes)
 
 
-def collectives_html(summary: dict, unit: str) -> str:
+def collectives_html(summary: Summary, unit: str) -> str:
     """The Collectives table (every kind per group, node span and size), "" when there is none."""
-    table = summary.get("collectives") or {}
-    rows = table.get("rows") or []
-    if not rows:
+    table = summary.collectives
+    if not table.rows:
         return ""
-    peak = table.get("peak_busbw_gbps")
+    peak = table.peak_busbw_gbps
     note = (f"busbw as nccl-tests; % of the {peak:g} GB/s peak (hardware.peak_busbw_gbps)" if peak
             else "busbw as nccl-tests; set hardware.peak_busbw_gbps for % of peak")
-    return ("<h2>Collectives</h2>" + _table(format.collective_headers(unit, bool(peak)),
-                                            [format.collective_cells(r, unit, bool(peak)) for r in rows], left=4)
+    cells = [format.collective_cells(r, unit, bool(peak)) for r in table.rows]
+    return ("<h2>Collectives</h2>" + _table(format.collective_headers(unit, bool(peak)), cells, left=4)
             + f'<p class="meta">Count: matched/all where some were seen on one rank only (their transfer is their '
               f'whole duration, an upper bound). Wait share: sync wait / duration. {_e(note)}</p>')
 
 
-def whatif_html(summary: dict, unit: str) -> str:
+def whatif_html(summary: Summary, unit: str) -> str:
     """The What-if table (what each fix would save, replayed), "" without one."""
-    what = summary.get("whatif")
-    if not what:
+    what = summary.whatif
+    if what is None:
         return ""
     head, headers, rows, notes = whatif_parts(what, unit)
     return ("<h2>What-if</h2>" + f'<p class="meta">{_e(head)}</p>' + _table(headers, rows, left=1)
             + "".join(f'<p class="meta">{_e(note)}</p>' for note in notes))
 
 
-def checks_html(checks: list) -> str:
+def checks_html(checks: list[Check]) -> str:
     if not checks:
         return ""
     rows = []
     for c in checks:
-        status = str(c.get("status", ""))
-        rows.append(f'<tr><td class="l">{_e(c.get("check"))}</td><td>{_e(c.get("rank"))}</td>'
-                    f'<td class="{_e(status)}">{_e(status)}</td><td class="l">{_e(c.get("message"))}</td>'
-                    f'<td class="l">{_e(c.get("advice") or "")}</td></tr>')
+        status = str(c.status)
+        # the message as summary.json words it: durations in readable units (phrase leaves a phrased one be)
+        rows.append(f'<tr><td class="l">{_e(c.check)}</td><td>{_e(c.rank)}</td>'
+                    f'<td class="{_e(status)}">{_e(status)}</td><td class="l">{_e(phrase(c.message))}</td>'
+                    f'<td class="l">{_e(c.advice or "")}</td></tr>')
     head = "".join(f'<th class="l">{h}</th>' for h in ("Check", "Rank", "Status", "Message", "Advice"))
     return f'<h2>Checks</h2><div class="scroll"><table><thead><tr>{head}</tr></thead>' \
            f'<tbody>{"".join(rows)}</tbody></table></div>'
 
 
-def _five(row: dict, side: str, scale: int) -> list[str]:
-    return [text_tables._time(row.get(f"{side}_{k}_ns"), scale) for k in ("total", "avg", "max", "min")] + \
-        [text_tables._ratio(row.get(f"{side}_ratio"))]
+def _five(row: ModelRow | MergedModelRow, side: str, scale: int) -> list[str]:
+    *times, ratio = text_tables.side_figures(row, side)
+    return [text_tables._time(value, scale) for value in times] + [text_tables._ratio(ratio)]
 
 
-def summary_tables_html(summary: dict, unit: str, sorted_by: str = "cpu_total") -> str:
+def summary_tables_html(summary: Summary, unit: str, sorted_by: str = "cpu_total") -> str:
     """Device, Overview, Model, Kernel, Memory Manipulation and UserDefined tables (all ranks)."""
     tables = text_tables.select(summary)
     if not tables:
         return ""
     scale = UNITS[unit]
-    ranks = (summary.get("tables") or {}).get("ranks") or []
+    ranks = summary.tables.ranks
     merged = len(ranks) > 1
     out = ["<h2>Summary tables" + (" (all ranks)" if merged else "") + f'</h2><p class="meta">time unit {unit}</p>']
-    if tables.get("device"):
+    if tables.device:
         if merged:
             pct = text_tables._ratio
-            rows = [[d["device"], pct(d["mean"]), f"{pct(d['min'])} (rank {d['min_rank']})",
-                     f"{pct(d['max'])} (rank {d['max_rank']})"] for d in tables["device"]]
+            rows = [[d.device, pct(d.mean), f"{pct(d.min)} (rank {d.min_rank})",
+                     f"{pct(d.max)} (rank {d.max_rank})"] for d in tables.device]
             headers = ["Device", "Utilization (%) mean", "min", "max"]
         else:
-            rows = [[d["device"], text_tables._ratio(d["utilization"])] for d in tables["device"]]
+            rows = [[d.device, text_tables._ratio(d.utilization)] for d in tables.device]
             headers = ["Device", "Utilization (%)"]
         out.append("<h3>Device Summary</h3>" + _table(headers, rows))
-    if tables.get("overview"):
-        rows = [[r["type"], r["side"].upper(), r["calls"], text_tables._time(r["total_ns"], scale),
-                 text_tables._ratio(r["ratio"])] for r in tables["overview"]]
+    if tables.overview:
+        rows = [[r.type, r.side.upper(), r.calls, text_tables._time(r.total_ns, scale),
+                 text_tables._ratio(r.ratio)] for r in tables.overview]
         out.append("<h3>Overview Summary</h3>" + _table(["Event type", "Side", "Calls", f"Time ({unit}, union)",
                                                           "Ratio (%)"], rows, left=2))
-    if tables.get("model"):
-        has_gpu = any(r.get("gpu_total_ns") is not None for r in tables["model"])
+    if tables.model:
+        has_gpu = any(r.gpu_total_ns is not None for r in tables.model)
         headers = ["Name", "Calls", "CPU total", "avg", "max", "min", "ratio (%)"]
         if has_gpu:
             headers += ["GPU total", "avg", "max", "min", "ratio (%)"]
         if merged:
             headers.append("max CPU at rank")
         rows = []
-        for r in tables["model"]:
-            row = [r["name"], r.get("calls"), *_five(r, "cpu", scale)]
+        for r in tables.model:
+            row = [r.name, r.calls, *_five(r, "cpu", scale)]
             if has_gpu:
                 row += _five(r, "gpu", scale)
             if merged:
-                row.append(text_tables._max_rank(r.get("cpu_total_ns_by_rank"), ranks))
+                row.append(text_tables._max_rank(r.cpu_total_ns_by_rank, ranks))
             rows.append(row)
         out.append("<h3>Model Summary</h3>" + _table(headers, rows))
-    for key, title, keys in (("kernel", "Kernel Summary", ("name",)),
-                             ("memory", "Memory Manipulation Summary", ("kind", "name")),
-                             ("user", "UserDefined Summary", ("name",))):
-        table = tables.get(key)
-        if not table or not table["rows"]:
-            continue
-        rows_in = text_tables.sort_rows(table["rows"], sorted_by)
-        headers = [k.capitalize() for k in keys] + ["Calls", "Total", "Avg", "Max", "Min", "Ratio (%)"]
-        if merged:
-            headers += ["Ranks", "Max at rank"]
-        rows = []
-        for r in rows_in[:KERNEL_ROWS]:
-            row = [r[k] for k in keys] + [r["calls"], *(text_tables._time(r[f"{s}_ns"], scale)
-                                                        for s in ("total", "avg", "max", "min")),
-                                          text_tables._ratio(r.get("ratio"))]
-            if merged:
-                row += [r.get("ranks"), r.get("max_rank")]
-            rows.append(row)
-        note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
-            if len(rows_in) > KERNEL_ROWS else ""
-        out.append(f"<h3>{title}</h3>" + _table(headers, rows, left=len(keys)) + note)
-    out.append(operator_html(tables.get("operator"), scale, sorted_by, merged))
+    for table, title, labels, cells in ((tables.kernel, "Kernel Summary", ["Name"], lambda r: [r.name]),
+                                        (tables.memory, "Memory Manipulation Summary", ["Kind", "Name"],
+                                         lambda r: [r.kind, r.name]),
+                                        (tables.user, "UserDefined Summary", ["Name"], lambda r: [r.name])):
+        out.append(_by_name_html(table, title, labels, cells, scale, sorted_by, merged))
+    out.append(operator_html(tables.operator, scale, sorted_by, merged))
     return "".join(out)
 
 
-def operator_html(table: dict | None, scale: int, sorted_by: str, merged: bool) -> str:
-    """The Operator Summary (CPU total/self/avg/max/min, GPU time launched under the operator)."""
-    if not table or not table["rows"]:
+def _by_name_html(table: ByNameTable, title: str, labels: list[str], cells, scale: int, sorted_by: str,
+                  merged: bool) -> str:
+    """A Kernel, Memory Manipulation or UserDefined table: ``labels`` the titles of its name columns,
+    ``cells(row)`` their values; "" without rows."""
+    if not table.rows:
         return ""
-    rows_in = text_tables.sort_operator_rows(table["rows"], sorted_by)
-    has_gpu = any(r.get("gpu_total_ns") is not None for r in rows_in)
+    rows_in = text_tables.sort_rows(table.rows, sorted_by)
+    headers = labels + ["Calls", "Total", "Avg", "Max", "Min", "Ratio (%)"]
+    if merged:
+        headers += ["Ranks", "Max at rank"]
+    rows = []
+    for r in rows_in[:KERNEL_ROWS]:
+        times = (text_tables._time(value, scale) for value in (r.total_ns, r.avg_ns, r.max_ns, r.min_ns))
+        row = cells(r) + [r.calls, *times, text_tables._ratio(r.ratio)]
+        if merged:
+            row += [r.ranks, r.max_rank]
+        rows.append(row)
+    note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
+        if len(rows_in) > KERNEL_ROWS else ""
+    return f"<h3>{title}</h3>" + _table(headers, rows, left=len(labels)) + note
+
+
+def operator_html(table: OperatorTable | MergedOperatorTable | None, scale: int, sorted_by: str,
+                  merged: bool) -> str:
+    """The Operator Summary (CPU total/self/avg/max/min, GPU time launched under the operator)."""
+    if table is None or not table.rows:
+        return ""
+    rows_in = text_tables.sort_operator_rows(table.rows, sorted_by)
+    has_gpu = any(r.gpu_total_ns is not None for r in rows_in)
     headers = ["Name", "Calls", "CPU total", "self", "avg", "max", "min", "Ratio (%)"]
     headers += ["GPU total", "avg"] if has_gpu else []
     headers += ["Ranks", "Max at rank"] if merged else []
     rows = []
     for r in rows_in[:KERNEL_ROWS]:
-        times = (text_tables._time(r.get(k), scale) for k in ("cpu_total_ns", "cpu_self_ns", "cpu_avg_ns",
-                                                              "cpu_max_ns", "cpu_min_ns"))
-        row = [r["name"], r["calls"], *times, text_tables._ratio(r.get("ratio"))]
-        row += [text_tables._time(r.get("gpu_total_ns"), scale), text_tables._time(r.get("gpu_avg_ns"), scale)] \
+        times = (text_tables._time(value, scale) for value in (r.cpu_total_ns, r.cpu_self_ns, r.cpu_avg_ns,
+                                                               r.cpu_max_ns, r.cpu_min_ns))
+        row = [r.name, r.calls, *times, text_tables._ratio(r.ratio)]
+        row += [text_tables._time(r.gpu_total_ns, scale), text_tables._time(r.gpu_avg_ns, scale)] \
             if has_gpu else []
-        row += [r.get("ranks"), r.get("max_rank")] if merged else []
+        row += [r.ranks, r.max_rank] if merged else []
         rows.append(row)
     note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
         if len(rows_in) > KERNEL_ROWS else ""
@@ -512,7 +535,7 @@ def operator_html(table: dict | None, scale: int, sorted_by: str, merged: bool) 
             + _table(headers, rows) + note)
 
 
-def profile_html(summary: dict) -> str:
+def profile_html(summary: Summary) -> str:
     """FLOPs and memory per rank, as the text report's section."""
     out = []
     for title, section in (("FLOPs and Memory", profile_section(summary)),
@@ -525,16 +548,24 @@ def profile_html(summary: dict) -> str:
     return "".join(out)
 
 
-def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str:
+def _capped(summary: Summary) -> Summary:
+    """``summary`` with its names cut as summary.json stores them (names.cap_names, which works on
+    summary.json's content): one made in this process, or read from a file older than the cap, may
+    hold full ones. The same summary when nothing needs cutting (no decoding)."""
+    content = summary.to_json()
+    capped = cap_names(content)
+    return summary if capped == content else Summary.from_json(capped)
+
+
+def render(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total") -> str:
     """The whole report as one HTML string (names cut: summaries older than the cap hold full ones)."""
-    summary = cap_names(summary)
-    world = summary.get("world_size")
-    head = (f"<h1>distprof report</h1><p class=\"meta\">world size {_e(world)} · source {_e(summary.get('source'))}"
-            f" · {len(summary.get('ranks', []))} rank(s) with data · time unit {unit}</p>")
-    if summary.get("missing_ranks"):
-        missing = summary["missing_ranks"]
+    summary = _capped(summary)
+    head = (f"<h1>distprof report</h1><p class=\"meta\">world size {_e(summary.world_size)} · source "
+            f"{_e(summary.source)} · {len(summary.ranks)} rank(s) with data · time unit {unit}</p>")
+    if summary.missing_ranks:
+        missing = summary.missing_ranks
         head += f'<p class="meta">{len(missing)} missing rank(s): {_e(rank_ranges(missing))}</p>'
-    body = [head, "<h2>Findings</h2>", findings_html(summary.get("findings") or [], unit)]
+    body = [head, "<h2>Findings</h2>", findings_html(summary.findings, unit)]
     body += ["<h2>Distributed Summary</h2>",
              _figure(distributed_bars(summary, unit),
                      "Each rank's analysed window: computation that nothing hides (green), computation overlapped "
@@ -543,12 +574,11 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
     body.append(collectives_html(summary, unit))
     body.append(whatif_html(summary, unit))
     body.append(profile_html(summary))
-    body.append(critical_path_report.html_section(summary.get("critical_path"), unit, _table))
-    body.append(live_text.html_section(summary.get("live"), unit))
+    body.append(critical_path_report.html_section(summary.critical_path, unit, _table))
+    body.append(live_text.html_section(summary.live, unit))
     heatmap = skew_heatmap(summary, unit)
     if heatmap:
-        skew = summary.get("skew") or {}
-        shown, total = skew.get("collectives_shown"), skew.get("collectives_total")
+        shown, total = summary.skew.collectives_shown, summary.skew.collectives_total
         count = f" ({shown} of {total} matched collectives, those with the largest skew)" \
             if shown and total and shown < total else ""
         body += ["<h2>Arrival skew</h2>",
@@ -560,18 +590,18 @@ def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total") -> str
                  _figure(steps, "Left: ProfileStep duration per step (band: fastest to slowest rank; line: "
                                 f"median rank, the {PER_STEP_DEFINITION}). Right: each rank's own mean step "
                                 "(bar) and its slowest step (mark).")]
-    body.append(checks_html(summary.get("checks") or []))
+    body.append(checks_html(summary.checks))
     body.append(summary_tables_html(summary, unit, sorted_by))
-    if summary.get("warnings"):
+    if summary.warnings:
         body.append("<h2>Warnings</h2><ul class=\"warn\">" +
-                    "".join(f"<li>{_e(w)}</li>" for w in summary["warnings"]) + "</ul>")
+                    "".join(f"<li>{_e(w)}</li>" for w in summary.warnings) + "</ul>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>distprof report</title><style>{_CSS}</style></head><body><main>"
             + "".join(body) + "</main></body></html>\n")
 
 
-def write_report(summary: dict, out: str | Path, unit: str = "ms", sorted_by: str = "cpu_total") -> Path:
+def write_report(summary: Summary, out: str | Path, unit: str = "ms", sorted_by: str = "cpu_total") -> Path:
     """Write ``report.html`` into a directory (or to the given ``.html`` path); returns the path."""
     out = Path(out)
     path = out if out.suffix in (".html", ".htm") else out / REPORT_FILE

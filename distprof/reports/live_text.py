@@ -3,6 +3,13 @@ of the text report. Every printed line starts with ``[distprof live] steps A-B``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ..typed import ABSENT
+
+if TYPE_CHECKING:
+    from ..sections.machine import Live, LiveAlert
+
 PREFIX = "[distprof live]"
 
 
@@ -57,56 +64,79 @@ def skipped_line(window: tuple[int, int]) -> str:
 
 
 def alert_line(alert: dict) -> str:
-    """``[distprof live] ALERT steps A-B: ...`` for one alert of analyses.live.AlertRule."""
-    first, last = alert["steps"]
+    """``[distprof live] ALERT steps A-B: ...`` for one alert of analyses.live.AlertRule (the view's own
+    dict, as it fires)."""
+    if alert["code"] == "straggler":
+        return _alert_words(alert["steps"], "straggler", alert["rank"], cost_ns=alert.get("cost_ns"),
+                            cost_share=alert.get("cost_share"), windows=alert["windows"])
+    if alert["code"] == "straggler_recovered":
+        return _alert_words(alert["steps"], "straggler_recovered", alert["rank"])
+    return _alert_words(alert["steps"], alert["code"], alert["rank"], value_ns=alert["value_ns"],
+                        baseline_ns=alert["baseline_ns"], noise_ns=alert["noise_ns"])
+
+
+def _typed_alert_line(alert: LiveAlert) -> str:
+    """``alert_line`` of an alert as summary.json's ``live`` keeps it."""
+    def known(value):  # a key the alert does not carry reads as None, as the dict's .get did
+        return None if value is ABSENT else value
+    return _alert_words(alert.steps, alert.code, alert.rank, cost_ns=known(alert.cost_ns),
+                        cost_share=known(alert.cost_share), windows=alert.windows, value_ns=alert.value_ns,
+                        baseline_ns=alert.baseline_ns, noise_ns=alert.noise_ns)
+
+
+def _alert_words(steps, code: str, rank: int, cost_ns=None, cost_share=None, windows=None, value_ns=None,
+                 baseline_ns=None, noise_ns=None) -> str:
+    """The ALERT line from an alert's parts (the fields of summary.json's ``live.alerts`` rows)."""
+    first, last = steps
     head = f"{PREFIX} ALERT steps {first}-{last}:"
-    code, rank = alert["code"], alert["rank"]
     if code == "straggler":
-        share = alert.get("cost_share")
-        cost = "cost not known" if alert.get("cost_ns") is None else \
-            f"costs {_ms(alert['cost_ns'])} ms/step" + (f" ({100 * share:.0f}%)" if share is not None else "")
-        return f"{head} straggler rank {rank} ({cost}; named in {alert['windows']} windows in a row)"
+        cost = "cost not known" if cost_ns is None else \
+            f"costs {_ms(cost_ns)} ms/step" + ("" if cost_share is None else f" ({100 * cost_share:.0f}%)")
+        return f"{head} straggler rank {rank} ({cost}; named in {windows} windows in a row)"
     if code == "straggler_recovered":
         return f"{head} straggler rank {rank} recovered (no longer named)"
     what = {"step_time_jump": "step time", "exposed_communication_jump": "exposed communication"}[code]
-    return (f"{head} rank {rank} {what} jumped to {_ms(alert['value_ns'])} ms/step from {_ms(alert['baseline_ns'])} "
-            f"(noise {_ms(alert['noise_ns'])})")
+    return (f"{head} rank {rank} {what} jumped to {_ms(value_ns)} ms/step from {_ms(baseline_ns)} "
+            f"(noise {_ms(noise_ns)})")
 
 
-def section(live: dict | None, width: int | None = None) -> list[str]:
+def section(live: Live | None, width: int | None = None) -> list[str]:
     """The text report's Live section: windows seen, the straggler over time, the alerts; lines
-    wrapped at ``width`` (None: as they are; dozens of windows make lines of any length)."""
-    if not live or not live.get("windows"):
+    wrapped at ``width`` (None: as they are; dozens of windows make lines of any length). ``live``:
+    summary.json's ``live``, None or ABSENT (no live view)."""
+    if not live or not live.windows:
         return []
-    windows = live["windows"]
-    named = [f"{w['steps'][0]}-{w['steps'][1]}: " + (f"rank {w['straggler']['rank']}" if w["straggler"] else "-")
+    windows = live.windows
+    named = [f"{w.steps[0]}-{w.steps[1]}: " + (f"rank {w.straggler.rank}" if w.straggler else "-")
              for w in windows]
     lines = ["-------Live view-------",
-             f"{len(windows)} window(s) of {live['every_steps']} steps; step time (ms) per window: "
-             + " ".join(_ms(w["step_time_ns"]) for w in windows),
+             f"{len(windows)} window(s) of {live.every_steps} steps; step time (ms) per window: "
+             + " ".join(_ms(w.step_time_ns) for w in windows),
              "straggler per window: " + ", ".join(named)]
-    lines += ["  " + alert_line(alert).removeprefix(PREFIX + " ") for alert in live.get("alerts", [])] or ["no alerts"]
+    lines += ["  " + _typed_alert_line(alert).removeprefix(PREFIX + " ")
+              for alert in live.alerts] or ["no alerts"]
     if width:
         from ..console import wrapped
         lines = [part for line in lines for part in wrapped(line, width)]
     return ["\n".join(lines)]
 
 
-def html_section(live: dict | None, unit: str = "ms") -> str:
+def html_section(live: Live | None, unit: str = "ms") -> str:
     """The live windows over time in report.html: each rank's step time per window (lines), the
-    job's step time (bold) and the windows an alert fired in (marks on top); '' without windows."""
+    job's step time (bold) and the windows an alert fired in (marks on top); '' without windows
+    (``live`` None or ABSENT: no live view)."""
     from . import format, svg
-    windows = (live or {}).get("windows") or []
+    windows = live.windows if live else []
     if not windows:
         return ""
     scale = format.UNITS[unit]
-    ends = [w["steps"][1] for w in windows]
+    ends = [w.steps[1] for w in windows]
     series: dict = {}
     for window in windows:  # one per window: dozens
-        for row in window["ranks"]:
-            series.setdefault(row["rank"], []).append((window["steps"][1], row["step_ns"]))
+        for row in window.ranks:
+            series.setdefault(row.rank, []).append((window.steps[1], row.step_ns))
     values = [ns for points in series.values() for _, ns in points if ns is not None]
-    values += [w["step_time_ns"] for w in windows if w.get("step_time_ns") is not None]
+    values += [w.step_time_ns for w in windows if w.step_time_ns is not None]
     canvas = svg.Canvas(1100, 300)
     axes = svg.Axes(canvas, 70, 30, 1000, 220)
     ticks = svg.nice_ticks(max(values, default=0) / scale or 1)
@@ -116,17 +146,17 @@ def html_section(live: dict | None, unit: str = "ms") -> str:
         shown = [(axes.x(s), axes.y(ns / scale)) for s, ns in points if ns is not None]
         red, green, blue = svg.colour_of(0.2 + 0.6 * i / max(len(series) - 1, 1))
         canvas.polyline(shown, f"#{red:02x}{green:02x}{blue:02x}", width=1)
-    job = [(axes.x(w["steps"][1]), axes.y(w["step_time_ns"] / scale)) for w in windows if w.get("step_time_ns")]
+    job = [(axes.x(w.steps[1]), axes.y(w.step_time_ns / scale)) for w in windows if w.step_time_ns]
     canvas.polyline(job, "#0072B2", width=2.5)
-    for alert in (live or {}).get("alerts") or []:  # a handful
-        x = axes.x(alert["steps"][1])
+    for alert in live.alerts:  # a handful
+        x = axes.x(alert.steps[1])
         canvas.line(x, axes.top, x, axes.top + axes.height, "#D55E00", 1.5)
-        canvas.text(x + 3, axes.top + 10, f"{alert['code']} {alert.get('rank', '')}".strip(), size=10)
+        canvas.text(x + 3, axes.top + 10, f"{alert.code} {alert.rank}".strip(), size=10)
     for step in ends[:: max(1, len(ends) // 12)]:
         canvas.text(axes.x(step), axes.top + axes.height + 14, str(step), "middle")
     axes.title("x", "last step of the window")
     axes.frame()
     svg.legend(canvas, axes.left + 10, 16, [("job step time", "#0072B2"), ("each rank", "#999999"),
                                             ("alert", "#D55E00")])
-    return (f"<h2>Live view</h2><p class=\"meta\">every {live['every_steps']} steps, {len(windows)} windows, "
-            f"{len((live or {}).get('alerts') or [])} alerts</p>{canvas.svg()}")
+    return (f"<h2>Live view</h2><p class=\"meta\">every {live.every_steps} steps, {len(windows)} windows, "
+            f"{len(live.alerts)} alerts</p>{canvas.svg()}")

@@ -17,6 +17,7 @@ import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,10 @@ from .. import lanes as lanes_mod
 from .. import outpaths
 from ..names import LONG_TEXT_CHARS, short_name
 from ..sources.joins import launch_join
+
+if TYPE_CHECKING:
+    from ..results import RankResult, Summary
+    from ..sections.whatif import CriticalPath
 
 TRACE_FILE = "trace.json.gz"
 # catapult's reserved colour names (Chrome's trace viewer); Perfetto also filters by ``cat``
@@ -205,14 +210,14 @@ CRITICAL_PATH = "critical_path"
 CRITICAL_PATH_TID = 1_000_000  # its own track in each rank's process, after the lanes
 
 
-def critical_path_records(path: dict | None, origin_ns: int, ranks: list[int],
+def critical_path_records(path: CriticalPath | None, origin_ns: int, ranks: list[int],
                           steps: Selection | set[int] | None, first_flow_id: int) -> tuple[str, int]:
     """The critical path (summary.json ``critical_path``) as slices on a "critical path" track of
     each rank it visits (category ``critical_path``) and a flow arrow wherever it moves to
     another rank, so it can be followed across ranks; only ``ranks`` (those written) and
     ``steps``."""
-    rows = [{**seg, "step": step["step"], "walk": i} for i, step in enumerate((path or {}).get("steps", []))
-            for seg in step["segments"]]
+    rows = [(seg.rank, seg.lane, seg.name, seg.kind, seg.start_ns, seg.end_ns, seg.phase, step.step, i)
+            for i, step in enumerate(path.steps if path is not None else []) for seg in step.segments]
     frame = pd.DataFrame(rows, columns=["rank", "lane", "name", "kind", "start_ns", "end_ns", "phase", "step",
                                         "walk"])
     frame = frame[frame["rank"].isin(ranks) & (_selected(frame["step"].to_numpy(), steps) if steps is not None
@@ -271,7 +276,7 @@ class TraceWriter:
             self.events += text.count("\n") + 1
         self.ranks.append(rank)
 
-    def add_critical_path(self, path: dict | None, steps: Selection | set[int] | None = None) -> None:
+    def add_critical_path(self, path: CriticalPath | None, steps: Selection | set[int] | None = None) -> None:
         """The summary's critical path on the ranks written so far (call after ``add_rank``)."""
         text, self._next_flow = critical_path_records(path, self.origin_ns or 0, self.ranks, steps, self._next_flow)
         if text:
@@ -298,14 +303,14 @@ class TraceWriter:
             self._atomic.__exit__(exc_type, exc, traceback)  # removes the temporary file
 
 
-def origin_from_summary(summary: dict) -> int | None:
+def origin_from_summary(summary: Summary) -> int | None:
     """Earliest aligned event time over the ranks (own span start + offset), from the tables."""
-    spans = {e["rank"]: e.get("span_ns") for e in (summary.get("tables") or {}).get("by_rank", [])}
-    offsets = {r["rank"]: r.get("clock_offset_ns") or 0 for r in summary.get("ranks", [])}
+    spans = {e.rank: e.span_ns for e in summary.tables.by_rank}
+    offsets = {r.rank: r.clock.offset_ns or 0 for r in summary.ranks}
     starts = [span[0] + offsets.get(rank, 0) for rank, span in spans.items() if span]
     return min(starts) if starts else None
 
 
-def rank_map(summary: dict) -> dict[tuple[str, int | None], dict]:
-    """(source file, pid) -> the summary row of that rank (rank number, clock offset)."""
-    return {(str(r.get("source_file")), r.get("pid")): r for r in summary.get("ranks", [])}
+def rank_map(summary: Summary) -> dict[tuple[str, int | None], RankResult]:
+    """(source file, pid) -> the summary's row of that rank (rank number, clock offset)."""
+    return {(str(r.source_file), r.pid): r for r in summary.ranks}

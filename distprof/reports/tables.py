@@ -1,5 +1,6 @@
 """Text rendering of the summary tables (Device, Overview, Model, Kernel, Memory Manipulation,
-UserDefined, Operator) in the layout of the Paddle profiler, from ``summary["tables"]``.
+UserDefined, Operator) in the layout of the Paddle profiler, from a Summary's ``tables``
+(distprof.sections.tables: the merged rows or one rank's, read by attribute).
 
 Only the by-name tables (Kernel, Memory, UserDefined, Operator) are reordered by ``--sorted-by`` and cut
 by ``--top``; Device, Overview and Model keep their fixed order, as in Paddle.
@@ -8,8 +9,19 @@ by ``--top``; Device, Overview and Model keep their fixed order, as in Paddle.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from . import format
+
+if TYPE_CHECKING:
+    from ..results import Summary
+    from ..sections import tables as sec
+
+    # the Kernel, Memory and UserDefined tables (one rank's or merged) and their rows
+    ByNameTable = (sec.KernelTable | sec.MemoryTable | sec.UserTable | sec.MergedKernelTable
+                   | sec.MergedMemoryTable | sec.MergedUserTable)
+    ByNameRow = (sec.KernelRow | sec.MemoryRow | sec.UserRow | sec.MergedKernelRow | sec.MergedMemoryRow
+                 | sec.MergedUserRow)
 
 
 def tabulate(rows, **options) -> str:
@@ -189,60 +201,86 @@ def _section(title: str, table: str, notes: list[str] = (), width: int = format.
                       *(line for note in notes for line in format.wrapped(note, min(width, format.WRAP)))])
 
 
-def select(summary: dict, rank: int | None = None) -> dict | None:
+def select(summary: Summary, rank: int | None = None) -> sec.RankTables | sec.MergedTables | None:
     """The tables to show: merged across ranks, or one rank's own (``rank``)."""
-    tables = summary.get("tables")
+    tables = summary.tables
     if not tables:
         return None
-    if rank is None and len(tables.get("by_rank", [])) == 1:
-        return tables["by_rank"][0]  # one rank: show its own tables (per-device rows)
+    if rank is None and len(tables.by_rank) == 1:
+        return tables.by_rank[0]  # one rank: show its own tables (per-device rows)
     if rank is None:
-        return tables.get("merged")
-    for entry in tables.get("by_rank", []):
-        if entry["rank"] == rank:
+        return tables.merged
+    for entry in tables.by_rank:
+        if entry.rank == rank:
             return entry
     from ..events import SourceError
-    known = ", ".join(str(e["rank"]) for e in tables.get("by_rank", []))
+    known = ", ".join(str(e.rank) for e in tables.by_rank)
     raise SourceError(f"--rank {rank}: no such rank in the summary (ranks: {known})")
 
 
-def sort_rows(rows: list[dict], sorted_by: str) -> list[dict]:
-    """Order by-name rows: a ``cpu_X``/``gpu_X`` key orders by the table's own X (its only time
-    measure), ``calls`` by calls, ``name`` alphabetically; ties keep the stored order."""
+def _check_sort(sorted_by: str) -> None:
+    """A misspelt key from a caller other than the CLI (whose choices are SORT_KEYS) says what is valid."""
     if sorted_by not in SORT_KEYS:
         raise ValueError(f"--sorted-by must be one of {', '.join(SORT_KEYS)}")
+
+
+def _descending(rows: list, value) -> list:
+    """Rows by ``value(row)`` largest first, None last; ties keep the stored order."""
+    def key(row) -> float:
+        figure = value(row)
+        return -(figure if figure is not None else float("-inf"))
+    return sorted(rows, key=key)
+
+
+# a by-name table's one time measure per --sorted-by key (cpu_X and gpu_X alike: the table's own X)
+_BY_NAME = {"total": lambda r: r.total_ns, "avg": lambda r: r.avg_ns, "max": lambda r: r.max_ns,
+            "min": lambda r: r.min_ns, "self": lambda r: r.total_ns}
+
+
+def sort_rows(rows: list[ByNameRow], sorted_by: str) -> list[ByNameRow]:
+    """Order by-name rows: a ``cpu_X``/``gpu_X`` key orders by the table's own X (its only time
+    measure), ``calls`` by calls, ``name`` alphabetically; ties keep the stored order."""
+    _check_sort(sorted_by)
     if sorted_by == "name":
-        return sorted(rows, key=lambda r: str(r.get("name", "")))
-    column = "calls" if sorted_by == "calls" else sorted_by.split("_", 1)[1] + "_ns"
-    column = "total_ns" if column == "self_ns" else column
-    return sorted(rows, key=lambda r: -(r.get(column) if r.get(column) is not None else float("-inf")))
+        return sorted(rows, key=lambda r: str(r.name))
+    if sorted_by == "calls":
+        return _descending(rows, lambda r: r.calls)
+    return _descending(rows, _BY_NAME[sorted_by.split("_", 1)[1]])
 
 
-def device_table(device: list[dict], merged: bool, width: int = format.TABLE_WIDTH) -> str:
+def device_table(device: list[sec.DeviceRow] | list[sec.MergedDeviceRow], merged: bool,
+                 width: int = format.TABLE_WIDTH) -> str:
     """Utilization per device: the mean and the ranks at the min and max when merged."""
     if merged:
-        rows = [[d["device"], _ratio(d["mean"]), f"{_ratio(d['min'])} (rank {d['min_rank']})",
-                 f"{_ratio(d['max'])} (rank {d['max_rank']})"] for d in device]
+        rows = [[d.device, _ratio(d.mean), f"{_ratio(d.min)} (rank {d.min_rank})",
+                 f"{_ratio(d.max)} (rank {d.max_rank})"] for d in device]
         return fitted(rows, ["Device", "Utilization (%) mean", "min", "max"], width=width, shrink=(0,))
-    rows = [[d["device"], _ratio(d["utilization"])] for d in device]
+    rows = [[d.device, _ratio(d.utilization)] for d in device]
     return fitted(rows, ["Device", "Utilization (%)"], width=width, shrink=(0,))
 
 
-def overview_table(overview: list[dict], scale: int, unit: str, width: int = format.TABLE_WIDTH) -> str:
+def overview_table(overview: list[sec.OverviewRow] | list[sec.MergedOverviewRow], scale: int, unit: str,
+                   width: int = format.TABLE_WIDTH) -> str:
     """Each event type's calls and union time, CPU then GPU (the parts indented under their whole)."""
     rows = []
     for side, title in (("cpu", "CPU"), ("gpu", "GPU")):
-        part = [r for r in overview if r["side"] == side]
+        part = [r for r in overview if r.side == side]
         for r in part:
-            indent = "" if r["type"] in ("ProfileStep", "GPU busy") else "  "
-            rows.append([indent + r["type"], title, r["calls"], _time(r["total_ns"], scale), _ratio(r["ratio"])])
+            indent = "" if r.type in ("ProfileStep", "GPU busy") else "  "
+            rows.append([indent + r.type, title, r.calls, _time(r.total_ns, scale), _ratio(r.ratio)])
     return fitted(rows, ["Event type", "Side", "Calls", f"Time ({unit}, union)", "Ratio (%)"], width=width)
 
 
-def _five(row: dict, side: str, scale: int) -> str:
-    return " / ".join([_time(row.get(f"{side}_total_ns"), scale), _time(row.get(f"{side}_avg_ns"), scale),
-                       _time(row.get(f"{side}_max_ns"), scale), _time(row.get(f"{side}_min_ns"), scale),
-                       _ratio(row.get(f"{side}_ratio"))])
+def side_figures(row: sec.ModelRow | sec.MergedModelRow, side: str) -> tuple:
+    """A Model Summary row's total, avg, max, min and ratio of one side ("cpu" or "gpu")."""
+    if side == "cpu":
+        return row.cpu_total_ns, row.cpu_avg_ns, row.cpu_max_ns, row.cpu_min_ns, row.cpu_ratio
+    return row.gpu_total_ns, row.gpu_avg_ns, row.gpu_max_ns, row.gpu_min_ns, row.gpu_ratio
+
+
+def _five(row: sec.ModelRow | sec.MergedModelRow, side: str, scale: int) -> str:
+    *times, ratio = side_figures(row, side)
+    return " / ".join([*(_time(value, scale) for value in times), _ratio(ratio)])
 
 
 def _max_rank(values: list | None, ranks: list[int]) -> str:
@@ -252,9 +290,11 @@ def _max_rank(values: list | None, ranks: list[int]) -> str:
     return str(-max(pairs)[1])   # ties: the lowest rank
 
 
-def model_table(model: list[dict], scale: int, ranks: list[int] | None, width: int = format.TABLE_WIDTH) -> str:
-    """The phases' CPU (and GPU) figures, and the rank with the most CPU time in each when merged."""
-    has_gpu = any(r.get("gpu_total_ns") is not None for r in model)
+def model_table(model: list[sec.ModelRow] | list[sec.MergedModelRow], scale: int, ranks: list[int] | None,
+                width: int = format.TABLE_WIDTH) -> str:
+    """The phases' CPU (and GPU) figures, and the rank with the most CPU time in each when merged
+    (``ranks``: the merged rows' rank order)."""
+    has_gpu = any(r.gpu_total_ns is not None for r in model)
     headers = ["Name", "Calls", "CPU Total / Avg / Max / Min / Ratio(%)"]
     if has_gpu:
         headers.append("GPU Total / Avg / Max / Min / Ratio(%)")
@@ -262,93 +302,105 @@ def model_table(model: list[dict], scale: int, ranks: list[int] | None, width: i
         headers.append("Max CPU at rank")
     rows = []
     for r in model:
-        row = [("" if r["name"] == "ProfileStep" else "  ") + r["name"], "-" if r["calls"] is None else r["calls"],
+        row = [("" if r.name == "ProfileStep" else "  ") + r.name, "-" if r.calls is None else r.calls,
                _five(r, "cpu", scale)]
         if has_gpu:
             row.append(_five(r, "gpu", scale))
         if ranks and len(ranks) > 1:
-            row.append(_max_rank(r.get("cpu_total_ns_by_rank"), ranks))
+            row.append(_max_rank(r.cpu_total_ns_by_rank, ranks))
         rows.append(row)
     return fitted(rows, headers, width=width, shrink=(0,))
 
 
-def model_note(model: list[dict], unit: str) -> str:
+def model_note(model: list[sec.ModelRow] | list[sec.MergedModelRow], unit: str) -> str:
     """The Model Summary's note: its GPU columns count one call per step; a trace without a GPU has
     none, and "GPU time per step" under a CPU job's table named a device it never used."""
-    has_gpu = any(r.get("gpu_total_ns") is not None for r in model)
+    has_gpu = any(r.gpu_total_ns is not None for r in model)
     return (f"Time unit: {unit}; ratios are of ProfileStep; "
             + ("GPU time per step" if has_gpu else "CPU time (no GPU in the trace)"))
 
 
-def by_name_table(table: dict, scale: int, sorted_by: str, top: int | None, side: str, merged: bool,
+def _more_rows(rows: list, shown: list) -> list[str]:
+    """The note under a table that --top cut, saying how to see the rest."""
+    if len(shown) == len(rows):
+        return []
+    return [f"({len(rows) - len(shown)} more rows; --top 0 shows all {len(rows)})"]
+
+
+def by_name_table(table: ByNameTable, scale: int, sorted_by: str, top: int | None, side: str, merged: bool,
                   keys=("name",), width: int = format.TABLE_WIDTH) -> tuple[str, list[str]]:
-    """Kernel / Memory / UserDefined: rows sorted and cut, and the notes saying what was left out."""
-    rows = sort_rows(table["rows"], sorted_by)
+    """Kernel / Memory / UserDefined: rows sorted and cut, and the notes saying what was left out.
+    ``keys``: the label columns, ("name",) or ("kind", "name") for the Memory Summary."""
+    rows = sort_rows(table.rows, sorted_by)
     shown = rows if not top else rows[:top]
     headers = [k.capitalize() for k in keys] + ["Calls", f"{side} Total / Avg / Max / Min / Ratio(%)"]
     if merged:
         headers += ["Ranks", "Max at rank"]
     out = []
     for r in shown:
-        line = [_name(str(r[k])) for k in keys] + [r["calls"], " / ".join(
-            [_time(r["total_ns"], scale), _time(r["avg_ns"], scale), _time(r["max_ns"], scale),
-             _time(r["min_ns"], scale), _ratio(r.get("ratio"))])]
+        line = [_name(str(r.kind if k == "kind" else r.name)) for k in keys] + [r.calls, " / ".join(
+            [_time(r.total_ns, scale), _time(r.avg_ns, scale), _time(r.max_ns, scale),
+             _time(r.min_ns, scale), _ratio(r.ratio)])]
         if merged:
-            line += [r.get("ranks", "-"), r.get("max_rank", "-")]
+            line += [r.ranks, r.max_rank]
         out.append(line)
-    notes = []
-    if len(shown) < len(rows):
-        notes.append(f"({len(rows) - len(shown)} more rows; --top 0 shows all {len(rows)})")
-    notes += dropped_note(table, scale, "total")
+    notes = _more_rows(rows, shown) + dropped_note(table, scale, "total")
     return fitted(out, headers, keep=len(keys), width=width, shrink=tuple(range(len(keys)))), notes
 
 
-def dropped_note(table: dict, scale: int, what: str) -> list[str]:
+def dropped_note(table: ByNameTable | sec.OperatorTable | sec.MergedOperatorTable, scale: int,
+                 what: str) -> list[str]:
     """What a table's rows beyond summaries.MAX_ROWS add up to, with its unit: "0.11 total" left a
     reader to guess between ms, s and a share."""
-    dropped = table.get("dropped") or {}
-    if not dropped.get("rows"):
+    dropped = table.dropped
+    if not dropped.rows:
         return []
     unit = next((name for name, size in UNITS.items() if size == scale), f"x {scale} ns")
-    return [f"({dropped['rows']} smaller rows not stored: {dropped['calls']} calls, "
-            f"{dropped['total_ns'] / scale:.2f} {unit} {what})"]
+    return [f"({dropped.rows} smaller rows not stored: {dropped.calls} calls, "
+            f"{dropped.total_ns / scale:.2f} {unit} {what})"]
 
 
-def sort_operator_rows(rows: list[dict], sorted_by: str) -> list[dict]:
+# an Operator Summary's column per --sorted-by key (GPU max/min are not kept per operator: GPU total)
+_OPERATOR = {"cpu_total": lambda r: r.cpu_total_ns, "cpu_avg": lambda r: r.cpu_avg_ns,
+             "cpu_max": lambda r: r.cpu_max_ns, "cpu_min": lambda r: r.cpu_min_ns,
+             "cpu_self": lambda r: r.cpu_self_ns, "gpu_total": lambda r: r.gpu_total_ns,
+             "gpu_avg": lambda r: r.gpu_avg_ns, "gpu_max": lambda r: r.gpu_total_ns,
+             "gpu_min": lambda r: r.gpu_total_ns, "calls": lambda r: r.calls}
+
+
+def sort_operator_rows(rows: list[sec.OperatorRow] | list[sec.MergedOperatorRow],
+                       sorted_by: str) -> list[sec.OperatorRow] | list[sec.MergedOperatorRow]:
     """Order Operator Summary rows: cpu_X by the CPU column X, gpu_total/avg by the GPU ones (the
     GPU max/min are not kept per operator: by GPU total), calls, name."""
-    if sorted_by not in SORT_KEYS:
-        raise ValueError(f"--sorted-by must be one of {', '.join(SORT_KEYS)}")
+    _check_sort(sorted_by)
     if sorted_by == "name":
-        return sorted(rows, key=lambda r: str(r.get("name", "")))
-    column = {"calls": "calls", "gpu_max": "gpu_total_ns", "gpu_min": "gpu_total_ns"}.get(sorted_by, sorted_by + "_ns")
-    return sorted(rows, key=lambda r: -(r.get(column) if r.get(column) is not None else float("-inf")))
+        return sorted(rows, key=lambda r: str(r.name))
+    return _descending(rows, _OPERATOR[sorted_by])
 
 
-def operator_table(table: dict, scale: int, sorted_by: str, top: int | None, merged: bool,
-                   width: int = format.TABLE_WIDTH) -> tuple[str, list[str]]:
+def operator_table(table: sec.OperatorTable | sec.MergedOperatorTable, scale: int, sorted_by: str,
+                   top: int | None, merged: bool, width: int = format.TABLE_WIDTH) -> tuple[str, list[str]]:
     """The Operator Summary: rows sorted and cut, and the notes saying what was left out."""
-    rows = sort_operator_rows(table["rows"], sorted_by)
+    rows = sort_operator_rows(table.rows, sorted_by)
     shown = rows if not top else rows[:top]
-    has_gpu = any(r.get("gpu_total_ns") is not None for r in rows)
+    has_gpu = any(r.gpu_total_ns is not None for r in rows)
     headers = ["Name", "Calls", "CPU Total / Self / Avg / Max / Min", "Ratio(%)"]
     headers += ["GPU Total / Avg"] if has_gpu else []
     headers += ["Ranks", "Max at rank"] if merged else []
     out = []
     for r in shown:
-        line = [_name(str(r["name"])), r["calls"], " / ".join(_time(r.get(k), scale) for k in (
-            "cpu_total_ns", "cpu_self_ns", "cpu_avg_ns", "cpu_max_ns", "cpu_min_ns")), _ratio(r.get("ratio"))]
+        line = [_name(str(r.name)), r.calls, " / ".join(_time(value, scale) for value in (
+            r.cpu_total_ns, r.cpu_self_ns, r.cpu_avg_ns, r.cpu_max_ns, r.cpu_min_ns)), _ratio(r.ratio)]
         if has_gpu:
-            line.append(f"{_time(r.get('gpu_total_ns'), scale)} / {_time(r.get('gpu_avg_ns'), scale)}")
+            line.append(f"{_time(r.gpu_total_ns, scale)} / {_time(r.gpu_avg_ns, scale)}")
         if merged:
-            line += [r.get("ranks", "-"), r.get("max_rank", "-")]
+            line += [r.ranks, r.max_rank]
         out.append(line)
-    notes = [f"({len(rows) - len(shown)} more rows; --top 0 shows all {len(rows)})"] if len(shown) < len(rows) else []
-    notes += dropped_note(table, scale, "CPU total")
+    notes = _more_rows(rows, shown) + dropped_note(table, scale, "CPU total")
     return fitted(out, headers, width=width, shrink=(0,)), notes
 
 
-def sections(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top: int | None = 20,
+def sections(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total", top: int | None = 20,
              rank: int | None = None, width: int = format.TABLE_WIDTH) -> list[str]:
     """The summary-table sections of a summary, each a titled text block ``width`` columns wide at
     most (empty tables left out)."""
@@ -356,34 +408,38 @@ def sections(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top:
     if not tables:
         return []
     scale = UNITS[unit]
-    merged = rank is None and len((summary.get("tables") or {}).get("ranks", [])) > 1
-    ranks = (summary.get("tables") or {}).get("ranks") if merged else None
-    scope = "all ranks" if merged else f"rank {rank if rank is not None else tables.get('rank', 0)}"
+    merged = rank is None and len(summary.tables.ranks) > 1
+    ranks = summary.tables.ranks if merged else None
+    # not merged and no --rank: the one rank's own tables (or, with none, the empty merged ones)
+    shown = rank if rank is not None else (summary.tables.ranks or [0])[0]
+    scope = "all ranks" if merged else f"rank {shown}"
     out = []
-    if tables.get("device"):
-        out.append(_section(f"Device Summary ({scope})", device_table(tables["device"], merged, width), width=width))
-    if tables.get("overview"):
-        out.append(_section(f"Overview Summary ({scope})", overview_table(tables["overview"], scale, unit, width),
-                            [f"Time unit: {unit}; a type's time is the union of its intervals in the window"], width))
-    if tables.get("model"):
-        out.append(_section(f"Model Summary ({scope})", model_table(tables["model"], scale, ranks, width),
-                            [model_note(tables["model"], unit)], width))
-    for key, title, side, keys in (("kernel", "Kernel Summary", "GPU", ("name",)),
-                                   ("memory", "Memory Manipulation Summary", "GPU", ("kind", "name")),
-                                   ("user", "UserDefined Summary", "CPU", ("name",))):
-        table = tables.get(key)
-        if table and table["rows"]:
+    if tables.device:
+        out.append(_section(f"Device Summary ({scope})", device_table(tables.device, merged, width),
+                            width=width))
+    if tables.overview:
+        overview = overview_table(tables.overview, scale, unit, width)
+        out.append(_section(f"Overview Summary ({scope})", overview,
+                            [f"Time unit: {unit}; a type's time is the union of its intervals in the window"],
+                            width))
+    if tables.model:
+        out.append(_section(f"Model Summary ({scope})", model_table(tables.model, scale, ranks, width),
+                            [model_note(tables.model, unit)], width))
+    for table, title, side, keys in ((tables.kernel, "Kernel Summary", "GPU", ("name",)),
+                                     (tables.memory, "Memory Manipulation Summary", "GPU", ("kind", "name")),
+                                     (tables.user, "UserDefined Summary", "CPU", ("name",))):
+        if table.rows:
             text, notes = by_name_table(table, scale, sorted_by, top, side, merged, keys, width)
             out.append(_section(f"{title} ({scope})", text, [f"Time unit: {unit}", *notes], width))
-    if (tables.get("operator") or {}).get("rows"):
-        text, notes = operator_table(tables["operator"], scale, sorted_by, top, merged, width)
+    if tables.operator.rows:
+        text, notes = operator_table(tables.operator, scale, sorted_by, top, merged, width)
         out.append(_section(f"Operator Summary ({scope})", text, [
-            f"Time unit: {unit}; Self = own time minus the child operators'; Ratio = CPU total / window (nested "
-            "operators overlap); GPU = kernels launched under the operator", *notes], width))
+            f"Time unit: {unit}; Self = own time minus the child operators'; Ratio = CPU total / window "
+            "(nested operators overlap); GPU = kernels launched under the operator", *notes], width))
     return out
 
 
-def render(summary: dict, unit: str = "ms", sorted_by: str = "cpu_total", top: int | None = 20,
+def render(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total", top: int | None = 20,
            rank: int | None = None, width: int = format.TABLE_WIDTH) -> str:
     """All summary tables as one text block ("" when the summary has none)."""
     return "\n\n".join(sections(summary, unit, sorted_by, top, rank, width))

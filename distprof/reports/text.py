@@ -9,15 +9,22 @@ from __future__ import annotations
 import statistics
 import textwrap
 from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from .. import console
 from ..analyses.steptime import STEP_TIME_DEFINITION
 from ..names import cap_names, printable_all
 from ..ranges import rank_ranges
+from ..results import Summary
 from ..units import phrase
 from . import findings as findings_report
 from . import format, tables
 from .tables import tabulate
+
+if TYPE_CHECKING:
+    from ..sections.findings import Check, Finding
+    from ..sections.skew import Skew
 
 UNITS = format.UNITS
 _banner = format.banner
@@ -27,22 +34,22 @@ OUTLIER_MADS = 3.0    # a rank this many (scaled) median absolute deviations fro
 CHECK_LINES = 8       # checks listed one a line; above it, only the ones not PASS (up to this many)
 
 
-def outlying_ranks(summary: dict, limit: int = OUTLIERS_SHOWN) -> list[int]:
+def outlying_ranks(summary: Summary, limit: int = OUTLIERS_SHOWN) -> list[int]:
     """The ranks a many-rank report prints a row for: the straggler, the ranks a finding names (when
     it names few), then the ranks furthest from the median in some Distributed Summary column (beyond
     OUTLIER_MADS scaled MADs, and 1% of the median: the jitter of identical ranks is no outlier); at
     most ``limit``, in rank order. Printing all 32 ranks three times buried the answer."""
-    ranks = summary["ranks"]
+    ranks = summary.ranks
     named = []
-    straggler = (summary.get("skew") or {}).get("straggler")
+    straggler = summary.skew.straggler
     if straggler:
-        named.append(straggler["rank"])
-    for finding in summary.get("findings") or []:
-        if len(finding.get("ranks") or []) <= max(limit // 2, 1):
-            named += finding["ranks"]
+        named.append(straggler.rank)
+    for finding in summary.findings:
+        if len(finding.ranks) <= max(limit // 2, 1):
+            named += finding.ranks
     scores: dict[int, float] = {}
     for key, _ in format.summary_columns(ranks):
-        values = [(row["rank"], row[key]) for row in ranks if row.get(key) is not None]
+        values = [(row.rank, value) for row in ranks if (value := format.rank_figure(row, key)) is not None]
         if len(values) < 3:
             continue
         middle = statistics.median(v for _, v in values)
@@ -51,87 +58,100 @@ def outlying_ranks(summary: dict, limit: int = OUTLIERS_SHOWN) -> list[int]:
         for rank, value in values:
             if abs(value - middle) / scale > OUTLIER_MADS:
                 scores[rank] = max(scores.get(rank, 0.0), abs(value - middle) / scale)
-    known = {row["rank"] for row in ranks}
+    known = {row.rank for row in ranks}
     chosen = dict.fromkeys([r for r in named if r in known] + sorted(scores, key=lambda r: (-scores[r], r)))
     return sorted(list(chosen)[:limit])
 
 
-def shown_ranks(summary: dict, all_ranks: bool = False) -> list[int] | None:
+def shown_ranks(summary: Summary, all_ranks: bool = False) -> list[int] | None:
     """The ranks the per-rank tables list: None (all) up to MANY_RANKS or with ``--all-ranks``."""
-    if all_ranks or len(summary.get("ranks") or []) <= MANY_RANKS:
+    if all_ranks or len(summary.ranks) <= MANY_RANKS:
         return None
     return outlying_ranks(summary)
 
 
-def _hidden_note(summary: dict, shown: list[int] | None) -> list[str]:
+def _hidden_note(summary: Summary, shown: list[int] | None) -> list[str]:
     """What a many-rank table leaves out, and where every rank is."""
     if shown is None:
         return []
-    count = len(summary["ranks"])
+    count = len(summary.ranks)
     which = (f"{len(shown)} outlying: {rank_ranges(shown)} (the straggler, ranks its findings name, or over "
              f"{OUTLIER_MADS:g} MADs from the median in a column)" if shown else "no rank stands out")
     return [f"({count} ranks: min/median/max of all, ranks {which}; every rank: --all-ranks, ranks.csv, "
             "report.html)"]
 
 
-def distributed_table(summary: dict, unit: str = "ms", width: int = format.TABLE_WIDTH,
+def distributed_table(summary: Summary, unit: str = "ms", width: int = format.TABLE_WIDTH,
                       shown: list[int] | None = None) -> str:
     """The per-rank figures (``shown`` ranks only, None: all), then min/median/max across all ranks."""
     rows = []
-    columns = format.summary_columns(summary["ranks"])
-    for rank in summary["ranks"]:
-        if shown is None or rank["rank"] in shown:
-            rows.append([rank["rank"], rank["steps"], *(format.figure(k, rank.get(k), unit) for k, _ in columns)])
-    across = summary.get("across_ranks") or {}
-    if len(summary["ranks"]) > 1 and across:
-        for stat in ("min", "median", "max"):
-            rows.append([stat, "", *(format.figure(k, (across.get(k) or {}).get(stat), unit) for k, _ in columns)])
-        rows.append(["max at rank", "", *((across.get(k) or {}).get("max_rank", "-") for k, _ in columns)])
+    columns = format.summary_columns(summary.ranks)
+    for rank in summary.ranks:
+        if shown is None or rank.rank in shown:
+            rows.append([rank.rank, rank.figures.steps,
+                         *(format.figure(k, format.rank_figure(rank, k), unit) for k, _ in columns)])
+    if len(summary.ranks) > 1:
+        stats = [format.across_figure(summary.across_ranks, k) for k, _ in columns]
+        for stat, of in (("min", lambda s: s.min), ("median", lambda s: s.median), ("max", lambda s: s.max)):
+            rows.append([stat, "", *(format.figure(k, None if s is None else of(s), unit)
+                                     for (k, _), s in zip(columns, stats))])
+        rows.append(["max at rank", "", *("-" if s is None else s.max_rank for s in stats)])
     headers = ["Rank", "Steps", *(format.column_title(key, title, unit) for key, title in columns)]
     return tables.fitted(rows, headers, keep=2, width=width)
 
 
-def lanes_table(summary: dict, width: int = format.TABLE_WIDTH, shown: list[int] | None = None) -> str:
+def lanes_table(summary: Summary, width: int = format.TABLE_WIDTH, shown: list[int] | None = None) -> str:
     """Each rank's file, process, device and lanes (``shown`` ranks only; None: all)."""
-    rows = [[r["rank"], r.get("source_file") or "-", r.get("pid") or "-",
-             "-" if r.get("device") is None else r["device"],
-             ", ".join(r["comm_lanes"]) or "-", ", ".join(r["compute_lanes"]) or "-"] for r in summary["ranks"]
-            if shown is None or r["rank"] in shown]
+    rows = [[r.rank, r.source_file or "-", r.pid or "-", "-" if r.device is None else r.device,
+             ", ".join(r.comm_lanes) or "-", ", ".join(r.compute_lanes) or "-"] for r in summary.ranks
+            if shown is None or r.rank in shown]
     return tables.fitted(rows, ["Rank", "Source", "PID", "Device", "Comm lanes", "Compute lanes"], keep=1,
                          width=width, shrink=(1, 4, 5))
 
 
-def render(summary: dict, unit: str = "ms", width: int | None = None, all_ranks: bool = False,
+def printable_summary(summary: Summary) -> Summary:
+    """The summary as a terminal may show it: every string escaped (names.printable_all) and cut
+    (names.cap_names: summaries older than the cap hold full names), both applied to summary.json's
+    content (read back only where they changed it: a whole summary's decoding costs as much as the
+    report), and the checks' messages in readable units, as summary.json has them."""
+    data = summary.to_json()
+    shown = cap_names(printable_all(data))
+    if shown != data:
+        return Summary.from_json(shown)
+    return replace(summary, checks=[replace(c, message=phrase(c.message)) for c in summary.checks])
+
+
+def render(summary: Summary, unit: str = "ms", width: int | None = None, all_ranks: bool = False,
            **table_options) -> str:
     """The whole text report of a summary, ``width`` columns wide (None: the console's): the answer,
     then the tables. Names are escaped (a trace's control characters never reach the terminal) and
     cut (summaries older than the cap hold full ones)."""
     width = console.terminal_width(width)
-    summary = cap_names(printable_all(summary))
+    summary = printable_summary(summary)
     shown = shown_ranks(summary, all_ranks)
     parts = [_banner("Distributed Summary", width),
-             *format.wrapped(f"world size {summary['world_size']} · source {summary['source']} · time unit {unit}",
+             *format.wrapped(f"world size {summary.world_size} · source {summary.source} · time unit {unit}",
                              width),
-             *warning_lines(summary.get("warnings") or [], width), *answer_lines(summary, unit, width, all_ranks)]
+             *warning_lines(summary.warnings, width), *answer_lines(summary, unit, width, all_ranks)]
     parts += ["", ranks_section(summary, unit, width, shown)]
     from .live_text import section as live_section
     for section in (diagnosis_section(summary, unit, width) + collectives_section(summary, unit, width)
                     + profile_section(summary, width, shown) + model_profile_section(summary, unit, width, shown)
-                    + live_section(summary.get("live"), width)):
+                    + live_section(summary.live or None, width)):
         parts += ["", section]
-    if summary.get("whatif"):
+    if summary.whatif:
         from . import whatif_report
-        parts += ["", whatif_report.render(summary["whatif"], unit, width)]
-    if summary.get("critical_path"):
+        parts += ["", whatif_report.render(summary.whatif, unit, width)]
+    if summary.critical_path:
         from . import critical_path_report
-        parts += ["", critical_path_report.render(summary["critical_path"], unit, width)]
+        parts += ["", critical_path_report.render(summary.critical_path, unit, width)]
     parts += [part for section in tables.sections(summary, unit, width=width, **table_options)
               for part in ("", section)]
     parts += ["", *top_finding_lines(summary, unit, width)]
     return "\n".join(parts) + "\n"
 
 
-def ranks_section(summary: dict, unit: str, width: int, shown: list[int] | None) -> str:
+def ranks_section(summary: Summary, unit: str, width: int, shown: list[int] | None) -> str:
     """The Distributed Summary table per rank and the lanes of each rank, under one banner."""
     table = distributed_table(summary, unit, width, shown)
     lanes = lanes_table(summary, width, shown)
@@ -174,49 +194,49 @@ def _fit(rows: list[list], headers: list[str], width: int | None, keep: int = 1,
     return tables.fitted(rows, headers, keep=keep, width=width, shrink=shrink)
 
 
-def profile_section(summary: dict, width: int | None = None, shown: list[int] | None = None) -> list[str]:
+def profile_section(summary: Summary, width: int | None = None, shown: list[int] | None = None) -> list[str]:
     """FLOPs and memory per rank (analyses.profiles; ``shown`` ranks only, None: all); [] when no
     rank has either."""
-    ranks = [r for r in summary["ranks"] if r.get("flops_total") is not None
-             or r.get("memory_peak_allocated_bytes") is not None]
+    ranks = [r for r in summary.ranks if r.profile.flops_total is not None
+             or r.profile.memory_peak_allocated_bytes is not None]
     if not ranks:
         return []
     rows = []
     for r in ranks:
-        if shown is not None and r["rank"] not in shown:
+        if shown is not None and r.rank not in shown:
             continue
-        phases = r.get("flops_by_phase") or {}
-        rows.append([r["rank"], "-" if r.get("flops_per_step") is None else f"{r['flops_per_step'] / 1e9:.3f}",
+        p, phases = r.profile, r.profile.flops_by_phase or {}
+        rows.append([r.rank, "-" if p.flops_per_step is None else f"{p.flops_per_step / 1e9:.3f}",
                      " / ".join(f"{phases.get(k, 0) / 1e9:.3f}" for k in ("forward", "backward", "optimizer"))
                      if phases else "-",
-                     "-" if r.get("achieved_tflops") is None else f"{r['achieved_tflops']:.3f}",
-                     "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%",
-                     r.get("memory_device") or "-", _mib(r.get("memory_peak_allocated_bytes")),
-                     _mib(r.get("memory_peak_reserved_bytes")), _mib(r.get("memory_growth_per_step_bytes"))])
+                     "-" if p.achieved_tflops is None else f"{p.achieved_tflops:.3f}",
+                     "-" if p.mfu is None else f"{100 * p.mfu:.1f}%",
+                     p.memory_device or "-", _mib(p.memory_peak_allocated_bytes),
+                     _mib(p.memory_peak_reserved_bytes), _mib(p.memory_growth_per_step_bytes)])
     text = _fit(rows, ["Rank", "GFLOPs/step", "fwd / bwd / opt", "TFLOPS", "MFU", "Memory on", "Peak alloc (MiB)",
                        "Peak reserved", "Growth/step"], width, shrink=(5,))
     notes = [f"({len(ranks) - len(rows)} more ranks: --all-ranks)"] if len(rows) < len(ranks) else []
-    across = (summary.get("profiles") or {}).get("achieved_tflops")
+    across = summary.profiles.achieved_tflops
     if across and len(ranks) > 1:
-        notes.append(f"TFLOPS across ranks: min {across['min']:.3f} (rank {across['min_rank']}, the slowest), "
-                     f"max {across['max']:.3f} (rank {across['max_rank']})")
-    uncounted = sum((r.get("flops_uncounted") or {}).get("ops", 0) for r in ranks)
+        notes.append(f"TFLOPS across ranks: min {across.min:.3f} (rank {across.min_rank}, the slowest), "
+                     f"max {across.max:.3f} (rank {across.max_rank})")
+    uncounted = sum(r.profile.flops_uncounted.ops for r in ranks)
     if uncounted:
-        names = sorted({n for r in ranks for n in ((r.get("flops_uncounted") or {}).get("by_name") or {})})
+        names = sorted({n for r in ranks for n in r.profile.flops_uncounted.by_name})
         notes.append(f"not counted: {uncounted} GEMM/conv op(s) without usable shapes ({', '.join(names[:5])}): "
                      "record_shapes=True counts them")
-    if any(r.get("mfu") is None for r in ranks if r.get("achieved_tflops") is not None):
+    if any(r.profile.mfu is None for r in ranks if r.profile.achieved_tflops is not None):
         notes.append("no MFU: set hardware.peak_tflops")
     notes.append("FLOPs: innermost GEMM/conv ops (Kineto flops args, else record_shapes Input Dims); TFLOPS over "
                  "ProfileStep time")
     return [_section("FLOPs and Memory", text, notes, width)]
 
 
-def model_profile_section(summary: dict, unit: str = "ms", width: int | None = None,
+def model_profile_section(summary: Summary, unit: str = "ms", width: int | None = None,
                           shown: list[int] | None = None) -> list[str]:
     """The live FLOPs profile (instrument(flops=True)): per rank (``shown`` ones only, None: all),
     then rank 0's largest modules by depth."""
-    ranks = ((summary.get("model_profile") or {}).get("ranks")) or []
+    ranks = summary.model_profile.ranks if summary.model_profile else []
     if not ranks:
         return []
 
@@ -226,16 +246,15 @@ def model_profile_section(summary: dict, unit: str = "ms", width: int | None = N
     def num(value, digits=3) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
 
-    rows = [[r["rank"], f"{r['params']:,}", num(r["fwd_flops_per_step"] / 1e9), num(r["bwd_flops_per_step"] / 1e9),
-             t(r.get("fwd_latency_ns")), t(r.get("bwd_latency_ns")), t(r.get("step_latency_ns")),
-             t(r.get("iter_latency_ns")), num(r.get("achieved_tflops"), 4), num(r.get("samples_per_s"), 1),
-             "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"] for r in ranks
-            if shown is None or r["rank"] in shown]
+    rows = [[r.rank, f"{r.params:,}", num(r.fwd_flops_per_step / 1e9), num(r.bwd_flops_per_step / 1e9),
+             t(r.fwd_latency_ns), t(r.bwd_latency_ns), t(r.step_latency_ns), t(r.iter_latency_ns),
+             num(r.achieved_tflops, 4), num(r.samples_per_s, 1), "-" if r.mfu is None else f"{100 * r.mfu:.1f}%"
+             ] for r in ranks if shown is None or r.rank in shown]
     text = _fit(rows, ["Rank", "Params", "fwd GFLOPs", "bwd GFLOPs", f"fwd ({unit})", f"bwd ({unit})",
                        f"step ({unit})", f"iter ({unit})", "TFLOPS", "samples/s", "MFU"], width)
-    modules = _fit([[m["depth"], m["name"], f"{m['params']:,}", f"{m['macs'] / 1e6:.2f}",
-                     t(m.get("fwd_latency_ns")), num(m.get("tflops"), 4)] for m in ranks[0].get("modules", [])],
-                   ["Depth", f"Module (rank {ranks[0]['rank']})", "Params", "MMACs", f"fwd ({unit})", "TFLOPS"],
+    modules = _fit([[m.depth, m.name, f"{m.params:,}", f"{m.macs / 1e6:.2f}", t(m.fwd_latency_ns),
+                     num(m.tflops, 4)] for m in ranks[0].modules],
+                   ["Depth", f"Module (rank {ranks[0].rank})", "Params", "MMACs", f"fwd ({unit})", "TFLOPS"],
                    width, keep=2, shrink=(1,))
     notes = [f"({len(ranks) - len(rows)} more ranks: --all-ranks)"] if len(rows) < len(ranks) else []
     counted = ("FLOPs counted by torch.utils.flop_counter on the first recorded step (which alone pays for the "
@@ -244,13 +263,13 @@ def model_profile_section(summary: dict, unit: str = "ms", width: int | None = N
                        *(format.wrapped(counted, width) if width else [counted])])]
 
 
-def collectives_section(summary: dict, unit: str, width: int = format.TABLE_WIDTH) -> list[str]:
+def collectives_section(summary: Summary, unit: str, width: int = format.TABLE_WIDTH) -> list[str]:
     """The Collectives table: every kind per group, node span and size; [] when there is none."""
-    table = summary.get("collectives") or {}
-    rows = table.get("rows") or []
+    table = summary.collectives
+    rows = table.rows
     if not rows:
         return []
-    peak = table.get("peak_busbw_gbps")
+    peak = table.peak_busbw_gbps
     text = tables.fitted([format.collective_cells(row, unit, bool(peak)) for row in rows],
                          format.collective_headers(unit, bool(peak)), keep=2, width=width, shrink=(1,))
     note = ("Count: matched/all where some were seen on one rank only (transfer = their whole duration, an "
@@ -278,56 +297,54 @@ def _hanging(first: str, text: str, width: int, indent: int) -> list[str]:
                          break_on_hyphens=False) or [first.rstrip()]
 
 
-def _no_straggler_why(skew: dict, unit: str) -> str | None:
+def _no_straggler_why(skew: Skew, unit: str) -> str | None:
     """The skew note that says why no straggler was named (``no_straggler_note``: its index), in
-    the reader's unit (from its template, where summary.json keeps them)."""
-    index = skew.get("no_straggler_note")
-    notes = skew.get("note_templates") or skew.get("notes") or []
+    the reader's unit (the typed notes are templates)."""
+    index = skew.no_straggler_note
+    notes = skew.notes
     return phrase(notes[index], unit) if isinstance(index, int) and 0 <= index < len(notes) else None
 
 
-def answer_lines(summary: dict, unit: str = "ms", width: int = WRAP, all_ranks: bool = False) -> list[str]:
+def answer_lines(summary: Summary, unit: str = "ms", width: int = WRAP, all_ranks: bool = False) -> list[str]:
     """The answer, first: the step time, the straggler verdict (and pipeline bubbles), the findings
-    with what each fix saves, the checks one a line; [] when the summary has none of them. A reader
-    saw it only after every rank's rows (line 141 at 32 ranks)."""
-    skew, t = summary.get("skew") or {}, _timer(unit)
+    with what each fix saves, the checks one a line. A reader saw it only after every rank's rows
+    (line 141 at 32 ranks)."""
+    skew, t = summary.skew, _timer(unit)
     lines = []
-    steps = skew.get("steps_summary")
-    if steps and steps.get("imbalance"):
-        imbalance = steps["imbalance"]
+    steps = skew.steps_summary
+    if steps and steps.imbalance:
+        imbalance = steps.imbalance
         lines += format.wrapped(
-            f"Steps: {steps['count']}, {STEP_TIME_DEFINITION} {t(steps['duration_median_ns'])}; imbalance (slowest "
-            f"rank / median rank) median {imbalance['median']:.2f}, worst {imbalance['max']:.2f} at step "
-            f"{imbalance['max_step']} (rank {imbalance['max_rank']}); start spread median "
-            f"{t(steps['start_spread_ns']['median'])}" + ("" if steps.get("clock_verified", True)
-                                                           else " (clock not verified)"), width)
-    if skew.get("matched"):
-        verdict = findings_report.straggler_line(skew.get("straggler"), t, skew.get("unconfirmed_straggler"),
+            f"Steps: {steps.count}, {STEP_TIME_DEFINITION} {t(steps.duration_median_ns)}; imbalance (slowest "
+            f"rank / median rank) median {imbalance.median:.2f}, worst {imbalance.max:.2f} at step "
+            f"{imbalance.max_step} (rank {imbalance.max_rank}); start spread median "
+            f"{t(steps.start_spread_ns.median)}" + ("" if steps.clock_verified else " (clock not verified)"),
+            width)
+    if skew.matched:
+        verdict = findings_report.straggler_line(skew.straggler, t, skew.unconfirmed_straggler or None,
                                                  _no_straggler_why(skew, unit))
         lines += format.wrapped(verdict, width)
-        lines += [part for line in findings_report.pipeline_lines(skew.get("pipelines") or [], t)
+        lines += [part for line in findings_report.pipeline_lines(skew.pipelines, t)
                   for part in format.wrapped(line, width)]
-    findings = summary.get("findings")
-    if findings is not None or summary.get("checks") or skew:
-        lines += finding_lines(findings or [], unit, width)
-    return lines + check_lines(summary.get("checks") or [], unit, width, all_ranks)
+    lines += finding_lines(summary.findings, unit, width)
+    return lines + check_lines(summary.checks, unit, width, all_ranks)
 
 
-def finding_lines(findings: list[dict], unit: str, width: int) -> list[str]:
+def finding_lines(findings: list[Finding], unit: str, width: int) -> list[str]:
     """Each finding: severity and what its fix saves, its message, its advice (wrapped under it)."""
     if not findings:
         return ["Findings: none."]
     t, lines = _timer(unit), format.wrapped(findings_report.HEADING, width)
     for number, finding in enumerate(findings, 1):
-        message = phrase(finding.get("template", finding["message"]), unit)
-        lines += _hanging(f"  {number}. {finding['severity'].upper():<8} ", findings_report.saving(finding, t),
+        message = phrase(finding.message, unit)  # the typed message is the template
+        lines += _hanging(f"  {number}. {finding.severity.upper():<8} ", findings_report.saving(finding, t),
                           width, 14)
         lines += _hanging(" " * 14, message, width, 14)
-        lines += _hanging(" " * 14 + "-> ", finding["advice"], width, 17)
+        lines += _hanging(" " * 14 + "-> ", finding.advice, width, 17)
     return lines
 
 
-def check_lines(checks: list[dict], unit: str, width: int, all_ranks: bool = False) -> list[str]:
+def check_lines(checks: list[Check], unit: str, width: int, all_ranks: bool = False) -> list[str]:
     """The checks' counts, then one line per check (a long message wraps under itself), ranks with
     the same status and message on one line: all of them up to CHECK_LINES lines or with
     ``--all-ranks``, else the ones not PASS first. The table they were had rows that broke in the
@@ -335,10 +352,10 @@ def check_lines(checks: list[dict], unit: str, width: int, all_ranks: bool = Fal
     if not checks:
         return []
     counts: dict[str, int] = {}
-    groups: dict[tuple[str, str, str], list[dict]] = {}
+    groups: dict[tuple[str, str, str], list[Check]] = {}
     for check in checks:
-        counts[check["status"]] = counts.get(check["status"], 0) + 1
-        groups.setdefault((check["status"], check["check"], phrase(check["message"], unit)), []).append(check)
+        counts[check.status] = counts.get(check.status, 0) + 1
+        groups.setdefault((check.status, check.check, phrase(check.message, unit)), []).append(check)
     keys = list(groups)
     if not all_ranks and len(keys) > CHECK_LINES:
         keys = [k for k in keys if k[0] != "PASS"][:CHECK_LINES]
@@ -348,27 +365,28 @@ def check_lines(checks: list[dict], unit: str, width: int, all_ranks: bool = Fal
                            width)
     for status, name, message in keys:
         ranks = groups[(status, name, message)]
-        who = (f"rank {ranks[0]['rank']}" + ("" if ranks[0]["device"] is None else f" device {ranks[0]['device']}")
-               if len(ranks) == 1 else f"ranks {rank_ranges(r['rank'] for r in ranks)}")
+        who = (f"rank {ranks[0].rank}" + ("" if ranks[0].device is None else f" device {ranks[0].device}")
+               if len(ranks) == 1 else f"ranks {rank_ranges(r.rank for r in ranks)}")
         lines += _hanging(f"  {status:<5} {who} {name}: ", message, width, 8)
     return lines
 
 
-def diagnosis_section(summary: dict, unit: str, width: int = WRAP) -> list[str]:
+def diagnosis_section(summary: Summary, unit: str, width: int = WRAP) -> list[str]:
     """The Diagnosis's details under the answer: the matched collectives and the clocks, the five
     that waited the most, the notes; [] when there are none."""
-    skew, t = summary.get("skew") or {}, _timer(unit)
+    skew, t = summary.skew, _timer(unit)
     lines, table = [], ""
-    if skew.get("matched"):
-        kinds = ", ".join(f"{k['name']}{' [group ' + k['group'] + ']' if k.get('group') else ''} {k['matched']}"
-                          for k in skew.get("kinds", []))
-        lines += format.wrapped(f"Collectives: {skew['matched']} matched ({kinds}); {_clock_text(skew, t)}", width)
-        top = sorted(skew.get("collectives", []), key=lambda c: -c["arrival_skew_ns"])[:5]
-        rows = [[c["index"], c["step"], c["name"], t(c["arrival_skew_ns"]), t(c["end_skew_ns"]), c["last_rank"],
-                 t(c["last_lateness_ns"]), t(c["transfer_ns"]), t(c["max_sync_ns"])] for c in top]
+    if skew.matched:
+        kinds = ", ".join(f"{k.name}{' [group ' + k.group + ']' if k.group else ''} {k.matched}"
+                          for k in skew.kinds)
+        lines += format.wrapped(f"Collectives: {skew.matched} matched ({kinds}); {_clock_text(skew, t)}",
+                                width)
+        top = sorted(skew.collectives, key=lambda c: -c.arrival_skew_ns)[:5]
+        rows = [[c.index, c.step, c.name, t(c.arrival_skew_ns), t(c.end_skew_ns), c.last_rank,
+                 t(c.last_lateness_ns), t(c.transfer_ns), t(c.max_sync_ns)] for c in top]
         table = tables.fitted(rows, ["#", "Step", "Collective", "Arrival skew", "End skew", "Last rank",
                                      "Its lateness", "Transfer", "Max sync"], keep=1, width=width, shrink=(2,))
-    notes = [part for note in skew.get("note_templates", skew.get("notes", []))
+    notes = [part for note in skew.notes  # templates: in the reader's unit
              for part in format.wrapped(f"note: {phrase(note, unit)}", width)]
     if not lines and not notes:
         return []
@@ -377,40 +395,39 @@ def diagnosis_section(summary: dict, unit: str, width: int = WRAP) -> list[str]:
     return ["\n".join([_banner("Diagnosis", wide), *body])]
 
 
-def _clock_text(skew: dict, t) -> str:
+def _clock_text(skew: Skew, t) -> str:
     """How far the clocks can be trusted, and how each rank's offset was found."""
     methods: dict[str, int] = {}
-    for estimate in skew.get("alignment", []):
-        if estimate["method"] != "reference":
-            methods[estimate["method"]] = methods.get(estimate["method"], 0) + 1
-    unverified = [a["rank"] for a in skew.get("alignment", []) if not a.get("verified", True)]
-    bound = skew.get("max_clock_uncertainty_ns")
+    for estimate in skew.alignment:
+        if estimate.method != "reference":
+            methods[estimate.method] = methods.get(estimate.method, 0) + 1
+    unverified = [a.rank for a in skew.alignment if not a.verified]  # None: not verified either
+    bound = skew.max_clock_uncertainty_ns
     return ("clock uncertainty " + (f"<= {t(bound)}" if bound is not None else "unknown (not verified)")
-            + ("" if skew.get("aligned", True) else " (alignment off)")
+            + ("" if skew.aligned else " (alignment off)")
             + (f", unverified for rank(s) {', '.join(map(str, unverified[:8]))}"
                + (" ..." if len(unverified) > 8 else "") if unverified else "")
             + "; offsets: " + "; ".join(f"{n} rank(s) {method}" for method, n in sorted(methods.items())))
 
 
-def top_finding_lines(summary: dict, unit: str, width: int) -> list[str]:
+def top_finding_lines(summary: Summary, unit: str, width: int) -> list[str]:
     """The report's last lines repeat its answer, next to where the outputs were written: the top
     finding's first clause and what its fix saves (or that there is none)."""
-    findings = summary.get("findings") or []
-    if summary.get("findings") is None and not summary.get("skew"):
-        return []
+    findings = summary.findings
     if not findings:
-        straggler = (summary.get("skew") or {}).get("straggler")
-        return format.wrapped("top finding: none" + (f" (straggler: rank {straggler['rank']})" if straggler else ""),
-                              width)
+        straggler = summary.skew.straggler
+        named = f" (straggler: rank {straggler.rank})" if straggler else ""
+        return format.wrapped("top finding: none" + named, width)
     top = findings[0]
-    first = phrase(top.get("template", top["message"]), unit).split("; ")[0]
-    return _hanging(f"top finding (1 of {len(findings)}, {top['severity'].upper()}): ",
+    first = phrase(top.message, unit).split("; ")[0]
+    return _hanging(f"top finding (1 of {len(findings)}, {top.severity.upper()}): ",
                     f"{first}; {findings_report.saving(top, _timer(unit))}", width, 4)
 
 
 def render_benchmark(summary: dict, unit: str = "ms", width: int | None = None) -> str:
     """The Perf Summary of a timer_only run: reader_cost, batch_cost, ips, Reader Ratio (``width``
-    columns wide; None: the console's)."""
+    columns wide; None: the console's). A timer_only run's summary is its own dict (profiler:
+    world_size, source, benchmark, warnings), not a ``Summary``."""
     bench = summary["benchmark"]
     rows = []
     for rank in bench["ranks"]:

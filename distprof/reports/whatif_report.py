@@ -3,47 +3,72 @@ saving and the ranks that gain (or why it does not apply)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
 from ..analyses.steptime import STEP_TIME_DEFINITION
+from ..names import cap_names, printable_all
 from . import format, tables
+
+if TYPE_CHECKING:
+    from ..sections.whatif import WhatIf
+    from ..typed import Record
+
+R = TypeVar("R", bound="Record")
 
 TITLES = {"no_straggler": "no straggler", "overlap_communication": "overlap communication",
           "comm_bandwidth_x2": "comm bandwidth x2", "no_dataloader_wait": "no dataloader wait",
           "balanced_ranks": "balanced ranks"}
 
 
-def parts(whatif: dict, unit: str = "ms") -> tuple[str, list[str], list[list[str]], list[str]]:
+def capped(section: R) -> R:
+    """A typed section with its names cut as summary.json and the reports keep them (names.cap_names):
+    the same record where nothing is long."""
+    content = section.to_json()
+    cut = cap_names(content)
+    return section if cut == content else type(section).from_json(cut)
+
+
+def printed(section: R) -> R:
+    """A typed section with every string escaped for a terminal (names.printable_all), as a text report
+    prints it: the same record where nothing needs an escape."""
+    content = section.to_json()
+    escaped = printable_all(content)
+    return section if escaped is content else type(section).from_json(escaped)
+
+
+def parts(whatif: WhatIf, unit: str = "ms") -> tuple[str, list[str], list[list[str]], list[str]]:
     """(headline, headers, rows, notes) of the What-if table, shared by the text and HTML reports."""
     scale = format.UNITS[unit]
+    whatif = capped(whatif)
 
     def t(ns) -> str:
         return "-" if ns is None else f"{ns / scale:.2f}"
 
-    error = whatif.get("replay_error")
-    head = (f"measured {STEP_TIME_DEFINITION} {t(whatif['measured_step_ns'])} {unit}, replayed "
-            f"{t(whatif['replayed_step_ns'])} {unit} (replay error median {100 * error:.1f}% over {whatif['steps']} "
-            "steps)"
+    error = whatif.replay_error
+    head = (f"measured {STEP_TIME_DEFINITION} {t(whatif.measured_step_ns)} {unit}, replayed "
+            f"{t(whatif.replayed_step_ns)} {unit} (replay error median {100 * error:.1f}% over "
+            f"{whatif.steps} steps)"
             if error is not None else "no steps to replay")
     rows = []
-    for row in whatif["scenarios"]:
-        share = (f"{100 * row['saving_ns'] / whatif['measured_step_ns']:.1f}%"
-                 if row["applies"] and whatif["measured_step_ns"] else "-")
-        gaining = ", ".join(map(str, row["ranks_gaining"][:8])) + (" ..." if len(row["ranks_gaining"]) > 8 else "")
-        rows.append([TITLES.get(row["name"], row["name"]), t(row["predicted_step_ns"]), t(row["saving_ns"]), share,
-                     (gaining or "-") if row["applies"] else "-", "" if row["applies"] else row["why"]])
+    for row in whatif.scenarios:
+        share = (f"{100 * row.saving_ns / whatif.measured_step_ns:.1f}%"
+                 if row.applies and whatif.measured_step_ns else "-")
+        gaining = ", ".join(map(str, row.ranks_gaining[:8])) + (" ..." if len(row.ranks_gaining) > 8 else "")
+        rows.append([TITLES.get(row.name, row.name), t(row.predicted_step_ns), t(row.saving_ns), share,
+                     (gaining or "-") if row.applies else "-", "" if row.applies else row.why])
     headers = ["Scenario", f"Predicted step ({unit})", f"Saving ({unit})", "Saving", "Ranks gaining", "Why not"]
-    return head, headers, rows, list(whatif.get("notes", []))
+    return head, headers, rows, list(whatif.notes)
 
 
-def render(whatif: dict | None, unit: str = "ms", width: int | None = None) -> str:
+def render(whatif: WhatIf | None, unit: str = "ms", width: int | None = None) -> str:
     """The section's text ('' without a what-if), ``width`` columns wide (None: the console's). When
     the table with its "Why not" column is wider, each reason is listed under the table instead,
     whole: a cut reason would not say why."""
-    if not whatif:
+    if whatif is None:
         return ""
     from .. import console
-    from ..names import printable_all
     width = console.terminal_width(width)
-    head, headers, rows, notes = parts(printable_all(whatif), unit)
+    head, headers, rows, notes = parts(printed(whatif), unit)
     table = tables.fitted(rows, headers, keep=1, width=width)
     reasons = []
     if tables.widest(table) > width or "\n\n" in table:  # split or cut: the reasons go below it
