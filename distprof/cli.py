@@ -199,11 +199,13 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
 
 def merge_summary(paths: list[Path], config: dict, comm=None, warnings: list[str] | None = None,
                   allow_duplicate_ranks: bool = False) -> Summary | None:
-    """The typed Summary of a merge, what the commands hand to the reports; None on MPI workers
-    other than 0."""
+    """The typed Summary of a merge, worded (reports.findings.worded), what the commands hand to the
+    reports; None on MPI workers other than 0."""
     from . import pipeline
-    return pipeline.merge_files(paths, config, comm=comm, warnings=warnings,
-                                allow_duplicate_ranks=allow_duplicate_ranks)
+    from .reports import findings
+    summary = pipeline.merge_files(paths, config, comm=comm, warnings=warnings,
+                                   allow_duplicate_ranks=allow_duplicate_ranks)
+    return None if summary is None else findings.worded(summary)
 
 
 OUTPUT_FILES = ("summary.json", "ranks.csv", "collectives.csv", "report.html")  # what merge writes
@@ -574,10 +576,10 @@ def cmd_hang(args: argparse.Namespace) -> int:
     if not dumps:
         _no_dump_read(states)
     clash = hang.one_job(dumps)
-    if clash:
-        raise SourceError(f"not one job: {clash}: give the dumps of one job")
+    if clash is not None:
+        raise SourceError(f"not one job: {hang_report.text(clash)}: give the dumps of one job")
     world_size = getattr(args, "world_size", None)
-    result = hang.analyse(dumps, world_size).to_json()
+    result = hang_report.worded(hang.analyse(dumps, world_size)).to_json()  # notes in words before hang.json
     inputs = [s.to_json() for s in states]
     rerun = hang_report.rerun_command(args.inputs)
     doc = {**result, "inputs": inputs, "next": hang_report.next_step(result, rerun)}

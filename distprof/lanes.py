@@ -13,7 +13,6 @@ from typing import NamedTuple
 import numpy as np
 
 from . import events as ev
-from . import rankview
 
 SYNTHETIC_LANE_BASE = 1 << 30  # lanes from here up are named lanes, not OS threads (e.g. 'DDP comm')
 KEY_COLUMNS = ["pid", "device", "lane", "lane_kind"]
@@ -46,12 +45,8 @@ def label(key: LaneKey, names: dict | None = None) -> str:
 
 def lane_index(events: ev.Table) -> tuple[list[LaneKey], np.ndarray]:
     """The distinct lanes of an event table, sorted by (pid, device, lane, kind), and per event
-    the position of its lane in that list (one sort, no loop per event). Built once per rank
-    inside a ``rankview.shared`` block."""
-    return rankview.once(events, ("lane_index",), lambda: _lane_index(events))
-
-
-def _lane_index(events: ev.Table) -> tuple[list[LaneKey], np.ndarray]:
+    the position of its lane in that list (one sort, no loop per event). A rank's analyses read
+    it from its view (rankview.RankView), built once per rank."""
     if not len(events):
         return [], np.empty(0, np.int64)
     kinds = events["lane_kind"].sorted()  # kinds sort by their text

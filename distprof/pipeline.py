@@ -12,34 +12,27 @@ from pathlib import Path
 import numpy as np
 
 from . import align as align_mod
-from . import console, rankview, transport
+from . import console, transport
 from . import events as ev
 from .analyses import collectives as coll
 from .analyses import cost, critical_path, diagnose, distributed, machine, profiles, skew, streams, summaries, whatif
 from .analyses import pipelines as pipelines_mod
 from .ranges import rank_ranges
-from .reports import findings as findings_report
 from .results import FIGURES, ClockEstimate, RankResult, Summary
+from .typed import Reason
 
 
 def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
     """Everything rank 0 needs from one rank, computed next to that rank's events; the per-rank
-    view (window, work masks, lane index) is built once and shared by the analyses."""
-    with rankview.shared(trace.events):
-        return _reduce_rank(trace, config)
-
-
-def _reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
-    lane_names = trace.meta.get("lane_names")
-    figures, lanes = distributed.rank_figures(trace.events, config, lane_names,
-                                                    trace.meta.get("gpu_step_windows"))
-    profile, operator_table = profiles.rank_profile(trace, config)
+    view (window, work masks, lanes, launch join) is built once here and handed to each reducer."""
+    view = distributed.rank_view(trace.events, config, trace.meta.get("lane_names"))
+    figures, lanes = distributed.rank_figures(view, trace.meta.get("gpu_step_windows"))
+    profile, operator_table = profiles.rank_profile(view, config, trace.profiles)
     return RankResult(
         rank=trace.rank, source=trace.source, source_file=trace.source_file, pid=trace.pid, device=trace.device,
-        rank_from=trace.rank_from, figures=figures, lanes=lanes,
-        markers=skew.rank_markers(trace.events, config, lane_names),
-        gpu_gaps=diagnose.rank_gpu_gaps(trace.events, config)["gpu_gaps"],
-        tables={**summaries.rank_tables(trace.events, config, trace.meta), "operator": operator_table},
+        rank_from=trace.rank_from, figures=figures, lanes=lanes, markers=skew.rank_markers(view),
+        gpu_gaps=diagnose.rank_gpu_gaps(view)["gpu_gaps"],
+        tables={**summaries.rank_tables(view, config, trace.meta), "operator": operator_table},
         clock=ClockEstimate(offset_ns=int(trace.clock_offset_ns), uncertainty_ns=int(trace.clock_uncertainty_ns)),
         warnings=tuple(trace.warnings) + _no_steps(trace, figures.steps, config), meta=dict(trace.meta),
         frameworks=ev.frameworks(trace.events, trace.source), profile=profile)
@@ -179,8 +172,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
                                             str(config.get("phases", {}).get("dataloader", "Dataloader")),
                                             replay_graph.get("measured"))
     if crowded:
-        said = cost.OVERSUBSCRIBED.format(detail=cost.hosts_detail(crowded))
-        warnings.append(said[0].upper() + said[1:] + " (findings unpriced; the what-if table kept for reference)")
+        warnings.append(Reason("oversubscribed_warning", {"hosts": crowded}))
     vary = cost.durations_vary(final, straggler_rank)
     skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what, crowded,
                                                                       vary)}
@@ -195,7 +187,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
                                                for r in final]),
         missing_ranks=missing,
         checks=checks, skew=skew_summary,
-        findings=findings_report.worded(critical_path.with_path_evidence(priced, path)),
+        findings=critical_path.with_path_evidence(priced, path),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
         model_profile=profiles.model_profile(final), critical_path=path, machine=machine.facts(final))

@@ -373,7 +373,8 @@ class Profiler:
                                    warnings=warnings)
         if live_record is not None:  # only a session with the live view on has one
             summary = replace(summary, live=Live.from_json(live_record))
-        from .reports import export, html, text
+        from .reports import export, findings, html, text
+        summary = findings.worded(summary)
         export.write_summary(summary, self.out)
         report = html.write_report(summary, self.out)
         if not self.quiet:

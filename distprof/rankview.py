@@ -1,43 +1,41 @@
-"""The per-rank view: what several per-rank analyses derive from one rank's events (the analysed
-window, the work masks, the lane index), built once per rank and shared.
+"""The per-rank view: the pieces of one rank's events that several per-rank analyses read (the
+analysed window, the work masks, the lanes with their labels, the kernel->launch join, and the
+work sets cut to the window), as one frozen value.
 
-``pipeline.reduce_rank`` opens :func:`shared` around its analyses; inside it, the functions that
-build those pieces (``distributed.analysis_window``, ``distributed.work_masks``,
-``lanes.lane_index``) compute each once for that events table and hand the same arrays to every
-caller. Outside it (tests, reports, the live view) they compute afresh, as before. The memo is
-per context (a ``ContextVar``), so a reduce on another thread never sees this one's view.
-Imports nothing of distprof (every module may use it without an import circle).
+``pipeline.reduce_rank`` builds it once per rank (``analyses.distributed.rank_view``) and hands
+it to each per-rank reducer, so none of them derives a piece again and no cache is needed; a
+caller holding bare events (a test, a benchmark) builds one the same way. It holds values, no
+logic: each piece is defined where its figures are (analyses.distributed, lanes, sources.joins).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Any, TypeVar
+from dataclasses import dataclass
 
-T = TypeVar("T")
+import numpy as np
 
-_VIEW: ContextVar[tuple[Any, dict] | None] = ContextVar("distprof_rank_view", default=None)
+from . import events as ev
+from .lanes import LaneKey
+from .results import Lane
 
-
-@contextmanager
-def shared(events: Any) -> Iterator[None]:
-    """Within this block, pieces of the view of ``events`` (this very table) are built once."""
-    token = _VIEW.set((events, {}))
-    try:
-        yield
-    finally:
-        _VIEW.reset(token)
+IntervalSet = tuple[np.ndarray, np.ndarray]  # analyses.intervals' sorted, disjoint (starts, ends)
 
 
-def once(events: Any, key: tuple, build: Callable[[], T]) -> T:
-    """``build()``, or the value it gave for ``key`` on this same ``events`` table inside the
-    current :func:`shared` block. Callers must treat the value as read-only."""
-    view = _VIEW.get()
-    if view is None or view[0] is not events:
-        return build()
-    pieces = view[1]
-    if key not in pieces:
-        pieces[key] = build()
-    return pieces[key]
+@dataclass(frozen=True, eq=False)
+class RankView:
+    """One rank's events and what its per-rank analyses share (arrays are read-only by contract)."""
+
+    events: ev.Table
+    window: IntervalSet           # the analysed window: the ProfileSteps' union, else the trace's span
+    steps: np.ndarray             # per row: a ProfileStep range
+    gpu: bool                     # a GPU trace (it has kernels)
+    gpu_work: np.ndarray          # per row: GPU work (a kernel, memcpy or memset)
+    comm: np.ndarray              # per row: communication (distributed.work_masks)
+    compute: np.ndarray           # per row: computation
+    lanes: tuple[LaneKey, ...]    # the rank's lanes, sorted (lanes.lane_index)
+    lane_of: np.ndarray           # per row: the position of its lane in ``lanes``
+    labels: np.ndarray            # per lane: its label (lanes.label with the trace's thread names)
+    launch: np.ndarray            # per row: the row of the runtime call that launched it (GPU work), else -1
+    communication: IntervalSet    # the communication rows' union inside the window
+    computation: IntervalSet      # the computation rows' union inside the window (hosts: less communication)
+    lane_work: tuple[Lane, ...]   # per lane with work: its communication and computation in the window

@@ -22,7 +22,7 @@ from .sections.profiles import FlopsUncounted, MemoryDevice, ModelProfile, Profi
 from .sections.skew import Skew
 from .sections.tables import AcrossRanks, Tables
 from .sections.whatif import CriticalPath, WhatIf
-from .typed import ABSENT, JsonError, Record, absent
+from .typed import ABSENT, JsonError, Reason, Record, absent
 from .units import phrase
 
 # per-rank figures in summary.json's rank rows, in their order there
@@ -269,7 +269,7 @@ class Summary(Record):
     checks: list[Check]
     skew: Skew
     findings: list[Finding]
-    warnings: list[str]
+    warnings: list[str | Reason]  # Reasons until worded (reports/words.py)
     tables: Tables
     collectives: Collectives = field(default_factory=Collectives)  # the Collectives table
     whatif: WhatIf | None = None  # replayed step time and scenarios (analyses.whatif)
@@ -284,7 +284,10 @@ class Summary(Record):
         return next(result for result in self.ranks if result.rank == rank)
 
     def to_json(self) -> dict:
-        """summary.json's content: the one place it is written from."""
+        """summary.json's content: the one place it is written from (of a worded Summary:
+        reports.findings.worded words what the analyses left as codes)."""
+        if any(f.message is ABSENT for f in self.findings):
+            raise ValueError("an unworded Summary has no summary.json: reports.findings.worded(summary) first")
         return Record.to_json(replace(
             self, findings=[replace(f, message=phrase(f.message), template=f.message) for f in self.findings],
             checks=[replace(c, message=phrase(c.message)) for c in self.checks],

@@ -14,7 +14,9 @@ Rules, all from the annotations:
 * ``dict[int, V]`` is written with string keys (JSON's) and read back with int keys;
 * ``X | None``, ``list[X]``, ``tuple[X, ...]``, ``dict[K, V]`` and nested records are decoded
   element by element; scalars and bare ``dict``/``list`` are taken as they are;
-* ``field(metadata={"key": "lane"})`` names a field's JSON key when it is not the field's name.
+* ``field(metadata={"key": "lane"})`` names a field's JSON key when it is not the field's name;
+* a text an analysis leaves to the reports is a :class:`Reason` (``str | Reason`` fields) until
+  ``reports.words.worded`` words it; encoding one unworded is an error.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import dataclasses
 import functools
 import types
 import typing
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -49,6 +52,16 @@ def absent() -> Any:
     return dataclasses.field(default=ABSENT)
 
 
+@dataclass(frozen=True)
+class Reason:
+    """What an analysis says, as a code and the figures it rests on; never written as such:
+    ``reports/`` words it (reports.words.worded) before a report or summary.json shows it. Why:
+    an analysis returns numbers and codes, and the wording of each kind of text lives in one place."""
+
+    code: str
+    figures: dict = dataclasses.field(default_factory=dict)
+
+
 class JsonError(ValueError):
     """summary.json content that does not fit its type: says where (the key path) and what."""
 
@@ -73,6 +86,8 @@ def encode(value: Any) -> Any:
     """``value`` as JSON-ready Python: records as objects, tuples as lists, int keys as strings."""
     if isinstance(value, Record):
         return value.to_json()
+    if isinstance(value, Reason):
+        raise TypeError(f"reason {value.code!r} was never worded (reports.words.worded): no JSON for it")
     if isinstance(value, dict):
         return {(str(key) if type(key) is int else key): encode(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -115,9 +130,9 @@ def decode(hint: Any, data: Any, where: str = "$") -> Any:
         return data
     origin = typing.get_origin(hint)
     if origin is typing.Union or origin is types.UnionType:
-        if data is None:
-            return None
         options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        if data is None or isinstance(data, Reason) or (isinstance(data, str) and str in options):
+            return data
         record = [arg for arg in options if isinstance(arg, type) and issubclass(arg, Record)]
         return decode((record or options)[0], data, where) if len(options) == 1 or record else data
     if isinstance(hint, type) and issubclass(hint, Record):

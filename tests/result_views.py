@@ -15,8 +15,24 @@ def rank_row(result: RankResult) -> dict:
 
 
 def rank_figures(events, config: dict, lane_names: dict | None = None) -> dict:
-    """distributed.rank_figures as one dict: the figures, lane lists and lanes."""
-    figures, lanes = distributed.rank_figures(events, config, lane_names)
+    """distributed.rank_figures (on the events' view) as one dict: the figures, lane lists and lanes."""
+    figures, lanes = distributed.rank_figures(distributed.rank_view(events, config, lane_names))
     return {**asdict(figures), "comm_lanes": [lane.label for lane in lanes if lane.communication_ns > 0],
             "compute_lanes": [lane.label for lane in lanes if lane.computation_ns > 0],
             "lanes": [lane.to_json() for lane in lanes]}
+
+
+def worded_findings(found: list[dict]) -> list:
+    """Findings as an analysis returns them (dicts), priced without a what-if (cost.price_findings)
+    and worded as a report shows them (typed Findings with message and advice)."""
+    from distprof.analyses import cost
+    from distprof.reports import findings as findings_report
+    from distprof.sections.findings import Finding
+    return findings_report.worded_findings([Finding.from_json(f) for f in cost.price_findings(found, None)])
+
+
+def summary_json(summary) -> dict:
+    """summary.json's content of a Summary as pipeline.combine / merge_files return it: worded
+    (reports.findings.worded), as every writer does, then written."""
+    from distprof.reports import findings as findings_report
+    return findings_report.worded(summary).to_json()

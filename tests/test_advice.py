@@ -6,12 +6,13 @@ import kineto_fixtures as kf
 import numpy as np
 import pytest
 from nsys_fixtures import real_export
+from result_views import summary_json, worded_findings
 
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline, sources
 from distprof.analyses import diagnose, streams
-from distprof.reports import findings as findings_report
+from distprof.reports.findings import text
 
 CONFIG = config_mod.load()
 PYTORCH_WORDS = (".item()", "torch.compile", "DDP", "FSDP", "PyTorch", "DataLoader", "pin_memory")
@@ -33,9 +34,9 @@ def host_bound_events(host_op: str):
 
 def host_bound_advice(host_op: str, source: str = "nsys") -> str:
     trace = ev.RankTrace(events=host_bound_events(host_op), rank=0, device=0, source=source)
-    [finding] = findings_report.worded(diagnose.findings([pipeline.reduce_rank(trace, CONFIG)], [], {}, CONFIG))
-    assert finding["finding"] == "host_bound_gpu"
-    return finding["advice"]
+    [finding] = worded_findings(diagnose.findings([pipeline.reduce_rank(trace, CONFIG)], [], {}, CONFIG))
+    assert finding.finding == "host_bound_gpu"
+    return finding.advice
 
 
 def test_frameworks_by_names_or_source():
@@ -81,10 +82,10 @@ def serialized_kineto(tmp_path, pytorch_names: bool):
 def test_serialized_advice_names_ddp_only_on_pytorch_traces(tmp_path, pytorch):
     result = serialized_kineto(tmp_path, pytorch)
     [row] = streams.rank_stream_checks(result, CONFIG)
-    summary = pipeline.combine([result], CONFIG, source="test").to_json()
+    summary = summary_json(pipeline.combine([result], CONFIG, source="test"))
     [finding] = [f for f in summary["findings"] if f["finding"] == "serialized_communication"]
-    assert row["status"] == "FAIL" and "separate stream or thread" in row["advice"]
-    for advice in (row["advice"], finding["advice"]):
+    assert row["status"] == "FAIL" and "separate stream or thread" in text(row["advice"])
+    for advice in (text(row["advice"]), finding["advice"]):
         assert ("DDP" in advice) == pytorch, advice
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from kineto_fixtures import CommOp, KinetoTrace, collective_job, overlap_trace
+from result_views import summary_json
 
 from distprof import config as config_mod
 from distprof import pipeline, sources
@@ -21,7 +22,7 @@ from distprof.events import SourceError
 
 def rank_figures(*paths: Path) -> list[dict]:
     """summary.json's rank rows of an in-process merge with the default config."""
-    return pipeline.merge_files(list(paths), config_mod.load()).to_json()["ranks"]
+    return summary_json(pipeline.merge_files(list(paths), config_mod.load()))["ranks"]
 
 
 def told(warnings: list[str], path: Path, *needles: str) -> str:
@@ -121,7 +122,7 @@ def test_native_rank_that_is_not_a_rank_is_refused_with_a_warning(tmp_path, rank
     assert trace.rank is None and trace.rank_from == "unknown"
     told(trace.warnings, path, needle, "numbered by input order instead")
     told(trace.warnings, path, "world_size 'lots' in distprof_meta is not an integer; ignored")
-    summary = pipeline.merge_files([path], config_mod.load()).to_json()
+    summary = summary_json(pipeline.merge_files([path], config_mod.load()))
     assert [r["rank"] for r in summary["ranks"]] == [0] and summary["world_size"] == 1
     assert any(needle in w for w in summary["warnings"])
 
@@ -201,7 +202,7 @@ def test_nsys_zero_length_and_overlapping_steps(tmp_path, extra, figures, needle
 # ---------------------------------------------------------------- Kineto: collective args vs op names
 
 def kinds_matched(files: list[Path]) -> dict:
-    summary = pipeline.merge_files(files, config_mod.load()).to_json()
+    summary = summary_json(pipeline.merge_files(files, config_mod.load()))
     return {kind["name"]: kind["matched"] for kind in summary["skew"]["kinds"]}
 
 

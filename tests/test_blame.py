@@ -3,6 +3,7 @@ process group or a pipeline stage is charged to the rank it started on, and once
 
 import numpy as np
 import pytest
+from result_views import summary_json
 
 from distprof import config as config_mod
 from distprof import events as ev
@@ -36,7 +37,7 @@ def _comm(kind: str, start: int, end: int, step: int, group: str, peer: int = -1
 
 def summarize(rows_by_rank: dict[int, list[tuple]]) -> dict:
     results = [_result(rank, rows) for rank, rows in sorted(rows_by_rank.items())]
-    return pipeline.combine(results, CONFIG, source="test", world_size=len(results)).to_json()
+    return summary_json(pipeline.combine(results, CONFIG, source="test", world_size=len(results)))
 
 
 def tp_dp_job(delay_ns: int, late_rank: int = 3, steps: int = 6, late_steps=None, delays=None) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 import nsys_fixtures as fx
 import numpy as np
 import pytest
+from result_views import summary_json
 
 from distprof import config as config_mod
 from distprof import pipeline
@@ -37,7 +38,7 @@ def _rank_file(tmp: Path, rank: int, host: str | None, end_shift_ns: int, count:
 def _merge(tmp: Path, hosts: list[str | None], shifts: list[int], count: int = 12, **clock) -> dict:
     paths = [_rank_file(tmp, r, h, s, count) for r, (h, s) in enumerate(zip(hosts, shifts))]
     config = config_mod.load(overrides={"clock": clock} if clock else None)
-    return pipeline.merge_files(paths, config).to_json()
+    return summary_json(pipeline.merge_files(paths, config))
 
 
 def _methods(summary: dict) -> list[tuple[str, int | None]]:

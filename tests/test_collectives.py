@@ -12,11 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from result_views import summary_json
 
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline, sources
 from distprof.analyses import collectives as coll
+from distprof.reports import findings as findings_report
 from distprof.results import Summary
 
 CONFIG = config_mod.load()
@@ -78,8 +80,9 @@ def tp_dp_job(steps: int = 3) -> list[ev.RankTrace]:
 
 
 def merged(traces: list[ev.RankTrace], config: dict = CONFIG):
-    return pipeline.combine([pipeline.reduce_rank(t, config) for t in traces], config, source="test",
-                            world_size=len(traces))
+    """The worded Summary of these ranks, as the CLI hands it to its reports."""
+    return findings_report.worded(pipeline.combine([pipeline.reduce_rank(t, config) for t in traces], config,
+                                                   source="test", world_size=len(traces)))
 
 
 @pytest.fixture(scope="module")
@@ -336,7 +339,7 @@ def test_torch_cpu_late_rank_2():
     is matched within its group; either way the others wait for rank 2 alone."""
     results = [pipeline.reduce_rank(t, CONFIG) for p in sorted((DATA / "torch_cpu").glob("rank*.json.gz"))
                for t in sources.read(p, CONFIG)]
-    data = pipeline.combine(results, CONFIG, source="kineto", world_size=4).to_json()
+    data = summary_json(pipeline.combine(results, CONFIG, source="kineto", world_size=4))
     costs = {r["rank"]: r["total_waits_caused_ns"] for r in data["skew"]["ranks"]}
     assert max(costs, key=costs.get) == 2
     straggler = data["skew"]["straggler"]
@@ -358,7 +361,7 @@ def _raw_nccl_busbw() -> dict[str, float]:
 
 def test_hta_nccl_bytes_and_busbw_from_kernel_args():
     (trace,) = sources.read(DATA / "kineto" / "hta_nccl_parser_config_1of2" / "nccl_data.json.gz", CONFIG)
-    data = pipeline.combine([pipeline.reduce_rank(trace, CONFIG)], CONFIG, source="kineto", world_size=2).to_json()
+    data = summary_json(pipeline.combine([pipeline.reduce_rank(trace, CONFIG)], CONFIG, source="kineto", world_size=2))
     rows = {r["size_bucket"]: r for r in data["collectives"]["rows"] if r["kind"] == "allreduce"}
     expected = _raw_nccl_busbw()
     assert set(rows) == set(expected)
@@ -370,7 +373,7 @@ def test_hta_one_of_two_counts_unmatched_collectives():
     """A 1-of-2-ranks trace: nothing matches, every collective is a single-rank instance whose
     transfer is its whole duration; the rank's communication is not split (a note says why)."""
     (trace,) = sources.read(DATA / "kineto" / "hta_nccl_parser_config_1of2" / "nccl_data.json.gz", CONFIG)
-    data = pipeline.combine([pipeline.reduce_rank(trace, CONFIG)], CONFIG, source="kineto", world_size=2).to_json()
+    data = summary_json(pipeline.combine([pipeline.reduce_rank(trace, CONFIG)], CONFIG, source="kineto", world_size=2))
     rows = data["collectives"]["rows"]
     assert sum(r["count"] for r in rows) == data["collectives"]["single_rank"] == 21
     assert all(r["matched"] == 0 and r["wait_share"] is None for r in rows)
@@ -438,7 +441,7 @@ def test_ops_of_an_unnamed_group_are_on_the_world_for_bus_bandwidth():
     """hta_trace_diff_control_1of8 names no process group: its ops are taken to be on the world
     of 8 (distributedInfo.world_size), so busbw = algbw x 7/8 (alltoall) and x 2*7/8 (allreduce)."""
     (trace,) = sources.read(DATA / "kineto" / "hta_trace_diff_control_1of8" / "control.json.gz", CONFIG)
-    data = pipeline.combine([pipeline.reduce_rank(trace, CONFIG)], CONFIG, source="kineto", world_size=8).to_json()
+    data = summary_json(pipeline.combine([pipeline.reduce_rank(trace, CONFIG)], CONFIG, source="kineto", world_size=8))
     rows = [r for r in data["collectives"]["rows"] if r["algbw_median_gbps"]]
     assert {r["kind"] for r in rows} == {"alltoall", "allreduce"}
     for row in rows:
@@ -450,7 +453,7 @@ def test_late_host_side_collective_on_a_gpu_trace_is_host_side():
     """kineto_h100/gloo_cuda: gloo collectives are host ranges on a GPU trace; rank 1 sleeps 20 ms
     on the host every step, so the straggler is rank 1 and its delay is on the host."""
     paths = sorted((DATA / "kineto_h100" / "gloo_cuda").glob("rank*.json.gz"))
-    data = pipeline.merge_files(paths, CONFIG).to_json()
+    data = summary_json(pipeline.merge_files(paths, CONFIG))
     assert data["skew"]["straggler"]["rank"] == 1 and data["skew"]["straggler"]["side"] == "host"
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from result_views import summary_json
 
 from distprof import config as config_mod
 from distprof import pipeline
@@ -17,7 +18,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 @pytest.fixture(scope="module")
 def cpu_summary() -> dict:
-    return pipeline.merge_files(sorted((DATA / "torch_cpu").glob("rank*.json.gz")), config_mod.load()).to_json()
+    return summary_json(pipeline.merge_files(sorted((DATA / "torch_cpu").glob("rank*.json.gz")), config_mod.load()))
 
 
 def _gloo_ranges(path: Path) -> dict[str, int]:

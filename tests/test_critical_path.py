@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from result_views import summary_json
 
 from distprof import align, pipeline
 from distprof import config as config_mod
@@ -48,7 +49,7 @@ def _reduced(rank: int, rows: list):
 
 
 def summarize(results) -> dict:
-    return pipeline.combine(results, CONFIG, source="test", world_size=len(results)).to_json()
+    return summary_json(pipeline.combine(results, CONFIG, source="test", world_size=len(results)))
 
 
 def test_three_ranks_one_late_gives_exactly_the_known_path():
@@ -175,7 +176,7 @@ def test_length_is_the_replayed_step_on_real_traces(pattern):
 
 def test_multi_group_gloo_the_late_rank_holds_the_largest_share():
     # tests/data/torch_cpu: 4 ranks, several process groups, rank 2 late (make_traces.py)
-    path = pipeline.merge_files(sorted(DATA.glob("torch_cpu/rank*.json.gz")), CONFIG).to_json()["critical_path"]
+    path = summary_json(pipeline.merge_files(sorted(DATA.glob("torch_cpu/rank*.json.gz")), CONFIG))["critical_path"]
     shares = path["share_by_rank"]
     assert max(shares, key=shares.get) == "2" and shares["2"] > 0.5
 
@@ -186,7 +187,7 @@ def test_nsys_gpu_job_path_is_its_step(tmp_path):
     if not fx.ddl_available():
         pytest.skip("nsys DDL not available")
     paths = [fx.bulk_kernels(tmp_path / f"rank{r}.sqlite", 4000, rank=r) for r in (0, 1)]
-    path = pipeline.merge_files(paths, CONFIG).to_json()["critical_path"]
+    path = summary_json(pipeline.merge_files(paths, CONFIG))["critical_path"]
     assert len(path["steps"]) == 4
     for step in path["steps"]:
         assert step["length_ns"] == step["rank_step_ns"]
@@ -306,13 +307,14 @@ def test_a_late_rank_is_read_from_the_ranks_the_walk_waited_for():
 
 def test_real_ddp_healthy_blames_no_rank_and_late_names_the_late_one():
     # tests/data/torch_ddp: 2 ranks; healthy: no straggler; late: rank 1 sleeps 25 ms in forward
-    healthy = pipeline.merge_files(sorted(DATA.glob("torch_ddp/healthy/rank*.json.gz")),
-                                   CONFIG).to_json()["critical_path"]
+    healthy = summary_json(pipeline.merge_files(sorted(DATA.glob("torch_ddp/healthy/rank*.json.gz")),
+                                                CONFIG))["critical_path"]
     assert healthy["rank_reading"] == "no_straggler" and healthy["walked_from"] == {"0": 8}
     assert healthy["share_walked_rank"] + sum(healthy["share_by_rank_waited_for"].values()) == pytest.approx(1.0)
     line = by_rank_line(healthy)
     assert line.startswith("by rank: no straggler named; ") and "not a culprit" in line
-    late = pipeline.merge_files(sorted(DATA.glob("torch_ddp/late/rank*.json.gz")), CONFIG).to_json()["critical_path"]
+    late = summary_json(pipeline.merge_files(sorted(DATA.glob("torch_ddp/late/rank*.json.gz")),
+                                             CONFIG))["critical_path"]
     assert late["rank_reading"] == "straggler"
     assert max(late["share_by_rank"], key=late["share_by_rank"].get) == "1" and late["share_by_rank"]["1"] > 0.5
     assert by_rank_line(late).startswith("by rank: rank 1 ")

@@ -4,11 +4,12 @@ whose gaps and shares are known by construction."""
 import json
 
 import numpy as np
+from result_views import worded_findings
 
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline
-from distprof.analyses import cost, diagnose
+from distprof.analyses import cost, diagnose, distributed
 from distprof.reports import findings as findings_report
 from distprof.reports import text
 
@@ -33,18 +34,18 @@ def gpu_events(launch_late: bool = True, pid: int = 10):
 
 
 def test_host_bound_gaps_by_construction():
-    gaps = diagnose.rank_gpu_gaps(gpu_events(), CONFIG)["gpu_gaps"]
+    gaps = diagnose.rank_gpu_gaps(distributed.rank_view(gpu_events(), CONFIG))["gpu_gaps"]
     assert (gaps["gaps"], gaps["idle_ns"]) == (3, 420)
     assert (gaps["host_bound_gaps"], gaps["host_bound_ns"]) == (2, 400)
     assert gaps["window_ns"] == 1000 and gaps["devices"][0]["busy_ns"] == 480
-    queued = diagnose.rank_gpu_gaps(gpu_events(launch_late=False), CONFIG)["gpu_gaps"]
+    queued = diagnose.rank_gpu_gaps(distributed.rank_view(gpu_events(launch_late=False), CONFIG))["gpu_gaps"]
     assert (queued["host_bound_gaps"], queued["host_bound_ns"]) == (1, 300)
 
 
 def test_host_only_trace_has_no_gpu_gaps():
     events = ev.make_events(kind=ev.RANGE, category=ev.PHASE, name=np.array(["ProfileStep"], object),
                             start_ns=np.array([0]), end_ns=np.array([10]), step=0)
-    assert diagnose.rank_gpu_gaps(events, CONFIG) == {"gpu_gaps": None}
+    assert diagnose.rank_gpu_gaps(distributed.rank_view(events, CONFIG)) == {"gpu_gaps": None}
 
 
 def test_host_bound_finding():
@@ -53,7 +54,7 @@ def test_host_bound_finding():
     [finding] = diagnose.findings([result], [], {}, CONFIG)
     assert finding["finding"] == "host_bound_gpu" and finding["figure_ns"] == 400
     assert "message" not in finding  # analyses give numbers; reports/findings.py words them
-    assert "40% of the window" in findings_report.worded([finding])[0]["message"]
+    assert "40% of the window" in worded_findings([finding])[0].message
     [priced] = cost.price_findings([finding], None)  # no scenario models the fix: said, not guessed
     assert priced["predicted_saving_ns"] is None and priced["cost_ns"] is None
     assert priced["severity"] == "unpriced" and priced["why_not"] == cost.NO_SCENARIO
@@ -81,14 +82,14 @@ def test_dataloader_bound_finding():
     [finding] = diagnose.findings(results, [], {}, CONFIG)
     assert finding["finding"] == "dataloader_bound" and finding["ranks"] == [1]
     assert finding["figure_ns"] == 60 and finding["evidence"]["steps_above"] == 2
-    assert "30% of ProfileStep on rank 1" in findings_report.worded([finding])[0]["message"]
+    assert "30% of ProfileStep on rank 1" in worded_findings([finding])[0].message
     assert diagnose.findings([host_result(0, 20)], [], {}, CONFIG) == []  # 20% is not above 20%
 
 
 def test_findings_are_priced_by_the_replay_ordered_and_rendered():
     gpu = pipeline.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
     loader = host_result(1, 30)
-    typed = pipeline.combine([gpu, loader], CONFIG, source="test")
+    typed = findings_report.worded(pipeline.combine([gpu, loader], CONFIG, source="test"))
     summary = typed.to_json()
     names = [f["finding"] for f in summary["findings"]]
     # the dataloader finding is priced (the no_dataloader_wait replay), the host-bound one is not:

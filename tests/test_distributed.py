@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 import numpy as np
-from result_views import rank_figures, rank_row  # noqa: F401
+from result_views import rank_figures, rank_row, summary_json  # noqa: F401
 
 from distprof import align, pipeline
 from distprof import config as config_mod
@@ -114,7 +114,7 @@ def test_across_ranks_and_combine():
         trace = ev.RankTrace(events=host_trace(shift), rank=rank, source_file=f"r{rank}")
         results.append(pipeline.reduce_rank(trace, CONFIG))
     results[1] = replace(results[1], figures=replace(results[1].figures, communication_ns=99))  # rank 1 the max
-    summary = pipeline.combine(results, CONFIG, source="test", world_size=3).to_json()
+    summary = summary_json(pipeline.combine(results, CONFIG, source="test", world_size=3))
     assert [r["rank"] for r in summary["ranks"]] == [0, 1]
     comm = summary["across_ranks"]["communication_ns"]
     assert (comm["min"], comm["max"], comm["max_rank"], comm["median"]) == (55, 99, 1, 77)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from result_views import summary_json
 from test_blame import _result
 
 from distprof import config as config_mod
@@ -41,7 +42,7 @@ def ddp_job(delay_ns: int, transfer_ns: int, rank0_compute_ms: list[int] | None 
                         (ev.RANGE, ev.PHASE, "forward", base + 5 * MS, compute_end[r], 1, s, "", "", -1),
                         (ev.COMM_OP, ev.COMMUNICATION, ev.ALLREDUCE, issued[r], done, 2, s, ev.ALLREDUCE, "dp", -1)]
     results = [_result(rank, r) for rank, r in sorted(rows.items())]
-    return pipeline.combine(results, CONFIG, source="test", world_size=2).to_json()
+    return summary_json(pipeline.combine(results, CONFIG, source="test", world_size=2))
 
 
 def _check(summary: dict, rank: int) -> dict:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kineto_fixtures import KinetoTrace
+from result_views import summary_json
 
 import distprof
 from distprof import config as config_mod
@@ -276,7 +277,7 @@ def test_gemms_on_the_autograd_thread_inside_backward_count_as_backward(tmp_path
     _gemm(trace, 31_000, AUTOGRAD)
     _gemm(trace, 40_000, AUTOGRAD)
     _gemm(trace, 70_000, OTHER)
-    summary = pipeline.merge_files([trace.write(tmp_path / "rank0.json")], config_mod.load()).to_json()
+    summary = summary_json(pipeline.merge_files([trace.write(tmp_path / "rank0.json")], config_mod.load()))
     [row] = summary["ranks"]
     assert row["flops_per_step"] == 4 * UNIT
     assert row["flops_by_phase"] == {"forward": UNIT, "backward": 2 * UNIT}
@@ -311,7 +312,7 @@ def test_the_dlrm_traces_backward_flops_are_the_autograd_threads_gemms():
     [path] = sorted(DLRM.glob("*.json.gz"))
     per_step = _raw_backward_gemm_flops(path)
     assert len(set(per_step)) == 1 and per_step[0] == 228_714_614_784
-    [row] = pipeline.merge_files([path], config_mod.load()).to_json()["ranks"]
+    [row] = summary_json(pipeline.merge_files([path], config_mod.load()))["ranks"]
     assert row["flops_by_phase"]["backward"] == per_step[0]
     assert row["flops_by_phase"]["forward"] + row["flops_by_phase"]["backward"] == row["flops_per_step"]
     assert per_step[0] / row["flops_per_step"] == pytest.approx(2 / 3, abs=0.01)

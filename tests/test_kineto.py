@@ -12,7 +12,7 @@ from pathlib import Path
 import kineto_fixtures as kf
 import numpy as np
 import pytest
-from result_views import rank_row
+from result_views import rank_row, summary_json
 
 from distprof import align, pipeline, sources
 from distprof import config as config_mod
@@ -440,7 +440,8 @@ def test_two_ranks_merge(tmp_path):
     traces = [read_one(kf.overlap_trace(rank=rank, device=rank, pid=100 + rank).write(tmp_path / f"r{rank}.json.gz"))
               for rank in (1, 0)]
     cfg = config()
-    summary = pipeline.combine([pipeline.reduce_rank(trace, cfg) for trace in traces], cfg, source="kineto").to_json()
+    reduced = [pipeline.reduce_rank(trace, cfg) for trace in traces]
+    summary = summary_json(pipeline.combine(reduced, cfg, source="kineto"))
     assert [row["rank"] for row in summary["ranks"]] == [0, 1]
     assert [row["device"] for row in summary["ranks"]] == [0, 1]
     assert summary["across_ranks"]["overlap_ns"]["max"] == 20_000

@@ -7,6 +7,8 @@ import gzip
 import json
 from pathlib import Path
 
+from result_views import summary_json
+
 from distprof import config as config_mod
 from distprof import pipeline
 
@@ -33,7 +35,7 @@ def _expected_groups() -> dict[tuple[str, tuple[int, ...]], int]:
 
 
 def test_gloo_groups_with_an_idle_default_group_are_told_apart():
-    summary = pipeline.merge_files(sorted(DATA.glob("rank*.pt.trace.json.gz")), CONFIG).to_json()
+    summary = summary_json(pipeline.merge_files(sorted(DATA.glob("rank*.pt.trace.json.gz")), CONFIG))
     expected = _expected_groups()
     assert sorted(expected) == [("gloo:all_gather", (0, 2)), ("gloo:all_gather", (1, 3)),
                                 ("gloo:all_reduce", (0, 1)), ("gloo:all_reduce", (2, 3))]

@@ -24,7 +24,7 @@ import pytest
 from distprof import align
 from distprof import config as config_mod
 from distprof import events as ev
-from distprof.analyses import skew
+from distprof.analyses import distributed, skew
 from distprof.cli import merge_files
 from distprof.sources import kineto
 
@@ -108,7 +108,7 @@ def test_every_send_is_matched_with_its_receive():
     matched p2p of its (sender, receiver) pair, on both ranks, and the receives agree."""
     config = config_mod.load(None)
     traces = [read(path) for path in LATE1]
-    markers = [skew.rank_markers(trace.events, config) for trace in traces]
+    markers = [skew.rank_markers(distributed.rank_view(trace.events, config)) for trace in traces]
     for marker in markers:
         kept = [name for name in marker.collectives["name"] if name in OP]
         assert kept and -1 not in [p for n, p in zip(marker.collectives["name"], marker.collectives["peer"]) if n in OP]

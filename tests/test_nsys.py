@@ -10,7 +10,7 @@ import nsys_fixtures as fx
 import numpy as np
 import pandas as pd
 import pytest
-from result_views import rank_figures, rank_row  # noqa: F401
+from result_views import rank_figures, rank_row, summary_json  # noqa: F401
 
 from distprof import config as config_module
 from distprof import events as ev
@@ -257,7 +257,7 @@ def test_two_ranks_in_one_report_split_by_process(tmp_path, config):
                                   "CUDA activity; not counted as ranks"]
     assert traces[1].warnings == []
     results = [pipeline.reduce_rank(trace, config) for trace in traces]
-    summary = pipeline.combine(results, config, source="nsys").to_json()
+    summary = summary_json(pipeline.combine(results, config, source="nsys"))
     assert [(row["rank"], row["pid"], row["device"]) for row in summary["ranks"]] == [(0, 400, 0), (1, 300, 1)]
 
 
@@ -433,7 +433,7 @@ def test_merge_with_a_corrupt_and_a_missing_rank(tmp_path, config):
             results += [pipeline.reduce_rank(trace, config) for trace in sources.read(path, config)]
         except ev.SourceError as error:
             warnings.append(str(error))
-    summary = pipeline.combine(results, config, source="nsys", warnings=warnings).to_json()
+    summary = summary_json(pipeline.combine(results, config, source="nsys", warnings=warnings))
     assert [row["rank"] for row in summary["ranks"]] == [0, 2]
     assert summary["missing_ranks"] == [1]
     assert summary["world_size"] == 3

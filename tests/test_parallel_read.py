@@ -20,8 +20,9 @@ MERGE = """
 import json, sys
 from pathlib import Path
 from distprof import config, pipeline
+from distprof.reports import findings
 paths = [Path(p) for p in sys.argv[1:]]
-summary = pipeline.merge_files(paths, config.load(None), allow_duplicate_ranks=True)
+summary = findings.worded(pipeline.merge_files(paths, config.load(None), allow_duplicate_ranks=True))
 print(json.dumps(summary.to_json(), sort_keys=True))
 """
 

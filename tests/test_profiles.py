@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from result_views import summary_json, worded_findings
 
 from distprof import config as config_mod
 from distprof import pipeline
@@ -41,7 +42,7 @@ def _in_steps(ts: float, steps) -> bool:
 
 @pytest.fixture(scope="module")
 def summary():
-    return pipeline.merge_files(FILES, config_mod.load(overrides={"hardware": {"peak_tflops": 0.5}})).to_json()
+    return summary_json(pipeline.merge_files(FILES, config_mod.load(overrides={"hardware": {"peak_tflops": 0.5}})))
 
 
 def test_flops_per_step_equal_the_model_gemms(summary):
@@ -208,9 +209,9 @@ def test_memory_creep_and_outlier_findings_invent_no_saving():
     assert creep["finding"] == "memory_creep" and creep["ranks"] == [0]
     assert creep["evidence"]["growth_per_step_bytes"] == pytest.approx(10)
     [priced] = cost.price_findings([creep], None)  # memory is not time: priced by nothing, and says so
-    assert priced["predicted_saving_ns"] is None and priced["why_not"] == "memory, not time"
+    assert priced["predicted_saving_ns"] is None and findings_report.text(priced["why_not"]) == "memory, not time"
     assert priced["severity"] == "unpriced"
-    assert "grows 0.0 MiB per step" in findings_report.worded([creep])[0]["message"]
+    assert "grows 0.0 MiB per step" in worded_findings([creep])[0].message
     uneven = [_with_memory(base[0], [100, 100, 100]), _with_memory(base[1], [300, 300, 300]),
               _with_memory(base[1], [100, 100, 100])]
     uneven[2] = replace(uneven[2], rank=2)
@@ -218,7 +219,7 @@ def test_memory_creep_and_outlier_findings_invent_no_saving():
     assert outlier["finding"] == "memory_imbalance" and outlier["ranks"] == [1]
     [priced] = cost.price_findings([outlier], None)
     assert priced["predicted_saving_ns"] is None and priced["cost_ns"] is None
-    assert "rank 1 holds" in findings_report.worded([outlier])[0]["message"]
+    assert "rank 1 holds" in worded_findings([outlier])[0].message
     assert profiles.memory_findings(base, config) == []  # the real traces: steady memory, equal ranks
 
 
@@ -243,7 +244,7 @@ def test_nsys_nvtx_operators_on_an_export_with_nsys_ddl(tmp_path):
     export.kernel(pid, 0, 7, 1_500, 1_800, "fill", launch=(1_100, 1_200))  # the step's GPU window opens here
     export.kernel(pid, 0, 7, 10_000, 20_000, "gemm", launch=(3_000, 3_500))
     path = export.write(tmp_path / "rank0.sqlite")
-    out = pipeline.merge_files([path], config_mod.load()).to_json()
+    out = summary_json(pipeline.merge_files([path], config_mod.load()))
     rows = {r["name"]: r for r in out["tables"]["by_rank"][0]["operator"]["rows"]}
     assert (rows["aten::addmm"]["calls"], rows["aten::addmm"]["cpu_total_ns"], rows["aten::addmm"]["cpu_self_ns"],
             rows["aten::addmm"]["gpu_total_ns"]) == (1, 5_500, 5_500, 10_000)

@@ -12,6 +12,7 @@ import sys
 import pytest
 from conftest import run_cli
 from kineto_fixtures import overlap_trace
+from result_views import summary_json
 
 from distprof import sources
 from distprof.events import SourceError
@@ -388,7 +389,7 @@ def test_one_day_offset_on_one_host_is_distrusted_not_a_straggler(tmp_path, step
     paths = same_host_ranks(tmp_path, DAY_NS, steps)
     # files a day apart are two runs (refused: tests/test_run_identity.py); merged anyway, their clocks
     # are still not trusted
-    summary = pipeline.merge_files(paths, config_mod.load(), allow_duplicate_ranks=True).to_json()
+    summary = summary_json(pipeline.merge_files(paths, config_mod.load(), allow_duplicate_ranks=True))
     assert summary["skew"]["straggler"] is None
     assert not [f for f in summary["findings"] if f["finding"] == "straggler"]
     told = [w for w in summary["warnings"] if "distrusted" in w]
@@ -407,7 +408,7 @@ def test_same_host_offset_of_seconds_is_still_trusted(tmp_path):
         pytest.skip("nsys DDL folder is absent")
     from distprof import config as config_mod
     from distprof import pipeline
-    summary = pipeline.merge_files(same_host_ranks(tmp_path, 5 * 10 ** 9), config_mod.load()).to_json()
+    summary = summary_json(pipeline.merge_files(same_host_ranks(tmp_path, 5 * 10 ** 9), config_mod.load()))
     assert not [w for w in summary["warnings"] if "distrusted" in w]
     assert summary["skew"]["alignment"][1]["method"] == "same host"
 
@@ -493,7 +494,7 @@ def test_negative_kineto_timestamps_keep_the_figures(tmp_path, origin_ns, time_f
         pytest.skip("int microseconds")
     path = overlap_trace(rank=0, origin_ns=origin_ns, time_format=time_format, base_time_ns=None).write(
         tmp_path / "rank0.json")
-    rank = pipeline.merge_files([path], config_mod.load()).to_json()["ranks"][0]
+    rank = summary_json(pipeline.merge_files([path], config_mod.load()))["ranks"][0]
     assert (rank["computation_ns"], rank["communication_ns"], rank["window_ns"]) == (90_000, 60_000, 199_000)
 
 
@@ -504,7 +505,7 @@ def test_negative_native_timestamps_keep_the_figures(tmp_path):
     path = native_file(tmp_path / "rank0.sqlite", rank=0, world_size=1)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE distprof_ranges SET start_ns = start_ns - 10000000000000, end_ns = end_ns - 10000000000000")
-    rank = pipeline.merge_files([path], config_mod.load()).to_json()["ranks"][0]
+    rank = summary_json(pipeline.merge_files([path], config_mod.load()))["ranks"][0]
     assert (rank["computation_ns"], rank["window_ns"], rank["steps"]) == (980_000, 1_800_000, 2)
 
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from result_views import summary_json
 
 from distprof import align, pipeline
 from distprof import config as config_mod
@@ -62,7 +63,7 @@ def job(ranks: int = 4, steps: int = 6, straggler: tuple[int, int] | None = None
 
 
 def summarize(results, config=CONFIG) -> dict:
-    return pipeline.combine(results, config, source="test", world_size=len(results)).to_json()
+    return summary_json(pipeline.combine(results, config, source="test", world_size=len(results)))
 
 
 def comparable(summary: dict) -> dict:

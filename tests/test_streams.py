@@ -5,11 +5,13 @@ from pathlib import Path
 import kineto_fixtures as kf
 import numpy as np
 import pytest
+from result_views import summary_json
 
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline, sources
 from distprof.analyses import streams
+from distprof.reports.findings import text
 
 CONFIG = config_mod.load()
 
@@ -50,17 +52,17 @@ def gpu_rank(nccl_stream: int, nccl_start: int = 300):
 def test_comm_on_the_compute_thread_fails_and_names_kind_and_lane():
     [row] = streams.rank_stream_checks(host_rank(comm_lane=1), CONFIG)
     assert row["status"] == "FAIL" and row["check"] == "stream_placement"
-    assert row["message"] == ("allreduce runs on the compute thread (thread 1): "
+    assert text(row["message"]) == ("allreduce runs on the compute thread (thread 1): "
                               "communication is serialized with computation")
     assert row["comm_lanes"] == ["thread 1"] and row["compute_lanes"] == ["thread 1"]
     assert row["shared_lanes"] == ["thread 1"] and row["shared_communication_ns"] == 20
     assert row["exposed_communication_ns"] == 20 and row["device"] is None
-    assert "separate stream or thread" in row["advice"]
+    assert "separate stream or thread" in text(row["advice"])
 
 
 def test_comm_on_its_own_thread_passes():
     [row] = streams.rank_stream_checks(host_rank(comm_lane=2), CONFIG)
-    assert row["status"] == "PASS", row["message"]
+    assert row["status"] == "PASS", text(row["message"])
     assert row["comm_lanes"] == ["thread 2"] and row["compute_lanes"] == ["thread 1"]
     assert row["overlap_ratio"] == 1.0
 
@@ -68,7 +70,7 @@ def test_comm_on_its_own_thread_passes():
 def test_nccl_on_the_compute_stream_fails():
     [row] = streams.rank_stream_checks(gpu_rank(nccl_stream=7), CONFIG)
     assert row["status"] == "FAIL" and row["device"] == 0
-    assert row["message"].startswith("allreduce runs on the compute stream (cuda:0/stream 7)")
+    assert text(row["message"]).startswith("allreduce runs on the compute stream (cuda:0/stream 7)")
     assert row["kinds"] == ["allreduce"]
 
 
@@ -77,7 +79,7 @@ def test_separate_stream_without_overlap_warns():
     result = gpu_rank(nccl_stream=13, nccl_start=900)
     [row] = streams.rank_stream_checks(result, CONFIG)
     assert row["status"] == "WARN" and row["overlap_ratio"] == 0.0
-    assert row["message"].startswith("separate stream, but communication does not overlap computation")
+    assert text(row["message"]).startswith("separate stream, but communication does not overlap computation")
     # [400, 500): half of it under the second gemm; 50% is under a 60% threshold
     [row] = streams.rank_stream_checks(gpu_rank(nccl_stream=13, nccl_start=400),
                                        config_mod.load(None, {"checks": {"overlap_warn_ratio": 0.6}}))
@@ -93,12 +95,12 @@ def test_rank_without_communication_is_not_applicable():
     events = ev.make_events(kind=ev.RANGE, category=ev.PHASE, name=np.array(["ProfileStep", "forward"], object),
                             start_ns=np.array([0, 0]), end_ns=np.array([10, 5]), step=0)
     [row] = streams.rank_stream_checks(pipeline.reduce_rank(ev.RankTrace(events=events, rank=3), CONFIG), CONFIG)
-    assert row["status"] == "N/A" and row["rank"] == 3 and "no communication" in row["message"]
+    assert row["status"] == "N/A" and row["rank"] == 3 and "no communication" in text(row["message"])
 
 
 def test_every_rank_gets_a_row_in_the_summary():
     results = [host_rank(comm_lane=1, rank=0), host_rank(comm_lane=2, rank=1)]
-    summary = pipeline.combine(results, CONFIG, source="test").to_json()
+    summary = summary_json(pipeline.combine(results, CONFIG, source="test"))
     assert [(c["rank"], c["status"]) for c in summary["checks"]] == [(0, "FAIL"), (1, "PASS")]
     assert summary["findings"][0]["finding"] == "serialized_communication"
     assert summary["findings"][0]["ranks"] == [0]
@@ -129,7 +131,7 @@ def kineto_rank(tmp_path, execution_tid: int | None, compute=((1 * MS, 4 * MS), 
 def test_issue_on_main_thread_executed_by_gloo_worker_passes(tmp_path):
     result = kineto_rank(tmp_path, execution_tid=200)
     [row] = streams.rank_stream_checks(result, CONFIG)
-    assert row["status"] == "PASS", row["message"]
+    assert row["status"] == "PASS", text(row["message"])
     assert row["comm_lanes"] == ["thread 200"] and row["compute_lanes"] == ["thread 100"]
     # communication is the execution [4.2, 6.0) ms; the issue call [4.0, 4.1) ms is not
     assert result.figures.communication_ns == 1_800_000
@@ -155,7 +157,7 @@ def test_execution_on_the_main_thread_fails(tmp_path, execution_tid):
 def test_real_ddp_job_passes_on_every_rank(name):
     results = [pipeline.reduce_rank(trace, CONFIG) for path in sorted((DDP / name).glob("rank*.json.gz"))
                for trace in sources.read(path, CONFIG)]
-    summary = pipeline.combine(results, CONFIG, source="kineto").to_json()
+    summary = summary_json(pipeline.combine(results, CONFIG, source="kineto"))
     assert [(c["rank"], c["status"]) for c in summary["checks"]] == [(0, "PASS"), (1, "PASS")]
     assert not [f for f in summary["findings"] if f["finding"] == "serialized_communication"]
     for result in results:  # the communication lanes are gloo's workers, not the thread of the steps

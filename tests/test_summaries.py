@@ -16,12 +16,17 @@ from nsys_fixtures import real_export
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import names, sources
-from distprof.analyses import summaries
+from distprof.analyses import distributed, summaries
 from distprof.reports import tables
 from distprof.results import Summary
 from distprof.sections.tables import Tables
 
 CONFIG = config_mod.load()
+
+
+def view(events: ev.Table):
+    """A rank's view as pipeline.reduce_rank builds it: rank_tables reads its window."""
+    return distributed.rank_view(events, CONFIG)
 GOLDEN = Path(__file__).parent / "data" / "golden" / "demo__demo_ranks.json"
 HOST, COMM, STREAM, NCCL_STREAM = 1, 2, 7, 15
 
@@ -85,7 +90,7 @@ def by(rows, key, value):
 def rank_tables(events) -> dict:
     """A rank's tables as pipeline.reduce_rank makes them: with its Operator Summary, empty on these
     ranks (no framework operators; operators.operator_table's table without rows)."""
-    own = summaries.rank_tables(events, CONFIG)
+    own = summaries.rank_tables(view(events), CONFIG)
     none = {"rows": 0, "calls": 0, "total_ns": 0}
     return {**own, "operator": {"rows": [], "denominator_ns": own["window_ns"], "dropped": none}}
 
@@ -97,24 +102,25 @@ def with_tables(merged: dict) -> Summary:
 
 
 def test_device_summary():
-    device = summaries.rank_tables(gpu_rank(), CONFIG)["device"]
+    device = summaries.rank_tables(view(gpu_rank()), CONFIG)["device"]
     assert by(device, "device", "GPU0") == {"device": "GPU0", "kind": "gpu", "busy_ns": 115, "elapsed_ns": 200,
                                             "utilization": 115 / 200}
     # a GPU trace: the kernels are the work, the phases only mark where; busy = the launches and USER ranges
     # [12,14) [20,30) [42,44) [107,108) [120,125) [137,139) [150,190)
     assert by(device, "device", "thread 1")["busy_ns"] == 62
     # host-only with no COMPUTE ranges: the phases are the work [0,80) [85,95) [100,198)
-    assert by(summaries.rank_tables(host_rank(), CONFIG)["device"], "device", "thread 1")["busy_ns"] == 188
+    device = summaries.rank_tables(view(host_rank()), CONFIG)["device"]
+    assert by(device, "device", "thread 1")["busy_ns"] == 188
     assert by(device, "device", "thread 2")["busy_ns"] == 30
     assert not any(d["kind"] == "cpu_process" for d in device)
     meta = {"process_cpu_ns": 300, "elapsed_ns": 200}
-    cpu = by(summaries.rank_tables(gpu_rank(), CONFIG, meta)["device"], "kind", "cpu_process")
+    cpu = by(summaries.rank_tables(view(gpu_rank()), CONFIG, meta)["device"], "kind", "cpu_process")
     assert cpu["utilization"] == 1.5   # CPU time over all cores / wall time, as in Paddle
 
 
 def test_overview_summary_unions_within_a_type():
     overview = {(r["side"], r["type"]): (r["calls"], r["total_ns"])
-                for r in summaries.rank_tables(gpu_rank(), CONFIG)["overview"]}
+                for r in summaries.rank_tables(view(gpu_rank()), CONFIG)["overview"]}
     assert overview == {
         ("cpu", "ProfileStep"): (2, 200), ("cpu", "Phase"): (8, 183), ("cpu", "Communication"): (1, 30),
         ("cpu", "UserDefined"): (3, 55), ("cpu", "Runtime"): (4, 7),
@@ -123,7 +129,7 @@ def test_overview_summary_unions_within_a_type():
 
 
 def test_model_summary_cpu_and_gpu():
-    model = {r["name"]: r for r in summaries.rank_tables(gpu_rank(), CONFIG)["model"]}
+    model = {r["name"]: r for r in summaries.rank_tables(view(gpu_rank()), CONFIG)["model"]}
     assert list(model) == list(summaries.MODEL_ROWS)
     cpu = {n: (r["calls"], r["cpu_total_ns"], r["cpu_avg_ns"], r["cpu_max_ns"], r["cpu_min_ns"])
            for n, r in model.items()}
@@ -141,17 +147,17 @@ def test_model_summary_cpu_and_gpu():
 
 
 def test_model_summary_without_gpu_or_steps():
-    model = {r["name"]: r for r in summaries.rank_tables(host_rank(), CONFIG)["model"]}
+    model = {r["name"]: r for r in summaries.rank_tables(view(host_rank()), CONFIG)["model"]}
     assert model["Forward"]["gpu_total_ns"] is None and model["Forward"]["cpu_total_ns"] == 60
     no_steps = host_rank()
     no_steps = no_steps.take(~no_steps["name"].eq(ev.PROFILE_STEP))
-    model = {r["name"]: r for r in summaries.rank_tables(no_steps, CONFIG)["model"]}
+    model = {r["name"]: r for r in summaries.rank_tables(view(no_steps), CONFIG)["model"]}
     assert "ProfileStep" not in model
     assert model["Others"]["cpu_total_ns"] == 198 - (15 + 60 + 90 + 18)   # whole trace [0,198)
 
 
 def test_kernel_memory_user_tables():
-    result = summaries.rank_tables(gpu_rank(), CONFIG)
+    result = summaries.rank_tables(view(gpu_rank()), CONFIG)
     kernel = result["kernel"]
     rows = [(r["name"], r["calls"], r["total_ns"], r["max_ns"], r["min_ns"], r["category"]) for r in kernel["rows"]]
     assert rows == [
@@ -164,13 +170,13 @@ def test_kernel_memory_user_tables():
         ("other", 1, 40, 40.0, 0.2), ("my_range", 2, 15, 7.5, 15 / 200)]
     assert result["steps"] == {"step": [0, 1], "duration_ns": [100, 100]}
     assert result["span_ns"] == [0, 260]
-    cut = summaries.rank_tables(gpu_rank(), CONFIG, max_rows=1)["kernel"]
+    cut = summaries.rank_tables(view(gpu_rank()), CONFIG, max_rows=1)["kernel"]
     assert [r["name"] for r in cut["rows"]] == ["gemm"]
     assert cut["dropped"] == {"rows": 2, "calls": 3, "total_ns": 60}
 
 
 def test_empty_rank():
-    result = summaries.rank_tables(ev.empty_events(), CONFIG)
+    result = summaries.rank_tables(view(ev.empty_events()), CONFIG)
     assert result["kernel"]["rows"] == [] and result["device"] == [] and result["span_ns"] is None
     json.dumps(result)
 
@@ -249,7 +255,8 @@ def test_busiest_host_thread_is_what_runs_under_the_step_not_the_step(tmp_path):
     trace.cpu_op("aten::mm", 6 * ms, 8 * ms)
     trace.cpu_op("gloo:all_reduce", 7 * ms, 9 * ms, tid=200, cat="user_annotation")
     [rank] = sources.read(trace.write(tmp_path / "rank0.json"), CONFIG)
-    device = {row["device"]: row["busy_ns"] for row in summaries.rank_tables(rank.events, CONFIG)["device"]}
+    rows = summaries.rank_tables(view(rank.events), CONFIG)["device"]
+    device = {row["device"]: row["busy_ns"] for row in rows}
     assert device == {"thread 100": 3 * ms, "thread 200": 2 * ms}
 
 
@@ -273,10 +280,11 @@ def test_user_table_groups_pytorch_nvtx_calls_under_the_op():
     ranges = [("aten::to, seq = 12, op_id = 998", 10, 20), ("aten::to, op_id = 999", 30, 35),
               ("aten::to, seq = 13, op_id = 1000, sizes = [[2, 3]]", 40, 41), ("aten::to", 50, 52),
               ("my_range", 60, 90)]
-    user = summaries.rank_tables(_user_rows(ranges, len(ranges)), CONFIG)["user"]
+    user = summaries.rank_tables(view(_user_rows(ranges, len(ranges))), CONFIG)["user"]
     assert [(r["name"], r["calls"], r["total_ns"], r["max_ns"], r["min_ns"]) for r in user["rows"]] == [
         ("my_range", 1, 30, 30, 30), ("aten::to", 4, 10 + 5 + 1 + 2, 10, 1)]
-    merged = summaries.merge_tables([summaries.rank_tables(_user_rows(ranges, len(ranges)), CONFIG)] * 2, [0, 1])
+    own = summaries.rank_tables(view(_user_rows(ranges, len(ranges))), CONFIG)
+    merged = summaries.merge_tables([own] * 2, [0, 1])
     assert [(r["name"], r["calls"]) for r in merged["merged"]["user"]["rows"]] == [("my_range", 2), ("aten::to", 8)]
 
 
@@ -291,9 +299,9 @@ def test_real_nsys_pytorch_nvtx_ops_group_under_their_base_name(monkeypatch):
     suffixed = {t for t in texts if NVTX_CALL.match(t)}
     assert len(suffixed) == 16582 and len({NVTX_CALL.match(t).group(1) for t in suffixed}) == 176
     traces = sources.read(path, CONFIG)
-    grouped = [summaries.rank_tables(t.events, CONFIG, max_rows=10**6)["user"] for t in traces]
+    grouped = [summaries.rank_tables(view(t.events), CONFIG, max_rows=10**6)["user"] for t in traces]
     monkeypatch.setattr(names, "base_name", str)  # the table as it was: one row per distinct text
-    per_call = [summaries.rank_tables(t.events, CONFIG, max_rows=10**6)["user"] for t in traces]
+    per_call = [summaries.rank_tables(view(t.events), CONFIG, max_rows=10**6)["user"] for t in traces]
     for table, calls in zip(grouped, per_call):
         expected: dict[str, list] = {}
         for row in calls["rows"]:

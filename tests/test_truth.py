@@ -18,7 +18,7 @@ from nsys_fixtures import real_export
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof import pipeline, sources
-from distprof.analyses import summaries
+from distprof.analyses import distributed, summaries
 from distprof.results import RankFigures
 
 DATA = Path(__file__).parent / "data"
@@ -407,6 +407,7 @@ def test_host_thread_busy_is_what_runs_under_the_step(path):
     outer = {p for p in phases if not any(q != p and q[0] <= p[0] and p[1] <= q[1] for q in phases)}
     work = [interval(e) for e in on if not e["name"].startswith("ProfilerStep#")
             and not (_PHASE.match(e["name"]) and interval(e) in outer)]
-    device = summaries.rank_tables(read(path).events, config_mod.load())["device"]
+    config = config_mod.load()
+    device = summaries.rank_tables(distributed.rank_view(read(path).events, config), config)["device"]
     [row] = [r for r in device if r["device"] == f"thread {thread[1]}"]
     assert row["busy_ns"] == covered(work, window) < sum(b - a for a, b in window)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from result_views import summary_json
 
 from distprof import config as config_mod
 from distprof import pipeline
@@ -24,7 +25,7 @@ REAL = ["torch_ddp/healthy", "torch_ddp/late", "torch_ddp/nosync", "torch_ddp/la
 
 def merged(name: str) -> dict:
     paths = sorted(p for p in (DATA / name).iterdir() if p.name.startswith(("rank", "nccl")) or p.suffix == ".gz")
-    return pipeline.merge_files(paths, CONFIG).to_json()
+    return summary_json(pipeline.merge_files(paths, CONFIG))
 
 
 def raw_step_ns(name: str) -> float:
@@ -101,7 +102,7 @@ def test_ranks_outnumbering_their_cores_get_no_replay_price():
     results = serial_job(4, late=3, delay=30 * MS)
     crowded = [replace(r, meta={**r.meta, "hostname": "node1", "cpus": 2}) for r in results]
     assert cost.oversubscribed_hosts(crowded) == [{"host": "node1", "ranks": 4, "cpus": 2}]
-    summary = pipeline.combine(crowded, CONFIG, source="test", world_size=4).to_json()
+    summary = summary_json(pipeline.combine(crowded, CONFIG, source="test", world_size=4))
     [finding] = [f for f in summary["findings"] if f["finding"] == "straggler"]
     assert finding["predicted_saving_ns"] is None and finding["severity"] == cost.UNPRICED
     assert "4 ranks on node1 with 2 cores" in finding["why_not"]
@@ -109,5 +110,5 @@ def test_ranks_outnumbering_their_cores_get_no_replay_price():
     assert any(w.startswith("Ranks outnumber the cores of their host") for w in summary["warnings"])
     roomy = [replace(r, meta={**r.meta, "hostname": "node1", "cpus": 8}) for r in results]
     assert cost.oversubscribed_hosts(roomy) == []
-    priced = pipeline.combine(roomy, CONFIG, source="test", world_size=4).to_json()
+    priced = summary_json(pipeline.combine(roomy, CONFIG, source="test", world_size=4))
     assert next(f for f in priced["findings"] if f["finding"] == "straggler")["predicted_saving_ns"] == 30 * MS

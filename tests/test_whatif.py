@@ -7,11 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from result_views import summary_json
 
 from distprof import align, pipeline
 from distprof import config as config_mod
 from distprof import events as ev
 from distprof.analyses import whatif
+from distprof.reports import findings as findings_report
 
 CONFIG = config_mod.load()
 MS = 1_000_000
@@ -54,7 +56,7 @@ def _reduced(rank: int, rows: list, shift: int):
 
 
 def summarize(results) -> dict:
-    return pipeline.combine(results, CONFIG, source="test", world_size=len(results)).to_json()
+    return summary_json(pipeline.combine(results, CONFIG, source="test", world_size=len(results)))
 
 
 def scenario(summary: dict, name: str) -> dict:
@@ -339,7 +341,7 @@ def test_html_report_shows_the_whatif_table():
     from distprof.reports import html as html_report
     from distprof.reports.whatif_report import TITLES
     paths = sorted((Path(__file__).resolve().parent / "data" / "torch_cpu").glob("rank*.json.gz"))
-    typed = pipeline.merge_files(paths, config_mod.load())
+    typed = findings_report.worded(pipeline.merge_files(paths, config_mod.load()))
     summary = typed.to_json()
     page = html_report.render(typed)
     assert "<h2>What-if</h2>" in page
@@ -361,8 +363,8 @@ def test_no_straggler_predicts_a_recorded_torch_gloo_run_without_it():
     # tests/data/torch_cpu_whatif: 2 ranks (a core each here), 12 steps; rank 1 sleeps 30 ms
     # before its allreduce every step in late/, not in clean/ (make_traces.py, the flags in its README)
     pair = DATA / "torch_cpu_whatif"
-    late = pipeline.merge_files(sorted((pair / "late").glob("rank*.json.gz")), CONFIG).to_json()["whatif"]
-    clean = pipeline.merge_files(sorted((pair / "clean").glob("rank*.json.gz")), CONFIG).to_json()["whatif"]
+    late = summary_json(pipeline.merge_files(sorted((pair / "late").glob("rank*.json.gz")), CONFIG))["whatif"]
+    clean = summary_json(pipeline.merge_files(sorted((pair / "clean").glob("rank*.json.gz")), CONFIG))["whatif"]
     by_rank = [profiler_steps_ns(p) for p in sorted((pair / "clean").glob("rank*.json.gz"))]
     per_step = [np.median([steps[s] for steps in by_rank]) for s in sorted(by_rank[0])]
     measured = float(np.median(per_step))     # the job's step without the late rank, from the raw JSON
@@ -382,7 +384,7 @@ def test_replay_error_on_a_two_rank_nsys_gpu_job(tmp_path):
     if not fx.ddl_available():
         pytest.skip("nsys DDL not available")
     paths = [fx.bulk_kernels(tmp_path / f"rank{r}.sqlite", 4000, rank=r) for r in (0, 1)]
-    what = pipeline.merge_files(paths, CONFIG).to_json()["whatif"]
+    what = summary_json(pipeline.merge_files(paths, CONFIG))["whatif"]
     assert what["steps"] == 4
     assert what["replay_error"] <= whatif.REPLAY_ERROR_TARGET
     # no sync call in it: the host never waits for the GPU, so faster transfers cannot shorten
@@ -397,7 +399,7 @@ def test_overlap_moves_only_collectives_issued_outside_every_phase_on_real_ddp_t
     manual job's blocking all_reduce per gradient after backward is issued as its inputs are ready."""
     def overlap(name: str) -> dict:
         paths = sorted((DATA / "torch_ddp" / name).glob("rank*.json.gz"))
-        return scenario(pipeline.merge_files(paths, CONFIG).to_json(), "overlap_communication")
+        return scenario(summary_json(pipeline.merge_files(paths, CONFIG)), "overlap_communication")
     assert overlap("nosync")["issued_earlier"] == 0 and overlap("healthy")["issued_earlier"] == 0
     manual = overlap("manual_sync")
     assert manual["issued_earlier"] > 0 and manual["saving_ns"] > 0

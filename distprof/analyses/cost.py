@@ -13,6 +13,8 @@ scenario prices (or whose scenario does not apply to the trace) keeps ``predicte
 
 from __future__ import annotations
 
+from ..typed import Reason
+
 HIGH_SHARE, MEDIUM_SHARE = 0.10, 0.03
 UNPRICED = "unpriced"
 SEVERITY_ORDER = ("high", "medium", "low", UNPRICED)
@@ -21,15 +23,12 @@ SEVERITY_ORDER = ("high", "medium", "low", UNPRICED)
 FINDING_SCENARIOS = {"straggler": "no_straggler", "serialized_communication": "overlap_communication",
                      "unoverlapped_communication": "overlap_communication", "dataloader_bound": "no_dataloader_wait",
                      "slow_collective": "comm_bandwidth_x2", "imbalance": "balanced_ranks"}
-NO_SCENARIO = "no what-if scenario models this fix"
-NOT_TIME = "memory, not time"
+# why a fix is not priced (reports/words.py words each code)
+NO_SCENARIO, NOT_TIME, NO_REPLAY, ABOVE_STEP = (Reason("no_scenario"), Reason("not_time"), Reason("no_replay"),
+                                                 Reason("above_step"))
 MEMORY_FINDINGS = ("memory_creep", "memory_imbalance")
-NO_REPLAY = "the what-if replay did not run on this trace"
-ABOVE_STEP = "the replay's saving exceeds the measured step: not trusted"
 DURATIONS_VARY_SHARE = 0.10  # above this step-to-step spread of the ranks' phase time, a saving says so
 MAD_TO_SIGMA = 1.4826
-OVERSUBSCRIBED = ("ranks outnumber the cores of their host ({detail}): a rank that sleeps or waits frees a core "
-                  "for the others, which the replay cannot see, so its savings are not given as costs")
 
 
 def oversubscribed_hosts(results) -> list[dict]:
@@ -49,8 +48,9 @@ def oversubscribed_hosts(results) -> list[dict]:
             if len(cpus) > max(cpus)]
 
 
-def hosts_detail(hosts: list[dict]) -> str:
-    return "; ".join(f"{h['ranks']} ranks on {h['host']} with {h['cpus']} cores" for h in hosts[:4])
+def crowded_hosts(hosts: list[dict]) -> Reason:
+    """Why nothing is priced on these hosts: their ranks outnumber their cores."""
+    return Reason("oversubscribed", {"hosts": hosts})
 
 
 def severity(saving_ns: int | None, step_ns: int | None) -> str:
@@ -66,13 +66,13 @@ def _scenario_rows(whatif: dict | None) -> dict[str, dict]:
 
 
 def saving(code: str, whatif: dict | None, oversubscribed: list[dict] | None = None
-           ) -> tuple[int | None, str | None, bool]:
+           ) -> tuple[int | None, Reason | None, bool]:
     """(predicted saving per step, why not, priced after the straggler's fix) of a finding's fix."""
     scenario = FINDING_SCENARIOS.get(code)
     if scenario is None:
         return None, NOT_TIME if code in MEMORY_FINDINGS else NO_SCENARIO, False
     if oversubscribed:
-        return None, OVERSUBSCRIBED.format(detail=hosts_detail(oversubscribed)), False
+        return None, crowded_hosts(oversubscribed), False
     row = _scenario_rows(whatif).get(scenario)
     if row is None:
         return None, NO_REPLAY, False

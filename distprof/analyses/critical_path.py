@@ -29,6 +29,7 @@ import numpy as np
 
 from .. import columns
 from ..events import HOST_THREAD
+from ..typed import Reason
 from . import whatif
 from .cost import FINDING_SCENARIOS
 from .whatif import Graph, ReplayTimes
@@ -410,7 +411,7 @@ def safe_critical_path(g: Graph | None, results: list, warnings: list[str], stra
                              straggler_rank, dataloader,
                              [set(lanes) for lanes in threads])
     except (ValueError, KeyError, IndexError) as error:
-        warnings.append(f"critical path skipped: {type(error).__name__}: {error}")
+        warnings.append(Reason("critical_path_skipped", {"error": f"{type(error).__name__}: {error}"}))
         return None
 
 

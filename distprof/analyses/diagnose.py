@@ -12,40 +12,31 @@ from __future__ import annotations
 import numpy as np
 
 from .. import events as ev
+from ..rankview import RankView
 from ..results import RankResult
-from ..sources.joins import launch_join
 from . import collectives as collectives_mod
 from . import intervals as iv
-from .distributed import analysis_window, is_gpu_trace, work_masks
-
-_GPU_WORK = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
-
 
 # -- per rank: host-bound GPU gaps ---------------------------------------------------------
 
-def rank_gpu_gaps(events: ev.Table, config: dict) -> dict:
+def rank_gpu_gaps(view: RankView) -> dict:
     """Idle gaps between GPU work on each device, and the host-bound part of them.
 
     A gap is the time between two busy periods of a device (all its streams together) inside
     the analysis window. It is host-bound when the kernel that ends it was launched (its
-    runtime call, joined by ``sources.joins.launch_join``) at or after the gap began: the GPU had
+    runtime call: the view's launch join) at or after the gap began: the GPU had
     nothing queued and waited for the CPU. Kernels whose launch is
     unknown are not counted as host-bound. The time the host spends in communication (MPI,
     gloo) is not host-bound (the CPU waits for the network, not its own launches): it is
     ``host_comm_ns``. ``{"gpu_gaps": None}`` on host-only traces.
     """
-    if not len(events) or not is_gpu_trace(events):
+    events, window = view.events, view.window
+    if not len(events) or not view.gpu:
         return {"gpu_gaps": None}
-    window = analysis_window(events, config["window"])
-    kind = events["kind"]
-    work = np.flatnonzero(kind.isin(_GPU_WORK))
-    calls = np.flatnonzero(kind.eq(ev.RUNTIME))
-    correlation, pid = events["correlation_id"], events["pid"]
-    launched = launch_join(correlation[work], correlation[calls], pid[work], pid[calls])
-    launch_ns = np.where(launched >= 0, events["start_ns"][calls[np.maximum(launched, 0)]]
-                         if calls.size else 0, np.nan)
-    comm_mask, _ = work_masks(events, config)
-    host_comm = comm_mask & events["lane_kind"].eq(ev.HOST_THREAD)
+    work = np.flatnonzero(view.gpu_work)
+    launched = view.launch[work]
+    launch_ns = np.where(launched >= 0, events["start_ns"][np.maximum(launched, 0)], np.nan)
+    host_comm = view.comm & events["lane_kind"].eq(ev.HOST_THREAD)
     host_comm_set = iv.union(events["start_ns"][host_comm], events["end_ns"][host_comm])
     device_of = events["device"][work]
     devices, totals = [], {"gaps": 0, "idle_ns": 0, "host_bound_gaps": 0, "host_bound_ns": 0, "host_comm_ns": 0,

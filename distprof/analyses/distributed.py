@@ -12,6 +12,9 @@ nested in it on the same thread (a thread blocked in MPI is not computing). A co
 communication where it *executes*: a ``c10d::*`` op whose rank runs its collectives on another
 thread (gloo's ``gloo:*`` worker ranges) only issues them; that call is host time, not
 communication on the calling thread (the way NCCL API calls are not communication on GPU traces).
+
+Per rank, :func:`rank_view` builds the rank's view (rankview.RankView: window, masks, lanes,
+launch join, work sets) once; the figures here and the other per-rank reducers read it.
 """
 
 from __future__ import annotations
@@ -20,30 +23,39 @@ import numpy as np
 
 from .. import events as ev
 from .. import lanes as lanes_mod
-from .. import rankview
+from ..rankview import RankView
 from ..results import FIGURES, Lane, RankFigures
+from ..sources.joins import launch_join
 from . import intervals as iv
 
 # host API calls that only enqueue communication kernels: not communication on GPU traces
 ENQUEUE_PREFIXES = ("nccl", "c10d::", "record_param_comms")
 # host-only traces: ops that issue a collective a backend thread may execute (gloo's workers)
 ISSUE_PREFIXES = ("c10d::",)
+GPU_WORK = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
 
 
-def analysis_window(events: ev.Table, mode: str = "steps") -> iv.IntervalSet:
-    """Union of the ProfileStep ranges (mode 'steps'); the whole trace span when there are
-    none, or with mode 'all'. Built once per rank inside a ``rankview.shared`` block."""
-    return rankview.once(events, ("window", mode), lambda: _analysis_window(events, mode))
-
-
-def step_rows(events: ev.Table) -> np.ndarray:
-    """Boolean mask of the ProfileStep ranges (one per step)."""
-    return rankview.once(events, ("step_rows",), lambda: events["kind"].eq(ev.RANGE)
-                         & events["name"].eq(ev.PROFILE_STEP))
-
-
-def _analysis_window(events: ev.Table, mode: str) -> iv.IntervalSet:
+def rank_view(events: ev.Table, config: dict, lane_names: dict | None = None) -> RankView:
+    """The per-rank view of ``events`` (``lane_names``: thread names by lane id, for the labels):
+    built once per rank by pipeline.reduce_rank and handed to every per-rank reducer, so the lane
+    sort, the masks and the launch join run once per rank."""
+    keys, lane_of = lanes_mod.lane_index(events)
+    labels = lanes_mod.labels(keys, lane_names)
     steps = step_rows(events)
+    window = analysis_window(events, steps, config["window"])
+    gpu, gpu_work = is_gpu_trace(events), events["kind"].isin(GPU_WORK)
+    comm, compute = work_masks(events, config, lane_of)
+    lanes = (keys, lane_of, labels)
+    communication, computation, lane_work = work_sets(events, window, (comm, compute), lanes, gpu)
+    return RankView(events=events, window=window, steps=steps, gpu=gpu, gpu_work=gpu_work, comm=comm,
+                    compute=compute, lanes=tuple(keys), lane_of=lane_of, labels=labels,
+                    launch=launch_rows(events, gpu_work),
+                    communication=communication, computation=computation, lane_work=lane_work)
+
+
+def analysis_window(events: ev.Table, steps: np.ndarray, mode: str = "steps") -> iv.IntervalSet:
+    """Union of the ProfileStep ranges (``steps``: their rows; mode 'steps'); the whole trace
+    span when there are none, or with mode 'all'."""
     if steps.any() and mode == "steps":
         return iv.union(events["start_ns"][steps], events["end_ns"][steps])
     if not len(events):
@@ -51,18 +63,32 @@ def _analysis_window(events: ev.Table, mode: str) -> iv.IntervalSet:
     return (np.array([events["start_ns"].min()], np.int64), np.array([events["end_ns"].max()], np.int64))
 
 
+def step_rows(events: ev.Table) -> np.ndarray:
+    """Boolean mask of the ProfileStep ranges (one per step)."""
+    return events["kind"].eq(ev.RANGE) & events["name"].eq(ev.PROFILE_STEP)
+
+
 def is_gpu_trace(events: ev.Table) -> bool:
     return bool(events["kind"].eq(ev.KERNEL).any())
 
 
-def work_masks(events: ev.Table, config: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Boolean masks of the communication rows and the computation rows (built once per rank
-    inside a ``rankview.shared`` block; read-only)."""
-    non_compute = tuple(sorted(set(config["phases"]["non_compute"])))
-    return rankview.once(events, ("work_masks", non_compute), lambda: _work_masks(events, config))
+def launch_rows(events: ev.Table, gpu_work: np.ndarray) -> np.ndarray:
+    """Per row, the row of the runtime call that launched it (``gpu_work`` rows only; -1 else, or
+    when that call was not captured): the rank's one kernel->launch join (sources.joins.launch_join
+    on process and correlation id), which every per-rank analysis reads from the view."""
+    work = np.flatnonzero(gpu_work)
+    calls = np.flatnonzero(events["kind"].eq(ev.RUNTIME))
+    out = np.full(len(events), -1, np.int64)
+    if work.size and calls.size:
+        correlation, pid = events["correlation_id"], events["pid"]
+        found = launch_join(correlation[work], correlation[calls], pid[work], pid[calls])
+        out[work[found >= 0]] = calls[found[found >= 0]]
+    return out
 
 
-def _work_masks(events: ev.Table, config: dict) -> tuple[np.ndarray, np.ndarray]:
+def work_masks(events: ev.Table, config: dict, lane_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Boolean masks of the communication rows and the computation rows (``lane_of``: the lane
+    index's per-row positions, for the collectives issued on one lane and run on another)."""
     kind, category = events["kind"], events["category"]
     is_range = kind.eq(ev.RANGE)
     host_range = is_range | kind.eq(ev.COMM_OP)
@@ -71,7 +97,7 @@ def _work_masks(events: ev.Table, config: dict) -> tuple[np.ndarray, np.ndarray]
         kernel = kind.eq(ev.KERNEL)
         return kernel & category.eq(ev.COMMUNICATION) | host_comm & ~_enqueue_calls(events), \
             kernel & category.eq(ev.COMPUTE)
-    host_comm = host_comm & ~issued_elsewhere(events, host_comm)
+    host_comm = host_comm & ~issued_elsewhere(events, host_comm, lane_of)
     compute = is_range & category.eq(ev.COMPUTE)
     if not compute.any():
         non_compute = set(config["phases"]["non_compute"]) | {ev.PROFILE_STEP}
@@ -85,7 +111,7 @@ def _enqueue_calls(events: ev.Table) -> np.ndarray:
     return events["name"].where(lambda name: name.lower().startswith(ENQUEUE_PREFIXES))
 
 
-def issued_elsewhere(events: ev.Table, comm_mask: np.ndarray) -> np.ndarray:
+def issued_elsewhere(events: ev.Table, comm_mask: np.ndarray, lane_of: np.ndarray) -> np.ndarray:
     """Communication rows that only issue a collective: ``c10d::*`` ops on a lane when the rank's
     other communication rows (the execution, e.g. ``gloo:*`` on gloo's worker threads) lie on
     some other lane. Placement and the summary then read the execution lane, not the caller's."""
@@ -94,9 +120,8 @@ def issued_elsewhere(events: ev.Table, comm_mask: np.ndarray) -> np.ndarray:
     execution = comm_mask & ~issue
     if not issue.any() or not execution.any():
         return np.zeros(len(events), bool)
-    _, index = lanes_mod.lane_index(events)
-    execution_lanes = np.unique(index[execution])
-    on_execution_lane = np.isin(index, execution_lanes)
+    execution_lanes = np.unique(lane_of[execution])
+    on_execution_lane = np.isin(lane_of, execution_lanes)
     return issue & (execution_lanes.size - on_execution_lane.astype(np.int64) > 0)
 
 
@@ -105,29 +130,14 @@ def memory_mask(events: ev.Table) -> np.ndarray:
     return events["kind"].isin((ev.MEMCPY, ev.MEMSET))
 
 
-def work_sets(events: ev.Table, config: dict, window: iv.IntervalSet, lane_names: dict | None = None):
+def work_sets(events: ev.Table, window: iv.IntervalSet, masks: tuple[np.ndarray, np.ndarray],
+              lanes: tuple[list, np.ndarray, np.ndarray], gpu: bool):
     """Total communication/computation interval sets inside the window, and the per-lane figures
-    (built once per rank inside a ``rankview.shared`` block, where the window is the rank's
-    analysis window and the lane names its trace's)."""
-    key = ("work_sets", config["window"], tuple(sorted(set(config["phases"]["non_compute"]))))
-    return rankview.once(events, key, lambda: _work_sets(events, config, window, lane_names))
-
-
-def exposed_per_op(events: ev.Table, config: dict, rows: np.ndarray) -> np.ndarray:
-    """Per communication row: the part of it no computation of the rank overlaps (the
-    computation set of the Distributed Summary, so inside the analysis window). Where such an op
-    waits for a late peer, only this part of the wait can be exposed."""
-    _, computation, _ = work_sets(events, config, analysis_window(events, config["window"]))
-    start, end = events["start_ns"][rows], events["end_ns"][rows]
-    return (end - start) - iv.covered_lengths(computation, start, end)
-
-
-def _work_sets(events: ev.Table, config: dict, window: iv.IntervalSet, lane_names: dict | None):
-    comm_mask, compute_mask = work_masks(events, config)
+    (``masks``: work_masks; ``lanes``: the lane keys, per-row positions and labels)."""
+    comm_mask, compute_mask = masks
+    keys, index, labels = lanes
     starts, ends = events["start_ns"], events["end_ns"]
-    keys, index = lanes_mod.lane_index(events)
-    gpu = is_gpu_trace(events)
-    lanes = []
+    lane_work = []
     comm_parts, comp_parts = [], []
     for position in np.unique(index[comm_mask | compute_mask]):  # one iteration per lane, not per event
         on_lane = index == position
@@ -136,10 +146,18 @@ def _work_sets(events: ev.Table, config: dict, window: iv.IntervalSet, lane_name
         if not gpu:
             comp = iv.difference(comp, comm)  # time blocked in communication is not computation
         key = keys[int(position)]
-        lanes.append(Lane(lanes_mod.label(key, lane_names), key.device, key.kind, iv.total(comm), iv.total(comp)))
+        lane_work.append(Lane(labels[position], key.device, key.kind, iv.total(comm), iv.total(comp)))
         comm_parts.append(comm)
         comp_parts.append(comp)
-    return _union_all(comm_parts), _union_all(comp_parts), tuple(lanes)
+    return _union_all(comm_parts), _union_all(comp_parts), tuple(lane_work)
+
+
+def exposed_per_op(view: RankView, rows: np.ndarray) -> np.ndarray:
+    """Per communication row: the part of it no computation of the rank overlaps (the
+    computation set of the Distributed Summary, so inside the analysis window). Where such an op
+    waits for a late peer, only this part of the wait can be exposed."""
+    start, end = view.events["start_ns"][rows], view.events["end_ns"][rows]
+    return (end - start) - iv.covered_lengths(view.computation, start, end)
 
 
 def _union_all(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
@@ -148,12 +166,12 @@ def _union_all(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
     return iv.union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
 
 
-def rank_figures(events: ev.Table, config: dict, lane_names: dict | None = None,
+def rank_figures(view: RankView,
                  gpu_step_windows: dict | None = None) -> tuple[RankFigures, tuple[Lane, ...]]:
-    """The Distributed Summary figures of one rank, and its lanes (``lane_names``: thread names
-    by lane id, for the labels; ``gpu_step_windows``: the source's per-step GPU windows)."""
-    window = analysis_window(events, config["window"])
-    comm_set, comp_set, lanes = work_sets(events, config, window, lane_names)
+    """The Distributed Summary figures of one rank, and its lanes (``gpu_step_windows``: the
+    source's per-step GPU windows)."""
+    events, window = view.events, view.window
+    comm_set, comp_set = view.communication, view.computation
     memory = memory_mask(events)
     memory_set = iv.covered_within(events["start_ns"][memory], events["end_ns"][memory], window)
     window_ns = iv.total(window)
@@ -162,13 +180,13 @@ def rank_figures(events: ev.Table, config: dict, lane_names: dict | None = None,
     overlap_ns = iv.total(iv.intersect(comm_set, comp_set))
     busy_ns = iv.total(iv.union_sets(iv.union_sets(comm_set, comp_set), memory_set))
     figures = RankFigures(
-        window_ns=window_ns, steps=int(step_rows(events).sum()), communication_ns=communication_ns,
+        window_ns=window_ns, steps=int(view.steps.sum()), communication_ns=communication_ns,
         computation_ns=computation_ns, memory_ns=iv.total(memory_set), overlap_ns=overlap_ns,
         exposed_communication_ns=communication_ns - overlap_ns,
         overlap_ratio=(overlap_ns / communication_ns) if communication_ns else None,
         idle_ns=window_ns - busy_ns,
-        gpu_window_ns=gpu_window_ns(gpu_step_windows) if is_gpu_trace(events) else None)
-    return figures, lanes
+        gpu_window_ns=gpu_window_ns(gpu_step_windows) if view.gpu else None)
+    return figures, view.lane_work
 
 
 def gpu_window_ns(gpu_step_windows: dict | None) -> int | None:

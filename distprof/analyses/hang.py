@@ -25,8 +25,9 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field, fields, is_dataclass
 
+from ..dumps import UNIX_NS, Entry, RankDump
 from ..events import COMMUNICATION
-from ..sources.flight_recorder import UNIX_NS, Entry, RankDump
+from ..typed import Reason
 
 MISSING, SIZE, KIND, DTYPE, NOT_DUMPED = "missing", "size_mismatch", "kind_mismatch", "dtype_mismatch", "not_dumped"
 WORLD = "world"
@@ -94,7 +95,7 @@ class HangResult:
     world_size: int | None = None
     world_stated: bool = False   # False: the world is the dumped (and inferred) ranks, a lower bound
     newest_ns: int = 0           # the latest call in the dumps: about when they were written
-    notes: list[str] = field(default_factory=list)
+    notes: list[Reason | str] = field(default_factory=list)  # Reasons; hang_report.worded words them
     stacks: list[dict] = field(default_factory=list)  # watchdog: ranks grouped by their innermost Python frame
 
     def to_json(self) -> dict:
@@ -103,6 +104,8 @@ class HangResult:
 
 
 def _plain(value: object) -> object:
+    if isinstance(value, Reason):
+        raise TypeError(f"hang: {value.code} not worded (reports.hang_report.worded) before hang.json")
     if is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, list) and value and is_dataclass(value[0]):
@@ -133,14 +136,14 @@ class _Track:
 
 
 # -- one job ---------------------------------------------------------------------------------------------------
-def one_job(dumps: list[RankDump]) -> str:
-    """'' when the dumps can be one job's; else why not, naming two files: a group stated with other members, a
-    rank outside a group it calls or outside the stated world, two worlds, two clocks, or a collective that
-    completed though its members called it further apart than its timeout."""
+def one_job(dumps: list[RankDump]) -> Reason | None:
+    """None when the dumps can be one job's; else why not, naming two files (hang_report words it): a group
+    stated with other members, a rank outside a group it calls or outside the stated world, two worlds, two
+    clocks, or a collective that completed though its members called it further apart than its timeout."""
     return _config_clash(dumps) or _world_clash(dumps) or _time_clash(dumps) or _moment_clash(dumps)
 
 
-def _moment_clash(dumps: list[RankDump]) -> str:
+def _moment_clash(dumps: list[RankDump]) -> Reason | None:
     """A collective completed on one rank that a member had not issued when it dumped: a collective completes
     only once every member issued it, and the member's own newest entries of the group are kept by its ring
     buffer, so the two dumps are not of one job at one moment (the other job's ranks, or a rank dumped before the
@@ -162,48 +165,52 @@ def _moment_clash(dumps: list[RankDump]) -> str:
     for name in sorted(done.keys() & behind.keys(), key=_group_key):
         (seq, early, kind), (last_seq, late) = done[name], behind[name]
         if seq > last_seq:
-            return (f"rank {early.rank} ({early.path}) completed {kind} #{seq} of group {name}, which rank "
-                    f"{late.rank} ({late.path}), a member, had not issued when it dumped (its last there: "
-                    f"#{last_seq}): two jobs' dumps, or one job's taken at different times")
-    return ""
+            return Reason("moment_clash", {"rank": early.rank, "path": early.path, "kind": kind, "seq": seq,
+                                           "group": name, "member": late.rank, "member_path": late.path,
+                                           "member_seq": last_seq})
+    return None
 
 
-def _config_clash(dumps: list[RankDump]) -> str:
+def _config_clash(dumps: list[RankDump]) -> Reason | None:
     stated: dict[str, tuple[tuple[int, ...], str]] = {}
     descs: dict[str, tuple[str, str]] = {}
     for dump in dumps:
         for name, ranks in dump.group_ranks.items():
             first = stated.setdefault(name, (ranks, dump.path))
             if first[0] is not ranks and first[0] != ranks:
-                return (f"group {name} is ranks {_rr(first[0])} in {first[1]} but ranks {_rr(ranks)} in "
-                        f"{dump.path}")
+                return Reason("group_ranks_clash", {"group": name, "ranks": first[0], "path": first[1],
+                                                    "other_ranks": ranks, "other_path": dump.path})
         for name, desc in {e.group_name: e.group_desc for e in dump.entries if e.group_desc}.items():
             first_desc = descs.setdefault(name, (desc, dump.path))
             if first_desc[0] != desc:
-                return f"group {name} is {first_desc[0]} in {first_desc[1]} but {desc} in {dump.path}"
+                return Reason("group_desc_clash", {"group": name, "desc": first_desc[0],
+                                                   "path": first_desc[1], "other_desc": desc,
+                                                   "other_path": dump.path})
     members = {name: set(ranks) for name, (ranks, _) in stated.items()}
     for dump in dumps:
         for name in {e.group_name for e in dump.entries} & members.keys():
             if dump.rank not in members[name]:
-                return (f"rank {dump.rank} ({dump.path}) calls group {name}, whose members are ranks "
-                        f"{_rr(stated[name][0])} ({stated[name][1]})")
-    return ""
+                return Reason("outside_group", {"rank": dump.rank, "path": dump.path, "group": name,
+                                                "ranks": stated[name][0], "ranks_path": stated[name][1]})
+    return None
 
 
-def _world_clash(dumps: list[RankDump]) -> str:
+def _world_clash(dumps: list[RankDump]) -> Reason | None:
     first: tuple[int, str] | None = None
     for dump in dumps:
         if dump.world_size:
             if first and first[0] != dump.world_size:
-                return f"a world of {first[0]} ranks in {first[1]} but of {dump.world_size} in {dump.path}"
+                return Reason("world_clash", {"world": first[0], "path": first[1],
+                                              "other_world": dump.world_size, "other_path": dump.path})
             first = first or (dump.world_size, dump.path)
     outside = next((d for d in dumps if first and d.rank >= first[0]), None)
     if outside is not None and first is not None:
-        return f"rank {outside.rank} ({outside.path}) is outside the world of {first[0]} ranks stated by {first[1]}"
-    return ""
+        return Reason("outside_world", {"rank": outside.rank, "path": outside.path, "world": first[0],
+                                        "world_path": first[1]})
+    return None
 
 
-def _time_clash(dumps: list[RankDump]) -> str:
+def _time_clash(dumps: list[RankDump]) -> Reason | None:
     """Two clocks; a completed collective called further apart than its timeout allows; or one that a rank saw
     completed (NCCL's time_discovered_completed_ns) before a member called it."""
     clocks: dict[bool, RankDump] = {}
@@ -218,19 +225,19 @@ def _time_clash(dumps: list[RankDump]) -> str:
                     call = calls[key] = _Calls(entry.created_ns, dump, entry.created_ns, dump)
                 call.add(entry, dump)
     if len(clocks) > 1:
-        return (f"the times of {clocks[True].path} are unix time but those of {clocks[False].path} another clock "
-                "(not one job, or not one kind of clock)")
+        return Reason("two_clocks", {"unix_path": clocks[True].path, "other_path": clocks[False].path})
     for (group, seq), call in sorted(calls.items(), key=lambda item: (_group_key(item[0][0]), item[0][1])):
         apart = call.late_ns - call.early_ns
         if call.completed and call.timeout_ms and apart > call.timeout_ms * 10**6 + CLOCK_SLACK_NS:
-            return (f"#{seq} of group {group} completed, yet rank {call.early.rank} ({call.early.path}) called it "
-                    f"{_duration(apart)} before rank {call.late.rank} ({call.late.path}), longer than its timeout of "
-                    f"{_duration(call.timeout_ms * 10**6)} (not one job, or their clocks disagree)")
+            return Reason("called_apart", {"seq": seq, "group": group, "early": call.early.rank,
+                                           "early_path": call.early.path, "apart_ns": apart,
+                                           "late": call.late.rank, "late_path": call.late.path,
+                                           "timeout_ns": call.timeout_ms * 10**6})
         if call.done is not None and call.late_ns > call.done_ns + CLOCK_SLACK_NS:
-            return (f"rank {call.done.rank} ({call.done.path}) saw #{seq} of group {group} completed "
-                    f"{_duration(call.late_ns - call.done_ns)} before rank {call.late.rank} ({call.late.path}) "
-                    "called it (not one job, or their clocks disagree)")
-    return ""
+            return Reason("called_after_done", {"rank": call.done.rank, "path": call.done.path, "seq": seq,
+                                                "group": group, "after_ns": call.late_ns - call.done_ns,
+                                                "late": call.late.rank, "late_path": call.late.path})
+    return None
 
 
 @dataclass
@@ -257,28 +264,15 @@ class _Calls:
             self.done_ns, self.done = entry.done_ns, dump
 
 
-def _duration(ns: int) -> str:
-    seconds = ns / 1e9
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.3g} s"
-
-
-def _rr(ranks) -> str:  # noqa: ANN001
-    from ..ranges import rank_ranges
-    return rank_ranges(ranks) if len(ranks) <= 64 else f"{rank_ranges(sorted(ranks)[:64])}, ... ({len(ranks)})"
-
-
 # -- the world ---------------------------------------------------------------------------------------------------
-def world_of(dumps: list[RankDump], world_size: int | None) -> tuple[int, bool, list[str]]:
+def world_of(dumps: list[RankDump], world_size: int | None) -> tuple[int, bool, list[Reason]]:
     """(ranks of the job, whether stated, notes): as given or stated; else at least the dumped and stated ranks."""
     stated = world_size or max((d.world_size or 0 for d in dumps), default=0)
     stated_ranks = {id(r): r for d in dumps for r in d.group_ranks.values() if r}  # one tuple shared by many dumps
     found = max([d.rank for d in dumps] + [r[-1] for r in stated_ranks.values()], default=-1) + 1
     if stated and not world_size and stated > MIN_SUSPECT_WORLD and stated > MAX_WORLD_PER_RANK * len(dumps):
-        return found, False, [f"world_size {stated} stated by the dumps but only {len(dumps)} rank(s) found; "
-                              f"using {found}"]
+        note = Reason("world_not_trusted", {"stated": stated, "dumps": len(dumps), "found": found})
+        return found, False, [note]
     if stated:
         return max(stated, found), True, []
     return found, False, []
@@ -686,8 +680,7 @@ def analyse(dumps: list[RankDump], world_size: int | None = None) -> HangResult:
     out, start, nodes = wait_graph([(w.waiters, [t[1] for t in w.targets]) for w in waits])
     roots = _roots(out, start)
     waiting = _waiting(waits, out, nodes, roots)
-    notes += [f"every dumped member of group {w.group} issued {w.kind} #{w.seq} and it never completed: no rank "
-              "to name (a fault in the collective itself, or a member the dumps do not show)"
+    notes += [Reason("no_rank_to_name", {"group": w.group, "kind": w.kind, "seq": w.seq})
               for w in waits if not w.targets and w.group in groups and groups[w.group].members_stated]
     newest = max((e.created_ns for d in dumps for e in d.entries), default=0)
     return HangResult(roots, _culprits(waits, roots, by_rank, idx, groups), waiting,

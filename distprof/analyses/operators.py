@@ -25,7 +25,8 @@ import numpy as np
 
 from .. import events as ev
 from ..columns import Groups
-from ..sources.joins import innermost_enclosing, launch_join
+from ..rankview import RankView
+from ..sources.joins import innermost_enclosing
 from . import intervals as iv
 from . import stacked
 
@@ -33,7 +34,6 @@ MAX_ROWS = 200
 _NVTX_OP = re.compile(r"^(aten|c10d|prim|quantized|torchvision)::")
 _NVTX_TAIL = re.compile(r",\s*(seq|sizes|op_id|stack|input_op_ids)\s*=.*$")
 _NVTX_SIZES = re.compile(r"sizes\s*=\s*(\[.*?\]\])")
-_GPU_KINDS = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
 
 
 def op_tree(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -127,19 +127,18 @@ def _thread_keys(*pairs: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
     return np.split(key, np.cumsum([p.size for p, _ in pairs])[:-1])
 
 
-def launched_gpu_ns(events: ev.Table, operators: ev.Table, op_thread: np.ndarray) -> np.ndarray | None:
-    """Per operator, the GPU time of the GPU ops whose launching call lies under it (innermost
-    operator only; see :func:`up_the_tree`); None when the trace has no GPU work."""
-    kind = events["kind"]
-    gpu = np.flatnonzero(kind.isin(_GPU_KINDS))
+def launched_gpu_ns(view: RankView, operators: ev.Table, op_thread: np.ndarray) -> np.ndarray | None:
+    """Per operator, the GPU time of the GPU ops whose launching call (the view's launch join)
+    lies under it (innermost operator only; see :func:`up_the_tree`); None when the trace has no
+    GPU work."""
+    events = view.events
+    gpu = np.flatnonzero(view.gpu_work)
     if not gpu.size:
         return None
-    calls = np.flatnonzero(kind.eq(ev.RUNTIME))
-    pid, lane = events["pid"], events["lane"]
-    corr, start, end = events["correlation_id"], events["start_ns"], events["end_ns"]
-    launch = launch_join(corr[gpu], corr[calls], pid[gpu], pid[calls])
+    pid, lane, start, end = events["pid"], events["lane"], events["start_ns"], events["end_ns"]
+    launch = view.launch[gpu]
     launched = launch >= 0
-    call = calls[launch[launched]]
+    call = launch[launched]
     call_thread, = _thread_keys((pid[call], lane[call]))
     op_of = innermost_enclosing(op_thread, operators["start_ns"], operators["end_ns"],
                                 call_thread, start[call], end[call])
@@ -166,12 +165,12 @@ def prepared(events: ev.Table, profiles: dict, needs_shapes: Callable | None = N
             "self": np.maximum(duration - child, 0), "input_dims": dims, "concrete_inputs": concrete}
 
 
-def operator_table(events: ev.Table, tree: dict, window: iv.IntervalSet, in_window: np.ndarray,
-                   limit: int = MAX_ROWS) -> dict:
-    """One rank's Operator Summary: rows by name, sorted by CPU total, ``limit`` kept."""
+def operator_table(view: RankView, tree: dict, in_window: np.ndarray, limit: int = MAX_ROWS) -> dict:
+    """One rank's Operator Summary over its view's window: rows by name, sorted by CPU total,
+    ``limit`` kept."""
     ops = tree["ops"]
-    window_ns = iv.total(window)
-    own_gpu = launched_gpu_ns(events, ops, tree["thread"]) if len(ops) else None
+    window_ns = iv.total(view.window)
+    own_gpu = launched_gpu_ns(view, ops, tree["thread"]) if len(ops) else None
     gpu = None if own_gpu is None else up_the_tree(own_gpu, tree["parent"], tree["depth"])
     names = ops["name"].take(in_window)
     empty = {"rows": [], "denominator_ns": int(window_ns), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}

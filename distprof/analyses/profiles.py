@@ -41,11 +41,11 @@ import numpy as np
 
 from .. import events as ev
 from ..columns import Groups, unique_rows
+from ..rankview import RankView
 from ..results import RankProfile
 from ..sources.joins import innermost_enclosing
 from . import intervals as iv
 from . import operators as ops_mod
-from .distributed import analysis_window, step_rows
 from .summaries import MAX_STEPS, _in_window, model_row
 
 _GEMM = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
@@ -173,13 +173,14 @@ def op_flops(tree: dict, input_dims: list, concrete_inputs: list) -> tuple[np.nd
     return counted, uncounted, source
 
 
-def _step_and_phase(events: ev.Table, tree: dict) -> tuple[np.ndarray, np.ndarray]:
+def _step_and_phase(view: RankView, tree: dict) -> tuple[np.ndarray, np.ndarray]:
     """Per operator: the ProfileStep index holding its start (-1) and its Model Summary phase as an
     index into _PHASES (-1: none; codes, not texts: FLOPs by phase then groups integers)."""
     ops = tree["ops"]
     start, end = ops["start_ns"], ops["end_ns"]
+    events = view.events
     is_range = events["kind"].eq(ev.RANGE)
-    is_step = is_range & step_rows(events)
+    is_step = view.steps
     ev_start, ev_end = events["start_ns"], events["end_ns"]
     step_starts, step_ends = ev_start[is_step], ev_end[is_step]
     found = innermost_enclosing(np.zeros(step_starts.size, np.int64), step_starts, step_ends,
@@ -226,9 +227,8 @@ def _counts_by_name(names: ev.Texts, limit: int) -> dict:
     return {str(names.texts[code]): int(counts[code]) for code in order.tolist()}
 
 
-def flops_figures(events: ev.Table, tree: dict, window: iv.IntervalSet,
-                  in_window: np.ndarray, peak_tflops: float | None) -> dict:
-    """The rank's FLOPs figures (all None when no operator has FLOPs)."""
+def flops_figures(view: RankView, tree: dict, in_window: np.ndarray, peak_tflops: float | None) -> dict:
+    """The rank's FLOPs figures over its view's window (all None when no operator has FLOPs)."""
     counted, uncounted, source = op_flops(tree, tree["input_dims"], tree["concrete_inputs"])
     missing = uncounted & in_window
     out = {"flops_source": source, "flops_uncounted": {
@@ -236,9 +236,9 @@ def flops_figures(events: ev.Table, tree: dict, window: iv.IntervalSet,
     if not (counted[in_window] > 0).any():
         return {**out, "flops_per_step": None, "flops_total": None, "achieved_tflops": None, "mfu": None,
                 "flops_by_phase": None}
-    step, phase = _step_and_phase(events, tree)
+    step, phase = _step_and_phase(view, tree)
     total = int(counted[in_window].sum())
-    window_ns = iv.total(window)
+    window_ns = iv.total(view.window)
     in_step = step >= 0
     step_values, step_of = np.unique(step[in_step], return_inverse=True)
     per_step = np.zeros(step_values.size, np.int64)
@@ -269,16 +269,17 @@ def _device_label(device_type: int, device_id: int) -> str:
     return kind if kind == "CPU" else f"{kind}{max(int(device_id), 0)}"
 
 
-def memory_figures(events: ev.Table, memory: ev.Table | None, window: iv.IntervalSet) -> dict:
-    """Peaks of allocated / reserved bytes per device, per step, and their growth per step."""
+def memory_figures(view: RankView, memory: ev.Table | None) -> dict:
+    """Peaks of allocated / reserved bytes per device, per step, and their growth per step (samples
+    in the view's window, steps from its ProfileStep rows)."""
     none = {"memory_peak_allocated_bytes": None, "memory_peak_reserved_bytes": None,
             "memory_growth_per_step_bytes": None, "memory_device": None, "memory_devices": []}
     if memory is None or not len(memory):
         return none
-    samples = memory.take(_in_window(memory["time_ns"], window))
+    samples = memory.take(_in_window(memory["time_ns"], view.window))
     if not len(samples):
         return none
-    steps = np.flatnonzero(events["kind"].eq(ev.RANGE) & events["name"].eq(ev.PROFILE_STEP))  # by start
+    events, steps = view.events, np.flatnonzero(view.steps)  # by start
     starts, ends = events["start_ns"][steps], events["end_ns"][steps]
     time_ns = samples["time_ns"]
     at = np.searchsorted(starts, time_ns, side="right") - 1
@@ -310,16 +311,15 @@ def _device_memory(samples: ev.Table, step: np.ndarray, device_type: int, device
             "step_peak_reserved_bytes": reserved.tolist()[:MAX_STEPS], "growth_per_step_bytes": growth}
 
 
-def rank_profile(trace: ev.RankTrace, config: dict) -> tuple[RankProfile, dict]:
-    """The rank's FLOPs and memory profile and its Operator Summary table."""
-    events, profiles = trace.events, trace.profiles or {}
-    window = analysis_window(events, config["window"])
-    tree = ops_mod.prepared(events, profiles, lambda names: shape_args_needed(names)[0])
-    in_window = _in_window(tree["ops"]["start_ns"], window)
-    table = ops_mod.operator_table(events, tree, window, in_window)
+def rank_profile(view: RankView, config: dict, profiles: dict | None = None) -> tuple[RankProfile, dict]:
+    """The rank's FLOPs and memory profile and its Operator Summary table (``profiles``: the
+    trace's side tables, RankTrace.profiles)."""
+    profiles = profiles or {}
+    tree = ops_mod.prepared(view.events, profiles, lambda names: shape_args_needed(names)[0])
+    in_window = _in_window(tree["ops"]["start_ns"], view.window)
+    table = ops_mod.operator_table(view, tree, in_window)
     peak = (config.get("hardware") or {}).get("peak_tflops")
-    figures = {**flops_figures(events, tree, window, in_window, peak),
-               **memory_figures(events, profiles.get("memory"), window)}
+    figures = {**flops_figures(view, tree, in_window, peak), **memory_figures(view, profiles.get("memory"))}
     return RankProfile.build(**figures), table
 
 

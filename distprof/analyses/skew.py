@@ -12,17 +12,16 @@ import re
 import numpy as np
 
 from .. import events as ev
-from .. import lanes as lanes_mod
 from ..align import Matching
 from ..columns import union_per_key, unique_rows
+from ..rankview import RankView
 from ..results import RankMarkers
-from ..sources.joins import launch_join
 from ..units import duration
 from . import blame as blame_mod
 from . import collectives as coll
 from . import intervals as iv
 from . import steptime
-from .distributed import exposed_per_op, work_masks
+from .distributed import exposed_per_op
 
 _INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 # host calls that block until GPU work ends (CUDA runtime/driver names, nsys's _vNNNN suffixes too)
@@ -45,21 +44,17 @@ def _kinds(events: ev.Table, rows: np.ndarray) -> list[str]:
     return np.where(given != "", given, from_name).tolist()
 
 
-def _launch_starts(events: ev.Table, rows: np.ndarray) -> np.ndarray:
+def _launch_starts(view: RankView, rows: np.ndarray) -> np.ndarray:
     """For each selected row, when it was issued: GPU work at the start of the runtime call that
-    launched it (-1 when that call was not captured), a host range at its own start (the host
-    issues it then), so a late issue reads as a host-side delay on either kind of trace."""
-    kind = events["kind"]
+    launched it (the view's launch join; -1 when that call was not captured), a host range at its
+    own start (the host issues it then), so a late issue reads as a host-side delay on either
+    kind of trace."""
+    events = view.events
     selected = np.flatnonzero(rows)
-    gpu = kind.isin((ev.KERNEL, ev.MEMCPY, ev.MEMSET))[selected]
+    gpu = view.gpu_work[selected]
     out = np.where(gpu, -1, events["start_ns"][selected]).astype(np.int64)
-    calls = np.flatnonzero(kind.eq(ev.RUNTIME))
-    if not calls.size or not gpu.any():
-        return out
-    correlation, pid = events["correlation_id"], events["pid"]
-    found = launch_join(correlation[selected], correlation[calls], pid[selected], pid[calls])
-    found = np.where(gpu, found, -1)
-    out[found >= 0] = events["start_ns"][calls[found[found >= 0]]]
+    found = view.launch[selected]  # -1 on every row that is not GPU work
+    out[found >= 0] = events["start_ns"][found[found >= 0]]
     return out
 
 
@@ -72,12 +67,12 @@ def _duplicate_ops(events: ev.Table, comm_mask) -> np.ndarray:
     return comm_mask & is_op if (comm_mask & ~is_op).any() else np.zeros(is_op.size, bool)
 
 
-def _nested_comm(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray) -> np.ndarray:
+def _nested_comm(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray,
+                 lane_of: np.ndarray) -> np.ndarray:
     """Per row (indices): the communication on its own lane inside it (a blocking allreduce an
     MPI rank runs in its forward is waiting or transfer, not the phase's own work). One pass per
-    lane that has both."""
+    lane that has both (``lane_of``: the view's per-row lane positions)."""
     out = np.zeros(rows.size, np.int64)
-    _, lane_of = lanes_mod.lane_index(events)
     comm_rows = np.flatnonzero(comm_mask)
     for lane in np.intersect1d(lane_of[rows], lane_of[comm_rows]):  # one iteration per lane
         mine, theirs = lane_of[rows] == lane, comm_rows[lane_of[comm_rows] == lane]
@@ -86,7 +81,7 @@ def _nested_comm(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray) -> n
     return out
 
 
-def _phase_bounds(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray) -> dict:
+def _phase_bounds(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray, lane_of: np.ndarray) -> dict:
     """Per (step, phase name), sorted by both: the first start, the last end, the summed
     duration of the phase's ranges (``busy_ns``) and of it what is not communication on the
     phase's own lane (``compute_ns``: what the straggler's phase is judged by)."""
@@ -97,30 +92,32 @@ def _phase_bounds(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray) -> 
     key_step, key_name = step[order], names.codes[order]
     first = np.flatnonzero(np.concatenate([[True], (key_step[1:] != key_step[:-1]) | (key_name[1:] != key_name[:-1])])
                            ) if rows.size else np.zeros(0, np.int64)
+    nested = _nested_comm(events, rows, comm_mask, lane_of)
     return {"step": key_step[first].tolist(), "name": [str(names.texts[c]) for c in key_name[first].tolist()],
             "start_ns": np.minimum.reduceat(start[order], first).tolist() if first.size else [],
             "end_ns": np.maximum.reduceat(end[order], first).tolist() if first.size else [],
             "busy_ns": np.add.reduceat((end - start)[order], first).tolist() if first.size else [],
-            "compute_ns": np.add.reduceat((end - start - _nested_comm(events, rows, comm_mask))[order], first
-                                          ).tolist() if first.size else []}
+            "compute_ns": np.add.reduceat((end - start - nested)[order], first).tolist()
+            if first.size else []}
 
 
-def rank_markers(events: ev.Table, config: dict, lane_names: dict | None = None) -> RankMarkers:
-    """Step bounds, per-step phase bounds and the collectives of one rank (own clock)."""
+def rank_markers(view: RankView) -> RankMarkers:
+    """Step bounds, per-step phase bounds and the collectives of one rank (own clock), read off
+    the rank's view (its masks, lanes and launch join)."""
+    events = view.events
     is_range = events["kind"].eq(ev.RANGE)
     is_step = events["name"].eq(ev.PROFILE_STEP)
-    steps = is_range & is_step
+    steps = view.steps
     step_bounds = {"step": events["step"][steps].tolist(), "start_ns": events["start_ns"][steps].tolist(),
                    "end_ns": events["end_ns"][steps].tolist()}
-    comm_mask, _ = work_masks(events, config)
-    comm_mask = comm_mask & ~_duplicate_ops(events, comm_mask)
+    comm_mask = view.comm & ~_duplicate_ops(events, view.comm)
+    lane_of, labels = view.lane_of, view.labels
     phases = _phase_bounds(events, is_range & events["category"].eq(ev.PHASE) & ~is_step & (events["step"] >= 0),
-                           comm_mask)
-    keys, lane_of = lanes_mod.lane_index(events)
-    labels = lanes_mod.labels(keys, lane_names)
+                           comm_mask, lane_of)
     # a call on the thread that runs the steps blocks it until it returns: the thread waits for it
-    blocking = np.isin(lane_of[comm_mask], lane_of[steps]) & \
-        ~events["kind"].isin((ev.KERNEL, ev.MEMCPY, ev.MEMSET))[comm_mask]
+    runs_steps = np.zeros(len(view.lanes), bool)  # per lane: it runs the steps (read by position, no sort)
+    runs_steps[lane_of[steps]] = True
+    blocking = runs_steps[lane_of[comm_mask]] & ~view.gpu_work[comm_mask]
     collectives = {
         "name": _kinds(events, comm_mask),  # the canonical kind (events.COLLECTIVE_KINDS): what matching keys on
         "start_ns": events["start_ns"][comm_mask].tolist(),
@@ -130,8 +127,8 @@ def rank_markers(events: ev.Table, config: dict, lane_names: dict | None = None)
         "group": events["group"].take(comm_mask).values().tolist(),
         "nbytes": events["nbytes"][comm_mask].tolist(),
         "peer": events["peer"][comm_mask].tolist(),
-        "launch_ns": _launch_starts(events, comm_mask).tolist(),
-        "exposed_ns": exposed_per_op(events, config, comm_mask).tolist(),
+        "launch_ns": _launch_starts(view, comm_mask).tolist(),
+        "exposed_ns": exposed_per_op(view, comm_mask).tolist(),
         "blocking": blocking.tolist(),
     }
     sync = events["kind"].eq(ev.RUNTIME) & events["name"].where(lambda name: re.search(SYNC_CALL, name))

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-STEP_TIME_DEFINITION = "step time (median rank per step, median over steps)"
-PER_STEP_DEFINITION = "step time per step (median over ranks)"
 MAX_STEPS = 2000  # steps kept in a step-time series (summary.json's tables, a diff's input)
 
 

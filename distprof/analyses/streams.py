@@ -15,37 +15,20 @@ from __future__ import annotations
 
 from .. import events as ev
 from ..results import RankResult
-from ..units import duration
+from ..typed import Reason
 
 CHECK = "stream_placement"
 PASS, WARN, FAIL, NA = "PASS", "WARN", "FAIL", "N/A"
 
-# by whether the trace shows PyTorch (events.frameworks): DDP is named only where it applies
-ADVICE_SERIALIZED = {
-    True: ("bucket gradients and issue collectives on a separate stream or thread, as DDP and "
-           "NCCL do by default, so each allreduce starts while backward is still computing"),
-    False: ("issue collectives without blocking on a separate stream or thread (non-blocking calls such as "
-            "MPI_Iallreduce, NCCL on its own stream), in buckets as their inputs are ready, so each runs "
-            "while the computation continues"),
-}
-ADVICE_NO_OVERLAP = {
-    True: ("start each bucket's allreduce as soon as its gradients are ready (DDP bucketing, "
-           "smaller buckets) instead of after backward, and make sure the communication "
-           "stream does not wait on the compute stream"),
-    False: ("start each collective as soon as its input is ready (in buckets, non-blocking) instead of after "
-            "all the computation, and make sure the communication stream or thread does not wait on the compute "
-            "one"),
-}
+# A row's message and advice are Reasons (reports/findings.py words them): codes no_communication,
+# no_computation, serialized, no_overlap, own_lane, own_lane_after_waits, pipeline_dependency; advice
+# advice_serialized / advice_no_overlap, by whether the trace shows PyTorch (events.frameworks).
 
 
 def _kinds_on_lanes(collectives: dict, lanes: set[str]) -> list[str]:
     """Collective kinds recorded on the given lane labels (one pass in C via set/zip)."""
     pairs = set(zip(collectives.get("name", ()), collectives.get("lane", ())))
     return sorted({name for name, lane in pairs if lane in lanes})
-
-
-def _lane_word(lane_kind: str) -> str:
-    return "stream" if lane_kind == ev.GPU_STREAM else "thread"
 
 
 def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
@@ -70,27 +53,23 @@ def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
                "communication_ns": figures.communication_ns,
                "exposed_communication_ns": figures.exposed_communication_ns,
                "overlap_ratio": figures.overlap_ratio, "kinds": [], "message": "", "advice": ""}
+        pytorch = {"pytorch": ev.PYTORCH in result.frameworks}
+        ratio = figures.overlap_ratio or 0.0
         if not comm:
-            row.update(status=NA, message="no communication recorded: nothing to place")
+            row.update(status=NA, message=Reason("no_communication"))
         elif not compute:
-            row.update(status=NA, message="no computation recorded: nothing to overlap with")
+            row.update(status=NA, message=Reason("no_computation"))
         elif shared:
-            word = _lane_word(shared[0].lane_kind)
             kinds = _kinds_on_lanes(result.markers.collectives, set(row["shared_lanes"]))
-            what = ", ".join(kinds) or "communication"
-            verb = "runs" if len(kinds) <= 1 else "run"
-            row.update(status=FAIL, kinds=kinds, advice=ADVICE_SERIALIZED[ev.PYTORCH in result.frameworks],
-                       message=f"{what} {verb} on the compute {word} ({', '.join(row['shared_lanes'])}): "
-                               "communication is serialized with computation")
-        elif (figures.overlap_ratio or 0.0) < warn_ratio:
-            ratio = figures.overlap_ratio or 0.0
-            row.update(status=WARN, advice=ADVICE_NO_OVERLAP[ev.PYTORCH in result.frameworks],
-                       message=f"separate {_lane_word(comm[0].lane_kind)}, but communication does not "
-                               f"overlap computation (overlap {100 * ratio:.1f}% < {100 * warn_ratio:.0f}%): "
-                               "issued after the compute it could hide behind, or waits on it")
+            row.update(status=FAIL, kinds=kinds, advice=Reason("advice_serialized", pytorch),
+                       message=Reason("serialized", {"kinds": kinds, "lane_kind": shared[0].lane_kind,
+                                                     "lanes": row["shared_lanes"]}))
+        elif ratio < warn_ratio:
+            row.update(status=WARN, advice=Reason("advice_no_overlap", pytorch),
+                       message=Reason("no_overlap", {"lane_kind": comm[0].lane_kind, "ratio": ratio,
+                                                     "warn_ratio": warn_ratio}))
         else:
-            row["message"] = (f"communication on its own {_lane_word(comm[0].lane_kind)}; "
-                              f"{100 * (figures.overlap_ratio or 0.0):.1f}% of it overlaps computation")
+            row["message"] = Reason("own_lane", {"lane_kind": comm[0].lane_kind, "ratio": ratio})
         rows.append(row)
     return rows
 
@@ -123,11 +102,10 @@ def without_straggler_waits(rows: list[dict], results: list[RankResult], straggl
         ratio = 1.0 - exposed / communication if communication > 0 else 1.0
         row = {**row, "waits_for_straggler_ns": waits}
         if row["status"] == WARN and ratio >= warn_ratio:
-            word = _lane_word(lane_kinds.get((row["rank"], row["comm_lanes"][0])))
-            row.update(status=PASS, advice="", message=(
-                f"communication on its own {word}; {100 * (row['overlap_ratio'] or 0.0):.1f}% of it overlaps "
-                f"computation, {100 * ratio:.1f}% without the {duration(waits)} it waited for rank "
-                f"{straggler['rank']}, the straggler (see its finding)"))
+            row.update(status=PASS, advice="", message=Reason("own_lane_after_waits", {
+                "lane_kind": lane_kinds.get((row["rank"], row["comm_lanes"][0])),
+                "ratio": row["overlap_ratio"] or 0.0, "ratio_without": ratio, "waits_ns": waits,
+                "straggler": straggler["rank"]}))
         out.append(row)
     return out
 
@@ -146,8 +124,6 @@ def pipeline_dependencies(rows: list[dict], pipelines: list[dict]) -> list[dict]
         if row["status"] != FAIL or row["rank"] not in stages or not set(row["kinds"]) <= P2P_KINDS:
             out.append(row)
             continue
-        chain = " -> ".join(map(str, stages[row["rank"]]))
-        out.append({**row, "status": PASS, "advice": "", "pipeline_ranks": stages[row["rank"]], "message": (
-            f"{'/'.join(row['kinds'])} of pipeline {chain}: waiting there for input is a dependency "
-            "(the bubble, see Pipeline), not serialized communication")})
+        out.append({**row, "status": PASS, "advice": "", "pipeline_ranks": stages[row["rank"]],
+                    "message": Reason("pipeline_dependency", {"kinds": row["kinds"], "chain": stages[row["rank"]]})})
     return out

@@ -38,9 +38,9 @@ from .. import events as ev
 from .. import lanes as lanes_mod
 from .. import names
 from ..columns import Groups, group_mean, unique_rows
+from ..rankview import RankView
 from . import intervals as iv
 from . import operators, stacked, steptime
-from .distributed import analysis_window
 
 MODEL_ROWS = ("ProfileStep", "Dataloader", "Forward", "Backward", "Optimization", "Others")
 SORTABLE = ("kernel", "memory", "user")      # tables whose rows are ordered by --sorted-by
@@ -97,7 +97,7 @@ def _by_name(keys: list[tuple[np.ndarray, np.ndarray]], durations: np.ndarray, d
     durations = durations[known]
     if not durations.size:
         return {"rows": [], "denominator_ns": int(denominator), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}
-    stacked = np.stack([codes[known] for codes, _ in keys], axis=1)
+    stacked = np.column_stack([codes[known] for codes, _ in keys])
     groups, group_of, _ = unique_rows(stacked)  # rows sorted by the keys' codes
     by_group = Groups.of(group_of, len(groups))
     calls, total = by_group.counts(), by_group.sum(durations)
@@ -142,7 +142,7 @@ def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = N
     if kernel.any() or (kind.eq(ev.RANGE) & events["category"].eq(ev.COMPUTE)).any():
         host &= ~phase  # the ops (or kernels) are the work; a phase only marks where they are
     host = np.flatnonzero(host)
-    lanes, lane_of, _ = unique_rows(np.stack([events["pid"][host], events["lane"][host]], axis=1))
+    lanes, lane_of, _ = unique_rows(np.column_stack([events["pid"][host], events["lane"][host]]))
     for (pid, lane), on in zip(lanes.tolist(), Groups.of(lane_of, len(lanes)).members()):  # one per host thread
         busy = iv.total(iv.covered_within(starts[host[on]], ends[host[on]], window))
         key = lanes_mod.LaneKey(int(pid), -1, int(lane), ev.HOST_THREAD)
@@ -281,9 +281,10 @@ def step_times(events: ev.Table) -> dict:
             "duration_ns": (events["end_ns"] - events["start_ns"])[rows].tolist()}
 
 
-def rank_tables(events: ev.Table, config: dict, meta: dict | None = None, max_rows: int = MAX_ROWS) -> dict:
-    """All summary tables of one rank: compact rows that travel to rank 0 instead of events."""
-    window = analysis_window(events, config["window"])
+def rank_tables(view: RankView, config: dict, meta: dict | None = None, max_rows: int = MAX_ROWS) -> dict:
+    """All summary tables of one rank (over its view's window): compact rows that travel to rank 0
+    instead of events."""
+    events, window = view.events, view.window
     window_ns = iv.total(window)
     starts = events["start_ns"]
     in_window = _in_window(starts, window)
@@ -295,10 +296,10 @@ def rank_tables(events: ev.Table, config: dict, meta: dict | None = None, max_ro
                             max_rows, ["name"])
     if kernel_table["rows"]:  # category rides along as the first seen per name (one per name in practice)
         _first_category(kernel_table["rows"], events, kernels, name_codes, name_texts)
+    user_codes, user_texts = _base_names(events["name"])  # one row per op, not per PyTorch NVTX call
+    user = events["category"].eq(ev.USER) & kind.isin((ev.RANGE, ev.MARK)) & in_window
     memory = kind.isin((ev.MEMCPY, ev.MEMSET)) & in_window
     memory_durations = _durations(events, memory)
-    user = events["category"].eq(ev.USER) & kind.isin((ev.RANGE, ev.MARK)) & in_window
-    user_codes, user_texts = _base_names(events["name"])  # one row per op, not per PyTorch NVTX call
     return {
         "window_ns": window_ns,
         "span_ns": [int(starts.min()), int(events["end_ns"].max())] if len(events) else None,

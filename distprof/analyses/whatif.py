@@ -45,6 +45,7 @@ import numpy as np
 from .. import columns
 from ..align import Matching
 from ..results import RankResult
+from ..typed import Reason
 from . import steptime
 
 WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it ...
@@ -785,37 +786,25 @@ def _rank_medians(g: Graph, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rank rows ascending, each one's median step)."""
     return columns.group_medians(g.step_rank, ns)
 
-WHY = {
-    "not_named": "no straggler named by the skew analysis (skew.notes say why)",
-    "one_rank": "one rank: nothing to balance",
-    "no_transfer": "no collective with a measured transfer time",
-    "no_dataloader": "no {phase} phase with time in it",
-    "already_overlapped": "no step waits for its communication (already overlapped, or not shown by the trace)",
-    "no_steps": "no ProfileStep markers: there is no step to replay",
-}
+def _why(info: dict) -> Reason:
+    """Why a scenario does not apply (its code: not_named, one_rank, no_transfer, no_dataloader,
+    already_overlapped, no_steps; reports/findings.py words it)."""
+    return Reason(info["reason"], {"phase": info.get("phase", "Dataloader")})
 
 
-def _why(info: dict) -> str:
-    """The one line saying why a scenario does not apply."""
-    return WHY[info["reason"]].format(phase=info.get("phase", "Dataloader"))
-
-
-def _replay_notes(g: Graph, error: float | None) -> list[str]:
+def _replay_notes(g: Graph, error: float | None) -> list[Reason]:
     """Why the replay misses the measured steps, when it does."""
     if error is None or error <= REPLAY_ERROR_TARGET:
         return []
-    return ["the chain's waits and lanes do not explain the measured order (events the compact "
-                     "results do not keep)"]
+    return [Reason("replay_unexplained")]
 
 
-def _partial_note(g: Graph) -> list[str]:
+def _partial_note(g: Graph) -> list[Reason]:
     """Columns that are not one join: said, because the matching (not the replay) may be wrong."""
     partial = int(np.unique(g.o_col[g.o_partial]).size)
     if not partial:
         return []
-    return [f"{partial} of {np.unique(g.o_col).size} matched collectives have members that end before others "
-            "arrive (their process group not named by the trace, or clocks off): each member joins only the "
-            "members that arrived before it ended"]
+    return [Reason("partial_columns", {"partial": partial, "columns": int(np.unique(g.o_col).size)})]
 
 
 def gpu_waits_unseen(g: Graph) -> bool:
@@ -826,14 +815,11 @@ def gpu_waits_unseen(g: Graph) -> bool:
     return bool(gpu.size) and not np.isin(gpu, g.edges[:, 1]).any()
 
 
-def _unwaited_gpu_note(g: Graph) -> list[str]:
+def _unwaited_gpu_note(g: Graph) -> list[Reason]:
     """GPU collectives that the host never waits for: what faster communication cannot show."""
     if not gpu_waits_unseen(g):
         return []
-    gpu = np.flatnonzero(g.o_gpu)
-    return [f"the host waits for none of the {gpu.size} GPU collectives (no sync call returns with one): a "
-            "scenario that speeds communication up saves time only where a rank waits for it, and the "
-            "dependencies of kernels on other streams are not modelled"]
+    return [Reason("gpu_waits_unseen", {"collectives": int(np.flatnonzero(g.o_gpu).size)})]
 
 
 
@@ -931,5 +917,5 @@ def safe_whatif(results: list[RankResult], matching: Matching, config: dict, war
         return whatif(results, matching, config, straggler_rank=straggler_rank, keep=keep,
                       straggler_since=straggler_since)
     except (ValueError, KeyError, IndexError) as error:
-        warnings.append(f"what-if replay skipped: {type(error).__name__}: {error}")
+        warnings.append(Reason("whatif_skipped", {"error": f"{type(error).__name__}: {error}"}))
         return None

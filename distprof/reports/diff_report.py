@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import names, outpaths
-from ..analyses.steptime import PER_STEP_DEFINITION, STEP_TIME_DEFINITION
 from . import format, svg, tables
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ def _pct(relative: float | None) -> str:
 
 def step_lines(step: dict, unit: str) -> list[str]:
     """Median step time before -> after, the change, its interval and the verdict."""
-    head = f"{STEP_TIME_DEFINITION[0].upper()}{STEP_TIME_DEFINITION[1:]}: "
+    head = f"{format.STEP_TIME_DEFINITION[0].upper()}{format.STEP_TIME_DEFINITION[1:]}: "
     if step["reason"] == "no_steps":
         return [head + "no ProfileSteps in " + ("either run" if not step["steps_before"] and not step["steps_after"]
                                                 else "one run") + ": compare per unit of work below"]
@@ -314,7 +313,7 @@ def step_bars(step: dict, unit: str = "ms") -> str | None:
     axes = svg.Axes(canvas, 70, 30, 1010, 220)
     ticks = svg.nice_ticks(max(values["before"] + values["after"]))
     axes.x_range, axes.y_range = (-0.5, count - 0.5), (0.0, ticks[-1])
-    axes.value_axis("y", ticks, f"{PER_STEP_DEFINITION} ({unit})")
+    axes.value_axis("y", ticks, f"{format.PER_STEP_DEFINITION} ({unit})")
     width = axes.width / count
     for side, shift in (("before", -0.2), ("after", 0.2)):
         colour = STEP_COLOURS[side]
@@ -349,7 +348,7 @@ def section_html(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
     body = [f'<h2>Diff: {_e(labels[0])} &rarr; {_e(labels[1])}</h2>',
             *(f'<p class="meta">{_e(w)}</p>' for w in warning_lines(diff)),
             "".join(f"<p>{_e(line)}</p>" for line in lines),
-            _figure(step_bars(step, unit), f"The {PER_STEP_DEFINITION}, before (grey) and after (blue); "
+            _figure(step_bars(step, unit), f"The {format.PER_STEP_DEFINITION}, before (grey) and after (blue); "
                                       "dashed: the medians over steps."),
             _figure(rank_bars(diff, unit), "Each rank's window before (pale, upper bar) and after (lower bar): "
                                       "computation only, overlap, exposed communication, idle."),

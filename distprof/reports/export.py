@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .. import outpaths
 from ..names import cap_names
 from ..results import FIGURES
+from . import findings as findings_words
 
 if TYPE_CHECKING:
     from ..results import Summary
@@ -20,7 +21,9 @@ SUMMARY_FILE = "summary.json"
 
 def write_summary(summary: Summary, out: str | Path) -> Path:
     """summary.json, ranks.csv and collectives.csv in ``out``; names cut (names.cap_names): a 100 kB
-    kernel name once made a 117 MB summary.json. The rank files keep the full names."""
+    kernel name once made a 117 MB summary.json. The rank files keep the full names. Worded here
+    (findings.worded: a no-op on a worded summary), so no reason is ever written as a code."""
+    summary = findings_words.worded(summary)
     path = write_json(cap_names(summary.to_json()), out)
     write_csv(summary, Path(out) / "ranks.csv")
     write_collectives_csv(summary, Path(out) / "collectives.csv")

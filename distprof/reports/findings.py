@@ -1,16 +1,21 @@
-"""All wording of findings: their message and advice, their cost and the straggler verdict.
+"""All wording of findings and of every reason an analysis gives: a finding's message and advice,
+its cost and the straggler verdict, and the text of each typed.Reason (why a fix is unpriced, ...).
 Analyses give codes and numbers (analyses/diagnose.py finds, analyses/cost.py prices each finding
 by the what-if replay); this module words them once, for summary.json and the text and HTML
-reports (pipeline.combine attaches the words)."""
+reports: ``pipeline.combine`` returns an unworded Summary and :func:`worded` words it where a report
+or summary.json is written (the CLI, the profiler's finish). It leaves text alone, so a summary read
+back from a file goes through it unchanged."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .. import events as ev
 from ..analyses import cost
-from ..typed import ABSENT
+from ..results import Summary
+from ..typed import ABSENT, Reason
 from ..units import duration
 
 if TYPE_CHECKING:
@@ -27,7 +32,7 @@ def saving(finding: Finding, t: Callable[[int | None], str]) -> str:
     """'saves X per step (Y% of the step), what-if: scenario' or why it is not priced."""
     value = finding.predicted_saving_ns
     if value is None:
-        return f"saving not predicted: {finding.why_not or cost.NO_SCENARIO}"
+        return f"saving not predicted: {text(finding.why_not or cost.NO_SCENARIO)}"
     share = finding.saving_share
     scenario = SCENARIO_TITLES.get(finding.priced_by or "", finding.priced_by or "")
     after = " after the straggler's fix" if finding.priced_after_straggler else ""
@@ -78,7 +83,7 @@ def straggler_line(straggler: StragglerRow | None, t: Callable[[int | None], str
             f" ({100 * share:.1f}% of the step time)" if share is not None else "") + assumption(
             None if straggler.durations_vary_share is ABSENT else straggler.durations_vary_share)
     else:
-        saving_text = f"saving not predicted ({straggler.cost_why_not or cost.NO_REPLAY})"
+        saving_text = f"saving not predicted ({text(straggler.cost_why_not or cost.NO_REPLAY)})"
     pattern = _pattern(straggler.pattern, straggler.onset_step, straggler.steps_late,
                        straggler.steps).removeprefix("persistent: ")
     where = straggler.phase or "outside any annotated phase"
@@ -109,19 +114,19 @@ def _pct(part: float, whole: float | None) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "-"
 
 
-def _placement_message(finding: dict) -> str:
-    e = finding["evidence"]
-    worst, exposed = e["worst_rank"], e["exposed_communication_ns_by_rank"][str(e["worst_rank"])]
-    share = f"{len(finding['ranks'])}/{e['ranks_total']} ranks"
-    lanes = ", ".join(e["lanes"])
-    if finding["finding"] == "serialized_communication":
-        word = "stream" if e.get("lane_kind") == ev.GPU_STREAM else "thread"  # by the lane's kind, not its label
-        return (f"serialized communication on {share}: {', '.join(e['kinds']) or 'communication'} on the compute "
+def _placement_message(finding: Finding) -> str:
+    e = finding.evidence
+    worst, exposed = e.worst_rank, e.exposed_communication_ns_by_rank[e.worst_rank]
+    share = f"{len(finding.ranks)}/{e.ranks_total} ranks"
+    lanes = ", ".join(e.lanes)
+    if finding.finding == "serialized_communication":
+        word = "stream" if e.lane_kind == ev.GPU_STREAM else "thread"  # by the lane's kind, not its label
+        return (f"serialized communication on {share}: {', '.join(e.kinds) or 'communication'} on the compute "
                 f"{word} ({lanes} on rank {worst}); exposed communication {duration(exposed)} "
-                f"({_pct(exposed, e['window_ns'])} of the window) on rank {worst}")
-    return (f"communication barely overlaps computation on {share}: overlap {100 * (e['overlap_ratio'] or 0):.1f}% "
+                f"({_pct(exposed, e.window_ns)} of the window) on rank {worst}")
+    return (f"communication barely overlaps computation on {share}: overlap {100 * (e.overlap_ratio or 0):.1f}% "
             f"on rank {worst} ({lanes}), exposed communication {duration(exposed)} "
-            f"({_pct(exposed, e['window_ns'])} of the window)")
+            f"({_pct(exposed, e.window_ns)} of the window)")
 
 
 _P2P_KINDS = (ev.SEND, ev.RECV, ev.SENDRECV)
@@ -129,15 +134,15 @@ _REDUCING = (ev.ALLREDUCE, ev.REDUCE_SCATTER, ev.REDUCE)
 _GATHERING = (ev.ALLGATHER, ev.ALLTOALL, ev.BROADCAST, ev.GATHER, ev.SCATTER)
 
 
-def _placement_advice(finding: dict) -> str:
+def _placement_advice(finding: Finding) -> str:
     """What fits the communication that is serialized (or not overlapped) on these lanes: by its
     kind (p2p needs no bucketing, reductions are bucketed, gathers prefetched, barriers dropped),
     naming its groups, and a framework only where the trace shows its ops."""
-    e = finding["evidence"]
-    serialized = finding["finding"] == "serialized_communication"
-    kinds, word = e["lane_collectives"], "stream" if e["on_gpu"] else "thread"
-    by_kind = e.get("groups_by_kind") or {kind: e["lane_groups"] for kind in kinds}
-    in_forward = set(e.get("in_forward") or ())
+    e = finding.evidence
+    serialized = finding.finding == "serialized_communication"
+    kinds, word = e.lane_collectives, "stream" if e.on_gpu else "thread"
+    by_kind = e.groups_by_kind or {kind: e.lane_groups for kind in kinds}
+    in_forward = set(e.in_forward)
 
     def where(chosen: list[str]) -> str:  # the groups of these kinds only
         groups = sorted({g for kind in chosen for g in by_kind.get(kind, ())})
@@ -150,7 +155,7 @@ def _placement_advice(finding: dict) -> str:
                      f"{'run on the compute ' + word if serialized else 'wait on the computation'}: post them "
                      f"asynchronously on their own {word} and compute the next micro-batch meanwhile (they need no "
                      "bucketing)")
-    parts += _reduction_advice([k for k in kinds if k in _REDUCING], in_forward, where, word, e["pytorch"])
+    parts += _reduction_advice([k for k in kinds if k in _REDUCING], in_forward, where, word, e.pytorch)
     gathering = [k for k in kinds if k in _GATHERING]
     if gathering:
         parts.append(f"issue the {'/'.join(gathering)}{where(gathering)} for the next layer or batch ahead of its "
@@ -194,63 +199,63 @@ _SIDE_ADVICE = {
 }
 
 
-def _straggler_message(finding: dict) -> str:
-    e, rank = finding["evidence"], finding["ranks"][0]
-    pattern = _pattern(e.get("pattern"), e.get("onset_step"), e.get("steps_late"), e.get("steps"))
-    message = (f"straggler: rank {rank} is last, and waited for alone, in {e['late_in']} of its {e['of']} "
-                f"collectives ({pattern}); the ranks it shares them with wait {duration(e['waits_caused_ns'])} "
-                "per step for it")
-    if e.get("side") in _SIDE_TEXT:
-        message += f"; {_SIDE_TEXT[e['side']]}"
-    if e.get("phase"):
-        return message + (f"; it spends {duration(e['phase_extra_ns'])} per step more than the median rank in "
-                          f"{e['phase']}")
+def _straggler_message(finding: Finding) -> str:
+    e, rank = finding.evidence, finding.ranks[0]
+    pattern = _pattern(e.pattern, e.onset_step, e.steps_late, e.steps)
+    message = (f"straggler: rank {rank} is last, and waited for alone, in {e.late_in} of its {e.of} "
+               f"collectives ({pattern}); the ranks it shares them with wait {duration(e.waits_caused_ns)} "
+               "per step for it")
+    if e.side in _SIDE_TEXT:
+        message += f"; {_SIDE_TEXT[e.side]}"
+    if e.phase:
+        return message + (f"; it spends {duration(e.phase_extra_ns)} per step more than the median rank in "
+                          f"{e.phase}")
     return message + "; the delay is outside any annotated phase"
 
 
-def _straggler_advice(finding: dict) -> str:
-    e, rank = finding["evidence"], finding["ranks"][0]
-    advice = _SIDE_ADVICE[e.get("side") if e.get("side") in _SIDE_ADVICE else None]
-    advice = (f"look at {e['phase']} on rank {rank} first; " + advice if e.get("phase")
+def _straggler_advice(finding: Finding) -> str:
+    e, rank = finding.evidence, finding.ranks[0]
+    advice = _SIDE_ADVICE[e.side if e.side in _SIDE_ADVICE else None]
+    advice = (f"look at {e.phase} on rank {rank} first; " + advice if e.phase
               else advice + "; mark more of the step as phases to see where")
-    if e["pattern"] == "single step":
+    if e.pattern == "single step":
         advice += "; one step only: profile more steps to see whether it repeats"
     return advice
 
 
-def _slow_collective_message(finding: dict) -> str:
-    e = finding["evidence"]
-    worst = e["worst"]
-    where = f" in group {worst['group']!r}" if worst["group"] else ""
-    span = f", {worst['node_span']}" if worst["node_span"] else ""
-    return (f"slow collectives: {e['rows_below']} kind/size row(s) below {100 * e['limit_share']:.0f}% of the "
-            f"{e['peak_busbw_gbps']:g} GB/s peak; worst {worst['kind']}{where} ({worst['size_bucket']}{span}): "
-            f"median busbw {worst['busbw_median_gbps']:.1f} GB/s ({100 * worst['peak_share']:.0f}% of peak) over "
-            f"{worst['count']} instances, median transfer {duration(worst['transfer_median_ns'] or 0)}")
+def _slow_collective_message(finding: Finding) -> str:
+    e = finding.evidence
+    worst = e.worst
+    where = f" in group {worst.group!r}" if worst.group else ""
+    span = f", {worst.node_span}" if worst.node_span else ""
+    return (f"slow collectives: {e.rows_below} kind/size row(s) below {100 * e.limit_share:.0f}% of the "
+            f"{e.peak_busbw_gbps:g} GB/s peak; worst {worst.kind}{where} ({worst.size_bucket}{span}): "
+            f"median busbw {worst.busbw_median_gbps:.1f} GB/s ({100 * worst.peak_share:.0f}% of peak) over "
+            f"{worst.count} instances, median transfer {duration(worst.transfer_median_ns or 0)}")
 
 
-def _slow_collective_advice(finding: dict) -> str:
-    worst = finding["evidence"]["worst"]
-    if worst["size_bucket"] in ("<=64 KiB", "64 KiB-1 MiB"):
+def _slow_collective_advice(finding: Finding) -> str:
+    worst = finding.evidence.worst
+    if worst.size_bucket in ("<=64 KiB", "64 KiB-1 MiB"):
         return ("messages this small are latency-bound, not bandwidth-bound: fuse them into fewer, larger ones "
                 "(bigger buckets)")
     return ("measure the same size and group with a bandwidth benchmark (nccl-tests for NCCL) on these ranks; "
             + ("check the network path between the nodes (transport, interface, adapters)"
-               if worst["node_span"] == "inter-node" else "check the links between the GPUs of the node "
+               if worst.node_span == "inter-node" else "check the links between the GPUs of the node "
                "(topology, PCIe vs NVLink) and that peer-to-peer is enabled"))
 
 
-def _host_bound_message(finding: dict) -> str:
-    e = finding["evidence"]
-    bound = e["host_bound_ns_by_rank"][str(e["worst_rank"])]
-    return (f"host-bound GPU on {len(finding['ranks'])}/{e['ranks_total']} ranks: the GPU waits for kernel launches "
-            f"{duration(bound)} ({100 * bound / e['window_ns']:.0f}% of the window, {e['host_bound_gaps']} gaps) "
-            f"on rank {e['worst_rank']}")
+def _host_bound_message(finding: Finding) -> str:
+    e = finding.evidence
+    bound = e.host_bound_ns_by_rank[e.worst_rank]
+    return (f"host-bound GPU on {len(finding.ranks)}/{e.ranks_total} ranks: the GPU waits for kernel launches "
+            f"{duration(bound)} ({100 * bound / e.window_ns:.0f}% of the window, {e.host_bound_gaps} gaps) "
+            f"on rank {e.worst_rank}")
 
 
-def _host_bound_advice(finding: dict) -> str:
+def _host_bound_advice(finding: Finding) -> str:
     """PyTorch's knobs only where the trace shows PyTorch, else what any CUDA program can do."""
-    if finding["evidence"]["pytorch"]:
+    if finding.evidence.pytorch:
         return ("the CPU does not launch work fast enough: remove host syncs in the loop (.item(), .cpu(), "
                 "prints), fuse small kernels or use CUDA graphs / torch.compile, raise the batch size")
     return ("the CPU does not launch work fast enough: take host-device synchronizations out of the loop "
@@ -258,16 +263,16 @@ def _host_bound_advice(finding: dict) -> str:
             "give each launch more work")
 
 
-def _dataloader_message(finding: dict) -> str:
-    e = finding["evidence"]
-    return (f"dataloader-bound on {len(finding['ranks'])}/{e['ranks_total']} ranks: {e['phase']} takes "
-            f"{100 * e['share']:.0f}% of ProfileStep on rank {e['worst_rank']} ({duration(e['dataloader_ns'])}; "
-            f"{e['steps_above']}/{e['steps']} steps above {100 * e['limit_share']:.0f}%)")
+def _dataloader_message(finding: Finding) -> str:
+    e = finding.evidence
+    return (f"dataloader-bound on {len(finding.ranks)}/{e.ranks_total} ranks: {e.phase} takes "
+            f"{100 * e.share:.0f}% of ProfileStep on rank {e.worst_rank} ({duration(e.dataloader_ns)}; "
+            f"{e.steps_above}/{e.steps} steps above {100 * e.limit_share:.0f}%)")
 
 
-def _dataloader_advice(finding: dict) -> str:
+def _dataloader_advice(finding: Finding) -> str:
     return ("load ahead of the step: " + ("more DataLoader workers, pin_memory and prefetch_factor, "
-                                          if finding["evidence"]["pytorch"]
+                                          if finding.evidence.pytorch
                                           else "more loader processes or threads, prefetch the next batch, ")
             + "cheaper decoding/augmentation or preprocessed data")
 
@@ -276,26 +281,26 @@ def _mib(value: float) -> str:
     return f"{value / 2 ** 20:.1f} MiB"
 
 
-def _memory_creep_message(finding: dict) -> str:
-    e = finding["evidence"]
-    return (f"memory creep on {len(finding['ranks'])}/{e['ranks_total']} ranks: the peak allocated on rank "
-            f"{e['worst_rank']} ({e['device']}) grows {_mib(e['growth_per_step_bytes'])} per step "
-            f"({_mib(e['first_peak_bytes'])} -> {_mib(e['last_peak_bytes'])} over {e['steps']} steps)")
+def _memory_creep_message(finding: Finding) -> str:
+    e = finding.evidence
+    return (f"memory creep on {len(finding.ranks)}/{e.ranks_total} ranks: the peak allocated on rank "
+            f"{e.worst_rank} ({e.device}) grows {_mib(e.growth_per_step_bytes)} per step "
+            f"({_mib(e.first_peak_bytes)} -> {_mib(e.last_peak_bytes)} over {e.steps} steps)")
 
 
-def _memory_imbalance_message(finding: dict) -> str:
-    e = finding["evidence"]
-    peak = e["peak_by_rank"][str(e["worst_rank"])]
-    return (f"rank {e['worst_rank']} holds {_mib(peak)} at its peak, {peak / e['median_bytes']:.2f}x the median of "
-            f"the ranks ({_mib(e['median_bytes'])})")
+def _memory_imbalance_message(finding: Finding) -> str:
+    e = finding.evidence
+    peak = e.peak_by_rank[e.worst_rank]
+    return (f"rank {e.worst_rank} holds {_mib(peak)} at its peak, {peak / e.median_bytes:.2f}x the median of "
+            f"the ranks ({_mib(e.median_bytes)})")
 
 
-def _memory_creep_advice(finding: dict) -> str:
+def _memory_creep_advice(finding: Finding) -> str:
     return ("look for tensors kept across steps (losses or outputs appended without .item()/.detach(), caches, "
             "growing lists); a leak ends in an out-of-memory error")
 
 
-def _memory_imbalance_advice(finding: dict) -> str:
+def _memory_imbalance_advice(finding: Finding) -> str:
     return ("balance what each rank holds (sharding of parameters/optimizer state, pipeline stage sizes, "
             "uneven batches); the rank at the peak limits the batch size of all")
 
@@ -310,12 +315,132 @@ WORDS = {"serialized_communication": (_placement_message, _placement_advice),
          "memory_imbalance": (_memory_imbalance_message, _memory_imbalance_advice)}
 
 
-def worded(findings: list[dict]) -> list[dict]:
+def worded_findings(findings: list[Finding]) -> list[Finding]:
     """Each finding with its ``message`` (duration tokens kept: units.phrase writes them in the
-    reader's unit) and ``advice``; a finding that already has its words keeps them."""
+    reader's unit) and ``advice``; a finding that already has its words (read from a summary.json)
+    keeps them."""
     out = []
     for finding in findings:  # one per finding: a handful
-        message, advice = WORDS.get(finding["finding"], (None, None))
-        out.append(finding if message is None or "message" in finding else
-                   {**finding, "message": message(finding), "advice": advice(finding)})
+        message, advice = WORDS.get(finding.finding, (None, None))
+        out.append(finding if message is None or finding.message is not ABSENT else
+                   replace(finding, message=message(finding), advice=advice(finding)))
     return out
+
+
+# -- the words of every other reason an analysis gives (typed.Reason), and the one step that words a Summary
+
+def _lane_word(lane_kind: str | None) -> str:
+    return "stream" if lane_kind == ev.GPU_STREAM else "thread"
+
+
+def _serialized(f: dict) -> str:
+    kinds = f["kinds"]
+    return (f"{', '.join(kinds) or 'communication'} {'runs' if len(kinds) <= 1 else 'run'} on the compute "
+            f"{_lane_word(f['lane_kind'])} ({', '.join(f['lanes'])}): communication is serialized with computation")
+
+
+def _own_lane(f: dict) -> str:
+    said = f"communication on its own {_lane_word(f['lane_kind'])}; {100 * f['ratio']:.1f}% of it overlaps computation"
+    if "waits_ns" not in f:
+        return said
+    return (said + f", {100 * f['ratio_without']:.1f}% without the {duration(f['waits_ns'])} it waited for rank "
+            f"{f['straggler']}, the straggler (see its finding)")
+
+
+# by whether the trace shows PyTorch (events.frameworks): DDP is named only where it applies
+_ADVICE_SERIALIZED = {
+    True: ("bucket gradients and issue collectives on a separate stream or thread, as DDP and "
+           "NCCL do by default, so each allreduce starts while backward is still computing"),
+    False: ("issue collectives without blocking on a separate stream or thread (non-blocking calls such as "
+            "MPI_Iallreduce, NCCL on its own stream), in buckets as their inputs are ready, so each runs "
+            "while the computation continues"),
+}
+_ADVICE_NO_OVERLAP = {
+    True: ("start each bucket's allreduce as soon as its gradients are ready (DDP bucketing, "
+           "smaller buckets) instead of after backward, and make sure the communication "
+           "stream does not wait on the compute stream"),
+    False: ("start each collective as soon as its input is ready (in buckets, non-blocking) instead of after "
+            "all the computation, and make sure the communication stream or thread does not wait on the compute "
+            "one"),
+}
+
+
+def _hosts(hosts: list[dict]) -> str:
+    return "; ".join(f"{h['ranks']} ranks on {h['host']} with {h['cpus']} cores" for h in hosts[:4])
+
+
+def _crowded(figures: dict) -> str:
+    return (f"ranks outnumber the cores of their host ({_hosts(figures['hosts'])}): a rank that sleeps or waits "
+            "frees a core for the others, which the replay cannot see, so its savings are not given as costs")
+
+
+def _crowded_warning(figures: dict) -> str:
+    said = _crowded(figures)
+    return said[0].upper() + said[1:] + " (findings unpriced; the what-if table kept for reference)"
+
+
+TEXTS: dict[str, Callable[[dict], str]] = {
+    # why a finding's fix is not priced (analyses/cost.py)
+    "no_scenario": lambda _: "no what-if scenario models this fix",
+    "not_time": lambda _: "memory, not time",
+    "no_replay": lambda _: "the what-if replay did not run on this trace",
+    "above_step": lambda _: "the replay's saving exceeds the measured step: not trusted",
+    "oversubscribed": _crowded,
+    "oversubscribed_warning": _crowded_warning,
+    # why a what-if scenario does not apply (analyses/whatif.py)
+    "not_named": lambda _: "no straggler named by the skew analysis (skew.notes say why)",
+    "one_rank": lambda _: "one rank: nothing to balance",
+    "no_transfer": lambda _: "no collective with a measured transfer time",
+    "no_dataloader": lambda f: f"no {f['phase']} phase with time in it",
+    "already_overlapped": lambda _: ("no step waits for its communication (already overlapped, or not shown by "
+                                     "the trace)"),
+    "no_steps": lambda _: "no ProfileStep markers: there is no step to replay",
+    # what the replay cannot explain or see (whatif.notes)
+    "replay_unexplained": lambda _: ("the chain's waits and lanes do not explain the measured order (events the "
+                                     "compact results do not keep)"),
+    "partial_columns": lambda f: (f"{f['partial']} of {f['columns']} matched collectives have members that end "
+                                  "before others arrive (their process group not named by the trace, or clocks "
+                                  "off): each member joins only the members that arrived before it ended"),
+    "gpu_waits_unseen": lambda f: (f"the host waits for none of the {f['collectives']} GPU collectives (no sync "
+                                   "call returns with one): a scenario that speeds communication up saves time "
+                                   "only where a rank waits for it, and the dependencies of kernels on other "
+                                   "streams are not modelled"),
+    # a stream placement check (analyses/streams.py): its message and advice
+    "no_communication": lambda _: "no communication recorded: nothing to place",
+    "no_computation": lambda _: "no computation recorded: nothing to overlap with",
+    "serialized": _serialized,
+    "no_overlap": lambda f: (f"separate {_lane_word(f['lane_kind'])}, but communication does not overlap "
+                             f"computation (overlap {100 * f['ratio']:.1f}% < {100 * f['warn_ratio']:.0f}%): "
+                             "issued after the compute it could hide behind, or waits on it"),
+    "own_lane": _own_lane,
+    "own_lane_after_waits": _own_lane,
+    "pipeline_dependency": lambda f: (f"{'/'.join(f['kinds'])} of pipeline {' -> '.join(map(str, f['chain']))}: "
+                                      "waiting there for input is a dependency (the bubble, see Pipeline), not "
+                                      "serialized communication"),
+    "advice_serialized": lambda f: _ADVICE_SERIALIZED[f["pytorch"]],
+    "advice_no_overlap": lambda f: _ADVICE_NO_OVERLAP[f["pytorch"]],
+    # an analysis that could not run on this trace (warnings)
+    "whatif_skipped": lambda f: f"what-if replay skipped: {f['error']}",
+    "critical_path_skipped": lambda f: f"critical path skipped: {f['error']}",
+}
+
+
+def text(said: str | Reason | None) -> str | None:
+    """A reason in words (text and None as they are)."""
+    if not isinstance(said, Reason):
+        return said
+    return TEXTS[said.code](said.figures)
+
+
+def worded(summary: Summary) -> Summary:
+    """The summary with every reason in words: findings (message, advice, why not priced), the
+    straggler's cost, the what-if's notes and scenarios, the checks, warnings. Idempotent."""
+    straggler = summary.skew.straggler
+    if straggler is not None and straggler.cost_why_not is not ABSENT:
+        straggler = replace(straggler, cost_why_not=text(straggler.cost_why_not))
+    findings = [replace(f, why_not=text(f.why_not)) for f in worded_findings(summary.findings)]
+    what = summary.whatif and replace(summary.whatif, notes=[text(n) for n in summary.whatif.notes],
+                                      scenarios=[replace(s, why=text(s.why)) for s in summary.whatif.scenarios])
+    checks = [replace(c, message=text(c.message), advice=text(c.advice)) for c in summary.checks]
+    return replace(summary, findings=findings, skew=replace(summary.skew, straggler=straggler),
+                   warnings=[text(w) for w in summary.warnings], whatif=what, checks=checks)

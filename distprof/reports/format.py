@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from ..sections.tables import AcrossRanks, FigureStats, RatioStats
 
 UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+# what "step time" means everywhere (analyses.steptime computes it): merge, what-if, diff
+STEP_TIME_DEFINITION = "step time (median rank per step, median over steps)"
+PER_STEP_DEFINITION = "step time per step (median over ranks)"
 
 # the Distributed Summary columns of every report: (summary.json key, title). window_ns is the time
 # summed over the rank's steps, not one step's: "ProfileStep (ms)" next to "Steps" read as a step time

@@ -7,11 +7,18 @@ escaped (names.printable): group names, paths and function names come from dumps
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import time
+from typing import TYPE_CHECKING
 
+from ..dumps import UNIX_NS
 from ..names import printable
 from ..ranges import rank_ranges
+from ..typed import Reason
+
+if TYPE_CHECKING:
+    from ..analyses.hang import HangResult
 
 STATUS = {"read": "read", "cut_short": "cut short", "refused": "refused"}
 WHY = {"missing": "never issued it", "size_mismatch": "issued it with other sizes",
@@ -20,7 +27,72 @@ WHY = {"missing": "never issued it", "size_mismatch": "issued it with other size
 MAX_LINES = 20       # lines per section; the rest is counted
 MAX_RANK_TEXT = 120  # characters of one rank list
 MAX_HOPS = 8         # hops of the chain shown
-UNIX_NS = 10**18
+
+
+def duration_text(ns: int) -> str:
+    """'1.0 d', '30.0 min', '10 s': a span as the clash texts give it."""
+    seconds = ns / 1e9
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def _rr(ranks) -> str:  # noqa: ANN001
+    """A group's stated members, at most 64 shown (a corrupt dump can state a million)."""
+    if len(ranks) <= 64:
+        return rank_ranges(ranks)
+    return f"{rank_ranges(sorted(ranks)[:64])}, ... ({len(ranks)})"
+
+
+# Reason code of analyses/hang.py -> its words, from its figures: why the inputs are not one job's (one_job),
+# and the notes of the analysis
+WORDS = {
+    "moment_clash": lambda f: (
+        f"rank {f['rank']} ({f['path']}) completed {f['kind']} #{f['seq']} of group {f['group']}, which rank "
+        f"{f['member']} ({f['member_path']}), a member, had not issued when it dumped (its last there: "
+        f"#{f['member_seq']}): two jobs' dumps, or one job's taken at different times"),
+    "group_ranks_clash": lambda f: (
+        f"group {f['group']} is ranks {_rr(f['ranks'])} in {f['path']} but ranks {_rr(f['other_ranks'])} in "
+        f"{f['other_path']}"),
+    "group_desc_clash": lambda f: (
+        f"group {f['group']} is {f['desc']} in {f['path']} but {f['other_desc']} in {f['other_path']}"),
+    "outside_group": lambda f: (
+        f"rank {f['rank']} ({f['path']}) calls group {f['group']}, whose members are ranks {_rr(f['ranks'])} "
+        f"({f['ranks_path']})"),
+    "world_clash": lambda f: (
+        f"a world of {f['world']} ranks in {f['path']} but of {f['other_world']} in {f['other_path']}"),
+    "outside_world": lambda f: (
+        f"rank {f['rank']} ({f['path']}) is outside the world of {f['world']} ranks stated by "
+        f"{f['world_path']}"),
+    "two_clocks": lambda f: (
+        f"the times of {f['unix_path']} are unix time but those of {f['other_path']} another clock "
+        "(not one job, or not one kind of clock)"),
+    "called_apart": lambda f: (
+        f"#{f['seq']} of group {f['group']} completed, yet rank {f['early']} ({f['early_path']}) called "
+        f"it {duration_text(f['apart_ns'])} before rank {f['late']} ({f['late_path']}), longer than its "
+        f"timeout of {duration_text(f['timeout_ns'])} (not one job, or their clocks disagree)"),
+    "called_after_done": lambda f: (
+        f"rank {f['rank']} ({f['path']}) saw #{f['seq']} of group {f['group']} completed "
+        f"{duration_text(f['after_ns'])} before rank {f['late']} ({f['late_path']}) called it (not one "
+        "job, or their clocks disagree)"),
+    "world_not_trusted": lambda f: (
+        f"world_size {f['stated']} stated by the dumps but only {f['dumps']} rank(s) found; using "
+        f"{f['found']}"),
+    "no_rank_to_name": lambda f: (
+        f"every dumped member of group {f['group']} issued {f['kind']} #{f['seq']} and it never completed: "
+        "no rank to name (a fault in the collective itself, or a member the dumps do not show)"),
+}
+
+
+def text(reason: Reason | str) -> str:
+    """A Reason of the hang analysis in words (a text passes as it is): the one place they are worded."""
+    return WORDS[reason.code](reason.figures) if isinstance(reason, Reason) else reason
+
+
+def worded(result: HangResult) -> HangResult:
+    """The result with its notes worded: before hang.json, the text and hang.html, which all show them so."""
+    return dataclasses.replace(result, notes=[text(note) for note in result.notes])
 
 
 def ranks_text(ranks: list[int]) -> str:

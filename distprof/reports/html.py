@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import outpaths
-from ..analyses.steptime import PER_STEP_DEFINITION
 from ..names import cap_names
 from ..ranges import rank_ranges
 from ..results import Summary
@@ -559,7 +558,7 @@ def _capped(summary: Summary) -> Summary:
 
 def render(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total") -> str:
     """The whole report as one HTML string (names cut: summaries older than the cap hold full ones)."""
-    summary = _capped(summary)
+    summary = _capped(findings_report.worded(summary))
     head = (f"<h1>distprof report</h1><p class=\"meta\">world size {_e(summary.world_size)} · source "
             f"{_e(summary.source)} · {len(summary.ranks)} rank(s) with data · time unit {unit}</p>")
     if summary.missing_ranks:
@@ -588,7 +587,7 @@ def render(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total") -> 
     if steps:
         body += ["<h2>Step time</h2>",
                  _figure(steps, "Left: ProfileStep duration per step (band: fastest to slowest rank; line: "
-                                f"median rank, the {PER_STEP_DEFINITION}). Right: each rank's own mean step "
+                                f"median rank, the {format.PER_STEP_DEFINITION}). Right: each rank's own mean step "
                                 "(bar) and its slowest step (mark).")]
     body.append(checks_html(summary.checks))
     body.append(summary_tables_html(summary, unit, sorted_by))

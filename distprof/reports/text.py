@@ -13,7 +13,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .. import console
-from ..analyses.steptime import STEP_TIME_DEFINITION
 from ..names import cap_names, printable_all
 from ..ranges import rank_ranges
 from ..results import Summary
@@ -127,7 +126,7 @@ def render(summary: Summary, unit: str = "ms", width: int | None = None, all_ran
     then the tables. Names are escaped (a trace's control characters never reach the terminal) and
     cut (summaries older than the cap hold full ones)."""
     width = console.terminal_width(width)
-    summary = printable_summary(summary)
+    summary = printable_summary(findings_report.worded(summary))
     shown = shown_ranks(summary, all_ranks)
     parts = [_banner("Distributed Summary", width),
              *format.wrapped(f"world size {summary.world_size} · source {summary.source} · time unit {unit}",
@@ -315,7 +314,7 @@ def answer_lines(summary: Summary, unit: str = "ms", width: int = WRAP, all_rank
     if steps and steps.imbalance:
         imbalance = steps.imbalance
         lines += format.wrapped(
-            f"Steps: {steps.count}, {STEP_TIME_DEFINITION} {t(steps.duration_median_ns)}; imbalance (slowest "
+            f"Steps: {steps.count}, {format.STEP_TIME_DEFINITION} {t(steps.duration_median_ns)}; imbalance (slowest "
             f"rank / median rank) median {imbalance.median:.2f}, worst {imbalance.max:.2f} at step "
             f"{imbalance.max_step} (rank {imbalance.max_rank}); start spread median "
             f"{t(steps.start_spread_ns.median)}" + ("" if steps.clock_verified else " (clock not verified)"),

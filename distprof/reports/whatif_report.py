@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeVar
 
-from ..analyses.steptime import STEP_TIME_DEFINITION
 from ..names import cap_names, printable_all
 from . import format, tables
 
@@ -45,7 +44,7 @@ def parts(whatif: WhatIf, unit: str = "ms") -> tuple[str, list[str], list[list[s
         return "-" if ns is None else f"{ns / scale:.2f}"
 
     error = whatif.replay_error
-    head = (f"measured {STEP_TIME_DEFINITION} {t(whatif.measured_step_ns)} {unit}, replayed "
+    head = (f"measured {format.STEP_TIME_DEFINITION} {t(whatif.measured_step_ns)} {unit}, replayed "
             f"{t(whatif.replayed_step_ns)} {unit} (replay error median {100 * error:.1f}% over "
             f"{whatif.steps} steps)"
             if error is not None else "no steps to replay")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..typed import JsonError, Record, absent
+from ..typed import JsonError, Reason, Record, absent
 
 
 @dataclass(frozen=True)
@@ -173,10 +173,10 @@ class Finding(Record):
     saving_share: float | None        # of the measured step
     priced_by: str | None             # the what-if scenario
     priced_after_straggler: bool
-    why_not: str | None
+    why_not: str | Reason | None      # why unpriced: a Reason until worded (reports/findings.py)
     durations_vary_share: float | None
-    message: str                      # in summary.json in readable units; in memory the template
-    advice: str
+    message: str = absent()           # summary.json: in readable units; worded in memory: the template
+    advice: str = absent()            # both absent until worded (reports/findings.py worded)
     template: str = absent()          # the message with its duration tokens (units.phrase): summary.json only
 
     @classmethod
@@ -206,7 +206,7 @@ class Check(Record):
     exposed_communication_ns: int
     overlap_ratio: float | None
     kinds: list[str]                  # collective kinds on the shared lanes (FAIL)
-    message: str                      # in summary.json in readable units; in memory with duration tokens
-    advice: str
+    message: str | Reason             # summary.json: in readable units; in memory a Reason until worded
+    advice: str | Reason
     pipeline_ranks: list[int] = absent()       # a send/recv pipeline stage's chain: its FAIL is a PASS
     waits_for_straggler_ns: int = absent()     # what a WARN/FAIL rank's exposed time waited for the straggler

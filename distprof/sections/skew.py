@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..typed import Record, absent
+from ..typed import Reason, Record, absent
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class StragglerRow(Record):
     threshold_ns: int
     most_often_last_rank: int
     exposed_waits_ns_by_rank: dict[int, int]
-    cost_why_not: str | None = absent()
+    cost_why_not: str | Reason | None = absent()  # a Reason until worded (reports/words.py)
     durations_vary_share: float | None = absent()
     saving_ns: int = absent()
     share: float = absent()  # saving_ns / the measured step

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..typed import Record, absent
+from ..typed import Reason, Record, absent
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Scenario(Record):
     saving_ns: int | None          # measured median step less the predicted one (per step since since_step)
     ranks_gaining: list[int]       # ranks whose own median step drops by more than 1%
     applies: bool
-    why: str | None                # why it does not apply (None where it does)
+    why: str | Reason | None       # why it does not apply (None where it does); a Reason until worded
     rank: int = absent()           # no_straggler: the straggler the skew analysis named
     removed_per_step_ns: int = absent()  # no_straggler: its lateness removed, per step
     phase: str = absent()          # no_dataloader_wait: the dataloader phase it found no time in
@@ -47,7 +47,7 @@ class WhatIf(Record):
     replay_error: float | None      # median over steps of |replayed - measured| / measured
     replay_error_max: float | None
     steps: int
-    notes: list[str]
+    notes: list[str | Reason]      # Reasons until worded (reports/findings.py)
     scenarios: list[Scenario]
 
 
