@@ -13,6 +13,7 @@ import numpy as np
 
 from . import events as ev
 from .columns import unique_rows
+from .matching import Matching
 from .results import ClockEstimate, RankResult
 
 # -- matching collectives across ranks (rank 0, compact results only) ------------------------
@@ -21,38 +22,6 @@ from .results import ClockEstimate, RankResult
 # k-th of another would be a guess; never matched (nor used for alignment)
 _UNMATCHED_KINDS = (ev.OTHER_COMM,)
 _P2P = "p2p"  # send/recv, matched by (group, sender, receiver, order)
-
-
-@dataclass(frozen=True)
-class Matching:
-    """Collectives matched across ranks. Column j is one collective: the ``ordinal``-th of its
-    kind in its process group and step (for p2p, of its sender -> receiver pair), on every rank
-    of the group that is in the merge (``present``). Times are on each rank's own clock; rows
-    follow ``ranks``. ``group_ranks[j]``: the group's members (global ranks) when the trace
-    names them, else the ranks that have the op; ``nbytes``/``launch_ns``/``exposed_ns`` (the part of
-    the op no computation of its rank overlaps): per rank, -1 unknown."""
-
-    ranks: np.ndarray
-    name: np.ndarray
-    step: np.ndarray
-    ordinal: np.ndarray
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    present: np.ndarray
-    kinds: list[dict] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    excluded: list[str] = field(default_factory=list)
-    group: np.ndarray = field(default_factory=lambda: np.empty(0, object))
-    group_ranks: list[tuple[int, ...]] = field(default_factory=list)
-    nbytes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    launch_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    exposed_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))  # -1 unknown
-    sender: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))    # p2p: global rank; else -1
-    receiver: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # p2p: global rank; else -1
-
-    @property
-    def size(self) -> int:
-        return int(self.name.size)
 
 
 def _ordinal_in_group(*sorted_keys: np.ndarray) -> np.ndarray:

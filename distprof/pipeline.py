@@ -81,10 +81,9 @@ def _unseen_members(out: dict, matching: align_mod.Matching, missing: list[int])
     incomplete = [j for j in mine.tolist() if not groups[j] or unseen & set(matching.group_ranks[j])]
     if incomplete:
         out["straggler"] = None
-        out["notes"].append(f"rank {straggler['rank']} is last among the ranks present in {straggler['late_in']} of "
-                            f"{straggler['of']} collectives, but {len(incomplete)} of them belong to groups with "
-                            f"members missing from the inputs ({_rank_ranges(sorted(unseen))[:80]}): the missing "
-                            "ranks may be later still, so no straggler is named")
+        out["notes"].append(Reason("unseen_members", {  # worded by reports/findings.py
+            "rank": straggler["rank"], "late_in": straggler["late_in"], "of": straggler["of"],
+            "incomplete": len(incomplete), "missing": sorted(unseen)}))
         out["no_straggler_note"] = len(out["notes"]) - 1
 
 

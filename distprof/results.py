@@ -286,7 +286,8 @@ class Summary(Record):
     def to_json(self) -> dict:
         """summary.json's content: the one place it is written from (of a worded Summary:
         reports.findings.worded words what the analyses left as codes)."""
-        if any(f.message is ABSENT for f in self.findings):
+        texts = (*self.skew.notes, *self.warnings, *(c.message for c in self.checks))
+        if any(f.message is ABSENT for f in self.findings) or any(isinstance(t, Reason) for t in texts):
             raise ValueError("an unworded Summary has no summary.json: reports.findings.worded(summary) first")
         return Record.to_json(replace(
             self, findings=[replace(f, message=phrase(f.message), template=f.message) for f in self.findings],

@@ -41,6 +41,11 @@ def summarize(rows_by_rank: dict[int, list[tuple]]) -> dict:
 
 
 def tp_dp_job(delay_ns: int, late_rank: int = 3, steps: int = 6, late_steps=None, delays=None) -> dict:
+    """summary.json of the TP x DP job of ``_tp_dp_rows``."""
+    return summarize(_tp_dp_rows(delay_ns, late_rank, steps, late_steps, delays))
+
+
+def _tp_dp_rows(delay_ns: int = 0, late_rank: int = 3, steps: int = 6, late_steps=None, delays=None) -> dict:
     """TP groups {0,1}, {2,3} allreduce after forward; DP groups {0,2}, {1,3} allgather after
     backward. The late rank's forward takes ``delay_ns`` longer in ``late_steps`` (all): its TP
     partner waits for it, and so does its DP partner; the TP partner then reaches its own DP
@@ -63,7 +68,7 @@ def tp_dp_job(delay_ns: int, late_rank: int = 3, steps: int = 6, late_steps=None
                         _phase("backward", tp_end[r], dp_arrive[r], s),
                         _comm(ev.ALLGATHER, dp_arrive[r], dp_end[r], s, dp_of[r]),
                         _phase("optimizer", dp_end[r], dp_end[r] + 5 * MS, s)]
-    return summarize(rows)
+    return rows
 
 
 def pipeline_job(delay_ns: int, late_stage: int, stages: int = 4, steps: int = 6) -> dict:
@@ -288,3 +293,22 @@ def test_the_first_screen_says_why_no_straggler_is_named(delays, why):
     # the reason is one of the skew notes (summary.json's readable units), pointed at by its index
     note = summary["skew"]["notes"][summary["skew"]["no_straggler_note"]]
     assert note.startswith("rank 1 ") and why.split(": ")[-1] in note
+
+
+def test_the_skew_notes_are_reasons_until_the_reports_word_them():
+    """The analysis gives why no straggler is named as a code and its figures (a rank late in one
+    step: transient); reports/findings.py words it, durations as units.duration tokens."""
+    from distprof.reports import findings as findings_report
+    from distprof.typed import Reason
+    from distprof.units import duration
+    late = [0, 0, 0, 20 * MS, 0, 0]
+    results = [_result(rank, rows) for rank, rows in sorted(_tp_dp_rows(delays={1: late}).items())]
+    summary = pipeline.combine(results, CONFIG, source="test", world_size=len(results))
+    reason = summary.skew.notes[summary.skew.no_straggler_note]
+    assert isinstance(reason, Reason) and reason.code == "transient"
+    assert reason.figures["rank"] == 1 and reason.figures["steps"] == [3]
+    worded = findings_report.worded(summary)
+    assert all(isinstance(note, str) for note in worded.skew.notes)
+    assert worded.skew.notes[worded.skew.no_straggler_note] == (
+        f"rank 1 is late only in step(s) 3 (1 of 6): transient, not a straggler (costs "
+        f"{duration(reason.figures['per_step_ns'])} per step on average)")

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from distprof.sources import joins
+from distprof import joins
 
 
 def test_launch_join_on_pid_and_correlation_prefers_lowest_rank():

@@ -14,8 +14,8 @@ from result_views import rank_figures, rank_row, summary_json  # noqa: F401
 
 from distprof import config as config_module
 from distprof import events as ev
-from distprof import pipeline, sources
-from distprof.sources import joins, nsys
+from distprof import joins, pipeline, sources
+from distprof.sources import nsys
 
 pytestmark = pytest.mark.skipif(not fx.ddl_available(), reason=f"nsys DDL folder {fx.DDL_DIR} is absent")
 ALL_SCHEMAS = list(fx.SCHEMAS)

@@ -11,7 +11,7 @@ from distprof import config as config_mod
 from distprof import events as ev
 from distprof import lanes, pipeline
 from distprof.analyses import distributed
-from distprof.sources.joins import launch_join
+from distprof.joins import launch_join
 
 CONFIG = config_mod.load()
 

@@ -9,9 +9,9 @@ import pandas as pd
 
 from distprof import columns
 from distprof import events as ev
-from distprof.align import Matching
 from distprof.analyses import collectives, stacked
 from distprof.analyses import intervals as iv
+from distprof.matching import Matching
 
 
 def test_factorize_codes_in_order_of_appearance():

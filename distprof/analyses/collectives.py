@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import events as ev
-from ..align import Matching, unique_rows
+from ..columns import unique_rows
+from ..matching import Matching
 
 P2P = "p2p"  # align's kind of a matched send/recv pair
 # nccl-tests' busbw factor per kind, as a function of the group size n; None: no bandwidth

@@ -103,7 +103,7 @@ def _phase_table(g: Graph, t: np.ndarray) -> dict[str, np.ndarray]:
     start point); the k-th start of a name on a rank pairs with its k-th end."""
     names, name_code = np.unique(np.asarray([text[:-1] for text in g.labels.tolist()], dtype=str),
                                  return_inverse=True)  # one per label text
-    starts, ends = np.flatnonzero(g.p_kind == whatif._PHASE_START), np.flatnonzero(g.p_kind == whatif._PHASE_END)
+    starts, ends = np.flatnonzero(g.p_kind == whatif.PHASE_START), np.flatnonzero(g.p_kind == whatif.PHASE_END)
     keys = [(g.p_rank[rows], name_code.reshape(-1)[g.p_label[rows]]) for rows in (starts, ends)]
     k = [columns.runs(*key)[1] for key in keys]
     code, _ = columns.runs(*(np.r_[keys[0][i], keys[1][i]] for i in (0, 1)), np.r_[k[0], k[1]])
@@ -257,8 +257,8 @@ def _step_ranks(g: Graph, t: np.ndarray) -> dict[str, np.ndarray]:
     """Per step (ascending): the rank row whose replayed step is the job's step time (the median
     over ranks; with an even count the rank closest to it, ``exact`` False), its step's points
     and duration."""
-    ns = whatif._step_ns(g, t)
-    steps, job = whatif._job_steps(g, ns)
+    ns = whatif.step_ns(g, t)
+    steps, job = whatif.job_steps(g, ns)
     job_ns = job[np.searchsorted(steps, g.step_index)]
     off = np.abs(ns - job_ns)
     order = np.lexsort((g.step_rank, off, g.step_index))

@@ -23,9 +23,9 @@ import numpy as np
 
 from .. import events as ev
 from .. import lanes as lanes_mod
+from ..joins import launch_join
 from ..rankview import RankView
 from ..results import FIGURES, Lane, RankFigures
-from ..sources.joins import launch_join
 from . import intervals as iv
 
 # host API calls that only enqueue communication kernels: not communication on GPU traces

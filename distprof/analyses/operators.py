@@ -25,8 +25,8 @@ import numpy as np
 
 from .. import events as ev
 from ..columns import Groups
+from ..joins import innermost_enclosing
 from ..rankview import RankView
-from ..sources.joins import innermost_enclosing
 from . import intervals as iv
 from . import stacked
 
@@ -116,7 +116,7 @@ def _nvtx_sizes(name: str) -> str | None:
     return match.group(1)
 
 
-def _thread_keys(*pairs: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
+def thread_keys(*pairs: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
     """One int64 key per (pid, lane) pair, equal across the given arrays for equal pairs (each
     side's dense code, combined: 1-D sorts only)."""
     pid = np.concatenate([np.asarray(p, np.int64) for p, _ in pairs])
@@ -139,7 +139,7 @@ def launched_gpu_ns(view: RankView, operators: ev.Table, op_thread: np.ndarray) 
     launch = view.launch[gpu]
     launched = launch >= 0
     call = launch[launched]
-    call_thread, = _thread_keys((pid[call], lane[call]))
+    call_thread, = thread_keys((pid[call], lane[call]))
     op_of = innermost_enclosing(op_thread, operators["start_ns"], operators["end_ns"],
                                 call_thread, start[call], end[call])
     duration = (end - start)[gpu[launched]]
@@ -157,7 +157,7 @@ def prepared(events: ev.Table, profiles: dict, needs_shapes: Callable | None = N
         ops, dims = nvtx_operators(events, needs_shapes)
     start, end = ops["start_ns"], ops["end_ns"]
     pid, lane = ops["pid"], ops["lane"]
-    (thread,) = _thread_keys((pid, lane)) if len(ops) else (np.empty(0, np.int64),)
+    (thread,) = thread_keys((pid, lane)) if len(ops) else (np.empty(0, np.int64),)
     parent, depth = op_tree(thread, start, end)
     duration = end - start
     child = np.bincount(parent[parent >= 0], weights=duration[parent >= 0], minlength=len(ops)).astype(np.int64)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..align import Matching
 from ..columns import union_per_key
+from ..matching import Matching
 from . import collectives as coll
 
 

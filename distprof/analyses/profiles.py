@@ -41,12 +41,12 @@ import numpy as np
 
 from .. import events as ev
 from ..columns import Groups, unique_rows
+from ..joins import innermost_enclosing
 from ..rankview import RankView
 from ..results import RankProfile
-from ..sources.joins import innermost_enclosing
 from . import intervals as iv
 from . import operators as ops_mod
-from .summaries import MAX_STEPS, _in_window, model_row
+from .summaries import MAX_STEPS, model_row, rows_in_window
 
 _GEMM = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
 _CONV = re.compile(r"^aten::(_?convolution|conv[123]d|cudnn_convolution|mkldnn_convolution|_convolution)$")
@@ -191,7 +191,7 @@ def _step_and_phase(view: RankView, tree: dict) -> tuple[np.ndarray, np.ndarray]
     phase = np.full(start.size, -1, np.int8)
     if phase_mask.any():
         pid, lane = events["pid"], events["lane"]
-        thread_ops, thread_phase = ops_mod._thread_keys((ops["pid"], ops["lane"]), (pid[phase_mask], lane[phase_mask]))
+        thread_ops, thread_phase = ops_mod.thread_keys((ops["pid"], ops["lane"]), (pid[phase_mask], lane[phase_mask]))
         at = innermost_enclosing(thread_phase, ev_start[phase_mask], ev_end[phase_mask], thread_ops, start, end)
         key = events["name"].mapped(lambda n: _PHASES.index(_PHASE_KEYS.get(model_row(str(n)) or "", "other")),
                                     np.int8)[phase_mask]
@@ -276,7 +276,7 @@ def memory_figures(view: RankView, memory: ev.Table | None) -> dict:
             "memory_growth_per_step_bytes": None, "memory_device": None, "memory_devices": []}
     if memory is None or not len(memory):
         return none
-    samples = memory.take(_in_window(memory["time_ns"], view.window))
+    samples = memory.take(rows_in_window(memory["time_ns"], view.window))
     if not len(samples):
         return none
     events, steps = view.events, np.flatnonzero(view.steps)  # by start
@@ -316,7 +316,7 @@ def rank_profile(view: RankView, config: dict, profiles: dict | None = None) -> 
     trace's side tables, RankTrace.profiles)."""
     profiles = profiles or {}
     tree = ops_mod.prepared(view.events, profiles, lambda names: shape_args_needed(names)[0])
-    in_window = _in_window(tree["ops"]["start_ns"], view.window)
+    in_window = rows_in_window(tree["ops"]["start_ns"], view.window)
     table = ops_mod.operator_table(view, tree, in_window)
     peak = (config.get("hardware") or {}).get("peak_tflops")
     figures = {**flops_figures(view, tree, in_window, peak), **memory_figures(view, profiles.get("memory"))}

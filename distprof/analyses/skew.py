@@ -12,11 +12,11 @@ import re
 import numpy as np
 
 from .. import events as ev
-from ..align import Matching
 from ..columns import union_per_key, unique_rows
+from ..matching import Matching
 from ..rankview import RankView
 from ..results import RankMarkers
-from ..units import duration
+from ..typed import Reason
 from . import blame as blame_mod
 from . import collectives as coll
 from . import intervals as iv
@@ -304,7 +304,7 @@ def _collective_rows(matching: Matching, arrivals: dict, inst: dict, limit: int)
     } for j in order[_top(a["arrival_skew"][order], limit)]]
 
 
-def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str]]:
+def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[Reason]]:
     """Aggregates per kind of collective and process group, and a note per such pair whose split
     and waits disagree."""
     a = arrivals
@@ -326,12 +326,10 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[str
             "split_disagreements": int(disagree.sum()),
         })
         if disagree.mean() > SPLIT_DISAGREE_NOTE_SHARE:
-            where = f" (group {group})" if group else ""
-            notes.append(
-                f"{kind}{where}: the aligned waits and the sync/transfer split disagree on {int(disagree.sum())} of "
-                f"{int(cols.sum())} collectives (median gap {duration(np.median(a['split_diff'][cols][disagree]))}; "
-                f"median end skew {duration(np.median(a['end_skew'][cols]))}): the ranks do not leave it together "
-                "(e.g. host threads resuming late) or the clocks are off; the split needs no clock")
+            notes.append(Reason("split_disagrees", {
+                "kind": kind, "group": group, "disagree": int(disagree.sum()), "matched": int(cols.sum()),
+                "gap_ns": float(np.median(a["split_diff"][cols][disagree])),
+                "end_skew_ns": float(np.median(a["end_skew"][cols]))}))
     return kinds, notes
 
 
@@ -433,7 +431,7 @@ def _onset(per_unit: np.ndarray, r: int, min_cost: float, cfg: dict) -> int | No
 
 
 def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, verified, phases,
-                    gpu) -> tuple[dict | None, list[str]]:
+                    gpu) -> tuple[dict | None, list[Reason]]:
     """The straggler: the rank whose waits caused are the largest, when (a) they reach ``min_cost``
     per step, (b) it is late in ``straggler_min_late_share`` of the steps, or of the steps from
     an onset to the last (``_onset``; then (a) counts those steps only) (one step: last in more
@@ -465,9 +463,8 @@ def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, veri
     if not (big and repeats and leads):
         return None, _no_straggler_notes(blame, rank_of, r, big, repeats)
     if not verified[r]:
-        return None, [f"rank {rank_of[r]} costs the others {duration(per_step[r])} per step (last in {late_in} of "
-                      f"{of} collectives), but its clock offset is unverified (too few matched collectives to "
-                      "align it, no bound from its source): not named a straggler"]
+        return None, [Reason("clock_unverified", {"rank": rank_of[r], "per_step_ns": float(per_step[r]),
+                                                  "late_in": late_in, "of": of})]
     return _straggler_row(matching, inst, blame, r, phases, gpu, onset), []
 
 
@@ -518,33 +515,33 @@ def _exposed_waits(matching: Matching, inst: dict, blame: dict, r: int, late_uni
     return {str(rank): int(total[row]) for row, rank in enumerate(matching.ranks.tolist()) if row != r}
 
 
-def _no_straggler_notes(blame: dict, rank_of: list[int], r: int, big: bool, repeats: bool) -> list[str]:
+def _no_straggler_notes(blame: dict, rank_of: list[int], r: int, big: bool, repeats: bool) -> list[Reason]:
     """Why no rank is named, by the condition that failed: another rank costs nearly as much (the
     late rank repeats but does not lead), the late rank rotates, or one is late only in a few steps."""
     per_unit, min_cost = blame["per_unit"], blame["min_cost"]
     label = "step" if blame["by_step"] else "unit"
     if big and repeats:
         second = int(np.argsort(-blame["cost"])[1])
-        return [f"rank {rank_of[r]} costs the others {duration(blame['per_step'][r])} per {label}, but rank "
-                f"{rank_of[second]} costs nearly as much ({duration(blame['per_step'][second])}): no single "
-                "straggler; the delay is spread (uneven work, or a busy machine)"]
+        return [Reason("delay_spread", {"rank": rank_of[r], "per_step_ns": float(blame["per_step"][r]),
+                                        "label": label, "second": rank_of[second],
+                                        "second_per_step_ns": float(blame["per_step"][second])})]
     worst = per_unit.argmax(axis=0)
     hit = per_unit.max(axis=0) >= min_cost
     culprits = sorted({rank_of[w] for w in worst[hit]})
     if len(culprits) >= 2:
-        shown = "; ".join(f"{label} {int(s)}: rank {rank_of[w]} ({duration(c)})" for s, w, c in
-                          zip(blame["steps"][hit][:8], worst[hit][:8], per_unit.max(axis=0)[hit][:8]))
-        return [f"the late rank rotates (ranks {', '.join(map(str, culprits[:8]))}): not one straggler; "
-                f"the worst per {label}: {shown}"]
+        worst_by_unit = [[int(s), rank_of[w], float(c)] for s, w, c in
+                         zip(blame["steps"][hit][:8], worst[hit][:8], per_unit.max(axis=0)[hit][:8])]
+        return [Reason("late_rank_rotates", {"ranks": culprits[:8], "label": label, "worst": worst_by_unit})]
     late = np.flatnonzero(per_unit[r] >= min_cost)
     if late.size and not repeats and blame["n_units"] == 1:
-        return [f"rank {rank_of[r]} is last in {int(blame['last_in'][r])} of its {int(blame['of'][r])} collectives "
-                f"of the one profiled {label}, not in more than half: not named a straggler (costs the others "
-                f"{duration(blame['per_step'][r])})"]
+        return [Reason("last_in_half_or_less", {"rank": rank_of[r], "last_in": int(blame["last_in"][r]),
+                                                "of": int(blame["of"][r]), "label": label,
+                                                "per_step_ns": float(blame["per_step"][r])})]
     if late.size and not repeats:
-        steps = ", ".join(str(int(s)) for s in blame["steps"][late][:8])
-        return [f"rank {rank_of[r]} is late only in {label}(s) {steps} ({late.size} of {blame['n_units']}): transient, "
-                f"not a straggler (costs {duration(blame['per_step'][r])} per {label} on average)"]
+        return [Reason("transient", {"rank": rank_of[r], "label": label,
+                                     "steps": [int(s) for s in blame["steps"][late][:8]],
+                                     "late": int(late.size), "units": int(blame["n_units"]),
+                                     "per_step_ns": float(blame["per_step"][r])})]
     return []
 
 

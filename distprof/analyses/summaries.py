@@ -39,6 +39,7 @@ from .. import lanes as lanes_mod
 from .. import names
 from ..columns import Groups, group_mean, unique_rows
 from ..rankview import RankView
+from ..sections.tables import MERGED_DEVICE_LABELS
 from . import intervals as iv
 from . import operators, stacked, steptime
 
@@ -70,7 +71,7 @@ def model_row(name: str, dataloader: str = "Dataloader") -> str | None:
     return "Others"
 
 
-def _in_window(starts: np.ndarray, window: iv.IntervalSet) -> np.ndarray:
+def rows_in_window(starts: np.ndarray, window: iv.IntervalSet) -> np.ndarray:
     """Rows whose start lies in the (disjoint, sorted) window set."""
     w_start, w_end = window
     if w_start.size == 0:
@@ -287,7 +288,7 @@ def rank_tables(view: RankView, config: dict, meta: dict | None = None, max_rows
     events, window = view.events, view.window
     window_ns = iv.total(window)
     starts = events["start_ns"]
-    in_window = _in_window(starts, window)
+    in_window = rows_in_window(starts, window)
     kind = events["kind"]
     name_codes, name_texts = events["name"].codes, events["name"].texts
     kernels = kind.eq(ev.KERNEL) & in_window
@@ -438,9 +439,7 @@ def _merge_device(tables_by_rank, ranks) -> list[dict]:
     kinds = np.array([row.get("kind") for row in rows], object)
     utilization, known = stacked.optional(rows, "utilization", np.float64)
     merged = []
-    for kind, label, how in (("gpu", "GPU (mean of the rank's GPUs)", "mean"),
-                             ("cpu_process", "CPU(Process)", "mean"),
-                             ("host_thread", "Busiest host thread", "max")):
+    for kind, how in (("gpu", "mean"), ("cpu_process", "mean"), ("host_thread", "max")):
         part = (kinds == kind) & known
         if not part.any():
             continue
@@ -448,7 +447,7 @@ def _merge_device(tables_by_rank, ranks) -> list[dict]:
         per_rank = group_mean(utilization[part], code, present.size) if how == "mean" else \
             Groups.of(code, present.size).max(utilization[part])
         position = {int(r): k for k, r in enumerate(present.tolist())}
-        merged.append({"device": label, "kind": kind, "mean": float(per_rank.mean()),
+        merged.append({"device": MERGED_DEVICE_LABELS[kind], "kind": kind, "mean": float(per_rank.mean()),
                        "min": float(per_rank.min()), "max": float(per_rank.max()),
                        "min_rank": int(present[np.argmin(per_rank)]), "max_rank": int(present[np.argmax(per_rank)]),
                        "utilization_by_rank": [float(per_rank[position[r]]) if r in position else None

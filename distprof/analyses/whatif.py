@@ -43,7 +43,7 @@ from itertools import chain
 import numpy as np
 
 from .. import columns
-from ..align import Matching
+from ..matching import Matching
 from ..results import RankResult
 from ..typed import Reason
 from . import steptime
@@ -56,7 +56,7 @@ SCENARIOS = ("no_straggler", "overlap_communication", "comm_bandwidth_x2", "no_d
 _NEG = np.iinfo(np.int64).min // 4
 # chain point kinds, in their order at equal times: a blocking call returns before the phase
 # around it ends
-_RETURN, _PHASE_END, _STEP_END, _STEP_START, _PHASE_START, _ISSUE = range(-1, 5)
+_RETURN, PHASE_END, _STEP_END, _STEP_START, PHASE_START, _ISSUE = range(-1, 5)
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class Graph:
     e_needed: np.ndarray       # per edge: a blocking call's return that work comes right after
     #                            (no scenario overlaps it: the thread needs its result, as a
     #                            pipeline stage needs the activations its recv brings)
-    p_kind: np.ndarray         # _RETURN, _PHASE_END, _STEP_END, _STEP_START, _PHASE_START or _ISSUE
+    p_kind: np.ndarray         # _RETURN, PHASE_END, _STEP_END, _STEP_START, PHASE_START or _ISSUE
     p_step: np.ndarray         # the step of each point
     p_label: np.ndarray        # code into ``labels``
     labels: np.ndarray         # label texts, sorted: "name<" / "name>" for phase bounds, "step<" /
@@ -255,9 +255,9 @@ def _chain_points(steps: dict, phases: dict, ops: dict, labels: dict) -> dict[st
     issue_t = np.where(ops["launch_ns"] >= 0, ops["launch_ns"], ops["start_ns"])[issued]
     parts = [(steps["row"], steps["end_ns"], _STEP_END, steps["step"], labels["step_end"]),
              (steps["row"], steps["start_ns"], _STEP_START, steps["step"], labels["step_start"]),
-             (phases["row"][keep], phases["start_ns"][keep], _PHASE_START, phases["step"][keep],
+             (phases["row"][keep], phases["start_ns"][keep], PHASE_START, phases["step"][keep],
               labels["phase_start"][keep]),
-             (phases["row"][keep], phases["end_ns"][keep], _PHASE_END, phases["step"][keep], labels["phase_end"][keep]),
+             (phases["row"][keep], phases["end_ns"][keep], PHASE_END, phases["step"][keep], labels["phase_end"][keep]),
              (ops["row"][returned], ops["end_ns"][returned], _RETURN, ops["step"][returned],
               labels["return"][returned]),
              (ops["row"][issued], issue_t, _ISSUE, ops["step"][issued], labels["issue"][issued])]
@@ -675,15 +675,15 @@ def _input_phases(g: Graph, waited: np.ndarray) -> np.ndarray:
     collective issued inside a phase keeps its issue point."""
     hoist = np.full((g.o_start.size, 3), -1, np.int64)
     root = _along_queues(g.o_issue, g.o_issue < 0, g.o_lane_prev, -1)  # a queued op: its queue head's issue
-    bound = (g.p_kind == _PHASE_END) | (g.p_kind == _PHASE_START) | (g.p_kind == _STEP_START)
+    bound = (g.p_kind == PHASE_END) | (g.p_kind == PHASE_START) | (g.p_kind == _STEP_START)
     last_bound = np.maximum.accumulate(np.where(bound, np.arange(g.p_kind.size), -1))
     after = np.where(root >= 0, last_bound[np.maximum(root, 0)], -1)
     safe = np.maximum(after, 0)
-    step_in = (g.p_kind == _PHASE_START).astype(np.int64) - (g.p_kind == _PHASE_END)
+    step_in = (g.p_kind == PHASE_START).astype(np.int64) - (g.p_kind == PHASE_END)
     opened = np.cumsum(step_in)  # phases open at each point, counted from the rank's first point
     depth = opened - np.repeat(opened[g.p_first] - step_in[g.p_first],
                                np.diff(np.r_[np.flatnonzero(g.p_first), g.p_kind.size]))
-    ok = (after >= 0) & (g.p_kind[safe] == _PHASE_END) & (g.p_rank[safe] == g.p_rank[np.maximum(root, 0)]) \
+    ok = (after >= 0) & (g.p_kind[safe] == PHASE_END) & (g.p_rank[safe] == g.p_rank[np.maximum(root, 0)]) \
         & ~g.p_loader[safe] & (depth[np.maximum(root, 0)] == 0)  # issued outside every phase
     serialized = np.unique(after[waited[ok[waited]]]) if waited.size else np.zeros(0, np.int64)
     ends = np.intersect1d(np.unique(after[ok]), serialized)
@@ -766,12 +766,12 @@ def _needed_edges(g: Graph, edges: np.ndarray) -> np.ndarray:
     return needed[edges[:, 0]]
 
 
-def _step_ns(g: Graph, t: np.ndarray) -> np.ndarray:
+def step_ns(g: Graph, t: np.ndarray) -> np.ndarray:
     """Per (rank row, step) of the graph: the step's duration under point times ``t``."""
     return t[g.step_end] - t[g.step_start]
 
 
-def _job_steps(g: Graph, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def job_steps(g: Graph, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(steps ascending, the job's step time of each): analyses.steptime, the median over ranks
     of the step's duration."""
     return steptime.per_step(g.step_index, ns)
@@ -779,7 +779,7 @@ def _job_steps(g: Graph, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _job_step_ns(g: Graph, t: np.ndarray) -> int:
     """The job's step time under point times ``t`` (median over steps of ``_job_steps``)."""
-    return int(round(float(np.median(_job_steps(g, _step_ns(g, t))[1]))))
+    return int(round(float(np.median(job_steps(g, step_ns(g, t))[1]))))
 
 
 def _rank_medians(g: Graph, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -852,8 +852,8 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     t, ends = replay(g, *measured_inputs)
     if keep is not None:
         keep["measured"] = (t, ends)
-    replayed = _step_ns(g, t)
-    job_measured, job_replayed = _job_steps(g, _step_ns(g, g.p_t))[1], _job_steps(g, replayed)[1]
+    replayed = step_ns(g, t)
+    job_measured, job_replayed = job_steps(g, step_ns(g, g.p_t))[1], job_steps(g, replayed)[1]
     errors = np.abs(job_replayed - job_measured) / np.maximum(job_measured, 1)
     measured_ns = int(round(float(np.median(job_measured))))
     context = {"dataloader": dataloader, "straggler": _named(g, straggler_rank), "since": straggler_since}
@@ -887,7 +887,7 @@ def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank
         return {"name": name, "predicted_step_ns": None, "saving_ns": None, "ranks_gaining": [],
                 "applies": False, "why": _why(info), **{k: v for k, v in info.items() if k != "reason"}}
     t, _ = replay(g, *inputs)
-    rows, by_rank = _rank_medians(g, _step_ns(g, t))
+    rows, by_rank = _rank_medians(g, step_ns(g, t))
     predicted = _job_step_ns(g, t)
     gaining = [int(g.rank_numbers[r]) for r in rows[(base_by_rank - by_rank) > GAIN_SHARE * base_by_rank].tolist()]
     since = context.get("since") if name == "no_straggler" else None
@@ -900,8 +900,8 @@ def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank
 def _saving_since(g: Graph, t: np.ndarray, since: int) -> int:
     """The job's median step from step ``since`` on, measured, less the same under times ``t``:
     what a fix saves per step where the lateness is (a rank that turned slow at ``since``)."""
-    steps, measured = _job_steps(g, _step_ns(g, g.p_t))
-    predicted = _job_steps(g, _step_ns(g, t))[1]
+    steps, measured = job_steps(g, step_ns(g, g.p_t))
+    predicted = job_steps(g, step_ns(g, t))[1]
     late = steps >= since
     if not late.any():
         return 0

@@ -104,7 +104,7 @@ def _band(step: PathStep, unit: str) -> str:
 
 def html_section(path: CriticalPath | None, unit: str, table) -> str:
     """The HTML section: the shares, one band per step (hover a piece for what it is) and the top
-    contributors; ``table`` is html._table (headers, rows, left)."""
+    contributors; ``table`` is html.table_html (headers, rows, left)."""
     if path is None or not path.steps:
         return ""
     path = capped(path)

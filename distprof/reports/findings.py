@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .. import events as ev
 from ..analyses import cost
+from ..ranges import rank_ranges
 from ..results import Summary
 from ..typed import ABSENT, Reason
 from ..units import duration
@@ -365,6 +366,55 @@ _ADVICE_NO_OVERLAP = {
 }
 
 
+# why the skew analysis names no straggler, and what else its notes say (skew.notes: templates,
+# durations as units.duration tokens)
+def _split_disagrees(f: dict) -> str:
+    where = f" (group {f['group']})" if f["group"] else ""
+    return (f"{f['kind']}{where}: the aligned waits and the sync/transfer split disagree on "
+            f"{f['disagree']} of {f['matched']} collectives (median gap {duration(f['gap_ns'])}; median end "
+            f"skew {duration(f['end_skew_ns'])}): the ranks do not leave it together (e.g. host threads "
+            "resuming late) or the clocks are off; the split needs no clock")
+
+
+def _clock_unverified(f: dict) -> str:
+    return (f"rank {f['rank']} costs the others {duration(f['per_step_ns'])} per step (last in "
+            f"{f['late_in']} of {f['of']} collectives), but its clock offset is unverified (too few matched "
+            "collectives to align it, no bound from its source): not named a straggler")
+
+
+def _delay_spread(f: dict) -> str:
+    return (f"rank {f['rank']} costs the others {duration(f['per_step_ns'])} per {f['label']}, but rank "
+            f"{f['second']} costs nearly as much ({duration(f['second_per_step_ns'])}): no single straggler; "
+            "the delay is spread (uneven work, or a busy machine)")
+
+
+def _rotates(f: dict) -> str:
+    label = f["label"]
+    shown = "; ".join(f"{label} {step}: rank {rank} ({duration(ns)})" for step, rank, ns in f["worst"])
+    return (f"the late rank rotates (ranks {', '.join(map(str, f['ranks']))}): not one straggler; "
+            f"the worst per {label}: {shown}")
+
+
+def _last_in_half_or_less(f: dict) -> str:
+    return (f"rank {f['rank']} is last in {f['last_in']} of its {f['of']} collectives of the one profiled "
+            f"{f['label']}, not in more than half: not named a straggler (costs the others "
+            f"{duration(f['per_step_ns'])})")
+
+
+def _transient(f: dict) -> str:
+    steps = ", ".join(map(str, f["steps"]))
+    return (f"rank {f['rank']} is late only in {f['label']}(s) {steps} ({f['late']} of {f['units']}): "
+            f"transient, not a straggler (costs {duration(f['per_step_ns'])} per {f['label']} on average)")
+
+
+def _unseen_members(f: dict) -> str:
+    missing = f["missing"]
+    ranks = f"rank{'s' if len(missing) > 1 else ''} {rank_ranges(missing)}"
+    return (f"rank {f['rank']} is last among the ranks present in {f['late_in']} of {f['of']} collectives, "
+            f"but {f['incomplete']} of them belong to groups with members missing from the inputs "
+            f"({ranks[:80]}): the missing ranks may be later still, so no straggler is named")
+
+
 def _hosts(hosts: list[dict]) -> str:
     return "; ".join(f"{h['ranks']} ranks on {h['host']} with {h['cpus']} cores" for h in hosts[:4])
 
@@ -419,6 +469,14 @@ TEXTS: dict[str, Callable[[dict], str]] = {
                                       "serialized communication"),
     "advice_serialized": lambda f: _ADVICE_SERIALIZED[f["pytorch"]],
     "advice_no_overlap": lambda f: _ADVICE_NO_OVERLAP[f["pytorch"]],
+    # the skew notes (analyses/skew.py; the straggler's unseen group members: pipeline.py)
+    "split_disagrees": _split_disagrees,
+    "clock_unverified": _clock_unverified,
+    "delay_spread": _delay_spread,
+    "late_rank_rotates": _rotates,
+    "last_in_half_or_less": _last_in_half_or_less,
+    "transient": _transient,
+    "unseen_members": _unseen_members,
     # an analysis that could not run on this trace (warnings)
     "whatif_skipped": lambda f: f"what-if replay skipped: {f['error']}",
     "critical_path_skipped": lambda f: f"critical path skipped: {f['error']}",
@@ -432,15 +490,23 @@ def text(said: str | Reason | None) -> str | None:
     return TEXTS[said.code](said.figures)
 
 
+def _worded_straggler(straggler: StragglerRow | None) -> StragglerRow | None:
+    """skew.straggler (or unconfirmed_straggler) with why its fix is not priced in words."""
+    if not straggler or straggler.cost_why_not is ABSENT:
+        return straggler
+    return replace(straggler, cost_why_not=text(straggler.cost_why_not))
+
+
 def worded(summary: Summary) -> Summary:
     """The summary with every reason in words: findings (message, advice, why not priced), the
-    straggler's cost, the what-if's notes and scenarios, the checks, warnings. Idempotent."""
-    straggler = summary.skew.straggler
-    if straggler is not None and straggler.cost_why_not is not ABSENT:
-        straggler = replace(straggler, cost_why_not=text(straggler.cost_why_not))
+    straggler's cost, the skew notes, the what-if's notes and scenarios, the checks, warnings.
+    Idempotent."""
     findings = [replace(f, why_not=text(f.why_not)) for f in worded_findings(summary.findings)]
     what = summary.whatif and replace(summary.whatif, notes=[text(n) for n in summary.whatif.notes],
                                       scenarios=[replace(s, why=text(s.why)) for s in summary.whatif.scenarios])
     checks = [replace(c, message=text(c.message), advice=text(c.advice)) for c in summary.checks]
-    return replace(summary, findings=findings, skew=replace(summary.skew, straggler=straggler),
+    skew = summary.skew
+    skew = replace(skew, straggler=_worded_straggler(skew.straggler), notes=[text(n) for n in skew.notes],
+                   unconfirmed_straggler=_worded_straggler(skew.unconfirmed_straggler))
+    return replace(summary, findings=findings, skew=skew,
                    warnings=[text(w) for w in summary.warnings], whatif=what, checks=checks)

@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import outpaths
 from ..names import cap_names, printable_all
 from . import hang_report as words
-from .html import CSS, _e, _table
+from .html import CSS, escaped, table_html
 
 HANG_HTML = "hang.html"
 MAX_ROWS = 500  # rows per table; the rest is counted (hang.json has them all)
@@ -27,7 +27,7 @@ def _rows_note(total: int, what: str) -> str:
     """The line under a table cut at MAX_ROWS, so a reader knows where the rest is."""
     if total <= MAX_ROWS:
         return ""
-    return f'<p class="meta">{total - MAX_ROWS} more {_e(what)} not shown (hang.json has them all)</p>'
+    return f'<p class="meta">{total - MAX_ROWS} more {escaped(what)} not shown (hang.json has them all)</p>'
 
 
 def _seq_header(by_step: bool) -> str:
@@ -40,9 +40,9 @@ def verdict_html(doc: dict, by_step: bool) -> str:
     seq and who waits for it, and the sentence the text prints for it (what the rank did instead)."""
     culprits = doc["culprits"]
     severity = "critical" if doc["root_ranks"] else "warning" if doc["waiting"] else "info"
-    card = f'<div class="card finding sev-{severity}"><p><b>{_e(words.headline(doc))}</b></p>'
+    card = f'<div class="card finding sev-{severity}"><p><b>{escaped(words.headline(doc))}</b></p>'
     members = words.members_of(doc)
-    card += "".join(f"<p>{_e(words.culprit_line(c, members, by_step).strip())}</p>" for c in culprits[:MAX_ROWS])
+    card += "".join(f"<p>{escaped(words.culprit_line(c, members, by_step).strip())}</p>" for c in culprits[:MAX_ROWS])
     card += "</div>"
     if not culprits:
         return "<h2>Verdict</h2>" + card
@@ -50,7 +50,7 @@ def verdict_html(doc: dict, by_step: bool) -> str:
              c["group_name"], c["kind"], words.ranks_text(c["awaited_by"]) if c["awaited_by"] else "none",
              c["seq"], "yes" if c["inferred"] else "no"] for c in culprits[:MAX_ROWS]]
     headers = ["Root", "Reason", "Group", "Kind", "Awaited by", _seq_header(by_step), "Inferred"]
-    return "<h2>Verdict</h2>" + card + _table(headers, rows, left=5) + _rows_note(len(culprits), "culprits")
+    return "<h2>Verdict</h2>" + card + table_html(headers, rows, left=5) + _rows_note(len(culprits), "culprits")
 
 
 def _chain_ranks(chain: list[dict]) -> str:
@@ -68,7 +68,7 @@ def waiting_html(doc: dict, by_step: bool) -> str:
              words.since_text(w["since_ns"]).removeprefix(" since ") or "-", w["seq"]] for w in waits[:MAX_ROWS]]
     headers = ["Waiting", "Group", "Kind", "Waits for (why)", "Chain to the root", "Since", _seq_header(by_step)]
     return ("<h2>Waiting</h2><p class=\"meta\">who waits for whom, since when (the earliest call of the waiting "
-            "ranks)</p>" + _table(headers, rows, left=5) + _rows_note(len(waits), "waits"))
+            "ranks)</p>" + table_html(headers, rows, left=5) + _rows_note(len(waits), "waits"))
 
 
 def chain_html(doc: dict, by_step: bool) -> str:
@@ -81,7 +81,7 @@ def chain_html(doc: dict, by_step: bool) -> str:
              words.WHY.get(hop["reason"], hop["reason"]) + (", inferred" if hop["inferred"] else ""), hop["seq"]]
             for hop in chain]
     headers = ["Rank", "Waits in group", "Kind", "For", "Why", _seq_header(by_step)]
-    return (f"<h2>Chain</h2><p>{_e(words.chain_line(chain, by_step))}</p>" + _table(headers, rows, left=5))
+    return (f"<h2>Chain</h2><p>{escaped(words.chain_line(chain, by_step))}</p>" + table_html(headers, rows, left=5))
 
 
 def stacks_html(doc: dict) -> str:
@@ -96,7 +96,7 @@ def stacks_html(doc: dict) -> str:
     headers = ["Ranks", "Function", "Where", "Path", "Library frame under it", "Inside", "Steps", "Root"]
     return ("<h2>Stacks</h2><p class=\"meta\">distprof's watchdog: where each rank's training thread is, in its own "
             "code (every thread's stack is in the hang_rank&lt;r&gt;.json files)</p>"
-            + _table(headers, rows, left=6) + _rows_note(len(stacks), "stacks"))
+            + table_html(headers, rows, left=6) + _rows_note(len(stacks), "stacks"))
 
 
 def _mismatch_text(mismatch: dict[str, dict[str, list[int]]]) -> str:
@@ -125,7 +125,7 @@ def groups_html(doc: dict) -> str:
         return ""
     headers = ["Group", "Description", "Members", "Kind", "Issued by (state)", "Never issued", "No dump",
                "Inferred missing", "Mismatch", "All completed #", "First incomplete #"]
-    return ("<h2>Groups</h2>" + _table(headers, [_group_row(g) for g in groups[:MAX_ROWS]], left=9)
+    return ("<h2>Groups</h2>" + table_html(headers, [_group_row(g) for g in groups[:MAX_ROWS]], left=9)
             + _rows_note(len(groups), "groups"))
 
 
@@ -135,7 +135,7 @@ def inputs_html(doc: dict) -> str:
     counts = ", ".join(f"{sum(1 for i in inputs if i['status'] == s)} {shown}" for s, shown in words.STATUS.items())
     rows = [[i["path"], words.STATUS.get(i["status"], i["status"]), i["detail"] or "-",
              "-" if i["rank"] is None else i["rank"]] for i in inputs[:MAX_ROWS]]
-    return (f"<h2>Inputs</h2><p>{_e(counts)}</p>" + (_table(["Path", "Status", "Detail", "Rank"], rows, left=3)
+    return (f"<h2>Inputs</h2><p>{escaped(counts)}</p>" + (table_html(["Path", "Status", "Detail", "Rank"], rows, left=3)
                                                      if rows else "") + _rows_note(len(inputs), "inputs"))
 
 
@@ -143,7 +143,7 @@ def notes_html(notes: list[str]) -> str:
     """The analysis' notes (a world size not stated, a corrupt value ignored), as report.html shows warnings."""
     if not notes:
         return ""
-    return '<h2>Notes</h2><ul class="warn">' + "".join(f"<li>{_e(note)}</li>" for note in notes) + "</ul>"
+    return '<h2>Notes</h2><ul class="warn">' + "".join(f"<li>{escaped(note)}</li>" for note in notes) + "</ul>"
 
 
 def render(doc: dict) -> str:
@@ -151,12 +151,12 @@ def render(doc: dict) -> str:
     doc = printable_all(cap_names(doc))
     by_step = doc["source"] == "distprof_watchdog"
     body = ["<h1>distprof hang</h1>",
-            f'<p class="meta">source {_e(doc["source"].replace("_", " "))} · {len(doc["ranks_dumped"])} rank(s) '
+            f'<p class="meta">source {escaped(doc["source"].replace("_", " "))} · {len(doc["ranks_dumped"])} rank(s) '
             f'dumped · world size {"" if doc.get("world_stated") else "at least "}'
-            f'{_e(doc.get("world_size") or len(doc["ranks_dumped"]))}</p>',
+            f'{escaped(doc.get("world_size") or len(doc["ranks_dumped"]))}</p>',
             verdict_html(doc, by_step), waiting_html(doc, by_step), chain_html(doc, by_step), stacks_html(doc),
             groups_html(doc), notes_html(doc.get("notes") or []), inputs_html(doc),
-            f'<h2>Next</h2><pre class="next">{_e(doc.get("next", ""))}</pre>']
+            f'<h2>Next</h2><pre class="next">{escaped(doc.get("next", ""))}</pre>']
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>distprof hang</title><style>{CSS}{_PAGE_CSS}</style></head><body><main>"

@@ -286,21 +286,21 @@ def memory_plot(summary: Summary) -> str | None:
 
 # -- HTML pieces ------------------------------------------------------------------------------
 
-def _e(value) -> str:
+def escaped(value) -> str:
     return html.escape("-" if value is None else str(value))
 
 
-def _table(headers: list[str], rows: list[list], left: int = 1, classes: list[str] | None = None) -> str:
+def table_html(headers: list[str], rows: list[list], left: int = 1, classes: list[str] | None = None) -> str:
     """An HTML table; the first ``left`` columns are left aligned (names)."""
-    head = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(headers))
+    head = "".join(f'<th class="{"l" if i < left else ""}">{escaped(h)}</th>' for i, h in enumerate(headers))
     body = []
     for k, row in enumerate(rows):
         css = f' class="{classes[k]}"' if classes and classes[k] else ""
         cells = []
         for i, cell in enumerate(row):
-            text = _e(cell)
+            text = escaped(cell)
             if i < left and len(text) > text_tables.NAME_WIDTH + 16:
-                cells.append(f'<td class="l name" title="{text}">{_e(str(cell)[:text_tables.NAME_WIDTH])}…</td>')
+                cells.append(f'<td class="l name" title="{text}">{escaped(str(cell)[:text_tables.NAME_WIDTH])}…</td>')
             else:
                 cells.append(f'<td class="{"l" if i < left else ""}">{text}</td>')
         body.append(f"<tr{css}>{''.join(cells)}</tr>")
@@ -312,7 +312,7 @@ def _table(headers: list[str], rows: list[list], left: int = 1, classes: list[st
 def _figure(svg: str | None, caption: str) -> str:
     if not svg:
         return ""
-    return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
+    return f"<figure>{svg}<figcaption>{escaped(caption)}</figcaption></figure>"
 
 
 def evidence_text(evidence: Evidence, unit: str = "ms") -> str:
@@ -347,19 +347,19 @@ def findings_html(findings: list[Finding], unit: str = "ms") -> str:
     cards = []
     for item in findings:
         severity = str(item.severity)
-        parts = [f'<span class="badge">{_e(severity)}</span><b>{_e(item.finding)}</b>']
+        parts = [f'<span class="badge">{escaped(severity)}</span><b>{escaped(item.finding)}</b>']
         if item.ranks:
-            parts.append(f' <span class="meta">rank(s) {_e(", ".join(map(str, item.ranks[:16])))}</span>')
-        parts.append(f' <span class="meta">{_e(findings_report.saving(item, lambda ns: phrase(duration(ns), unit)))}'
-                     '</span>')
+            parts.append(f' <span class="meta">rank(s) {escaped(", ".join(map(str, item.ranks[:16])))}</span>')
+        saving = findings_report.saving(item, lambda ns: phrase(duration(ns), unit))
+        parts.append(f' <span class="meta">{escaped(saving)}</span>')
         body = [f"<p>{''.join(parts)}</p>"]
         if item.message:  # the template: its durations in the report's unit
-            body.append(f"<p>{_e(phrase(item.message, unit))}</p>")
+            body.append(f"<p>{escaped(phrase(item.message, unit))}</p>")
         if item.advice:
-            body.append(f'<p class="advice">→ {_e(item.advice)}</p>')
+            body.append(f'<p class="advice">→ {escaped(item.advice)}</p>')
         shown = evidence_text(item.evidence, unit)
         if shown:
-            body.append(f'<p class="evidence">{_e(shown[:600])}</p>')
+            body.append(f'<p class="evidence">{escaped(shown[:600])}</p>')
         css = re.sub(r"[^a-z]", "", severity.lower())
         cards.append(f'<div class="card finding sev-{css}">{"".join(body)}</div>')
     return "".join(cards)
@@ -390,7 +390,7 @@ def distributed_table_html(summary: Summary, unit: str) -> str:
         rows.append(["max at rank", "", *("-" if s is None else s.max_rank for s in stats)])
         classes.append("stat")
     headers = ["Rank", "Steps", *(t if k == "overlap_ratio" else f"{t} ({unit})" for k, t in zip(keys, titles))]
-    return _table(headers, rows, classes=classes)
+    return table_html(headers, rows, classes=classes)
 
 
 def collectives_html(summary: Summary, unit: str) -> str:
@@ -402,9 +402,9 @@ def collectives_html(summary: Summary, unit: str) -> str:
     note = (f"busbw as nccl-tests; % of the {peak:g} GB/s peak (hardware.peak_busbw_gbps)" if peak
             else "busbw as nccl-tests; set hardware.peak_busbw_gbps for % of peak")
     cells = [format.collective_cells(r, unit, bool(peak)) for r in table.rows]
-    return ("<h2>Collectives</h2>" + _table(format.collective_headers(unit, bool(peak)), cells, left=4)
+    return ("<h2>Collectives</h2>" + table_html(format.collective_headers(unit, bool(peak)), cells, left=4)
             + f'<p class="meta">Count: matched/all where some were seen on one rank only (their transfer is their '
-              f'whole duration, an upper bound). Wait share: sync wait / duration. {_e(note)}</p>')
+              f'whole duration, an upper bound). Wait share: sync wait / duration. {escaped(note)}</p>')
 
 
 def whatif_html(summary: Summary, unit: str) -> str:
@@ -413,8 +413,8 @@ def whatif_html(summary: Summary, unit: str) -> str:
     if what is None:
         return ""
     head, headers, rows, notes = whatif_parts(what, unit)
-    return ("<h2>What-if</h2>" + f'<p class="meta">{_e(head)}</p>' + _table(headers, rows, left=1)
-            + "".join(f'<p class="meta">{_e(note)}</p>' for note in notes))
+    return ("<h2>What-if</h2>" + f'<p class="meta">{escaped(head)}</p>' + table_html(headers, rows, left=1)
+            + "".join(f'<p class="meta">{escaped(note)}</p>' for note in notes))
 
 
 def checks_html(checks: list[Check]) -> str:
@@ -424,9 +424,10 @@ def checks_html(checks: list[Check]) -> str:
     for c in checks:
         status = str(c.status)
         # the message as summary.json words it: durations in readable units (phrase leaves a phrased one be)
-        rows.append(f'<tr><td class="l">{_e(c.check)}</td><td>{_e(c.rank)}</td>'
-                    f'<td class="{_e(status)}">{_e(status)}</td><td class="l">{_e(phrase(c.message))}</td>'
-                    f'<td class="l">{_e(c.advice or "")}</td></tr>')
+        rows.append(f'<tr><td class="l">{escaped(c.check)}</td><td>{escaped(c.rank)}</td>'
+                    f'<td class="{escaped(status)}">{escaped(status)}</td>'
+                    f'<td class="l">{escaped(phrase(c.message))}</td>'
+                    f'<td class="l">{escaped(c.advice or "")}</td></tr>')
     head = "".join(f'<th class="l">{h}</th>' for h in ("Check", "Rank", "Status", "Message", "Advice"))
     return f'<h2>Checks</h2><div class="scroll"><table><thead><tr>{head}</tr></thead>' \
            f'<tbody>{"".join(rows)}</tbody></table></div>'
@@ -434,7 +435,7 @@ def checks_html(checks: list[Check]) -> str:
 
 def _five(row: ModelRow | MergedModelRow, side: str, scale: int) -> list[str]:
     *times, ratio = text_tables.side_figures(row, side)
-    return [text_tables._time(value, scale) for value in times] + [text_tables._ratio(ratio)]
+    return [text_tables.time_cell(value, scale) for value in times] + [text_tables.ratio_cell(ratio)]
 
 
 def summary_tables_html(summary: Summary, unit: str, sorted_by: str = "cpu_total") -> str:
@@ -448,18 +449,18 @@ def summary_tables_html(summary: Summary, unit: str, sorted_by: str = "cpu_total
     out = ["<h2>Summary tables" + (" (all ranks)" if merged else "") + f'</h2><p class="meta">time unit {unit}</p>']
     if tables.device:
         if merged:
-            pct = text_tables._ratio
+            pct = text_tables.ratio_cell
             rows = [[d.device, pct(d.mean), f"{pct(d.min)} (rank {d.min_rank})",
                      f"{pct(d.max)} (rank {d.max_rank})"] for d in tables.device]
             headers = ["Device", "Utilization (%) mean", "min", "max"]
         else:
-            rows = [[d.device, text_tables._ratio(d.utilization)] for d in tables.device]
+            rows = [[d.device, text_tables.ratio_cell(d.utilization)] for d in tables.device]
             headers = ["Device", "Utilization (%)"]
-        out.append("<h3>Device Summary</h3>" + _table(headers, rows))
+        out.append("<h3>Device Summary</h3>" + table_html(headers, rows))
     if tables.overview:
-        rows = [[r.type, r.side.upper(), r.calls, text_tables._time(r.total_ns, scale),
-                 text_tables._ratio(r.ratio)] for r in tables.overview]
-        out.append("<h3>Overview Summary</h3>" + _table(["Event type", "Side", "Calls", f"Time ({unit}, union)",
+        rows = [[r.type, r.side.upper(), r.calls, text_tables.time_cell(r.total_ns, scale),
+                 text_tables.ratio_cell(r.ratio)] for r in tables.overview]
+        out.append("<h3>Overview Summary</h3>" + table_html(["Event type", "Side", "Calls", f"Time ({unit}, union)",
                                                           "Ratio (%)"], rows, left=2))
     if tables.model:
         has_gpu = any(r.gpu_total_ns is not None for r in tables.model)
@@ -474,9 +475,9 @@ def summary_tables_html(summary: Summary, unit: str, sorted_by: str = "cpu_total
             if has_gpu:
                 row += _five(r, "gpu", scale)
             if merged:
-                row.append(text_tables._max_rank(r.cpu_total_ns_by_rank, ranks))
+                row.append(text_tables.max_rank_cell(r.cpu_total_ns_by_rank, ranks))
             rows.append(row)
-        out.append("<h3>Model Summary</h3>" + _table(headers, rows))
+        out.append("<h3>Model Summary</h3>" + table_html(headers, rows))
     for table, title, labels, cells in ((tables.kernel, "Kernel Summary", ["Name"], lambda r: [r.name]),
                                         (tables.memory, "Memory Manipulation Summary", ["Kind", "Name"],
                                          lambda r: [r.kind, r.name]),
@@ -498,14 +499,14 @@ def _by_name_html(table: ByNameTable, title: str, labels: list[str], cells, scal
         headers += ["Ranks", "Max at rank"]
     rows = []
     for r in rows_in[:KERNEL_ROWS]:
-        times = (text_tables._time(value, scale) for value in (r.total_ns, r.avg_ns, r.max_ns, r.min_ns))
-        row = cells(r) + [r.calls, *times, text_tables._ratio(r.ratio)]
+        times = (text_tables.time_cell(value, scale) for value in (r.total_ns, r.avg_ns, r.max_ns, r.min_ns))
+        row = cells(r) + [r.calls, *times, text_tables.ratio_cell(r.ratio)]
         if merged:
             row += [r.ranks, r.max_rank]
         rows.append(row)
     note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
         if len(rows_in) > KERNEL_ROWS else ""
-    return f"<h3>{title}</h3>" + _table(headers, rows, left=len(labels)) + note
+    return f"<h3>{title}</h3>" + table_html(headers, rows, left=len(labels)) + note
 
 
 def operator_html(table: OperatorTable | MergedOperatorTable | None, scale: int, sorted_by: str,
@@ -520,10 +521,10 @@ def operator_html(table: OperatorTable | MergedOperatorTable | None, scale: int,
     headers += ["Ranks", "Max at rank"] if merged else []
     rows = []
     for r in rows_in[:KERNEL_ROWS]:
-        times = (text_tables._time(value, scale) for value in (r.cpu_total_ns, r.cpu_self_ns, r.cpu_avg_ns,
+        times = (text_tables.time_cell(value, scale) for value in (r.cpu_total_ns, r.cpu_self_ns, r.cpu_avg_ns,
                                                                r.cpu_max_ns, r.cpu_min_ns))
-        row = [r.name, r.calls, *times, text_tables._ratio(r.ratio)]
-        row += [text_tables._time(r.gpu_total_ns, scale), text_tables._time(r.gpu_avg_ns, scale)] \
+        row = [r.name, r.calls, *times, text_tables.ratio_cell(r.ratio)]
+        row += [text_tables.time_cell(r.gpu_total_ns, scale), text_tables.time_cell(r.gpu_avg_ns, scale)] \
             if has_gpu else []
         row += [r.ranks, r.max_rank] if merged else []
         rows.append(row)
@@ -531,7 +532,7 @@ def operator_html(table: OperatorTable | MergedOperatorTable | None, scale: int,
         if len(rows_in) > KERNEL_ROWS else ""
     return ("<h3>Operator Summary</h3><p class=\"meta\">self = own time minus the child operators'; ratio = CPU "
             "total / window (nested operators overlap); GPU = kernels launched under the operator</p>"
-            + _table(headers, rows) + note)
+            + table_html(headers, rows) + note)
 
 
 def profile_html(summary: Summary) -> str:
@@ -540,7 +541,7 @@ def profile_html(summary: Summary) -> str:
     for title, section in (("FLOPs and Memory", profile_section(summary)),
                            ("Model FLOPs Profile", model_profile_section(summary))):
         if section:
-            out.append(f"<h2>{title}</h2><pre>" + _e("\n".join(section[0].splitlines()[1:])) + "</pre>")
+            out.append(f"<h2>{title}</h2><pre>" + escaped("\n".join(section[0].splitlines()[1:])) + "</pre>")
             if title == "FLOPs and Memory" and memory_plot(summary):
                 out.append(_figure(memory_plot(summary), "Peak allocated memory per step and rank (the rank's "
                                                          "GPU with the largest peak, else its CPU)."))
@@ -559,11 +560,11 @@ def _capped(summary: Summary) -> Summary:
 def render(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total") -> str:
     """The whole report as one HTML string (names cut: summaries older than the cap hold full ones)."""
     summary = _capped(findings_report.worded(summary))
-    head = (f"<h1>distprof report</h1><p class=\"meta\">world size {_e(summary.world_size)} · source "
-            f"{_e(summary.source)} · {len(summary.ranks)} rank(s) with data · time unit {unit}</p>")
+    head = (f"<h1>distprof report</h1><p class=\"meta\">world size {escaped(summary.world_size)} · source "
+            f"{escaped(summary.source)} · {len(summary.ranks)} rank(s) with data · time unit {unit}</p>")
     if summary.missing_ranks:
         missing = summary.missing_ranks
-        head += f'<p class="meta">{len(missing)} missing rank(s): {_e(rank_ranges(missing))}</p>'
+        head += f'<p class="meta">{len(missing)} missing rank(s): {escaped(rank_ranges(missing))}</p>'
     body = [head, "<h2>Findings</h2>", findings_html(summary.findings, unit)]
     body += ["<h2>Distributed Summary</h2>",
              _figure(distributed_bars(summary, unit),
@@ -573,7 +574,7 @@ def render(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total") -> 
     body.append(collectives_html(summary, unit))
     body.append(whatif_html(summary, unit))
     body.append(profile_html(summary))
-    body.append(critical_path_report.html_section(summary.critical_path, unit, _table))
+    body.append(critical_path_report.html_section(summary.critical_path, unit, table_html))
     body.append(live_text.html_section(summary.live, unit))
     heatmap = skew_heatmap(summary, unit)
     if heatmap:
@@ -593,7 +594,7 @@ def render(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total") -> 
     body.append(summary_tables_html(summary, unit, sorted_by))
     if summary.warnings:
         body.append("<h2>Warnings</h2><ul class=\"warn\">" +
-                    "".join(f"<li>{_e(w)}</li>" for w in summary.warnings) + "</ul>")
+                    "".join(f"<li>{escaped(w)}</li>" for w in summary.warnings) + "</ul>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>distprof report</title><style>{_CSS}</style></head><body><main>"

@@ -25,8 +25,8 @@ import pandas as pd
 from .. import events as ev
 from .. import lanes as lanes_mod
 from .. import outpaths
+from ..joins import launch_join
 from ..names import LONG_TEXT_CHARS, short_name
-from ..sources.joins import launch_join
 
 if TYPE_CHECKING:
     from ..results import RankResult, Summary

@@ -176,11 +176,11 @@ SORT_KEYS = ("cpu_total", "cpu_avg", "cpu_max", "cpu_min", "gpu_total", "gpu_avg
 NAME_WIDTH = 64
 
 
-def _time(value, scale: int) -> str:
+def time_cell(value, scale: int) -> str:
     return "-" if value is None else f"{value / scale:.2f}"
 
 
-def _ratio(value) -> str:
+def ratio_cell(value) -> str:
     return "-" if value is None else f"{100 * value:.2f}"
 
 
@@ -252,10 +252,10 @@ def device_table(device: list[sec.DeviceRow] | list[sec.MergedDeviceRow], merged
                  width: int = format.TABLE_WIDTH) -> str:
     """Utilization per device: the mean and the ranks at the min and max when merged."""
     if merged:
-        rows = [[d.device, _ratio(d.mean), f"{_ratio(d.min)} (rank {d.min_rank})",
-                 f"{_ratio(d.max)} (rank {d.max_rank})"] for d in device]
+        rows = [[d.device, ratio_cell(d.mean), f"{ratio_cell(d.min)} (rank {d.min_rank})",
+                 f"{ratio_cell(d.max)} (rank {d.max_rank})"] for d in device]
         return fitted(rows, ["Device", "Utilization (%) mean", "min", "max"], width=width, shrink=(0,))
-    rows = [[d.device, _ratio(d.utilization)] for d in device]
+    rows = [[d.device, ratio_cell(d.utilization)] for d in device]
     return fitted(rows, ["Device", "Utilization (%)"], width=width, shrink=(0,))
 
 
@@ -267,7 +267,7 @@ def overview_table(overview: list[sec.OverviewRow] | list[sec.MergedOverviewRow]
         part = [r for r in overview if r.side == side]
         for r in part:
             indent = "" if r.type in ("ProfileStep", "GPU busy") else "  "
-            rows.append([indent + r.type, title, r.calls, _time(r.total_ns, scale), _ratio(r.ratio)])
+            rows.append([indent + r.type, title, r.calls, time_cell(r.total_ns, scale), ratio_cell(r.ratio)])
     return fitted(rows, ["Event type", "Side", "Calls", f"Time ({unit}, union)", "Ratio (%)"], width=width)
 
 
@@ -280,10 +280,10 @@ def side_figures(row: sec.ModelRow | sec.MergedModelRow, side: str) -> tuple:
 
 def _five(row: sec.ModelRow | sec.MergedModelRow, side: str, scale: int) -> str:
     *times, ratio = side_figures(row, side)
-    return " / ".join([*(_time(value, scale) for value in times), _ratio(ratio)])
+    return " / ".join([*(time_cell(value, scale) for value in times), ratio_cell(ratio)])
 
 
-def _max_rank(values: list | None, ranks: list[int]) -> str:
+def max_rank_cell(values: list | None, ranks: list[int]) -> str:
     pairs = [(v, -r) for v, r in zip(values or [], ranks) if v is not None]
     if not pairs or not max(pairs)[0]:
         return "-"
@@ -307,7 +307,7 @@ def model_table(model: list[sec.ModelRow] | list[sec.MergedModelRow], scale: int
         if has_gpu:
             row.append(_five(r, "gpu", scale))
         if ranks and len(ranks) > 1:
-            row.append(_max_rank(r.cpu_total_ns_by_rank, ranks))
+            row.append(max_rank_cell(r.cpu_total_ns_by_rank, ranks))
         rows.append(row)
     return fitted(rows, headers, width=width, shrink=(0,))
 
@@ -339,8 +339,8 @@ def by_name_table(table: ByNameTable, scale: int, sorted_by: str, top: int | Non
     out = []
     for r in shown:
         line = [_name(str(r.kind if k == "kind" else r.name)) for k in keys] + [r.calls, " / ".join(
-            [_time(r.total_ns, scale), _time(r.avg_ns, scale), _time(r.max_ns, scale),
-             _time(r.min_ns, scale), _ratio(r.ratio)])]
+            [time_cell(r.total_ns, scale), time_cell(r.avg_ns, scale), time_cell(r.max_ns, scale),
+             time_cell(r.min_ns, scale), ratio_cell(r.ratio)])]
         if merged:
             line += [r.ranks, r.max_rank]
         out.append(line)
@@ -389,10 +389,10 @@ def operator_table(table: sec.OperatorTable | sec.MergedOperatorTable, scale: in
     headers += ["Ranks", "Max at rank"] if merged else []
     out = []
     for r in shown:
-        line = [_name(str(r.name)), r.calls, " / ".join(_time(value, scale) for value in (
-            r.cpu_total_ns, r.cpu_self_ns, r.cpu_avg_ns, r.cpu_max_ns, r.cpu_min_ns)), _ratio(r.ratio)]
+        line = [_name(str(r.name)), r.calls, " / ".join(time_cell(value, scale) for value in (
+            r.cpu_total_ns, r.cpu_self_ns, r.cpu_avg_ns, r.cpu_max_ns, r.cpu_min_ns)), ratio_cell(r.ratio)]
         if has_gpu:
-            line.append(f"{_time(r.gpu_total_ns, scale)} / {_time(r.gpu_avg_ns, scale)}")
+            line.append(f"{time_cell(r.gpu_total_ns, scale)} / {time_cell(r.gpu_avg_ns, scale)}")
         if merged:
             line += [r.ranks, r.max_rank]
         out.append(line)

@@ -243,7 +243,7 @@ class Skew(Record):
     collectives_total: int
     ranks: list[RankRow]
     straggler: StragglerRow | None
-    notes: list[str]  # phrased (readable units)
+    notes: list[str | Reason]  # Reasons until worded (reports/findings.py); summary.json: phrased
     no_straggler_note: int | None  # index into notes of why no straggler was named
     collectives_shown: int = absent()  # absent when nothing was matched or one rank
     steps: list[StepRow]

@@ -180,12 +180,18 @@ class RankTables(Record):
 
 # -- merged across ranks (tables.merged) ---------------------------------------------------------
 
+# MergedDeviceRow.device by kind: the label summary.json stores for each merged row (its data, kept as
+# a name here with the type that documents it, not as text an analysis writes)
+MERGED_DEVICE_LABELS = {"gpu": "GPU (mean of the rank's GPUs)", "cpu_process": "CPU(Process)",
+                        "host_thread": "Busiest host thread"}
+
+
 @dataclass(frozen=True)
 class MergedDeviceRow(Record):
     """Device Summary across ranks, per kind: GPU = each rank's mean over its GPUs, CPU(Process) =
     each rank's mean, host thread = each rank's busiest thread."""
 
-    device: str                    # the row's label, e.g. "GPU (mean of the rank's GPUs)"
+    device: str                    # the row's label: MERGED_DEVICE_LABELS[kind]
     kind: str                      # "gpu", "cpu_process", "host_thread"
     mean: float
     min: float

@@ -51,8 +51,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import events as ev
+from ..joins import innermost_enclosing, launch_join, span_of_groups
 from . import communication_prefixes, plausible_span, run_identity, sane_rank
-from .joins import innermost_enclosing, launch_join, span_of_groups
 from .kineto_comm import comm_columns, comm_facts, comm_sources
 from .kineto_decode import (
     CATEGORY_CLASS,

@@ -43,8 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import events as ev
+from ..joins import innermost_enclosing
 from . import communication_prefixes, dtype_size
-from .joins import innermost_enclosing
 from .kineto_decode import (
     HOST_RANGE_CLASS,
     KERNEL_CLASS,

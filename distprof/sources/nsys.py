@@ -84,8 +84,8 @@ import numpy as np
 from .. import events as ev
 from ..columns import unique_rows
 from ..events import RankTrace, SourceError
+from ..joins import innermost_enclosing, launch_join, span_of_groups
 from . import communication_prefixes, launcher_ids, plausible_span, run_identity
-from .joins import innermost_enclosing, launch_join, span_of_groups
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WAL_MODE = b"\x02\x02"                 # header bytes 18-19 of a WAL-mode file (nsys exports: 1, 1)

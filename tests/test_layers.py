@@ -1,0 +1,64 @@
+"""The layers DESIGN.md draws, checked on the code: analyses write no sentences (they return numbers
+and reason codes; reports/ words them), the pipeline does not reach up into the reports, and the
+analyses do not reach back into alignment or the readers."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "distprof"
+WORDS = re.compile(r"[A-Za-z]{2,}")
+
+
+def _sentences(path: Path) -> list[tuple[int, str]]:
+    """String literals (f-string parts too) of three or more words, outside docstrings and the
+    messages of raised errors."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise):
+            skipped |= {id(sub) for sub in ast.walk(node)}
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            skipped.add(id(node.value))  # docstrings and bare string statements
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
+            and " " in node.value and len(WORDS.findall(node.value)) >= 3]
+
+
+def test_the_scan_finds_a_sentence(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('"""A docstring is fine."""\nNOTE = "the late rank rotates"\n'
+                      'def f(x):\n    raise ValueError(f"{x} is not a number at all")\n')
+    assert _sentences(module) == [(2, "the late rank rotates")]
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "analyses").glob("*.py")), ids=lambda p: p.name)
+def test_analyses_write_no_sentences(path: Path) -> None:
+    assert _sentences(path) == []
+
+
+def _imports(path: Path) -> set[str]:
+    """The distprof modules a module imports (relative imports resolved), as dotted names."""
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(part for part in (base, node.module or "") if part)
+            out |= {module} | {f"{module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+    return {name for name in out if name.startswith("distprof")}
+
+
+def test_no_arrow_from_the_pipeline_to_the_reports() -> None:
+    assert not [name for name in _imports(PACKAGE / "pipeline.py") if name.startswith("distprof.reports")]
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "analyses").glob("*.py")), ids=lambda p: p.name)
+def test_no_arrow_from_the_analyses_to_alignment_or_the_readers(path: Path) -> None:
+    assert not [name for name in _imports(path) if name.startswith(("distprof.align", "distprof.sources"))]
