@@ -15,7 +15,19 @@ from . import align as align_mod
 from . import console, transport
 from . import events as ev
 from .analyses import collectives as coll
-from .analyses import cost, critical_path, diagnose, distributed, machine, profiles, skew, streams, summaries, whatif
+from .analyses import (
+    cost,
+    critical_path,
+    diagnose,
+    distributed,
+    machine,
+    profiles,
+    replay,
+    skew,
+    streams,
+    summaries,
+    whatif,
+)
 from .analyses import pipelines as pipelines_mod
 from .ranges import rank_ranges
 from .results import FIGURES, ClockEstimate, RankResult, Summary
@@ -198,13 +210,13 @@ def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, c
     straggler when the replay prices its fix under ``skew.straggler_min_step_fraction`` of the step
     (then ``skew.unconfirmed_straggler`` says so, and the replay runs again with none named, for
     the other findings' prices). Not where the replay cannot see the waits (GPU collectives no
-    host call waits for: ``whatif.gpu_waits_unseen``): its saving is no evidence there."""
+    host call waits for: ``replay.gpu_waits_unseen``): its saving is no evidence there."""
     straggler = skew_summary.get("straggler")
     what = whatif.safe_whatif(results, matching, config, warnings, (straggler or {}).get("rank"), keep=keep,
                               straggler_since=(straggler or {}).get("onset_step"))
     floor = float(config["skew"]["straggler_min_step_fraction"])
     unconfirmed = cost.unconfirmed_straggler(straggler, what, crowded, floor)
-    if unconfirmed is None or "graph" not in keep or whatif.gpu_waits_unseen(keep["graph"]):
+    if unconfirmed is None or "graph" not in keep or replay.gpu_waits_unseen(keep["graph"]):
         return skew_summary, what
     what = whatif.safe_whatif(results, matching, config, warnings, None, keep=keep)
     return {**skew_summary, "straggler": None, "unconfirmed_straggler": {**straggler, **unconfirmed}}, what

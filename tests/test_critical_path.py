@@ -11,7 +11,7 @@ from result_views import summary_json
 from distprof import align, pipeline
 from distprof import config as config_mod
 from distprof import events as ev
-from distprof.analyses import critical_path, whatif
+from distprof.analyses import critical_path, replay
 
 CONFIG = config_mod.load()
 MS = 1_000_000
@@ -147,8 +147,8 @@ def test_length_is_the_replayed_step_on_real_traces(pattern):
     summary = pipeline.merge_files(sorted(DATA.glob(pattern)), CONFIG)
     path = summary.critical_path
     aligned = align.align(list(summary.ranks), CONFIG)
-    g = whatif.build_graph(aligned.results, aligned.matching)
-    t, _ = whatif.replay(g, g.p_w, g.o_transfer, g.edges)
+    g = replay.build_graph(aligned.results, aligned.matching)
+    t, _ = replay.replay(g, g.p_w, g.o_transfer, g.edges)
     replayed = {(int(g.rank_numbers[r]), int(s)): int(t[e] - t[b])
                 for r, s, b, e in zip(g.step_rank, g.step_index, g.step_start, g.step_end)}
     assert path is not None and len(path.steps) == summary.whatif.steps
@@ -165,7 +165,7 @@ def test_length_is_the_replayed_step_on_real_traces(pattern):
     assert abs(sum(path.share_by_rank.values()) - 1) < 1e-9
     # the times walked are the replay's: each op's end is its last arrival + transfer (or its start),
     # each point is the later of (previous point + segment) and (waited op's end + gap)
-    times = whatif.replay_times(g, g.p_w, g.o_transfer, g.edges)
+    times = replay.replay_times(g, g.p_w, g.o_transfer, g.edges)
     assert (times.t == t).all()
     assert (times.end == np.maximum(times.start, times.start[times.last_op] + g.o_transfer)).all()
     via = np.where(g.p_first, g.p_t, np.r_[0, t[:-1]] + g.p_w)

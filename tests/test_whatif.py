@@ -12,7 +12,7 @@ from result_views import summary_json
 from distprof import align, pipeline
 from distprof import config as config_mod
 from distprof import events as ev
-from distprof.analyses import whatif
+from distprof.analyses import replay, whatif
 from distprof.reports import findings as findings_report
 
 CONFIG = config_mod.load()
@@ -113,7 +113,7 @@ def test_a_wait_is_seen_when_the_chain_resumes_a_little_after_the_op():
     # the optimizer starts 1.5 ms after the allreduce ends: more than WAIT_TOLERANCE_NS, under
     # WAIT_SHARE of the on-time rank's 41.5 ms segment: it waited, and the late rank's 30 ms go
     after = 3 * MS // 2
-    assert after > whatif.WAIT_TOLERANCE_NS
+    assert after > replay.WAIT_TOLERANCE_NS
     row = scenario(summarize(serial_job(2, late=1, delay=30 * MS, after=after)), "no_straggler")
     clean = summarize(serial_job(2, after=after))["whatif"]["measured_step_ns"]
     assert clean == F + T + after + OPT and row["predicted_step_ns"] == clean
@@ -147,7 +147,7 @@ def comm_thread_job(delay: int, steps: int = 4) -> list:
 def test_an_op_queued_on_a_comm_thread_is_not_issued_after_the_wait():
     late = comm_thread_job(30 * MS)
     aligned = align.align(list(pipeline.combine(late, CONFIG, source="test", world_size=2).ranks), CONFIG)
-    g = whatif.build_graph(aligned.results, aligned.matching)
+    g = replay.build_graph(aligned.results, aligned.matching)
     queued = g.o_issue < 0
     assert queued.sum() == 4 and set(g.o_rank[queued]) == {0}   # rank 0's second op, every step
     row = scenario({"whatif": whatif_of(late, straggler_rank=1)}, "no_straggler")

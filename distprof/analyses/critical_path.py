@@ -1,6 +1,6 @@
 """Critical path across ranks: what sets each step's time (DESIGN "What-if").
 
-The what-if replay (analyses/whatif.py) computes every time as the max over its predecessors: a
+The what-if replay (analyses/replay.py) computes every time as the max over its predecessors: a
 chain point is max(previous point + segment, waited op's end + gap); an op starts at
 max(ready, lane predecessor's end) + launch delay and ends at max(start, last arrival + transfer).
 Walking back from a step's end and always taking the predecessor that set the max gives the
@@ -30,9 +30,9 @@ import numpy as np
 from .. import columns
 from ..events import HOST_THREAD
 from ..typed import Reason
-from . import whatif
+from . import replay
 from .cost import FINDING_SCENARIOS
-from .whatif import Graph, ReplayTimes
+from .replay import Graph, ReplayTimes
 
 COMPUTE, COMMUNICATION, HOST, WAIT, IDLE = "compute", "communication", "host", "wait", "idle"
 KINDS = (COMPUTE, COMMUNICATION, HOST, WAIT, IDLE)  # HOST: older summaries' whole segment in a blocking call
@@ -103,7 +103,7 @@ def _phase_table(g: Graph, t: np.ndarray) -> dict[str, np.ndarray]:
     start point); the k-th start of a name on a rank pairs with its k-th end."""
     names, name_code = np.unique(np.asarray([text[:-1] for text in g.labels.tolist()], dtype=str),
                                  return_inverse=True)  # one per label text
-    starts, ends = np.flatnonzero(g.p_kind == whatif.PHASE_START), np.flatnonzero(g.p_kind == whatif.PHASE_END)
+    starts, ends = np.flatnonzero(g.p_kind == replay.PHASE_START), np.flatnonzero(g.p_kind == replay.PHASE_END)
     keys = [(g.p_rank[rows], name_code.reshape(-1)[g.p_label[rows]]) for rows in (starts, ends)]
     k = [columns.runs(*key)[1] for key in keys]
     code, _ = columns.runs(*(np.r_[keys[0][i], keys[1][i]] for i in (0, 1)), np.r_[k[0], k[1]])
@@ -257,8 +257,8 @@ def _step_ranks(g: Graph, t: np.ndarray) -> dict[str, np.ndarray]:
     """Per step (ascending): the rank row whose replayed step is the job's step time (the median
     over ranks; with an even count the rank closest to it, ``exact`` False), its step's points
     and duration."""
-    ns = whatif.step_ns(g, t)
-    steps, job = whatif.job_steps(g, ns)
+    ns = replay.step_ns(g, t)
+    steps, job = replay.job_steps(g, ns)
     job_ns = job[np.searchsorted(steps, g.step_index)]
     off = np.abs(ns - job_ns)
     order = np.lexsort((g.step_rank, off, g.step_index))
@@ -407,7 +407,7 @@ def safe_critical_path(g: Graph | None, results: list, warnings: list[str], stra
         threads = [{lane.label: lane.computation_ns > 0 for lane in result.lanes if lane.lane_kind == HOST_THREAD}
                    for result in results]
         chain_lanes = [{label for label, computes in lanes.items() if computes} for lanes in threads]
-        return critical_path(g, whatif.replay_times(g, *inputs, replayed=replayed), *inputs, chain_lanes,
+        return critical_path(g, replay.replay_times(g, *inputs, replayed=replayed), *inputs, chain_lanes,
                              straggler_rank, dataloader,
                              [set(lanes) for lanes in threads])
     except (ValueError, KeyError, IndexError) as error:

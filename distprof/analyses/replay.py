@@ -1,0 +1,626 @@
+"""The replay: the merged, aligned multi-rank timeline as a dependency graph, and the times it
+gives when the graph's durations are changed (DESIGN "What-if"). analyses/whatif.py changes them,
+one scenario at a time; analyses/critical_path.py walks the replayed times back.
+
+The graph, per rank, on the common clock, at the granularity the compact results keep:
+
+* the **chain** (the issuing thread): step starts and ends, phase starts and ends and the
+  points where collectives are issued (the launching call for GPU work, else the op's start),
+  in time order; between two points the chain computes (``w`` = the measured gap);
+* a collective runs on its **lane** (GPU stream, gloo worker, comm thread, or the main thread
+  for blocking MPI) from max(issue, the lane's previous op's end) plus the measured launch
+  delay; an op that starts right where the lane's previous op ended (and whose launch is not
+  known) was queued there: its issue is the previous op's;
+* each **matched collective is a cross-rank join**: its transfer starts at the last member's
+  arrival and takes the measured transfer (own end − last arrival, never below 0);
+* the chain **waits** for a collective only where the trace shows it: the next chain point comes
+  within ``WAIT_TOLERANCE_NS`` after the op's end, or for a host op (gloo, MPI, a comm thread)
+  within ``WAIT_SHARE`` of the segment it ends (the compute before the op's end is then taken as
+  0, the gap after it kept); a GPU op only where a host sync call (stream/event/device
+  synchronize, a synchronous memcpy) was blocked at its end and returned with it;
+* steps follow each other on the chain with the measured gaps.
+
+Replay recomputes the times with the measured durations: joins are processed one collective
+(matched column) at a time in the order of their measured last arrival, vectorized over the
+column's members; each member's chain is advanced by a cumulative max over its chain points
+(t_i = max(t_{i-1} + w_i, waited end + gap)). With the measured durations the replay reproduces
+every step exactly, except where a transfer would be negative (a member ends before the last
+arrival on the aligned clock: clock error or mismatched ops); that is the replay error.
+What the model cannot know: CPU contention between ranks on one host, caches that warm or cool
+when timing moves, network links shared with other jobs, compute hidden inside a waited segment.
+
+Numpy only, no pandas (importing it costs 0.4 s of a ``distprof merge`` process, and its
+group-bys about 1 ms each on tables this small): the graph of all ranks is built at once from
+flat columns (sorts and searches over (rank, time) keys), so rank 0's combine grows linearly with
+the ranks at a small cost per rank.
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+from .. import columns
+from ..matching import Matching
+from ..results import RankResult
+from . import steptime
+
+WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it ...
+WAIT_SHARE = 0.1                  # ... or, for a host op, this share of its segment
+NEG = np.iinfo(np.int64).min // 4
+# chain point kinds, in their order at equal times: a blocking call returns before the phase
+# around it ends
+_RETURN, PHASE_END, _STEP_END, STEP_START, PHASE_START, _ISSUE = range(-1, 5)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The replay graph, flat over all ranks. Points (chain) sorted by rank then time; ops in
+    rank order; ``edges``: (point, op, gap) waits of the chain on an op's end. A segment (the
+    stretch of chain ending at a point) is named by the labels of its two points and how many
+    times that pair came before in its step: ``p_key`` codes that name with its step (the same
+    segment of the same step on every rank), ``p_phase_key`` without it (of every step)."""
+
+    n_ranks: int
+    rank_numbers: np.ndarray
+    p_rank: np.ndarray
+    p_t: np.ndarray
+    p_w: np.ndarray
+    p_first: np.ndarray
+    p_key: np.ndarray
+    p_phase_key: np.ndarray
+    p_loader: np.ndarray       # the segment ending here lies inside the dataloader phase
+    p_waited: np.ndarray
+    step_rank: np.ndarray
+    step_index: np.ndarray
+    step_start: np.ndarray     # point indices
+    step_end: np.ndarray
+    o_rank: np.ndarray
+    o_col: np.ndarray
+    o_issue: np.ndarray        # point index, -1 when queued on its lane
+    o_lane_prev: np.ndarray
+    o_delta: np.ndarray
+    o_transfer: np.ndarray
+    o_start: np.ndarray
+    o_end: np.ndarray
+    o_step_end: np.ndarray     # point index of its step's end
+    o_partial: np.ndarray      # some members of its column arrived after it ended: not one join
+    o_gpu: np.ndarray          # GPU work (launched before it started), not a host range
+    edges: np.ndarray          # (n, 3) int64: point, op, gap
+    e_needed: np.ndarray       # per edge: a blocking call's return that work comes right after
+    #                            (no scenario overlaps it: the thread needs its result, as a
+    #                            pipeline stage needs the activations its recv brings)
+    p_kind: np.ndarray         # _RETURN, PHASE_END, _STEP_END, STEP_START, PHASE_START or _ISSUE
+    p_step: np.ndarray         # the step of each point
+    p_label: np.ndarray        # code into ``labels``
+    labels: np.ndarray         # label texts, sorted: "name<" / "name>" for phase bounds, "step<" /
+    #                            "step>", "@op" for issues, "" (before a rank's first point)
+    o_name: np.ndarray         # each op's name and lane label (the critical path's segments)
+    o_lane: np.ndarray
+
+
+def along_queues(values: np.ndarray, queued: np.ndarray, prev: np.ndarray, fallback) -> np.ndarray:
+    """``values`` where each queued op takes its lane predecessor's value (``fallback`` without
+    one), as one pass in op order would: through a chain of queued ops, from its head; from a
+    predecessor that comes later in op order, that one's own value. Pointer jumping: log(queue
+    length) vectorized passes."""
+    index = np.arange(values.size)
+    safe = np.maximum(prev, 0)
+    own = np.where(queued, np.where(prev >= 0, values[safe], fallback), values)
+    follow = np.where(queued & (prev >= 0) & (prev < index) & queued[safe], prev, index)
+    while True:  # log2 of the longest queue
+        further = follow[follow]
+        if (further == follow).all():
+            return own[follow]
+        follow = further
+
+
+# -- the graph, all ranks at once --------------------------------------------------------------
+
+def _flat(tables: list[dict], names: tuple[str, ...], texts: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Per-rank column dicts as flat columns, with each entry's rank row (``row``); ``texts``:
+    columns read as strings."""
+    sizes = [len(table[names[0]]) for table in tables]
+    if any(len(table[name]) != size for table, size in zip(tables, sizes) for name in names):
+        raise ValueError("rank markers with columns of unequal length")
+    out = {"row": np.repeat(np.arange(len(tables), dtype=np.int64), sizes)}
+    for name in names:  # a few columns
+        values = list(chain.from_iterable(table[name] for table in tables))
+        out[name] = np.asarray(values, dtype=str if name in texts else np.int64)
+    return out
+
+
+def _shifted(table: dict[str, np.ndarray], offset: np.ndarray) -> dict[str, np.ndarray]:
+    """``table`` on the common clock: its own times + its rank's offset (-1 launches stay -1)."""
+    out = {**table, "start_ns": table["start_ns"] + offset[table["row"]],
+           "end_ns": table["end_ns"] + offset[table["row"]]}
+    if "launch_ns" in table:
+        out["launch_ns"] = np.where(table["launch_ns"] >= 0, table["launch_ns"] + offset[table["row"]], -1)
+    return out
+
+
+def _gather(results: list[RankResult]) -> tuple[dict, dict, dict, dict]:
+    """Every rank's step bounds, phases (of ranks that have any), collectives and host sync calls
+    as flat columns on the common clock (as ``RankResult.aligned_markers``; the collectives also
+    keep their own-clock times, the matching's, as ``own_start``/``own_end``)."""
+    markers = [result.markers for result in results]
+    offset = np.asarray([int(result.clock.offset_ns) for result in results], np.int64)
+    none = {"step": [], "name": [], "start_ns": [], "end_ns": []}
+    steps = _flat([m.step_bounds for m in markers], ("step", "start_ns", "end_ns"))
+    phases = _flat([m.phases if m.phases.get("step") else none for m in markers],
+                   ("step", "name", "start_ns", "end_ns"), texts=("name",))
+    ops = _flat([_with_blocking(m.collectives) for m in markers],
+                ("name", "lane", "step", "start_ns", "end_ns", "launch_ns", "blocking"), texts=("name", "lane"))
+    syncs = _flat([{"start_ns": m.syncs.get("start_ns", []), "end_ns": m.syncs.get("end_ns", [])} for m in markers],
+                  ("start_ns", "end_ns"))
+    ops = {**_shifted(ops, offset), "own_start": ops["start_ns"], "own_end": ops["end_ns"]}
+    return _shifted(steps, offset), _shifted(phases, offset), ops, _shifted(syncs, offset)
+
+
+def _with_blocking(collectives: dict) -> dict:
+    """The collectives with ``blocking`` (a host call on the steps' thread), False where the
+    markers predate it."""
+    if "blocking" in collectives:
+        return collectives
+    return {**collectives, "blocking": [False] * len(collectives["start_ns"])}
+
+
+def _in_steps(row: np.ndarray, step: np.ndarray, steps: dict) -> np.ndarray:
+    """Per entry: its step is one of its rank's ProfileSteps."""
+    code, _ = columns.runs(np.r_[steps["row"], row], np.r_[steps["step"], step])
+    known = np.zeros(code.size, bool)
+    known[code[:steps["row"].size]] = True
+    return known[code[steps["row"].size:]]
+
+
+def _matched_columns(ops: dict, matching: Matching) -> np.ndarray:
+    """Per op: the matching column whose start and end (own clock) on the op's rank are the op's
+    (the last such column where several are), -1 where none is."""
+    rows, cols = np.nonzero(matching.present) if matching.size else (np.zeros(0, np.int64),) * 2
+    if not rows.size or not ops["row"].size:
+        return np.full(ops["row"].size, -1, np.int64)
+    code, _ = columns.runs(np.r_[rows, ops["row"]], np.r_[matching.start_ns[rows, cols], ops["own_start"]],
+                    np.r_[matching.end_ns[rows, cols], ops["own_end"]])
+    column = np.full(int(code.max()) + 1, -1, np.int64)
+    np.maximum.at(column, code[:rows.size], cols)
+    return column[code[rows.size:]]
+
+
+def _lane_links(ops: dict) -> dict[str, np.ndarray]:
+    """Per op: its lane predecessor where it ran after it (-1: none), that one's end (NEG: none),
+    whether it is a host op (no hand-over time to its lane known: a host range, launch = its own
+    start, or GPU work whose launch was not captured) and whether it was queued behind it."""
+    row, start, end, launch = ops["row"], ops["start_ns"], ops["end_ns"], ops["launch_ns"]
+    if not row.size:
+        return {"lane_prev": row, "prev_end": row, "host": row.astype(bool), "queued": row.astype(bool)}
+    order = np.lexsort((start, np.unique(ops["lane"], return_inverse=True)[1].reshape(-1), row))
+    lane = ops["lane"][order]
+    same = np.r_[False, (row[order][1:] == row[order][:-1]) & (lane[1:] == lane[:-1])]
+    before = np.r_[-1, order[:-1]]
+    before_end = end[np.maximum(before, 0)]
+    serial = same & (before_end <= start[order])
+    lane_prev, prev_end = np.full(row.size, -1, np.int64), np.full(row.size, NEG, np.int64)
+    lane_prev[order] = np.where(serial, before, -1)
+    prev_end[order] = np.where(serial, before_end, NEG)
+    host = (launch < 0) | (launch >= start)
+    queued = (lane_prev >= 0) & host & (start - prev_end <= WAIT_TOLERANCE_NS)
+    return {"lane_prev": lane_prev, "prev_end": prev_end, "host": host, "queued": queued}
+
+
+def _synced(ops: dict, syncs: dict) -> np.ndarray:
+    """Per op: a host sync call of its rank was blocked at its end and returned within
+    ``WAIT_TOLERANCE_NS`` (the first call of the rank, in end order, ending at or after it)."""
+    if not syncs["row"].size or not ops["row"].size:
+        return np.zeros(ops["row"].size, bool)
+    order = np.lexsort((syncs["end_ns"], syncs["row"]))
+    row, start, end = syncs["row"][order], syncs["start_ns"][order], syncs["end_ns"][order]
+    op_end = ops["end_ns"]
+    hit = np.minimum(columns.search(row, end, ops["row"], op_end, "left"), order.size - 1)
+    return (row[hit] == ops["row"]) & (end[hit] >= op_end) & (end[hit] - op_end <= WAIT_TOLERANCE_NS) \
+        & (start[hit] <= op_end)
+
+
+def _labels(phase_names: np.ndarray, op_names: np.ndarray, dataloader: str) -> dict[str, np.ndarray]:
+    """The label texts of chain points (sorted) and the codes of each kind of point: "" (before a
+    rank's first point), "step>", "step<", per phase "name<" and "name>", per op "@name" (issue)
+    and "@name>" (a blocking call's return); and
+    the dataloader's bounds (+1 where it opens, -1 where it closes) per text."""
+    phase_set, phase_code = np.unique(phase_names, return_inverse=True)
+    op_set, op_code = np.unique(op_names, return_inverse=True)
+    raw = ["", "step>", "step<", *(f"{name}<" for name in phase_set.tolist()),
+           *(f"{name}>" for name in phase_set.tolist()), *(f"@{name}" for name in op_set.tolist()),
+           *(f"@{name}>" for name in op_set.tolist())]
+    texts, code = np.unique(np.asarray(raw, dtype=str), return_inverse=True)
+    code, n, m, phase_code = code.reshape(-1), phase_set.size, op_set.size, phase_code.reshape(-1)
+    op_code = op_code.reshape(-1)
+    return {"texts": texts.astype(object), "empty": code[0], "step_end": code[1], "step_start": code[2],
+            "phase_start": code[3:3 + n][phase_code], "phase_end": code[3 + n:3 + 2 * n][phase_code],
+            "issue": code[3 + 2 * n:3 + 2 * n + m][op_code], "return": code[3 + 2 * n + m:][op_code],
+            "loader": np.where(texts == dataloader + "<", 1, np.where(texts == dataloader + ">", -1, 0))}
+
+
+def _chain_points(steps: dict, phases: dict, ops: dict, labels: dict) -> dict[str, np.ndarray]:
+    """Every rank's chain points in rank then time order (at equal times in kind order, then as
+    listed): step ends and starts, phase starts and ends (of phases in the rank's steps) and the
+    issue points of the ops not queued on their lane (``op``: the op issued there, else -1)."""
+    keep = _in_steps(phases["row"], phases["step"], steps)
+    issued = np.flatnonzero(~ops["queued"])
+    returned = np.flatnonzero(ops["blocking"].astype(bool) & ops["host"])
+    issue_t = np.where(ops["launch_ns"] >= 0, ops["launch_ns"], ops["start_ns"])[issued]
+    parts = [(steps["row"], steps["end_ns"], _STEP_END, steps["step"], labels["step_end"]),
+             (steps["row"], steps["start_ns"], STEP_START, steps["step"], labels["step_start"]),
+             (phases["row"][keep], phases["start_ns"][keep], PHASE_START, phases["step"][keep],
+              labels["phase_start"][keep]),
+             (phases["row"][keep], phases["end_ns"][keep], PHASE_END, phases["step"][keep], labels["phase_end"][keep]),
+             (ops["row"][returned], ops["end_ns"][returned], _RETURN, ops["step"][returned],
+              labels["return"][returned]),
+             (ops["row"][issued], issue_t, _ISSUE, ops["step"][issued], labels["issue"][issued])]
+    rank, t, step = (np.concatenate([part[i] for part in parts]).astype(np.int64) for i in (0, 1, 3))
+    kind = np.concatenate([np.full(part[0].size, part[2], np.int64) for part in parts])
+    label = np.concatenate([np.broadcast_to(part[4], part[0].shape) for part in parts]).astype(np.int64)
+    op = np.r_[np.full(t.size - issued.size, -1, np.int64), issued]
+    order = np.lexsort((kind, t, rank))
+    return {"rank": rank[order], "t": t[order], "kind": kind[order], "step": step[order], "label": label[order],
+            "op": op[order]}
+
+
+def _waits(points: dict, first: np.ndarray, ops: dict) -> tuple[np.ndarray, np.ndarray]:
+    """For each chain point: the op it waited for (-1: none) and the gap after its end. The
+    candidate is its rank's op with the latest end at or before the point (the last listed among
+    equal ends). A host op (no launch before its start) blocks the thread that waits for it, and
+    what that thread does next (unpack, divide) comes before its next point: a share of the
+    segment. A GPU op is waited for only through a sync call that returns with it; the host
+    otherwise runs ahead, and a point that merely comes soon after a kernel's end did not wait."""
+    t, rank = points["t"], points["rank"]
+    if not ops["row"].size:
+        return np.full(t.size, -1, np.int64), np.zeros(t.size, np.int64)
+    order = np.lexsort((ops["end_ns"], ops["row"]))
+    found = columns.search(ops["row"][order], ops["end_ns"][order], rank, t, "right") - 1
+    op = np.where((found >= 0) & (ops["row"][order][np.maximum(found, 0)] == rank), order[np.maximum(found, 0)], -1)
+    end = np.where(op >= 0, ops["end_ns"][np.maximum(op, 0)], NEG)
+    prev_t = np.where(first, NEG, np.r_[NEG, t[:-1]])
+    host, synced = ops["host"][np.maximum(op, 0)], ops["synced"][np.maximum(op, 0)]
+    tolerance = np.where(host, np.maximum(WAIT_TOLERANCE_NS, WAIT_SHARE * (t - prev_t)), WAIT_TOLERANCE_NS)
+    issued_here = np.where(points["op"] >= 0, points["op"], -2)
+    ok = (op >= 0) & (host | synced) & (end > prev_t) & (t - end <= tolerance) & (issued_here != op) & ~first
+    return np.where(ok, op, -1), np.where(ok, t - end, 0)
+
+
+def _segment_keys(points: dict, first: np.ndarray, labels: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per point, codes of the segment ending there: the texts of its two points joined (``from|to``),
+    the k-th time that pair comes in its step on its rank; with the step (``p_key``) and without
+    (``p_phase_key``). Pairs whose joined texts coincide are one pair."""
+    label, texts = points["label"], labels["texts"]
+    before = np.where(first, labels["empty"], np.r_[labels["empty"], label[:-1]])
+    pair, _ = columns.runs(before, label)
+    heads = np.unique(pair, return_index=True)[1]
+    joined = [f"{texts[a]}|{texts[b]}" for a, b in zip(before[heads].tolist(), label[heads].tolist())]  # per pair
+    text = np.unique(np.asarray(joined, dtype=str), return_inverse=True)[1].reshape(-1)[pair]
+    _, k = columns.runs(points["rank"], points["step"], text)
+    return columns.runs(points["step"], text, k)[0], columns.runs(text, k)[0]
+
+
+def build_graph(results: list[RankResult], matching: Matching, dataloader: str = "Dataloader") -> Graph:
+    """The replay graph of aligned results; ``matching`` rows follow ``results``. All ranks at
+    once: flat columns, a few sorts, no loop per rank beyond reading its markers."""
+    steps, phases, ops, syncs = _gather(results)
+    in_steps = _in_steps(ops["row"], ops["step"], steps)
+    ops = {name: column[in_steps] for name, column in ops.items()}
+    ops = {**ops, "col": _matched_columns(ops, matching), **_lane_links(ops)}
+    ops = {**ops, "synced": _synced(ops, syncs)}
+    labels = _labels(phases["name"], ops["name"], dataloader)
+    points = _chain_points(steps, phases, ops, labels)
+    rank = points["rank"]
+    first = np.r_[True, rank[1:] != rank[:-1]] if rank.size else np.zeros(0, bool)
+    wait_op, gap = _waits(points, first, ops)
+    issue = np.full(ops["row"].size, -1, np.int64)
+    issue[points["op"][points["op"] >= 0]] = np.flatnonzero(points["op"] >= 0)
+    t = points["t"]
+    w = np.where(wait_op >= 0, 0, np.where(first, 0, np.diff(t, prepend=t[:1])))
+    loader = labels["loader"][points["label"]]
+    opened = np.cumsum(loader) - loader  # dataloader bounds before each point, from the first rank's
+    heads = np.flatnonzero(first)
+    in_loader = opened - np.repeat(opened[heads], np.diff(np.r_[heads, t.size])) > 0
+    key, phase_key = _segment_keys(points, first, labels)
+    return _finish_graph(results, matching.size, points, {**ops, "issue": issue},
+                         {"first": first, "w": w, "in_loader": in_loader, "wait_op": wait_op, "gap": gap,
+                          "key": key, "phase_key": phase_key, "texts": labels["texts"]})
+
+
+def _step_points(points: dict, ops: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The start and end point of every step (rank order, then step start order) and per op its
+    step's end point (-1: none)."""
+    kind, rank, step = points["kind"], points["rank"], points["step"]
+    starts, ends = np.flatnonzero(kind == STEP_START), np.flatnonzero(kind == _STEP_END)
+    code, _ = columns.runs(np.r_[rank[starts], rank[ends], ops["row"]], np.r_[step[starts], step[ends], ops["step"]])
+    start_code, end_code = code[:starts.size], code[starts.size:starts.size + ends.size]
+    if np.unique(end_code).size < ends.size or np.unique(start_code).size < starts.size:
+        raise ValueError("a rank has two ProfileSteps with one step number: the replay needs one per step")
+    end_of = np.full(int(code.max()) + 1 if code.size else 0, -1, np.int64)
+    end_of[end_code] = ends
+    matched = end_of[start_code] >= 0
+    return starts[matched], end_of[start_code][matched], end_of[code[starts.size + ends.size:]]
+
+
+def _finish_graph(results: list[RankResult], n_cols: int, points: dict, ops: dict, chain_of: dict) -> Graph:
+    """Columns (singletons for unmatched ops), transfers, launch delays and step indices."""
+    col = np.where(ops["col"] >= 0, ops["col"], n_cols + np.arange(ops["col"].size))
+    start, end, launch = ops["start_ns"], ops["end_ns"], ops["launch_ns"]
+    last = _join_last(col, start, end)
+    column_last = np.full(int(col.max()) + 1 if col.size else 0, NEG, np.int64)
+    np.maximum.at(column_last, col, start)
+    ready = _measured_ready(np.where(launch >= 0, launch, start), ops["issue"], ops["lane_prev"])
+    delta = np.maximum(start - np.maximum(ready, ops["prev_end"]), 0)
+    step_start, step_end, op_step_end = _step_points(points, ops)
+    wait_op = chain_of["wait_op"]
+    waited = np.flatnonzero(wait_op >= 0)
+    edges = np.stack([waited, wait_op[waited], chain_of["gap"][waited]], axis=1) if waited.size \
+        else np.zeros((0, 3), np.int64)
+    needed = _needed_returns(points, waited)
+    return Graph(
+        n_ranks=len(results), rank_numbers=np.asarray([r.rank for r in results]), p_rank=points["rank"],
+        p_t=points["t"], p_w=chain_of["w"], p_first=chain_of["first"], p_key=chain_of["key"],
+        p_phase_key=chain_of["phase_key"], p_loader=chain_of["in_loader"], p_waited=wait_op >= 0,
+        step_rank=points["rank"][step_start], step_index=points["step"][step_start], step_start=step_start,
+        step_end=step_end, o_rank=ops["row"], o_col=col, o_issue=ops["issue"], o_lane_prev=ops["lane_prev"],
+        o_delta=delta, o_transfer=end - last, o_start=start, o_end=end, o_step_end=op_step_end,
+        o_partial=last < column_last[col], o_gpu=~ops["host"], edges=edges, e_needed=needed,
+        p_kind=points["kind"], p_step=points["step"],
+        p_label=points["label"], labels=chain_of["texts"], o_name=ops["name"].astype(object),
+        o_lane=ops["lane"].astype(object))
+
+
+def _needed_returns(points: dict, waited: np.ndarray) -> np.ndarray:
+    """Per wait edge (its point in ``waited``): the return of a blocking call after which the
+    thread works on (more than ``WAIT_TOLERANCE_NS`` before its next point) with what the call
+    brought. A return right before the next point (a phase's end, the step's end) is a wait
+    that overlapping could hide."""
+    t, rank, kind = points["t"], points["rank"], points["kind"]
+    after = np.minimum(waited + 1, t.size - 1)
+    work = np.where(rank[after] == rank[waited], t[after] - t[waited], 0)
+    return (kind[waited] == _RETURN) & (work > WAIT_TOLERANCE_NS)
+
+
+def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per op: the last arrival of its column among the members that arrived before it ended
+    (all of them, when the column is one join; fewer where the trace's groups or clocks put
+    two joins in one column: a member cannot have waited for one that came after it ended)."""
+    order = np.lexsort((start, col))
+    found = columns.search(col[order], start[order], col, end, "right") - 1
+    if ((found < 0) | (col[order][np.maximum(found, 0)] != col)).any():
+        raise ValueError("a collective ends before any member of its column arrived")
+    return start[order][found]
+
+
+def _measured_ready(issue_t: np.ndarray, issue: np.ndarray, lane_prev: np.ndarray) -> np.ndarray:
+    """When each op was ready: its issue time, or for an op queued on its lane the ready time
+    of the op before it."""
+    return along_queues(issue_t, issue < 0, lane_prev, issue_t)
+
+class _Chains:
+    """The chains of all ranks under given segment durations and waits, advanced lazily:
+    ``at(p)`` is point p's time once every op it waits for has its end in ``b``. A point's time
+    is fixed when its rank's chain is first advanced to it (``b`` raised later is not seen)."""
+
+    def __init__(self, g: Graph, w: np.ndarray) -> None:
+        total = np.cumsum(w)
+        first = np.flatnonzero(g.p_first)
+        base = np.repeat(total[first] - w[first], np.diff(np.r_[first, g.p_t.size]))
+        self.W = total - base                         # compute since the rank's first point
+        self.b = np.full(g.p_t.size, NEG, np.int64)  # latest (waited end + gap) per point
+        self.b[first] = g.p_t[first]
+        self.pb = np.full(g.p_t.size, NEG, np.int64)
+        self.first = np.full(g.n_ranks, -1, np.int64)  # first point of each rank row (-1: none)
+        self.first[g.p_rank[first]] = first
+        self.last = np.full(g.n_ranks, -1, np.int64)
+        self.last[g.p_rank[first]] = np.r_[first[1:], g.p_t.size] - 1
+        self.upto = self.first - 1
+        self.rank = g.p_rank
+
+    def at(self, p: int) -> int:
+        """t_p = W_p + max over the rank's points k <= p of (b_k - W_k)."""
+        r = self.rank[p]
+        lo = self.upto[r] + 1
+        if p >= lo:
+            seg = self.b[lo:p + 1] - self.W[lo:p + 1]
+            seg[0] = max(seg[0], self.pb[lo - 1] if lo > self.first[r] else NEG)
+            np.maximum.accumulate(seg, out=self.pb[lo:p + 1])
+            self.upto[r] = p
+        return int(self.W[p] + self.pb[p])
+
+    def at_many(self, points: np.ndarray) -> np.ndarray:
+        """``at`` of several points (any ranks, any order; ``b`` unchanged meanwhile): each rank
+        advanced once, to its furthest point asked, by a segmented cumulative max over all the
+        advanced stretches at once (doubling: log2 of the longest stretch passes)."""
+        rank = self.rank[points]
+        order = np.lexsort((points, rank))
+        furthest = order[np.r_[rank[order][1:] != rank[order][:-1], True]] if order.size else order
+        furthest = furthest[points[furthest] > self.upto[rank[furthest]]]
+        moved, target = rank[furthest], points[furthest]
+        if moved.size:
+            lo, size = self.upto[moved] + 1, target - self.upto[moved]
+            index = _ranges(lo, lo + size)
+            starts = np.cumsum(size) - size
+            head = np.repeat(starts, size)  # where each entry's stretch starts
+            seg = self.b[index] - self.W[index]
+            carry = np.where(lo > self.first[moved], self.pb[np.maximum(lo - 1, 0)], NEG)
+            seg[starts] = np.maximum(seg[starts], carry)
+            reach, shift = np.arange(index.size) - head, 1
+            while shift < size.max():  # log2 of the longest stretch
+                seg[shift:] = np.where(reach[shift:] >= shift, np.maximum(seg[shift:], seg[:-shift]), seg[shift:])
+                shift *= 2
+            self.pb[index] = seg
+            self.upto[moved] = target
+        return self.W[points] + self.pb[points]
+
+    def all(self) -> np.ndarray:
+        """Every point's time (advances each rank to its last point)."""
+        self.at_many(self.last[self.last >= 0])
+        return self.W + self.pb
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(lo[i], hi[i])`` over i, without a loop."""
+    size = hi - lo
+    total = int(size.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    return np.repeat(lo - (np.cumsum(size) - size), size) + np.arange(total)
+
+
+def _column_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Ops grouped by column, columns in the order of their measured last arrival (then end, then
+    column number): every op a chain point or lane waits for comes before it. Returns (ops,
+    column offsets)."""
+    columns, member = np.unique(g.o_col, return_inverse=True)
+    member = member.reshape(-1)
+    last, end = np.full(columns.size, NEG, np.int64), np.full(columns.size, NEG, np.int64)
+    np.maximum.at(last, member, g.o_start)
+    np.maximum.at(end, member, g.o_end)
+    position = np.empty(columns.size, np.int64)
+    position[np.lexsort((end, last))] = np.arange(columns.size)
+    ops = np.argsort(position[member], kind="stable")
+    offsets = np.searchsorted(position[member][ops], np.arange(columns.size + 1))
+    return ops, offsets
+
+
+
+_COLUMN_LOOP_MAX = 16             # a collective of at most this many members is replayed one member at a time
+
+
+def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
+           hoist: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Point times and op ends with segment durations ``w``, transfers ``transfer`` and chain
+    waits ``edges`` (point, op, gap); ``hoist`` (per op: from point, to point, fraction in ppm;
+    from = -1: none) readies an op at that fraction of the stretch between two earlier chain
+    points instead of at its issue point. One Python iteration per collective (matched column)
+    in measured order, vectorized over its members (the ranks of its group; a short loop for a
+    small one); the chains advance by vectorized cumulative maxima."""
+    chains = _Chains(g, w)
+    by_op = edges[np.argsort(edges[:, 1], kind="stable")]
+    edge_offsets = np.searchsorted(by_op[:, 1], np.arange(g.o_start.size + 1))
+    ends = np.full(g.o_start.size, NEG, np.int64)
+    ready = np.full(g.o_start.size, NEG, np.int64)
+    ops, offsets = _column_order(g)
+    queued_inside = _queued_inside(g, ops, offsets)
+    for k in range(offsets.size - 1):  # one iteration per collective
+        members = ops[offsets[k]:offsets[k + 1]]
+        if members.size > _COLUMN_LOOP_MAX and not queued_inside[k]:
+            starts = _member_starts(g, chains, members, ready, ends, hoist)
+        else:
+            starts = _member_starts_one_by_one(g, chains, members, ready, ends, hoist)
+        if g.o_partial[members].any():  # two joins in one column: each member joins who came before its end
+            joins = g.o_start[members][None, :] <= g.o_end[members][:, None]
+            last = np.where(joins, starts[None, :], NEG).max(axis=1)
+        else:
+            last = starts.max()
+        ends[members] = np.maximum(starts, last + transfer[members])
+        mine = _ranges(edge_offsets[members], edge_offsets[members + 1])
+        if mine.size:
+            np.maximum.at(chains.b, by_op[mine, 0], ends[by_op[mine, 1]] + by_op[mine, 2])
+    return chains.all(), ends
+
+
+def _queued_inside(g: Graph, ops: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per column (in replay order): one of its members follows another on its lane (its ready
+    time can then be its predecessor's of this very column)."""
+    inside = (g.o_lane_prev >= 0) & (g.o_col[np.maximum(g.o_lane_prev, 0)] == g.o_col)
+    column = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    return np.bincount(column[inside[ops]], minlength=offsets.size - 1) > 0
+
+
+def _member_starts_one_by_one(g: Graph, chains: _Chains, members: np.ndarray, ready: np.ndarray,
+                              ends: np.ndarray, hoist: np.ndarray | None) -> np.ndarray:
+    """The start of each member of one collective (``ready`` filled in on the way), in member
+    order: a queued member reads the ready time of its lane predecessor as it is then."""
+    starts = np.empty(members.size, np.int64)
+    for i, op in enumerate(members.tolist()):  # one iteration per rank of a small collective
+        prev = g.o_lane_prev[op]
+        if hoist is not None and hoist[op, 0] >= 0:
+            begin = chains.at(hoist[op, 0])
+            ready[op] = begin + (chains.at(hoist[op, 1]) - begin) * hoist[op, 2] // 1_000_000
+        else:
+            ready[op] = chains.at(g.o_issue[op]) if g.o_issue[op] >= 0 else ready[prev]
+        starts[i] = max(ready[op], ends[prev] if prev >= 0 else NEG) + g.o_delta[op]
+    return starts
+
+
+def _member_starts(g: Graph, chains: _Chains, members: np.ndarray, ready: np.ndarray, ends: np.ndarray,
+                   hoist: np.ndarray | None) -> np.ndarray:
+    """``_member_starts_one_by_one`` vectorized, for a collective none of whose members is queued
+    behind another of its members: the chain times it needs, all at once."""
+    prev = g.o_lane_prev[members]
+    moved = np.zeros(members.size, bool) if hoist is None else hoist[members, 0] >= 0
+    issued = ~moved & (g.o_issue[members] >= 0)
+    queued = ~moved & ~issued
+    wanted = [g.o_issue[members[issued]]]
+    if moved.any():
+        wanted += [hoist[members[moved], 0], hoist[members[moved], 1]]
+    times = chains.at_many(np.concatenate(wanted))
+    at = np.empty(members.size, np.int64)
+    at[issued] = times[:issued.sum()]
+    if moved.any():
+        begin, end = np.split(times[issued.sum():], 2)
+        at[moved] = begin + (end - begin) * hoist[members[moved], 2] // 1_000_000
+    at[queued] = ready[prev[queued]]
+    ready[members] = at
+    return np.maximum(at, np.where(prev >= 0, ends[np.maximum(prev, 0)], NEG)) + g.o_delta[members]
+
+
+@dataclass(frozen=True)
+class ReplayTimes:
+    """A replay's times, all of them, for backtracking (critical_path): point times, and per op
+    when it was ready (its issue point's time, or its queue predecessor's ready), started, ended,
+    and the member of its join whose start was the last arrival (itself when it came last)."""
+
+    t: np.ndarray
+    ready: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    last_op: np.ndarray
+
+
+
+
+def replay_times(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
+                 replayed: tuple[np.ndarray, np.ndarray] | None = None) -> ReplayTimes:
+    """``replay`` and the op times it implies, re-derived vectorized from its point times and op
+    ends (start = max(ready, lane predecessor's end) + launch delay; the last member is the
+    latest start among the members the op joined). ``replayed``: that replay's (point times, op
+    ends), where the what-if made it already."""
+    t, ends = replayed if replayed is not None else replay(g, w, transfer, edges)
+    issue_t = np.where(g.o_issue >= 0, t[np.maximum(g.o_issue, 0)], 0)
+    ready = _measured_ready(issue_t, g.o_issue, g.o_lane_prev)
+    prev_end = np.where(g.o_lane_prev >= 0, ends[np.maximum(g.o_lane_prev, 0)], NEG)
+    starts = np.maximum(ready, prev_end) + g.o_delta
+    by_start = np.lexsort((-starts, g.o_col))                # per column, the latest start first
+    head = np.r_[True, g.o_col[by_start][1:] != g.o_col[by_start][:-1]] if by_start.size else np.zeros(0, bool)
+    member = np.unique(g.o_col, return_inverse=True)[1].reshape(-1)
+    last_op = by_start[head][member]                          # columns ascending, as np.unique's
+    for col in np.unique(g.o_col[g.o_partial]).tolist():  # one per column that is not one join
+        members = np.flatnonzero(g.o_col == col)
+        joins = g.o_start[members][None, :] <= g.o_end[members][:, None]
+        last_op[members] = members[np.where(joins, starts[members][None, :], NEG).argmax(axis=1)]
+    return ReplayTimes(t, ready, starts, ends, last_op)
+
+
+def step_ns(g: Graph, t: np.ndarray) -> np.ndarray:
+    """Per (rank row, step) of the graph: the step's duration under point times ``t``."""
+    return t[g.step_end] - t[g.step_start]
+
+
+def job_steps(g: Graph, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(steps ascending, the job's step time of each): analyses.steptime, the median over ranks
+    of the step's duration."""
+    return steptime.per_step(g.step_index, ns)
+
+
+def gpu_waits_unseen(g: Graph) -> bool:
+    """The trace has GPU collectives and the host waits for none of them (no sync call returns
+    with one): the replay cannot see a rank wait for another's kernels, so a saving it finds
+    near 0 says nothing of what the lateness costs."""
+    gpu = np.flatnonzero(g.o_gpu)
+    return bool(gpu.size) and not np.isin(gpu, g.edges[:, 1]).any()
