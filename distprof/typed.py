@@ -16,7 +16,7 @@ Rules, all from the annotations:
   element by element; scalars and bare ``dict``/``list`` are taken as they are;
 * ``field(metadata={"key": "lane"})`` names a field's JSON key when it is not the field's name;
 * a text an analysis leaves to the reports is a :class:`Reason` (``str | Reason`` fields) until
-  ``reports.words.worded`` words it; encoding one unworded is an error.
+  ``reports.findings.worded`` words it; encoding one unworded is an error.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def absent() -> Any:
 @dataclass(frozen=True)
 class Reason:
     """What an analysis says, as a code and the figures it rests on; never written as such:
-    ``reports/`` words it (reports.words.worded) before a report or summary.json shows it. Why:
+    ``reports/`` words it (reports.findings.worded) before a report or summary.json shows it. Why:
     an analysis returns numbers and codes, and the wording of each kind of text lives in one place."""
 
     code: str
@@ -64,6 +64,11 @@ class Reason:
 
 class JsonError(ValueError):
     """summary.json content that does not fit its type: says where (the key path) and what."""
+
+    def at(self, where: str, deeper: str) -> JsonError:
+        """The same error, its path ``where`` made the deeper ``deeper`` (a key or an index below)."""
+        said = str(self)
+        return JsonError(deeper + said[len(where):] if said.startswith(where) else said)
 
 
 @functools.cache
@@ -87,7 +92,7 @@ def encode(value: Any) -> Any:
     if isinstance(value, Record):
         return value.to_json()
     if isinstance(value, Reason):
-        raise TypeError(f"reason {value.code!r} was never worded (reports.words.worded): no JSON for it")
+        raise TypeError(f"reason {value.code!r} was never worded (reports.findings.worded): no JSON for it")
     if isinstance(value, dict):
         return {(str(key) if type(key) is int else key): encode(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -95,62 +100,175 @@ def encode(value: Any) -> Any:
     return value
 
 
+# Both directions are compiled once per type hint into a converter, None where the value is taken
+# as it is (a scalar): a 512-rank summary holds ~350k values, and asking the hint what it is for
+# each one cost as much as the merge's own combine. Key paths are built only when a value fails:
+# each level on the way up writes its key or index into the error's path (JsonError.at).
+_SCALARS = (int, float, str, bool, type(None))
+_UNTYPED = (Any, object, dict, list)
+
+
+def _options(hint: Any) -> list:
+    return [arg for arg in typing.get_args(hint) if arg is not type(None)]
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _is_record(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, Record)
+
+
+def _check_worded(value: Any) -> Any:
+    if isinstance(value, Reason):
+        return encode(value)  # raises: a reason has no JSON
+    return value
+
+
+@functools.cache
+def _encoder(hint: Any) -> Any:
+    """A function writing a value of ``hint`` as JSON-ready Python; None: the value as it is."""
+    if hint in _SCALARS:
+        return None
+    if hint in _UNTYPED:
+        return encode
+    if _is_union(hint):
+        options = _options(hint)
+        if all(option in _SCALARS for option in options):
+            return None
+        if set(options) <= {str, Reason}:
+            return _check_worded
+        inner = _encoder(options[0]) if len(options) == 1 else encode
+        return None if inner is None else (lambda value: None if value is None else inner(value))
+    if _is_record(hint):
+        return lambda value: value.to_json()
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (list, tuple):
+        item = _encoder(args[0]) if args else encode
+        return list if item is None else (lambda value: [item(x) for x in value])
+    if origin is dict:
+        item = _encoder(args[1])
+        if args[0] is int:
+            return lambda value: {str(k): v if item is None else item(v) for k, v in value.items()}
+        return None if item is None else (lambda value: {k: item(v) for k, v in value.items()})
+    return encode
+
+
+@functools.cache
+def _encoders(cls: type) -> tuple[tuple[str, str, Any], ...]:
+    return tuple((name, key, _encoder(hint)) for name, key, hint, _ in _plan(cls))
+
+
 def _encode_record(record: Record) -> dict:
     out = {}
-    for name, key, _, _ in _plan(type(record)):
+    for name, key, write in _encoders(type(record)):
         value = getattr(record, name)
         if value is not ABSENT:
-            out[key] = encode(value)
+            out[key] = value if write is None else write(value)
     return out
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[tuple, frozenset]:
+    """Per field (attribute, JSON key, converter or None, required), and the known keys."""
+    fields = tuple((name, key, _decoder(hint), default is dataclasses.MISSING)
+                   for name, key, hint, default in _plan(cls))
+    return fields, frozenset(key for _, key, _, _ in fields)
 
 
 def _decode_record(cls: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise JsonError(f"{where}: expected an object for {cls.__name__}, got {type(data).__name__}")
-    plan = _plan(cls)
-    known = {key for _, key, _, _ in plan}
-    unknown = [key for key in data if key not in known]
-    if unknown:
-        raise JsonError(f"{where}: unknown key {unknown[0]!r} for {cls.__name__}")
+    fields, known = _fields(cls)
+    if not known.issuperset(data):
+        raise JsonError(f"{where}: unknown key {next(k for k in data if k not in known)!r} for {cls.__name__}")
     kwargs = {}
-    for name, key, hint, default in plan:
+    for name, key, read, required in fields:
         if key in data:
-            kwargs[name] = decode(hint, data[key], f"{where}.{key}")
-        elif default is dataclasses.MISSING:
+            value = data[key]
+            if read is not None:
+                try:
+                    value = read(value, where)
+                except JsonError as error:
+                    raise error.at(where, f"{where}.{key}") from None
+            kwargs[name] = value
+        elif required:
             raise JsonError(f"{where}: missing key {key!r} for {cls.__name__}")
     return cls(**kwargs)
 
 
-_SCALARS = (int, float, str, bool, type(None), Any, object, dict, list)
+def _union_decoder(hint: Any) -> Any:
+    options = _options(hint)
+    records = [option for option in options if _is_record(option)]
+    inner = _decoder((records or options)[0]) if len(options) == 1 or records else None
+    text = str in options
+
+    def read(data: Any, where: str) -> Any:
+        if data is None or isinstance(data, Reason) or (text and isinstance(data, str)) or inner is None:
+            return data
+        return inner(data, where)
+    return read
+
+
+def _list_decoder(origin: Any, args: tuple) -> Any:
+    item = _decoder(args[0]) if args else None
+    make = tuple if origin is tuple else list
+
+    def read(data: Any, where: str) -> Any:
+        if not isinstance(data, (list, tuple)):
+            raise JsonError(f"{where}: expected a list, got {type(data).__name__}")
+        if item is None:
+            return make(data)
+        out: list = []
+        try:
+            for x in data:
+                out.append(item(x, where))
+        except JsonError as error:
+            raise error.at(where, f"{where}[{len(out)}]") from None
+        return make(out)
+    return read
+
+
+def _dict_decoder(args: tuple) -> Any:
+    int_keys, value_of = args[0] is int, _decoder(args[1])
+
+    def read(data: Any, where: str) -> Any:
+        if not isinstance(data, dict):
+            raise JsonError(f"{where}: expected an object, got {type(data).__name__}")
+        if value_of is None:
+            return {int(key): value for key, value in data.items()} if int_keys else dict(data)
+        out: dict = {}
+        try:
+            for key, value in data.items():
+                out[int(key) if int_keys else key] = value_of(value, where)
+        except JsonError as error:
+            raise error.at(where, f"{where}.{key}") from None
+        return out
+    return read
+
+
+@functools.cache
+def _decoder(hint: Any) -> Any:
+    """A function reading a value of ``hint`` (data, where) -> value; None: the value as it is."""
+    if hint in _SCALARS or hint in _UNTYPED:
+        return None
+    if _is_union(hint):
+        return _union_decoder(hint)
+    if _is_record(hint):
+        return lambda data, where: data if isinstance(data, hint) else hint.from_json(data, where)
+    origin = typing.get_origin(hint)
+    if origin in (list, tuple):
+        return _list_decoder(origin, typing.get_args(hint))
+    if origin is dict:
+        return _dict_decoder(typing.get_args(hint))
+    return None
 
 
 def decode(hint: Any, data: Any, where: str = "$") -> Any:
     """``data`` (parsed JSON, or the in-memory dicts an analysis returned) as the type ``hint``."""
-    if hint in _SCALARS:
-        return data
-    origin = typing.get_origin(hint)
-    if origin is typing.Union or origin is types.UnionType:
-        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        if data is None or isinstance(data, Reason) or (isinstance(data, str) and str in options):
-            return data
-        record = [arg for arg in options if isinstance(arg, type) and issubclass(arg, Record)]
-        return decode((record or options)[0], data, where) if len(options) == 1 or record else data
-    if isinstance(hint, type) and issubclass(hint, Record):
-        return data if isinstance(data, hint) else hint.from_json(data, where)
-    args = typing.get_args(hint)
-    if origin is list or origin is tuple:
-        if not isinstance(data, (list, tuple)):
-            raise JsonError(f"{where}: expected a list, got {type(data).__name__}")
-        item = args[0] if args else Any
-        items = list(data) if item in _SCALARS else [decode(item, x, f"{where}[{i}]") for i, x in enumerate(data)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        if not isinstance(data, dict):
-            raise JsonError(f"{where}: expected an object, got {type(data).__name__}")
-        key_type, value_type = args
-        return {(int(key) if key_type is int else key): decode(value_type, value, f"{where}.{key}")
-                for key, value in data.items()}
-    return data
+    read = _decoder(hint)
+    return data if read is None else read(data, where)
 
 
 class Record:

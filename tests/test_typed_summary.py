@@ -70,6 +70,10 @@ def test_attribute_reads_match_the_file() -> None:
     (lambda s: s.pop("world_size"), "$: missing key 'world_size'"),
     (lambda s: s.update(ranks={}), "$.ranks: expected a list"),
     (lambda s: s["ranks"][0].pop("lanes"), "$.ranks[0]: a rank row without 'lanes'"),
+    (lambda s: s["skew"]["kinds"][0].pop("name"), "$.skew.kinds[0]: missing key 'name'"),
+    (lambda s: s["critical_path"]["steps"][1]["segments"][3].pop("lane"),
+     "$.critical_path.steps[1].segments[3]: missing key 'lane'"),
+    (lambda s: s["tables"]["by_rank"][2]["device"][0].update(extra=1), "$.tables.by_rank[2].device[0]: unknown key"),
 ])
 def test_content_that_does_not_fit_says_where(change, said: str) -> None:
     summary = json.loads((DATA / "golden" / "demo__demo_ranks.json").read_text())
