@@ -424,7 +424,11 @@ class _Chains:
         """t_p = W_p + max over the rank's points k <= p of (b_k - W_k)."""
         r = self.rank[p]
         lo = self.upto[r] + 1
-        if p >= lo:
+        if p == lo:  # one point further: scalars (a lone rank's chain advances this way)
+            own = int(self.b[p] - self.W[p])
+            self.pb[p] = max(own, int(self.pb[lo - 1])) if lo > self.first[r] else own
+            self.upto[r] = p
+        elif p > lo:
             seg = self.b[lo:p + 1] - self.W[lo:p + 1]
             seg[0] = max(seg[0], self.pb[lo - 1] if lo > self.first[r] else NEG)
             np.maximum.accumulate(seg, out=self.pb[lo:p + 1])
@@ -506,7 +510,11 @@ def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
     ready = np.full(g.o_start.size, NEG, np.int64)
     ops, offsets = _column_order(g)
     queued_inside = _queued_inside(g, ops, offsets)
+    single = _single_ops(ops, offsets)
     for k in range(offsets.size - 1):  # one iteration per collective
+        if single[k] >= 0:  # one member (a collective seen on one rank only): scalar steps
+            _replay_single(g, chains, single[k], ready, ends, transfer, hoist, by_op, edge_offsets)
+            continue
         members = ops[offsets[k]:offsets[k + 1]]
         if members.size > _COLUMN_LOOP_MAX and not queued_inside[k]:
             starts = _member_starts(g, chains, members, ready, ends, hoist)
@@ -524,6 +532,23 @@ def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
     return chains.all(), ends
 
 
+def _single_ops(ops: np.ndarray, offsets: np.ndarray) -> list[int]:
+    """Per column (in replay order): its one op, or -1 when it has several members."""
+    return np.where(np.diff(offsets) == 1, ops[np.minimum(offsets[:-1], max(ops.size - 1, 0))], -1).tolist()
+
+
+def _replay_single(g: Graph, chains: _Chains, op: int, ready: np.ndarray, ends: np.ndarray, transfer: np.ndarray,
+                   hoist: np.ndarray | None, by_op: np.ndarray, edge_offsets: np.ndarray) -> None:
+    """The loop body of ``replay`` for a one-member column, in Python scalars: the same start as
+    ``_member_starts_one_by_one``, the end of a join with itself, and its chain waits raised. A
+    trace of one rank's unmatched collectives has thousands of these."""
+    start = _member_start(g, chains, op, ready, ends, hoist)
+    end = ends[op] = max(start, start + int(transfer[op]))
+    for point, gap in by_op[int(edge_offsets[op]):int(edge_offsets[op + 1]), 0::2].tolist():
+        if end + gap > chains.b[point]:
+            chains.b[point] = end + gap
+
+
 def _queued_inside(g: Graph, ops: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Per column (in replay order): one of its members follows another on its lane (its ready
     time can then be its predecessor's of this very column)."""
@@ -536,16 +561,22 @@ def _member_starts_one_by_one(g: Graph, chains: _Chains, members: np.ndarray, re
                               ends: np.ndarray, hoist: np.ndarray | None) -> np.ndarray:
     """The start of each member of one collective (``ready`` filled in on the way), in member
     order: a queued member reads the ready time of its lane predecessor as it is then."""
-    starts = np.empty(members.size, np.int64)
-    for i, op in enumerate(members.tolist()):  # one iteration per rank of a small collective
-        prev = g.o_lane_prev[op]
-        if hoist is not None and hoist[op, 0] >= 0:
-            begin = chains.at(hoist[op, 0])
-            ready[op] = begin + (chains.at(hoist[op, 1]) - begin) * hoist[op, 2] // 1_000_000
-        else:
-            ready[op] = chains.at(g.o_issue[op]) if g.o_issue[op] >= 0 else ready[prev]
-        starts[i] = max(ready[op], ends[prev] if prev >= 0 else NEG) + g.o_delta[op]
-    return starts
+    return np.array([_member_start(g, chains, op, ready, ends, hoist) for op in members.tolist()], np.int64)
+
+
+def _member_start(g: Graph, chains: _Chains, op: int, ready: np.ndarray, ends: np.ndarray,
+                  hoist: np.ndarray | None) -> int:
+    """One op's start (its ``ready`` filled in): when it is ready (its issue point's time, a
+    hoisted fraction of a stretch, or its lane predecessor's ready), after its predecessor ends."""
+    prev = int(g.o_lane_prev[op])
+    if hoist is not None and hoist[op, 0] >= 0:
+        begin = chains.at(hoist[op, 0])
+        at = begin + (chains.at(hoist[op, 1]) - begin) * int(hoist[op, 2]) // 1_000_000
+    else:
+        issue = int(g.o_issue[op])
+        at = chains.at(issue) if issue >= 0 else int(ready[prev])
+    ready[op] = at
+    return max(at, int(ends[prev]) if prev >= 0 else NEG) + int(g.o_delta[op])
 
 
 def _member_starts(g: Graph, chains: _Chains, members: np.ndarray, ready: np.ndarray, ends: np.ndarray,
