@@ -277,7 +277,7 @@ def copy_result(result, rank: int, world: int):
     """A real rank's RankResult as rank ``rank`` of a ``world``-rank job: what reduce_rank gives
     for the trace copy_real_job renumbers (rank, world size, the world group's members), with
     its own pid and file name."""
-    from dataclasses import replace
+    from msgspec.structs import replace
     meta = dict(result.meta)
     stated = meta.get("world_size")
     if stated:

@@ -7,9 +7,10 @@ changes the ones it is given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
+from msgspec.structs import replace
 
 from . import events as ev
 from .columns import unique_rows

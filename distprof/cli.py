@@ -530,7 +530,7 @@ def _nulled(value: object, where: str, bad: list[str]) -> object:
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """What each fix would save: the merge's replay and scenarios (only --scenario ones if given)."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from .analyses import whatif
     from .reports import whatif_report

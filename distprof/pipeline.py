@@ -6,9 +6,10 @@ these; writing reports is the caller's job.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import dataclasses
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from . import align as align_mod
@@ -168,7 +169,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
                         "(no shared host, clock sample or usable collectives): start spreads and skew across "
                         "ranks may be the clocks, not the ranks")
     final, inst, collective_table = _collectives(aligned, config, world_size)
-    aligned = replace(aligned, results=final)
+    aligned = dataclasses.replace(aligned, results=final)  # align.Alignment: a dataclass
     skew_summary = _skew_summary(aligned, config, inst, missing)
     skew_summary["notes"] += _unsplit_note(final) + _unnamed_groups_note(final, world_size)
     skew_summary["pipelines"] = pipelines_mod.bubbles(aligned.matching, inst,
@@ -258,8 +259,8 @@ def _collectives(aligned: align_mod.Alignment, config: dict,
     for result, wait in zip(results, waits):  # one iteration per rank
         figures = result.figures
         transfer = None if wait is None else max(figures.communication_ns - wait, 0)
-        final.append(replace(result, figures=replace(figures, communication_wait_ns=wait,
-                                                      communication_transfer_ns=transfer)))
+        figures = msgspec.structs.replace(figures, communication_wait_ns=wait, communication_transfer_ns=transfer)
+        final.append(msgspec.structs.replace(result, figures=figures))
     groups = align_mod.process_groups(results)
     if world_size and "" not in groups:
         groups[""] = tuple(range(world_size))

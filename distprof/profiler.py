@@ -364,7 +364,7 @@ class Profiler:
         results = None if results is None else [r for r in results if r is not None]
         if not results:
             return None
-        from dataclasses import replace
+        from msgspec.structs import replace
 
         from . import live
         from .sections.machine import Live

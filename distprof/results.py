@@ -1,6 +1,6 @@
 """What travels between the stages (reduce_rank -> transport -> combine -> reports), as frozen
-dataclasses: a misspelt field is an AttributeError, not a silent None, and a stage derives a new
-object (``dataclasses.replace``) instead of changing one it was given.
+``msgspec.Struct`` types: a misspelt field is an AttributeError, not a silent None, and a stage
+derives a new object (``msgspec.structs.replace``) instead of changing one it was given.
 
 summary.json is written from :class:`Summary` in one place, :meth:`Summary.to_json`; its keys
 are documented in the README and only ever added to.
@@ -13,7 +13,8 @@ get min/median/max across ranks).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+import msgspec
+from msgspec.structs import asdict, replace
 
 from .sections.collectives import Collectives
 from .sections.findings import Check, Finding
@@ -31,8 +32,7 @@ FIGURE_FIELDS = ("window_ns", "steps", "communication_ns", "computation_ns", "me
                  "communication_wait_ns", "communication_transfer_ns")
 
 
-@dataclass(frozen=True)
-class RankFigures:
+class RankFigures(msgspec.Struct, frozen=True):
     """The Distributed Summary of one rank over its analysed window (DESIGN "Metric definitions")."""
 
     window_ns: int = 0
@@ -58,7 +58,6 @@ FIGURES = ("window_ns", "communication_ns", "computation_ns", "memory_ns", "over
            "communication_transfer_ns")
 
 
-@dataclass(frozen=True)
 class RankProfile(Record):
     """A rank's FLOPs and memory profile (analyses.profiles.rank_profile); None = not in the trace.
     Its fields are keys of the rank's row in summary.json."""
@@ -69,12 +68,13 @@ class RankProfile(Record):
     mfu: float | None = None               # achieved_tflops / hardware.peak_tflops
     flops_by_phase: dict[str, int] | None = None  # {"forward"|"backward"|...: median FLOPs per step}
     flops_source: str | None = None        # "args" (Kineto flops), "shapes" (Input Dims), "args+shapes"
-    flops_uncounted: FlopsUncounted = field(default_factory=FlopsUncounted)  # GEMM/conv ops, no shapes
+    flops_uncounted: FlopsUncounted = msgspec.field(default_factory=FlopsUncounted)  # GEMM/conv ops, no shapes
     memory_peak_allocated_bytes: int | None = None   # of memory_device
     memory_peak_reserved_bytes: int | None = None
     memory_growth_per_step_bytes: float | None = None  # slope of the per-step peaks of memory_device
     memory_device: str | None = None       # the headline device: the GPU with the largest peak, else "CPU"
-    memory_devices: list[MemoryDevice] = field(default_factory=list)  # per device: peaks, per-step peaks, growth
+    # per device: peaks, per-step peaks, growth
+    memory_devices: list[MemoryDevice] = msgspec.field(default_factory=list)
 
     @classmethod
     def from_json(cls, row: dict, where: str = "$") -> RankProfile:
@@ -82,14 +82,7 @@ class RankProfile(Record):
         return super().from_json({key: row[key] for key in _PROFILE_KEYS if key in row}, where)
 
 
-def _fields_of(result) -> dict:
-    """A frozen result's fields as a dict, values shared, not copied (``dataclasses.asdict`` deep-copies
-    every nested list: a third of rank 0's combine at 512 ranks). Nothing mutates a result or its rows."""
-    return {f.name: getattr(result, f.name) for f in fields(result)}
-
-
-@dataclass(frozen=True)
-class Lane:
+class Lane(msgspec.Struct, frozen=True):
     """One lane (GPU stream or host thread) of a rank and the work it carried in the window."""
 
     label: str                 # lanes.label(key, names): how reports and checks name it
@@ -116,8 +109,7 @@ def _shifted(columns: dict, offset_ns: int) -> dict:
     return out
 
 
-@dataclass(frozen=True)
-class RankMarkers:
+class RankMarkers(msgspec.Struct, frozen=True):
     """What skew needs from a rank, on the rank's own clock, as plain column lists (picklable):
     ``step_bounds`` (step, start_ns, end_ns), ``phases`` per step and name (step, name, start_ns,
     end_ns, busy_ns) and ``collectives`` (name = canonical kind, start_ns, end_ns, lane label, step,
@@ -129,7 +121,7 @@ class RankMarkers:
     step_bounds: dict
     phases: dict
     collectives: dict
-    syncs: dict = field(default_factory=lambda: {"start_ns": [], "end_ns": []})
+    syncs: dict = msgspec.field(default_factory=lambda: {"start_ns": [], "end_ns": []})
 
     def shifted(self, offset_ns: int) -> RankMarkers:
         """The same markers on the common clock (own clock + offset)."""
@@ -141,8 +133,7 @@ class RankMarkers:
                 "syncs": self.syncs}
 
 
-@dataclass(frozen=True)
-class ClockEstimate:
+class ClockEstimate(msgspec.Struct, frozen=True):
     """A rank's clock offset (ns to add to its own timestamps) and how it was obtained.
 
     From a source: ``method`` "source", the source's offset/uncertainty (uncertainty 0: the
@@ -170,7 +161,6 @@ class ClockEstimate:
                 "correction_ns": self.correction_ns, "spread_ns": self.spread_ns, "verified": self.verified}
 
 
-@dataclass(frozen=True)
 class RankResult(Record):
     """Everything rank 0 needs from one rank, made next to that rank's events (pipeline.reduce_rank).
 
@@ -190,9 +180,9 @@ class RankResult(Record):
     tables: dict                # analyses.summaries.rank_tables
     clock: ClockEstimate
     warnings: tuple[str, ...] = ()
-    meta: dict = field(default_factory=dict)
+    meta: dict = msgspec.field(default_factory=dict)
     frameworks: tuple[str, ...] = ()  # events.frameworks: whose advice fits this trace ("pytorch")
-    profile: RankProfile = field(default_factory=RankProfile)   # FLOPs and memory (analyses.profiles)
+    profile: RankProfile = msgspec.field(default_factory=RankProfile)   # FLOPs and memory (analyses.profiles)
 
     @property
     def host(self) -> str | None:
@@ -213,9 +203,9 @@ class RankResult(Record):
         return self.markers.shifted(int(self.clock.offset_ns))
 
     def to_json(self) -> dict:
-        """The row of summary.json's ``ranks``."""
+        """The row of summary.json's ``ranks`` (``asdict`` is shallow: the figures' values shared, not copied)."""
         return {"rank": self.rank, "source_file": self.source_file, "pid": self.pid, "device": self.device,
-                "rank_from": self.rank_from, **_fields_of(self.figures),
+                "rank_from": self.rank_from, **asdict(self.figures),
                 "comm_lanes": self.comm_lanes, "compute_lanes": self.compute_lanes,
                 "lanes": [lane.to_json() for lane in self.lanes],
                 "clock_offset_ns": self.clock.offset_ns, "clock_uncertainty_ns": self.clock.uncertainty_ns,
@@ -246,11 +236,10 @@ class RankResult(Record):
 
 
 _RANK_KEYS = {"rank", "source_file", "pid", "device", "rank_from"}
-_FIGURE_KEYS = {f.name for f in fields(RankFigures)}
-_PROFILE_KEYS = {f.name for f in fields(RankProfile)}
+_FIGURE_KEYS = set(RankFigures.__struct_fields__)
+_PROFILE_KEYS = set(RankProfile.__struct_fields__)
 
 
-@dataclass(frozen=True)
 class Summary(Record):
     """The job-wide result (pipeline.combine) and the content of summary.json: ranks in rank order
     plus what was computed across them, every section a frozen type (distprof.sections).
@@ -271,12 +260,12 @@ class Summary(Record):
     findings: list[Finding]
     warnings: list[str | Reason]  # Reasons until worded (reports/words.py)
     tables: Tables
-    collectives: Collectives = field(default_factory=Collectives)  # the Collectives table
+    collectives: Collectives = msgspec.field(default_factory=Collectives)  # the Collectives table
     whatif: WhatIf | None = None  # replayed step time and scenarios (analyses.whatif)
-    profiles: Profiles = field(default_factory=Profiles)  # FLOPS spread, memory across ranks
+    profiles: Profiles = msgspec.field(default_factory=Profiles)  # FLOPS spread, memory across ranks
     model_profile: ModelProfile | None = None  # the live FLOPs profile (flops=True)
     critical_path: CriticalPath | None = None  # what sets each step, across ranks
-    machine: list[Host] = field(default_factory=list)  # hosts, cores, GPUs, load (analyses.machine)
+    machine: list[Host] = msgspec.field(default_factory=list)  # hosts, cores, GPUs, load (analyses.machine)
     live: Live = absent()  # the live view's record: only a session with the live view on has one
 
     def rank(self, rank: int) -> RankResult:

@@ -1,7 +1,7 @@
 """One JSON codec for the frozen result types, built from their type hints.
 
-A :class:`Record` is a frozen dataclass whose fields, in their declared order, are the keys of its
-JSON object: ``to_json`` writes them and ``from_json`` reads them back, so
+A :class:`Record` is a frozen ``msgspec.Struct`` whose fields, in their declared order, are the keys of
+its JSON object: ``to_json`` writes them and ``from_json`` reads them back, so
 ``T.from_json(j).to_json() == j`` for every ``j`` that ``T`` wrote. Why one codec: summary.json
 had grown to hundreds of key paths written by hand in a dozen places and read back as string-keyed
 dicts; with the types the file is documented, checked on reading (an unknown key is an error, not a
@@ -14,19 +14,19 @@ Rules, all from the annotations:
 * ``dict[int, V]`` is written with string keys (JSON's) and read back with int keys;
 * ``X | None``, ``list[X]``, ``tuple[X, ...]``, ``dict[K, V]`` and nested records are decoded
   element by element; scalars and bare ``dict``/``list`` are taken as they are;
-* ``field(metadata={"key": "lane"})`` names a field's JSON key when it is not the field's name;
+* ``msgspec.field(name="lane")`` names a field's JSON key when it is not the field's name;
 * a text an analysis leaves to the reports is a :class:`Reason` (``str | Reason`` fields) until
   ``reports.findings.worded`` words it; encoding one unworded is an error.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import types
 import typing
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 
 class _Absent:
@@ -49,17 +49,16 @@ ABSENT: Any = _Absent()
 
 def absent() -> Any:
     """A field default: the key is left out of the JSON object unless the field is given."""
-    return dataclasses.field(default=ABSENT)
+    return msgspec.field(default=ABSENT)
 
 
-@dataclass(frozen=True)
-class Reason:
+class Reason(msgspec.Struct, frozen=True):
     """What an analysis says, as a code and the figures it rests on; never written as such:
     ``reports/`` words it (reports.findings.worded) before a report or summary.json shows it. Why:
     an analysis returns numbers and codes, and the wording of each kind of text lives in one place."""
 
     code: str
-    figures: dict = dataclasses.field(default_factory=dict)
+    figures: dict = msgspec.field(default_factory=dict)
 
 
 class JsonError(ValueError):
@@ -73,17 +72,11 @@ class JsonError(ValueError):
 
 @functools.cache
 def _plan(cls: type) -> tuple[tuple[str, str, Any, Any], ...]:
-    """Per field of ``cls``: (attribute, JSON key, type hint, default or MISSING)."""
-    hints = typing.get_type_hints(cls)
+    """Per field of ``cls``: (attribute, JSON key, type hint, default or default factory; NODEFAULT: none)."""
     plan = []
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory
-        else:
-            default = dataclasses.MISSING
-        plan.append((f.name, f.metadata.get("key", f.name), hints[f.name], default))
+    for f in msgspec.structs.fields(cls):
+        default = f.default if f.default is not msgspec.NODEFAULT else f.default_factory
+        plan.append((f.name, f.encode_name, f.type, default))
     return tuple(plan)
 
 
@@ -172,7 +165,7 @@ def _encode_record(record: Record) -> dict:
 @functools.cache
 def _fields(cls: type) -> tuple[tuple, frozenset]:
     """Per field (attribute, JSON key, converter or None, required), and the known keys."""
-    fields = tuple((name, key, _decoder(hint), default is dataclasses.MISSING)
+    fields = tuple((name, key, _decoder(hint), default is msgspec.NODEFAULT)
                    for name, key, hint, default in _plan(cls))
     return fields, frozenset(key for _, key, _, _ in fields)
 
@@ -271,7 +264,7 @@ def decode(hint: Any, data: Any, where: str = "$") -> Any:
     return data if read is None else read(data, where)
 
 
-class Record:
+class Record(msgspec.Struct, frozen=True):
     """Base of the frozen result types that summary.json is made of (see the module docstring)."""
 
     @classmethod

@@ -5,12 +5,12 @@ import functools
 import gzip
 import json
 import re
-from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import DATA, foreign_cores, machine_clock, mark_made, run_cli
+from msgspec.structs import replace
 
 from distprof import config
 from distprof.analyses import diff
@@ -57,7 +57,7 @@ def _across(ranks: dict) -> AcrossRanks:
                                  max=int(values.max()), mean=int(round(values.mean())),
                                  max_rank=numbers[int(values.argmax())],
                                  min_rank=numbers[int(values.argmin())])
-    return AcrossRanks(**{**{f.name: None for f in fields(AcrossRanks)}, **stats})
+    return AcrossRanks(**{**{name: None for name in AcrossRanks.__struct_fields__}, **stats})
 
 
 def _kernel_row(name: str, calls: int, total_ms: float) -> MergedKernelRow:

@@ -1,8 +1,7 @@
 """Distributed Summary figures on traces whose intervals are known by construction."""
 
-from dataclasses import replace
-
 import numpy as np
+from msgspec.structs import replace
 from result_views import rank_figures, rank_row, summary_json  # noqa: F401
 
 from distprof import align, pipeline

@@ -4,11 +4,11 @@ headless Chromium when it is installed (Debian's `chromium`)."""
 import re
 import shutil
 import subprocess
-from dataclasses import replace
 from html.parser import HTMLParser
 
 import pytest
 from conftest import run_cli
+from msgspec.structs import replace
 from test_summaries import CONFIG, gpu_rank, host_rank
 
 from distprof import Summary, pipeline

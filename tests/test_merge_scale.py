@@ -9,11 +9,11 @@ import importlib.util
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_cli, run_mpi
+from msgspec.structs import replace
 from nsys_fixtures import ddl_available
 
 from distprof import config as config_module
@@ -128,3 +128,4 @@ def test_copied_results_equal_the_reduced_copies(tmp_path):
         estimate = ms.copy_result(pipeline.reduce_rank(original, config), rank, 5)
         reduced = pipeline.reduce_rank(copied, config)
         assert replace(estimate, pid=None, source_file=None) == replace(reduced, pid=None, source_file=None)
+

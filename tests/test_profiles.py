@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from msgspec.structs import replace
 from result_views import summary_json, worded_findings
 
 from distprof import config as config_mod

@@ -3,12 +3,12 @@ written through a unique temporary file, so concurrent writers into one folder a
 ``report`` on something that is not a summary says what to run; ``trace`` selections are
 ranges, and one that matches nothing leaves an existing trace untouched."""
 
-import dataclasses
 import gzip
 import json
 import os
 import threading
 
+import msgspec
 import pytest
 from conftest import run_cli
 from kineto_fixtures import overlap_trace
@@ -63,7 +63,7 @@ def test_concurrent_writers_into_one_folder_all_succeed(merged, tmp_path):
 
     def write(i: int) -> None:
         try:
-            export.write_summary(dataclasses.replace(summary, source=f"writer {i}"), tmp_path)
+            export.write_summary(msgspec.structs.replace(summary, source=f"writer {i}"), tmp_path)
             html.write_report(summary, tmp_path)
         except BaseException as error:  # noqa: BLE001 - collected and asserted below
             errors.append(error)

@@ -2,10 +2,10 @@
 true timing is known by construction."""
 
 import time
-from dataclasses import replace
 
 import numpy as np
 import pytest
+from msgspec.structs import replace
 from result_views import summary_json
 
 from distprof import align, pipeline

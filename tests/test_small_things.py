@@ -12,11 +12,11 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import DATA, ROOT, run_cli
+from msgspec.structs import replace
 from test_html import skew_collective
 
 from distprof import Summary

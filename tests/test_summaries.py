@@ -4,13 +4,13 @@ intervals are known by construction, merged across ranks, rendered as text; and 
 import json
 import re
 import sqlite3
-from dataclasses import replace
 from pathlib import Path
 
 import kineto_fixtures as kf
 import numpy as np
 import pytest
 from conftest import run_cli
+from msgspec.structs import replace
 from nsys_fixtures import real_export
 
 from distprof import config as config_mod

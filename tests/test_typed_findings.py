@@ -5,10 +5,10 @@ included."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from distprof import config, pipeline
 from distprof.analyses import cost, profiles

@@ -96,8 +96,7 @@ def test_ranks_outnumbering_their_cores_get_no_replay_price():
     """On a host whose ranks outnumber its cores a sleeping rank frees a core for the others, which
     the replay cannot see (the 4-rank demo on 2 cores, rank 2 sleeping 50 ms: no_straggler predicted
     34.6 ms/step, removing the sleep saved 4.1): findings then say so instead of giving a cost."""
-    from dataclasses import replace
-
+    from msgspec.structs import replace
     from test_whatif import MS, serial_job
     results = serial_job(4, late=3, delay=30 * MS)
     crowded = [replace(r, meta={**r.meta, "hostname": "node1", "cpus": 2}) for r in results]

@@ -28,10 +28,10 @@ codes only, in a plain dict (``diff.json``); ``reports/diff_report.py`` phrases 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
+from msgspec.structs import asdict
 
 from .. import names
 from ..config import DIFF_MIN_CHANGE
@@ -41,7 +41,7 @@ from ..sections.skew import KindRow
 from ..sections.tables import FigureStats, RatioStats
 from . import machine, steptime
 
-FIGURES = tuple(f.name for f in fields(RankFigures))   # every Distributed Summary figure of a rank
+FIGURES = RankFigures.__struct_fields__   # every Distributed Summary figure of a rank
 ACROSS_STATS = ("min", "median", "max", "mean")
 MIN_STEPS = 5           # fewer steps on a side: no interval ("too few steps")
 RESAMPLES = 4000
@@ -177,7 +177,7 @@ def median_run(summaries: Sequence[Summary]) -> int:
 def _by_name(record: Any) -> dict[str, Any]:
     """A record's fields by name in their order, values shared: diff.json keys every figure by its
     name, so the figures are walked as the codec walks them, not named one by one."""
-    return {f.name: getattr(record, f.name) for f in fields(record)}
+    return asdict(record)  # shallow: the values shared, not copied
 
 
 def rank_changes(before: Summary, after: Summary) -> list[dict]:

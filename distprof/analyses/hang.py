@@ -108,7 +108,7 @@ def _plain(value: object) -> object:
         raise TypeError(f"hang: {value.code} not worded (reports.hang_report.worded) before hang.json")
     if is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, list) and value and is_dataclass(value[0]):
+    if isinstance(value, list) and value and (is_dataclass(value[0]) or isinstance(value[0], Reason)):
         return [_plain(item) for item in value]
     return value
 

@@ -4,8 +4,9 @@ its top contributors, for the text report; the same plus one band per step for t
 from __future__ import annotations
 
 import html
-from dataclasses import asdict
 from typing import TYPE_CHECKING
+
+from msgspec.structs import asdict
 
 from . import format, tables
 from .whatif_report import TITLES, capped, printed

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from msgspec.structs import asdict
 
 from .. import outpaths
 from ..names import cap_names

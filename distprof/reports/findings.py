@@ -9,8 +9,9 @@ back from a file goes through it unchanged."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
 
 from .. import events as ev
 from ..analyses import cost

@@ -9,8 +9,9 @@ from __future__ import annotations
 import statistics
 import textwrap
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
 
 from .. import console
 from ..names import cap_names, printable_all

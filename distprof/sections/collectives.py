@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from ..typed import Record
 
 
-@dataclass(frozen=True)
 class CollectiveRow(Record):
     """One row of the table: the instances of one kind x group x node span x size bucket, matched across
     ranks and single-rank (kind "p2p": matched send/recv pairs and unmatched point-to-point ops)."""
@@ -28,14 +27,13 @@ class CollectiveRow(Record):
     peak_share: float | None          # busbw / Collectives.peak_busbw_gbps; None without a peak
 
 
-@dataclass(frozen=True)
 class Collectives(Record):
     """The Collectives table, costliest rows first, and what it was measured against
     (``Collectives()``: no table, a Summary made without one)."""
 
-    rows: list[CollectiveRow] = field(default_factory=list)
+    rows: list[CollectiveRow] = msgspec.field(default_factory=list)
     peak_busbw_gbps: float | None = None  # config hardware.peak_busbw_gbps; None = not known
     gpus_per_node: int | None = None      # config hardware.gpus_per_node
-    size_buckets: list[str] = field(default_factory=list)  # bucket labels, smallest first, then "unknown"
+    size_buckets: list[str] = msgspec.field(default_factory=list)  # bucket labels, smallest first, then "unknown"
     matched: int = 0                      # instances matched across ranks
     single_rank: int = 0                  # ops no other rank matched

@@ -9,18 +9,15 @@ A check is a stream placement row of one rank and device (analyses/streams.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ..typed import JsonError, Reason, Record, absent
 
 
-@dataclass(frozen=True)
 class Evidence(Record):
     """Base of the evidence records: which one a finding carries depends on its ``finding`` code."""
 
 
-@dataclass(frozen=True)
 class PlacementEvidence(Evidence):
     """serialized_communication / unoverlapped_communication: the worst rank's lanes and what runs on them."""
 
@@ -41,7 +38,6 @@ class PlacementEvidence(Evidence):
     critical_path_share: float = absent()
 
 
-@dataclass(frozen=True)
 class StragglerEvidence(Evidence):
     """straggler: skew.straggler without its rank and cost keys (the finding has those)."""
 
@@ -71,7 +67,6 @@ class StragglerEvidence(Evidence):
     critical_path_share: float = absent()
 
 
-@dataclass(frozen=True)
 class SlowCollectiveRow(Record):
     """A Collectives table row below the slow share of the peak, with the keys the finding keeps."""
 
@@ -85,7 +80,6 @@ class SlowCollectiveRow(Record):
     transfer_median_ns: int | None
 
 
-@dataclass(frozen=True)
 class SlowCollectiveEvidence(Evidence):
     """slow_collective: the table rows below ``limit_share`` of the peak busbw (the first 8) and the worst."""
 
@@ -97,7 +91,6 @@ class SlowCollectiveEvidence(Evidence):
     critical_path_share: float = absent()
 
 
-@dataclass(frozen=True)
 class HostBoundEvidence(Evidence):
     """host_bound_gpu: GPU gaps waiting for kernel launches, on the worst rank."""
 
@@ -111,7 +104,6 @@ class HostBoundEvidence(Evidence):
     pytorch: bool
 
 
-@dataclass(frozen=True)
 class DataloaderEvidence(Evidence):
     """dataloader_bound: the dataloader phase's share of the steps, on the worst rank."""
 
@@ -128,7 +120,6 @@ class DataloaderEvidence(Evidence):
     critical_path_share: float = absent()
 
 
-@dataclass(frozen=True)
 class MemoryCreepEvidence(Evidence):
     """memory_creep: per-step peaks allocated that grow every step, on the worst rank's device."""
 
@@ -141,7 +132,6 @@ class MemoryCreepEvidence(Evidence):
     steps: int
 
 
-@dataclass(frozen=True)
 class MemoryImbalanceEvidence(Evidence):
     """memory_imbalance: a rank whose peak allocated stands out above the median of the ranks."""
 
@@ -158,7 +148,6 @@ EVIDENCE: dict[str, type[Evidence]] = {
 }
 
 
-@dataclass(frozen=True)
 class Finding(Record):
     """What is wrong, the figure it describes, what fixing it saves per step (the what-if replay) and
     what to change."""
@@ -190,7 +179,6 @@ class Finding(Record):
         return super().from_json(data, where)
 
 
-@dataclass(frozen=True)
 class Check(Record):
     """The stream placement check of one rank and device: is communication on its own lane?"""
 

@@ -4,12 +4,9 @@ run ran on and what the live view saw while it ran."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..typed import Record, absent
 
 
-@dataclass(frozen=True)
 class Host(Record):
     """One host of the run (a row of ``machine``), as its ranks' inputs record it."""
 
@@ -20,7 +17,6 @@ class Host(Record):
     load_1m: float | None           # the highest 1-minute load average a rank saw
 
 
-@dataclass(frozen=True)
 class WindowRank(Record):
     """One rank's figures over a live window (sums over the window)."""
 
@@ -37,7 +33,6 @@ class WindowRank(Record):
     sent_bytes: int | None = absent()  # the record's rows: bytes its node's sender sent (None: read locally)
 
 
-@dataclass(frozen=True)
 class WindowSpread(Record):
     """The spread across ranks over a live window (None without timed ranks)."""
 
@@ -46,7 +41,6 @@ class WindowSpread(Record):
     exposed_communication_ns: int | None
 
 
-@dataclass(frozen=True)
 class WindowStraggler(Record):
     """The window's priced straggler (the skew straggler's keys; any may be None)."""
 
@@ -59,7 +53,6 @@ class WindowStraggler(Record):
     of: int | None
 
 
-@dataclass(frozen=True)
 class Behind(Record):
     """A rank left out of a window: the last step it was seen to commit."""
 
@@ -67,7 +60,6 @@ class Behind(Record):
     committed_step: int | None
 
 
-@dataclass(frozen=True)
 class LiveWindow(Record):
     """One live window: steps ``steps[0]``..``steps[1]`` as one Distributed Summary."""
 
@@ -79,7 +71,6 @@ class LiveWindow(Record):
     behind: list[Behind]
 
 
-@dataclass(frozen=True)
 class LiveAlert(Record):
     """One live alert. ``code`` "straggler_recovered" carries steps, code and rank only;
     "straggler" adds cost_ns, cost_share and windows; "step_time_jump" and
@@ -96,7 +87,6 @@ class LiveAlert(Record):
     noise_ns: float = absent()
 
 
-@dataclass(frozen=True)
 class LiveNode(Record):
     """A node's sender as the view saw it."""
 
@@ -105,7 +95,6 @@ class LiveNode(Record):
     bytes: int                      # received from it
 
 
-@dataclass(frozen=True)
 class Live(Record):
     """summary.json's ``live`` (only where the live view was on)."""
 

@@ -4,12 +4,11 @@ FLOPs profile of distprof.torch.instrument(flops=True)) and the profile parts of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from ..typed import Record
 
 
-@dataclass(frozen=True)
 class MemoryDevice(Record):
     """One device's memory peaks in a rank's window (ranks[].memory_devices[]), from Kineto's
     ``[memory]`` samples."""
@@ -23,16 +22,14 @@ class MemoryDevice(Record):
     growth_per_step_bytes: float | None   # least-squares slope of the per-step peaks; None under 2 steps
 
 
-@dataclass(frozen=True)
 class FlopsUncounted(Record):
     """GEMM/convolution operators in a rank's window whose FLOPs could not be counted (no usable
     shapes or flops arg): ranks[].flops_uncounted."""
 
     ops: int = 0
-    by_name: dict[str, int] = field(default_factory=dict)  # operator name -> count, the 20 most frequent
+    by_name: dict[str, int] = msgspec.field(default_factory=dict)  # operator name -> count, the 20 most frequent
 
 
-@dataclass(frozen=True)
 class ProfileSpread(Record):
     """A profile figure across the ranks that have it (values as floats)."""
 
@@ -44,7 +41,6 @@ class ProfileSpread(Record):
     max_rank: int
 
 
-@dataclass(frozen=True)
 class Profiles(Record):
     """summary.json ``profiles``: achieved TFLOPS (the slowest rank runs the fewest), FLOPs per step
     (unequal work) and peak allocated memory across ranks; None where no rank has the figure."""
@@ -55,7 +51,6 @@ class Profiles(Record):
     memory_peak_allocated_bytes: ProfileSpread | None = None
 
 
-@dataclass(frozen=True)
 class ModuleProfile(Record):
     """A module of the probed step (the torch.MODULES_PER_DEPTH largest by MACs at each depth)."""
 
@@ -67,7 +62,6 @@ class ModuleProfile(Record):
     tflops: float | None           # forward FLOPs / fwd_latency_ns
 
 
-@dataclass(frozen=True)
 class RankModelProfile(Record):
     """One rank's live FLOPs profile of one probed training step (torch.utils.flop_counter)."""
 
@@ -86,7 +80,6 @@ class RankModelProfile(Record):
     modules: list[ModuleProfile]
 
 
-@dataclass(frozen=True)
 class ModelProfile(Record):
     """summary.json ``model_profile`` (null when no rank ran the probe): the ranks' profiles in rank order."""
 

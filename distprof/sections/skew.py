@@ -6,12 +6,9 @@ Written by pipeline._skew_summary (analyses.skew.collective_skew and step_skew),
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..typed import Reason, Record, absent
 
 
-@dataclass(frozen=True)
 class Spread(Record):
     """Median, 90th percentile and max of a spread or skew across collectives or steps (ns)."""
 
@@ -20,7 +17,6 @@ class Spread(Record):
     max: int
 
 
-@dataclass(frozen=True)
 class ClockRow(Record):
     """skew.alignment[]: one rank's clock offset on the common clock and how it was obtained
     (results.ClockEstimate)."""
@@ -37,7 +33,6 @@ class ClockRow(Record):
     verified: bool | None
 
 
-@dataclass(frozen=True)
 class KindRow(Record):
     """skew.kinds[]: aggregates per (collective kind, process group); the matching's counts last."""
 
@@ -55,7 +50,6 @@ class KindRow(Record):
     unmatched_steps: int = absent()
 
 
-@dataclass(frozen=True)
 class CollectiveRow(Record):
     """skew.collectives[]: one matched collective (those with the largest arrival skew, time order)."""
 
@@ -84,7 +78,6 @@ class CollectiveRow(Record):
     wait_ns_by_rank: dict[int, int]
 
 
-@dataclass(frozen=True)
 class RankRow(Record):
     """skew.ranks[]: one rank's lateness and the waits it caused the others."""
 
@@ -105,7 +98,6 @@ class RankRow(Record):
     steps_late: int
 
 
-@dataclass(frozen=True)
 class StragglerRow(Record):
     """skew.straggler (priced: cost_why_not and durations_vary_share present) and
     skew.unconfirmed_straggler (unpriced: saving_ns, share and floor present instead)."""
@@ -140,7 +132,6 @@ class StragglerRow(Record):
     floor: float = absent()  # skew.straggler_min_step_fraction
 
 
-@dataclass(frozen=True)
 class StepPhase(Record):
     """skew.steps[].phases[]: one phase of one step across ranks."""
 
@@ -152,7 +143,6 @@ class StepPhase(Record):
     busy_max_rank: int
 
 
-@dataclass(frozen=True)
 class StepRow(Record):
     """skew.steps[]: one step across ranks (the steps where the slowest rank loses the most)."""
 
@@ -167,7 +157,6 @@ class StepRow(Record):
     phases: list[StepPhase]
 
 
-@dataclass(frozen=True)
 class Imbalance(Record):
     """skew.steps_summary.imbalance: step-time max/median across ranks, over the steps."""
 
@@ -177,7 +166,6 @@ class Imbalance(Record):
     max_rank: int
 
 
-@dataclass(frozen=True)
 class StepsSummary(Record):
     """skew.steps_summary: spreads over all steps."""
 
@@ -190,7 +178,6 @@ class StepsSummary(Record):
     clock_verified: bool
 
 
-@dataclass(frozen=True)
 class PhaseRow(Record):
     """skew.phases[]: one phase name's spreads and busy time across ranks, over its steps."""
 
@@ -206,7 +193,6 @@ class PhaseRow(Record):
     compute_ns_by_rank: dict[int, int]  # busy less the communication on the phase's own lane
 
 
-@dataclass(frozen=True)
 class Stage(Record):
     """skew.pipelines[].stages[]: one stage's send/recv waits per step."""
 
@@ -218,7 +204,6 @@ class Stage(Record):
     share: float | None  # bubble_ns / step
 
 
-@dataclass(frozen=True)
 class Pipeline(Record):
     """skew.pipelines[]: one send/recv pipeline, its ranks in stage order."""
 
@@ -227,8 +212,7 @@ class Pipeline(Record):
     stages: list[Stage]
 
 
-@dataclass(frozen=True, kw_only=True)  # keyword-only: required keys follow collectives_shown
-class Skew(Record):
+class Skew(Record, kw_only=True):  # keyword-only: required keys follow collectives_shown
     """summary.json's ``skew``."""
 
     aligned: bool

@@ -9,12 +9,9 @@ order (``avg_ns`` after ``max_rank``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..typed import Record
 
 
-@dataclass(frozen=True)
 class Dropped(Record):
     """What a by-name table left out beyond its kept rows."""
 
@@ -25,7 +22,6 @@ class Dropped(Record):
 
 # -- one rank's tables (tables.by_rank[]) ------------------------------------------------------
 
-@dataclass(frozen=True)
 class DeviceRow(Record):
     """Device Summary row of a rank: a GPU's utilization, a host thread's busy share, or the
     process CPU utilization (kind "gpu", "host_thread", "cpu_process")."""
@@ -37,7 +33,6 @@ class DeviceRow(Record):
     utilization: float | None      # busy / elapsed (cpu_process: up to 1 x cores); None: empty window
 
 
-@dataclass(frozen=True)
 class OverviewRow(Record):
     """Overview row of a rank: time by event type, the union of its intervals in the window."""
 
@@ -48,7 +43,6 @@ class OverviewRow(Record):
     ratio: float | None            # total / window
 
 
-@dataclass(frozen=True)
 class ModelRow(Record):
     """Model Summary row of a rank (ProfileStep, Dataloader, Forward, Backward, Optimization, Others):
     CPU = the phase ranges, GPU = the GPU ops launched in the phase, one call per step."""
@@ -68,7 +62,6 @@ class ModelRow(Record):
     gpu_ratio: float | None        # of the GPU total
 
 
-@dataclass(frozen=True)
 class KernelRow(Record):
     """Kernel Summary row of a rank: one kernel name."""
 
@@ -82,7 +75,6 @@ class KernelRow(Record):
     category: str                  # the first seen kernel's event category ("" when none)
 
 
-@dataclass(frozen=True)
 class MemoryRow(Record):
     """Memory Summary row of a rank: one memcpy/memset kind and name."""
 
@@ -96,7 +88,6 @@ class MemoryRow(Record):
     ratio: float | None            # of the table's total; None when that is 0
 
 
-@dataclass(frozen=True)
 class UserRow(Record):
     """UserDefined Summary row of a rank: USER ranges by base name (``aten::to, seq = 12`` counts as
     ``aten::to``)."""
@@ -110,7 +101,6 @@ class UserRow(Record):
     ratio: float | None            # of the window; None when that is 0
 
 
-@dataclass(frozen=True)
 class OperatorRow(Record):
     """Operator Summary row of a rank: one framework operator by name."""
 
@@ -126,7 +116,6 @@ class OperatorRow(Record):
     ratio: float | None            # CPU total / window (nested operators add up to more than 1)
 
 
-@dataclass(frozen=True)
 class KernelTable(Record):
     """A rank's Kernel Summary, total down."""
 
@@ -135,7 +124,6 @@ class KernelTable(Record):
     dropped: Dropped
 
 
-@dataclass(frozen=True)
 class MemoryTable(Record):
     """A rank's Memory (memcpy/memset) Summary, total down."""
 
@@ -144,7 +132,6 @@ class MemoryTable(Record):
     dropped: Dropped
 
 
-@dataclass(frozen=True)
 class UserTable(Record):
     """A rank's UserDefined Summary, total down."""
 
@@ -153,7 +140,6 @@ class UserTable(Record):
     dropped: Dropped
 
 
-@dataclass(frozen=True)
 class OperatorTable(Record):
     """A rank's Operator Summary, CPU total down."""
 
@@ -162,7 +148,6 @@ class OperatorTable(Record):
     dropped: Dropped
 
 
-@dataclass(frozen=True)
 class RankTables(Record):
     """One rank's own tables (by-name tables cut to summaries.RANK_ROWS rows, all of them for one rank)."""
 
@@ -186,7 +171,6 @@ MERGED_DEVICE_LABELS = {"gpu": "GPU (mean of the rank's GPUs)", "cpu_process": "
                         "host_thread": "Busiest host thread"}
 
 
-@dataclass(frozen=True)
 class MergedDeviceRow(Record):
     """Device Summary across ranks, per kind: GPU = each rank's mean over its GPUs, CPU(Process) =
     each rank's mean, host thread = each rank's busiest thread."""
@@ -201,7 +185,6 @@ class MergedDeviceRow(Record):
     utilization_by_rank: list[float | None]  # in tables.ranks order; None: the rank has no such row
 
 
-@dataclass(frozen=True)
 class MergedOverviewRow(Record):
     """Overview across ranks: Σ calls and totals, ratio of Σ windows."""
 
@@ -213,7 +196,6 @@ class MergedOverviewRow(Record):
     total_ns_by_rank: list[int | None]  # in tables.ranks order; None: the rank has no such row
 
 
-@dataclass(frozen=True)
 class MergedModelRow(Record):
     """Model Summary across ranks: Σ totals and calls, max of maxes, min of mins, ratios of Σ
     ProfileStep (or window) and of Σ GPU time; each side's columns all None when no rank has it."""
@@ -234,7 +216,6 @@ class MergedModelRow(Record):
     gpu_total_ns_by_rank: list[int | None] | None  # None when gpu_total_ns is
 
 
-@dataclass(frozen=True)
 class MergedKernelRow(Record):
     """Kernel Summary row across ranks."""
 
@@ -250,7 +231,6 @@ class MergedKernelRow(Record):
     category: str
 
 
-@dataclass(frozen=True)
 class MergedMemoryRow(Record):
     """Memory Summary row across ranks."""
 
@@ -266,7 +246,6 @@ class MergedMemoryRow(Record):
     ratio: float | None            # of Σ the ranks' table totals
 
 
-@dataclass(frozen=True)
 class MergedUserRow(Record):
     """UserDefined Summary row across ranks."""
 
@@ -281,7 +260,6 @@ class MergedUserRow(Record):
     ratio: float | None            # of Σ the ranks' windows
 
 
-@dataclass(frozen=True)
 class MergedOperatorRow(Record):
     """Operator Summary row across ranks."""
 
@@ -299,7 +277,6 @@ class MergedOperatorRow(Record):
     max_rank: int                  # the rank with its largest CPU total
 
 
-@dataclass(frozen=True)
 class MergedKernelTable(Record):
     """The Kernel Summary across ranks, total down (summaries.MAX_ROWS kept)."""
 
@@ -308,7 +285,6 @@ class MergedKernelTable(Record):
     dropped: Dropped               # the ranks' own dropped plus the merged rows cut
 
 
-@dataclass(frozen=True)
 class MergedMemoryTable(Record):
     """The Memory Summary across ranks, total down."""
 
@@ -317,7 +293,6 @@ class MergedMemoryTable(Record):
     dropped: Dropped
 
 
-@dataclass(frozen=True)
 class MergedUserTable(Record):
     """The UserDefined Summary across ranks, total down."""
 
@@ -326,7 +301,6 @@ class MergedUserTable(Record):
     dropped: Dropped
 
 
-@dataclass(frozen=True)
 class MergedOperatorTable(Record):
     """The Operator Summary across ranks, CPU total down."""
 
@@ -335,7 +309,6 @@ class MergedOperatorTable(Record):
     dropped: Dropped
 
 
-@dataclass(frozen=True)
 class MergedSteps(Record):
     """ProfileStep durations per step across ranks (steps ascending), and per rank."""
 
@@ -349,7 +322,6 @@ class MergedSteps(Record):
     max_ns_by_rank: list[int | None]
 
 
-@dataclass(frozen=True)
 class MergedTables(Record):
     """The tables summed across ranks."""
 
@@ -364,7 +336,6 @@ class MergedTables(Record):
     operator: MergedOperatorTable
 
 
-@dataclass(frozen=True)
 class Tables(Record):
     """summary.json ``tables``: the ranks that sent tables, the merged tables and each rank's own."""
 
@@ -375,7 +346,6 @@ class Tables(Record):
 
 # -- across_ranks ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class FigureStats(Record):
     """A ns figure across the ranks that have it (values rounded to ns)."""
 
@@ -387,7 +357,6 @@ class FigureStats(Record):
     min_rank: int
 
 
-@dataclass(frozen=True)
 class RatioStats(Record):
     """A ratio figure across the ranks that have it."""
 
@@ -399,7 +368,6 @@ class RatioStats(Record):
     min_rank: int
 
 
-@dataclass(frozen=True)
 class AcrossRanks(Record):
     """summary.json ``across_ranks``: each Distributed Summary figure (results.FIGURES) across ranks;
     None where no rank has the figure."""

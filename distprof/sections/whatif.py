@@ -4,12 +4,9 @@ and the path that sets each replayed step."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..typed import Reason, Record, absent
 
 
-@dataclass(frozen=True)
 class Scenario(Record):
     """One what-if scenario: its predicted median step, or why it does not apply.
 
@@ -37,7 +34,6 @@ class Scenario(Record):
     saving_after_straggler_ns: int | None = absent()  # replayed on top of no_straggler (None: not applying)
 
 
-@dataclass(frozen=True)
 class WhatIf(Record):
     """summary.json's ``whatif``: measured and replayed median step (all None, steps 0, without
     ProfileSteps), the replay error and each scenario's prediction."""
@@ -51,7 +47,6 @@ class WhatIf(Record):
     scenarios: list[Scenario]
 
 
-@dataclass(frozen=True)
 class PathSegment(Record):
     """One piece of a step's critical path, on the common clock."""
 
@@ -64,7 +59,6 @@ class PathSegment(Record):
     phase: str                      # the innermost phase holding it ("" for none)
 
 
-@dataclass(frozen=True)
 class PathStep(Record):
     """One step's critical path, walked back from the end of the rank nearest the median."""
 
@@ -77,7 +71,6 @@ class PathStep(Record):
     segments: list[PathSegment]
 
 
-@dataclass(frozen=True)
 class PathTop(Record):
     """A (name, kind) pair among the longest on the path, all steps."""
 
@@ -88,7 +81,6 @@ class PathTop(Record):
     ranks: list[int]                # ranks where it lies on the path
 
 
-@dataclass(frozen=True)
 class Dominant(Record):
     """The phase or name holding more than half of the path."""
 
@@ -97,7 +89,6 @@ class Dominant(Record):
     share: float
 
 
-@dataclass(frozen=True)
 class ScenarioShares(Record):
     """Per what-if scenario, the share of the path it acts on."""
 
@@ -108,7 +99,6 @@ class ScenarioShares(Record):
     balanced_ranks: float
 
 
-@dataclass(frozen=True)
 class CriticalPath(Record):
     """summary.json's ``critical_path``: every step's path and the shares of its total length
     (maps largest share first)."""
