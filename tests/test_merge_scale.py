@@ -129,3 +129,10 @@ def test_copied_results_equal_the_reduced_copies(tmp_path):
         reduced = pipeline.reduce_rank(copied, config)
         assert replace(estimate, pid=None, source_file=None) == replace(reduced, pid=None, source_file=None)
 
+
+def test_combine_estimate_children_run_end_to_end(tmp_path):
+    """The benchmark's rank-0 estimate as it runs (reduce child, then combine child on renumbered
+    copies): a combine that cannot be written (an unworded Summary) fails here, not in a long run."""
+    timed, reduced = ms.combines(REAL, [3], tmp_path)
+    assert reduced["ranks"] == len(REAL)
+    assert timed[3]["ranks"] == 3 and timed[3]["summary_json_mib"] > 0
