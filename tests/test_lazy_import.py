@@ -91,3 +91,17 @@ def test_report_of_a_summary_loads_no_numpy(tmp_path):
     done = subprocess.run([sys.executable, "-c", "import json, sys\n" + code], capture_output=True, text=True,
                           check=True)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_a_merge_never_loads_importlib_metadata(tmp_path):
+    """No package-metadata scan at start-up (issue 41: tabulate 0.10 read its own version that way,
+    a walk of site-packages on every report); a merge with its text report and report.html."""
+    from pathlib import Path
+    ranks = Path(__file__).parent / "data" / "torch_ddp" / "late"
+    code = ("import contextlib, io\nfrom distprof import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    cli.main(['merge', {str(ranks)!r}, '-o', {str(tmp_path)!r}])\n"
+            "print(json.dumps([m for m in ('importlib.metadata', 'tabulate') if m in sys.modules]))\n")
+    done = subprocess.run([sys.executable, "-c", "import json, sys\n" + code], capture_output=True, text=True,
+                          check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["tabulate"]  # the tables were printed
