@@ -40,17 +40,20 @@ def summarize(rows_by_rank: dict[int, list[tuple]]) -> dict:
     return summary_json(pipeline.combine(results, CONFIG, source="test", world_size=len(results)))
 
 
-def tp_dp_job(delay_ns: int, late_rank: int = 3, steps: int = 6, late_steps=None, delays=None) -> dict:
+def tp_dp_job(delay_ns: int, late_rank: int = 3, steps: int = 6, late_steps=None, delays=None,
+              tp_ops: int = 1) -> dict:
     """summary.json of the TP x DP job of ``_tp_dp_rows``."""
-    return summarize(_tp_dp_rows(delay_ns, late_rank, steps, late_steps, delays))
+    return summarize(_tp_dp_rows(delay_ns, late_rank, steps, late_steps, delays, tp_ops))
 
 
-def _tp_dp_rows(delay_ns: int = 0, late_rank: int = 3, steps: int = 6, late_steps=None, delays=None) -> dict:
+def _tp_dp_rows(delay_ns: int = 0, late_rank: int = 3, steps: int = 6, late_steps=None, delays=None,
+                tp_ops: int = 1) -> dict:
     """TP groups {0,1}, {2,3} allreduce after forward; DP groups {0,2}, {1,3} allgather after
     backward. The late rank's forward takes ``delay_ns`` longer in ``late_steps`` (all): its TP
     partner waits for it, and so does its DP partner; the TP partner then reaches its own DP
     allgather late by the same delay, which it only passes on. ``delays`` ({rank: [ns per
-    step]}) adds more, per rank and step."""
+    step]}) adds more, per rank and step. ``tp_ops``: the TP pair runs that many allreduces, the
+    later ones 2 ms apart and on time (as the layers of a forward do)."""
     tp_of, dp_of = {0: "tp0", 1: "tp0", 2: "tp1", 3: "tp1"}, {0: "dp0", 2: "dp0", 1: "dp1", 3: "dp1"}
     rows = {r: [] for r in range(4)}
     for s in range(steps):
@@ -59,13 +62,17 @@ def _tp_dp_rows(delay_ns: int = 0, late_rank: int = 3, steps: int = 6, late_step
         forward_end = {r: base + 40 * MS + (delay_ns if r == late_rank and late else 0)
                        + (delays or {}).get(r, [0] * steps)[s] for r in range(4)}
         tp_end = {r: max(forward_end[q] for q in range(4) if tp_of[q] == tp_of[r]) + 1 * MS for r in range(4)}
-        dp_arrive = {r: tp_end[r] + 40 * MS for r in range(4)}
+        more_tp = {r: [(tp_end[r] + (k + 1) * 2 * MS + k * MS, tp_end[r] + (k + 1) * 3 * MS) for k in range(tp_ops - 1)]
+                   for r in range(4)}
+        tp_done = {r: more_tp[r][-1][1] if more_tp[r] else tp_end[r] for r in range(4)}
+        dp_arrive = {r: tp_done[r] + 40 * MS for r in range(4)}
         dp_end = {r: max(dp_arrive[q] for q in range(4) if dp_of[q] == dp_of[r]) + 1 * MS for r in range(4)}
         for r in range(4):
             rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, base, dp_end[r] + 5 * MS, 1, s, "", "", -1),
                         _phase("forward", base + 5 * MS, forward_end[r], s),
                         _comm(ev.ALLREDUCE, forward_end[r], tp_end[r], s, tp_of[r]),
-                        _phase("backward", tp_end[r], dp_arrive[r], s),
+                        *[_comm(ev.ALLREDUCE, begin, end, s, tp_of[r]) for begin, end in more_tp[r]],
+                        _phase("backward", tp_done[r], dp_arrive[r], s),
                         _comm(ev.ALLGATHER, dp_arrive[r], dp_end[r], s, dp_of[r]),
                         _phase("optimizer", dp_end[r], dp_end[r] + 5 * MS, s)]
     return rows
@@ -126,6 +133,18 @@ def test_a_healthy_pipeline_has_no_straggler():
     summary = pipeline_job(0, late_stage=1)
     assert summary["skew"]["straggler"] is None
     assert set(_waits_caused(summary).values()) == {0}
+
+
+def test_a_delay_waited_for_several_ops_before_is_still_passed_on():
+    """The TP pair waits for rank 3 at its first allreduce, then runs two more on time: rank 2 still
+    reaches its DP allgather 30 ms behind rank 0, and rank 3 its own 30 ms behind rank 1. Both
+    carried the delay through the step (a wait, a lateness already charged), not from the op just
+    before: one delay, one root (the real TP x DP demo named no straggler before this rule)."""
+    summary = tp_dp_job(30 * MS, tp_ops=3)
+    caused = _waits_caused(summary)
+    assert caused[3] == 30 * MS
+    assert caused[2] == caused[0] == caused[1] == 0
+    assert summary["skew"]["straggler"]["rank"] == 3
 
 
 @pytest.mark.parametrize("late_rank", [0, 2])

@@ -51,9 +51,9 @@ def test_every_golden_skew_round_trips(golden: Path) -> None:
 
 
 def test_the_unconfirmed_straggler_reads_with_its_saving() -> None:
-    """The demo's straggler is named but priced under the floor: the row carries saving_ns, share and
-    floor, not the priced row's cost_why_not and durations_vary_share."""
-    section = json.loads((DATA / "golden" / "demo__demo_ranks.json").read_text())["skew"]
+    """torch_flops's late rank is named by its waits but priced under the floor: the row carries
+    saving_ns, share and floor, not the priced row's cost_why_not and durations_vary_share."""
+    section = _merged_skew("torch_flops")
     skew = _round_trip(section)
     assert skew.straggler is None
     row = skew.unconfirmed_straggler

@@ -8,10 +8,12 @@ states propagate, as in Scalasca's root-cause analysis, and are charged once, to
 Per matched instance j whose last arrival R made the second-latest S wait L (``counted``), each
 arrival is split at the end of the rank's previous communication op p (when it resumed):
 L = (R's resume − S's resume) + (R's time since then − S's time since then). Of the first part,
-R's own new delay is not what R carried in from p: the time it waited there (a delay passed on,
-charged where it began) and its lateness there when it was last (its own delay, charged there
-already). So R is charged L less min(R's resume − S's resume, R's wait + lateness at p), >= 0.
-(Capped by what R carried in: S's idle time before j is not R's to keep.)
+R's own new delay is not what R carried in through the step up to p: the time it waited at its
+ops of the step (a delay passed on, charged where it began) and its lateness at those it was last
+at (its own delay, charged there already). So R is charged L less min(R's resume − S's resume,
+what R carried in), >= 0. (Capped by what R carried in: S's idle time before j is not R's to keep.)
+The whole step counts, not p alone: a rank that waited 40 ms at a tensor-parallel allreduce and
+then ran three more allreduces on time is still 40 ms behind at the data-parallel allgather.
 """
 
 from __future__ import annotations
@@ -21,45 +23,62 @@ import numpy as np
 from ..columns import group_medians, lookup, runs, search
 
 
-def _previous(present: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """(ranks, instances): the column of the rank's latest-ending op that ended before it arrived
-    at this one (-1: none). All ranks in one grouped search."""
+def _carried(present: np.ndarray, start: np.ndarray, end: np.ndarray, wait: np.ndarray, lateness: np.ndarray,
+             last_row: np.ndarray, step: np.ndarray, p2p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ranks, instances), twice: the column of the rank's latest-ending op that ended before it
+    arrived at this one (-1: none), and what the rank carried in through that op's step at its
+    collectives: its waits at its collectives of the step up to that op, and its lateness at those
+    it was last at (a send/recv's are the pipeline's structure: own_charges takes the previous
+    op's alone). All ranks in one grouped search, the sums by one cumulative sum over runs of
+    (rank, step) in end order."""
     rows, cols = np.nonzero(present)
-    out = np.full(present.shape, -1, np.int64)
+    previous, carried = np.full(present.shape, -1, np.int64), np.zeros(present.shape, np.int64)
     if not rows.size:
-        return out
+        return previous, carried
     ends = end[rows, cols]
     order = np.lexsort((ends, rows))
-    sorted_rows, sorted_ends = rows[order], ends[order]
+    sorted_rows, sorted_ends, sorted_cols = rows[order], ends[order], cols[order]
+    carry = wait[sorted_rows, sorted_cols] + np.where(last_row[sorted_cols] == sorted_rows, lateness[sorted_cols], 0)
+    carry[p2p[sorted_cols]] = 0
+    sorted_steps = step[sorted_cols]
+    new_run = np.r_[True, (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_steps[1:] != sorted_steps[:-1])]
+    through = np.cumsum(carry)
+    head = np.maximum.accumulate(np.where(new_run, np.arange(sorted_cols.size), 0))
+    through -= through[head] - carry[head]  # restarted at each run's first op
     found = search(sorted_rows, sorted_ends, rows, start[rows, cols], side="right") - 1
-    mine = (found >= 0) & (sorted_rows[np.maximum(found, 0)] == rows)
-    out[rows, cols] = np.where(mine, cols[order][np.maximum(found, 0)], -1)
-    return out
+    at = np.maximum(found, 0)
+    mine = (found >= 0) & (sorted_rows[at] == rows)
+    previous[rows, cols] = np.where(mine, sorted_cols[at], -1)
+    carried[rows, cols] = np.where(mine, through[at], 0)
+    return previous, carried
 
 
 def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, inst: dict,
-                counted: np.ndarray, step: np.ndarray) -> np.ndarray:
+                counted: np.ndarray, step: np.ndarray, p2p: np.ndarray | None = None) -> np.ndarray:
     """Per instance, the last rank's own share of what the second-latest waited for it (ns; 0
     where not ``counted``). ``start``/``duration``: (ranks, instances) on the aligned clock;
     ``inst``: analyses.collectives.instances (its ``wait`` caps what anyone waited); ``step``:
     per instance, its step: a delay is carried in from an op of the same step only (between
-    steps the ranks run the optimizer and load data, and idle time there absorbs it)."""
+    steps the ranks run the optimizer and load data, and idle time there absorbs it); ``p2p``:
+    the instances that are send/recv pairs (None: none)."""
     n = present.shape[1]
     out = np.zeros(n, np.int64)
     charged = np.flatnonzero(counted)
     if not charged.size:
         return out
     end = start + duration
-    previous = _previous(present, start, end)
     columns = np.arange(n)
     wait, last_row = inst["wait"], inst["last_row"]
     lateness = wait[inst["second_row"], columns]  # what the second-latest waited for the last one
+    p2p = np.zeros(n, bool) if p2p is None else p2p
+    previous, carried = _carried(present, start, end, wait, lateness, last_row, step, p2p)
     late, waiter = last_row[charged], inst["second_row"][charged]
     mine, theirs = previous[late, charged], previous[waiter, charged]
     mine = np.where(step[np.maximum(mine, 0)] == step[charged], mine, -1)
     theirs = np.where(step[np.maximum(theirs, 0)] == step[charged], theirs, -1)
     p = np.maximum(mine, 0)
-    carried_in = np.where(mine >= 0, wait[late, p] + np.where(last_row[p] == late, lateness[p], 0), 0)
+    own_at_p = wait[late, p] + np.where(last_row[p] == late, lateness[p], 0)
+    carried_in = np.where(mine >= 0, carried[late, charged] + np.where(p2p[p], own_at_p, 0), 0)
     behind = np.where((mine >= 0) & (theirs >= 0),
                       end[late, p] - end[waiter, np.maximum(theirs, 0)], np.where(mine >= 0, carried_in, 0))
     waited = lateness[charged]

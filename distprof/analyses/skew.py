@@ -352,7 +352,7 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
     # last by more than the clocks can tell, however little: who a user sees arrive last
     last = joined & (attributable > tolerance)
     p2p = np.asarray(matching.name, dtype=str) == coll.P2P
-    own = blame_mod.own_charges(matching.present, inst["start"], inst["duration"], inst, counted, matching.step)
+    own = blame_mod.own_charges(matching.present, inst["start"], inst["duration"], inst, counted, matching.step, p2p)
     if matching.sender.size == n:
         own = blame_mod.beyond_pipeline(own, p2p, matching.step, matching.ordinal,
                                         matching.receiver > matching.sender)
