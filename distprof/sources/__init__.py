@@ -351,31 +351,36 @@ def _expands_beyond(handle: BinaryIO, limit: int, path: Path) -> bool:
     return False
 
 
-def _gunzip(handle: BinaryIO, path: Path, limit: int, named: str, hint: int) -> bytearray:
-    """Every gzip member of the file inflated into one bytearray, preallocated from ``hint`` (when
-    within ``limit``) and grown in place past it: the peak is the expanded size plus one piece."""
-    buffer = bytearray(hint if hint <= limit else 0)
-    filled = 0
-    for piece in _inflated(handle, path):
-        end = filled + len(piece)
-        if end > limit:
+def _gunzip(handle: BinaryIO, path: Path, limit: int, named: str, hint: int) -> bytes | bytearray:
+    """Every gzip member of the file inflated into one buffer. With a trailer ``hint`` within
+    ``limit``, the first piece is inflated at that size in one call: a file of one member (the
+    usual trace) is then that piece, with no copy. Otherwise, or when more follows, the pieces go
+    into one bytearray grown in place: the peak is the expanded size plus one piece."""
+    pieces = _inflated(handle, path, hint if GZIP_PIECE < hint <= limit else GZIP_PIECE)
+    first = next(pieces, b"")
+    if len(first) > limit:
+        raise _refused(path, named)
+    piece = next(pieces, None)
+    if piece is None:
+        return first
+    buffer = bytearray(first)
+    del first  # one piece in flight at a time, as below
+    while piece is not None:
+        if len(buffer) + len(piece) > limit:
             raise _refused(path, named)
-        if end <= len(buffer):
-            buffer[filled:end] = piece  # same length: copied in place, no resize
-        else:
-            del buffer[filled:]
-            buffer += piece  # grows by realloc (mremap for large buffers): no second copy
-        filled = end
-    del buffer[filled:]
+        buffer += piece  # grows by realloc (mremap for large buffers): no second copy
+        piece = next(pieces, None)
     return buffer
 
 
-def _inflated(handle: BinaryIO, path: Path) -> Iterator[bytes]:
+def _inflated(handle: BinaryIO, path: Path, first_piece: int = GZIP_PIECE) -> Iterator[bytes]:
     """The expanded bytes of the gzip members from the handle's position, GZIP_PIECE at most at a
-    time, reading GZIP_READ compressed bytes at a time; members one after another (zero padding
+    time (the first: ``first_piece``; larger than GZIP_PIECE, the whole compressed file is read for
+    it), reading GZIP_READ compressed bytes at a time; members one after another (zero padding
     between them skipped) like ``gzip.decompress``; trailing bytes that start no member ignored."""
     inflater, errors = _inflater()
-    pending, at_end = handle.read(GZIP_READ), False
+    pending, at_end = handle.read(GZIP_READ if first_piece <= GZIP_PIECE else -1), False
+    size = first_piece
     try:
         while pending[:2] == b"\x1f\x8b":
             inflate = inflater.decompressobj(zlib.MAX_WBITS | 16)
@@ -383,8 +388,8 @@ def _inflated(handle: BinaryIO, path: Path) -> Iterator[bytes]:
                 if not pending and not at_end:
                     pending = handle.read(GZIP_READ)
                     at_end = not pending
-                piece = inflate.decompress(pending, GZIP_PIECE)  # at the end, b"": what zlib still holds
-                pending = inflate.unconsumed_tail
+                piece = inflate.decompress(pending, size)  # at the end, b"": what zlib still holds
+                pending, size = inflate.unconsumed_tail, GZIP_PIECE
                 if piece:
                     yield piece
                 elif at_end and not inflate.eof:
