@@ -102,6 +102,9 @@ def test_a_recv_on_the_steps_thread_carries_the_late_stage_delay_through_the_rep
     summary = _stage_steps(15 * MS, late_stage=1, lane=1)
     assert summary["skew"]["straggler"]["rank"] == 1
     assert summary["skew"]["straggler"]["cost_ns"] == 15 * MS
+    # the backward hand-over to stage 0 waits through stage 1's forward too: the delay charged at its
+    # forward send is carried there, not charged again (it was 30 ms: counted in both directions)
+    assert {r["rank"]: r["waits_caused_ns"] for r in summary["skew"]["ranks"]} == {0: 0, 1: 15 * MS, 2: 0, 3: 0}
     assert _scenario(summary, "no_straggler")["saving_ns"] == 15 * MS
     assert (_scenario(summary, "overlap_communication")["saving_ns"] or 0) <= 0
 

@@ -24,13 +24,15 @@ from ..columns import group_medians, lookup, runs, search
 
 
 def _carried(present: np.ndarray, start: np.ndarray, end: np.ndarray, wait: np.ndarray, lateness: np.ndarray,
-             last_row: np.ndarray, step: np.ndarray, p2p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+             last_row: np.ndarray, step: np.ndarray, p2p: np.ndarray,
+             p2p_charged: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ranks, instances), twice: the column of the rank's latest-ending op that ended before it
-    arrived at this one (-1: none), and what the rank carried in through that op's step at its
-    collectives: its waits at its collectives of the step up to that op, and its lateness at those
-    it was last at (a send/recv's are the pipeline's structure: own_charges takes the previous
-    op's alone). All ranks in one grouped search, the sums by one cumulative sum over runs of
-    (rank, step) in end order."""
+    arrived at this one (-1: none), and what the rank carried in through that op's step: its waits
+    at its collectives of the step up to that op and its lateness at those it was last at; at a
+    send/recv it was last at, only what was charged there (``p2p_charged``: the rest of a send/recv's
+    wait and lateness is the pipeline's structure; own_charges takes the previous op's whole).
+    All ranks in one grouped search, the sums by one cumulative sum over runs of (rank, step) in
+    end order."""
     rows, cols = np.nonzero(present)
     previous, carried = np.full(present.shape, -1, np.int64), np.zeros(present.shape, np.int64)
     if not rows.size:
@@ -38,8 +40,9 @@ def _carried(present: np.ndarray, start: np.ndarray, end: np.ndarray, wait: np.n
     ends = end[rows, cols]
     order = np.lexsort((ends, rows))
     sorted_rows, sorted_ends, sorted_cols = rows[order], ends[order], cols[order]
-    carry = wait[sorted_rows, sorted_cols] + np.where(last_row[sorted_cols] == sorted_rows, lateness[sorted_cols], 0)
-    carry[p2p[sorted_cols]] = 0
+    was_last = last_row[sorted_cols] == sorted_rows
+    carry = np.where(p2p[sorted_cols], np.where(was_last, p2p_charged[sorted_cols], 0),
+                     wait[sorted_rows, sorted_cols] + np.where(was_last, lateness[sorted_cols], 0))
     sorted_steps = step[sorted_cols]
     new_run = np.r_[True, (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_steps[1:] != sorted_steps[:-1])]
     through = np.cumsum(carry)
@@ -54,13 +57,16 @@ def _carried(present: np.ndarray, start: np.ndarray, end: np.ndarray, wait: np.n
 
 
 def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, inst: dict,
-                counted: np.ndarray, step: np.ndarray, p2p: np.ndarray | None = None) -> np.ndarray:
+                counted: np.ndarray, step: np.ndarray, p2p: np.ndarray | None = None,
+                p2p_charged: np.ndarray | None = None) -> np.ndarray:
     """Per instance, the last rank's own share of what the second-latest waited for it (ns; 0
     where not ``counted``). ``start``/``duration``: (ranks, instances) on the aligned clock;
     ``inst``: analyses.collectives.instances (its ``wait`` caps what anyone waited); ``step``:
     per instance, its step: a delay is carried in from an op of the same step only (between
     steps the ranks run the optimizer and load data, and idle time there absorbs it); ``p2p``:
-    the instances that are send/recv pairs (None: none)."""
+    the instances that are send/recv pairs (None: none); ``p2p_charged``: per instance, what a
+    first pass charged at a send/recv once the pipeline's structure was taken off (its stage's
+    delay, carried to the later hand-overs of the step, not charged there again)."""
     n = present.shape[1]
     out = np.zeros(n, np.int64)
     charged = np.flatnonzero(counted)
@@ -71,14 +77,17 @@ def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, in
     wait, last_row = inst["wait"], inst["last_row"]
     lateness = wait[inst["second_row"], columns]  # what the second-latest waited for the last one
     p2p = np.zeros(n, bool) if p2p is None else p2p
-    previous, carried = _carried(present, start, end, wait, lateness, last_row, step, p2p)
+    p2p_charged = np.zeros(n, np.int64) if p2p_charged is None else p2p_charged
+    previous, carried = _carried(present, start, end, wait, lateness, last_row, step, p2p, p2p_charged)
     late, waiter = last_row[charged], inst["second_row"][charged]
     mine, theirs = previous[late, charged], previous[waiter, charged]
     mine = np.where(step[np.maximum(mine, 0)] == step[charged], mine, -1)
     theirs = np.where(step[np.maximum(theirs, 0)] == step[charged], theirs, -1)
     p = np.maximum(mine, 0)
-    own_at_p = wait[late, p] + np.where(last_row[p] == late, lateness[p], 0)
-    carried_in = np.where(mine >= 0, carried[late, charged] + np.where(p2p[p], own_at_p, 0), 0)
+    last_at_p = last_row[p] == late
+    own_at_p = wait[late, p] + np.where(last_at_p, lateness[p], 0)  # a send/recv just before: its whole
+    carried_in = np.where(mine >= 0, carried[late, charged]
+                          + np.where(p2p[p], own_at_p - np.where(last_at_p, p2p_charged[p], 0), 0), 0)
     behind = np.where((mine >= 0) & (theirs >= 0),
                       end[late, p] - end[waiter, np.maximum(theirs, 0)], np.where(mine >= 0, carried_in, 0))
     waited = lateness[charged]

@@ -354,8 +354,12 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
     p2p = np.asarray(matching.name, dtype=str) == coll.P2P
     own = blame_mod.own_charges(matching.present, inst["start"], inst["duration"], inst, counted, matching.step, p2p)
     if matching.sender.size == n:
-        own = blame_mod.beyond_pipeline(own, p2p, matching.step, matching.ordinal,
-                                        matching.receiver > matching.sender)
+        forward = matching.receiver > matching.sender
+        own = blame_mod.beyond_pipeline(own, p2p, matching.step, matching.ordinal, forward)
+        if p2p.any():  # a stage's delay charged at its send is carried to the step's later hand-overs
+            own = blame_mod.own_charges(matching.present, inst["start"], inst["duration"], inst, counted,
+                                        matching.step, p2p, np.where(p2p, own, 0))
+            own = blame_mod.beyond_pipeline(own, p2p, matching.step, matching.ordinal, forward)
     steps, unit_of = np.unique(matching.step, return_inverse=True)
     n_units = int(steps.size)
     # each instance's own share is the tail of its lateness (up to the last arrival); per rank and
