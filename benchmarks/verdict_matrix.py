@@ -8,16 +8,17 @@ once) x size (5, 10, 25, 50% of that step) x onset (start: step 0; mid: half-way
 spread among them. Runs go one at a time. Each run's verdict is ``summary.json``'s
 ``skew.straggler`` (rank, cost_ns, pattern, onset_step when the analysis gives one).
 
-Scored: recall (faults >= 10% of the step: the injected rank named), precision (named ranks that are
-the injected one / all named, clean and one-off runs included), false stragglers per clean run, and
-|cost_ns - measured effect| / measured effect, where measured effect = median step time of the faulty
-run - that of its paired clean runs (the job's clean runs just before and after it, averaged), from the
-rank files themselves (Kineto ``ProfilerStep#N``, the demo's ``ProfileStep`` rows), only for jobs whose
-ranks have a core each (a rank that waits frees a core for the others otherwise). A ``once`` fault is a
-one-off: the right verdict is no straggler. The demo jobs run with the live view on (``--live-every``
-``LIVE_EVERY``): its detection latency is the steps from the fault's onset to the end of the window whose
-alert first names the injected rank (live.json ``alerts``), and its false alerts are straggler alerts in
-clean runs.
+Scored: recall (faults >= 10% of the step: the injected rank named), precision (named ranks that are the
+injected one / all named, clean and one-off runs included), false stragglers per clean run, and |cost_ns
+- measured effect| / measured effect, where measured effect = median step time of the faulty run - that
+of its paired clean runs (the job's clean runs just before and after it, averaged; a mid-run fault: the
+median of its faulty steps, per step where the verdict is "since step" k as cost_ns then is, else spread
+over the profiled steps), from the rank files themselves (Kineto ``ProfilerStep#N``, the demo's
+``ProfileStep`` rows), only for jobs whose ranks have a core each (a rank that waits frees a core for
+the others otherwise). A ``once`` fault is a one-off: the right verdict is no straggler. The demo jobs
+run with the live view on (``--live-every`` ``LIVE_EVERY``): its detection latency is the steps from the
+fault's onset to the end of the window whose alert first names the injected rank (live.json ``alerts``),
+and its false alerts are straggler alerts in clean runs.
 
     python benchmarks/verdict_matrix.py [--quick] [--jobs dp,ddp,tpdp] [--repeat K] [--clean N]
                                         [--keep DIR] [--json PATH]
@@ -246,8 +247,9 @@ def cores_each(job: str) -> bool:
 
 def measure(run: Run, clean_step_ns: float | None) -> None:
     """For a fault: the measured effect against its paired clean step time and, where the ranks have a core
-    each and the right rank is named, the cost's error. A mid-run fault's effect is the one on its steps
-    times their share of the profiled steps (cost_ns is per profiled step)."""
+    each and the right rank is named, the cost's error. A mid-run fault's effect is the one on its steps,
+    per step, where the verdict names the straggler "since step" k (its cost_ns is then per step since its
+    onset); otherwise times their share of the profiled steps (cost_ns is then per profiled step)."""
     if not run.faulty or clean_step_ns is None or not run.step_times_ns:
         return
     run.clean_step_ns = clean_step_ns
@@ -255,7 +257,8 @@ def measure(run: Run, clean_step_ns: float | None) -> None:
         run.measured_ns = run.step_ns - clean_step_ns
     else:
         late = run.step_times_ns[run.fault_step:]
-        run.measured_ns = (statistics.median(late) - clean_step_ns) * len(late) / len(run.step_times_ns)
+        share = 1.0 if run.pattern == "since step" else len(late) / len(run.step_times_ns)
+        run.measured_ns = (statistics.median(late) - clean_step_ns) * share
     if cores_each(run.job) and run.right and run.cost_ns is not None and run.measured_ns > 0:
         run.cost_error = abs(run.cost_ns - run.measured_ns) / run.measured_ns
 
@@ -447,8 +450,8 @@ def report(runs: list[Run]) -> str:
              f"({jobs}; {os.cpu_count()} cores here), over {score['cost_errors']} right verdicts: median "
              f"{percent(score['cost_error_median'])}, worst {percent(score['cost_error_worst'])}; measured effect = "
              "median step time of the faulty run - its paired clean runs' (the clean runs before and after it; "
-             "mid-run faults: the effect on the "
-             "faulty steps x their share of the profiled steps), from the rank files"
+             "mid-run faults: the effect on the faulty steps, per step where the verdict names the rank "
+             "'since step' k, else x their share of the profiled steps), from the rank files"
              + (f"; {score['cost_no_effect']} right verdict(s) left out: no positive measured effect (noise)"
                 if score["cost_no_effect"] else ""),
              f"- live view (demo jobs, a window every {LIVE_EVERY} steps, an alert after 2 windows naming the same "

@@ -1,0 +1,39 @@
+"""benchmarks/verdict_matrix.py's measured effect, by construction: a mid-run fault is compared with
+the cost on the same footing (per step since the onset when the verdict says "since step")."""
+
+import importlib.util
+import sys
+
+from conftest import ROOT
+
+MS = 1_000_000
+
+
+def _matrix():
+    spec = importlib.util.spec_from_file_location("verdict_matrix", ROOT / "benchmarks" / "verdict_matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("verdict_matrix", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(vm, pattern: str, cost_ms: float):
+    steps = [30 * MS] * 4 + [40 * MS] * 4  # 10 ms slower from the 5th of 8 steps
+    return vm.Run("ddp", "forward", 0.25, "mid", rank=1, fault_step=4, expected=1, named=1, pattern=pattern,
+                  cost_ns=cost_ms * MS, step_ns=35 * MS, step_times_ns=steps)
+
+
+def test_a_straggler_named_since_its_onset_is_measured_per_late_step():
+    vm = _matrix()
+    run = _run(vm, "since step", 10.0)
+    vm.measure(run, 30 * MS)
+    assert run.measured_ns == 10 * MS
+    if vm.cores_each("ddp"):
+        assert run.cost_error == 0.0
+
+
+def test_a_persistent_verdict_on_a_mid_run_fault_is_measured_per_profiled_step():
+    vm = _matrix()
+    run = _run(vm, "persistent", 5.0)
+    vm.measure(run, 30 * MS)
+    assert run.measured_ns == 5 * MS  # the 10 ms on half the steps, spread over all of them
