@@ -9,8 +9,8 @@ included, as by default), and which heavy packages each loads (``importlib.metad
 library reading its own version; pandas is never on the merge path).
 
 ``--baseline DIR`` also times another checkout's ``distprof/`` package (PYTHONPATH=DIR), interleaved.
-Compile both first (``python -m compileall -q distprof DIR/distprof``): with PYTHONDONTWRITEBYTECODE
-set, a module edited since its .pyc was written is compiled again on every run.
+Both are compiled first (``_bytecode.fresh``): with PYTHONDONTWRITEBYTECODE set, a module edited since
+its .pyc was written is compiled again on every run.
 
     python benchmarks/import_time.py [--rounds 15] [--baseline DIR]
 """
@@ -27,6 +27,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bytecode import fresh  # noqa: E402
 
 HEAVY = ("pandas", "matplotlib", "tabulate", "importlib.metadata", "msgspec", "mpi4py", "yaml", "nvtx", "numpy",
          "sqlite3")
@@ -72,6 +75,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--baseline", default=None, help="folder holding another checkout's distprof/ package")
     args = parser.parse_args()
+    fresh(args.baseline)  # before any process is timed
     folder = tempfile.mkdtemp(prefix="distprof-import-")
     commands = with_commands(folder)
     compared = ("import distprof", "distprof --help", "annotating rank", "distprof report (2 ranks)",

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import kineto_fixtures  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported (tests import merge_scale)
+from _bytecode import fresh  # noqa: E402
 from _hta import hta_python  # noqa: E402
 from _memory import peak_rss_mib  # noqa: E402
 
@@ -99,7 +100,7 @@ def main() -> None:
         tool, path = args.child
         print(json.dumps(child_distprof(path) if tool == "distprof" else child_hta(path)))
         return
-
+    fresh()  # before any process is timed
     with tempfile.TemporaryDirectory(prefix="distprof-kineto-bench-") as folder:
         path = Path(folder) / "rank0.pt.trace.json.gz"
         if args.trace is not None and not args.synthetic:

@@ -73,6 +73,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import nsys_fixtures as fx  # noqa: E402  (the real-DDL export writer lives with the tests)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported (tests import merge_scale)
+from _bytecode import fresh  # noqa: E402
 from _hta import hta_python  # noqa: E402
 from _memory import children_peak_rss_mib, peak_rss_mib  # noqa: E402
 from small_merge_vs_hta import load_average  # noqa: E402
@@ -433,6 +434,7 @@ def _counts(text: str) -> list[int]:
 def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # progress shows in a log as it happens
     args = parse()
+    fresh()  # before any process is timed
     if args.quick and not args.kineto:
         args.ranks, args.kernels, args.steps = 16, 20_000, 20
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="distprof-merge-scale-"))

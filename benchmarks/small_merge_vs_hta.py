@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REAL_TRACES = Path(__file__).resolve().parent / ".traces" / "recsys8"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bytecode import fresh  # noqa: E402
 from _hta import hta_python  # noqa: E402
 from _memory import children_peak_rss_mib, peak_rss_mib  # noqa: E402
 
@@ -171,6 +172,7 @@ def main() -> None:
         print(json.dumps(child_hta(*rest) if tool == "hta" else child_stages(*rest)))
         return
 
+    fresh(args.baseline)  # before any process is timed
     if not args.synthetic and not Path(args.traces).is_dir():
         sys.exit(f"no traces in {args.traces}: make them with `python benchmarks/make_real_job.py --out "
                  f"{args.traces}`, or pass --traces DIR or --synthetic")
