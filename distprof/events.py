@@ -91,6 +91,9 @@ def factorize(values) -> tuple[np.ndarray, list]:
     Unhashable values (JSON lists and objects) are compared as their text."""
     import numpy as np
     values = values if isinstance(values, list) else list(values)
+    if values and _hashable(values[0]) and values[-1] == values[0] == values[len(values) // 2] \
+            and values.count(values[0]) == len(values):  # one value (an arg no row has): one C pass, no dict
+        return np.zeros(len(values), np.int64), values[:1]
     try:
         first: dict = {}
         position = np.fromiter(map(first.setdefault, values, count()), dtype=np.int64, count=len(values))

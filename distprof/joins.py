@@ -77,6 +77,10 @@ def innermost_enclosing(range_thread: np.ndarray, range_start: np.ndarray, range
     result = np.full(m, -1, np.int64)
     if n == 0 or m == 0:
         return result
+    if query_start is query_end:  # points (the step of every event): disjoint ranges need no sweep
+        found = _disjoint_enclosing(range_thread, range_start, range_end, query_thread, query_start)
+        if found is not None:
+            return found
     # sweep 1: at equal times, ends before starts before queries (ranges are half-open for
     # depth); starts at one time, outer (longer) range first
     thread = np.concatenate([range_thread, range_thread, query_thread])
@@ -112,6 +116,28 @@ def innermost_enclosing(range_thread: np.ndarray, range_start: np.ndarray, range
         pending = query[same_level & ~contains]
         depth_now[pending] -= 1
         pending = pending[depth_now[pending] > 0]
+    return result
+
+
+def _disjoint_enclosing(range_thread: np.ndarray, range_start: np.ndarray, range_end: np.ndarray,
+                        query_thread: np.ndarray, query_time: np.ndarray) -> np.ndarray | None:
+    """innermost_enclosing for point queries when each thread's ranges have positive length and do
+    not overlap (steps): per thread, the last range starting at or before the point, if the point is
+    before its end (so a point where one range ends and the next starts is the next's). One
+    searchsorted per thread (a handful) instead of two lexsorts over every query; None when some
+    ranges of a thread overlap or are empty, where the sweep decides."""
+    order = np.lexsort((range_start, range_thread))
+    thread, start, end = range_thread[order], range_start[order], range_end[order]
+    same_thread = thread[1:] == thread[:-1]
+    if (end <= start).any() or (same_thread & (start[1:] < end[:-1])).any():
+        return None
+    result = np.full(query_time.size, -1, np.int64)
+    heads = np.flatnonzero(np.r_[True, ~same_thread])
+    for head, tail in zip(heads.tolist(), np.r_[heads[1:], thread.size].tolist()):  # per thread
+        mine = np.flatnonzero(query_thread == thread[head])
+        at = head + np.searchsorted(start[head:tail], query_time[mine], side="right") - 1
+        inside = (at >= head) & (query_time[mine] < end[np.maximum(at, head)])
+        result[mine[inside]] = order[at[inside]]
     return result
 
 

@@ -193,6 +193,20 @@ def test_us_to_ns_examples():
         kineto_decode.us_to_ns(["12", "abc"])
 
 
+def test_times_inferred_once_convert_as_their_list():
+    """The reader hands us_to_ns the array numpy inferred while checking the range (one pass over
+    the Python numbers, not two): the same nanoseconds as from the list, and the array left as it was."""
+    from distprof.sources import kineto
+    for values in ([1.001, 0.1, 0, 5, 2.5], [3, 7], [4458676522690.655, 1]):
+        beyond, kept = kineto._beyond_time_range(values)
+        assert isinstance(kept, np.ndarray) and not beyond.any()
+        before = kept.copy()
+        assert kineto_decode.us_to_ns(kept)[0].tolist() == ns(values)
+        assert np.array_equal(kept, before)
+    beyond, kept = kineto._beyond_time_range([1.5, None, "1e400"])  # not plain numbers: the list itself
+    assert kept == [1.5, None, "1e400"] and beyond.tolist() == [False, False, True]
+
+
 def test_missing_times(tmp_path):
     document = kf.overlap_trace().document()
     document["traceEvents"] += [{"ph": "X", "cat": "cpu_op", "name": "no time", "pid": 4242, "tid": 4242},

@@ -464,6 +464,33 @@ def test_innermost_enclosing_prefers_inner_range_with_the_same_start():
     assert found.tolist() == [0, 1]
 
 
+def test_point_queries_in_disjoint_ranges_match_the_sweep():
+    """Points (one array as start and end) in ranges that do not overlap per thread take a
+    searchsorted per thread: the same rows as the general sweep, boundaries included (a point
+    where one range ends and the next starts is the next's; a range's end is outside it)."""
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(1, 20, 60)
+    gaps = rng.integers(0, 3, 60)  # 0: the next range starts where this one ends
+    start = np.cumsum(np.r_[0, (lengths + gaps)[:-1]])
+    end = start + lengths
+    thread = rng.integers(0, 3, 60)
+    shuffled = rng.permutation(60)
+    start, end, thread = start[shuffled], end[shuffled], thread[shuffled]
+    points = np.r_[start, end, rng.integers(-5, int(end.max()) + 5, 400)]
+    q_thread = rng.integers(0, 4, points.size)  # thread 3 has no range
+    fast = joins.innermost_enclosing(thread, start, end, q_thread, points, points)
+    swept = joins.innermost_enclosing(thread, start, end, q_thread, points, points.copy())
+    assert fast.tolist() == swept.tolist()
+    found = fast >= 0
+    assert found.sum() > 100 and (q_thread[~found] != 3).any()
+    assert (start[fast[found]] <= points[found]).all() and (points[found] < end[fast[found]]).all()
+    overlapping = joins._disjoint_enclosing(np.array([1, 1]), np.array([0, 5]), np.array([10, 8]),
+                                            np.array([1]), np.array([6]))
+    assert overlapping is None  # nested ranges: the sweep decides
+    assert joins.innermost_enclosing(np.array([1, 1]), np.array([0, 5]), np.array([10, 8]),
+                                     np.array([1]), *(np.array([6]),) * 2).tolist() == [1]
+
+
 # -- real exports ---------------------------------------------------------------------------------------
 
 def real(name: str) -> Path:

@@ -19,6 +19,17 @@ def test_factorize_codes_in_order_of_appearance():
     assert distinct == ["b", "a", ("k", "x")] and codes.tolist() == [0, 1, 0, 2, 1]
 
 
+def test_factorize_one_value_as_the_dict_would():
+    """A column with one value (an arg no row has: None, b"") skips the dict; same codes and value."""
+    for column in ([None] * 5, [b""] * 3, [(0, 0)] * 4, [1, 1.0, True], ["x"]):
+        codes, distinct = ev.factorize(column)
+        assert codes.tolist() == [0] * len(column) and distinct == column[:1]
+    codes, distinct = ev.factorize([None, 1, None, None, None])  # first, middle and last alike: not enough
+    assert codes.tolist() == [0, 1, 0, 0, 0] and distinct == [None, 1]
+    codes, distinct = ev.factorize([["x"], ["x"]])  # unhashable: compared as text, as before
+    assert codes.tolist() == [0, 0] and distinct == ["['x']"]
+
+
 def test_groups_reduce_like_a_pandas_groupby_without_sorting():
     rng = np.random.default_rng(3)
     codes = rng.integers(0, 7, 500)

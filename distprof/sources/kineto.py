@@ -178,19 +178,21 @@ def _known_rows(doc: Document) -> tuple[list, np.ndarray, dict, np.ndarray]:
     return rows, classes[keep], skipped, op_of[cat_codes[keep]]
 
 
-def _beyond_time_range(values: list) -> np.ndarray:
-    """Mask of ts/dur values (µs) that no int64 nanosecond can hold: 1e30, inf, "1e400"."""
+def _beyond_time_range(values: list) -> tuple[np.ndarray, np.ndarray | list]:
+    """Mask of ts/dur values (µs) that no int64 nanosecond can hold (1e30, inf, "1e400"), and the
+    values: as the int64/float64 array numpy inferred when all are plain numbers (us_to_ns then
+    converts them without a second pass over the Python objects), else the list as given."""
     try:
         inferred = np.array(values)
         if inferred.ndim == 1 and inferred.dtype.kind in "if":
             with np.errstate(invalid="ignore"):
-                return ~(np.abs(inferred.astype(np.float64)) <= INT_US_LIMIT)
+                return ~(np.abs(inferred.astype(np.float64)) <= INT_US_LIMIT), inferred
     except (OverflowError, ValueError):
         pass
     codes, uniques = ev.factorize(values)
     number = [None if is_missing(value) else exact_number(value) for value in uniques]
     bad = [n is not None and (not n.is_finite() or abs(n) > INT_US_LIMIT) for n in number]
-    return np.array(bad, bool)[codes]
+    return np.array(bad, bool)[codes], values
 
 
 def _filtered(keep: np.ndarray, rows: list, classes: np.ndarray, read: dict) -> tuple[list, np.ndarray, dict]:
@@ -207,7 +209,9 @@ def _without_corrupt_numbers(rows: list, classes: np.ndarray, read: dict, path: 
     the whole file."""
     masks: list[np.ndarray] = []
     read = {**read, "pid": int_column(read["pid"], corrupt=masks), "tid": int_column(read["tid"], corrupt=masks)}
-    masks += [_beyond_time_range(read[field]) for field in ("ts", "dur")]
+    for field in ("ts", "dur"):
+        mask, read[field] = _beyond_time_range(read[field])
+        masks.append(mask)
     bad = np.logical_or.reduce(masks)
     if not bad.any():
         return rows, classes, read, []
@@ -275,7 +279,8 @@ def _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, path:
     def step_at(rows: np.ndarray, process: np.ndarray) -> np.ndarray:
         if not step_rows.size:
             return np.full(rows.size, -1, np.int64)
-        found = innermost_enclosing(step_pid, step_start, step_end, process, start_ns[rows], start_ns[rows])
+        at = start_ns[rows]  # a point: the step holding the row's start
+        found = innermost_enclosing(step_pid, step_start, step_end, process, at, at)
         return np.where(found >= 0, step_numbers[np.maximum(found, 0)], -1)
 
     step = np.full(len(classes), -1, np.int64)

@@ -263,16 +263,17 @@ def _validation_message(message: str) -> str:
 
 # ---------------------------------------------------------------------------- numbers
 
-def us_to_ns(values: list) -> tuple[np.ndarray, np.ndarray | None]:
-    """Microsecond numbers as decoded (int, float, text or Decimal) to int64 ns, as written, and
-    the mask of missing (None) values, which come out as 0 (None when nothing is missing).
+def us_to_ns(values: list | np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Microsecond numbers as decoded (int, float, text or Decimal; or the int64/float64 array numpy
+    already inferred from such a list) to int64 ns, as written, and the mask of missing (None)
+    values, which come out as 0 (None when nothing is missing).
 
     Floats: with x = fl(v) for a text v of <= 3 decimals and |v| < 2**43, |x - v| <= 2**-11 µs,
     so trunc(x) = trunc(v), x - trunc(x) is exact, and 1000 * frac is within 0.49 ns of the
     integer, which rint recovers. Naive rint(1000 * x) is not exact there (one more rounding).
     """
     try:
-        inferred = np.array(values)  # one C pass: int64 / float64 for plain numbers, else object or text
+        inferred = np.asarray(values)  # one C pass: int64 / float64 for plain numbers, else object or text
     except (OverflowError, ValueError):
         inferred = np.empty(0, dtype=object)
     if inferred.ndim != 1:  # nested lists (possible without msgspec's typing): the checked path
