@@ -20,8 +20,12 @@ run with the live view on (``--live-every`` ``LIVE_EVERY``): its detection laten
 fault's onset to the end of the window whose alert first names the injected rank (live.json ``alerts``),
 and its false alerts are straggler alerts in clean runs.
 
+``--demo-config YAML`` runs the demo jobs with that config, e.g. ``configs/demo_device.yaml``: compute as
+a GPU job's host sees it (small matmuls, each followed by a 2 ms wait that uses no CPU), so 4 ranks on a
+2-core machine do not slow each other at random and the verdict, not the machine, is what is scored.
+
     python benchmarks/verdict_matrix.py [--quick] [--jobs dp,ddp,tpdp] [--repeat K] [--clean N]
-                                        [--keep DIR] [--json PATH]
+                                        [--keep DIR] [--json PATH] [--demo-config YAML]
 """
 
 from __future__ import annotations
@@ -110,6 +114,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=8, help="profiled steps a run (mid-run onset: STEPS // 2)")
     parser.add_argument("--keep", default=None, metavar="DIR", help="keep every run's files here")
     parser.add_argument("--json", default=None, metavar="PATH", help="write every run's raw verdict here")
+    parser.add_argument("--demo-config", default=None, metavar="YAML",
+                        help="config of the demo jobs (e.g. configs/demo_device.yaml: compute as a GPU's host sees it)")
     args = parser.parse_args(argv)
     args.jobs = [job.strip() for job in args.jobs.split(",") if job.strip()]
     unknown = [job for job in args.jobs if job not in RANKS]
@@ -162,7 +168,8 @@ def execute(command: list[str], label: str, run: Run) -> float:
     return time.perf_counter() - started
 
 
-def run_job(run: Run, folder: Path, steps: int, topology_flag: bool) -> tuple[Path, list[Path]]:
+def run_job(run: Run, folder: Path, steps: int, topology_flag: bool,
+            demo_config: str | None = None) -> tuple[Path, list[Path]]:
     """Run one job (demo, or torch job + merge) into ``folder``: (summary folder, rank files)."""
     folder.mkdir(parents=True, exist_ok=True)
     run.busy_cores = busy_cores()
@@ -170,6 +177,7 @@ def run_job(run: Run, folder: Path, steps: int, topology_flag: bool) -> tuple[Pa
         command = [DISTPROF, "demo", "--ranks", str(RANKS[run.job]), "--steps", str(steps), "--out", str(folder)]
         command += ["--topology", run.job] if topology_flag else []
         command += ["--straggler", run.spec] if run.spec else []
+        command += ["--config", str(demo_config)] if demo_config else []
         run.wall_s = execute(command + ["--live-every", str(LIVE_EVERY)], "demo", run)
         read_live(run, folder / "live.json")
         return folder, sorted(folder.glob("rank*.sqlite"))
@@ -308,7 +316,7 @@ def label(run: Run) -> str:
 def attempt(run: Run, folder: Path, args: argparse.Namespace, topology_flag: bool) -> None:
     """One run: the job, its verdict, its step times; a failure is recorded on the run, not raised."""
     try:
-        summary_dir, files = run_job(run, folder, args.steps, topology_flag)
+        summary_dir, files = run_job(run, folder, args.steps, topology_flag, args.demo_config)
         read_verdict(run, summary_dir)
         run.step_times_ns = step_times(files)
         run.step_ns = statistics.median(run.step_times_ns) if run.step_times_ns else None
@@ -490,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(mid-run onset at step {args.steps // 2}); jobs: {', '.join(args.jobs)}")
     if args.json:
         record = {"runs": [dict(asdict(run), right=run.right) for run in runs], "scores": scores(runs),
-                  "steps": args.steps, "cores": os.cpu_count()}
+                  "steps": args.steps, "cores": os.cpu_count(), "demo_config": args.demo_config}
         Path(args.json).write_text(json.dumps(record, indent=1))
         print(f"wrote {args.json}")
     return 0

@@ -95,6 +95,7 @@ DEFAULTS: dict[str, Any] = {
         "layers": 4,
         "width": 512,
         "batch": 256,
+        "kernel_ms": 0.0,           # > 0: each matmul is followed by this wait, as a host waits for its GPU
     },
 }
 
@@ -113,7 +114,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "diagnosis.dataloader_share": (0, 1), "diagnosis.gpu_idle_share": (0, 1),
     "diagnosis.memory_creep_share": (0, None), "diagnosis.memory_outlier_share": (0, None),
     "demo.ranks": (1, 1024), "demo.steps": (1, 1_000_000), "demo.layers": (1, 1000), "demo.width": (1, 65_536),
-    "demo.batch": (1, 1_000_000), "live.every_steps": (0, None), "live.prometheus_port": (1, 65535),
+    "demo.batch": (1, 1_000_000), "demo.kernel_ms": (0, 60_000), "live.every_steps": (0, None),
+    "live.prometheus_port": (1, 65535),
     "live.alerts.windows_in_a_row": (1, 1000), "live.alerts.straggler_min_cost_share": (0, 1),
     "live.alerts.baseline_windows": (1, 1000), "live.alerts.min_baseline_windows": (1, 1000),
     "live.alerts.jump_share": (0, None), "live.alerts.jump_noise": (0, None), "live.alerts.exposed_floor_share": (0, 1),

@@ -37,3 +37,19 @@ def test_a_persistent_verdict_on_a_mid_run_fault_is_measured_per_profiled_step()
     run = _run(vm, "persistent", 5.0)
     vm.measure(run, 30 * MS)
     assert run.measured_ns == 5 * MS  # the 10 ms on half the steps, spread over all of them
+
+
+def test_demo_config_reaches_the_demo_jobs_only(tmp_path, monkeypatch):
+    """--demo-config runs the demo jobs with that config (configs/demo_device.yaml: kernel waits that
+    leave the cores free) and is recorded; the torch jobs take no demo config."""
+    vm = _matrix()
+    args = vm.parse(["--jobs", "pp4,ddp", "--demo-config", "configs/demo_device.yaml"])
+    assert args.demo_config == "configs/demo_device.yaml"
+    commands = []
+    monkeypatch.setattr(vm, "execute", lambda command, label, run: commands.append(command) or 0.0)
+    monkeypatch.setattr(vm, "busy_cores", lambda: 0.0)
+    monkeypatch.setattr(vm, "read_live", lambda run, path: None)
+    vm.run_job(vm.Run("pp4", "clean"), tmp_path / "a", 8, True, args.demo_config)
+    assert commands[-1][commands[-1].index("--config") + 1] == "configs/demo_device.yaml"
+    vm.run_job(vm.Run("ddp", "clean"), tmp_path / "b", 8, True, args.demo_config)
+    assert not any("--config" in command for command in commands[1:])

@@ -14,6 +14,10 @@ A numpy MLP trained on synthetic data, in one of three layouts (``--topology``):
 ``--straggler RANK:MS`` makes that rank sleep MS ms in its forward pass every step;
 ``RANK:MS@STEP`` from step STEP on (a rank that starts lagging while the job runs); a ``:data`` suffix
 puts the sleep in the dataloader's next() instead (a slow input pipeline, the Dataloader phase).
+Config ``demo.kernel_ms`` > 0 follows every matmul with a wait of that many ms that uses no CPU, as a
+training thread waits for its GPU's kernels: with a small ``demo.width`` the ranks then hardly use their
+cores, so more ranks than cores run side by side without slowing each other at random (what the
+fault-injection matrix needs on a small machine; 0, the default, is the numpy compute alone).
 ``--hang RANK:STEP`` makes that rank stop (sleep for an hour) in its forward pass of that step, with the hang
 watchdog on (``collector.hang_dump_s`` = ``--hang-dump-s``): every rank writes its hang file.
 """
@@ -128,6 +132,14 @@ class Job:
     slow_loader: bool  # the straggler sleeps in the dataloader, not in forward
     hang: tuple[int, int] | None
     lr: float = 0.01
+    kernel_s: float = 0.0  # demo.kernel_ms: the wait after each matmul (a GPU kernel's, on the host)
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``a @ b``, then the kernel wait (none by default)."""
+        out = a @ b
+        if self.kernel_s:
+            time.sleep(self.kernel_s)
+        return out
 
     def lagging(self, step: int) -> bool:
         return self.straggler is not None and self.straggler[0] == self.rank and step >= self.straggler[2]
@@ -160,7 +172,8 @@ def train(args: argparse.Namespace) -> dict | None:
                for i in range(demo["layers"])]  # same init on every rank
     job = Job(comm=comm, rank=comm.Get_rank(), world=comm.Get_size(), weights=weights, batch=demo["batch"],
               width=width, steps=args.steps or demo["steps"], straggler=parse_straggler(straggler_text),
-              slow_loader=straggler_in_loader(straggler_text), hang=parse_hang(args.hang))
+              slow_loader=straggler_in_loader(straggler_text), hang=parse_hang(args.hang),
+              kernel_s=demo["kernel_ms"] / 1000)
     overrides = {"clock": {"align": False}} if args.no_align else {}
     live = {key: value for key, value in (("every_steps", args.live_every),
                                           ("prometheus_port", args.prometheus_port)) if value is not None}
@@ -194,13 +207,13 @@ def train_dp(prof: distprof.Profiler, job: Job, comm_thread: CommThread | None) 
         with distprof.phase("forward"):
             activations = [x]
             for w in weights:
-                activations.append(np.maximum(activations[-1] @ w, 0.0))
+                activations.append(np.maximum(job.matmul(activations[-1], w), 0.0))
             job.slow_forward(prof.step_num)
         with distprof.range("loss"):  # a user range: the UserDefined table has a row
             error = activations[-1] - target
             loss = float(np.mean(error * error))  # noqa: F841 - what a training loop would log
         with distprof.phase("backward"):  # each allreduce overlaps with the next layer's backward
-            grads, _ = backward(weights, activations, error / job.batch,
+            grads, _ = backward(weights, activations, error / job.batch, job.matmul,
                                 comm_thread.submit if comm_thread is not None else None)
         if comm_thread is not None:
             comm_thread.wait()
@@ -216,16 +229,17 @@ def train_dp(prof: distprof.Profiler, job: Job, comm_thread: CommThread | None) 
 
 
 def backward(weights: list[np.ndarray], activations: list[np.ndarray], delta: np.ndarray,
+             matmul: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.matmul,
              on_grad: Callable[[np.ndarray], None] | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """The MLP's backward from ``delta`` (the loss gradient at its output): the weight gradients
     and the gradient at its input. ``on_grad(grad)`` is called as soon as a layer's gradient is ready."""
     grads: list = [None] * len(weights)
     for i in reversed(range(len(weights))):
         delta = delta * (activations[i + 1] > 0)
-        grads[i] = activations[i].T @ delta
+        grads[i] = matmul(activations[i].T, delta)
         if on_grad is not None:
             on_grad(grads[i])
-        delta = delta @ weights[i].T
+        delta = matmul(delta, weights[i].T)
     return grads, delta
 
 
@@ -245,14 +259,15 @@ def tp2dp2_groups(job: Job) -> tuple[Group, Group]:
     return tp, dp
 
 
-def tp_forward(tp: Group, weights: list[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
+def tp_forward(tp: Group, weights: list[np.ndarray], x: np.ndarray,
+               matmul: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.matmul) -> list[np.ndarray]:
     """Row-parallel layers: this rank multiplies its half of the input's columns by its half of the
     weight's rows; the allreduce over the TP pair sums the two partial products into the output."""
     shard = tp.comm.Get_rank()  # 0 or 1: the sub-communicator keeps the global order
     rows = slice(shard * x.shape[1] // 2, (shard + 1) * x.shape[1] // 2)
     activations = [x]
     for w in weights:
-        out = activations[-1][:, rows] @ w[rows]
+        out = matmul(activations[-1][:, rows], w[rows])
         with distprof.comm("allreduce", group=tp.ranks, nbytes=out.nbytes):
             allreduce(tp.comm, out)
         activations.append(np.maximum(out, 0.0))
@@ -276,12 +291,12 @@ def train_tp2dp2(prof: distprof.Profiler, job: Job, tp: Group, dp: Group) -> Non
     rng = np.random.default_rng(1234 + job.rank // 2)  # one data stream per TP pair (a DP replica)
     for x, target in prof.loader(job.batches(rng)):
         with distprof.phase("forward"):
-            activations = tp_forward(tp, job.weights, x)
+            activations = tp_forward(tp, job.weights, x, job.matmul)
             job.slow_forward(prof.step_num)
         with distprof.range("loss"):
             error = activations[-1] - target
         with distprof.phase("backward"):
-            grads, _ = backward(job.weights, activations, error / job.batch)
+            grads, _ = backward(job.weights, activations, error / job.batch, job.matmul)
         dp_allgather(dp, grads)
         with distprof.phase("optimizer"):
             for w, grad in zip(job.weights, grads):
@@ -312,7 +327,7 @@ def stage_forward(job: Job, step: int, weights: list[np.ndarray], micro: int, x:
     with distprof.phase("forward"):  # the compute only: the waits are the recv's and send's
         activations = [x]
         for w in weights:
-            activations.append(np.maximum(activations[-1] @ w, 0.0))
+            activations.append(np.maximum(job.matmul(activations[-1], w), 0.0))
         job.slow_forward(step, share=1 / MICRO_BATCHES)  # a slow stage is slow in every micro-batch
     if stage < last:
         send(job, activations[-1], stage + 1, tag=2 * micro)
@@ -330,7 +345,7 @@ def stage_backward(job: Job, weights: list[np.ndarray], activations: list[np.nda
         with distprof.range("loss"):
             delta = (activations[-1] - target) / job.batch
     with distprof.phase("backward"):
-        grads, delta = backward(weights, activations, delta)
+        grads, delta = backward(weights, activations, delta, job.matmul)
     if stage > 0:
         send(job, delta, stage - 1, tag=2 * micro + 1)
     return grads
