@@ -107,7 +107,8 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None 
     ranks = [r.rank for r in results]
     uncertainties = [r.clock.uncertainty_ns for r in results]
     unknown = [r.rank for r in results if r.clock.uncertainty_ns is None]
-    steps = skew.step_skew([r.aligned_markers().to_json() for r in results], ranks, config)
+    markers = [r.aligned_markers().to_json() for r in results]
+    steps = skew.step_skew(markers, ranks, config)
     if steps["steps_summary"]:  # spreads across ranks on clocks nobody verified are not real figures
         steps["steps_summary"] = {**steps["steps_summary"], "clock_verified": not unknown}
     step_ns = (steps["steps_summary"] or {}).get("duration_median_ns")
@@ -121,7 +122,7 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None 
         **skew.collective_skew(matching, [r.clock.offset_ns for r in results], [u or 0 for u in uncertainties],
                                config, step_ns=step_ns, verified=[r.clock.verified for r in results], inst=inst,
                                phases=steps["phases"], window_ns=window_ns,
-                               gpu=[r.gpu_gaps is not None for r in results]),
+                               gpu=[r.gpu_gaps is not None for r in results], markers=markers),
         **steps,
     }
     out["notes"] = aligned.notes + out["notes"]

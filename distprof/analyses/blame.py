@@ -14,25 +14,29 @@ at (its own delay, charged there already). So R is charged L less min(R's resume
 what R carried in), >= 0. (Capped by what R carried in: S's idle time before j is not R's to keep.)
 The whole step counts, not p alone: a rank that waited 40 ms at a tensor-parallel allreduce and
 then ran three more allreduces on time is still 40 ms behind at the data-parallel allgather.
+
+A pipeline is different: a stage waits for the one before by construction (the bubble), and where
+the waits of a send/recv end depends on its place in the schedule (the last stage runs a
+micro-batch's forward and backward before its first backward send, the others only the backward),
+so no hand-over can be charged by what its receiver waited. A stage's own delay is its time
+outside communication beyond the median stage's in the same step (``pipeline_excess``): every stage
+of a balanced pipeline computes as long; a slow one (in forward, backward or loading its data)
+computes longer by its delay, and the others wait for it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..columns import group_medians, lookup, runs, search
+from ..columns import search, union_per_key
 
 
 def _carried(present: np.ndarray, start: np.ndarray, end: np.ndarray, wait: np.ndarray, lateness: np.ndarray,
-             last_row: np.ndarray, step: np.ndarray, p2p: np.ndarray,
-             p2p_charged: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+             last_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ranks, instances), twice: the column of the rank's latest-ending op that ended before it
     arrived at this one (-1: none), and what the rank carried in through that op's step: its waits
-    at its collectives of the step up to that op and its lateness at those it was last at; at a
-    send/recv it was last at, only what was charged there (``p2p_charged``: the rest of a send/recv's
-    wait and lateness is the pipeline's structure; own_charges takes the previous op's whole).
-    All ranks in one grouped search, the sums by one cumulative sum over runs of (rank, step) in
-    end order."""
+    at its ops of the step up to that op and its lateness at those it was last at. All ranks in one
+    grouped search, the sums by one cumulative sum over runs of (rank, step) in end order."""
     rows, cols = np.nonzero(present)
     previous, carried = np.full(present.shape, -1, np.int64), np.zeros(present.shape, np.int64)
     if not rows.size:
@@ -41,8 +45,7 @@ def _carried(present: np.ndarray, start: np.ndarray, end: np.ndarray, wait: np.n
     order = np.lexsort((ends, rows))
     sorted_rows, sorted_ends, sorted_cols = rows[order], ends[order], cols[order]
     was_last = last_row[sorted_cols] == sorted_rows
-    carry = np.where(p2p[sorted_cols], np.where(was_last, p2p_charged[sorted_cols], 0),
-                     wait[sorted_rows, sorted_cols] + np.where(was_last, lateness[sorted_cols], 0))
+    carry = wait[sorted_rows, sorted_cols] + np.where(was_last, lateness[sorted_cols], 0)
     sorted_steps = step[sorted_cols]
     new_run = np.r_[True, (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_steps[1:] != sorted_steps[:-1])]
     through = np.cumsum(carry)
@@ -57,37 +60,27 @@ def _carried(present: np.ndarray, start: np.ndarray, end: np.ndarray, wait: np.n
 
 
 def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, inst: dict,
-                counted: np.ndarray, step: np.ndarray, p2p: np.ndarray | None = None,
-                p2p_charged: np.ndarray | None = None) -> np.ndarray:
+                counted: np.ndarray, step: np.ndarray) -> np.ndarray:
     """Per instance, the last rank's own share of what the second-latest waited for it (ns; 0
     where not ``counted``). ``start``/``duration``: (ranks, instances) on the aligned clock;
     ``inst``: analyses.collectives.instances (its ``wait`` caps what anyone waited); ``step``:
     per instance, its step: a delay is carried in from an op of the same step only (between
-    steps the ranks run the optimizer and load data, and idle time there absorbs it); ``p2p``:
-    the instances that are send/recv pairs (None: none); ``p2p_charged``: per instance, what a
-    first pass charged at a send/recv once the pipeline's structure was taken off (its stage's
-    delay, carried to the later hand-overs of the step, not charged there again)."""
+    steps the ranks run the optimizer and load data, and idle time there absorbs it)."""
     n = present.shape[1]
     out = np.zeros(n, np.int64)
     charged = np.flatnonzero(counted)
     if not charged.size:
         return out
     end = start + duration
-    columns = np.arange(n)
     wait, last_row = inst["wait"], inst["last_row"]
-    lateness = wait[inst["second_row"], columns]  # what the second-latest waited for the last one
-    p2p = np.zeros(n, bool) if p2p is None else p2p
-    p2p_charged = np.zeros(n, np.int64) if p2p_charged is None else p2p_charged
-    previous, carried = _carried(present, start, end, wait, lateness, last_row, step, p2p, p2p_charged)
+    lateness = wait[inst["second_row"], np.arange(n)]  # what the second-latest waited for the last one
+    previous, carried = _carried(present, start, end, wait, lateness, last_row, step)
     late, waiter = last_row[charged], inst["second_row"][charged]
     mine, theirs = previous[late, charged], previous[waiter, charged]
     mine = np.where(step[np.maximum(mine, 0)] == step[charged], mine, -1)
     theirs = np.where(step[np.maximum(theirs, 0)] == step[charged], theirs, -1)
     p = np.maximum(mine, 0)
-    last_at_p = last_row[p] == late
-    own_at_p = wait[late, p] + np.where(last_at_p, lateness[p], 0)  # a send/recv just before: its whole
-    carried_in = np.where(mine >= 0, carried[late, charged]
-                          + np.where(p2p[p], own_at_p - np.where(last_at_p, p2p_charged[p], 0), 0), 0)
+    carried_in = np.where(mine >= 0, carried[late, charged], 0)
     behind = np.where((mine >= 0) & (theirs >= 0),
                       end[late, p] - end[waiter, np.maximum(theirs, 0)], np.where(mine >= 0, carried_in, 0))
     waited = lateness[charged]
@@ -95,20 +88,45 @@ def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, in
     return out
 
 
-def beyond_pipeline(own: np.ndarray, p2p: np.ndarray, step: np.ndarray, ordinal: np.ndarray,
-                    forward: np.ndarray) -> np.ndarray:
-    """Charges with a pipeline's structure taken off. A receive waits for the previous stage to
-    compute its input: that dependency (the pipeline's bubble) is no delay of the sender. Per
-    send/recv, what its sender's charge exceeds the median charge of the same hand-over (the
-    ordinal-th of the step, in the same direction) at the other stage boundaries: a balanced
-    pipeline charges nobody; a slow stage is charged what it adds over its neighbours. A
-    pipeline of two stages has one boundary, nothing to compare with: no p2p charge at all."""
-    out = own.copy()
-    rows = np.flatnonzero(p2p)
-    if not rows.size:
-        return out
-    key, _ = runs(step[rows], ordinal[rows], forward[rows].astype(np.int64))
-    medians = lookup(group_medians(key, own[rows].astype(np.float64)), key)
-    alone = np.bincount(key)[key] < 3  # fewer than three boundaries: no median that a slow one cannot move
-    out[rows] = np.where(alone, 0, np.maximum(own[rows] - np.round(medians), 0)).astype(np.int64)
-    return out
+def _step_index(steps: np.ndarray, step_of) -> tuple[np.ndarray, np.ndarray]:
+    """Per item, the position of its step among ``steps`` and whether it is one of them."""
+    step_of = np.asarray(step_of, np.int64)
+    at = np.searchsorted(steps, step_of)
+    return at, (at < steps.size) & (steps[np.minimum(at, max(steps.size - 1, 0))] == step_of)
+
+
+MIN_PIPELINE_STAGES = 3  # fewer stages: no median that one slow stage cannot move (two: which is slow?)
+
+
+def pipeline_excess(stage_steps: np.ndarray, markers: list[dict], steps: np.ndarray) -> np.ndarray:
+    """(ranks, steps): each pipeline stage's time outside communication in the step, from the step's
+    start to the end of its last communication op or annotated phase there (not the idle time to the
+    step's end), less the union of its communication ops (send/recv, and collectives of other
+    groups), beyond the median stage's of that step, >= 0. ``stage_steps`` (ranks, steps): whether
+    the rank takes part in the step's send/recv; ``markers``: per rank, its aligned RankMarkers as
+    JSON (step bounds, phases, communication ops); ``steps``: the step numbers. Steps with fewer
+    than MIN_PIPELINE_STAGES stages charge nobody."""
+    n_rows, n_steps = stage_steps.shape
+    outside = np.zeros((n_rows, n_steps), np.int64)
+    for row, marks in enumerate(markers):  # one pass per rank: a few arrays each
+        bounds_at, bounds_ok = _step_index(steps, marks["step_bounds"]["step"])
+        op_at, in_step = _step_index(steps, marks["collectives"]["step"])
+        phase_at, phase_ok = _step_index(steps, marks["phases"]["step"])
+        op_at, op_start, op_end = (op_at[in_step], np.asarray(marks["collectives"]["start_ns"], np.int64)[in_step],
+                                   np.asarray(marks["collectives"]["end_ns"], np.int64)[in_step])
+        last_end = np.full(n_steps, np.iinfo(np.int64).min)
+        np.maximum.at(last_end, op_at, op_end)
+        np.maximum.at(last_end, phase_at[phase_ok], np.asarray(marks["phases"]["end_ns"], np.int64)[phase_ok])
+        step_start = np.zeros(n_steps, np.int64)
+        step_start[bounds_at[bounds_ok]] = np.asarray(marks["step_bounds"]["start_ns"], np.int64)[bounds_ok]
+        has = np.zeros(n_steps, bool)
+        has[bounds_at[bounds_ok]] = True
+        has &= last_end > np.iinfo(np.int64).min
+        outside[row] = np.where(has, last_end - step_start, 0) - union_per_key(op_at, op_start, op_end, n_steps)
+    staged = stage_steps & (stage_steps.sum(axis=0) >= MIN_PIPELINE_STAGES)[None, :]
+    if not staged.any():
+        return np.zeros((n_rows, n_steps), np.int64)
+    median = np.nanmedian(np.where(staged, outside, np.nan)[:, staged.any(axis=0)], axis=0)
+    excess = np.zeros((n_rows, n_steps), np.int64)
+    excess[:, staged.any(axis=0)] = np.maximum(outside[:, staged.any(axis=0)] - np.round(median)[None, :], 0)
+    return np.where(staged, excess, 0)

@@ -171,14 +171,16 @@ def _top(score: np.ndarray, limit: int) -> np.ndarray:
 
 def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
                     step_ns: int | None = None, verified=None, inst: dict | None = None,
-                    phases: list[dict] | None = None, window_ns: int | None = None, gpu=None) -> dict:
+                    phases: list[dict] | None = None, window_ns: int | None = None, gpu=None,
+                    markers: list[dict] | None = None) -> dict:
     """Per-collective arrival/end skew, waits, bytes and bandwidth, the sync/transfer split and the
     straggler.
 
     ``offsets``/``uncertainties`` are the final per-rank clock offsets (rows of ``matching``);
     ``step_ns`` the median step duration (``window_ns`` the median window, without steps);
     ``inst`` the instances of analyses.collectives (computed here when not given); ``phases``
-    skew.phases (for the straggler's phase); ``gpu`` per row whether the rank's trace has GPU work.
+    skew.phases (for the straggler's phase); ``gpu`` per row whether the rank's trace has GPU work;
+    ``markers`` per row its aligned RankMarkers as JSON (a pipeline's stages are charged by them).
 
     Per rank, lateness against the median start (the median, so a second late rank does not hide
     the first) stays in ``ranks[]`` for reference; the straggler is named by what the others
@@ -198,7 +200,7 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     result["collectives"] = _collective_rows(matching, arrivals, inst, int(cfg["max_rows"]))
     result["collectives_shown"] = len(result["collectives"])
     result["kinds"], result["notes"] = _kind_rows(matching, arrivals)
-    blame = _blame(matching, inst, np.asarray(uncertainties, np.int64), cfg, step_ns or window_ns)
+    blame = _blame(matching, inst, np.asarray(uncertainties, np.int64), cfg, step_ns or window_ns, markers)
     rank_of = matching.ranks.tolist()
     # late_units: steps in which the rank was late against the median start (collectives without steps)
     result["ranks"] = [{"rank": rank_of[r], "last_count": int(arrivals["last_count"][r]),
@@ -333,7 +335,8 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[Rea
     return kinds, notes
 
 
-def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: float | None) -> dict:
+def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: float | None,
+           markers: list[dict] | None = None) -> dict:
     """What the other members waited for each rank's own delay: per instance, the last rank's
     attributable wait (what the second-latest waited for it: its start − the second-latest start,
     no more than that rank's op lasted: an eager send waits for nobody), counted when above both
@@ -352,14 +355,8 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
     # last by more than the clocks can tell, however little: who a user sees arrive last
     last = joined & (attributable > tolerance)
     p2p = np.asarray(matching.name, dtype=str) == coll.P2P
-    own = blame_mod.own_charges(matching.present, inst["start"], inst["duration"], inst, counted, matching.step, p2p)
-    if matching.sender.size == n:
-        forward = matching.receiver > matching.sender
-        own = blame_mod.beyond_pipeline(own, p2p, matching.step, matching.ordinal, forward)
-        if p2p.any():  # a stage's delay charged at its send is carried to the step's later hand-overs
-            own = blame_mod.own_charges(matching.present, inst["start"], inst["duration"], inst, counted,
-                                        matching.step, p2p, np.where(p2p, own, 0))
-            own = blame_mod.beyond_pipeline(own, p2p, matching.step, matching.ordinal, forward)
+    own = blame_mod.own_charges(matching.present, inst["start"], inst["duration"], inst, counted, matching.step)
+    own[p2p] = 0  # a pipeline's hand-overs: its stages are charged by their time outside communication
     steps, unit_of = np.unique(matching.step, return_inverse=True)
     n_units = int(steps.size)
     # each instance's own share is the tail of its lateness (up to the last arrival); per rank and
@@ -368,6 +365,11 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
     mine = own > 0
     per_unit = union_per_key(last_row[mine] * n_units + unit_of.ravel()[mine], inst["last"][mine] - own[mine],
                              inst["last"][mine], n_rows * n_units).reshape(n_rows, n_units)
+    if p2p.any() and markers is not None and (steps >= 0).any():
+        stage_steps = np.zeros((n_rows, n_units), bool)
+        rows, cols = np.nonzero(matching.present[:, p2p])
+        stage_steps[rows, unit_of.ravel()[p2p][cols]] = True
+        per_unit = per_unit + blame_mod.pipeline_excess(stage_steps, markers, steps)
     cost = per_unit.sum(axis=1)
     min_cost = max(float(cfg["straggler_min_step_fraction"]) * float(step_ns or 0), float(cfg["straggler_min_ns"]))
     return {"attributable": attributable, "counted": counted, "own": counted & (own > 0), "steps": steps,
