@@ -25,7 +25,15 @@ def skew_context(summary: dict) -> str:
     return f"median step {steps.get('duration_median_ns')} ns; ranks {summary['skew'].get('ranks')}"
 
 
-def test_overlap_run_passes_and_names_no_straggler(demo_overlap):
+def _no_straggler(summary: dict) -> bool:
+    return summary["skew"]["straggler"] is None and all(f["finding"] != "straggler" for f in summary["findings"])
+
+
+@pytest.mark.exclusive  # a second run, below, needs the machine as the first had it
+def test_overlap_run_passes_and_names_no_straggler(demo_overlap, tmp_path):
+    """A healthy DDP run names no straggler. Its 4 ranks share 2 cores here, so a clean run is now and
+    then one rank behind the others in every step, for real (the fault-injection matrix: 2 of 20 clean
+    runs of the demo jobs): one such run is not a wrong verdict, two in a row are."""
     summary = read(demo_overlap)
     assert [(c["rank"], c["status"]) for c in summary["checks"]] == [(r, "PASS") for r in range(4)]
     assert summary["skew"]["matched"] == 6 * 4  # 4 allreduces per step, all matched
@@ -33,8 +41,14 @@ def test_overlap_run_passes_and_names_no_straggler(demo_overlap):
     for rank in summary["ranks"]:  # ping-pong offsets, narrowed by collective ends: microseconds
         assert rank["clock_uncertainty_ns"] < 1 * MS, rank
     skip_if_busy(float((demo_overlap / "foreign_cores.txt").read_text()), "straggler timing")
-    assert summary["skew"]["straggler"] is None, skew_context(summary)
-    assert all(f["finding"] != "straggler" for f in summary["findings"])
+    if _no_straggler(summary):
+        return
+    before = machine_clock()
+    again = run_cli("demo", "--ranks", "4", "--steps", "6", "--out", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    skip_if_busy(foreign_cores(before, machine_clock()), "straggler timing")
+    second = read(tmp_path / "again")
+    assert _no_straggler(second), f"first run: {skew_context(summary)}; second run: {skew_context(second)}"
 
 
 @pytest.mark.slow
