@@ -2,7 +2,8 @@
 ``torch.profiler`` (record_shapes on, so ``c10d::send``/``recv_`` carry the peer; schedule wait=1,
 warmup=1, active=STEPS), one Chrome trace per rank, gzipped: ``OUT/rank<R>.pt.trace.json.gz``.
 
-    python benchmarks/_fault_jobs.py --topology {tpdp,pp,ddp} [--steps 8] [--fault RANK:MS[@STEP][:where]] --out DIR
+    python benchmarks/_fault_jobs.py --topology {tpdp,pp,ddp} [--steps 8] [--fault RANK:MS[@STEP][:where]]
+                                     [--kernel-ms MS] --out DIR
 
 Topologies:
   tpdp  4 ranks: tensor-parallel pairs {0,1},{2,3} (an allreduce in each forward block), data-parallel
@@ -17,6 +18,11 @@ collective or send: tpdp the first DP all_gather, pp the first backward send (st
 forward send), ddp the first gradient bucket's allreduce, through a comm hook), ``once`` (one pause in
 forward at STEP only: a one-off, not a straggler). The script re-launches itself under
 ``torch.distributed.run --standalone``, like benchmarks/make_real_job.py.
+
+``--kernel-ms MS`` (> 0): the models shrink to a few dozen units and every matmul is followed, in
+forward and in backward, by an MS ms wait that uses no CPU, as a GPU job's training thread waits for
+its kernels (the demo's ``demo.kernel_ms``): ranks sharing cores then do not slow each other at
+random, and an injected fault is what makes a rank late.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ from pathlib import Path
 RANKS = {"tpdp": 4, "pp": 4, "ddp": 2}
 WHERE = ("forward", "data", "comm", "once")
 WAIT, WARMUP = 1, 1  # the profiler schedule's unprofiled steps before the active ones
+KERNEL = {"s": 0.0}  # --kernel-ms: the wait after each matmul, forward and backward (0: none)
+SMALL = {"TpDp": {"width": 32, "hidden": 64, "batch": 16}, "Pipeline": {"width": 32, "micro": 8},
+         "Ddp": {"width": 32, "batch": 16}}  # the models' sizes with --kernel-ms: compute next to nothing
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=8, help="profiled (active) steps")
     parser.add_argument("--fault", default=None, metavar="RANK:MS[@STEP][:where]")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--kernel-ms", type=float, default=0.0,
+                        help="a wait of this many ms after every matmul, as for a GPU kernel (0: none)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     fault = parse_fault(args.fault)
@@ -86,14 +97,39 @@ def pause(fault: Fault | None, rank: int, step: int, where: str) -> None:
         time.sleep(seconds)
 
 
-def mlp(widths: list[int], seed: int):
-    """A ReLU MLP with the same weights on every rank that uses the same seed."""
+def kernel(x):
+    """``x``, after the kernel wait of --kernel-ms, in forward and again in backward (none without it)."""
+    if not KERNEL["s"]:
+        return x
     import torch
+
+    class KernelWait(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, value):
+            time.sleep(KERNEL["s"])
+            return value.view_as(value)
+
+        @staticmethod
+        def backward(ctx, grad):
+            time.sleep(KERNEL["s"])
+            return grad
+
+    return KernelWait.apply(x)
+
+
+def mlp(widths: list[int], seed: int):
+    """A ReLU MLP with the same weights on every rank that uses the same seed (each Linear followed by
+    its kernel wait with --kernel-ms)."""
+    import torch
+
+    class Kernel(torch.nn.Module):
+        def forward(self, x):
+            return kernel(x)
 
     torch.manual_seed(seed)
     layers = []
     for i in range(len(widths) - 1):
-        layers += [torch.nn.Linear(widths[i], widths[i + 1]), torch.nn.ReLU()]
+        layers += [torch.nn.Linear(widths[i], widths[i + 1]), Kernel(), torch.nn.ReLU()]
     return torch.nn.Sequential(*layers[:-1])
 
 
@@ -128,7 +164,7 @@ class TpDp:
 
         with record_function("## forward ##"):
             for i, (w1, w2) in enumerate(self.blocks):
-                partial = torch.relu(x @ w1) @ w2
+                partial = kernel(torch.relu(kernel(x @ w1)) @ w2)
                 if i == 0:
                     pause(self.fault, self.rank, step, "forward")
                 summed = partial.detach().clone()
@@ -255,6 +291,7 @@ class Ddp:
 
 
 JOBS = {"tpdp": TpDp, "pp": Pipeline, "ddp": Ddp}
+JOBS_BY_CLASS = {job.__name__: job for job in JOBS.values()}
 
 
 def batches(job, fault: Fault | None, rank: int, total: int):
@@ -282,6 +319,11 @@ def worker(args: argparse.Namespace) -> None:
     if RANKS[args.topology] <= len(cores):  # a core each, as a launcher binds them: no turn-taking
         os.sched_setaffinity(0, {cores[int(os.environ["LOCAL_RANK"])]})  # before gloo's threads: they inherit it
     torch.set_num_threads(1)
+    KERNEL["s"] = args.kernel_ms / 1000
+    if args.kernel_ms:
+        for name, sizes in SMALL.items():
+            for key, value in sizes.items():
+                setattr(JOBS_BY_CLASS[name], key, value)
     dist.init_process_group("gloo")
     rank, fault, out = dist.get_rank(), parse_fault(args.fault), Path(args.out)
     job = JOBS[args.topology](rank, fault)
@@ -310,7 +352,8 @@ def launch(args: argparse.Namespace) -> float:
         old.unlink()
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                str(RANKS[args.topology]), __file__, "--worker", "--topology", args.topology, "--steps",
-               str(args.steps), "--out", str(out), *(["--fault", args.fault] if args.fault else [])]
+               str(args.steps), "--out", str(out), *(["--fault", args.fault] if args.fault else []),
+               *(["--kernel-ms", str(args.kernel_ms)] if args.kernel_ms else [])]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     started = time.perf_counter()
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

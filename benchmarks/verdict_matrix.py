@@ -23,9 +23,11 @@ and its false alerts are straggler alerts in clean runs.
 ``--demo-config YAML`` runs the demo jobs with that config, e.g. ``configs/demo_device.yaml``: compute as
 a GPU job's host sees it (small matmuls, each followed by a 2 ms wait that uses no CPU), so 4 ranks on a
 2-core machine do not slow each other at random and the verdict, not the machine, is what is scored.
+``--kernel-ms MS`` does the same for the torch jobs (``_fault_jobs.py --kernel-ms``: small models, an MS ms
+wait after every matmul, forward and backward).
 
     python benchmarks/verdict_matrix.py [--quick] [--jobs dp,ddp,tpdp] [--repeat K] [--clean N]
-                                        [--keep DIR] [--json PATH] [--demo-config YAML]
+                                        [--keep DIR] [--json PATH] [--demo-config YAML] [--kernel-ms MS]
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", default=None, metavar="PATH", help="write every run's raw verdict here")
     parser.add_argument("--demo-config", default=None, metavar="YAML",
                         help="config of the demo jobs (e.g. configs/demo_device.yaml: compute as a GPU's host sees it)")
+    parser.add_argument("--kernel-ms", type=float, default=0.0, metavar="MS",
+                        help="torch jobs: small models, a wait of MS ms after every matmul (as for a GPU kernel)")
     args = parser.parse_args(argv)
     args.jobs = [job.strip() for job in args.jobs.split(",") if job.strip()]
     unknown = [job for job in args.jobs if job not in RANKS]
@@ -169,7 +173,7 @@ def execute(command: list[str], label: str, run: Run) -> float:
 
 
 def run_job(run: Run, folder: Path, steps: int, topology_flag: bool,
-            demo_config: str | None = None) -> tuple[Path, list[Path]]:
+            demo_config: str | None = None, kernel_ms: float = 0.0) -> tuple[Path, list[Path]]:
     """Run one job (demo, or torch job + merge) into ``folder``: (summary folder, rank files)."""
     folder.mkdir(parents=True, exist_ok=True)
     run.busy_cores = busy_cores()
@@ -183,7 +187,8 @@ def run_job(run: Run, folder: Path, steps: int, topology_flag: bool,
         return folder, sorted(folder.glob("rank*.sqlite"))
     traces = folder / "traces"
     command = [sys.executable, str(HERE / "_fault_jobs.py"), "--topology", run.job, "--steps", str(steps),
-               "--out", str(traces), *(["--fault", run.spec] if run.spec else [])]
+               "--out", str(traces), *(["--fault", run.spec] if run.spec else []),
+               *(["--kernel-ms", f"{kernel_ms:g}"] if kernel_ms else [])]
     run.wall_s = execute(command, "torch job", run)
     files = sorted(traces.glob("rank*.pt.trace.json.gz"))
     merged = folder / "merged"
@@ -316,7 +321,7 @@ def label(run: Run) -> str:
 def attempt(run: Run, folder: Path, args: argparse.Namespace, topology_flag: bool) -> None:
     """One run: the job, its verdict, its step times; a failure is recorded on the run, not raised."""
     try:
-        summary_dir, files = run_job(run, folder, args.steps, topology_flag, args.demo_config)
+        summary_dir, files = run_job(run, folder, args.steps, topology_flag, args.demo_config, args.kernel_ms)
         read_verdict(run, summary_dir)
         run.step_times_ns = step_times(files)
         run.step_ns = statistics.median(run.step_times_ns) if run.step_times_ns else None
@@ -498,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(mid-run onset at step {args.steps // 2}); jobs: {', '.join(args.jobs)}")
     if args.json:
         record = {"runs": [dict(asdict(run), right=run.right) for run in runs], "scores": scores(runs),
-                  "steps": args.steps, "cores": os.cpu_count(), "demo_config": args.demo_config}
+                  "steps": args.steps, "cores": os.cpu_count(), "demo_config": args.demo_config,
+                  "kernel_ms": args.kernel_ms}
         Path(args.json).write_text(json.dumps(record, indent=1))
         print(f"wrote {args.json}")
     return 0
