@@ -58,6 +58,26 @@ def _launch_starts(view: RankView, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+RESUME_NS = 1_000_000  # a thread idle through a host op that resumes this soon after its end waited for it
+
+
+def _waited_for(view: RankView, comm_mask: np.ndarray, runs_steps: np.ndarray) -> np.ndarray:
+    """Per selected op, whether the thread that runs the steps waited for it from another thread: a
+    synchronous gloo call enqueues the exchange on a gloo worker (its ``c10d::`` call returns at
+    once) and waits for it in ``wait()``, which the profiler does not record. The steps' thread
+    then starts nothing while the exchange runs and resumes within RESUME_NS of its end."""
+    events = view.events
+    rows = np.flatnonzero(comm_mask)
+    own = np.flatnonzero(runs_steps[view.lane_of] & ~view.steps & ~events["category"].eq(ev.PHASE))
+    if not rows.size or not own.size:
+        return np.zeros(rows.size, bool)
+    starts = np.sort(events["start_ns"][own])
+    op_start, op_end = events["start_ns"][rows], events["end_ns"][rows]
+    after = np.searchsorted(starts, op_start, side="right")  # the first start on the thread after the op's
+    resumed = starts[np.minimum(after, starts.size - 1)]
+    return (after < starts.size) & (resumed >= op_end) & (resumed - op_end <= RESUME_NS)
+
+
 def _duplicate_ops(events: ev.Table, comm_mask) -> np.ndarray:
     """Rows of ``c10d::*`` operator ranges where the rank also has the exchange itself (``gloo:*``
     ranges on CPU traces, NCCL kernels on GPU): one collective is then counted once, by the
@@ -117,7 +137,7 @@ def rank_markers(view: RankView) -> RankMarkers:
     # a call on the thread that runs the steps blocks it until it returns: the thread waits for it
     runs_steps = np.zeros(len(view.lanes), bool)  # per lane: it runs the steps (read by position, no sort)
     runs_steps[lane_of[steps]] = True
-    blocking = runs_steps[lane_of[comm_mask]] & ~view.gpu_work[comm_mask]
+    blocking = (runs_steps[lane_of[comm_mask]] | _waited_for(view, comm_mask, runs_steps)) & ~view.gpu_work[comm_mask]
     collectives = {
         "name": _kinds(events, comm_mask),  # the canonical kind (events.COLLECTIVE_KINDS): what matching keys on
         "start_ns": events["start_ns"][comm_mask].tolist(),
