@@ -331,3 +331,27 @@ def test_the_skew_notes_are_reasons_until_the_reports_word_them():
     assert worded.skew.notes[worded.skew.no_straggler_note] == (
         f"rank 1 is late only in step(s) 3 (1 of 6): transient, not a straggler (costs "
         f"{duration(reason.figures['per_step_ns'])} per step on average)")
+
+
+def test_a_delay_passed_on_at_a_step_end_is_not_charged_again_at_the_next_step_start():
+    """Steps back to back: a TP allreduce after 10 ms of forward, 10 ms of backward (+ the delay on
+    rank 1), a DP allgather, the next step at once. Rank 3 waits for rank 1 at the DP allgather and
+    so starts the next step late, as rank 1 does: at the next TP allreduces ranks 0 and 2 wait for
+    ranks 1 and 3. That is rank 1's delay passed on over the step's end (by the rule of one step
+    only, rank 1 was charged 2 delays a step and rank 3 one): rank 1 is charged it once, rank 3 nothing."""
+    tp_of, dp_of = {0: "tp0", 1: "tp0", 2: "tp1", 3: "tp1"}, {0: "dp0", 2: "dp0", 1: "dp1", 3: "dp1"}
+    rows, start, delay = {r: [] for r in range(4)}, {r: 0 for r in range(4)}, 8 * MS
+    for s in range(6):
+        forward_end = {r: start[r] + 10 * MS for r in range(4)}
+        tp_end = {r: max(forward_end[q] for q in range(4) if tp_of[q] == tp_of[r]) + MS for r in range(4)}
+        dp_arrive = {r: tp_end[r] + 10 * MS + (delay if r == 1 else 0) for r in range(4)}
+        dp_end = {r: max(dp_arrive[q] for q in range(4) if dp_of[q] == dp_of[r]) + MS for r in range(4)}
+        for r in range(4):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start[r], dp_end[r], 1, s, "", "", -1),
+                        _phase("forward", start[r], forward_end[r], s),
+                        _comm(ev.ALLREDUCE, forward_end[r], tp_end[r], s, tp_of[r]),
+                        _phase("backward", tp_end[r], dp_arrive[r], s),
+                        _comm(ev.ALLGATHER, dp_arrive[r], dp_end[r], s, dp_of[r])]
+            start[r] = dp_end[r]
+    caused = _waits_caused(summarize(rows))
+    assert caused == {0: 0, 1: delay, 2: 0, 3: 0}

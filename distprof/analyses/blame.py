@@ -64,8 +64,12 @@ def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, in
     """Per instance, the last rank's own share of what the second-latest waited for it (ns; 0
     where not ``counted``). ``start``/``duration``: (ranks, instances) on the aligned clock;
     ``inst``: analyses.collectives.instances (its ``wait`` caps what anyone waited); ``step``:
-    per instance, its step: a delay is carried in from an op of the same step only (between
-    steps the ranks run the optimizer and load data, and idle time there absorbs it)."""
+    per instance, its step: what a rank carried in is summed over its ops of one step. A step's
+    first op is split at the rank's last op of the step before, with what it carried in there:
+    a delay passed on at a step's end (a data-parallel partner that waited for the late rank at
+    the last allgather) reaches the next step's first tensor-parallel allreduce late. Idle time
+    between steps that absorbs a delay (the optimizer, data loading) leaves the two ranks resuming
+    together, and ``behind`` is then small."""
     n = present.shape[1]
     out = np.zeros(n, np.int64)
     charged = np.flatnonzero(counted)
@@ -77,8 +81,6 @@ def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, in
     previous, carried = _carried(present, start, end, wait, lateness, last_row, step)
     late, waiter = last_row[charged], inst["second_row"][charged]
     mine, theirs = previous[late, charged], previous[waiter, charged]
-    mine = np.where(step[np.maximum(mine, 0)] == step[charged], mine, -1)
-    theirs = np.where(step[np.maximum(theirs, 0)] == step[charged], theirs, -1)
     p = np.maximum(mine, 0)
     carried_in = np.where(mine >= 0, carried[late, charged], 0)
     behind = np.where((mine >= 0) & (theirs >= 0),
