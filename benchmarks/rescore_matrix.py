@@ -8,7 +8,7 @@ Why: on a shared machine two runs of the same job differ as much as two versions
 cannot tell what the change did. The same rank files, merged by both, can.
 
     python benchmarks/rescore_matrix.py RECORD.json KEPT_DIR [RECORD.json KEPT_DIR ...]
-                                        [--baseline DIR] [--config YAML] [--jobs tpdp,pp4]
+                                        [--baseline DIR] [--config YAML] [--jobs tpdp,pp4] [--table]
 
 A kept run is the folder ``NNN_job_kind_onset`` of the NNN-th run of its record: the demo's
 ``rank*.sqlite`` files, or a torch job's ``traces/rank*.pt.trace.json.gz``.
@@ -27,7 +27,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from verdict_matrix import Run, scores  # noqa: E402
+from verdict_matrix import Run, report, scores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, default=None, help="a folder holding another distprof/ package")
     parser.add_argument("--config", default=None, help="a YAML config both merges use")
     parser.add_argument("--jobs", default=None, help="only these jobs (comma-separated)")
+    parser.add_argument("--table", action="store_true", help="also print the matrix table of this checkout's verdicts")
     args = parser.parse_args(argv)
     if len(args.pairs) % 2:
         parser.error("give RECORD.json KEPT_DIR pairs")
@@ -105,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                 fault = "clean" if before.kind == "clean" else f"{before.kind} {before.spec}"
                 print(f"  changed: {before.job} {fault}: expected {before.expected}, "
                       f"named {before.named} -> {after.named}")
+    if args.table:
+        print(report(by_tree["this checkout"]))
     return 0
 
 
