@@ -403,3 +403,19 @@ def test_overlap_moves_only_collectives_issued_outside_every_phase_on_real_ddp_t
     assert overlap("nosync")["issued_earlier"] == 0 and overlap("healthy")["issued_earlier"] == 0
     manual = overlap("manual_sync")
     assert manual["issued_earlier"] > 0 and manual["saving_ns"] > 0
+
+
+def test_a_host_op_whose_range_closes_just_after_the_thread_resumed_is_still_waited_for():
+    """gloo's worker closes its range a little after wait() has returned on the main thread: the
+    point where that thread resumed waited for the op, with a negative gap (the replay reproduces it
+    and moves it with the op). A GPU op that ends after the point is not waited for; nor is a host op
+    ending more than EARLY_RESUME_NS after it, or one that starts after it."""
+    ms = 1_000_000
+    points = {"t": np.array([0, 10, 20, 30, 40]) * ms, "rank": np.zeros(5, np.int64), "op": np.full(5, -1)}
+    first = np.array([True, False, False, False, False])
+    ops = {"row": np.zeros(3, np.int64), "start_ns": np.array([12, 22, 31]) * ms,
+           "end_ns": np.array([20 * ms + 300_000, 30 * ms + 200_000, 40 * ms + 2 * ms]),
+           "host": np.array([True, False, True]), "synced": np.zeros(3, bool)}
+    op, gap = replay._waits(points, first, ops)
+    assert op.tolist() == [-1, -1, 0, -1, -1]
+    assert gap.tolist() == [0, 0, -300_000, 0, 0]

@@ -50,6 +50,7 @@ from . import steptime
 
 WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it ...
 WAIT_SHARE = 0.1                  # ... or, for a host op, this share of its segment
+EARLY_RESUME_NS = 1_000_000       # a host op's recorded end this late after the point it woke still counts
 NEG = np.iinfo(np.int64).min // 4
 # chain point kinds, in their order at equal times: a blocking call returns before the phase
 # around it ends
@@ -267,6 +268,13 @@ def _chain_points(steps: dict, phases: dict, ops: dict, labels: dict) -> dict[st
             "op": op[order]}
 
 
+def _latest_ended(ops: dict, order: np.ndarray, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per point, its rank's op with the latest end at or before ``t`` (-1: none); ``order``: ops by
+    (row, end)."""
+    found = columns.search(ops["row"][order], ops["end_ns"][order], rank, t, "right") - 1
+    return np.where((found >= 0) & (ops["row"][order][np.maximum(found, 0)] == rank), order[np.maximum(found, 0)], -1)
+
+
 def _waits(points: dict, first: np.ndarray, ops: dict) -> tuple[np.ndarray, np.ndarray]:
     """For each chain point: the op it waited for (-1: none) and the gap after its end. The
     candidate is its rank's op with the latest end at or before the point (the last listed among
@@ -278,8 +286,14 @@ def _waits(points: dict, first: np.ndarray, ops: dict) -> tuple[np.ndarray, np.n
     if not ops["row"].size:
         return np.full(t.size, -1, np.int64), np.zeros(t.size, np.int64)
     order = np.lexsort((ops["end_ns"], ops["row"]))
-    found = columns.search(ops["row"][order], ops["end_ns"][order], rank, t, "right") - 1
-    op = np.where((found >= 0) & (ops["row"][order][np.maximum(found, 0)] == rank), order[np.maximum(found, 0)], -1)
+    op = _latest_ended(ops, order, rank, t)
+    # a host op's range may close a little after the thread it woke has resumed (gloo's worker ends
+    # its range after wait() returned): one that started before the point counts up to
+    # EARLY_RESUME_NS after it, with a negative gap
+    late = _latest_ended(ops, order, rank, t + EARLY_RESUME_NS)
+    safe = np.maximum(late, 0)
+    use_late = (late >= 0) & ops["host"][safe] & (ops["end_ns"][safe] > t) & (ops["start_ns"][safe] < t)
+    op = np.where(use_late, late, op)
     end = np.where(op >= 0, ops["end_ns"][np.maximum(op, 0)], NEG)
     prev_t = np.where(first, NEG, np.r_[NEG, t[:-1]])
     host, synced = ops["host"][np.maximum(op, 0)], ops["synced"][np.maximum(op, 0)]
