@@ -84,6 +84,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a wait of this many ms after every matmul, as for a GPU kernel (0: none)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.kernel_ms < 0:
+        parser.error(f"--kernel-ms: a wait of at least 0 ms, not {args.kernel_ms:g}")
     fault = parse_fault(args.fault)
     if fault is not None and not 0 <= fault.rank < RANKS[args.topology]:
         parser.error(f"--fault: rank {fault.rank} is not one of the {RANKS[args.topology]} ranks of {args.topology}")

@@ -121,6 +121,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kernel-ms", type=float, default=0.0, metavar="MS",
                         help="torch jobs: small models, a wait of MS ms after every matmul (as for a GPU kernel)")
     args = parser.parse_args(argv)
+    if args.kernel_ms < 0:
+        parser.error(f"--kernel-ms: a wait of at least 0 ms, not {args.kernel_ms:g}")
     args.jobs = [job.strip() for job in args.jobs.split(",") if job.strip()]
     unknown = [job for job in args.jobs if job not in RANKS]
     if unknown:

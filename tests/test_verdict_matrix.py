@@ -53,3 +53,13 @@ def test_demo_config_reaches_the_demo_jobs_only(tmp_path, monkeypatch):
     assert commands[-1][commands[-1].index("--config") + 1] == "configs/demo_device.yaml"
     vm.run_job(vm.Run("ddp", "clean"), tmp_path / "b", 8, True, args.demo_config)
     assert not any("--config" in command for command in commands[1:])
+
+
+def test_a_negative_kernel_wait_is_a_one_line_error():
+    import subprocess
+    for script in ("verdict_matrix.py", "_fault_jobs.py"):
+        extra = ["--topology", "ddp", "--out", "unused"] if script == "_fault_jobs.py" else []
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *extra, "--kernel-ms", "-1"],
+                              capture_output=True, text=True)
+        assert done.returncode == 2 and "--kernel-ms: a wait of at least 0 ms, not -1" in done.stderr
+        assert "Traceback" not in done.stderr

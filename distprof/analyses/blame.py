@@ -126,9 +126,9 @@ def pipeline_excess(stage_steps: np.ndarray, markers: list[dict], steps: np.ndar
         has &= last_end > np.iinfo(np.int64).min
         outside[row] = np.where(has, last_end - step_start, 0) - union_per_key(op_at, op_start, op_end, n_steps)
     staged = stage_steps & (stage_steps.sum(axis=0) >= MIN_PIPELINE_STAGES)[None, :]
-    if not staged.any():
-        return np.zeros((n_rows, n_steps), np.int64)
-    median = np.nanmedian(np.where(staged, outside, np.nan)[:, staged.any(axis=0)], axis=0)
     excess = np.zeros((n_rows, n_steps), np.int64)
-    excess[:, staged.any(axis=0)] = np.maximum(outside[:, staged.any(axis=0)] - np.round(median)[None, :], 0)
+    cols = staged.any(axis=0)
+    if cols.any():
+        median = np.nanmedian(np.where(staged, outside, np.nan)[:, cols], axis=0)
+        excess[:, cols] = np.maximum(outside[:, cols] - np.round(median)[None, :], 0)
     return np.where(staged, excess, 0)
