@@ -139,7 +139,8 @@ REAL = ["torch_cpu/rank*.json.gz", "torch_cpu_nolate/rank*.json.gz", "kineto_h10
         "demo_ranks/rank*.sqlite", "kineto/hta_trace_filter_2rank/*.json.gz",
         "kineto/hta_nccl_parser_config_1of2/*.json.gz", "kineto/hta_negative_queue_1of16/*.json.gz",
         "kineto/hta_trace_diff_control_1of8/*.json.gz", "kineto_h100/nccl_world1/*.json.gz",
-        "torch_cpu_whatif/late/rank*.json.gz", "torch_cpu_whatif/clean/rank*.json.gz"]
+        "torch_cpu_whatif/late/rank*.json.gz", "torch_cpu_whatif/clean/rank*.json.gz",
+        "torch_pp/late1/rank*.json.gz", "torch_tpdp/*/rank*.json.gz"]
 
 
 @pytest.mark.parametrize("pattern", REAL)

@@ -83,7 +83,8 @@ def _walk(g: Graph, r: ReplayTimes, wait_op: np.ndarray, transfer: np.ndarray, e
         elif node == _OP_END:
             if r.end[at] <= stop:
                 return out
-            last = r.last_op[at] if r.start[r.last_op[at]] > r.start[at] else at
+            joined = r.last_op[at]  # a receive may have joined a send that started after it ended
+            last = joined if r.start[at] < r.start[joined] <= r.end[at] else at
             if r.start[last] + transfer[at] >= r.start[at]:
                 out.append((g.o_rank[at], at, COMMUNICATION, int(r.start[last]), int(r.end[at])))
             node, at = _OP_START, last

@@ -51,6 +51,7 @@ from . import steptime
 WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it ...
 WAIT_SHARE = 0.1                  # ... or, for a host op, this share of its segment
 EARLY_RESUME_NS = 1_000_000       # a host op's recorded end this late after the point it woke still counts
+JOIN_SLACK_NS = 1_000_000         # a member arriving this soon after an op's recorded end still joined it
 NEG = np.iinfo(np.int64).min // 4
 # chain point kinds, in their order at equal times: a blocking call returns before the phase
 # around it ends
@@ -90,6 +91,7 @@ class Graph:
     o_step_end: np.ndarray     # point index of its step's end
     o_partial: np.ndarray      # some members of its column arrived after it ended: not one join
     o_gpu: np.ndarray          # GPU work (launched before it started), not a host range
+    o_recv: np.ndarray         # the receiving side of a matched send/recv: joins its send (JOIN_SLACK_NS)
     edges: np.ndarray          # (n, 3) int64: point, op, gap
     e_needed: np.ndarray       # per edge: a blocking call's return that work comes right after
     #                            (no scenario overlaps it: the thread needs its result, as a
@@ -188,6 +190,16 @@ def _matched_columns(ops: dict, matching: Matching) -> np.ndarray:
     column = np.full(int(code.max()) + 1, -1, np.int64)
     np.maximum.at(column, code[:rows.size], cols)
     return column[code[rows.size:]]
+
+
+def _receives(ops: dict, matching: Matching, rank_numbers: np.ndarray) -> np.ndarray:
+    """Per op: whether it is the receiving side of a matched send/recv (its rank is the column's
+    receiver)."""
+    col = ops["col"]
+    if not matching.size or not col.size or matching.receiver.size != matching.size:
+        return np.zeros(col.size, bool)
+    receiver = np.where(col >= 0, matching.receiver[np.maximum(col, 0)], -1)
+    return (receiver >= 0) & (receiver == rank_numbers[ops["row"]])
 
 
 def _lane_links(ops: dict) -> dict[str, np.ndarray]:
@@ -324,6 +336,7 @@ def build_graph(results: list[RankResult], matching: Matching, dataloader: str =
     in_steps = _in_steps(ops["row"], ops["step"], steps)
     ops = {name: column[in_steps] for name, column in ops.items()}
     ops = {**ops, "col": _matched_columns(ops, matching), **_lane_links(ops)}
+    ops = {**ops, "recv": _receives(ops, matching, np.asarray([r.rank for r in results], np.int64))}
     ops = {**ops, "synced": _synced(ops, syncs)}
     labels = _labels(phases["name"], ops["name"], dataloader)
     points = _chain_points(steps, phases, ops, labels)
@@ -363,7 +376,7 @@ def _finish_graph(results: list[RankResult], n_cols: int, points: dict, ops: dic
     """Columns (singletons for unmatched ops), transfers, launch delays and step indices."""
     col = np.where(ops["col"] >= 0, ops["col"], n_cols + np.arange(ops["col"].size))
     start, end, launch = ops["start_ns"], ops["end_ns"], ops["launch_ns"]
-    last = _join_last(col, start, end)
+    last = _join_last(col, start, end, np.where(ops["recv"], JOIN_SLACK_NS, 0))
     column_last = np.full(int(col.max()) + 1 if col.size else 0, NEG, np.int64)
     np.maximum.at(column_last, col, start)
     ready = _measured_ready(np.where(launch >= 0, launch, start), ops["issue"], ops["lane_prev"])
@@ -381,7 +394,7 @@ def _finish_graph(results: list[RankResult], n_cols: int, points: dict, ops: dic
         step_rank=points["rank"][step_start], step_index=points["step"][step_start], step_start=step_start,
         step_end=step_end, o_rank=ops["row"], o_col=col, o_issue=ops["issue"], o_lane_prev=ops["lane_prev"],
         o_delta=delta, o_transfer=end - last, o_start=start, o_end=end, o_step_end=op_step_end,
-        o_partial=last < column_last[col], o_gpu=~ops["host"], edges=edges, e_needed=needed,
+        o_partial=last < column_last[col], o_gpu=~ops["host"], o_recv=ops["recv"], edges=edges, e_needed=needed,
         p_kind=points["kind"], p_step=points["step"],
         p_label=points["label"], labels=chain_of["texts"], o_name=ops["name"].astype(object),
         o_lane=ops["lane"].astype(object))
@@ -398,15 +411,25 @@ def _needed_returns(points: dict, waited: np.ndarray) -> np.ndarray:
     return (kind[waited] == _RETURN) & (work > WAIT_TOLERANCE_NS)
 
 
-def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _join_last(col: np.ndarray, start: np.ndarray, end: np.ndarray, slack: np.ndarray) -> np.ndarray:
     """Per op: the last arrival of its column among the members that arrived before it ended
     (all of them, when the column is one join; fewer where the trace's groups or clocks put
-    two joins in one column: a member cannot have waited for one that came after it ended)."""
+    two joins in one column: a member cannot have waited for one that came after it ended), or
+    up to ``slack`` after (a receive: ``JOIN_SLACK_NS``). Two ranks record one hand-over at
+    different moments of it (a gloo recv's range closes up to 0.5 ms before its send's range
+    opens); a recv recorded as ended before its send still needed it."""
     order = np.lexsort((start, col))
-    found = columns.search(col[order], start[order], col, end, "right") - 1
+    found = columns.search(col[order], start[order], col, end + slack, "right") - 1
     if ((found < 0) | (col[order][np.maximum(found, 0)] != col)).any():
         raise ValueError("a collective ends before any member of its column arrived")
     return start[order][found]
+
+
+def _joins(g: Graph, members: np.ndarray) -> np.ndarray:
+    """(members, members): whether each member (row) joined each other (column) as ``_join_last``
+    decides it: that one arrived before the row's op ended (a receive: up to JOIN_SLACK_NS after)."""
+    slack = np.where(g.o_recv[members], JOIN_SLACK_NS, 0)
+    return g.o_start[members][None, :] <= (g.o_end[members] + slack)[:, None]
 
 
 def _measured_ready(issue_t: np.ndarray, issue: np.ndarray, lane_prev: np.ndarray) -> np.ndarray:
@@ -535,7 +558,7 @@ def replay(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
         else:
             starts = _member_starts_one_by_one(g, chains, members, ready, ends, hoist)
         if g.o_partial[members].any():  # two joins in one column: each member joins who came before its end
-            joins = g.o_start[members][None, :] <= g.o_end[members][:, None]
+            joins = _joins(g, members)
             last = np.where(joins, starts[None, :], NEG).max(axis=1)
         else:
             last = starts.max()
@@ -647,7 +670,7 @@ def replay_times(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarra
     last_op = by_start[head][member]                          # columns ascending, as np.unique's
     for col in np.unique(g.o_col[g.o_partial]).tolist():  # one per column that is not one join
         members = np.flatnonzero(g.o_col == col)
-        joins = g.o_start[members][None, :] <= g.o_end[members][:, None]
+        joins = _joins(g, members)
         last_op[members] = members[np.where(joins, starts[members][None, :], NEG).argmax(axis=1)]
     return ReplayTimes(t, ready, starts, ends, last_op)
 

@@ -13,6 +13,8 @@ from .. import columns
 from ..matching import Matching
 from ..results import RankResult
 from ..typed import Reason
+from .blame import MIN_PIPELINE_STAGES
+from .collectives import P2P
 from .replay import (
     NEG,
     PHASE_END,
@@ -28,6 +30,7 @@ from .replay import (
     step_ns,
 )
 
+_STEP_SPAN = 1 << 32               # (rank row, step) coded as one int: steps below 2**32
 GAIN_SHARE = 0.01                 # a rank gains when its median step drops by more than this share
 REPLAY_ERROR_TARGET = 0.05
 SCENARIOS = ("no_straggler", "overlap_communication", "comm_bandwidth_x2", "no_dataloader_wait", "balanced_ranks")
@@ -82,6 +85,94 @@ def _without_lateness(g: Graph, row: int, others: np.ndarray, since: int | None 
     return w
 
 
+def _depths(g: Graph) -> np.ndarray:
+    """Per point, how many phases of its rank are open just after it."""
+    step_in = (g.p_kind == PHASE_START).astype(np.int64) - (g.p_kind == PHASE_END)
+    opened = np.cumsum(step_in)
+    heads = np.flatnonzero(g.p_first)
+    return opened - np.repeat(opened[heads] - step_in[heads], np.diff(np.r_[heads, g.p_kind.size]))
+
+
+def _segment_phases(g: Graph) -> np.ndarray:
+    """Per point, the label code of the innermost phase the segment ending there lies in (-1: in
+    none): the latest phase start of its rank, at or before the previous point, at that point's
+    depth. Phases nest, so no later start at the same depth is still open."""
+    depth = _depths(g)
+    starts = np.flatnonzero(g.p_kind == PHASE_START)
+    group = g.p_rank.astype(np.int64) * (int(depth.max(initial=0)) + 1) + np.maximum(depth, 0)
+    found = columns.search(group[starts], starts, group, np.arange(depth.size), "right") - 1
+    at = starts[np.maximum(found, 0)] if starts.size else np.zeros(depth.size, np.int64)
+    inner = np.where((found >= 0) & (depth > 0) & (group[at] == group), g.p_label[at], -1)
+    return np.where(g.p_first, -1, np.r_[-1, inner[:-1]])
+
+
+def _stage_steps(matching: Matching) -> np.ndarray:
+    """(rank rows, step numbers) of the pipeline stages: the ranks with a matched send/recv in a step
+    that at least ``MIN_PIPELINE_STAGES`` ranks hand over in (as analyses.blame charges stages)."""
+    p2p = np.flatnonzero(np.asarray(matching.name, dtype=str) == P2P)
+    rows, cols = np.nonzero(matching.present[:, p2p])
+    pairs = np.unique(np.stack([rows, np.asarray(matching.step, np.int64)[p2p][cols]], axis=1), axis=0)
+    pairs = pairs[pairs[:, 1] >= 0]  # steps only
+    if not pairs.size:
+        return np.zeros((0, 2), np.int64)
+    steps, count = np.unique(pairs[:, 1], return_counts=True)
+    return pairs[np.isin(pairs[:, 1], steps[count >= MIN_PIPELINE_STAGES])]
+
+
+def _without_stage_lateness(g: Graph, row: int, stages: np.ndarray, since: int | None = None) -> np.ndarray:
+    """Segment durations with pipeline stage ``row``'s lateness removed and its jitter kept. Stages
+    run different segments (the first has no recv, the last computes the loss): no segment of one
+    has a twin on another, but their time outside communication in a phase (the innermost one a
+    segment lies in) compares, as analyses.blame.pipeline_excess compares their steps. Its
+    lateness per phase is its median excess over the other stages' median time there in the same step
+    (``since``: from that step on); that is taken off every step where it is that far over the
+    median (no further), over its segments in the phase as ``_spread`` puts it."""
+    w = g.p_w.copy()
+    stage_key = np.unique(stages[:, 0] * _STEP_SPAN + stages[:, 1])
+    use = ~g.p_first & ~g.p_waited & np.isin(g.p_rank.astype(np.int64) * _STEP_SPAN + g.p_step, stage_key)
+    phase = _segment_phases(g)
+    cell, inverse = np.unique(np.stack([g.p_step[use], phase[use]], axis=1), axis=0, return_inverse=True)
+    stage_rows = np.unique(stages[:, 0])
+    mine = int(np.searchsorted(stage_rows, row))
+    if not cell.size or mine >= stage_rows.size or stage_rows[mine] != row:
+        return w
+    totals = np.zeros((stage_rows.size, cell.shape[0]))
+    np.add.at(totals, (np.searchsorted(stage_rows, g.p_rank[use]), inverse.reshape(-1)), w[use])
+    in_step = np.isin(stage_rows[:, None] * _STEP_SPAN + cell[None, :, 0], stage_key)
+    others = in_step & (np.arange(stage_rows.size) != mine)[:, None]
+    median, compared = np.full(cell.shape[0], np.nan), others.any(axis=0)
+    median[compared] = np.nanmedian(np.where(others, totals, np.nan)[:, compared], axis=0)
+    judged = in_step[mine] & compared & (cell[:, 0] >= (since or NEG))
+    excess = totals[mine] - median
+    by_phase = columns.group_medians(cell[judged, 1], excess[judged])
+    lateness = np.maximum(np.nan_to_num(columns.lookup(by_phase, cell[:, 1])), 0)
+    removed = np.where(judged, np.minimum(lateness, np.maximum(excess, 0)), 0)
+    at = np.flatnonzero(use)
+    here = g.p_rank[at] == row
+    w[at[here]] -= _spread(g, at[here], inverse.reshape(-1)[here], removed)
+    return w
+
+
+def _spread(g: Graph, points: np.ndarray, cell: np.ndarray, removed: np.ndarray) -> np.ndarray:
+    """Per point of ``points`` (segments of one rank, each in a ``cell``), its share of its cell's
+    ``removed`` time. First where a segment is longer than its repeats in the cell (the same two
+    points, another micro-batch: a pause in one of them), by that excess; what is left by the
+    segments' durations (a stage that computes everything slower)."""
+    d = g.p_w[points].astype(np.float64)
+    pair = g.p_label[points - 1].astype(np.int64) * g.labels.size + g.p_label[points]
+    group, _ = columns.runs(cell, pair)
+    base = np.full(int(group.max(initial=-1)) + 1, np.inf)
+    np.minimum.at(base, group, d)
+    over = d - base[group]
+    n = removed.size
+    total_over = np.bincount(cell, over, minlength=n)
+    from_over = over * np.minimum(1, removed / np.maximum(total_over, 1))[cell]
+    left = np.maximum(removed - total_over, 0)
+    rest = d - from_over
+    by_duration = rest * (left / np.maximum(np.bincount(cell, rest, minlength=n), 1))[cell]
+    return np.round(np.minimum(from_over + by_duration, d)).astype(np.int64)
+
+
 def _named(g: Graph, rank: int | None) -> tuple[int | None, dict]:
     """The row of the rank the skew analysis named a straggler (None: it named none)."""
     rows = np.flatnonzero(g.rank_numbers == rank) if rank is not None else np.zeros(0, np.int64)
@@ -102,10 +193,7 @@ def _input_phases(g: Graph, waited: np.ndarray) -> np.ndarray:
     last_bound = np.maximum.accumulate(np.where(bound, np.arange(g.p_kind.size), -1))
     after = np.where(root >= 0, last_bound[np.maximum(root, 0)], -1)
     safe = np.maximum(after, 0)
-    step_in = (g.p_kind == PHASE_START).astype(np.int64) - (g.p_kind == PHASE_END)
-    opened = np.cumsum(step_in)  # phases open at each point, counted from the rank's first point
-    depth = opened - np.repeat(opened[g.p_first] - step_in[g.p_first],
-                               np.diff(np.r_[np.flatnonzero(g.p_first), g.p_kind.size]))
+    depth = _depths(g)
     ok = (after >= 0) & (g.p_kind[safe] == PHASE_END) & (g.p_rank[safe] == g.p_rank[np.maximum(root, 0)]) \
         & ~g.p_loader[safe] & (depth[np.maximum(root, 0)] == 0)  # issued outside every phase
     serialized = np.unique(after[waited[ok[waited]]]) if waited.size else np.zeros(0, np.int64)
@@ -144,8 +232,10 @@ def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[t
         row, info = context["straggler"]
         if row is None:
             return None, info
-        since = context.get("since")
-        new_w = w - (g.p_w - _without_lateness(g, row, np.setdiff1d(np.arange(g.n_ranks), [row]), since))
+        since, stages = context.get("since"), context["stages"]
+        fixed_w = _without_stage_lateness(g, row, stages, since) if (stages[:, 0] == row).any() \
+            else _without_lateness(g, row, np.setdiff1d(np.arange(g.n_ranks), [row]), since)
+        new_w = w - (g.p_w - fixed_w)
         mine = g.step_index[g.step_rank == row]
         steps = max(int(np.unique(mine[mine >= (since or NEG)]).size), 1)
         return (new_w, transfer, edges, hoist), {**info, "removed_per_step_ns": int((w - new_w).sum() // steps)}
@@ -260,7 +350,8 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     job_measured, job_replayed = job_steps(g, step_ns(g, g.p_t))[1], job_steps(g, replayed)[1]
     errors = np.abs(job_replayed - job_measured) / np.maximum(job_measured, 1)
     measured_ns = int(round(float(np.median(job_measured))))
-    context = {"dataloader": dataloader, "straggler": _named(g, straggler_rank), "since": straggler_since}
+    context = {"dataloader": dataloader, "straggler": _named(g, straggler_rank), "since": straggler_since,
+               "stages": _stage_steps(matching)}
     base_by_rank = _rank_medians(g, replayed)[1]
     fixed, _ = _scenario_inputs("no_straggler", g, context, measured_inputs)
     fixed_ns = _job_step_ns(g, replay(g, *fixed)[0]) if fixed else None
