@@ -8,7 +8,9 @@ once) x size (5, 10, 25, 50% of that step) x onset (start: step 0; mid: half-way
 spread among them. Runs go one at a time. Each run's verdict is ``summary.json``'s
 ``skew.straggler`` (rank, cost_ns, pattern, onset_step when the analysis gives one).
 
-Scored: recall (faults >= 10% of the step: the injected rank named), precision (named ranks that are the
+Scored: recall (faults >= 10% of the step: the injected rank named; and, as a second figure, faults whose
+measured effect on the steps they are in is >= 10% of the clean step: a dataloader sleep on a pipeline's
+last stage hides in its bubble and costs nothing), precision (named ranks that are the
 injected one / all named, clean and one-off runs included), false stragglers per clean run, and |cost_ns
 - measured effect| / measured effect, where measured effect = median step time of the faulty run - that
 of its paired clean runs (the job's clean runs just before and after it, averaged; a mid-run fault: the
@@ -377,16 +379,28 @@ def share(hits: int, total: int) -> str:
     return f"{hits}/{total} ({100 * hits / total:.0f}%)" if total else "-"
 
 
+def effect_per_step(run: Run) -> float | None:
+    """What the fault did to the steps it was in, whatever the verdict: the median step (from a mid-run
+    fault's onset on) less the paired clean runs' step. None for a clean run or without a pair."""
+    if not run.faulty or run.clean_step_ns is None or not run.step_times_ns:
+        return None
+    steps = run.step_times_ns if run.onset == "start" else run.step_times_ns[run.fault_step:]
+    return statistics.median(steps) - run.clean_step_ns if steps else None
+
+
 def scores(runs: list[Run]) -> dict:
-    """Recall (faults >= RECALL_MIN of the step), precision, false stragglers per clean run, cost errors."""
+    """Recall (faults >= RECALL_MIN of the step; and faults whose measured effect is), precision, false
+    stragglers per clean run, cost errors."""
     done = [run for run in runs if not run.error]
     big = [run for run in done if run.faulty and run.size is not None and run.size >= RECALL_MIN]
+    felt = [run for run in done if (effect_per_step(run) or 0) >= RECALL_MIN * (run.clean_step_ns or 0) > 0]
     named = [run for run in done if run.named is not None]
     clean = [run for run in done if run.kind == "clean"]
     errors = sorted(run.cost_error for run in done if run.cost_error is not None)
     loads = [run.busy_cores for run in runs if run.busy_cores is not None]
     latencies = [run.live_latency for run in big if run.live_latency is not None]
     return {"recall": [sum(run.right for run in big), len(big)],
+            "recall_by_effect": [sum(run.right for run in felt), len(felt)],
             "precision": [sum(run.named == run.expected for run in named), len(named)],
             "false_per_clean": [sum(run.named is not None for run in clean), len(clean)],
             "once_named": [sum(run.named is not None for run in done if run.kind == "once"),
@@ -453,7 +467,8 @@ def report(runs: list[Run]) -> str:
     jobs = ", ".join(score["cost_jobs"]) or "none of these jobs"
     lines = [table(runs), "",
              f"- recall (faults >= {100 * RECALL_MIN:.0f}% of the step, the injected rank named): "
-             f"{share(*score['recall'])}",
+             f"{share(*score['recall'])}; faults whose measured effect on their steps is >= "
+             f"{100 * RECALL_MIN:.0f}% of the clean step: {share(*score['recall_by_effect'])}",
              f"- precision (named ranks that are the injected one / all named, clean and one-off runs included): "
              f"{share(*score['precision'])}",
              f"- false stragglers per clean run: {score['false_per_clean'][0]}/{score['false_per_clean'][1]}"

@@ -43,3 +43,19 @@ def test_the_same_checkout_twice_changes_no_verdict(tmp_path):
     assert baseline_line.removeprefix("baseline: ") == ours.removeprefix("this checkout: ")
     assert "recall 1/1" in ours and "clean runs naming a rank 0/1" in ours and "failed 0" in ours
     assert not [line for line in lines if "changed:" in line]
+
+
+def test_a_rescored_verdict_is_measured_again(tmp_path):
+    """The cost of the verdict merged again is set against the effect recorded with the run (its
+    step times less its paired clean step), as the matrix measured it when it ran."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from rescore_matrix import kept_runs, verdict
+    record, kept = _kept(tmp_path)
+    raw = json.loads(record.read_text())
+    raw["runs"][1] |= {"step_times_ns": [100_000_000] * 4, "step_ns": 100_000_000, "clean_step_ns": 80_000_000}
+    record.write_text(json.dumps(raw))
+    (run, files), = [(r, f) for r, f in kept_runs(record, kept, None) if r.job == "ddp"]
+    again = verdict(run, files, ROOT, None, tmp_path / "out")
+    assert again.named == 1 and again.measured_ns == 20_000_000
+    if again.cost_error is not None:  # only where the 2 ranks had a core each
+        assert again.cost_error == abs(again.cost_ns - 20_000_000) / 20_000_000

@@ -63,3 +63,20 @@ def test_a_negative_kernel_wait_is_a_one_line_error():
                               capture_output=True, text=True)
         assert done.returncode == 2 and "--kernel-ms: a wait of at least 0 ms, not -1" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_recall_by_effect_counts_the_faults_that_slowed_their_steps():
+    """A 50% dataloader sleep that the pipeline's bubble hides (its steps as fast as the clean runs')
+    counts in the recall by size only; a 5% fault that slowed its steps by a third counts in the recall
+    by measured effect only; a mid-run fault's effect is on its steps from the onset on."""
+    vm = _matrix()
+    hidden = vm.Run("pp", "data", 0.5, "start", rank=3, expected=3, named=None, clean_step_ns=30 * MS,
+                    step_times_ns=[30 * MS] * 8)
+    felt = vm.Run("ddp", "forward", 0.05, "start", rank=1, expected=1, named=1, clean_step_ns=30 * MS,
+                  step_times_ns=[40 * MS] * 8)
+    mid = _run(vm, "since step", 10.0)
+    mid.clean_step_ns = 30 * MS
+    assert [vm.effect_per_step(run) for run in (hidden, felt, mid)] == [0, 10 * MS, 10 * MS]
+    score = vm.scores([hidden, felt, mid])
+    assert score["recall"] == [1, 2]  # hidden (missed) and mid (named) are >= 10% by size
+    assert score["recall_by_effect"] == [2, 2]  # felt and mid slowed their steps by >= 10%
