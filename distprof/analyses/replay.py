@@ -51,6 +51,7 @@ from . import steptime
 WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it ...
 WAIT_SHARE = 0.1                  # ... or, for a host op, this share of its segment
 EARLY_RESUME_NS = 1_000_000       # a host op's recorded end this late after the point it woke still counts
+EARLY_RESUME_MAX_NS = 3_000_000   # ... or this late, where another member's range had closed by the point
 JOIN_SLACK_NS = 1_000_000         # a member arriving this soon after an op's recorded end still joined it
 NEG = np.iinfo(np.int64).min // 4
 # chain point kinds, in their order at equal times: a blocking call returns before the phase
@@ -287,6 +288,29 @@ def _latest_ended(ops: dict, order: np.ndarray, rank: np.ndarray, t: np.ndarray)
     return np.where((found >= 0) & (ops["row"][order][np.maximum(found, 0)] == rank), order[np.maximum(found, 0)], -1)
 
 
+def _resumed_early(ops: dict, order: np.ndarray, rank: np.ndarray, t: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Per point, the host op it resumed from before that op's range closed (-1: none). A host op's
+    range may close a little after the thread it woke has resumed (gloo's worker ends its range after
+    wait() returned): one that started before the point counts up to EARLY_RESUME_NS after it, or up
+    to EARLY_RESUME_MAX_NS after it where another member's range of the same collective had closed by
+    the point (the collective was done; a thread that moved on while its own asynchronous op still
+    ran, as the last rank to arrive does, has no such member). The first point that resumes only:
+    the points after it, before the range closes, are the thread's own work again."""
+    col = ops["col"]
+    first_end = np.full(int(col.max(initial=0)) + 1, np.iinfo(np.int64).max)  # per column; one at least
+    np.minimum.at(first_end, col[col >= 0], ops["end_ns"][col >= 0])
+    out = np.full(t.size, -1, np.int64)
+    for window, need_done in ((EARLY_RESUME_MAX_NS, True), (EARLY_RESUME_NS, False)):  # the nearer window wins
+        late = _latest_ended(ops, order, rank, t + window)
+        safe = np.maximum(late, 0)
+        done = (col[safe] >= 0) & (first_end[np.maximum(col[safe], 0)] <= t)
+        use = (late >= 0) & ops["host"][safe] & (ops["end_ns"][safe] > t) & (ops["start_ns"][safe] < t) \
+            & (done | (not need_done))
+        out = np.where(use, late, out)
+    again = (out >= 0) & np.r_[False, (out[1:] == out[:-1])] & ~first
+    return np.where(again, -1, out)
+
+
 def _waits(points: dict, first: np.ndarray, ops: dict) -> tuple[np.ndarray, np.ndarray]:
     """For each chain point: the op it waited for (-1: none) and the gap after its end. The
     candidate is its rank's op with the latest end at or before the point (the last listed among
@@ -299,13 +323,8 @@ def _waits(points: dict, first: np.ndarray, ops: dict) -> tuple[np.ndarray, np.n
         return np.full(t.size, -1, np.int64), np.zeros(t.size, np.int64)
     order = np.lexsort((ops["end_ns"], ops["row"]))
     op = _latest_ended(ops, order, rank, t)
-    # a host op's range may close a little after the thread it woke has resumed (gloo's worker ends
-    # its range after wait() returned): one that started before the point counts up to
-    # EARLY_RESUME_NS after it, with a negative gap
-    late = _latest_ended(ops, order, rank, t + EARLY_RESUME_NS)
-    safe = np.maximum(late, 0)
-    use_late = (late >= 0) & ops["host"][safe] & (ops["end_ns"][safe] > t) & (ops["start_ns"][safe] < t)
-    op = np.where(use_late, late, op)
+    late = _resumed_early(ops, order, rank, t, first)
+    op = np.where(late >= 0, late, op)
     end = np.where(op >= 0, ops["end_ns"][np.maximum(op, 0)], NEG)
     prev_t = np.where(first, NEG, np.r_[NEG, t[:-1]])
     host, synced = ops["host"][np.maximum(op, 0)], ops["synced"][np.maximum(op, 0)]
