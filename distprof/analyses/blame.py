@@ -100,6 +100,15 @@ def _step_index(steps: np.ndarray, step_of) -> tuple[np.ndarray, np.ndarray]:
 MIN_PIPELINE_STAGES = 3  # fewer stages: no median that one slow stage cannot move (two: which is slow?)
 
 
+def stage_pairs(present: np.ndarray, p2p: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """(rank row, step) pairs, unique and sorted, of the ranks with a matched send/recv in that step:
+    the pipeline stages of each step. ``present``: the matching's (ranks, collectives); ``p2p``: which
+    collectives are send/recv pairs; ``step``: each collective's step."""
+    rows, cols = np.nonzero(present[:, p2p])
+    pairs = np.stack([rows, np.asarray(step, np.int64)[p2p][cols]], axis=1)
+    return np.unique(pairs, axis=0) if pairs.size else np.zeros((0, 2), np.int64)
+
+
 def pipeline_excess(stage_steps: np.ndarray, markers: list[dict], steps: np.ndarray) -> np.ndarray:
     """(ranks, steps): each pipeline stage's time outside communication in the step, from the step's
     start to the end of its last communication op or annotated phase there (not the idle time to the

@@ -387,8 +387,8 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
                              inst["last"][mine], n_rows * n_units).reshape(n_rows, n_units)
     if p2p.any() and markers is not None and (steps >= 0).any():
         stage_steps = np.zeros((n_rows, n_units), bool)
-        rows, cols = np.nonzero(matching.present[:, p2p])
-        stage_steps[rows, unit_of.ravel()[p2p][cols]] = True
+        pairs = blame_mod.stage_pairs(matching.present, p2p, matching.step)
+        stage_steps[pairs[:, 0], np.searchsorted(steps, pairs[:, 1])] = True
         per_unit = per_unit + blame_mod.pipeline_excess(stage_steps, markers, steps)
     cost = per_unit.sum(axis=1)
     min_cost = max(float(cfg["straggler_min_step_fraction"]) * float(step_ns or 0), float(cfg["straggler_min_ns"]))

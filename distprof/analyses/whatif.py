@@ -13,7 +13,7 @@ from .. import columns
 from ..matching import Matching
 from ..results import RankResult
 from ..typed import Reason
-from .blame import MIN_PIPELINE_STAGES
+from .blame import MIN_PIPELINE_STAGES, stage_pairs
 from .collectives import P2P
 from .replay import (
     NEG,
@@ -109,9 +109,7 @@ def _segment_phases(g: Graph) -> np.ndarray:
 def _stage_steps(matching: Matching) -> np.ndarray:
     """(rank rows, step numbers) of the pipeline stages: the ranks with a matched send/recv in a step
     that at least ``MIN_PIPELINE_STAGES`` ranks hand over in (as analyses.blame charges stages)."""
-    p2p = np.flatnonzero(np.asarray(matching.name, dtype=str) == P2P)
-    rows, cols = np.nonzero(matching.present[:, p2p])
-    pairs = np.unique(np.stack([rows, np.asarray(matching.step, np.int64)[p2p][cols]], axis=1), axis=0)
+    pairs = stage_pairs(matching.present, np.asarray(matching.name, dtype=str) == P2P, matching.step)
     pairs = pairs[pairs[:, 1] >= 0]  # steps only
     if not pairs.size:
         return np.zeros((0, 2), np.int64)
