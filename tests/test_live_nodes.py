@@ -164,27 +164,34 @@ def _check_folders(out: Path) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("nodes", ["host", "rank"], ids=["node-per-host", "node-per-rank"])
 def test_mpirun_demo_with_a_folder_per_rank(tmp_path, nodes):
-    """The issue's command; node-per-rank makes rank 1 its own node (a sender over TCP)."""
+    """The issue's command; node-per-rank makes rank 1 its own node (a sender over TCP). On 2 shared
+    cores a clean window before the onset names rank 0 in about 1 run of 10 (a real late rank there,
+    of the machine: 2 of 10 runs on 0746452, 1 of 15 on 1d93707): the run is made once more
+    before the alerts fail the test; the folders and windows must be right in every run."""
     extra = []
     if nodes == "rank":
         (tmp_path / "nodes.yaml").write_text('live:\n  node: "n{rank}"\n')
         extra = ["--config", str(tmp_path / "nodes.yaml")]
-    out = tmp_path / "o"
-    before = machine_clock()
-    result = run_cli("demo", "--ranks", "2", "--steps", "28", "--live-every", "4", "--straggler", "1:50@12",
-                     "--out", f"{out}/node{{rank}}", *extra, timeout=180)
-    busy = foreign_cores(before, machine_clock())
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert _live_heads(result.stdout) == {f"{a}-{a + 3}": [0, 1] for a in range(0, 28, 4)}, result.stdout[-3000:]
-    record = _check_folders(out)
-    assert [sorted(r["rank"] for r in w["ranks"]) for w in record["windows"]] == [[0, 1]] * 7
-    if nodes == "rank":
-        assert record["nodes"]["n1"]["state"] == "done" and record["nodes"]["n1"]["ranks"] == [1]
-        assert all(r["sent_bytes"] for w in record["windows"] for r in w["ranks"] if r["rank"] == 1)
-    skip_if_busy(busy, "alert timing")
-    alerts = [line for line in result.stdout.splitlines() if line.startswith("[distprof live] ALERT")]
+    for attempt in range(2):
+        out = tmp_path / f"o{attempt}"
+        before = machine_clock()
+        result = run_cli("demo", "--ranks", "2", "--steps", "28", "--live-every", "4", "--straggler", "1:50@12",
+                         "--out", f"{out}/node{{rank}}", *extra, timeout=180)
+        busy = foreign_cores(before, machine_clock())
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert _live_heads(result.stdout) == {f"{a}-{a + 3}": [0, 1] for a in range(0, 28, 4)}, result.stdout[-3000:]
+        record = _check_folders(out)
+        assert [sorted(r["rank"] for r in w["ranks"]) for w in record["windows"]] == [[0, 1]] * 7
+        if nodes == "rank":
+            assert record["nodes"]["n1"]["state"] == "done" and record["nodes"]["n1"]["ranks"] == [1]
+            assert all(r["sent_bytes"] for w in record["windows"] for r in w["ranks"] if r["rank"] == 1)
+        skip_if_busy(busy, "alert timing")
+        alerts = [line for line in result.stdout.splitlines() if line.startswith("[distprof live] ALERT")]
+        named = [a["rank"] for a in record["alerts"] if a["code"] == "straggler"]
+        if named == [1] or attempt == 1:
+            break
     assert any(": straggler rank 1 (" in line for line in alerts), alerts
-    assert [a["rank"] for a in record["alerts"] if a["code"] == "straggler"] == [1]
+    assert named == [1]
 
 
 TORCH_JOB = """
