@@ -117,6 +117,22 @@ def _stage_steps(matching: Matching) -> np.ndarray:
     return pairs[np.isin(pairs[:, 1], steps[count >= MIN_PIPELINE_STAGES])]
 
 
+def _stage_cells(g: Graph, stages: np.ndarray, w: np.ndarray) -> dict:
+    """The pipeline stages' time outside communication per cell (a step and the innermost phase a
+    segment lies in), under durations ``w``: ``at`` (the segments counted), ``cell`` (each one's
+    cell), ``keys`` ((step, phase) per cell), ``rows`` (the stages' rank rows), ``totals`` (stage x
+    cell) and ``present`` (stage x cell: it is a stage in that step)."""
+    stage_key = np.unique(stages[:, 0] * _STEP_SPAN + stages[:, 1])
+    use = ~g.p_first & ~g.p_waited & np.isin(g.p_rank.astype(np.int64) * _STEP_SPAN + g.p_step, stage_key)
+    phase = _segment_phases(g)
+    keys, inverse = np.unique(np.stack([g.p_step[use], phase[use]], axis=1), axis=0, return_inverse=True)
+    rows, cell = np.unique(stages[:, 0]), inverse.reshape(-1)
+    totals = np.zeros((rows.size, keys.shape[0]))
+    np.add.at(totals, (np.searchsorted(rows, g.p_rank[use]), cell), w[use])
+    present = np.isin(rows[:, None] * _STEP_SPAN + keys[None, :, 0], stage_key)
+    return {"at": np.flatnonzero(use), "cell": cell, "keys": keys, "rows": rows, "totals": totals, "present": present}
+
+
 def _without_stage_lateness(g: Graph, row: int, stages: np.ndarray, since: int | None = None) -> np.ndarray:
     """Segment durations with pipeline stage ``row``'s lateness removed and its jitter kept. Stages
     run different segments (the first has no recv, the last computes the loss): no segment of one
@@ -126,37 +142,56 @@ def _without_stage_lateness(g: Graph, row: int, stages: np.ndarray, since: int |
     (``since``: from that step on); that is taken off every step where it is that far over the
     median (no further), over its segments in the phase as ``_spread`` puts it."""
     w = g.p_w.copy()
-    stage_key = np.unique(stages[:, 0] * _STEP_SPAN + stages[:, 1])
-    use = ~g.p_first & ~g.p_waited & np.isin(g.p_rank.astype(np.int64) * _STEP_SPAN + g.p_step, stage_key)
-    phase = _segment_phases(g)
-    cell, inverse = np.unique(np.stack([g.p_step[use], phase[use]], axis=1), axis=0, return_inverse=True)
-    stage_rows = np.unique(stages[:, 0])
+    cells = _stage_cells(g, stages, g.p_w)
+    keys, stage_rows, totals, in_step = cells["keys"], cells["rows"], cells["totals"], cells["present"]
     mine = int(np.searchsorted(stage_rows, row))
-    if not cell.size or mine >= stage_rows.size or stage_rows[mine] != row:
+    if not keys.size or mine >= stage_rows.size or stage_rows[mine] != row:
         return w
-    totals = np.zeros((stage_rows.size, cell.shape[0]))
-    np.add.at(totals, (np.searchsorted(stage_rows, g.p_rank[use]), inverse.reshape(-1)), w[use])
-    in_step = np.isin(stage_rows[:, None] * _STEP_SPAN + cell[None, :, 0], stage_key)
     others = in_step & (np.arange(stage_rows.size) != mine)[:, None]
-    median, compared = np.full(cell.shape[0], np.nan), others.any(axis=0)
+    median, compared = np.full(keys.shape[0], np.nan), others.any(axis=0)
     median[compared] = np.nanmedian(np.where(others, totals, np.nan)[:, compared], axis=0)
-    judged = in_step[mine] & compared & (cell[:, 0] >= (since or NEG))
+    judged = in_step[mine] & compared & (keys[:, 0] >= (since or NEG))
     excess = totals[mine] - median
-    by_phase = columns.group_medians(cell[judged, 1], excess[judged])
-    lateness = np.maximum(np.nan_to_num(columns.lookup(by_phase, cell[:, 1])), 0)
+    by_phase = columns.group_medians(keys[judged, 1], excess[judged])
+    lateness = np.maximum(np.nan_to_num(columns.lookup(by_phase, keys[:, 1])), 0)
     removed = np.where(judged, np.minimum(lateness, np.maximum(excess, 0)), 0)
-    at = np.flatnonzero(use)
+    at = cells["at"]
     here = g.p_rank[at] == row
-    w[at[here]] -= _spread(g, at[here], inverse.reshape(-1)[here], removed)
+    w[at[here]] -= _spread(g, at[here], cells["cell"][here], removed, g.p_w)
     return w
 
 
-def _spread(g: Graph, points: np.ndarray, cell: np.ndarray, removed: np.ndarray) -> np.ndarray:
+def _balanced_stages(g: Graph, stages: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Segment durations ``w`` with every pipeline stage's time outside communication in a step's
+    phase set to the median of the stages that spend time there: the pipeline's balanced_ranks
+    (stages run unlike segments, so segment medians across them mean nothing). Time comes off a
+    stage over the median as ``_spread`` puts it and goes onto one under it by its segments'
+    durations; a phase only one stage has (the last stage's loss) is its own and kept."""
+    cells = _stage_cells(g, stages, w)
+    totals, at, cell = cells["totals"], cells["at"], cells["cell"]
+    if not cells["keys"].size:
+        return w
+    busy = cells["present"] & (totals > 0)
+    shared = busy.sum(axis=0) >= 2
+    median = np.zeros(totals.shape[1])
+    median[shared] = np.nanmedian(np.where(busy, totals, np.nan)[:, shared], axis=0)
+    delta = np.where(busy & shared, median - totals, 0)  # stage x cell: > 0 more work, < 0 less
+    stage = np.searchsorted(cells["rows"], g.p_rank[at])
+    out = w.copy()
+    for k in range(cells["rows"].size):  # a handful of stages
+        points = at[stage == k]
+        removed = _spread(g, points, cell[stage == k], np.maximum(-delta[k], 0), w)
+        share = np.maximum(delta[k], 0) / np.maximum(totals[k], 1)
+        out[points] += np.round(w[points] * share[cell[stage == k]]).astype(np.int64) - removed
+    return out
+
+
+def _spread(g: Graph, points: np.ndarray, cell: np.ndarray, removed: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Per point of ``points`` (segments of one rank, each in a ``cell``), its share of its cell's
-    ``removed`` time. First where a segment is longer than its repeats in the cell (the same two
-    points, another micro-batch: a pause in one of them), by that excess; what is left by the
-    segments' durations (a stage that computes everything slower)."""
-    d = g.p_w[points].astype(np.float64)
+    ``removed`` time (under durations ``w``). First where a segment is longer than its repeats in
+    the cell (the same two points, another micro-batch: a pause in one of them), by that excess;
+    what is left by the segments' durations (a stage that computes everything slower)."""
+    d = w[points].astype(np.float64)
     pair = g.p_label[points - 1].astype(np.int64) * g.labels.size + g.p_label[points]
     group, _ = columns.runs(cell, pair)
     base = np.full(int(group.max(initial=-1)) + 1, np.inf)
@@ -240,7 +275,9 @@ def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[t
     if name == "balanced_ranks":
         if g.n_ranks < 2:
             return None, {"reason": "one_rank"}
-        rows = np.arange(g.n_ranks)
+        stages = context["stages"]
+        rows = np.setdiff1d(np.arange(g.n_ranks), stages[:, 0])
+        w = _balanced_stages(g, stages, w) if stages.size else w
         return (_with_medians(g, _segment_medians(g, rows, w), rows, w), transfer, edges, hoist), {}
     if name == "comm_bandwidth_x2":
         if not (transfer > 0).any():
