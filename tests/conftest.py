@@ -100,7 +100,7 @@ def skip_if_busy(cores_taken: float, what: str) -> None:
 # Tests whose jobs' timings are asserted (a straggler's size, step times compared, a live alert's
 # window): marked ``exclusive``, or a test that uses a fixture running such a job before any worker
 # has made it (listed here; the fixture calls ``mark_made`` when its jobs are done).
-EXCLUSIVE_FIXTURES = ("demo_overlap", "demo_runs", "pp4_device")
+EXCLUSIVE_FIXTURES = ("demo_overlap", "demo_runs", "pp4_device", "pp4_device_clean")
 
 
 def mark_made(config, name: str) -> None:

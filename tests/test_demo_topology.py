@@ -45,6 +45,15 @@ def pp4_device(request, tmp_path_factory):
     return out, json.loads((out / "summary.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def pp4_device_clean(request, tmp_path_factory):
+    """The same pipeline without the sleep."""
+    from conftest import ROOT
+    out = shared_demo(request, tmp_path_factory, "pp4_device_clean", "--topology", "pp4",
+                      "--config", str(ROOT / "configs" / "demo_device.yaml"))
+    return out, json.loads((out / "summary.json").read_text())
+
+
 def phase_busy_ns(summary: dict, name: str, rank: int) -> int:
     (phase,) = [p for p in summary["skew"]["phases"] if p["name"] == name]
     return phase["busy_ns_by_rank"][str(rank)]
@@ -120,19 +129,28 @@ def test_bad_topology_or_straggler_is_one_line(args, expected):
 
 
 @pytest.mark.slow
-def test_demo_kernel_waits_and_a_slow_last_pipeline_stage(pp4_device):
+def test_demo_kernel_waits_and_a_slow_last_pipeline_stage(pp4_device, pp4_device_clean):
     """demo.kernel_ms: every matmul is followed by its kernel wait (the pipeline's stage holds one of the
     4 layers: a forward matmul and two backward ones a micro-batch). The last stage runs a micro-batch's
     forward and backward before its first backward send, so what its neighbour waits there is no
     measure of its delay: it is charged by its time outside send/recv against the median stage's (the
-    rule before named nobody here: "rank 1 is late only in step(s) 0: transient")."""
+    rule before named nobody here: "rank 1 is late only in step(s) 0: transient"). Its 12 ms
+    dataloader sleep a step runs while the last stage would wait for the first micro-batch anyway:
+    the same demo without it is as fast (0.4-0.6 ms apart, measured here as the clean run), the
+    replay prices the fix under the floor, and rank 3 is held unconfirmed, not named (on 2 cores the
+    replay gives no cost, but its floor still applies: it was named, costing nothing)."""
     from conftest import skip_if_busy
     out, summary = pp4_device
     for rank in range(4):
         assert phase_busy_ns(summary, "forward", rank) >= STEPS * 2 * 2 * MS
         assert phase_busy_ns(summary, "backward", rank) >= STEPS * 2 * 2 * 2 * MS
     assert phase_busy_ns(summary, "Dataloader", 3) >= STEPS * 12 * MS
-    skip_if_busy(float((out / "foreign_cores.txt").read_text()), "straggler timing")
-    straggler = summary["skew"]["straggler"]
-    assert straggler is not None and straggler["rank"] == 3, summary["skew"]["notes"]
-    assert 10 * MS <= straggler["waits_caused_ns"] <= 14 * MS
+    clean_out, clean = pp4_device_clean
+    for folder in (out, clean_out):
+        skip_if_busy(float((folder / "foreign_cores.txt").read_text()), "straggler timing")
+    floor = distprof.config.load(None)["skew"]["straggler_min_step_fraction"]
+    clean_step = clean["whatif"]["measured_step_ns"]
+    assert summary["whatif"]["measured_step_ns"] - clean_step < floor * clean_step
+    held = summary["skew"]["unconfirmed_straggler"]
+    assert summary["skew"]["straggler"] is None and held["rank"] == 3, summary["skew"]["notes"]
+    assert 10 * MS <= held["waits_caused_ns"] <= 14 * MS and held["share"] < floor
