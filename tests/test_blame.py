@@ -15,8 +15,9 @@ MS = 1_000_000
 STEP_NS = 200 * MS
 
 
-def _result(rank: int, rows: list[tuple]):
-    """One rank's RankResult from (kind, category, name, start, end, lane, step, collective, group, peer) rows."""
+def _result(rank: int, rows: list[tuple], meta: dict | None = None):
+    """One rank's RankResult from (kind, category, name, start, end, lane, step, collective, group, peer) rows
+    (``meta``: the rank file's, e.g. its host and that host's cores)."""
     columns = list(zip(*rows))
     kind, category, name = (np.array(c, dtype=object) for c in columns[:3])
     start, end, lane, step = (np.array(c, np.int64) for c in columns[3:7])
@@ -24,7 +25,7 @@ def _result(rank: int, rows: list[tuple]):
     events = ev.make_events(kind=kind, category=category, name=name, rank=rank, start_ns=start, end_ns=end,
                             lane=lane, step=step, collective=collective, group=group,
                             peer=np.array(columns[9], np.int64))
-    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
+    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank, meta=dict(meta or {})), CONFIG)
 
 
 def _phase(name: str, start: int, end: int, step: int) -> tuple:
@@ -35,15 +36,15 @@ def _comm(kind: str, start: int, end: int, step: int, group: str, peer: int = -1
     return (ev.COMM_OP, ev.COMMUNICATION, kind, start, end, 1, step, kind, group, peer)
 
 
-def summarize(rows_by_rank: dict[int, list[tuple]]) -> dict:
-    results = [_result(rank, rows) for rank, rows in sorted(rows_by_rank.items())]
+def summarize(rows_by_rank: dict[int, list[tuple]], meta: dict | None = None) -> dict:
+    results = [_result(rank, rows, meta) for rank, rows in sorted(rows_by_rank.items())]
     return summary_json(pipeline.combine(results, CONFIG, source="test", world_size=len(results)))
 
 
 def tp_dp_job(delay_ns: int, late_rank: int = 3, steps: int = 6, late_steps=None, delays=None,
-              tp_ops: int = 1) -> dict:
+              tp_ops: int = 1, meta: dict | None = None) -> dict:
     """summary.json of the TP x DP job of ``_tp_dp_rows``."""
-    return summarize(_tp_dp_rows(delay_ns, late_rank, steps, late_steps, delays, tp_ops))
+    return summarize(_tp_dp_rows(delay_ns, late_rank, steps, late_steps, delays, tp_ops), meta)
 
 
 def _tp_dp_rows(delay_ns: int = 0, late_rank: int = 3, steps: int = 6, late_steps=None, delays=None,
@@ -78,7 +79,7 @@ def _tp_dp_rows(delay_ns: int = 0, late_rank: int = 3, steps: int = 6, late_step
     return rows
 
 
-def pipeline_job(delay_ns: int, late_stage: int, stages: int = 4, steps: int = 6) -> dict:
+def pipeline_job(delay_ns: int, late_stage: int, stages: int = 4, steps: int = 6, meta: dict | None = None) -> dict:
     """A forward-only send/recv pipeline, one micro-batch a step: stage r receives from r-1 (its recv
     lasts until the send arrives), computes 20 ms (+ the delay on the late stage) and sends to r+1
     (an eager send: 0.1 ms, nobody waits for its receiver). Every step lasts 150 ms: the delay
@@ -97,7 +98,24 @@ def pipeline_job(delay_ns: int, late_stage: int, stages: int = 4, steps: int = 6
             ready = compute_end + MS // 10
         for r in range(stages):
             rows[r].append((ev.RANGE, ev.PHASE, ev.PROFILE_STEP, base, base + 150 * MS, 1, s, "", "", -1))
-    return summarize(rows)
+    return summarize(rows, meta)
+
+
+CROWDED = {"hostname": "vm", "cpus": 2}  # 4 ranks on a host of 2 cores: the replay gives no cost there
+
+
+def test_on_a_crowded_host_a_fix_the_replay_prices_under_the_floor_is_not_named():
+    """Ranks outnumbering their host's cores: the replay gives no cost (it over-prices: a rank that
+    waits frees a core it cannot see), but a fix it prices under the floor even so saves little.
+    The pipeline whose fixed 150 ms steps absorb stage 1's 15 ms is held unconfirmed there too (it
+    was named on its waits alone); the TP x DP job's 30 ms root, which its steps feel, is named,
+    with no cost."""
+    held = pipeline_job(15 * MS, late_stage=1, meta=CROWDED)["skew"]
+    assert held["straggler"] is None and held["unconfirmed_straggler"]["rank"] == 1
+    assert held["unconfirmed_straggler"]["share"] < CONFIG["skew"]["straggler_min_step_fraction"]
+    named = tp_dp_job(30 * MS, meta=CROWDED)
+    assert any("outnumber" in w for w in named["warnings"])
+    assert named["skew"]["straggler"]["rank"] == 3 and named["skew"]["straggler"]["cost_ns"] is None
 
 
 def _waits_caused(summary: dict) -> dict[int, int]:
