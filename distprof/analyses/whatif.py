@@ -179,10 +179,11 @@ def _balanced_stages(g: Graph, stages: np.ndarray, w: np.ndarray) -> np.ndarray:
     stage = np.searchsorted(cells["rows"], g.p_rank[at])
     out = w.copy()
     for k in range(cells["rows"].size):  # a handful of stages
-        points = at[stage == k]
-        removed = _spread(g, points, cell[stage == k], np.maximum(-delta[k], 0), w)
+        mine = stage == k
+        points, cells_of = at[mine], cell[mine]
+        removed = _spread(g, points, cells_of, np.maximum(-delta[k], 0), w)
         share = np.maximum(delta[k], 0) / np.maximum(totals[k], 1)
-        out[points] += np.round(w[points] * share[cell[stage == k]]).astype(np.int64) - removed
+        out[points] += np.round(w[points] * share[cells_of]).astype(np.int64) - removed
     return out
 
 
