@@ -26,7 +26,9 @@ and its false alerts are straggler alerts in clean runs.
 a GPU job's host sees it (small matmuls, each followed by a 2 ms wait that uses no CPU), so 4 ranks on a
 2-core machine do not slow each other at random and the verdict, not the machine, is what is scored.
 ``--kernel-ms MS`` does the same for the torch jobs (``_fault_jobs.py --kernel-ms``: small models, an MS ms
-wait after every matmul, forward and backward).
+wait after every matmul, forward and backward). The scheduler still moves a rank by a few ms a step on
+shared cores, whatever the step's length: ``configs/demo_device_8ms.yaml`` with ``--kernel-ms 8`` makes
+steps of about 100 ms, where a fault of 10% of the step is above that noise (docs/diagnosis.md).
 
     python benchmarks/verdict_matrix.py [--quick] [--jobs dp,ddp,tpdp] [--repeat K] [--clean N]
                                         [--keep DIR] [--json PATH] [--demo-config YAML] [--kernel-ms MS]
