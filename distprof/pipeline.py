@@ -178,7 +178,8 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     checks = streams.pipeline_dependencies(streams.stream_checks(final, config), skew_summary["pipelines"])
     replay_graph: dict = {}
     crowded = cost.oversubscribed_hosts(final)
-    skew_summary, what = _priced_straggler(final, aligned.matching, config, warnings, skew_summary, replay_graph)
+    skew_summary, what = _priced_straggler(final, aligned.matching, config, warnings, skew_summary, replay_graph,
+                                           bool(crowded))
     straggler_rank = (skew_summary.get("straggler") or {}).get("rank")
     path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings, straggler_rank,
                                             str(config.get("phases", {}).get("dataloader", "Dataloader")),
@@ -206,18 +207,19 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
 
 
 def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, config: dict, warnings: list[str],
-                      skew_summary: dict, keep: dict) -> tuple[dict, dict | None]:
+                      skew_summary: dict, keep: dict, crowded: bool) -> tuple[dict, dict | None]:
     """The what-if, replayed with the named straggler fixed, and the skew summary without that
     straggler when the replay prices its fix under ``skew.straggler_min_step_fraction`` of the step
     (then ``skew.unconfirmed_straggler`` says so, and the replay runs again with none named, for
     the other findings' prices). Also on a host whose ranks outnumber its cores, where no cost is
-    given (``cost.unconfirmed_straggler``). Not where the replay cannot see the waits (GPU
-    collectives no host call waits for: ``replay.gpu_waits_unseen``): its saving is no evidence there."""
+    given (``cost.unconfirmed_straggler``; its saving is then an upper bound). Not where the replay
+    cannot see the waits (GPU collectives no host call waits for: ``replay.gpu_waits_unseen``): its
+    saving is no evidence there."""
     straggler = skew_summary.get("straggler")
     what = whatif.safe_whatif(results, matching, config, warnings, (straggler or {}).get("rank"), keep=keep,
                               straggler_since=(straggler or {}).get("onset_step"))
     floor = float(config["skew"]["straggler_min_step_fraction"])
-    unconfirmed = cost.unconfirmed_straggler(straggler, what, floor)
+    unconfirmed = cost.unconfirmed_straggler(straggler, what, floor, crowded)
     if unconfirmed is None or "graph" not in keep or replay.gpu_waits_unseen(keep["graph"]):
         return skew_summary, what
     what = whatif.safe_whatif(results, matching, config, warnings, None, keep=keep)

@@ -113,6 +113,10 @@ def test_on_a_crowded_host_a_fix_the_replay_prices_under_the_floor_is_not_named(
     held = pipeline_job(15 * MS, late_stage=1, meta=CROWDED)["skew"]
     assert held["straggler"] is None and held["unconfirmed_straggler"]["rank"] == 1
     assert held["unconfirmed_straggler"]["share"] < CONFIG["skew"]["straggler_min_step_fraction"]
+    # there the replay's saving is an upper bound, and the row says so; not where ranks have cores
+    assert held["unconfirmed_straggler"]["saving_upper_bound"] is True
+    alone = pipeline_job(15 * MS, late_stage=1)["skew"]["unconfirmed_straggler"]
+    assert "saving_upper_bound" not in alone and alone["saving_ns"] == held["unconfirmed_straggler"]["saving_ns"]
     named = tp_dp_job(30 * MS, meta=CROWDED)
     assert any("outnumber" in w for w in named["warnings"])
     assert named["skew"]["straggler"]["rank"] == 3 and named["skew"]["straggler"]["cost_ns"] is None
@@ -303,6 +307,16 @@ def test_the_straggler_line_says_why_the_waits_did_not_name_a_rank():
     assert line == ("Straggler: none (rank 1 is last in 6 of its 6 collectives and the others wait 5.0 ms per step "
                     "for it, but removing its lateness saves 0.0 ms per step: 0.0% of the step, under the 5% a "
                     "straggler costs)")
+
+
+def test_on_a_crowded_host_the_straggler_line_gives_the_saving_as_an_upper_bound():
+    from distprof.reports.findings import straggler_line
+    summary = pipeline_job(15 * MS, late_stage=1, meta=CROWDED)
+    unconfirmed = Summary.from_json(summary).skew.unconfirmed_straggler
+    line = straggler_line(None, lambda ns: f"{ns / MS:.1f} ms", unconfirmed)
+    assert "removing its lateness saves at most " in line
+    assert line.endswith("; an upper bound: its ranks share cores, and the replay cannot see the core a waiting "
+                         "rank frees)")
 
 
 def test_a_rank_late_every_step_that_does_not_lead_reads_as_spread_not_rotating():

@@ -131,7 +131,8 @@ def price_findings(findings: list[dict], whatif: dict | None, oversubscribed: li
                                          -(f.get("figure_ns") or 0)))
 
 
-def unconfirmed_straggler(straggler: dict | None, whatif: dict | None, min_share: float) -> dict | None:
+def unconfirmed_straggler(straggler: dict | None, whatif: dict | None, min_share: float,
+                          crowded: bool = False) -> dict | None:
     """The straggler the skew analysis named when the one cost model disagrees: the replay prices
     removing its lateness at less than ``min_share`` of the measured step, the same share its waits
     had to reach. Waits a rank causes can exceed what fixing it saves (a rank a little behind in
@@ -143,14 +144,16 @@ def unconfirmed_straggler(straggler: dict | None, whatif: dict | None, min_share
     step). A rank that turned slow is priced per step since its onset (whatif's
     ``straggler_since``); one profiled step is not judged (one step of a trace cut around it says
     little of what the lateness costs the job). None when it stands or none was named; else the
-    saving, its share of the step and the floor, to go beside the straggler's row."""
+    saving, its share of the step and the floor, to go beside the straggler's row; ``crowded``
+    (ranks outnumber their host's cores) marks that saving an upper bound."""
     if not straggler or straggler.get("pattern") == "single step":
         return None
     value, _, _ = saving("straggler", whatif)
     step_ns = (whatif or {}).get("measured_step_ns")
     if value is None or not step_ns or value >= min_share * step_ns:
         return None
-    return {"saving_ns": value, "share": value / step_ns, "floor": min_share}
+    return {"saving_ns": value, "share": value / step_ns, "floor": min_share} | (
+        {"saving_upper_bound": True} if crowded else {})
 
 
 def price_straggler(straggler: dict | None, whatif: dict | None, oversubscribed: list[dict] | None = None,

@@ -69,11 +69,14 @@ def straggler_line(straggler: StragglerRow | None, t: Callable[[int | None], str
     rank the waits pointed at, whose fix the replay prices under the floor; ``why``: the skew
     note that says why none was named (skew.no_straggler_note), up to its first "; "."""
     if not straggler and unconfirmed:
+        at_most = unconfirmed.saving_upper_bound is True  # absent: the replay's saving as it is
         return (f"Straggler: none (rank {unconfirmed.rank} is last in {unconfirmed.late_in} of its "
                 f"{unconfirmed.of} collectives and the others wait {t(unconfirmed.waits_caused_ns)} per step "
-                f"for it, but removing its lateness saves {t(unconfirmed.saving_ns)} per step: "
-                f"{100 * unconfirmed.share:.1f}% of the step, under the {100 * unconfirmed.floor:.0f}% a "
-                "straggler costs)")
+                f"for it, but removing its lateness saves {'at most ' if at_most else ''}"
+                f"{t(unconfirmed.saving_ns)} per step: {100 * unconfirmed.share:.1f}% of the step, under the "
+                f"{100 * unconfirmed.floor:.0f}% a straggler costs"
+                + ("; an upper bound: its ranks share cores, and the replay cannot see the core a waiting rank "
+                   "frees)" if at_most else ")"))
     if not straggler and why:
         return f"Straggler: none ({why.split('; ')[0]})"
     if not straggler:

@@ -130,6 +130,7 @@ class StragglerRow(Record):
     saving_ns: int = absent()
     share: float = absent()  # saving_ns / the measured step
     floor: float = absent()  # skew.straggler_min_step_fraction
+    saving_upper_bound: bool = absent()  # ranks outnumber their host's cores: the replay over-prices
 
 
 class StepPhase(Record):
