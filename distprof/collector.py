@@ -310,9 +310,16 @@ class Collector:
 
     def record(self, name: str, category: str, kind: str, start_ns: int, end_ns: int) -> None:
         """Add a range measured elsewhere (ProfileStep, Dataloader) on the calling thread."""
+        self.record_id(NAMES.id_of(name, category, kind), start_ns, end_ns)
+
+    def record_id(self, name_id: int, start_ns: int, end_ns: int) -> None:
+        """record() by the name's id (``NAMES.id_of``), for a caller that keeps it: the step
+        boundary's ProfileStep, where the training thread pays every call, cold after its wait for
+        the GPU. The thread's name is registered once."""
         tid = threading.get_native_id()
-        THREAD_NAMES.setdefault(tid, threading.current_thread().name)
-        self.rows.append((start_ns, end_ns, tid, NAMES.id_of(name, category, kind)))
+        if tid not in THREAD_NAMES:
+            THREAD_NAMES[tid] = threading.current_thread().name
+        self.rows.append((start_ns, end_ns, tid, name_id))
 
     def set_meta(self, **values) -> None:
         with self._lock:

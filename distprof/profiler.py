@@ -4,6 +4,7 @@ Distributed Summary and writes ``summary.json``."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -12,8 +13,14 @@ from . import annotate, clock, outpaths, transport
 from . import config as config_mod
 from . import events as ev
 from . import schedule as schedule_mod
-from .collector import Collector, clock_ns
+from .collector import NAMES, Collector, clock_ns
 from .sources import native
+
+
+@functools.cache
+def _profile_step_id() -> int:
+    """The ProfileStep range's name id: one registry a process (``NAMES``), looked up once."""
+    return NAMES.id_of(ev.PROFILE_STEP, ev.PHASE, ev.RANGE)
 
 
 class Profiler:
@@ -175,28 +182,37 @@ class Profiler:
     # -- steps and data loading ------------------------------------------------------------
     def step(self) -> None:
         """Close the current ProfileStep (handed to the collector's writer thread when recorded, so
-        the training thread does not wait for SQLite), open the next."""
+        the training thread does not wait for SQLite), open the next. Without a schedule every step
+        is recorded and the collector stays on: no state to look up or follow (the training thread
+        pays every call here, and pays it cold, right after its wait for the GPU)."""
         now = clock_ns()
         self._end_step_nvtx()
         if self.timer_only:
             self.batch_ns.append(now - self._step_start)
             self.reader_ns.append(self._reader_in_step)
             self._reader_in_step = 0
-        elif self.collector is not None:
-            state = self.state()
-            ready = state is schedule_mod.State.RECORD_AND_RETURN and self.on_trace_ready is not None
-            if state in schedule_mod.RECORDING:
-                self.collector.record(ev.PROFILE_STEP, ev.PHASE, ev.RANGE, self._step_start, now)
-                # the collector's writer thread writes the step; a cycle's last step is on disk
-                # before on_trace_ready, which may read the file
-                self.collector.flush() if ready else self.collector.submit()
+        elif self.collector is not None and self.schedule is None:
+            self.collector.record_id(_profile_step_id(), self._step_start, now)
+            self.collector.submit()
             self.collector.step = self.step_num + 1
-            if ready:
-                self.on_trace_ready(self)
+        elif self.collector is not None:
+            self._scheduled_step(now)
         self.step_num += 1
-        if self.collector is not None:
+        if self.collector is not None and self.schedule is not None:
             self._follow_schedule()
         self._begin_step(now)
+
+    def _scheduled_step(self, now: int) -> None:
+        """The step's end under a schedule: recorded when its state records, and a cycle's last step
+        written before ``on_trace_ready``, which may read the file."""
+        state = self.state()
+        ready = state is schedule_mod.State.RECORD_AND_RETURN and self.on_trace_ready is not None
+        if state in schedule_mod.RECORDING:
+            self.collector.record_id(_profile_step_id(), self._step_start, now)
+            self.collector.flush() if ready else self.collector.submit()
+        self.collector.step = self.step_num + 1
+        if ready:
+            self.on_trace_ready(self)
 
     def loader(self, iterable: Iterable) -> Iterator:
         """Yield from ``iterable``, timing every ``next()`` as the Dataloader phase."""

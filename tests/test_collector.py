@@ -78,6 +78,28 @@ def test_ranges_threads_steps_and_decorators(tmp_path):
     assert (tmp_path / "summary.json").exists()
 
 
+def test_a_step_ended_on_another_thread_is_on_that_threads_lane_by_its_name(tmp_path):
+    """prof.step() keeps the ProfileStep's name id and registers each thread's name once: a loop
+    that moves to a thread of its own still gets its steps on that thread's lane, named."""
+    import sqlite3
+    lanes = []
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        prof.step()
+
+        def train():
+            lanes.append(threading.get_native_id())
+            for _ in range(2):
+                prof.step()
+        worker = threading.Thread(target=train, name="trainer")
+        worker.start()
+        worker.join()
+    events = read_events(tmp_path / "rank0.sqlite").events.to_frame()
+    steps = events[events["name"] == ev.PROFILE_STEP].sort_values("start_ns")
+    assert steps["lane"].tolist() == [threading.get_native_id(), *lanes * 2]
+    with sqlite3.connect(tmp_path / "rank0.sqlite") as db:
+        assert dict(db.execute("SELECT tid, name FROM distprof_threads"))[lanes[0]] == "trainer"
+
+
 def test_concurrent_threads_lose_no_rows(tmp_path):
     per_thread, threads = 3000, 4
     with distprof.Profiler(out=tmp_path, quiet=True) as prof:
