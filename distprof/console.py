@@ -15,23 +15,30 @@ TABLE_WIDTH = 200  # the widest a table gets where no width is asked for (direct
 WRAP = 160         # prose lines wrap here where no width is asked for
 DEFAULT_WIDTH = 100  # stdout is not a terminal (a pipe, a file, a CI log) and COLUMNS is not set
 MIN_WIDTH = 40     # narrower, no table of the report fits even with its cells shortened
+MAX_WIDTH = 1000   # wider is no screen: a COLUMNS or --width of 10**9 would build rows of that width
 
 
 def terminal_width(requested: int | None = None) -> int:
     """The width a report fits: ``requested`` (``--width``), else COLUMNS or the terminal's own width
-    (shutil.get_terminal_size reads both, in that order), else DEFAULT_WIDTH; never under MIN_WIDTH.
-    A fixed 160 was wider than most terminals, and wider rows broke in the middle."""
+    (shutil.get_terminal_size reads both, in that order), else DEFAULT_WIDTH; never under MIN_WIDTH
+    nor over MAX_WIDTH. A fixed 160 was wider than most terminals, and wider rows broke in the middle.
+    A width of 0 is unknown, not narrow: Open MPI gives each rank a pty of 0x0 columns when mpirun's own
+    stdout is a file or a pipe (a batch job's log), and that log gets DEFAULT_WIDTH."""
     if requested:
-        return max(int(requested), MIN_WIDTH)
+        return _bounded(int(requested))
     columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return max(int(columns), MIN_WIDTH)
+    if columns.isascii() and columns.isdigit() and columns.strip("0"):
+        return _bounded(int(columns[-8:]) if len(columns.lstrip("0")) <= 8 else MAX_WIDTH)
     try:  # the terminal stdout writes to now (not the one the process started with: a redirected
         # stdout is a pipe or a file, whatever terminal the process was started from)
-        width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else DEFAULT_WIDTH
+        width = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
     except (OSError, ValueError, AttributeError):
-        width = DEFAULT_WIDTH
-    return max(width, MIN_WIDTH)
+        width = 0
+    return _bounded(width) if width > 0 else DEFAULT_WIDTH
+
+
+def _bounded(width: int) -> int:
+    return min(max(width, MIN_WIDTH), MAX_WIDTH)
 
 
 def width_option(text: str) -> int:
@@ -44,6 +51,8 @@ def width_option(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of columns") from None
     if value < MIN_WIDTH:
         raise argparse.ArgumentTypeError(f"{text!r}: the report needs at least {MIN_WIDTH} columns")
+    if value > MAX_WIDTH:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_WIDTH} columns")
     return value
 
 

@@ -88,3 +88,24 @@ def test_next_steps_wrap_between_commands_never_inside_one():
     assert len(lines) > 1 and all(len(line) <= WRAP for line in lines)
     assert all(line.count("`") % 2 == 0 for line in lines)        # every command whole on its line
     assert " ".join(" ".join(lines).split()).endswith(f"`distprof diff {out} OTHER_OUT` (did a change help)")
+
+
+@pytest.mark.parametrize(("columns", "width"), [("0", 100), ("", 100), ("1000000000", 1000), ("9" * 20, 1000),
+                                                ("²", 100), ("30", 40), ("132", 132)])
+def test_width_from_columns_is_bounded_and_zero_is_unknown(monkeypatch, columns, width):
+    """COLUMNS=0 (and a 0x0 pty, as Open MPI gives each rank when mpirun writes to a file) says nothing:
+    100 columns. A width past any screen is capped (10**9 columns built rows until memory ran out), and
+    a number of 20 digits is as wide as that; what is not a number is ignored (stdout is a pipe under pytest)."""
+    from distprof.console import terminal_width
+    monkeypatch.setenv("COLUMNS", columns)
+    assert terminal_width() == width
+    assert terminal_width(10**12) == 1000
+
+
+def test_width_option_refuses_past_the_cap():
+    import argparse
+
+    from distprof.console import width_option
+    assert width_option("1000") == 1000
+    with pytest.raises(argparse.ArgumentTypeError, match="at most 1000 columns"):
+        width_option("1000000000000")

@@ -68,3 +68,37 @@ def test_help():
     for script in ("mpirun.sh", "torchrun.sh"):
         result = launch(script, "--help")
         assert result.returncode == 0 and "--dry-run" in result.stdout
+
+
+BATCH_JOB = """
+import time
+import distprof
+from mpi4py import MPI
+prof = distprof.Profiler(out="out")
+with prof:
+    for step in range(3):
+        with distprof.phase("forward"):
+            time.sleep(0.005)
+        with distprof.comm("allreduce", group=[0, 1], nbytes=8):
+            MPI.COMM_WORLD.allreduce(1)
+        prof.step()
+"""
+
+
+@pytest.mark.slow
+def test_mpirun_job_with_stdout_in_a_file_prints_100_columns(tmp_path):
+    """A batch job's log (Slurm, `> log`, `| tee`): Open MPI gives each rank a pty of 0x0 columns when
+    mpirun's own stdout is not a terminal. That width is unknown, not narrow: the report is 100 wide,
+    as for any redirected stdout, not the 40-column minimum with words cut mid-token."""
+    import os
+    (tmp_path / "train.py").write_text(BATCH_JOB)
+    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    with open(tmp_path / "log", "w") as log:
+        result = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-n", "2", "--", "python", "train.py"],
+                                stdout=log, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env, timeout=120)
+    text = (tmp_path / "log").read_text()
+    assert result.returncode == 0, text + result.stderr
+    lines = text.splitlines()
+    assert max(map(len, lines)) == 100
+    assert "-Distributed Summary-" in lines[0] and len(lines[0]) == 100
+    assert "Communication (ms)" in text  # a header whole, not "Communi…n (ms)"

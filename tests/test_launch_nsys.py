@@ -77,9 +77,9 @@ def test_mpirun_dry_run(tmp_path):
 
 def test_torchrun_dry_run():
     result = run(TORCHRUN, "--nproc", "2", "--trace", "cuda,nvtx", "--dry-run", "--", "train.py", "--epochs", "1",
-                 env={"PYTHON": "python3.11", "NSYS": "/opt/nsys/bin/nsys", "DISTPROF": "dp"})
-    assert printed_commands(result) == [
-        ["torchrun", "--standalone", "--nproc_per_node", "2", "--no-python", "/opt/nsys/bin/nsys", "profile",
+                 env={"PYTHON": "python3.11", "NSYS": "/opt/nsys/bin/nsys", "DISTPROF": "dp", "TORCHRUN": "tr"})
+    assert printed_commands(result) == [  # every tool named by the environment: none depends on what PATH holds
+        ["tr", "--standalone", "--nproc_per_node", "2", "--no-python", "/opt/nsys/bin/nsys", "profile",
          "-t", "cuda,nvtx", "-o", "nsys_reports/rank%q{RANK}", "--force-overwrite", "true",
          "python3.11", "train.py", "--epochs", "1"],
         ["/opt/nsys/bin/nsys", "export", "--type", "sqlite", "--force-overwrite", "true",

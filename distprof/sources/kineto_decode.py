@@ -20,6 +20,7 @@ Without ``msgspec`` the stdlib ``json`` gives the same result, slower. The cycli
 
 from __future__ import annotations
 
+import codecs
 import gc
 import json
 import re
@@ -233,6 +234,7 @@ def load(path: Path, exact_text: bool, config: dict | None = None) -> Document:
                 if not tagged:
                     raise ev.SourceError(f"{path}: {_validation_message(str(error))}") from None
             except msgspec.DecodeError as error:
+                _check_utf8(data)  # distprof's own words for bad text, whatever the library's version says
                 raise ev.SourceError(f"{path}: not valid JSON ({str(error).removeprefix('JSON is malformed: ')})") \
                     from None
         del data  # the raw shape args still view it: freed with the structs, once the rows are read
@@ -243,6 +245,7 @@ def load(path: Path, exact_text: bool, config: dict | None = None) -> Document:
     try:  # stdlib fallback
         document = json.loads(data, parse_float=Decimal) if exact_text else json.loads(data)
     except (ValueError, UnicodeDecodeError) as error:
+        _check_utf8(data)
         where = f" at line {error.lineno} column {error.colno}" if hasattr(error, "lineno") else ""
         raise ev.SourceError(f"{path}: not valid JSON ({getattr(error, 'msg', error)}{where})") from None
     if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
@@ -251,6 +254,12 @@ def load(path: Path, exact_text: bool, config: dict | None = None) -> Document:
     if not all(map(isinstance, events, repeat(dict))):
         raise ev.SourceError(f"{path}: 'traceEvents' holds entries that are not JSON objects")
     return Document(events, document, structs=False)
+
+
+def _check_utf8(data: bytes) -> None:
+    """Raise UnicodeDecodeError (``read`` phrases it) where the bytes are not UTF-8 text. Only on the error
+    path: msgspec 0.18-0.22 raised it themselves, 0.23 says "Invalid UTF-8 encoded string" as a JSON error."""
+    codecs.decode(data, "utf-8")
 
 
 def _validation_message(message: str) -> str:
