@@ -18,6 +18,8 @@ Per rank (:func:`rank_tables`, next to the events, so only these compact rows tr
 * **Kernel**, **Memory** (memcpy/memset) and **UserDefined** (USER ranges): by name, calls and
   total/avg/max/min, ratio of the table's total (UserDefined: of |W|). UserDefined rows are by
   base name: PyTorch's NVTX op ranges ``aten::to, seq = 12, op_id = 998`` count as ``aten::to``.
+* **Phase** (analyses.phases): every phase name its own row (the Model Summary's fixed rows put a
+  phase the user names under Others): calls, the union of its calls in W, avg/max/min, share of W.
 
 An event belongs to the window W when its start lies in W (as a range belongs to the step that
 holds its start); unions are clipped to W. Everything is numpy group-bys: no Python loop
@@ -41,7 +43,7 @@ from ..columns import Groups, group_mean, unique_rows
 from ..rankview import RankView
 from ..sections.tables import MERGED_DEVICE_LABELS
 from . import intervals as iv
-from . import operators, stacked, steptime
+from . import operators, phases, stacked, steptime
 
 MODEL_ROWS = ("ProfileStep", "Dataloader", "Forward", "Backward", "Optimization", "Others")
 SORTABLE = ("kernel", "memory", "user")      # tables whose rows are ordered by --sorted-by
@@ -312,6 +314,7 @@ def rank_tables(view: RankView, config: dict, meta: dict | None = None, max_rows
                            int(memory_durations.sum()), max_rows, ["kind", "name"]),
         "user": _by_name([(user_codes[user], user_texts)], _durations(events, user), window_ns, max_rows, ["name"]),
         "steps": step_times(events),
+        "phase": phases.phase_table(events, window, in_window, max_rows),
     }
 
 
@@ -484,6 +487,8 @@ def _trimmed(tables: dict, rows: int) -> dict:
     out = {k: v for k, v in tables.items() if k != "steps"}
     if tables.get("operator"):
         out["operator"] = operators.trimmed(tables["operator"], rows)
+    if tables.get("phase"):
+        out["phase"] = phases.trimmed(tables["phase"], rows)
     for key in SORTABLE:
         table = tables[key]
         rest = table["rows"][rows:]
@@ -510,6 +515,7 @@ def merge_tables(tables_by_rank: list[dict | None], ranks: list[int], max_rows: 
         "user": _merge_by_name(tables, ranks, "user", ["name"], max_rows, "window"),
         "steps": _merge_steps(tables, ranks),
         "operator": operators.merge_operator_tables(tables, ranks, max_rows),
+        "phase": phases.merge_phase_tables(tables, ranks, max_rows),
     }
     keep = max_rows if len(pairs) == 1 else rank_rows  # one rank: its own tables are the merged ones
     return {"ranks": ranks, "merged": merged,

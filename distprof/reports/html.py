@@ -439,7 +439,7 @@ def _five(row: ModelRow | MergedModelRow, side: str, scale: int) -> list[str]:
 
 
 def summary_tables_html(summary: Summary, unit: str, sorted_by: str = "cpu_total") -> str:
-    """Device, Overview, Model, Kernel, Memory Manipulation and UserDefined tables (all ranks)."""
+    """Device, Overview, Model, Phase, Kernel, Memory Manipulation and UserDefined tables (all ranks)."""
     tables = text_tables.select(summary)
     if not tables:
         return ""
@@ -478,6 +478,7 @@ def summary_tables_html(summary: Summary, unit: str, sorted_by: str = "cpu_total
                 row.append(text_tables.max_rank_cell(r.cpu_total_ns_by_rank, ranks))
             rows.append(row)
         out.append("<h3>Model Summary</h3>" + table_html(headers, rows))
+    out.append(phase_html(tables.phase, scale, sorted_by, merged, unit))
     for table, title, labels, cells in ((tables.kernel, "Kernel Summary", ["Name"], lambda r: [r.name]),
                                         (tables.memory, "Memory Manipulation Summary", ["Kind", "Name"],
                                          lambda r: [r.kind, r.name]),
@@ -507,6 +508,21 @@ def _by_name_html(table: ByNameTable, title: str, labels: list[str], cells, scal
     note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
         if len(rows_in) > KERNEL_ROWS else ""
     return f"<h3>{title}</h3>" + table_html(headers, rows, left=len(labels)) + note
+
+
+def phase_html(table: ByNameTable | None, scale: int, sorted_by: str, merged: bool, unit: str) -> str:
+    """The Phase Summary (every phase name its own row, as the text report's); "" without rows (or
+    in a summary.json older than it)."""
+    if not table or not table.rows:
+        return ""
+    rows_in = text_tables.sort_rows(table.rows, sorted_by)
+    headers = ["Name", "Calls", "Total", "Avg", "Max", "Min", "Ratio (%)"]
+    headers += ["Ranks", "Per rank min", "median", "max"] if merged else []
+    rows = [[r.name, *text_tables.phase_cells(r, scale, merged)] for r in rows_in[:KERNEL_ROWS]]
+    note = f'<p class="meta">{len(rows_in) - KERNEL_ROWS} more rows in summary.json</p>' \
+        if len(rows_in) > KERNEL_ROWS else ""
+    said = text_tables.PHASE_NOTE.format(unit=unit) + (text_tables.PHASE_MERGED_NOTE if merged else "")
+    return f'<h3>Phase Summary</h3><p class="meta">{escaped(said)}</p>' + table_html(headers, rows) + note
 
 
 def operator_html(table: OperatorTable | MergedOperatorTable | None, scale: int, sorted_by: str,

@@ -1,8 +1,8 @@
-"""Text rendering of the summary tables (Device, Overview, Model, Kernel, Memory Manipulation,
+"""Text rendering of the summary tables (Device, Overview, Model, Phase, Kernel, Memory Manipulation,
 UserDefined, Operator) in the layout of the Paddle profiler, from a Summary's ``tables``
 (distprof.sections.tables: the merged rows or one rank's, read by attribute).
 
-Only the by-name tables (Kernel, Memory, UserDefined, Operator) are reordered by ``--sorted-by`` and cut
+Only the by-name tables (Phase, Kernel, Memory, UserDefined, Operator) are reordered by ``--sorted-by`` and cut
 by ``--top``; Device, Overview and Model keep their fixed order, as in Paddle.
 """
 
@@ -19,9 +19,9 @@ if TYPE_CHECKING:
 
     # the Kernel, Memory and UserDefined tables (one rank's or merged) and their rows
     ByNameTable = (sec.KernelTable | sec.MemoryTable | sec.UserTable | sec.MergedKernelTable
-                   | sec.MergedMemoryTable | sec.MergedUserTable)
+                   | sec.MergedMemoryTable | sec.MergedUserTable | sec.PhaseTable | sec.MergedPhaseTable)
     ByNameRow = (sec.KernelRow | sec.MemoryRow | sec.UserRow | sec.MergedKernelRow | sec.MergedMemoryRow
-                 | sec.MergedUserRow)
+                 | sec.MergedUserRow | sec.PhaseRow | sec.MergedPhaseRow)
 
 
 def tabulate(rows, **options) -> str:
@@ -360,6 +360,36 @@ def dropped_note(table: ByNameTable | sec.OperatorTable | sec.MergedOperatorTabl
             f"{dropped.total_ns / scale:.2f} {unit} {what})"]
 
 
+def phase_cells(row: sec.PhaseRow | sec.MergedPhaseRow, scale: int, merged: bool) -> list:
+    """A Phase Summary row's cells after its name (the text and HTML tables alike): calls, total,
+    avg, max, min, ratio; merged, the ranks' least / median / largest total with their ranks."""
+    cells = [row.calls, *(time_cell(value, scale) for value in (row.total_ns, row.avg_ns, row.max_ns, row.min_ns)),
+             ratio_cell(row.ratio)]
+    if merged:
+        cells += [row.ranks, f"{time_cell(row.rank_min_ns, scale)} (rank {row.min_rank})",
+                  time_cell(row.rank_median_ns, scale), f"{time_cell(row.rank_max_ns, scale)} (rank {row.max_rank})"]
+    return cells
+
+
+PHASE_NOTE = ("Time unit: {unit}; Total = the union of the phase's calls in the window (overlapping calls count "
+              "once; a phase nested in another counts in both rows); Avg / Max / Min of single calls; Ratio = Total "
+              "/ step time")
+PHASE_MERGED_NOTE = "; per rank: each rank's Total, over the ranks with the phase"
+
+
+def phase_table(table: sec.PhaseTable | sec.MergedPhaseTable, scale: int, sorted_by: str, top: int | None,
+                merged: bool, width: int = format.TABLE_WIDTH) -> tuple[str, list[str]]:
+    """The Phase Summary (every phase name its own row): rows sorted and cut, and what was left out."""
+    rows = sort_rows(table.rows, sorted_by)
+    shown = rows if not top else rows[:top]
+    headers = ["Name", "Calls", "Total", "Avg", "Max", "Min", "Ratio(%)"]
+    if merged:
+        headers += ["Ranks", "Per rank min", "median", "max"]
+    out = [[_name(str(r.name)), *phase_cells(r, scale, merged)] for r in shown]
+    notes = _more_rows(rows, shown) + dropped_note(table, scale, "total")
+    return fitted(out, headers, width=width, shrink=(0,)), notes
+
+
 # an Operator Summary's column per --sorted-by key (GPU max/min are not kept per operator: GPU total)
 _OPERATOR = {"cpu_total": lambda r: r.cpu_total_ns, "cpu_avg": lambda r: r.cpu_avg_ns,
              "cpu_max": lambda r: r.cpu_max_ns, "cpu_min": lambda r: r.cpu_min_ns,
@@ -425,6 +455,10 @@ def sections(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total", t
     if tables.model:
         out.append(_section(f"Model Summary ({scope})", model_table(tables.model, scale, ranks, width),
                             [model_note(tables.model, unit)], width))
+    if tables.phase and tables.phase.rows:  # absent in a summary.json older than the Phase Summary
+        text, notes = phase_table(tables.phase, scale, sorted_by, top, merged, width)
+        note = PHASE_NOTE.format(unit=unit) + (PHASE_MERGED_NOTE if merged else "")
+        out.append(_section(f"Phase Summary ({scope})", text, [note, *notes], width))
     for table, title, side, keys in ((tables.kernel, "Kernel Summary", "GPU", ("name",)),
                                      (tables.memory, "Memory Manipulation Summary", "GPU", ("kind", "name")),
                                      (tables.user, "UserDefined Summary", "CPU", ("name",))):

@@ -5,11 +5,14 @@
 Per-rank rows (``by_rank``) and merged rows (``merged``) are different records: a merged row adds
 ``ranks`` / ``max_rank`` (or per-rank columns) and its producer writes the shared keys in another
 order (``avg_ns`` after ``max_rank``).
+
+``phase`` (the Phase Summary, analyses.phases) is absent from a summary.json written before it
+existed; such a file still reads back as it was.
 """
 
 from __future__ import annotations
 
-from ..typed import Record
+from ..typed import Record, absent
 
 
 class Dropped(Record):
@@ -116,6 +119,23 @@ class OperatorRow(Record):
     ratio: float | None            # CPU total / window (nested operators add up to more than 1)
 
 
+class PhaseRow(Record):
+    """Phase Summary row of a rank: one phase name (distprof.phase, an nsys ``distprof`` range, a Kineto
+    ``## name ##``; not the steps). Why its own table: the Model Summary's fixed rows put a phase the
+    user names ("loss") under Others. Calls are its ranges starting in the window; total is the union
+    of their time inside the window (nested calls of one name, or calls on several threads at once,
+    count once); avg, max and min are of the single calls. A phase nested in another keeps its own
+    total, so a rank's rows can add up to more than the window."""
+
+    name: str
+    calls: int
+    total_ns: int                  # |∪ of its calls ∩ window|
+    avg_ns: float                  # the mean call (its time inside the window)
+    max_ns: int
+    min_ns: int
+    ratio: float | None            # total / window (the steps' union, else the trace); None when that is 0
+
+
 class KernelTable(Record):
     """A rank's Kernel Summary, total down."""
 
@@ -148,6 +168,14 @@ class OperatorTable(Record):
     dropped: Dropped
 
 
+class PhaseTable(Record):
+    """A rank's Phase Summary, total down."""
+
+    rows: list[PhaseRow]
+    denominator_ns: int            # the window
+    dropped: Dropped
+
+
 class RankTables(Record):
     """One rank's own tables (by-name tables cut to summaries.RANK_ROWS rows, all of them for one rank)."""
 
@@ -161,6 +189,7 @@ class RankTables(Record):
     memory: MemoryTable
     user: UserTable
     operator: OperatorTable
+    phase: PhaseTable = absent()   # absent in a summary.json older than the Phase Summary
 
 
 # -- merged across ranks (tables.merged) ---------------------------------------------------------
@@ -277,6 +306,26 @@ class MergedOperatorRow(Record):
     max_rank: int                  # the rank with its largest CPU total
 
 
+class MergedPhaseRow(Record):
+    """Phase Summary row across ranks: Σ calls and totals, and how the total spreads over the ranks
+    that have the phase (each rank's total is its own union; the row's total is their sum)."""
+
+    name: str
+    calls: int
+    total_ns: int
+    avg_ns: float                  # Σ call time / Σ calls
+    max_ns: int                    # the longest call on any rank
+    min_ns: int                    # the shortest call on any rank
+    ratio: float | None            # Σ total / Σ the ranks' windows
+    ranks: int                     # ranks that have the phase
+    rank_min_ns: int               # the least total of a rank that has it
+    rank_median_ns: int            # the median of those ranks' totals (rounded to ns)
+    rank_max_ns: int               # the largest total of a rank
+    min_rank: int                  # the first rank holding rank_min_ns
+    max_rank: int                  # the first rank holding rank_max_ns
+    total_ns_by_rank: list[int | None]  # in tables.ranks order; None: the rank has no such phase
+
+
 class MergedKernelTable(Record):
     """The Kernel Summary across ranks, total down (summaries.MAX_ROWS kept)."""
 
@@ -309,6 +358,14 @@ class MergedOperatorTable(Record):
     dropped: Dropped
 
 
+class MergedPhaseTable(Record):
+    """The Phase Summary across ranks, total down (summaries.MAX_ROWS kept)."""
+
+    rows: list[MergedPhaseRow]
+    denominator_ns: int            # Σ the ranks' windows
+    dropped: Dropped               # the ranks' own dropped plus the merged rows cut
+
+
 class MergedSteps(Record):
     """ProfileStep durations per step across ranks (steps ascending), and per rank."""
 
@@ -334,6 +391,7 @@ class MergedTables(Record):
     user: MergedUserTable
     steps: MergedSteps
     operator: MergedOperatorTable
+    phase: MergedPhaseTable = absent()  # absent in a summary.json older than the Phase Summary
 
 
 class Tables(Record):
