@@ -15,6 +15,7 @@ a time, keeping only the compact per-rank results, as ``distprof merge`` does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -30,7 +31,7 @@ import pandas as pd
 
 from distprof import config as config_module
 from distprof import pipeline, sources
-from distprof.sources import nsys
+from distprof.sources import nsys, read_only_uri
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import nsys_fixtures  # noqa: E402  (the synthetic-export writer lives with the tests)
@@ -42,11 +43,8 @@ KERNEL_COLUMNS = "start, end, deviceId, streamId, correlationId, globalPid, shor
 
 
 def read_sql_query(path: Path) -> int:
-    connection = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-    try:
+    with read_only_uri(path) as uri, contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
         frame = pd.read_sql_query(f"SELECT {KERNEL_COLUMNS} FROM {nsys.KERNEL_TABLE}", connection)
-    finally:
-        connection.close()
     return len(frame)
 
 

@@ -37,6 +37,7 @@ steps of about 100 ms, where a fault of 10% of the step is above that noise (doc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -219,7 +220,8 @@ def step_times(files: list[Path]) -> list[float]:
     per_rank: list[dict[int, float]] = []
     for path in files:
         if path.suffix == ".sqlite":
-            with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            # closed, not only committed; a finished rank file is one file (rollback journal): mode=ro adds nothing
+            with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
                 rows = db.execute("SELECT r.step, r.end_ns - r.start_ns FROM distprof_ranges r JOIN distprof_names n "
                                   "ON n.id = r.name_id WHERE n.name = 'ProfileStep'").fetchall()
             per_rank.append({int(step): float(ns) for step, ns in rows})

@@ -22,6 +22,7 @@ The swapped-out list is kept for one more write, so a thread that fetched the ol
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -257,6 +258,26 @@ def _rows_per_statement(db: sqlite3.Connection) -> int:
     return min(ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
 
 
+def _one_file(db: sqlite3.Connection) -> None:
+    """Back to a rollback journal once the WAL is folded in: the finished file is one file, and no
+    reader's open (even a read-only one, which cannot clean up) makes -wal/-shm beside it. SQLite
+    refuses at once while another connection has the file (a live view, rank 0 reading it): then
+    that reader, read-write, removes -wal/-shm when it closes last."""
+    with contextlib.suppress(sqlite3.OperationalError):
+        db.execute("PRAGMA journal_mode=DELETE")
+
+
+def settle(path: Path) -> None:
+    """A rank file whose process was killed (``distprof demo --hang`` ends its job so) left as
+    close() leaves one: its WAL folded in, no -wal/-shm beside it. Best effort, nothing if absent."""
+    if not path.is_file():
+        return
+    with contextlib.suppress(sqlite3.Error), \
+            contextlib.closing(sqlite3.connect(path.resolve().as_uri() + "?mode=rw", uri=True, timeout=1.0)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        _one_file(db)
+
+
 class Collector:
     """Records the ranges of one rank into ``path`` (the native file, schema above)."""
 
@@ -438,6 +459,7 @@ class Collector:
         self.set_meta(complete=1, load_1m_stop=_load_1m())
         with self._lock:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            _one_file(self._db)
             self._db.close()
 
     def _stop_writer(self) -> None:

@@ -210,7 +210,9 @@ class RankCursor:
         inode = os.stat(self.path).st_ino
         if inode == self.foreign:
             return
-        db = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=0.5)
+        # read-write, not read-only: the job is writing it, and if this reader closes last it folds the WAL in and
+        # removes -wal/-shm (a read-only one would leave them); the URI is quoted (``?``, ``#``, ``%`` in a path)
+        db = sqlite3.connect(Path(self.path).resolve().as_uri() + "?mode=rw", uri=True, timeout=0.5)
         meta = dict(db.execute("SELECT key, value FROM distprof_meta WHERE key IN ('started_wall_ns', 'live_node')"))
         if "started_wall_ns" not in meta or int(meta["started_wall_ns"]) < self.not_before_ns or \
                 (self.node is not None and meta.get("live_node") != self.node):
@@ -806,8 +808,12 @@ def _write_record(out: Path, record: dict) -> bool:
 
 
 def _emit(lines: list[str]) -> None:
+    """The view's lines on stdout, fitted to the console's width (COLUMNS, which ``distprof demo --width``
+    sets, or the terminal's; 100 in a log)."""
+    from .console import terminal_width
+    from .reports.live_text import fitted
     try:
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write("\n".join(fitted(lines, terminal_width())) + "\n")
         sys.stdout.flush()
     except OSError:
         pass

@@ -308,7 +308,7 @@ class Profiler:
         """This rank's RankResult; None when a failing rank's file cannot be reduced."""
         from . import pipeline
         try:
-            return pipeline.reduce_rank(native.read(self.rank_file(self.rank), self.config)[0], self.config)
+            return pipeline.reduce_rank(native.read(self.rank_file(self.rank), self.config, own=True)[0], self.config)
         except Exception:  # noqa: BLE001 - the user's exception is the one to report
             if failure is None:
                 raise
@@ -336,7 +336,7 @@ class Profiler:
             path = self.rank_file(rank)
             if rank != self.rank and path.exists():
                 try:
-                    out.append(pipeline.reduce_rank(native.read(path, self.config)[0], self.config))
+                    out.append(pipeline.reduce_rank(native.read(path, self.config, own=True)[0], self.config))
                 except Exception:  # noqa: BLE001 - a failed rank's file may be cut short: its warning stays
                     continue
         return out
@@ -352,7 +352,7 @@ class Profiler:
                 result = self._own_result(failure)
                 results = transport.results_from_files(
                     self.rank_file, self.world_size, self.config["collector"]["merge_timeout_s"], result,
-                    lambda path: pipeline.reduce_rank(native.read(path, self.config)[0], self.config)) \
+                    lambda path: pipeline.reduce_rank(native.read(path, self.config, own=True)[0], self.config)) \
                     if self.rank == 0 else None
                 warnings = [failure] if failure is not None else []
             else:
@@ -395,6 +395,7 @@ class Profiler:
         report = html.write_report(summary, self.out)
         if not self.quiet:
             sys.stdout.write(text.render(summary))
-            sys.stdout.write(f"\nwrote {self.out / export.SUMMARY_FILE}\nwrote {report}\n{text.next_steps(self.out)}\n")
+            sys.stdout.write(f"\n{export.written_line(summary, self.out)}\nwrote {report}\n"
+                             f"{text.next_steps(self.out)}\n")
             sys.stdout.flush()
         return summary.to_json()

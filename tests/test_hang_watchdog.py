@@ -135,6 +135,7 @@ def test_demo_hang_ends_on_its_own_and_names_the_rank(tmp_path):
     assert any(line.startswith("  rank 1: in ") and line.endswith("(step 5; root)") for line in lines)
     assert "root rank 1" in result.stdout
     assert processes_naming(str(out)) == []  # the job's ranks are gone
+    assert sorted(p.name for p in out.glob("rank*")) == ["rank0.sqlite", "rank1.sqlite"]  # no -wal/-shm left
 
 
 @pytest.mark.parametrize("text", ["1", "2:5", "1:99", "a:b"])

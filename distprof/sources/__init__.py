@@ -198,6 +198,32 @@ def dtype_size(name: object) -> int:
     return DTYPE_BYTES.get(key, -1)
 
 
+def _has_bytes(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def read_only_uri(path: str | Path) -> Iterator[str]:
+    """The URI (``sqlite3.connect(uri, uri=True)``) that reads an input SQLite file without creating
+    anything beside it: even a mode=ro open of a WAL-mode file (an nsys export, a rank file) leaves
+    -wal/-shm next to it. A settled file (no -wal with frames, no -journal) opens immutable: no lock,
+    no -wal/-shm. One with a -wal that holds frames (a rank that crashed: its last steps are only
+    there) opens mode=ro to read them; a -shm that open made (a -wal copied without its -shm) is
+    removed once the caller has closed its connections. Any path (``?``, ``#``, ``%``, spaces)."""
+    resolved = Path(path).resolve()  # SQLite's -wal/-shm sit beside the file a link points to
+    shm = Path(f"{resolved}-shm")
+    pending = _has_bytes(Path(f"{resolved}-wal")) or Path(f"{resolved}-journal").exists()
+    made_shm = pending and not shm.exists()
+    try:
+        yield resolved.as_uri() + ("?mode=ro" if pending else "?mode=ro&immutable=1")
+    finally:
+        if made_shm:
+            shm.unlink(missing_ok=True)
+
+
 def detect(path: Path) -> str:
     """'native', 'nsys' or 'kineto', from the file's content (not only its name)."""
     try:
@@ -211,7 +237,7 @@ def detect(path: Path) -> str:
         raise SourceError(f"{path}: not a SQLite file, nsys export or Kineto JSON trace")
     import sqlite3  # here, not at import: a merge of Kineto traces never opens SQLite
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as connection:
+        with read_only_uri(path) as uri, contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
             tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as error:
         raise SourceError(f"{path}: corrupt SQLite file ({error})") from None

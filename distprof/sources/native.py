@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from .. import events as ev
 from ..clock import offset_to_root
-from . import run_identity, sane_rank
+from . import read_only_uri, run_identity, sane_rank
 
 _INTEGERS = ("start_ns", "end_ns", "tid", "step")
 GROUP_PREFIX = "ranks "          # group name of a rank list: "ranks 0,1" (collector.group_text)
@@ -24,12 +25,22 @@ MAX_RTT_NS = 60 * 10**9  # a ping-pong round trip (the best of 16 samples) longe
 WAL_MISSING = "distprof rank file whose -wal file is missing (copied without it?)"
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    # read-write so a crashed rank's WAL is readable (it holds the last committed steps)
-    return sqlite3.connect(path)
+@contextlib.contextmanager
+def _connect(path: Path, own: bool) -> Iterator[sqlite3.Connection]:
+    """A connection that is closed, not just committed. An input (``own`` False) is read through
+    read_only_uri: nothing appears beside it. ``own``: a file of the running job (the live view,
+    the profiler's own finish), whose writer may still be open or just killed: read-write, so
+    whoever closes it last folds the WAL in and removes -wal/-shm (a read-only reader cannot)."""
+    if own:
+        with contextlib.closing(sqlite3.connect(Path(path).resolve().as_uri() + "?mode=rw", uri=True)) as db:
+            yield db
+        return
+    with read_only_uri(path) as uri, contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        yield db
 
 
-def _query(path: Path, window: tuple[int, int, int] | None = None) -> tuple[dict, list, int, int, list, dict]:
+def _query(path: Path, window: tuple[int, int, int] | None = None,
+           own: bool = False) -> tuple[dict, list, int, int, list, dict]:
     """Meta, good range rows (a name id missing from distprof_names gets a placeholder name, so
     its time is kept), the counts of rows skipped and of names missing, clock rows, lane names.
     ``window`` (rowid after, first step, last step): only those rows, found by rowid (the live
@@ -39,7 +50,7 @@ def _query(path: Path, window: tuple[int, int, int] | None = None) -> tuple[dict
         where += " AND r.rowid > ? AND r.step BETWEEN ? AND ?"
         arguments += tuple(int(v) for v in window)
     try:
-        with contextlib.closing(_connect(path)) as db:  # closed, not just committed: no -wal/-shm left behind
+        with _connect(path, own or window is not None) as db:
             meta = dict(db.execute("SELECT key, value FROM distprof_meta"))
             rows = db.execute(
                 "SELECT r.start_ns, r.end_ns, r.tid, r.step, "
@@ -89,11 +100,13 @@ def _load_meta(meta: dict) -> float | None:
     return max(loads) if loads else None
 
 
-def read(path: Path, config: dict, window: tuple[int, int, int] | None = None) -> list[ev.RankTrace]:
+def read(path: Path, config: dict, window: tuple[int, int, int] | None = None,
+         own: bool = False) -> list[ev.RankTrace]:
     """One RankTrace from a native file; a rank that crashed gives its completed steps.
-    ``window``: (rowid after, first step, last step) of a live window (see _query)."""
+    ``window``: (rowid after, first step, last step) of a live window (see _query); ``own``: a file
+    of the running job, read as _connect says."""
     wal_missing = window is None and _wal_missing(path)  # before _query's connection makes one
-    meta, rows, bad, unnamed, clock_rows, lane_names = _query(path, window)
+    meta, rows, bad, unnamed, clock_rows, lane_names = _query(path, window, own)
     warnings: list[str] = []
     rank, pid = _rank_and_pid(meta, path, warnings)
     rank, world_size, checked = sane_rank(rank, _int_meta(meta, "world_size", path, warnings), path)
