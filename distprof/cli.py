@@ -187,7 +187,7 @@ def run_hang_demo(command: list[str], out: Path, ranks: int) -> int:
     if not written:
         print(f"distprof: error: no hang file appeared in {out} within {HANG_DEMO_WAIT_S:.0f} s", file=sys.stderr)
         return 1
-    print(f"the job was ended after {len(written)} of {ranks} ranks wrote their hang files; distprof hang {out}:")
+    print(f"\nthe job was ended after {len(written)} of {ranks} ranks wrote their hang files; distprof hang {out}:")
     return cmd_hang(argparse.Namespace(inputs=[str(f) for f in written], out=str(out)))
 
 
@@ -254,7 +254,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     with writing(out):
         export.write_summary(summary, out)
     sys.stdout.write(text.render(summary, args.unit, width=args.width, all_ranks=args.all_ranks))
-    print(f"\n{export.written_line(summary, out)}")
+    print(f"\nwrote {out / export.SUMMARY_FILE}")
     if args.html:
         from .reports import html
         with writing(out):
@@ -537,14 +537,13 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
     from .analyses import whatif
     from .reports import whatif_report
-    from .reports.format import grouped_warnings
     unknown = sorted(set(args.scenario or ()) - set(whatif.SCENARIOS))
     if unknown:
         raise config_mod.ConfigError(f"--scenario: unknown {', '.join(unknown)}; known: {', '.join(whatif.SCENARIOS)}")
     config = config_mod.load(args.config)
     inputs = args.inputs[0] if len(args.inputs) == 1 else None
     summary = diff_side(inputs, config) if inputs else merge_summary(_expand(args.inputs), config)
-    for text in grouped_warnings(summary.warnings):  # as merge shows them: one said of many files once
+    for text in summary.warnings:  # as merge shows them
         console.warn(text)
     label = " ".join(args.inputs)
     try:
