@@ -31,6 +31,9 @@ DEFAULTS: dict[str, Any] = {
     },
     "communication": {
         "kernel_prefixes": ["nccl"],  # GPU kernels whose name starts with one of these are communication
+        "comm_kernels": [],   # your own communication kernels: regexes searched in the kernel name, each
+                              # optionally KIND=REGEX (KIND: allreduce, alltoall, ...); the known libraries'
+                              # (DeepEP, NVSHMEM, symmetric memory, custom all-reduce, ...) need none
     },
     "clock": {
         "pingpong_samples": 16,   # MPI ping-pong round trips per rank, at start and at stop
@@ -207,8 +210,24 @@ def _check_value(path: str, value: Any, source: str) -> None:
             raise ConfigError(f"{source}: key '{path}' must be {bounds}, got {value!r}")
     if path in NON_EMPTY_TEXT and isinstance(value, str) and not value.strip():
         raise ConfigError(f"{source}: key '{path}' must not be empty")
+    if path == "communication.comm_kernels":
+        _check_patterns(path, value, source)
     if path in NON_EMPTY_ITEMS and isinstance(value, list) and any(item == "" for item in value):
         raise ConfigError(f"{source}: key '{path}' must not hold an empty string (it would match everything)")
+
+
+def _check_patterns(path: str, value: list, source: str) -> None:
+    """Each entry a regex that compiles (and not the empty one, which would take every kernel)."""
+    import re
+
+    from .sources.comm_kernels import user_pattern
+    for entry in value:
+        try:
+            _, pattern = user_pattern(entry)
+        except re.error as error:
+            raise ConfigError(f"{source}: key '{path}': {entry!r} is not a regular expression ({error})") from None
+        if pattern.search("") is not None:
+            raise ConfigError(f"{source}: key '{path}': {entry!r} matches every kernel name")
 
 
 def _number_hint(value: Any, expected: tuple | type) -> str:

@@ -58,10 +58,14 @@ _CATEGORICAL = {"kind": KINDS, "category": CATEGORIES, "lane_kind": LANE_KINDS, 
 #          its member ranks are in RankTrace.meta["process_groups"]
 #   nbytes the message size in bytes (-1 = not known)
 #   peer   the global rank at the other end of a send/recv (-1 = not known / not p2p)
+#   comm_rule  on COMMUNICATION rows, the rule that made the row communication ("nccl* kernel", "DeepEP
+#          kernel", "launched by a communication op", ...: sources/comm_kernels.py); "" elsewhere or unsaid
 COLUMNS = ("rank", "kind", "category", "name", "start_ns", "end_ns", "device", "lane",
-           "lane_kind", "pid", "correlation_id", "step", "phase", "collective", "group", "nbytes", "peer")
+           "lane_kind", "pid", "correlation_id", "step", "phase", "collective", "group", "nbytes", "peer",
+           "comm_rule")
 _DEFAULTS = {"rank": 0, "device": -1, "lane": 0, "pid": 0, "correlation_id": -1, "step": -1,
-             "phase": "", "lane_kind": HOST_THREAD, "collective": "", "group": "", "nbytes": -1, "peer": -1}
+             "phase": "", "lane_kind": HOST_THREAD, "collective": "", "group": "", "nbytes": -1, "peer": -1,
+             "comm_rule": ""}
 
 # squashed (lower-case letters only) op text -> kind, first match wins (reduce_scatter before reduce)
 _KIND_RULES = (("reducescatter", REDUCE_SCATTER), ("allreduce", ALLREDUCE), ("allgather", ALLGATHER),

@@ -90,10 +90,12 @@ class Lane(msgspec.Struct, frozen=True):
     lane_kind: str
     communication_ns: int
     computation_ns: int
+    comm_rules: tuple[str, ...] = ()   # the rules that made its rows communication (sources/comm_kernels.py)
 
     def to_json(self) -> dict:
         return {"lane": self.label, "device": self.device, "lane_kind": self.lane_kind,
-                "communication_ns": self.communication_ns, "computation_ns": self.computation_ns}
+                "communication_ns": self.communication_ns, "computation_ns": self.computation_ns,
+                "comm_rules": list(self.comm_rules)}
 
 
 def _shifted(columns: dict, offset_ns: int) -> dict:
@@ -225,7 +227,8 @@ class RankResult(Record):
         try:
             figures = RankFigures(**{key: row[key] for key in _FIGURE_KEYS if key in row})
             lanes = tuple(Lane(lane["lane"], lane["device"], lane["lane_kind"], lane["communication_ns"],
-                               lane["computation_ns"]) for lane in row["lanes"])
+                               lane["computation_ns"], tuple(map(str, lane.get("comm_rules") or ())))
+                          for lane in row["lanes"])
             clock = ClockEstimate(offset_ns=row["clock_offset_ns"], uncertainty_ns=row["clock_uncertainty_ns"])
             return cls(rank=row["rank"], source="", source_file=row["source_file"], pid=row["pid"],
                        device=row["device"], rank_from=row["rank_from"], figures=figures, lanes=lanes,

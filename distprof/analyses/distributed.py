@@ -146,10 +146,17 @@ def work_sets(events: ev.Table, window: iv.IntervalSet, masks: tuple[np.ndarray,
         if not gpu:
             comp = iv.difference(comp, comm)  # time blocked in communication is not computation
         key = keys[int(position)]
-        lane_work.append(Lane(labels[position], key.device, key.kind, iv.total(comm), iv.total(comp)))
+        lane_work.append(Lane(labels[position], key.device, key.kind, iv.total(comm), iv.total(comp),
+                              _comm_rules(events, on_lane & comm_mask)))
         comm_parts.append(comm)
         comp_parts.append(comp)
     return _union_all(comm_parts), _union_all(comp_parts), tuple(lane_work)
+
+
+def _comm_rules(events: ev.Table, rows: np.ndarray) -> tuple[str, ...]:
+    """The rules that made these communication rows communication, as the sources said them."""
+    rule = events["comm_rule"]
+    return tuple(text for text in rule.texts[np.unique(rule.codes[rows])].tolist() if text) if rows.any() else ()
 
 
 def exposed_per_op(view: RankView, rows: np.ndarray) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 Per rank and device, from the per-lane figures of the Distributed Summary (``lanes``): a lane
 (GPU stream, or host thread) that carries both communication and computation serializes them:
-``FAIL``. Separate lanes but an overlap ratio below ``checks.overlap_warn_ratio``: ``WARN``.
+``FAIL``, unless it is a communication stream whose computation is its library's small helper
+work (``HELPER_COMPUTE_SHARE``). Separate lanes but an overlap ratio below ``checks.overlap_warn_ratio``: ``WARN``.
 Otherwise ``PASS``. Host threads are placed beside the rank's device (gloo or MPI on host
 threads next to kernels on a stream are two lanes of one row, not two rows of N/A). A
 rank/device with no communication, or with no computation to overlap with, gets ``N/A``
@@ -19,6 +20,10 @@ from ..typed import Reason
 
 CHECK = "stream_placement"
 PASS, WARN, FAIL, NA = "PASS", "WARN", "FAIL", "N/A"
+# A communication stream may run its library's own small kernels (DeepEP's layout and FP8 cast on its
+# stream, FSDP's copy-in on the all-gather stream): the lane is the communication's own while the
+# computation on it is at most this share of its communication and the rank computes mostly elsewhere
+HELPER_COMPUTE_SHARE = 0.10
 
 # A row's message and advice are Reasons (reports/findings.py words them): codes no_communication,
 # no_computation, serialized, no_overlap, own_lane, own_lane_after_waits, pipeline_dependency; advice
@@ -29,6 +34,14 @@ def _kinds_on_lanes(collectives: dict, lanes: set[str]) -> list[str]:
     """Collective kinds recorded on the given lane labels (one pass in C via set/zip)."""
     pairs = set(zip(collectives.get("name", ()), collectives.get("lane", ())))
     return sorted({name for name, lane in pairs if lane in lanes})
+
+
+def _comm_lane_with_helpers(lane, compute: list) -> bool:
+    """A GPU stream that is communication's own, with small work of its library beside it: its computation
+    is at most HELPER_COMPUTE_SHARE of its communication, and other lanes of the device carry more."""
+    elsewhere = sum(other.computation_ns for other in compute if other is not lane)
+    return (lane.lane_kind == ev.GPU_STREAM and lane.computation_ns <= HELPER_COMPUTE_SHARE * lane.communication_ns
+            and elsewhere > lane.computation_ns)
 
 
 def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
@@ -44,7 +57,7 @@ def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
         on_device = [lane for lane in lanes if lane.device == device and lane not in host] + host
         comm = [lane for lane in on_device if lane.communication_ns > 0]
         compute = [lane for lane in on_device if lane.computation_ns > 0]
-        shared = [lane for lane in comm if lane.computation_ns > 0]
+        shared = [lane for lane in comm if lane.computation_ns > 0 and not _comm_lane_with_helpers(lane, compute)]
         row = {"check": CHECK, "rank": result.rank,
                "device": None if device is None or device < 0 else int(device),
                "status": PASS, "comm_lanes": [lane.label for lane in comm],

@@ -52,7 +52,7 @@ import numpy as np
 
 from .. import events as ev
 from ..joins import innermost_enclosing, launch_join, span_of_groups
-from . import communication_prefixes, plausible_span, run_identity, sane_rank
+from . import comm_kernels, plausible_span, run_identity, sane_rank
 from .kineto_comm import comm_columns, comm_facts, comm_sources
 from .kineto_decode import (
     CATEGORY_CLASS,
@@ -84,6 +84,7 @@ _PHASE_NAME = re.compile(r"^(## *(forward|backward|optimi[sz]er|optimi[sz]er[._ 
 _HOST_COMM_ALWAYS = ("gloo:",)          # gloo worker-thread ranges: the real exchange, waiting included
 _HOST_COMM_CPU_ONLY = ("c10d::",)       # on GPU traces these only enqueue NCCL kernels
 _HOST_COMPUTE = ("aten::",)
+_HOST_RULE = "gloo/c10d host op"  # comm_rule of the host rows that are communication (gloo:*, CPU-only c10d::*)
 _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 
 
@@ -129,15 +130,18 @@ def _build(path: Path, doc: Document, config: dict) -> ev.RankTrace:
     time_warnings = _check_times(start_ns, end_ns, to_int(doc.info.get("baseTimeNanoseconds"), 0), path)
     name_codes, name_uniques = _factorize_names(doc.field(rows, "name"))
     ids = _ids(doc, rows, classes, read["pid"], read["tid"])
-    facts = comm_facts(doc, rows, comm_sources(classes, name_codes, name_uniques, config), name_codes, name_uniques)
+    comm_kernel = _comm_kernel_rows(classes, name_codes, name_uniques, start_ns, end_ns, ids, config)
+    facts = comm_facts(doc, rows, comm_sources(classes, name_codes, name_uniques, comm_kernel["is_comm"]),
+                       name_codes, name_uniques)
     profiles = _profile_tables(doc, rows, read["is_op"], name_codes, name_uniques, start_ns, end_ns, ids)
     del rows
     doc.events = []  # everything is read: free the structs now (their raw args hold the whole file's text)
     steps = _steps(classes, name_codes, name_uniques, start_ns, end_ns, ids, path)
-    columns, name_uniques = _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids, steps, config)
+    columns, name_uniques = _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids, steps, comm_kernel)
     comm, comm_meta, comm_warnings = comm_columns(doc, facts, ids, steps, classes, start_ns, end_ns,
                                                    columns["category"].codes[:len(classes)], path)
     columns.update(comm)
+    columns["collective"] = _kernel_kinds(columns["collective"], comm_kernel["kind_code"], len(classes))
     rank, rank_from, world_size, rank_warnings = _checked_rank(doc, path)
     table = ev.make_events(rank=-1 if rank is None else rank, **columns)
 
@@ -355,7 +359,59 @@ def _demote_nested_phases(category, ids, start_ns, end_ns) -> None:
     category[rows[order[inside]]] = ev.CATEGORIES.index(ev.USER)
 
 
-def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, steps: dict, config: dict):
+def _comm_kernel_rows(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, config: dict) -> dict:
+    """Per row: a communication kernel or not, the rule that says so (``comm_rule``) and the collective
+    its name says (0: not said). Names by the one table (comm_kernels.classify, once per distinct kernel
+    name); a kernel no name rule knows is communication when the innermost host op around its launching
+    call is a communication op (c10d::*, record_param_comms, symm_mem::*, ...)."""
+    is_kernel = classes == KERNEL_CLASS
+    used = np.zeros(len(name_uniques), bool)
+    used[name_codes[is_kernel]] = True
+    kernel_names = np.flatnonzero(used)
+    known = comm_kernels.classify([name_uniques[code] for code in kernel_names.tolist()], config)
+    by_name = np.zeros(len(name_uniques), bool)
+    by_name[kernel_names] = known.is_comm
+    rule_of_name = np.full(len(name_uniques), "", dtype=object)
+    rule_of_name[kernel_names] = known.rule
+    kind_of_name = np.zeros(len(name_uniques), np.int8)
+    kind_of_name[kernel_names] = known.kind_code
+    is_comm = is_kernel & by_name[name_codes]
+    rule = np.where(is_comm, rule_of_name[name_codes], "")
+    launched = _launched_by_comm_op(classes, name_codes, name_uniques, start_ns, end_ns, ids) & is_kernel & ~is_comm
+    rule[launched] = comm_kernels.RULE_LAUNCHED
+    return {"is_comm": is_comm | launched, "rule": rule,
+            "kind_code": np.where(is_comm, kind_of_name[name_codes], 0).astype(np.int8)}
+
+
+def _launched_by_comm_op(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict) -> np.ndarray:
+    """Per row: GPU work whose launching call's innermost enclosing host op is a communication op."""
+    comm_op_name = np.array([comm_kernels.is_comm_op_name(name) for name in name_uniques], bool)
+    host = np.flatnonzero(classes == HOST_RANGE_CLASS)
+    runtime = np.flatnonzero(classes == RUNTIME_CLASS)
+    work = np.flatnonzero(classes == KERNEL_CLASS)
+    result = np.zeros(len(classes), bool)
+    if not (host.size and runtime.size and work.size and comm_op_name.any()):
+        return result
+    tid = ids["tid"]
+    around = innermost_enclosing(tid[host], start_ns[host], end_ns[host], tid[runtime], start_ns[runtime],
+                                 end_ns[runtime])
+    call_in_comm = np.where(around >= 0, comm_op_name[name_codes[host[np.maximum(around, 0)]]], False)
+    launch = launch_join(ids["correlation"][work], ids["correlation"][runtime])
+    result[work] = np.where(launch >= 0, call_in_comm[np.maximum(launch, 0)], False)
+    return result
+
+
+def _kernel_kinds(collective: ev.Texts, kind_code: np.ndarray, rows: int) -> ev.Texts:
+    """The collective a known kernel family names, where no other source said one (DeepEP's dispatch is
+    an all-to-all: no record_param_comms says so)."""
+    codes = ev.Texts.of(collective, ev.COLLECTIVE_KINDS).codes
+    said = np.zeros(codes.size, np.int32)
+    said[:rows] = kind_code
+    unsaid = (codes == 0) | (codes == ev.COLLECTIVE_KINDS.index(ev.OTHER_COMM))
+    return ev.Texts.from_codes(np.where(unsaid & (said > 0), said, codes), ev.COLLECTIVE_KINDS)
+
+
+def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, steps: dict, comm_kernel: dict):
     """The event-table columns as categoricals, one ProfileStep row appended per step (the CPU
     ProfilerStep#N rows stay as USER ranges)."""
     kind = np.full(len(classes), ev.KINDS.index(ev.RANGE), np.int64)
@@ -367,11 +423,11 @@ def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, ste
     kind[category == ev.CATEGORIES.index(ev.COMMUNICATION)] = ev.KINDS.index(ev.COMM_OP)
     category[np.isin(classes, (MEMCPY_CLASS, MEMSET_CLASS))] = ev.CATEGORIES.index(ev.MEMORY)
     category[classes == RUNTIME_CLASS] = ev.CATEGORIES.index(ev.RUNTIME_CAT)
-    prefixes = communication_prefixes(config)
-    comm_name = np.array([name.startswith(prefixes) for name in name_uniques], dtype=bool)
     is_kernel = classes == KERNEL_CLASS
-    category[is_kernel] = np.where(comm_name[name_codes[is_kernel]], ev.CATEGORIES.index(ev.COMMUNICATION),
+    category[is_kernel] = np.where(comm_kernel["is_comm"][is_kernel], ev.CATEGORIES.index(ev.COMMUNICATION),
                                    ev.CATEGORIES.index(ev.COMPUTE))
+    comm_rule = comm_kernel["rule"].copy()
+    comm_rule[(category == ev.CATEGORIES.index(ev.COMMUNICATION)) & ~is_kernel] = _HOST_RULE
     lane_kind = np.where(ids["gpu"], ev.LANE_KINDS.index(ev.GPU_STREAM), ev.LANE_KINDS.index(ev.HOST_THREAD))
 
     n_steps = steps["rows"].size
@@ -390,6 +446,7 @@ def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, ste
         "pid": np.concatenate([ids["pid"], steps["pid"]]),
         "correlation_id": np.concatenate([ids["correlation"], np.full(n_steps, -1, np.int64)]),
         "step": np.concatenate([steps["step"], steps["numbers"]]),
+        "comm_rule": np.concatenate([comm_rule, np.full(n_steps, "", dtype=object)]),
     }
     for column, allowed in (("kind", ev.KINDS), ("category", ev.CATEGORIES), ("lane_kind", ev.LANE_KINDS),
                             ("name", name_uniques)):

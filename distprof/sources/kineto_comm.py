@@ -44,10 +44,9 @@ import numpy as np
 
 from .. import events as ev
 from ..joins import innermost_enclosing
-from . import communication_prefixes, dtype_size
+from . import dtype_size
 from .kineto_decode import (
     HOST_RANGE_CLASS,
-    KERNEL_CLASS,
     RUNTIME_CLASS,
     Document,
     int_column,
@@ -70,13 +69,11 @@ _COMM_ROW = ev.CATEGORIES.index(ev.COMMUNICATION)
 _PEER_ARG = 2  # c10d::send(tensors, group, dstRank, tag) / c10d::recv_(tensors, group, srcRank, tag)
 
 
-def comm_sources(classes, name_codes, name_uniques, config: dict) -> np.ndarray:
-    """Per row, the kind of row (_SRC_*) that can describe a communication op, -1 for the rest."""
-    prefixes = communication_prefixes(config)
+def comm_sources(classes, name_codes, name_uniques, comm_kernel: np.ndarray) -> np.ndarray:
+    """Per row, the kind of row (_SRC_*) that can describe a communication op, -1 for the rest
+    (``comm_kernel``: per row, a communication kernel by comm_kernels' rules)."""
     host_source = np.full(len(name_uniques), -1, np.int8)
-    comm_kernel = np.zeros(len(name_uniques), bool)
     for index, name in enumerate(name_uniques):  # per distinct name
-        comm_kernel[index] = name.startswith(prefixes)
         for source, match in ((_SRC_PARAM, name == _PARAM_COMMS), (_SRC_NCCL, name.startswith("nccl:")),
                               (_SRC_GLOO, name.startswith("gloo:")), (_SRC_C10D, name.startswith("c10d::"))):
             if match:
@@ -84,7 +81,7 @@ def comm_sources(classes, name_codes, name_uniques, config: dict) -> np.ndarray:
     if not name_codes.size:
         return np.empty(0, np.int8)
     source = np.where(classes == HOST_RANGE_CLASS, host_source[name_codes], -1).astype(np.int8)
-    source[(classes == KERNEL_CLASS) & comm_kernel[name_codes]] = _SRC_KERNEL
+    source[comm_kernel] = _SRC_KERNEL
     return source
 
 

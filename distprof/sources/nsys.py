@@ -86,7 +86,7 @@ from .. import events as ev
 from ..columns import unique_rows
 from ..events import RankTrace, SourceError
 from ..joins import innermost_enclosing, launch_join, span_of_groups
-from . import communication_prefixes, launcher_ids, plausible_span, read_only_uri, run_identity
+from . import comm_kernels, launcher_ids, plausible_span, read_only_uri, run_identity
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WAL_MODE = b"\x02\x02"                 # header bytes 18-19 of a WAL-mode file (nsys exports: 1, 1)
@@ -166,7 +166,7 @@ def read_kernel_table(path: str | Path, config: dict) -> dict:
     _check_header(path)
     try:
         with _Export(path) as export:
-            return _read_kernels(export, communication_prefixes(config))
+            return _read_kernels(export, config)
     except sqlite3.Error as error:
         raise _database_error(path, error) from None
 
@@ -201,6 +201,7 @@ class _Export:
 
     def __init__(self, path: Path):
         self.path = path
+        self.comm_rules: list[str] = [RULE_NVTX]  # comm_rule texts of the kernels (_read_kernels sets them)
         self._opened = contextlib.ExitStack()  # read_only_uri: nothing is made beside the export
         self._uri = self._opened.enter_context(read_only_uri(path))
         try:
@@ -414,9 +415,10 @@ def _gpu_columns(export: _Export, table: str, extra: str) -> list[np.ndarray]:
     return [start, end, device, stream, correlation, (global_pid >> 24) & _PID_MASK, last]
 
 
-def _read_kernels(export: _Export, comm_prefixes: tuple[str, ...]) -> dict:
+def _read_kernels(export: _Export, config: dict) -> dict:
     """The kernel table as columns: names resolved (shortName, else demangledName) and
-    classified once per distinct name, then spread to rows by code."""
+    classified once per distinct name (comm_kernels: NCCL prefixes, the known families, the user's
+    patterns), then spread to rows by code; ``comm_rule`` codes into ``export.comm_rules``."""
     export.require(KERNEL_TABLE, "start", "end", "deviceId", "streamId", "shortName")
     start, end, device, stream, correlation, pid, short_ids = _gpu_columns(export, KERNEL_TABLE, "t.shortName")
     name_codes, distinct_ids = ev.factorize(short_ids.tolist())
@@ -428,13 +430,30 @@ def _read_kernels(export: _Export, comm_prefixes: tuple[str, ...]) -> dict:
         demangled = export.strings(np.array(list(pairs.values()), dtype=np.int64))
         found.update({short: demangled[long] for short, long in pairs.items() if long in demangled})
     names = np.array([found.get(int(i)) or unknown_string(export, i) for i in distinct_ids], dtype=object)
-    is_comm = np.array([name.startswith(comm_prefixes) for name in names], dtype=bool)
+    known = comm_kernels.classify(_full_names(export, distinct_ids, names), config)
+    is_comm = known.is_comm
     category = np.where(is_comm, _CATEGORY_CODE[ev.COMMUNICATION], _CATEGORY_CODE[ev.COMPUTE]).astype(np.int8)
-    collective = _collective_codes(names, is_comm)
+    collective = np.where(known.kind_code > 0, known.kind_code, _collective_codes(names, is_comm)).astype(np.int8)
+    export.comm_rules = [RULE_NVTX, *sorted(set(known.rule[is_comm].tolist()))]
+    position = {text: code for code, text in enumerate(export.comm_rules)}
+    rule_of_name = np.array([position[rule] if comm else -1 for rule, comm in zip(known.rule, is_comm)], np.int64)
     return {"kind": np.full(start.size, _KIND_CODE[ev.KERNEL], np.int8), "category": category[name_codes],
-            "collective": collective[name_codes],
+            "collective": collective[name_codes], "comm_rule": rule_of_name[name_codes].astype(np.int16),
             "name": name_codes.astype(np.int64), "names": names, "start": start, "end": end, "device": device,
             "lane": stream, "pid": pid, "correlation_id": correlation}
+
+
+def _full_names(export: _Export, short_ids: np.ndarray, names: np.ndarray) -> list[str]:
+    """Per distinct shortName, the name to classify: its demangled name where it has one alone (a
+    shortName is the bare function, "dispatch" for DeepEP's deep_ep::internode::dispatch<...>); the
+    shortName where it has none or several (two libraries' "dispatch": no family decides for both)."""
+    if "demangledName" not in export.columns(KERNEL_TABLE) or not len(short_ids):
+        return names.tolist()
+    pairs = export.rows(f"SELECT shortName, min(demangledName), count(DISTINCT demangledName) FROM {KERNEL_TABLE} "
+                        "GROUP BY shortName")
+    alone = {short: long for short, long, count in pairs if count == 1 and long is not None}
+    text = export.strings(np.array(sorted(set(alone.values())), dtype=np.int64))
+    return [text.get(alone.get(int(short), -1)) or name for short, name in zip(list(short_ids), names.tolist())]
 
 
 def _read_memory_ops(export: _Export) -> list[dict]:
@@ -459,7 +478,8 @@ def _read_memory_ops(export: _Export) -> list[dict]:
     return parts
 
 
-_OPTIONAL = {"collective": (0, np.int8), "nbytes": (-1, np.int64)}  # columns only some parts have
+_OPTIONAL = {"collective": (0, np.int8), "nbytes": (-1, np.int64), "comm_rule": (-1, np.int16)}  # only some parts
+RULE_NVTX = "NCCL/MPI NVTX range"  # comm_rule of the NVTX ranges that are communication
 
 
 def _column_of(part: dict, key: str) -> np.ndarray:
@@ -662,10 +682,9 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
     path = export.path
     if not export.tables & set(NSYS_TABLES):
         raise _not_an_export(export)
-    prefixes = communication_prefixes(config)
     warnings: list[str] = []
 
-    gpu = _concat_parts([_read_kernels(export, prefixes), *_read_memory_ops(export)])
+    gpu = _concat_parts([_read_kernels(export, config), *_read_memory_ops(export)])
     calls, op_launch = _launch_calls(export, gpu)
     nvtx = _read_nvtx(export)
     gpu, op_launch, calls, nvtx = _drop_negative(gpu, op_launch, calls, nvtx, warnings, path)
@@ -913,6 +932,15 @@ def _event_columns(part: dict, lane: np.ndarray, lane_kind: int) -> dict:
     return {**columns, "lane": lane, "lane_kind": np.full(lane.size, lane_kind, np.int8)}
 
 
+def _comm_rule(column: dict, export: _Export) -> ev.Texts:
+    """Per row, the rule that made it communication: its kernel's (codes into ``export.comm_rules``), the
+    NVTX domain's for communication ranges, "" for the rest."""
+    texts = [*export.comm_rules, ""]
+    codes = np.where(column["comm_rule"] >= 0, column["comm_rule"], len(texts) - 1)
+    nvtx_comm = (column["comm_rule"] < 0) & (column["category"] == _CATEGORY_CODE[ev.COMMUNICATION])
+    return ev.Texts.from_codes(np.where(nvtx_comm, texts.index(RULE_NVTX), codes), texts)
+
+
 def _domain_counts(pid: np.ndarray, domain: np.ndarray) -> dict[int, dict[str, int]]:
     """NVTX rows per domain of each process, most first: {pid: {domain: rows}}."""
     codes, domains = ev.factorize(domain.tolist())
@@ -960,7 +988,8 @@ def _rank_traces(export: _Export, rows: dict, phase_names: np.ndarray, devices: 
             name=name, phase=phase, start_ns=column["start"], end_ns=column["end"], device=column["device"],
             lane=column["lane"], pid=column["pid"], correlation_id=column["correlation_id"], step=column["step"],
             rank=-1 if rank is None else rank, nbytes=column["nbytes"],
-            collective=ev.Texts.from_codes(column["collective"], ev.COLLECTIVE_KINDS))
+            collective=ev.Texts.from_codes(column["collective"], ev.COLLECTIVE_KINDS),
+            comm_rule=_comm_rule(column, export))
         del column, name, phase
         meta = {**file_facts, "nvtx_domains": domain_counts.get(int(pid), {}),
                 "run": run_identity(events["start_ns"], events["end_ns"], clock_offset, clock_offset or None,
