@@ -18,6 +18,15 @@ def duration(ns: float) -> str:
     return f"\u27e6ns:{int(round(ns))}\u27e7"
 
 
+def fixed(value: float, spec: str) -> str:
+    """``format(value, spec)`` without a negative zero: a change that rounds to nothing prints "0.0%"
+    (or "+0.0" where a sign is asked for), never "-0.0%", which gave a direction nothing had."""
+    text = format(value, spec)
+    if text.startswith("-") and not any(char in "123456789in" for char in text):  # not -inf, not -nan
+        return format(0.0, spec)
+    return text
+
+
 def readable(ns: float) -> str:
     """A duration in the unit that keeps it readable (1.2 s, 45.3 ms, 15.0 us, 80 ns)."""
     for unit in ("s", "ms", "us"):
@@ -31,5 +40,5 @@ def phrase(template: str, unit: str | None = None) -> str:
     else each in its readable unit."""
     def written(match: re.Match) -> str:
         ns = int(match.group(1))
-        return readable(ns) if unit is None else f"{ns / SCALE[unit]:.2f} {unit}"
+        return readable(ns) if unit is None else f"{fixed(ns / SCALE[unit], '.2f')} {unit}"
     return _TOKEN.sub(written, template)

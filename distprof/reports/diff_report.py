@@ -34,11 +34,11 @@ def _known(value: float | None) -> bool:
 def _t(ns: float | None, unit: str, sign: bool = False) -> str:
     if not _known(ns):
         return "-"
-    return f"{ns / UNITS[unit]:{'+' if sign else ''}.2f}"
+    return format.fixed(ns / UNITS[unit], "+.2f" if sign else ".2f")
 
 
 def _pct(relative: float | None) -> str:
-    return f"{100 * relative:+.1f}%" if _known(relative) else "-"
+    return format.fixed(100 * relative, "+.1f") + "%" if _known(relative) else "-"
 
 
 def step_lines(step: dict, unit: str) -> list[str]:
@@ -65,9 +65,16 @@ def step_lines(step: dict, unit: str) -> list[str]:
 
 
 _FACTS = {"hosts": "hosts", "cores": "usable cores", "gpus": "GPUs", "load_per_core": "1-minute load per core"}
-ONE_RUN = ("one run a side: the run-to-run noise is not measured (two runs of one configuration on a shared machine "
-           "can differ by more than this interval); for a verdict between runs give several a side: "
-           "distprof diff A1 A2 A3 --vs B1 B2 B3")
+ONE_RUN = ("one run a side: the run-to-run noise is not measured{interval}; for a verdict between runs give several "
+           "a side: distprof diff A1 A2 A3 --vs B1 B2 B3")
+BEYOND_INTERVAL = " (two runs of one configuration on a shared machine can differ by more than this interval)"
+
+
+def one_run_line(step: dict | None) -> str:
+    """That run-to-run noise is not measured; "more than this interval" only where step_lines printed
+    one (not without steps, nor with too few for an interval)."""
+    shown = step is not None and step.get("reason") not in ("no_steps", "too_few_steps")
+    return ONE_RUN.format(interval=BEYOND_INTERVAL if shown else "")
 
 
 def machine_lines(differences: list[dict]) -> list[str]:
@@ -87,7 +94,7 @@ def runs_lines(runs: dict | None, unit: str) -> list[str]:
     """Several runs a side: each side's runs and spread, the change and its two-level interval;
     one run a side: that the run-to-run noise is not measured."""
     if runs is None:
-        return [ONE_RUN]
+        return [one_run_line(None)]
 
     def side(name: str) -> str:
         s = runs[name]
@@ -113,13 +120,13 @@ def verdict_lines(diff: dict, unit: str) -> list[str]:
     if diff.get("runs"):
         own[0] = "Median runs (the detail below compares them): " + own[0]
         return runs_lines(diff["runs"], unit) + own + unit_lines(diff["unit_of_work"], unit)
-    return own + [ONE_RUN] + unit_lines(diff["unit_of_work"], unit)
+    return own + [one_run_line(diff["step_time"])] + unit_lines(diff["unit_of_work"], unit)
 
 
 def _cell(b: float | None, a: float | None, unit: str) -> str:
     if not _known(b) or not _known(a):
         return f"{_t(b, unit)} -> {_t(a, unit)}"
-    return f"{_t(b, unit)} -> {_t(a, unit)} {'-' if not b else f'{100 * (a - b) / b:+.0f}%'}"
+    return f"{_t(b, unit)} -> {_t(a, unit)} {'-' if not b else format.fixed(100 * (a - b) / b, '+.0f') + '%'}"
 
 
 def _figures(diff: dict) -> tuple:

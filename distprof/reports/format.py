@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..console import TABLE_WIDTH, WRAP, wrapped  # noqa: F401 - the reports' console widths
 from ..results import RankResult
 
+from ..units import fixed  # noqa: F401 - numbers without a negative zero, for every report
 if TYPE_CHECKING:
     from ..sections.collectives import CollectiveRow
     from ..sections.tables import AcrossRanks, FigureStats, RatioStats
@@ -75,8 +76,8 @@ def figure(key: str, value, unit: str) -> str:
     if value is None:
         return "-"
     if key == "overlap_ratio":
-        return f"{100 * value:.1f}%"
-    return f"{value / UNITS[unit]:.2f}"
+        return fixed(100 * value, ".1f") + "%"
+    return fixed(value / UNITS[unit], ".2f")
 
 
 def column_title(key: str, title: str, unit: str) -> str:

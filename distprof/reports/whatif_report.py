@@ -41,16 +41,16 @@ def parts(whatif: WhatIf, unit: str = "ms") -> tuple[str, list[str], list[list[s
     whatif = capped(whatif)
 
     def t(ns) -> str:
-        return "-" if ns is None else f"{ns / scale:.2f}"
+        return "-" if ns is None else format.fixed(ns / scale, ".2f")
 
     error = whatif.replay_error
     head = (f"measured {format.STEP_TIME_DEFINITION} {t(whatif.measured_step_ns)} {unit}, replayed "
-            f"{t(whatif.replayed_step_ns)} {unit} (replay error median {100 * error:.1f}% over "
+            f"{t(whatif.replayed_step_ns)} {unit} (replay error median {format.fixed(100 * error, '.1f')}% over "
             f"{whatif.steps} steps)"
             if error is not None else "no steps to replay")
     rows = []
     for row in whatif.scenarios:
-        share = (f"{100 * row.saving_ns / whatif.measured_step_ns:.1f}%"
+        share = (format.fixed(100 * row.saving_ns / whatif.measured_step_ns, ".1f") + "%"
                  if row.applies and whatif.measured_step_ns else "-")
         gaining = ", ".join(map(str, row.ranks_gaining[:8])) + (" ..." if len(row.ranks_gaining) > 8 else "")
         rows.append([TITLES.get(row.name, row.name), t(row.predicted_step_ns), t(row.saving_ns), share,
