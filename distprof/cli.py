@@ -537,13 +537,14 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
     from .analyses import whatif
     from .reports import whatif_report
+    from .reports.format import grouped_warnings
     unknown = sorted(set(args.scenario or ()) - set(whatif.SCENARIOS))
     if unknown:
         raise config_mod.ConfigError(f"--scenario: unknown {', '.join(unknown)}; known: {', '.join(whatif.SCENARIOS)}")
     config = config_mod.load(args.config)
     inputs = args.inputs[0] if len(args.inputs) == 1 else None
     summary = diff_side(inputs, config) if inputs else merge_summary(_expand(args.inputs), config)
-    for text in summary.warnings:  # as merge shows them
+    for text in grouped_warnings(summary.warnings):  # as merge shows them: one said of many files once
         console.warn(text)
     label = " ".join(args.inputs)
     try:

@@ -3,13 +3,14 @@ titles, banners and duration/ratio formatting, in one place for text, tables and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..console import TABLE_WIDTH, WRAP, wrapped  # noqa: F401 - the reports' console widths
 from ..results import RankResult
-
 from ..units import fixed  # noqa: F401 - numbers without a negative zero, for every report
+
 if TYPE_CHECKING:
     from ..sections.collectives import CollectiveRow
     from ..sections.tables import AcrossRanks, FigureStats, RatioStats
@@ -112,3 +113,53 @@ def collective_headers(unit: str, with_peak: bool) -> list[str]:
     titles = [f"{title} ({unit})" if key in ("total_ns", "transfer_median_ns") else title
               for title, key in COLLECTIVE_COLUMNS]
     return titles if with_peak else titles[:-1]
+
+
+# -- numbers, paths and repeated warnings as a console shows them --------------------------------
+
+def shown_path(path: str) -> str:
+    """A file's path as the user most likely gave it: relative to the current directory where that is
+    shorter. Merge keeps absolute paths (``distprof trace OUT`` finds the rank files from anywhere); a
+    table cell of the absolute path was cut in the middle where the relative one fits."""
+    import os
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive
+        return path
+    return relative if len(relative) < len(path) else path
+
+
+GROUP_FROM = 3    # a warning said of this many files or more is printed once, with the count
+FILES_NAMED = 3   # ... and the names of the first few files
+_ABOUT_FILE = re.compile(r"(\S*[/\\.]\S*): (.+)", re.DOTALL)  # "path/rank3.json: what is wrong with it"
+_NUMBER = re.compile(r"\d+")
+
+
+def grouped_warnings(warnings: Sequence[str]) -> list[str]:
+    """The warnings to print: one warning said of many files (``FILE: rank 3 appears twice; renumbered``
+    for 24 files of a merge) as one line with the count and the first files' names, where the first of
+    them was; the others as they are. 24 such lines before the answer hid it. Files whose warnings
+    differ only in numbers count as one warning (its numbers shown as N)."""
+    keys = [_key(text) for text in warnings]
+    said: dict[str, list[tuple[str, str]]] = {}
+    for text, key in zip(warnings, keys):  # one per warning
+        if key is not None:
+            said.setdefault(key, []).append(_ABOUT_FILE.fullmatch(text).groups())
+    out, done = [], set()
+    for text, key in zip(warnings, keys):
+        files = said.get(key, ()) if key is not None else ()
+        if len(files) < GROUP_FROM:
+            out.append(text)
+        elif key not in done:  # the group's line where its first warning was
+            done.add(key)
+            what = files[0][1] if len({rest for _, rest in files}) == 1 else key
+            named = ", ".join(shown_path(name) for name, _ in files[:FILES_NAMED])
+            out.append(f"{len(files)} files: {what} (first: {named}{', ...' if len(files) > FILES_NAMED else ''}; "
+                       "each one in summary.json's warnings)")
+    return out
+
+
+def _key(text: str) -> str | None:
+    """What a warning about a file says, its numbers as N; None for a warning not about a file."""
+    match = _ABOUT_FILE.fullmatch(text) if isinstance(text, str) else None
+    return _NUMBER.sub("N", match.group(2)) if match else None

@@ -101,8 +101,10 @@ def distributed_table(summary: Summary, unit: str = "ms", width: int = format.TA
 
 
 def lanes_table(summary: Summary, width: int = format.TABLE_WIDTH, shown: list[int] | None = None) -> str:
-    """Each rank's file, process, device and lanes (``shown`` ranks only; None: all)."""
-    rows = [[r.rank, r.source_file or "-", r.pid or "-", "-" if r.device is None else r.device,
+    """Each rank's file (as given: relative to the current directory where shorter), process, device and
+    lanes (``shown`` ranks only; None: all)."""
+    rows = [[r.rank, format.shown_path(r.source_file) if r.source_file else "-", r.pid or "-",
+             "-" if r.device is None else r.device,
              ", ".join(r.comm_lanes) or "-", ", ".join(r.compute_lanes) or "-"] for r in summary.ranks
             if shown is None or r.rank in shown]
     return tables.fitted(rows, ["Rank", "Source", "PID", "Device", "Comm lanes", "Compute lanes"], keep=1,
@@ -166,9 +168,10 @@ WRAP = format.WRAP  # console lines: warnings and notes wrap here where no width
 
 def warning_lines(warnings: list[str], width: int = WRAP) -> list[str]:
     """The warnings first, above the answer and the tables whose meaning they change (renumbered
-    ranks, missing ranks, clocks not verified, no steps), each wrapped at ``width`` characters."""
+    ranks, missing ranks, clocks not verified, no steps), each wrapped at ``width`` characters; one said
+    of many files once, with their count (format.grouped_warnings)."""
     lines = []
-    for warning in warnings:
+    for warning in format.grouped_warnings(warnings):
         lines += textwrap.wrap(warning, width, initial_indent="! ", subsequent_indent="  ", break_on_hyphens=False)
     return lines
 
