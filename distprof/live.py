@@ -808,8 +808,12 @@ def _write_record(out: Path, record: dict) -> bool:
 
 
 def _emit(lines: list[str]) -> None:
+    """The view's lines on stdout, fitted to the console's width (COLUMNS, which ``distprof demo --width``
+    sets, or the terminal's; 100 in a log)."""
+    from .console import terminal_width
+    from .reports.live_text import fitted
     try:
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write("\n".join(fitted(lines, terminal_width())) + "\n")
         sys.stdout.flush()
     except OSError:
         pass

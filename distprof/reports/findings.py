@@ -424,13 +424,15 @@ def _hosts(hosts: list[dict]) -> str:
 
 
 def _crowded(figures: dict) -> str:
-    return (f"ranks outnumber the cores of their host ({_hosts(figures['hosts'])}): a rank that sleeps or waits "
-            "frees a core for the others, which the replay cannot see, so its savings are not given as costs")
+    """Why one finding is not priced, said briefly: the warning, printed once at the top, says it whole
+    (the whole sentence under every finding and the top finding made it 4 times on one screen)."""
+    return "ranks outnumber their host's cores (see the warning on cores)"
 
 
 def _crowded_warning(figures: dict) -> str:
-    said = _crowded(figures)
-    return said[0].upper() + said[1:] + " (findings unpriced; the what-if table kept for reference)"
+    return (f"Ranks outnumber the cores of their host ({_hosts(figures['hosts'])}): a rank that sleeps or waits "
+            "frees a core for the others, which the replay cannot see, so its savings are not given as costs "
+            "(findings unpriced; the what-if table kept for reference)")
 
 
 TEXTS: dict[str, Callable[[dict], str]] = {

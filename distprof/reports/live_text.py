@@ -1,5 +1,6 @@
 """The live view's wording: the block printed per window, the ALERT lines, and the Live section
-of the text report. Every printed line starts with ``[distprof live] steps A-B``."""
+of the text report. Every printed line starts with ``[distprof live] steps A-B``; one wider than the
+console goes on in indented lines (:func:`fitted`)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,29 @@ def window_lines(window: dict) -> list[str]:
         at = "no step committed" if row["committed_step"] is None else f"at step {row['committed_step']}"
         lines.append(f"{head} rank {row['rank']}: behind ({at}), left out of this window")
     return lines
+
+
+SEPARATOR = " · "
+HANG = "    "  # a continuation line's indent: under its line's prefix, never mistaken for a new line
+
+
+def fitted(lines: list[str], width: int) -> list[str]:
+    """The lines within ``width`` columns: a longer one broken between its `` · `` fields (a field is
+    not cut in two; one longer than a line is wrapped), each continuation indented. The view's lines
+    ran to 165 characters whatever the terminal, and a terminal broke them anywhere."""
+    import textwrap
+    out = []
+    for line in lines:  # a few per rank and window
+        fields = line.split(SEPARATOR) if len(line) > width else [line]
+        pieces = [fields[0]]
+        for field in fields[1:]:
+            if len(pieces[-1]) + len(SEPARATOR) + len(field) <= width:
+                pieces[-1] += SEPARATOR + field
+            else:
+                pieces.append(HANG + field)
+        out += [part for piece in pieces for part in
+                textwrap.wrap(piece, width, subsequent_indent=HANG, break_on_hyphens=False) or [piece]]
+    return out
 
 
 def lost_node_line(window: tuple[int, int] | list[int], node: str, ranks: list[int]) -> str:
