@@ -177,3 +177,44 @@ def test_root_ranks_by_construction(waits, roots):
 def test_root_ranks_of_a_long_chain_without_recursion():
     n = 5000
     assert hang.root_ranks([([i], [(i + 1,)]) for i in range(n)]) == [n]
+
+
+def _all_to_all_dumps(tmp_path, sizes_by_rank: dict[int, tuple[list, list]], scenario: str = "missing") -> list[str]:
+    """The real dumps of a scenario ('missing': rank 2 never issues the pending collective; 'size': every
+    rank issues it) with that collective made an expert-parallel all_to_all of the given (input, output)
+    sizes on each member that issued it."""
+    paths = []
+    for rank in range(4):
+        document = json.loads((DATA / scenario / f"rank{rank}.json").read_text())
+        for entry in document["entries"]:  # seq 4: the collective each scenario holds up
+            if entry["collective_seq_id"] == 4 and rank in sizes_by_rank:
+                entry["profiling_name"] = "gloo:all_to_all"
+                entry["input_sizes"], entry["output_sizes"] = sizes_by_rank[rank]
+                entry["input_dtypes"] = entry["output_dtypes"] = ["BFloat16"]
+        tmp_path.mkdir(exist_ok=True)
+        paths.append(tmp_path / f"rank{rank}.json")
+        paths[-1].write_text(json.dumps(document))
+    return [str(path) for path in paths]
+
+
+def test_uneven_all_to_all_splits_are_not_a_size_mismatch(tmp_path):
+    """An MoE router sends each rank its own number of tokens: the rows differ on every member, and that
+    is what the all-to-all is. The rank that never issued it is the root, for the reason it has."""
+    uneven = {0: ([[4096, 5120]], [[4107, 5120]]), 1: ([[4096, 5120]], [[4034, 5120]]),
+              3: ([[4096, 5120]], [[4211, 5120]])}
+    result, _ = analyse(_all_to_all_dumps(tmp_path, uneven))
+    assert result.root_ranks == [2]
+    assert {(tuple(c.ranks), c.reason) for c in result.culprits} == {((2,), "missing")}
+
+
+def test_an_all_to_all_of_another_hidden_size_is_still_a_mismatch(tmp_path):
+    """The split is free; the width of a token is not: rank 1 sends rows of 4096 where the others send 5120.
+    With every width equal, the same dumps hold no size mismatch at all."""
+    rows = {0: (4107, 4107), 1: (4034, 3900), 2: (4211, 4300), 3: (3990, 4041)}
+    width = {0: 5120, 1: 4096, 2: 5120, 3: 5120}
+    sizes = {r: ([[sent, width[r]]], [[got, width[r]]]) for r, (sent, got) in rows.items()}
+    result, _ = analyse(_all_to_all_dumps(tmp_path / "odd", sizes, "size"))
+    assert {(tuple(c.ranks), c.reason) for c in result.culprits} == {((1,), "size_mismatch")}
+    even = {r: ([[sent, 5120]], [[got, 5120]]) for r, (sent, got) in rows.items()}
+    result, _ = analyse(_all_to_all_dumps(tmp_path / "even", even, "size"))
+    assert "size_mismatch" not in {c.reason for c in result.culprits}

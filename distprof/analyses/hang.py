@@ -22,9 +22,11 @@ members of its group that are not inside the same one at the same step.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, deque
 from dataclasses import dataclass, field, fields, is_dataclass
 
+from .. import events as ev
 from ..dumps import UNIX_NS, Entry, RankDump
 from ..events import COMMUNICATION
 from ..typed import Reason
@@ -341,10 +343,21 @@ def index(dumps: dict[int, RankDump]) -> Index:
     return out
 
 
+_LEADING_DIM = re.compile(r"(?<=\[)\d+")
+
+
+def _compared_sizes(entry: Entry) -> str:
+    """The sizes the members of one collective must agree on. An all-to-all's rows are its split: the router
+    of an MoE layer sends each rank its own number of tokens ([[4096, 5120]] -> [[4107, 5120]] on one rank,
+    -> [[4034, 5120]] on the next), so only the other dimensions and the tensor count are compared."""
+    sizes = f"{entry.input_sizes} -> {entry.output_sizes}"
+    return _LEADING_DIM.sub("*", sizes) if ev.collective_kind(entry.kind) == ev.ALLTOALL else sizes
+
+
 def _mismatch(entries: dict[int, Entry]) -> dict[str, dict[str, list[int]]]:
     """Per compared field, value -> ranks, for the fields on which the issuing members differ."""
     out = {}
-    for label, read in ((KIND, lambda e: e.kind), (SIZE, lambda e: f"{e.input_sizes} -> {e.output_sizes}"),
+    for label, read in ((KIND, lambda e: e.kind), (SIZE, _compared_sizes),
                         (DTYPE, lambda e: e.dtypes)):
         values: dict[str, list[int]] = {}
         for rank, entry in sorted(entries.items()):

@@ -275,8 +275,12 @@ def collectives_section(summary: Summary, unit: str, width: int = format.TABLE_W
     peak = table.peak_busbw_gbps
     text = tables.fitted([format.collective_cells(row, unit, bool(peak)) for row in rows],
                          format.collective_headers(unit, bool(peak)), keep=2, width=width, shrink=(1,))
-    note = ("Count: matched/all where some were seen on one rank only (transfer = their whole duration, an "
-            "upper bound). Wait share = sync wait / duration of the matched ones. busbw as nccl-tests"
+    partial = next((row for row in rows if row.matched != row.count), None)
+    note = ("Count: the collectives (one per call across the group's ranks)"
+            + (f"; matched/all where some were seen on one rank only ({partial.matched}/{partial.count}: "
+               f"{partial.matched} of {partial.count} matched across ranks; an unmatched one's transfer is its "
+               "whole duration, an upper bound)" if partial else "")
+            + ". Wait share = sync wait / duration of the matched ones. busbw as nccl-tests"
             + (f"; peak {peak:g} GB/s (hardware.peak_busbw_gbps)" if peak else
                "; no % of peak: set hardware.peak_busbw_gbps"))
     return [_section("Collectives", text, [note], width)]
@@ -405,12 +409,20 @@ def _clock_text(skew: Skew, t) -> str:
         if estimate.method != "reference":
             methods[estimate.method] = methods.get(estimate.method, 0) + 1
     unverified = [a.rank for a in skew.alignment if not a.verified]  # None: not verified either
+    reference = next((f"rank {a.rank}" for a in skew.alignment if a.method == "reference"), "the reference rank")
     bound = skew.max_clock_uncertainty_ns
     return ("clock uncertainty " + (f"<= {t(bound)}" if bound is not None else "unknown (not verified)")
             + ("" if skew.aligned else " (alignment off)")
             + (f", unverified for rank(s) {', '.join(map(str, unverified[:8]))}"
                + (" ..." if len(unverified) > 8 else "") if unverified else "")
-            + "; offsets: " + "; ".join(f"{n} rank(s) {method}" for method, n in sorted(methods.items())))
+            + f"; offsets to {reference}'s clock: "
+            + "; ".join(f"{n} rank(s) {method}" + (f" ({METHODS[method]})" if method in METHODS else "")
+                        for method, n in sorted(methods.items())))
+
+
+# how an offset was found, said where the Diagnosis counts the ranks of each method ("3 rank(s) same host")
+METHODS = {"same host": "a host's ranks share one clock", "MPI ping-pong": "measured by timed messages",
+           "collective ends": "matched collectives end together"}
 
 
 def top_finding_lines(summary: Summary, unit: str, width: int) -> list[str]:
