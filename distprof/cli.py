@@ -187,7 +187,7 @@ def run_hang_demo(command: list[str], out: Path, ranks: int) -> int:
     if not written:
         print(f"distprof: error: no hang file appeared in {out} within {HANG_DEMO_WAIT_S:.0f} s", file=sys.stderr)
         return 1
-    print(f"\nthe job was ended after {len(written)} of {ranks} ranks wrote their hang files; distprof hang {out}:")
+    print(f"the job was ended after {len(written)} of {ranks} ranks wrote their hang files; distprof hang {out}:")
     return cmd_hang(argparse.Namespace(inputs=[str(f) for f in written], out=str(out)))
 
 
@@ -254,7 +254,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     with writing(out):
         export.write_summary(summary, out)
     sys.stdout.write(text.render(summary, args.unit, width=args.width, all_ranks=args.all_ranks))
-    print(f"\nwrote {out / export.SUMMARY_FILE}")
+    print(f"\n{export.written_line(summary, out)}")
     if args.html:
         from .reports import html
         with writing(out):

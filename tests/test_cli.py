@@ -107,7 +107,7 @@ def test_merge_says_where_it_wrote_and_what_to_run_next(tmp_path):
     result = run_cli("merge", str(data), "-o", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
-    assert f"wrote {tmp_path / 'out' / 'summary.json'}" in lines
+    assert f"wrote {tmp_path / 'out' / 'summary.json'}, ranks.csv, collectives.csv" in lines  # all it wrote
     assert f"wrote {tmp_path / 'out' / 'report.html'}" in lines
     next_text = " ".join(result.stdout[result.stdout.rindex("next:"):].split())  # the last lines, unwrapped
     assert next_text.startswith(f"next: open {tmp_path / 'out'}/report.html; `distprof whatif {tmp_path / 'out'}`")

@@ -132,6 +132,7 @@ def test_demo_hang_ends_on_its_own_and_names_the_rank(tmp_path):
     assert [w["ranks"] for w in doc["waiting"]] == [[0]]
     assert [(g["ranks"], g["root"], g["steps"]) for g in doc["stacks"]][0] == ([1], True, [5])  # rank 1's own stack
     lines = result.stdout.splitlines()
+    assert lines[0].startswith("the job was ended after "), result.stdout[:500]  # no empty line first (issue 54)
     assert any(line.startswith("  rank 1: in ") and line.endswith("(step 5; root)") for line in lines)
     assert "root rank 1" in result.stdout
     assert processes_naming(str(out)) == []  # the job's ranks are gone

@@ -31,6 +31,13 @@ def write_summary(summary: Summary, out: str | Path) -> Path:
     return path
 
 
+def written_line(summary: Summary, out: str | Path) -> str:
+    """"wrote OUT/summary.json, ranks.csv, collectives.csv": every file write_summary wrote, named where
+    the outputs are listed (ranks.csv and collectives.csv were written without a word)."""
+    names = [SUMMARY_FILE, "ranks.csv", *(["collectives.csv"] if summary.collectives.rows else [])]
+    return f"wrote {Path(out) / names[0]}, " + ", ".join(names[1:])
+
+
 def write_json(summary: dict, out: str | Path) -> Path:
     """``summary`` (JSON content: summary.json's, or the timer-only benchmark's) as OUT/summary.json."""
     out = Path(out)
@@ -113,6 +120,17 @@ def read_summary(path: str | Path) -> Summary:
         raise SourceError(f"{path}: not a complete distprof summary.json ({detail})") from None  # as given
 
 
+def _traces_in(folder: Path) -> int:
+    """How many trace files (what `distprof merge` reads) lie directly in ``folder``: a folder of rank
+    files given where a merge's output was meant gets the command that makes one."""
+    from ..sources import REPORT_SUFFIXES, TRACE_SUFFIXES
+    try:
+        return sum(1 for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES + REPORT_SUFFIXES)
+                   and not outpaths.is_own_file(p.name) and p.is_file())
+    except OSError:
+        return 0
+
+
 def _read_json(path: str | Path) -> dict:
     """A summary.json's content, checked for the shape every summary has (an object with rank rows)."""
     from ..events import SourceError
@@ -128,6 +146,11 @@ def _read_json(path: str | Path) -> dict:
                               "summary.json can be")
         data = path.read_bytes()
     except OSError as error:
+        traces = _traces_in(path.parent) if path.name == SUMMARY_FILE and not path.exists() else 0
+        if traces:
+            raise SourceError(f"{path.parent}: no {SUMMARY_FILE} here, but {traces} trace file(s): a folder of rank "
+                              f"files, not a merge's output: run `distprof merge {path.parent} -o OUT` first, then "
+                              "`distprof report OUT`") from None
         raise SourceError(f"{path}: cannot read ({error.strerror or error})") from None
     if data.startswith((b"SQLite format 3\x00", b"\x1f\x8b")):
         raise SourceError(f"{path}: {RANK_FILE_HINT.format(path=path)}")

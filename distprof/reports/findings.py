@@ -94,8 +94,18 @@ def straggler_line(straggler: StragglerRow | None, t: Callable[[int | None], str
     where = straggler.phase or "outside any annotated phase"
     return (f"Straggler: rank {straggler.rank}, {saving_text}; the others wait "
             f"{t(straggler.waits_caused_ns)} per step for it; last in {straggler.late_in} of {straggler.of} "
-            f"collectives, {pattern}; side {straggler.side or 'unknown'}; {where} "
-            f"(threshold {t(straggler.threshold_ns)})")
+            f"collectives, {pattern} (late: arriving over {t(straggler.threshold_ns)} after the median rank); "
+            f"side {_side(straggler.side)}; {where}")
+
+
+SIDES = {"host": "its collective calls are issued late",
+         "device": "issued on time, its GPU work starts late",
+         None: "not known: GPU work without its launches in the trace"}
+
+
+def _side(side: str | None) -> str:
+    """Where the straggler is late, with what that means ("side host" read as a host's name)."""
+    return f"{side or 'unknown'} ({SIDES.get(side, SIDES[None])})"
 
 
 def pipeline_lines(pipelines: list[Pipeline], t: Callable[[int | None], str]) -> list[str]:
