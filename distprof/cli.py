@@ -496,12 +496,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     with writing(args.out):
         print(f"\nwrote {diff_report.write_json(result, args.out)}")
         if args.html:
-            print(f"wrote {diff_report.write_html(result, labels, args.out, args.unit)}")
-            print(f"wrote {diff_report.write_combined(result, labels, afters[0], args.out, args.unit)}")
+            print(f"wrote {diff_report.write_html(result, labels, args.out, args.unit, afters[0])}")
     return 0
 
 
-DIFF_FILES = ("diff.json", "diff.html", "report.html")  # what diff writes
+DIFF_FILES = ("diff.json", "diff.html")  # what diff writes (diff.html holds the after run's report too)
 
 
 def finite(summary: Summary, item: str) -> Summary:
@@ -760,7 +759,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the after runs: with two or more runs a side, the step time is judged between runs")
     diff.add_argument("-o", "--out", default="distprof_diff", help="output directory for diff.json")
     diff.add_argument("--html", action="store_true",
-                      help="also write OUT/diff.html, and OUT/report.html: the after run's report with the diff on top")
+                      help="also write OUT/diff.html: the diff, then the after run's report below it")
     diff.add_argument("--unit", choices=("ns", "us", "ms", "s"), default="ms")
     diff.add_argument("--seed", type=seed_number, default=0,
                       help="seed of the bootstrap interval, 0 .. 2**32-1 (default 0)")

@@ -152,6 +152,11 @@ def test_known_per_rank_change_gives_exact_deltas():
     text = diff_report.render(result, ("b", "a"))
     assert "resolved  serialized_communication" in text and "significant" in text
     assert "300.00 -> 174.00 -42%" in text and "100.00 -> 289.00 +189%" in text
+    page = diff_report.section_html(result, ("b", "a"))  # diff.html: movers a table, findings and checks lists
+    assert "<pre>" not in page and "<h3>Top movers</h3><p" in page and "<th class=\"l\">Metric</th>" in page
+    assert "<td class=\"l\">wait</td>" in page
+    assert "<li><b>resolved</b> serialized_communication" in page and "<li><b>kept</b> straggler" in page
+    assert "<li><b>check</b> stream_placement rank 0: FAIL -&gt; PASS</li>" in page
 
 
 def test_finding_code_is_the_findings_finding_key():
@@ -255,10 +260,11 @@ def test_cli_writes_diff_json_and_html(tmp_path):
     assert data["step_time"]["delta_ns"] == 0 and data["ranks"][0]["after"]["communication_ns"] == 174 * MS
     assert set(data) >= {"ranks", "movers", "findings", "unit_of_work"}
     page = (tmp_path / "out" / "diff.html").read_text()
-    assert page.count("<svg") == 2 and "<script" not in page
-    assert "src=" not in page and "href=" not in page  # self-contained: nothing fetched
-    combined = (tmp_path / "out" / "report.html").read_text()
-    assert combined.index("<h2>Diff: ") < combined.index("<h2>Findings</h2>") and "<script" not in combined
+    section = page[:page.index("<h2>Findings</h2>")]  # the diff, then the after run's report
+    assert section.index("<h2>Diff: ") < section.index("<h3>Top movers</h3>") and section.count("<svg") == 2
+    assert "<li><b>resolved</b> straggler" in section  # findings: a list, not a preformatted block
+    assert "<script" not in page and not re.search(r'(src|href)="(?!data:)', page)  # self-contained: nothing fetched
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["diff.html", "diff.json"]  # no stray report.html
 
 
 def test_cli_side_that_is_nothing_readable_is_one_line(tmp_path):

@@ -20,6 +20,7 @@ from distprof.sections.findings import Check, Finding
 from distprof.sections.profiles import MemoryDevice
 from distprof.sources import kineto
 from distprof.typed import ABSENT, JsonError
+from distprof.units import phrase
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = sorted((DATA / "golden").glob("*.json"))
@@ -84,6 +85,15 @@ def test_fresh_merge_with_every_time_finding_round_trips():
     assert isinstance(dataloader, sections.DataloaderEvidence) and dataloader.phase == loader
     assert any(c.waits_for_straggler_ns is not ABSENT for c in checks)
     assert table.peak_busbw_gbps == 1000.0 and table.rows[0].peak_share is not None
+    for finding in found:
+        said_in_sentences(finding)
+
+
+def said_in_sentences(finding: Finding) -> None:
+    """report.html's evidence line: sentences, nothing absent said (raw 'onset step: None; ...' once)."""
+    said = phrase(findings_report.evidence_sentences(finding), "ms")
+    assert said.endswith(".") and said[0].isupper(), said
+    assert "None" not in said and "ABSENT" not in said and ": ;" not in said and "_ns" not in said, said
 
 
 def test_pipeline_checks_round_trip():
@@ -119,6 +129,8 @@ def test_memory_findings_round_trip():
     assert isinstance(creep, sections.MemoryCreepEvidence) and creep.device == "GPU0" and creep.steps == 4
     assert isinstance(imbalance, sections.MemoryImbalanceEvidence)
     assert imbalance.peak_by_rank == {0: 130, 1: 400}
+    for finding in found:
+        said_in_sentences(finding)
 
 
 def test_unknown_finding_code_is_an_error():

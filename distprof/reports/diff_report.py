@@ -1,7 +1,7 @@
 """Wording of a diff (``analyses/diff.py``): the text printed by ``distprof diff`` and an HTML
 section with side-by-side bars. Everything here phrases numbers the analysis computed: the diff is
 its own plain dict (diff.json's content), and the only summary read here, the after run's for
-report.html, is the typed :class:`~distprof.results.Summary`."""
+diff.html, is the typed :class:`~distprof.results.Summary`."""
 
 from __future__ import annotations
 
@@ -180,39 +180,55 @@ def unit_lines(unit_of_work: dict | None, unit: str) -> list[str]:
     return lines if u["applies"] else lines[:2]
 
 
+MOVERS_PER = {"step": "per rank-step", "unit": "per unit of work", "window": "per window"}
+
+
+def mover_headers(unit: str) -> list[str]:
+    return ["What", "Name", "Metric", f"Before ({unit})", f"After ({unit})", "Delta", "Rel."]
+
+
+def mover_rows(diff: dict, unit: str) -> list[list[str]]:
+    """The top movers' cells, the same in the text and in diff.html."""
+    return [[m["category"], names.short_name(m["name"], 48), m["metric"].removesuffix("_ns"), _t(m["before"], unit),
+             _t(m["after"], unit), _t(m["delta"], unit, True), _pct(m["relative"])]
+            for m in diff["movers"][:MOVERS_SHOWN]]
+
+
 def movers_table(diff: dict, unit: str, width: int = format.TABLE_WIDTH) -> str:
-    per = {"step": "per rank-step", "unit": "per unit of work", "window": "per window"}[diff["movers_per"]]
-    rows = []
-    for m in diff["movers"][:MOVERS_SHOWN]:
-        rows.append([m["category"], names.short_name(m["name"], 48), m["metric"].removesuffix("_ns"),
-                     _t(m["before"], unit), _t(m["after"], unit), _t(m["delta"], unit, True), _pct(m["relative"])])
+    rows = mover_rows(diff, unit)
     if not rows:
         return "Top movers: nothing changed"
-    table = tables.fitted(rows, ["What", "Name", "Metric", f"Before ({unit})", f"After ({unit})", "Delta", "Rel."],
-                          keep=2, width=width, shrink=(1,))
-    return f"Top movers ({per}, largest absolute change first):\n{table}"
+    table = tables.fitted(rows, mover_headers(unit), keep=2, width=width, shrink=(1,))
+    return f"Top movers ({MOVERS_PER[diff['movers_per']]}, largest absolute change first):\n{table}"
 
 
-def finding_lines(diff: dict, unit: str) -> list[str]:
-    """Findings resolved / new / kept (by code), and the checks whose verdict changed."""
-    lines = []
-    for group, label in (("resolved", "resolved"), ("new", "new"), ("kept", "kept")):
+def finding_entries(diff: dict, unit: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Findings resolved / new / kept (by code), and the checks whose verdict changed: (label, what) pairs,
+    worded once for the text's lines and diff.html's lists; a label "" goes on the line alone."""
+    found = []
+    for group in ("resolved", "new", "kept"):
         for entry in diff["findings"][group]:
             side = entry["after"] if group != "resolved" else entry["before"]
             cost = f", cost {_t(side['cost_ns'], unit)} {unit}" if side.get("cost_ns") is not None else ""
             was = (f" (before: {entry['before']['severity']}, {_t(entry['before']['cost_ns'], unit)} {unit})"
                    if group == "kept" and entry["before"].get("cost_ns") is not None else "")
-            lines.append(f"  {label:<9} {entry['code']} ({side.get('severity')}{cost}){was}")
-    if not lines:
-        lines = ["  none in either run"]
+            found.append((group, f"{entry['code']} ({side.get('severity')}{cost}){was}"))
     changed = diff.get("checks_changed") or []
+    checks = []
     for check in changed[:RANKS_SHOWN]:
         device = "" if check["device"] is None else f" device {check['device']}"
-        lines.append(f"  check     {check['check']} rank {check['rank']}{device}: "
-                     f"{check['before'] or 'absent'} -> {check['after'] or 'absent'}")
+        checks.append(("check", f"{check['check']} rank {check['rank']}{device}: "
+                                f"{check['before'] or 'absent'} -> {check['after'] or 'absent'}"))
     if len(changed) > RANKS_SHOWN:
-        lines.append(f"  ... {len(changed) - RANKS_SHOWN} more checks changed (diff.json: checks_changed)")
-    return ["Findings and checks:", *lines]
+        checks.append(("", f"... {len(changed) - RANKS_SHOWN} more checks changed (diff.json: checks_changed)"))
+    return found, checks
+
+
+def finding_lines(diff: dict, unit: str) -> list[str]:
+    """Findings resolved / new / kept (by code), and the checks whose verdict changed."""
+    found, checks = finding_entries(diff, unit)
+    lines = [f"  {label:<9} {what}" if label else f"  {what}" for label, what in found + checks]
+    return ["Findings and checks:", *([] if found else ["  none in either run"]), *lines]
 
 
 def warning_lines(diff: dict) -> list[str]:
@@ -349,7 +365,7 @@ def _figure(drawing: str | None, caption: str) -> str:
 
 
 def section_html(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
-    """The diff as one HTML section (plots, then the text's tables), for a page or report.html."""
+    """The diff as one HTML section (plots, then the movers table and the findings lists) for diff.html."""
     step = diff["step_time"]
     lines = step_lines(step, unit) + unit_lines(diff["unit_of_work"], unit)
     body = [f'<h2>Diff: {_e(labels[0])} &rarr; {_e(labels[1])}</h2>',
@@ -359,28 +375,46 @@ def section_html(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
                                       "dashed: the medians over steps."),
             _figure(rank_bars(diff, unit), "Each rank's window before (pale, upper bar) and after (lower bar): "
                                       "computation only, overlap, exposed communication, idle."),
-            f"<h3>Top movers</h3><pre>{_e(movers_table(diff, unit))}</pre>",
-            f"<h3>Findings and checks</h3><pre>{_e(chr(10).join(finding_lines(diff, unit)[1:]))}</pre>"]
+            movers_html(diff, unit), findings_html(diff, unit)]
     return "".join(body)
 
 
-def write_html(diff: dict, labels: tuple[str, str], out: str | Path, unit: str = "ms") -> Path:
-    """``OUT/diff.html``: the section on a page of its own, styled like report.html."""
+def movers_html(diff: dict, unit: str) -> str:
+    """Top movers as a table (a preformatted block of the text's columns once)."""
+    from .html import table_html
+    rows = mover_rows(diff, unit)
+    if not rows:
+        return '<h3>Top movers</h3><p class="meta">nothing changed</p>'
+    return (f'<h3>Top movers</h3><p class="meta">{MOVERS_PER[diff["movers_per"]]}, largest absolute change '
+            f'first</p>{table_html(mover_headers(unit), rows, left=3)}')
+
+
+def findings_html(diff: dict, unit: str) -> str:
+    """Findings resolved / new / kept and the checks whose verdict changed, as lists."""
+    found, checks = finding_entries(diff, unit)
+
+    def listed(entries: list[tuple[str, str]]) -> str:
+        return "<ul>" + "".join(f"<li><b>{_e(label)}</b> {_e(what)}</li>" if label else f"<li>{_e(what)}</li>"
+                                for label, what in entries) + "</ul>"
+
+    return ("<h3>Findings</h3>" + (listed(found) if found else '<p class="meta">none in either run</p>')
+            + (f"<h3>Checks whose verdict changed</h3>{listed(checks)}" if checks else ""))
+
+
+def write_html(diff: dict, labels: tuple[str, str], out: str | Path, unit: str = "ms",
+               after: Summary | None = None) -> Path:
+    """``OUT/diff.html``, styled like report.html: the diff and, with ``after``, that run's report below it,
+    so one page answers both "what changed" and "where does the time go now". That report was once a second
+    file, ``OUT/report.html``, beside diff.html: a report in a folder with no summary.json, said nowhere."""
     from . import html
+    section = section_html(diff, labels, unit)
+    if after is None:
+        page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>distprof diff</title>"
+                f"<style>{html.CSS}</style></head><body><main>{section}</main></body></html>\n")
+    else:
+        below = f'<p class="meta">Below: the report of the after run, {_e(labels[1])}.</p>'
+        page = html.render(after, unit).replace("<main>", f"<main>{section}{below}", 1) \
+            .replace("<title>distprof report</title>", "<title>distprof diff</title>", 1)
     path = Path(out) / DIFF_HTML
-    path.parent.mkdir(parents=True, exist_ok=True)
-    page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>distprof diff</title>"
-            f"<style>{html.CSS}</style></head><body><main>{section_html(diff, labels, unit)}</main></body></html>\n")
-    return outpaths.write_text(path, page)
-
-
-def write_combined(diff: dict, labels: tuple[str, str], after: Summary, out: str | Path,
-                   unit: str = "ms") -> Path:
-    """``OUT/report.html``: the after run's report with the diff section on top, so one page
-    answers both "what changed" and "where does the time go now"."""
-    from . import html
-    page = html.render(after, unit)
-    page = page.replace("<main>", f"<main>{section_html(diff, labels, unit)}", 1)
-    path = Path(out) / html.REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     return outpaths.write_text(path, page)

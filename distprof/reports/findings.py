@@ -526,3 +526,94 @@ def worded(summary: Summary) -> Summary:
                    unconfirmed_straggler=_worded_straggler(skew.unconfirmed_straggler))
     return replace(summary, findings=findings, skew=skew,
                    warnings=[text(w) for w in summary.warnings], whatif=what, checks=checks)
+
+
+# -- a finding's evidence in sentences (report.html's line under each finding) ----------------------------------
+
+def _by_rank(values: dict, say: Callable[[object], str], limit: int = 8) -> str:
+    shown = [f"rank {rank} {say(value)}" for rank, value in list(values.items())[:limit]]
+    return ", ".join(shown) + (", …" if len(values) > limit else "")
+
+
+def _share(value: float | None) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _straggler_evidence(e) -> list[str]:
+    waits = f"The others wait {duration(e.waits_caused_ns)} per step for it"
+    if e.waits_caused_share is not None:
+        waits += f" ({_share(e.waits_caused_share)} of the step)"
+    out = [f"Last to arrive in {e.last_in} of its {e.of} collectives, alone and over {duration(e.threshold_ns)} "
+           f"after the median rank in {e.late_in} of them.", f"{waits}, {duration(e.total_waits_caused_ns)} in all."]
+    if e.late_step_ids and len(e.late_step_ids) < e.steps:  # the message says how many
+        out.append(f"Its late steps: {rank_ranges(e.late_step_ids)}.")
+    if e.slow_phase:
+        extra = f" ({duration(e.slow_phase_extra_ns)} per step over the median rank)" \
+            if e.slow_phase_extra_ns is not None else ""
+        out.append(f"Its slowest phase against the other ranks: {e.slow_phase}{extra}.")
+    if e.runner_up_waits_caused_ns:
+        out.append(f"The next rank makes the others wait {duration(e.runner_up_waits_caused_ns)} per step.")
+    if e.exposed_waits_ns_by_rank:
+        out.append(f"Exposed waits for it by rank: {_by_rank(e.exposed_waits_ns_by_rank, duration)}.")
+    return out
+
+
+def _placement_evidence(e) -> list[str]:
+    lanes = f"Its lanes on rank {e.worst_rank}: {', '.join(e.lanes)}" if e.lanes else ""
+    if lanes and e.lane_collectives:
+        by_kind = e.groups_by_kind or {kind: e.lane_groups for kind in e.lane_collectives}
+        kinds = [f"{kind} (group {', '.join(by_kind[kind][:4])})" if by_kind.get(kind) else kind
+                 for kind in e.lane_collectives]
+        lanes += f", carrying {', '.join(kinds)}"
+    out = [f"Exposed communication by rank: {_by_rank(e.exposed_communication_ns_by_rank, duration)}, "
+           f"in a window of {duration(e.window_ns)}.", lanes + "." if lanes else ""]
+    if e.kinds:
+        out.append(f"On the lanes it shares with computation: {', '.join(e.kinds)}.")
+    if e.in_forward:
+        out.append(f"Inside forward: {', '.join(e.in_forward)}.")
+    return out
+
+
+def _slow_collective_evidence(e) -> list[str]:
+    rows = [f"{r.kind}{f' in group {r.group!r}' if r.group else ''} ({r.size_bucket}): {r.busbw_median_gbps:.1f} "
+            f"GB/s, {100 * r.peak_share:.0f}% of peak, over {r.count} instances" for r in e.rows[:4]]
+    more = f" ({e.rows_below} in all)" if e.rows_below > len(rows) else ""
+    return [f"Below {100 * e.limit_share:.0f}% of the {e.peak_busbw_gbps:g} GB/s peak{more}: {'; '.join(rows)}."]
+
+
+def _host_bound_evidence(e) -> list[str]:
+    return [f"GPU time waiting for launches by rank: {_by_rank(e.host_bound_ns_by_rank, duration)}.",
+            f"On rank {e.worst_rank}, {e.host_bound_gaps} of its {e.gaps} GPU gaps wait for a launch; the GPU is "
+            f"idle {duration(e.idle_ns)} of a {duration(e.window_ns)} window."]
+
+
+def _dataloader_evidence(e) -> list[str]:
+    return [f"Share of the step in {e.phase} by rank: {_by_rank(e.share_by_rank, _share)}.",
+            f"On rank {e.worst_rank}: {duration(e.dataloader_ns)} over {e.steps} steps, {e.steps_above} of them "
+            f"above the {100 * e.limit_share:.0f}% limit."]
+
+
+def _memory_evidence(e) -> list[str]:
+    if hasattr(e, "peak_by_rank"):
+        return [f"Peak allocated by rank: {_by_rank(e.peak_by_rank, _mib)}; median {_mib(e.median_bytes)}."]
+    return [f"On rank {e.worst_rank} ({e.device}): {_mib(e.first_peak_bytes)} at the first step's peak, "
+            f"{_mib(e.last_peak_bytes)} at the last of {e.steps}."]
+
+
+EVIDENCE_WORDS = {"serialized_communication": _placement_evidence, "unoverlapped_communication": _placement_evidence,
+                  "straggler": _straggler_evidence, "slow_collective": _slow_collective_evidence,
+                  "host_bound_gpu": _host_bound_evidence, "dataloader_bound": _dataloader_evidence,
+                  "memory_creep": _memory_evidence, "memory_imbalance": _memory_evidence}
+
+
+def evidence_sentences(finding: Finding) -> str:
+    """The numbers behind a finding in sentences, with duration tokens (units.phrase): what its message
+    does not already say, and nothing absent or empty ("onset step: None; ... pattern: persistent", the
+    record's raw fields, once ended every finding's card). Its share of the critical path where known."""
+    e = finding.evidence
+    said = EVIDENCE_WORDS.get(finding.finding)
+    out = [s for s in (said(e) if said else []) if s]
+    share = getattr(e, "critical_path_share", ABSENT)
+    if isinstance(share, float):
+        out.append(f"Its share of the critical path: {_share(share)}.")
+    return " ".join(out)

@@ -26,7 +26,7 @@ from .text import model_profile_section, profile_section
 from .whatif_report import parts as whatif_parts
 
 if TYPE_CHECKING:
-    from ..sections.findings import Check, Evidence, Finding
+    from ..sections.findings import Check, Finding
     from ..sections.skew import CollectiveRow, Skew
     from ..sections.tables import MergedModelRow, MergedOperatorTable, MergedSteps, ModelRow, OperatorTable
     from .tables import ByNameTable
@@ -55,7 +55,8 @@ figure svg{width:100%;height:auto;display:block}figcaption{font-size:12px;color:
 .scroll{overflow-x:auto}.scroll.tall{max-height:560px;overflow-y:auto}
 table{border-collapse:collapse;font-size:12.5px;background:#fff;margin:4px 0}
 th,td{border:1px solid #e1e5ea;padding:3px 8px;text-align:right;white-space:nowrap}
-th{background:#eef1f4;position:sticky;top:0}td.l,th.l{text-align:left}
+th{background:#eef1f4;position:sticky;top:0;white-space:normal;vertical-align:bottom}td.l,th.l{text-align:left}
+td.wrap{white-space:normal;min-width:14em;max-width:40em}
 td.name{max-width:520px;overflow:hidden;text-overflow:ellipsis}
 tr.stat td{background:#fafbfc;font-style:italic}
 .PASS{color:#1e7d32;font-weight:600}.WARN{color:#c26a00;font-weight:600}.FAIL{color:#b71c1c;font-weight:600}
@@ -301,6 +302,8 @@ def table_html(headers: list[str], rows: list[list], left: int = 1, classes: lis
             text = escaped(cell)
             if i < left and len(text) > text_tables.NAME_WIDTH + 16:
                 cells.append(f'<td class="l name" title="{text}">{escaped(str(cell)[:text_tables.NAME_WIDTH])}…</td>')
+            elif len(text) > 48 and " " in text:  # prose (a what-if's why not): wraps, not one 600 px line
+                cells.append(f'<td class="l wrap">{text}</td>')
             else:
                 cells.append(f'<td class="{"l" if i < left else ""}">{text}</td>')
         body.append(f"<tr{css}>{''.join(cells)}</tr>")
@@ -315,29 +318,10 @@ def _figure(svg: str | None, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{escaped(caption)}</figcaption></figure>"
 
 
-def evidence_text(evidence: Evidence, unit: str = "ms") -> str:
-    """A finding's ``evidence`` read like the report: '…_ns' values in ``unit`` without the
-    suffix, per-rank dicts as 'rank 0: 1.23 ms', lists cut to a few items (raw ns dicts once
-    ended every finding). Labelled by the keys summary.json gives its fields (``to_json``: what the
-    finding's kind carries, in that order), the one generic listing of a record in the report."""
-    def value(key: str, item: object) -> str:
-        if isinstance(item, dict):
-            shown = [f"rank {k}: {value(key, v)}" if key.endswith("_by_rank") else f"{k}: {value(k, v)}"
-                     for k, v in list(item.items())[:8]]
-            return ", ".join(shown) + (", …" if len(item) > 8 else "")
-        if isinstance(item, list):
-            return ", ".join(value(key, v) for v in item[:8]) + (", …" if len(item) > 8 else "")
-        if isinstance(item, (int, float)) and not isinstance(item, bool) and "_ns" in key:
-            return f"{item / format.UNITS[unit]:,.2f} {unit}"
-        if isinstance(item, float) and key.endswith(("ratio", "share", "fraction")):
-            return f"{100 * item:.1f}%"
-        return str(item)
-
-    def label(key: str) -> str:
-        return key.replace("_ns_by_rank", " by rank").replace("_by_rank", " by rank").removesuffix("_ns") \
-            .replace("_", " ")
-
-    return "; ".join(f"{label(k)}: {value(k, v)}" for k, v in list(evidence.to_json().items())[:12])
+def evidence_text(finding: Finding, unit: str = "ms") -> str:
+    """The numbers behind a finding in sentences (reports/findings.py words them), durations in ``unit``: the
+    record's raw fields ("onset step: None; ... pattern: persistent") once ended every card."""
+    return phrase(findings_report.evidence_sentences(finding), unit)
 
 
 def findings_html(findings: list[Finding], unit: str = "ms") -> str:
@@ -357,9 +341,9 @@ def findings_html(findings: list[Finding], unit: str = "ms") -> str:
             body.append(f"<p>{escaped(phrase(item.message, unit))}</p>")
         if item.advice:
             body.append(f'<p class="advice">→ {escaped(item.advice)}</p>')
-        shown = evidence_text(item.evidence, unit)
+        shown = evidence_text(item, unit)
         if shown:
-            body.append(f'<p class="evidence">{escaped(shown[:600])}</p>')
+            body.append(f'<p class="evidence">{escaped(shown)}</p>')
         css = re.sub(r"[^a-z]", "", severity.lower())
         cards.append(f'<div class="card finding sev-{css}">{"".join(body)}</div>')
     return "".join(cards)
@@ -426,8 +410,8 @@ def checks_html(checks: list[Check]) -> str:
         # the message as summary.json words it: durations in readable units (phrase leaves a phrased one be)
         rows.append(f'<tr><td class="l">{escaped(c.check)}</td><td>{escaped(c.rank)}</td>'
                     f'<td class="{escaped(status)}">{escaped(status)}</td>'
-                    f'<td class="l">{escaped(phrase(c.message))}</td>'
-                    f'<td class="l">{escaped(c.advice or "")}</td></tr>')
+                    f'<td class="l wrap">{escaped(phrase(c.message))}</td>'
+                    f'<td class="l wrap">{escaped(c.advice or "")}</td></tr>')
     head = "".join(f'<th class="l">{h}</th>' for h in ("Check", "Rank", "Status", "Message", "Advice"))
     return f'<h2>Checks</h2><div class="scroll"><table><thead><tr>{head}</tr></thead>' \
            f'<tbody>{"".join(rows)}</tbody></table></div>'
