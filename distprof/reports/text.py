@@ -105,10 +105,15 @@ def lanes_table(summary: Summary, width: int = format.TABLE_WIDTH, shown: list[i
     lanes (``shown`` ranks only; None: all)."""
     rows = [[r.rank, format.shown_path(r.source_file) if r.source_file else "-", r.pid or "-",
              "-" if r.device is None else r.device,
-             ", ".join(r.comm_lanes) or "-", ", ".join(r.compute_lanes) or "-"] for r in summary.ranks
-            if shown is None or r.rank in shown]
-    return tables.fitted(rows, ["Rank", "Source", "PID", "Device", "Comm lanes", "Compute lanes"], keep=1,
-                         width=width, shrink=(1, 4, 5))
+             ", ".join(r.comm_lanes) or "-", _comm_rules(r), ", ".join(r.compute_lanes) or "-"]
+            for r in summary.ranks if shown is None or r.rank in shown]
+    return tables.fitted(rows, ["Rank", "Source", "PID", "Device", "Comm lanes", "Comm by", "Compute lanes"],
+                         keep=1, width=width, shrink=(1, 4, 6))
+
+
+def _comm_rules(rank) -> str:
+    """Which rules made the rank's lanes communication (sources/comm_kernels.py): a wrong one shows."""
+    return ", ".join(dict.fromkeys(rule for lane in rank.lanes for rule in lane.comm_rules)) or "-"
 
 
 def printable_summary(summary: Summary) -> Summary:
