@@ -64,6 +64,10 @@ def test_merge_of_four_runs_says_the_renumbering_once_and_names_every_file_it_wr
     assert sum("appears twice; renumbered" in w for w in summary["warnings"]) == 6  # every one kept there
     assert "\nwrote out/summary.json, ranks.csv, collectives.csv\n" in done.stdout
     assert all((tmp_path / "out" / name).exists() for name in ("summary.json", "ranks.csv", "collectives.csv"))
+    from distprof.reports import html
+    from distprof.results import Summary
+    page = html.render(Summary.from_json(summary))  # report.html's Warnings group them the same way
+    assert page.count("appears twice") == 1 and "6 files: rank N appears twice; renumbered" in page
 
 
 def test_the_source_column_prints_a_relative_path_as_given(tmp_path):

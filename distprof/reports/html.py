@@ -594,7 +594,7 @@ def render(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total") -> 
     body.append(summary_tables_html(summary, unit, sorted_by))
     if summary.warnings:
         body.append("<h2>Warnings</h2><ul class=\"warn\">" +
-                    "".join(f"<li>{escaped(w)}</li>" for w in summary.warnings) + "</ul>")
+                    "".join(f"<li>{escaped(w)}</li>" for w in format.grouped_warnings(summary.warnings)) + "</ul>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>distprof report</title><style>{_CSS}</style></head><body><main>"
