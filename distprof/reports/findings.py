@@ -558,8 +558,12 @@ def _straggler_evidence(e) -> list[str]:
     return out
 
 
+_LANES_SHOWN = 8  # a rank with 20 streams: its first lanes and the count, not a line of twenty
+
+
 def _placement_evidence(e) -> list[str]:
-    lanes = f"Its lanes on rank {e.worst_rank}: {', '.join(e.lanes)}" if e.lanes else ""
+    more = f" ({len(e.lanes)} in all)" if len(e.lanes) > _LANES_SHOWN else ""
+    lanes = f"Its lanes on rank {e.worst_rank}: {', '.join(e.lanes[:_LANES_SHOWN])}{more}" if e.lanes else ""
     if lanes and e.lane_collectives:
         by_kind = e.groups_by_kind or {kind: e.lane_groups for kind in e.lane_collectives}
         kinds = [f"{kind} (group {', '.join(by_kind[kind][:4])})" if by_kind.get(kind) else kind
