@@ -169,3 +169,22 @@ def test_a_bad_pattern_is_one_line(tmp_path):
     assert result.returncode != 0
     assert result.stderr.strip().count("\n") == 0
     assert "comm_kernels" in result.stderr and "not a regular expression" in result.stderr
+
+
+def test_nsys_kernel_launched_inside_a_communication_range_is_communication(tmp_path):
+    """PyTorch's ops as NVTX ranges (emit_nvtx, record_function): a kernel no table names, launched with
+    c10d::allreduce_ the innermost range around its call, is communication; a copy that aten::copy_
+    launches inside the same collective stays computation."""
+    export = fx.one_step_rank(fx.NsysExport())
+    export.range(4242, 4_000, 9_000, "c10d::allreduce_")
+    export.range(4242, 6_000, 7_000, "aten::copy_")
+    export.kernel(4242, 0, 31, 31_000, 33_000, "mylib_exchange", launch=(4_500, 4_600))
+    export.kernel(4242, 0, 31, 34_000, 35_000, "copy_kernel", launch=(6_200, 6_300))
+    path = tmp_path / "rank.sqlite"
+    export.write(path)
+    [trace] = nsys.read(path, config_module.DEFAULTS)
+    frame = trace.events.to_frame()
+    exchange = frame[frame["name"] == "mylib_exchange"].iloc[0]
+    assert (exchange["category"], exchange["comm_rule"]) == (ev.COMMUNICATION, comm_kernels.RULE_LAUNCHED)
+    assert frame[frame["name"] == "copy_kernel"].iloc[0]["category"] == ev.COMPUTE
+    assert frame[frame["name"] == "gemm"].iloc[0]["category"] == ev.COMPUTE  # launched in no collective

@@ -693,6 +693,7 @@ def _read_export(export: _Export, config: dict) -> list[RankTrace]:
     gpu, op_launch, nvtx = _drop_implausible(gpu, op_launch, nvtx, warnings, path)
     nvtx = _checked_steps(nvtx, warnings, path)
     phase_names = _assign_phases_and_steps(gpu, calls, op_launch, nvtx)
+    _launched_by_comm_op(export, gpu, calls, op_launch, nvtx)
     gpu["collective"] = _kernel_collectives(gpu, calls, op_launch, nvtx)
     del op_launch
 
@@ -783,6 +784,29 @@ def _assign_phases_and_steps(gpu: dict, calls: dict, op_launch: np.ndarray, nvtx
         nvtx["start"] = np.where(projected, first, nvtx["start"])
         nvtx["end"] = np.where(projected, last, nvtx["end"])
     return np.asarray(phase_names, dtype=object)
+
+
+def _launched_by_comm_op(export: _Export, gpu: dict, calls: dict, op_launch: np.ndarray, nvtx: dict) -> None:
+    """A kernel no name rule knows is communication when the innermost NVTX range around its launch call
+    is a communication op (``nccl:*``, ``c10d::*``, ``record_param_comms``, ``symm_mem::*``: PyTorch's ops
+    as emit_nvtx / record_function ranges), as the Kineto reader does with its host ops."""
+    kernel = (gpu["kind"] == _KIND_CODE[ev.KERNEL]) & (gpu["category"] == _CATEGORY_CODE[ev.COMPUTE]) & \
+        (op_launch >= 0)
+    is_range = (nvtx["kind"] != _KIND_CODE[ev.MARK]) & (nvtx["end"] >= nvtx["start"]) & ~nvtx["is_step"]
+    rows = np.flatnonzero(is_range)
+    if not kernel.any() or not rows.size:
+        return
+    comm_name = np.array([comm_kernels.is_comm_op_name(str(name)) for name in nvtx["names"]], bool)
+    if not comm_name[nvtx["name"][rows]].any():
+        return
+    found = innermost_enclosing(nvtx["thread"][rows], nvtx["start"][rows], nvtx["end"][rows],
+                                calls["thread"], calls["start"], calls["end"])
+    call_in_comm = np.where(found >= 0, comm_name[nvtx["name"][rows[np.maximum(found, 0)]]], False)
+    launched = kernel & call_in_comm[np.maximum(op_launch, 0)]
+    if launched.any():
+        export.comm_rules.append(comm_kernels.RULE_LAUNCHED)
+        gpu["category"] = np.where(launched, _CATEGORY_CODE[ev.COMMUNICATION], gpu["category"]).astype(np.int8)
+        gpu["comm_rule"] = np.where(launched, len(export.comm_rules) - 1, gpu["comm_rule"])
 
 
 def _kernel_collectives(gpu: dict, calls: dict, op_launch: np.ndarray, nvtx: dict) -> np.ndarray:
