@@ -27,7 +27,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from verdict_matrix import Run, measure, report, scores  # noqa: E402
+from verdict_matrix import Run, measure, read_verdict, report, scores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,19 +48,16 @@ def kept_runs(record: Path, kept: Path, jobs: set[str] | None) -> list[tuple[Run
 
 
 def verdict(run: Run, files: list[Path], tree: Path, config: str | None, out: Path) -> Run:
-    """The run with the verdict of ``tree``'s distprof on its files, its cost error measured again
-    (against the effect recorded with the run: the step times and its paired clean step)."""
+    """The run with the verdict of ``tree``'s distprof on its files (read as the matrix reads it: the
+    straggler, and a router skew's expert_imbalance finding), its cost error measured again (against the
+    effect recorded with the run: the step times and its paired clean step)."""
     command = [sys.executable, "-m", "distprof", "merge", *map(str, files), "-o", str(out), "--no-html"]
     done = subprocess.run(command + (["--config", config] if config else []), capture_output=True, text=True,
                           cwd=tempfile.gettempdir(), env=dict(os.environ, PYTHONPATH=str(tree)))
     if done.returncode != 0:
         return replace(run, error=done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "merge failed")
-    skew = json.loads((out / "summary.json").read_text())["skew"]
-    named, unconfirmed = skew.get("straggler"), skew.get("unconfirmed_straggler")
-    again = replace(run, named=named["rank"] if named else None, cost_ns=named and named.get("cost_ns"),
-                    pattern=named and named.get("pattern"), onset_step=named and named.get("onset_step"),
-                    unconfirmed=unconfirmed["rank"] if unconfirmed else None, cost_error=None,
-                    measured_ns=None, error=None)
+    again = replace(run, cost_error=None, measured_ns=None, error=None, said=[])
+    read_verdict(again, out)
     measure(again, run.clean_step_ns)
     return again
 

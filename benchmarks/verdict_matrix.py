@@ -2,11 +2,20 @@
 
 Jobs: the demo's topologies (``distprof demo --topology T --ranks 4``: dp, tp2dp2, pp4; MPI, numpy) and
 real torch jobs (benchmarks/_fault_jobs.py under torchrun, CPU, gloo, torch.profiler, merged with
-``distprof merge``: tpdp, pp (4 ranks), ddp (2 ranks)). Per job: a clean run first (its median step
+``distprof merge``: tpdp, pp (4 ranks), ddp (2 ranks), fsdp (FSDP2 ``fully_shard``, 2 ranks) and moe
+(expert-parallel ``all_to_all_single`` with uneven splits + a data-parallel all_reduce, 4 ranks);
+``--ranks fsdp=N,moe=N`` sets those two's world size). Per job: a clean run first (its median step
 time sets the fault sizes), then every fault kind (demo: forward, data; torch: forward, data, comm,
-once) x size (5, 10, 25, 50% of that step) x onset (start: step 0; mid: half-way), with clean runs
-spread among them. Runs go one at a time. Each run's verdict is ``summary.json``'s
-``skew.straggler`` (rank, cost_ns, pattern, onset_step when the analysis gives one).
+once; moe also router_skew) x size (5, 10, 25, 50% of that step) x onset (start: step 0; mid: half-way),
+with clean runs spread among them (``--kinds`` keeps some kinds only). Runs go one at a time. Each run's
+verdict is ``summary.json``'s ``skew.straggler`` (rank, cost_ns, pattern, onset_step when the analysis
+gives one).
+
+``router_skew`` (moe; one run per onset, no size): from the onset on, the router sends one rank's expert 2x
+the tokens of each other's (``_fault_jobs.py --router-skew``). Its right verdict is an ``expert_imbalance``
+finding in ``summary.json`` ``findings`` whose first rank is that one (and no straggler but that rank);
+its cost is that finding's ``cost_ns``. A distprof without that finding scores these runs as missed. Any
+other run with an ``expert_imbalance`` finding is wrong (a clean run's experts are evenly loaded).
 
 Scored: recall (faults >= 10% of the step: the injected rank named; and, as a second figure, faults whose
 measured effect on the steps they are in is >= 10% of the clean step: a dataloader sleep on a pipeline's
@@ -30,8 +39,9 @@ wait after every matmul, forward and backward). The scheduler still moves a rank
 shared cores, whatever the step's length: ``configs/demo_device_8ms.yaml`` with ``--kernel-ms 8`` makes
 steps of about 100 ms, where a fault of 10% of the step is above that noise (docs/diagnosis.md).
 
-    python benchmarks/verdict_matrix.py [--quick] [--jobs dp,ddp,tpdp] [--repeat K] [--clean N]
-                                        [--keep DIR] [--json PATH] [--demo-config YAML] [--kernel-ms MS]
+    python benchmarks/verdict_matrix.py [--quick] [--jobs dp,ddp,tpdp] [--kinds forward,router_skew] [--repeat K]
+                                        [--clean N] [--keep DIR] [--json PATH] [--demo-config YAML]
+                                        [--kernel-ms MS] [--ranks fsdp=N,moe=N]
 """
 
 from __future__ import annotations
@@ -56,9 +66,12 @@ HERE = Path(__file__).resolve().parent
 DISTPROF = next((str(path) for path in (Path(sys.executable).with_name("distprof"), HERE.parent / ".venv/bin/distprof")
                  if path.exists()), shutil.which("distprof") or "distprof")
 DEMO_JOBS = ("dp", "tp2dp2", "pp4")
-TORCH_JOBS = ("tpdp", "pp", "ddp")
-RANKS = {"dp": 4, "tp2dp2": 4, "pp4": 4, "tpdp": 4, "pp": 4, "ddp": 2}
-KINDS = {"demo": ("forward", "data"), "torch": ("forward", "data", "comm", "once")}
+TORCH_JOBS = ("tpdp", "pp", "ddp", "fsdp", "moe")
+RANKS = {"dp": 4, "tp2dp2": 4, "pp4": 4, "tpdp": 4, "pp": 4, "ddp": 2, "fsdp": 2, "moe": 4}
+FREE_RANKS = ("fsdp", "moe")  # jobs whose world size --ranks sets
+KINDS = {"demo": ("forward", "data"), "torch": ("forward", "data", "comm", "once"),
+         "moe": ("forward", "data", "comm", "once", "router_skew")}
+ROUTER_SKEW, IMBALANCE = "router_skew", "expert_imbalance"  # the fault kind and the finding that names it
 SIZES, QUICK_SIZES = (0.05, 0.10, 0.25, 0.50), (0.25,)
 ONSETS = ("start", "mid")
 RECALL_MIN = 0.10  # recall counts faults of at least this share of the step
@@ -100,6 +113,7 @@ class Run:
     said: list[str] = field(default_factory=list)  # what distprof said when the verdict is wrong
     live_alerts: list[int] = field(default_factory=list)  # demo jobs: ranks of the live view's straggler alerts
     live_latency: int | None = None  # steps from onset to the end of the window alerting the injected rank
+    imbalance: list[int] | None = None  # the expert_imbalance finding's ranks (None: no such finding)
 
     @property
     def faulty(self) -> bool:
@@ -107,13 +121,22 @@ class Run:
 
     @property
     def right(self) -> bool:
-        return self.named == self.expected
+        """A router skew: the imbalance finding names the rank first, no straggler but it; any other run: the
+        straggler verdict is the expected one and no imbalance finding stands."""
+        if self.kind == ROUTER_SKEW:
+            return bool(self.imbalance) and self.imbalance[0] == self.expected and self.named in (None, self.expected)
+        return self.named == self.expected and self.imbalance is None
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", default=",".join(DEMO_JOBS + TORCH_JOBS),
                         help=f"comma-separated, of {', '.join(DEMO_JOBS + TORCH_JOBS)} (default: all)")
+    parser.add_argument("--kinds", default=None, metavar="K,K",
+                        help=f"only these fault kinds (of {', '.join(KINDS['moe'])}; default: all of each job's)")
+    parser.add_argument("--ranks", default="", metavar="JOB=N,JOB=N",
+                        help=f"world size of {', '.join(FREE_RANKS)} (default: "
+                             f"{', '.join(f'{job}={RANKS[job]}' for job in FREE_RANKS)})")
     parser.add_argument("--quick", action="store_true", help="one size (25%%) per kind, 4 clean runs in all")
     parser.add_argument("--repeat", type=int, default=1, metavar="K", help="run each fault K times")
     parser.add_argument("--clean", type=int, default=None, metavar="N",
@@ -133,6 +156,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"--jobs: unknown {', '.join(unknown)} (known: {', '.join(RANKS)})")
     args.clean = args.clean if args.clean is not None else (4 if args.quick else 20)
+    args.kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()] if args.kinds else None
+    if args.kinds and set(args.kinds) - set(KINDS["moe"]):
+        parser.error(f"--kinds: unknown {', '.join(sorted(set(args.kinds) - set(KINDS['moe'])))} "
+                     f"(known: {', '.join(KINDS['moe'])})")
+    try:
+        args.ranks = {job: int(n) for job, _, n in (item.partition("=") for item in args.ranks.split(",") if item)}
+    except ValueError:
+        parser.error(f"--ranks: expected JOB=N,JOB=N, got {args.ranks!r}")
+    if any(job not in FREE_RANKS or n < 2 for job, n in args.ranks.items()):
+        parser.error(f"--ranks: 2 or more ranks, for {' or '.join(FREE_RANKS)} only")
     return args
 
 
@@ -143,7 +176,9 @@ def demo_has_topology() -> bool:
 
 
 def fault_spec(run: Run, demo: bool) -> str:
-    """``RANK:MS@STEP`` + the demo's ``:data`` suffix or the torch job's ``:where``."""
+    """``RANK:MS@STEP`` + the demo's ``:data`` suffix or the torch job's ``:where``; a router skew ``RANK@STEP``."""
+    if run.kind == ROUTER_SKEW:
+        return f"{run.rank}@{run.fault_step}"
     spec = f"{run.rank}:{run.fault_ms:g}@{run.fault_step}"
     if demo:
         return spec + (":data" if run.kind == "data" else "")
@@ -193,9 +228,11 @@ def run_job(run: Run, folder: Path, steps: int, topology_flag: bool,
         read_live(run, folder / "live.json")
         return folder, sorted(folder.glob("rank*.sqlite"))
     traces = folder / "traces"
+    fault = "--router-skew" if run.kind == ROUTER_SKEW else "--fault"
     command = [sys.executable, str(HERE / "_fault_jobs.py"), "--topology", run.job, "--steps", str(steps),
-               "--out", str(traces), *(["--fault", run.spec] if run.spec else []),
-               *(["--kernel-ms", f"{kernel_ms:g}"] if kernel_ms else [])]
+               "--out", str(traces), *([fault, run.spec] if run.spec else []),
+               *(["--kernel-ms", f"{kernel_ms:g}"] if kernel_ms else []),
+               *(["--ranks", str(RANKS[run.job])] if run.job in FREE_RANKS else [])]
     run.wall_s = execute(command, "torch job", run)
     files = sorted(traces.glob("rank*.pt.trace.json.gz"))
     merged = folder / "merged"
@@ -234,6 +271,21 @@ def step_times(files: list[Path]) -> list[float]:
     return [statistics.median(steps[k] for steps in per_rank) for k in common]
 
 
+def read_imbalance(run: Run, summary: dict) -> str | None:
+    """The expert_imbalance finding's ranks into ``run`` (a router skew: its cost too, per profiled step);
+    what to say of it when the verdict is wrong (None: nothing)."""
+    findings = summary.get("findings") or []
+    found = next((f for f in findings if f.get("finding") == IMBALANCE), None)
+    run.imbalance = [int(rank) for rank in found.get("ranks") or []] if found else None
+    if run.kind == ROUTER_SKEW:
+        run.cost_ns, run.cost_share = (found or {}).get("cost_ns"), (found or {}).get("saving_share")
+        run.pattern = run.onset_step = None
+        if found is None:
+            codes = sorted({str(f.get("finding")) for f in findings})
+            return f"no {IMBALANCE} finding (findings: {', '.join(codes) or 'none'})"
+    return f"{IMBALANCE} finding: ranks {run.imbalance}: {found.get('message')}" if found else None
+
+
 def read_verdict(run: Run, summary_dir: Path) -> None:
     """The straggler verdict of ``summary.json`` into ``run``; what distprof said when it is wrong."""
     summary = json.loads((summary_dir / "summary.json").read_text())
@@ -244,6 +296,7 @@ def read_verdict(run: Run, summary_dir: Path) -> None:
                                                    straggler.get("onset_step"))
     unconfirmed = skew.get("unconfirmed_straggler") or {}
     run.unconfirmed = unconfirmed.get("rank")
+    imbalance = read_imbalance(run, summary)
     if run.right:
         return
     notes = [note for note in skew.get("notes") or [] if not NOISE_NOTE.search(note)]
@@ -258,7 +311,7 @@ def read_verdict(run: Run, summary_dir: Path) -> None:
         why = next((s.get("why") for s in (summary.get("whatif") or {}).get("scenarios") or []
                     if s.get("name") == "no_straggler"), None)
         said = [f"no straggler: {why or 'no note'}"]
-    run.said = said
+    run.said = ([imbalance] if imbalance else []) + said
 
 
 def cores_each(job: str) -> bool:
@@ -296,22 +349,22 @@ def pair(runs: list[Run]) -> None:
 
 
 def plan(job: str, step_ns: float, args: argparse.Namespace, cleans: int) -> list[Run]:
-    """The job's fault runs (kind x size x onset x repeat, the injected rank cycling 1, 2, ..., 0) with
-    ``cleans`` clean runs spread evenly among them."""
-    kinds = KINDS["demo" if job in DEMO_JOBS else "torch"]
+    """The job's fault runs (kind x size x onset x repeat, the injected rank cycling 1, 2, ..., 0; a router
+    skew has no size) with ``cleans`` clean runs spread evenly among them."""
+    kinds = KINDS["demo" if job in DEMO_JOBS else job if job in KINDS else "torch"]
     order = [*range(1, RANKS[job]), 0]
     faults: list[Run] = []
-    for kind in kinds:
-        for size in QUICK_SIZES if args.quick else SIZES:
+    for kind in [kind for kind in kinds if args.kinds is None or kind in args.kinds]:
+        for size in [None] if kind == ROUTER_SKEW else QUICK_SIZES if args.quick else SIZES:
             for onset in ONSETS:
                 for _ in range(args.repeat):
                     rank = order[len(faults) % len(order)]
-                    ms = round(size * step_ns / 1e6, 1)
+                    ms = None if size is None else round(size * step_ns / 1e6, 1)
                     run = Run(job, kind, size, onset, rank, ms, 0 if onset == "start" else args.steps // 2,
                               expected=None if kind == "once" else rank)
                     run.spec = fault_spec(run, job in DEMO_JOBS)
                     faults.append(run)
-    runs: list[Run] = []
+    runs: list[Run] = [Run(job, "clean") for _ in range(0 if faults else cleans)]
     for index, run in enumerate(faults):
         runs.append(run)
         due = (index + 1) * cleans // len(faults) - index * cleans // len(faults)
@@ -320,10 +373,11 @@ def plan(job: str, step_ns: float, args: argparse.Namespace, cleans: int) -> lis
 
 
 def label(run: Run) -> str:
-    """``ddp forward 25% mid (1:9.2@4:forward)``."""
+    """``ddp forward 25% mid (1:9.2@4:forward)``; ``moe router_skew mid (1@4)``."""
     if run.kind == "clean":
         return f"{run.job} clean"
-    return f"{run.job} {run.kind} {100 * run.size:.0f}% {run.onset} ({run.spec})"
+    size = "" if run.size is None else f" {100 * run.size:.0f}%"
+    return f"{run.job} {run.kind}{size} {run.onset} ({run.spec})"
 
 
 def attempt(run: Run, folder: Path, args: argparse.Namespace, topology_flag: bool) -> None:
@@ -397,10 +451,13 @@ def scores(runs: list[Run]) -> dict:
     stragglers per clean run, cost errors."""
     done = [run for run in runs if not run.error]
     big = [run for run in done if run.faulty and run.size is not None and run.size >= RECALL_MIN]
-    felt = [run for run in done if (effect_per_step(run) or 0) >= RECALL_MIN * (run.clean_step_ns or 0) > 0]
+    felt = [run for run in done if run.kind != ROUTER_SKEW and
+            (effect_per_step(run) or 0) >= RECALL_MIN * (run.clean_step_ns or 0) > 0]
     named = [run for run in done if run.named is not None]
     clean = [run for run in done if run.kind == "clean"]
-    errors = sorted(run.cost_error for run in done if run.cost_error is not None)
+    errors = sorted(run.cost_error for run in done if run.cost_error is not None and run.kind != ROUTER_SKEW)
+    skews = [run for run in done if run.kind == ROUTER_SKEW]
+    skew_errors = sorted(run.cost_error for run in skews if run.cost_error is not None)
     loads = [run.busy_cores for run in runs if run.busy_cores is not None]
     latencies = [run.live_latency for run in big if run.live_latency is not None]
     return {"recall": [sum(run.right for run in big), len(big)],
@@ -424,6 +481,11 @@ def scores(runs: list[Run]) -> dict:
             "floor_withheld": sum(run.named is None and run.unconfirmed is not None and run.unconfirmed == run.expected
                                   for run in done),
             "floor_stopped": sum(run.unconfirmed is not None and run.unconfirmed != run.expected for run in done),
+            "router_skew": [sum(run.right for run in skews), len(skews)],
+            "router_skew_cost_error_median": statistics.median(skew_errors) if skew_errors else None,
+            "router_skew_cost_errors": len(skew_errors),
+            "imbalance_elsewhere": [sum(run.imbalance is not None for run in done if run.kind != ROUTER_SKEW),
+                                    sum(run.kind != ROUTER_SKEW for run in done)],
             "failed": sum(run.error is not None for run in runs),
             "busy_median": statistics.median(loads) if loads else None, "busy_max": max(loads, default=None)}
 
@@ -434,6 +496,17 @@ def none_as_dash(value) -> str:
 
 def percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def imbalance_text(group: list[Run]) -> str:
+    """``; expert_imbalance 1 x2, none x1`` (its first rank) for a router skew's row or one where it stood."""
+    if not any(run.kind == ROUTER_SKEW or run.imbalance is not None for run in group):
+        return ""
+    firsts: dict[str, int] = {}
+    for run in group:
+        key = str(run.imbalance[0]) if run.imbalance else "none"
+        firsts[key] = firsts.get(key, 0) + 1
+    return f"; {IMBALANCE} " + ", ".join(f"{key} x{count}" for key, count in sorted(firsts.items()))
 
 
 def table(runs: list[Run]) -> str:
@@ -459,10 +532,22 @@ def table(runs: list[Run]) -> str:
         effects = [run.measured_ns / 1e6 for run in group if run.measured_ns is not None]
         effect = f"{statistics.median(effects):+.1f}" if effects else "-"
         right = share(sum(run.right for run in group), len(group))
-        named_text = ", ".join(f"{key} x{count}" for key, count in sorted(named.items()))
+        named_text = ", ".join(f"{key} x{count}" for key, count in sorted(named.items())) + imbalance_text(group)
         lines.append(f"| {job} | {RANKS[job]} | {kind} | {onset} | {len(group)} | {right} | {by_size} | {named_text} "
                      f"| {effect} | {cost} | {wall:.1f} |")
     return "\n".join(lines)
+
+
+def router_lines(score: dict) -> list[str]:
+    """The router skew's line, where the matrix ran one or an imbalance finding stood elsewhere."""
+    skewed, elsewhere = score["router_skew"], score["imbalance_elsewhere"]
+    if not skewed[1] and not elsewhere[0]:
+        return []
+    return [f"- router skew (moe: one rank's expert 2x the tokens of each other's): the {IMBALANCE} finding "
+            f"named that rank first in {share(*skewed)}; its cost against the measured effect, over "
+            f"{score['router_skew_cost_errors']} right verdict(s) where ranks have a core each: median "
+            f"{percent(score['router_skew_cost_error_median'])}; other runs with an {IMBALANCE} finding: "
+            f"{elsewhere[0]}/{elsewhere[1]}"]
 
 
 def report(runs: list[Run]) -> str:
@@ -497,6 +582,7 @@ def report(runs: list[Run]) -> str:
              f"- cores busy with other processes just before each run: median {score['busy_median'] or 0:.1f}, max "
              f"{score['busy_max'] or 0:.1f} of {os.cpu_count()} (other users' jobs slow ranks at random: noise in "
              "both the verdicts and the measured effects)",
+             *router_lines(score),
              *([f"- runs that failed: {score['failed']} (see the JSON)"] if score["failed"] else [])]
     wrong = [run for run in runs if not run.error and not run.right]
     if wrong:
@@ -511,6 +597,7 @@ def report(runs: list[Run]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    RANKS.update(args.ranks)
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="verdict_matrix_"))
     base.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -525,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         record = {"runs": [dict(asdict(run), right=run.right) for run in runs], "scores": scores(runs),
                   "steps": args.steps, "cores": os.cpu_count(), "demo_config": args.demo_config,
-                  "kernel_ms": args.kernel_ms}
+                  "kernel_ms": args.kernel_ms, "ranks": {job: RANKS[job] for job in args.jobs}, "kinds": args.kinds}
         Path(args.json).write_text(json.dumps(record, indent=1))
         print(f"wrote {args.json}")
     return 0
