@@ -1,6 +1,6 @@
 """Make the Flight Recorder dumps of tests/data/flight_recorder/ (real gloo jobs on CPU, 4 ranks).
 
-    python tests/data/flight_recorder/make_dumps.py [SCENARIO ...]    # default: all three
+    python tests/data/flight_recorder/make_dumps.py [SCENARIO ...]    # default: all of them
 
 Each scenario runs ``torchrun --nproc-per-node 4`` on this file. Every rank starts a timer thread that, a few
 seconds after the ranks stop making progress, writes its Flight Recorder dump in both forms (JSON from
@@ -12,6 +12,14 @@ Scenarios:
   size      rank 1 passes a tensor of 5 elements to the 3rd allreduce where the others pass 4
   tp_dp     TP groups {0,1},{2,3} and DP groups {0,2},{1,3}; every step a TP then a DP allreduce; rank 3
             stops before its TP allreduce of step 2: rank 2 waits on it in TP, rank 1 in DP, rank 0 on rank 2 in DP
+  a2a_missing  an MoE step: expert-parallel dispatch and combine (all_to_all_single with the uneven splits a router
+            makes) in group "expert_parallel", then the data-parallel allreduce; rank 2 never issues the dispatch
+            of step 2 (its host stalls before it: data loading, Python)
+  a2a_stall the same job; rank 1 issues the dispatch of step 2 and its data moves, but the backend thread that ran
+            it is held by a blocking completion callback (as a comm hook can), so the dispatch never completes on
+            rank 1 while ranks 0, 2, 3 complete it and wait in the combine for rank 1, which never issues it. Gloo
+            records no start (every entry stays "scheduled"; "retired" marks completion), so "issued, never
+            completed" is what gloo can show; "never started" needs a backend with device events (NCCL)
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCENARIOS = ("missing", "size", "tp_dp")
+SCENARIOS = ("missing", "size", "tp_dp", "a2a_missing", "a2a_stall")
+WIDTH = 8  # the width of a token (an MoE layer's hidden size)
 DUMP_AFTER_S = 6.0  # from the start of the collectives: they all finish (or hang) well before this
 
 
@@ -62,6 +71,42 @@ def run_tp_dp(rank: int, dist, torch) -> None:
         dist.all_reduce(torch.ones(16), group=dp)
 
 
+def router_split(rank: int, step: int, world: int) -> list[int]:
+    """The rows (tokens) ``rank`` sends to each expert rank at ``step``: uneven, and different on every rank, as
+    an MoE router makes them."""
+    return [1 + (3 * rank + 5 * peer + 7 * step) % 6 for peer in range(world)]
+
+
+def moe_step(rank: int, step: int, dist, torch, ep, stall=None) -> None:
+    """One MoE step: dispatch the tokens to their experts, the experts' work, combine them back (the reverse
+    split), then the data-parallel allreduce; ``stall`` is a callback run when the dispatch completes."""
+    world = dist.get_world_size(ep)
+    send = router_split(rank, step, world)
+    recv = [router_split(peer, step, world)[rank] for peer in range(world)]
+    dispatched = torch.empty(sum(recv), WIDTH)
+    work = dist.all_to_all_single(dispatched, torch.ones(sum(send), WIDTH), recv, send, group=ep, async_op=True)
+    if stall is not None:
+        work.get_future().then(stall)
+    work.wait()
+    dist.all_to_all_single(torch.empty(sum(send), WIDTH), dispatched * 2, send, recv, group=ep)
+    dist.all_reduce(torch.ones(16))
+
+
+def run_a2a_missing(rank: int, dist, torch) -> None:
+    ep = dist.new_group([0, 1, 2, 3], group_desc="expert_parallel")
+    for step in range(4):
+        if rank == 2 and step == 2:
+            time.sleep(60)  # the host stalls before the dispatch: the dump comes first
+        moe_step(rank, step, dist, torch, ep)
+
+
+def run_a2a_stall(rank: int, dist, torch) -> None:
+    ep = dist.new_group([0, 1, 2, 3], group_desc="expert_parallel")
+    for step in range(4):
+        held = rank == 1 and step == 2
+        moe_step(rank, step, dist, torch, ep, stall=(lambda _: time.sleep(60)) if held else None)
+
+
 def rank_main(scenario: str, out: Path) -> None:
     import torch
     import torch.distributed as dist
@@ -70,7 +115,8 @@ def rank_main(scenario: str, out: Path) -> None:
     dist.barrier()
     threading.Thread(target=dump_and_exit, args=(out, rank, DUMP_AFTER_S), daemon=True).start()
     try:
-        {"missing": run_missing, "size": run_size, "tp_dp": run_tp_dp}[scenario](rank, dist, torch)
+        {"missing": run_missing, "size": run_size, "tp_dp": run_tp_dp, "a2a_missing": run_a2a_missing,
+         "a2a_stall": run_a2a_stall}[scenario](rank, dist, torch)
     except Exception as error:  # noqa: BLE001 - a failing collective still leaves its dump
         print(f"rank {rank}: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
     time.sleep(60)  # the dump thread ends the process
