@@ -391,8 +391,9 @@ def diagnosis_section(summary: Summary, unit: str, width: int = WRAP) -> list[st
     if skew.matched:
         kinds = ", ".join(f"{k.name}{' [group ' + k.group + ']' if k.group else ''} {k.matched}"
                           for k in skew.kinds)
-        lines += format.wrapped(f"Collectives: {skew.matched} matched ({kinds}); {_clock_text(skew, t)}",
-                                width)
+        counted = f"{skew.matched} matched ({kinds})" if skew.kinds else \
+            "one rank's only (no other rank to match them with)"
+        lines += format.wrapped(f"Collectives: {counted}; {_clock_text(skew, t)}", width)
         top = sorted(skew.collectives, key=lambda c: -c.arrival_skew_ns)[:5]
         rows = [[c.index, c.step, c.name, t(c.arrival_skew_ns), t(c.end_skew_ns), c.last_rank,
                  t(c.last_lateness_ns), t(c.transfer_ns), t(c.max_sync_ns)] for c in top]
