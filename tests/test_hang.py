@@ -141,8 +141,11 @@ def test_cli_writes_hang_json(tmp_path):
     assert doc["root_ranks"] == [3] and len(doc["inputs"]) == 8
     assert set(doc) >= {"root_ranks", "culprits", "waiting", "groups", "inputs"}
     assert set(doc["culprits"][0]) == {"ranks", "reason", "group_name", "seq", "kind", "awaited_by", "inferred",
-                                       "detail"}
-    assert set(doc["waiting"][0]) == {"ranks", "group_name", "seq", "kind", "since_ns", "waits_for", "chain"}
+                                       "detail", "faults"}
+    assert doc["culprits"][0]["faults"] == [{"ranks": [3], "fault_class": "not_issued", "group_name": "", "seq": -1,
+                                             "kind": "", "state": "", "completed_by": []}]
+    assert set(doc["waiting"][0]) == {"ranks", "group_name", "seq", "kind", "since_ns", "waits_for", "chain",
+                                      "completed_by"}
     assert "root rank 3" in result.stdout
 
 

@@ -32,12 +32,34 @@ from ..events import COMMUNICATION
 from ..typed import Reason
 
 MISSING, SIZE, KIND, DTYPE, NOT_DUMPED = "missing", "size_mismatch", "kind_mismatch", "dtype_mismatch", "not_dumped"
+# a reason, and a fault class: issued, never started on the device (scheduled where a member started it; a
+# backend with device events records starts: NCCL, not gloo)
+NOT_STARTED = "not_started"
+# the other fault classes of a root rank (Fault.fault_class), from its own dump: which side of the job holds it
+NOT_ISSUED = "not_issued"            # never issued it; everything it issued completed: the host (Python, GIL, data)
+NOT_COMPLETED = "not_completed"      # issued (started, or no start recorded: gloo), never completed on it; peers did
+WAITING_FOR_PEER = "waiting_for_peer"  # issued, and waits for members that never completed it either
 WORLD = "world"
 MAX_DETAIL_RANKS = 16   # culprits' per-rank details (last entry, step, ranges) for at most this many ranks
 MAX_CHAIN = 64          # hops of a wait chain kept
 MAX_WORLD_PER_RANK = 64  # as merge (pipeline.py): a stated world this many times the dumps (and above
 MIN_SUSPECT_WORLD = 1024  # this size) is a corrupt value, not a partial job
 CLOCK_SLACK_NS = 10**9  # clocks of one job's hosts may differ by this much
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Which side holds root ranks, as their own dumps show it: the host never issued the collective, or it was
+    issued and the device / backend never started or completed it, or it waits for a peer. Why: the reason says
+    what the others wait for; the fix differs (py-spy on the host, the GPU or the transport)."""
+
+    ranks: list[int]
+    fault_class: str             # not_issued | not_started | not_completed | waiting_for_peer
+    group_name: str = ""         # the collective it is stuck in ("" and -1: not_issued, it is in none)
+    seq: int = -1
+    kind: str = ""
+    state: str = ""              # its entry's state there, as the recorder saw it (gloo: always scheduled)
+    completed_by: list[int] = field(default_factory=list)  # the members that completed that collective
 
 
 @dataclass(frozen=True)
@@ -52,6 +74,7 @@ class Culprit:
     awaited_by: list[int]
     inferred: bool = False       # the dumps do not state the member: it is inferred (see the module doc)
     detail: dict = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)  # the fault class of its ranks, where their dumps show it
 
 
 @dataclass(frozen=True)
@@ -66,6 +89,7 @@ class Waiting:
     since_ns: int                # the earliest call of the waiting ranks (0: not known)
     waits_for: list[dict]        # {"reason", "ranks", "inferred"}; a rank in both lists waits for the others
     chain: list[dict] = field(default_factory=list)
+    completed_by: list[int] = field(default_factory=list)  # waiting for no one: the members that completed it
 
 
 @dataclass(frozen=True)
@@ -125,6 +149,7 @@ class _Wait:
     waiters: list[int]
     since_ns: int = 0
     targets: list[tuple[str, tuple[int, ...], bool]] = field(default_factory=list)
+    completed_by: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -400,10 +425,17 @@ def group_state(name: str, desc: str, ranks: tuple[int, ...], stated: bool, idx:
     for rank, entry in sorted(issued.items()):
         states.setdefault("completed" if entry.completed else entry.state or "issued", []).append(rank)
     mismatch = _mismatch(issued)
-    inferred = pool if not stated and not never and not not_dumped and not mismatch \
+    inferred = pool if not stated and not never and not not_dumped and not mismatch and not not_started(states) \
         and not any(e.completed for e in issued.values()) else ()
     return GroupState(name, desc, list(ranks), stated, last_all, first, kind, states, never, not_dumped,
                       list(inferred), mismatch)
+
+
+def not_started(issued: dict[str, list[int]]) -> list[int]:
+    """The members that issued the collective but never started it where another member started it: the started
+    ones wait for them. Only a backend with device events records starts (NCCL); gloo's entries all stay
+    'scheduled', so there is nothing to tell apart."""
+    return issued.get("scheduled", []) if "started" in issued else []
 
 
 # -- waits -------------------------------------------------------------------------------------------------------
@@ -429,6 +461,8 @@ def _fr_waits(idx: Index, members, groups: dict[str, GroupState], pool: tuple[in
             ranks = tuple(r for r, why in odd.items() if why == reason)
             if ranks:
                 wait.targets.append((reason, ranks, False))
+        if seq == state.first_incomplete_seq and not_started(state.issued):
+            wait.targets.append((NOT_STARTED, tuple(not_started(state.issued)), False))
         if state.not_dumped:
             wait.targets.append((NOT_DUMPED, shared.setdefault(name, tuple(state.not_dumped)), False))
         if state.inferred_missing:
@@ -437,6 +471,8 @@ def _fr_waits(idx: Index, members, groups: dict[str, GroupState], pool: tuple[in
                        and idx[r].get(name, _EMPTY).last < seq)
         if behind:
             wait.targets.append((MISSING, behind, False))
+        if not wait.targets:
+            wait.completed_by = [r for r in members[name][1] if r in idx and idx[r].get(name, _EMPTY).done >= seq]
     return list(waits.values())
 
 
@@ -610,9 +646,10 @@ def _targets_of(wait: _Wait) -> list[tuple[int, str, bool]]:
 
 # -- culprits ----------------------------------------------------------------------------------------------------
 def _culprits(waits: list[_Wait], roots: list[int], dumps: dict[int, RankDump], idx: Index,
-              groups: dict[str, GroupState]) -> list[Culprit]:
-    """Per wait and reason, the root ranks it waits for; a rank's mismatch explains its own lateness elsewhere."""
-    root_set, hits, found = set(roots), {}, []
+              groups: dict[str, GroupState], starts: set[str]) -> list[Culprit]:
+    """Per wait and reason, the root ranks it waits for, with their fault class; a rank's mismatch (or a
+    collective it never started) explains its own lateness elsewhere."""
+    root_set, hits, found, done_by = set(roots), {}, [], {}
     for wait in waits:
         for reason, ranks, inferred in wait.targets:
             if id(ranks) not in hits:
@@ -621,18 +658,62 @@ def _culprits(waits: list[_Wait], roots: list[int], dumps: dict[int, RankDump], 
             if hit:
                 awaited = [w for w in wait.waiters if w not in root_set or w not in hit]
                 found.append(Culprit(hit, reason, wait.group, wait.seq, wait.kind, awaited, inferred,
-                                     _detail(hit, reason, wait, dumps, idx, groups)))
+                                     _detail(hit, reason, wait, dumps, idx, groups), []))
     causes = {r for c in found if c.reason not in (MISSING, NOT_DUMPED) for r in c.ranks}
     kept = []
     for culprit in found:
-        if culprit.reason == MISSING and causes & set(culprit.ranks):
-            rest = [r for r in culprit.ranks if r not in causes]
-            if not rest:
-                continue
-            culprit = Culprit(rest, culprit.reason, culprit.group_name, culprit.seq, culprit.kind,
-                              culprit.awaited_by, culprit.inferred, culprit.detail)
-        kept.append(culprit)
+        ranks = [r for r in culprit.ranks if r not in causes] if culprit.reason == MISSING else culprit.ranks
+        if ranks:
+            faults = _faults(ranks, culprit.reason, culprit, idx, groups, starts, done_by)
+            kept.append(Culprit(ranks, culprit.reason, culprit.group_name, culprit.seq, culprit.kind,
+                                culprit.awaited_by, culprit.inferred, culprit.detail, faults))
     return sorted(kept, key=lambda c: (c.ranks[0], c.group_name, c.seq))
+
+
+def _faults(ranks: list[int], reason: str, where: Culprit, idx: Index, groups: dict[str, GroupState],
+            starts: set[str], done_by: dict[tuple[str, int], list[int]]) -> list[Fault]:
+    """The fault class of a culprit's ranks, grouped (a 5,000-rank culprit is a few records). Only where their
+    own dumps show it: none for a rank without a dump, nor for a mismatch (the call itself is the fault)."""
+    if reason == NOT_STARTED:
+        return [Fault(ranks, NOT_STARTED, where.group_name, where.seq, where.kind, "scheduled",
+                      _completed_by(where.group_name, where.seq, idx, groups, done_by))]
+    if reason != MISSING:
+        return []
+    found: dict[tuple[str, str, int, str, str], list[int]] = {}
+    for rank in ranks:
+        if rank in idx:
+            found.setdefault(_fault_of(idx[rank], idx, groups, starts, done_by), []).append(rank)
+    return [Fault(r, fault, group, seq, kind, state, _completed_by(group, seq, idx, groups, done_by) if group else [])
+            for (fault, group, seq, kind, state), r in found.items()]
+
+
+def _fault_of(tracks: dict[str, _Track], idx: Index, groups: dict[str, GroupState], starts: set[str],
+              done_by: dict[tuple[str, int], list[int]]) -> tuple[str, str, int, str, str]:
+    """(fault class, group, seq, kind, state) of a rank that never issued what others wait for: the host side
+    when every collective it issued completed; else where its earliest pending collective stands: never
+    started (the backend records starts and it did not start), never completed though members did, or waiting
+    for members that did not complete it either."""
+    pending = [t.pending for t in tracks.values() if t.pending is not None]
+    if not pending:
+        return NOT_ISSUED, "", -1, "", ""
+    entry = min(pending, key=lambda e: (e.created_ns, _group_key(e.group_name), e.seq))
+    if entry.state == "scheduled" and entry.group_name in starts:
+        fault = NOT_STARTED
+    elif _completed_by(entry.group_name, entry.seq, idx, groups, done_by):
+        fault = NOT_COMPLETED
+    else:
+        fault = WAITING_FOR_PEER
+    return fault, entry.group_name, entry.seq, entry.kind, entry.state
+
+
+def _completed_by(group: str, seq: int, idx: Index, groups: dict[str, GroupState],
+                  done_by: dict[tuple[str, int], list[int]]) -> list[int]:
+    """The members of ``group`` that completed its collective ``seq`` (one list per collective, shared)."""
+    found = done_by.get((group, seq))
+    if found is None:
+        members = groups[group].ranks if group in groups else []
+        found = done_by[(group, seq)] = [r for r in members if r in idx and idx[r].get(group, _EMPTY).done >= seq]
+    return found
 
 
 def _detail(ranks: list[int], reason: str, wait: _Wait, dumps: dict[int, RankDump], idx: Index,
@@ -696,7 +777,8 @@ def analyse(dumps: list[RankDump], world_size: int | None = None) -> HangResult:
     notes += [Reason("no_rank_to_name", {"group": w.group, "kind": w.kind, "seq": w.seq})
               for w in waits if not w.targets and w.group in groups and groups[w.group].members_stated]
     newest = max((e.created_ns for d in dumps for e in d.entries), default=0)
-    return HangResult(roots, _culprits(waits, roots, by_rank, idx, groups), waiting,
+    starts = {e.group_name for d in dumps for e in d.entries if e.state in ("started", "completed")}
+    return HangResult(roots, _culprits(waits, roots, by_rank, idx, groups, starts), waiting,
                       [groups[name] for name in sorted(groups, key=_group_key)], sorted(by_rank), source,
                       world, stated, newest, notes, stacks_of(dumps, roots))
 
@@ -753,7 +835,7 @@ def _waiting(waits: list[_Wait], out: dict[int, list[int]], nodes: dict[int, int
     return [Waiting(w.waiters, w.group, w.seq, w.kind, w.since_ns,
                     [{"reason": reason, "ranks": list(ranks), "inferred": inferred}
                      for reason, ranks, inferred in w.targets],
-                    _chain(w, by_node, out, dist, set(roots)))
+                    _chain(w, by_node, out, dist, set(roots)), w.completed_by)
             for w in sorted(waits, key=lambda w: (w.waiters[0], _group_key(w.group), w.seq))]
 
 

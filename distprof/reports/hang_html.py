@@ -42,15 +42,27 @@ def verdict_html(doc: dict, by_step: bool) -> str:
     severity = "critical" if doc["root_ranks"] else "warning" if doc["waiting"] else "info"
     card = f'<div class="card finding sev-{severity}"><p><b>{escaped(words.headline(doc))}</b></p>'
     members = words.members_of(doc)
-    card += "".join(f"<p>{escaped(words.culprit_line(c, members, by_step).strip())}</p>" for c in culprits[:MAX_ROWS])
+    card += "".join(f"<p>{escaped(words.culprit_line(c, members, by_step).strip())}</p>"
+                    + "".join(f"<p>{escaped(words.fault_line(f, len(c['faults']) > 1 or len(c['ranks']) > 1).strip())}"
+                              "</p>" for f in c.get("faults", [])[:4])
+                    for c in culprits[:MAX_ROWS])
     card += "</div>"
     if not culprits:
         return "<h2>Verdict</h2>" + card
     rows = [[words.ranks_text(c["ranks"]), f"{c['reason']}: {words.WHY.get(c['reason'], c['reason'])}",
              c["group_name"], c["kind"], words.ranks_text(c["awaited_by"]) if c["awaited_by"] else "none",
-             c["seq"], "yes" if c["inferred"] else "no"] for c in culprits[:MAX_ROWS]]
-    headers = ["Root", "Reason", "Group", "Kind", "Awaited by", _seq_header(by_step), "Inferred"]
+             _fault_cell(c), c["seq"], "yes" if c["inferred"] else "no"] for c in culprits[:MAX_ROWS]]
+    headers = ["Root", "Reason", "Group", "Kind", "Awaited by", "Fault class", _seq_header(by_step), "Inferred"]
     return "<h2>Verdict</h2>" + card + table_html(headers, rows, left=5) + _rows_note(len(culprits), "culprits")
+
+
+def _fault_cell(c: dict) -> str:
+    """'not_completed: issued, never completed (...)', per fault class of the culprit's ranks; '-' where the dumps
+    do not show it (no dump, a mismatch)."""
+    faults = c.get("faults", [])
+    many = len(faults) > 1
+    return "; ".join(f"{words.ranks_text(f['ranks']) + ' ' if many else ''}{f['fault_class']}: "
+                     f"{words.FAULT_CLASS.get(f['fault_class'], f['fault_class'])}" for f in faults[:4]) or "-"
 
 
 def _chain_ranks(chain: list[dict]) -> str:

@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 STATUS = {"read": "read", "cut_short": "cut short", "refused": "refused"}
 WHY = {"missing": "never issued it", "size_mismatch": "issued it with other sizes",
        "kind_mismatch": "issued another collective", "dtype_mismatch": "issued it with other dtypes",
-       "not_dumped": "left no dump"}
+       "not_dumped": "left no dump", "not_started": "issued it, never started it"}
+# a root rank's fault class (analyses.hang.Fault): which side holds it, as its own dump shows it
+FAULT_CLASS = {"not_issued": "never issued (the host side: Python, the GIL, data loading)",
+               "not_started": "issued, never started on the device",
+               "not_completed": "issued, never completed (the device / backend side)",
+               "waiting_for_peer": "issued, waiting for a peer"}
 MAX_LINES = 20       # lines per section; the rest is counted
 MAX_RANK_TEXT = 120  # characters of one rank list
 MAX_HOPS = 8         # hops of the chain shown
@@ -129,7 +134,38 @@ def since_text(ns: int) -> str:
 
 ACTS = {"missing": ("never issued", ""), "size_mismatch": ("issued", " with other sizes than the others"),
         "kind_mismatch": ("issued", " as another collective than the others"),
-        "dtype_mismatch": ("issued", " with other dtypes than the others")}
+        "dtype_mismatch": ("issued", " with other dtypes than the others"),
+        "not_started": ("issued", " but never started it, where the others started it")}
+
+
+def fault_line(f: dict, many: bool) -> str:
+    """'    fault class: issued, never completed (...): its all_to_all #5 of group 1 never completed (scheduled),
+    though ranks 0, 2-3 completed it': which side holds a root rank, and what in its dump says so."""
+    who = f"{ranks_text(f['ranks'])}: " if many else ""
+    where, state, fault = f"{f['kind']} #{f['seq']} of group {f['group_name']}", f["state"], f["fault_class"]
+    done = f", though {ranks_text(f['completed_by'])} completed it" if f["completed_by"] else ""
+    if fault == "not_issued":
+        why = "no entry for it, and every collective it issued completed"
+    elif fault == "not_started":
+        why = f"its {where} stayed {state}{done or ', though members started it'}"
+    elif fault == "not_completed":
+        gloo = ": the backend records no start, as gloo" if state == "scheduled" else ""
+        why = f"its {where} never completed (left {state}{gloo}){done}"
+    else:
+        why = f"it waits in {where} ({state}), which no member completed"
+    return f"    fault class: {who}{FAULT_CLASS.get(fault, fault)}: {why}"
+
+
+def culprit_lines(culprits: list[dict], members: dict[str, list[int] | None], by_step: bool) -> list[str]:
+    """Each culprit's line, then its ranks' fault class (at most 4 lines each), at most MAX_LINES culprits."""
+    lines = []
+    for c in culprits[:MAX_LINES]:
+        lines.append(culprit_line(c, members, by_step))
+        many = len(c.get("faults", [])) > 1 or len(c["ranks"]) > 1
+        lines += [fault_line(f, many) for f in c.get("faults", [])[:4]]
+    if len(culprits) > MAX_LINES:
+        lines.append(f"  ... {len(culprits) - MAX_LINES} more culprits (hang.json has them all)")
+    return lines
 
 
 def culprit_line(c: dict, members: dict[str, list[int] | None], by_step: bool) -> str:
@@ -172,7 +208,8 @@ def detail_text(c: dict, by_step: bool) -> str:
 def whom_text(w: dict) -> str:
     """'rank 3 (left no dump, inferred)': whom one wait waits for and why, as the text and hang.html say it."""
     return "; ".join(f"{ranks_text(t['ranks'])} ({WHY.get(t['reason'], t['reason'])}"
-                     f"{', inferred' if t['inferred'] else ''})" for t in w["waits_for"]) or "no rank named"
+                     f"{', inferred' if t['inferred'] else ''})" for t in w["waits_for"]) or (
+        f"no rank: {ranks_text(w['completed_by'])} completed it" if w.get("completed_by") else "no rank named")
 
 
 def _wait_line(w: dict, members: dict[str, list[int] | None], by_step: bool) -> str:
@@ -250,7 +287,7 @@ def render(result: dict, inputs: list[dict], rerun: str = "distprof hang DUMPS",
     members = members_of(result)
     lines = [headline(result)]
     if result["root_ranks"]:
-        lines += _capped([culprit_line(c, members, by_step) for c in result["culprits"]], "culprits")
+        lines += culprit_lines(result["culprits"], members, by_step)
     if result["waiting"]:
         lines.append("Waiting (who waits for whom, since when):")
         lines += _capped([_wait_line(w, members, by_step) for w in result["waiting"]], "waits")
@@ -293,6 +330,12 @@ def next_step(result: dict, rerun: str) -> str:
                 "in the hang_rank<r>.json files)")
     if roots:
         rank = roots[0]
+        fault = next((f for c in result["culprits"] for f in c.get("faults", []) if rank in f["ranks"]), None)
+        if fault and fault["fault_class"] in ("not_started", "not_completed"):
+            return (f"py-spy dump --native --pid PID   (on rank {rank}'s host: rank {rank} issued {fault['kind']} "
+                    f"#{fault['seq']} of group {fault['group_name']} and it never "
+                    f"{'started' if fault['fault_class'] == 'not_started' else 'completed'} there, so look below its "
+                    "Python: the backend's threads, and the GPU's stream with nvidia-smi / cuda-gdb)")
         return (f"py-spy dump --pid PID   (on rank {rank}'s host: where rank {rank} is, in Python; or rerun the job "
                 "with collector.hang_dump_s: 60, and distprof's hang_rank<r>.json files carry every thread's stack)")
     if result["waiting"]:
