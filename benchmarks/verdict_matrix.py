@@ -588,11 +588,19 @@ def report(runs: list[Run]) -> str:
     if wrong:
         lines += ["", "Wrong verdicts:"]
     for run in wrong:
-        expected = "none" if run.expected is None else f"rank {run.expected}"
-        named = "none" if run.named is None else f"rank {run.named}"
-        lines.append(f"- {label(run)}: expected {expected}, named {named}")
+        lines.append(f"- {label(run)}: {wrong_text(run)}")
         lines += [f"    - {text}" for text in run.said]
     return "\n".join(lines)
+
+
+def wrong_text(run: Run) -> str:
+    """``expected rank 1, named none``; a router skew's or a stray imbalance finding's verdict in full."""
+    expected = "none" if run.expected is None else f"rank {run.expected}"
+    named = "none" if run.named is None else f"rank {run.named}"
+    found = f"{IMBALANCE} on ranks {run.imbalance}" if run.imbalance is not None else f"no {IMBALANCE}"
+    if run.kind == ROUTER_SKEW:
+        return f"expected {IMBALANCE} naming rank {run.expected} first, got {found}; straggler named {named}"
+    return f"expected {expected}, named {named}" + (f"; {found}" if run.imbalance is not None else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -187,3 +187,6 @@ def test_a_router_skew_is_right_when_the_imbalance_finding_names_its_rank(tmp_pa
     text = vm.report([named, missed, clean])
     assert "the expert_imbalance finding named that rank first in 1/2 (50%)" in text
     assert "| moe | 4 | router_skew | start | 1 | 1/1 (100%) | - | 1 x1; expert_imbalance 1 x1 |" in text
+    assert "- moe router_skew mid (None): expected expert_imbalance naming rank 2 first, got no expert_imbalance; " \
+           "straggler named none" in text
+    assert "- moe clean: expected none, named none; expert_imbalance on ranks [1, 0]" in text
