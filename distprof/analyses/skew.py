@@ -59,6 +59,7 @@ def _launch_starts(view: RankView, rows: np.ndarray) -> np.ndarray:
 
 
 RESUME_NS = 1_000_000  # a thread idle through a host op that resumes this soon after its end waited for it
+RESUME_SHARE = 0.25  # ... or this share of its wait, when longer (a loaded host wakes the thread late)
 
 
 def _waited_for(view: RankView, comm_mask: np.ndarray, runs_steps: np.ndarray) -> np.ndarray:
@@ -87,24 +88,55 @@ def _duplicate_ops(events: ev.Table, comm_mask) -> np.ndarray:
     return comm_mask & is_op if (comm_mask & ~is_op).any() else np.zeros(is_op.size, bool)
 
 
-def _nested_comm(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray,
-                 lane_of: np.ndarray) -> np.ndarray:
-    """Per row (indices): the communication on its own lane inside it (a blocking allreduce an
-    MPI rank runs in its forward is waiting or transfer, not the phase's own work). One pass per
-    lane that has both (``lane_of``: the view's per-row lane positions)."""
+def _waited_elsewhere(events: ev.Table, own: np.ndarray, elsewhere: np.ndarray) -> iv.IntervalSet:
+    """When a thread (its rows ``own``) waited for host communication on other lanes (``elsewhere``):
+    per op, the stretch of the thread between two boundaries of its ranges that ends at its first
+    boundary after the op's start and after RESUME_NS before the op's end (gloo closes its range a
+    little after ``wait()`` returned), from the op's start or the stretch's, the later, when that
+    boundary is within RESUME_NS of the op's end or RESUME_SHARE of that wait (a loaded 2-core host
+    resumed 2.3 ms after a 25 ms all-gather). A stretch that outlasts the op (a sleep while a
+    prefetched all-gather ran) is no wait."""
+    start, end = events["start_ns"], events["end_ns"]
+    bounds = np.unique(np.concatenate([start[own], end[own]]))
+    if bounds.size < 2 or not elsewhere.any():
+        return iv.empty()
+    op_start, op_end = start[elsewhere], end[elsewhere]
+    # where the thread resumed: its first boundary after the op's start and from RESUME_NS before its end on
+    after = np.searchsorted(bounds, np.maximum(op_end - RESUME_NS, op_start), side="right")
+    inside = (after >= 1) & (after < bounds.size)
+    resumed, before = bounds[np.minimum(after, bounds.size - 1)], bounds[np.maximum(after - 1, 0)]
+    lo = np.maximum(before, op_start)
+    keep = inside & (lo < resumed) & (resumed - op_end <= np.maximum(RESUME_NS, RESUME_SHARE * (op_end - lo)))
+    return iv.union(lo[keep], resumed[keep])
+
+
+def _nested_comm(events: ev.Table, rows: np.ndarray, lane_of: np.ndarray,
+                 host: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per row (indices): the communication its own thread waited through inside it, which is
+    not the phase's own work: what runs on its own lane (a blocking allreduce an MPI rank runs in
+    its forward; a ``c10d::`` call that issues a gloo exchange, 12 ms on a loaded FSDP rank), and
+    host communication on other lanes it waited for (_waited_elsewhere: the gloo
+    worker-thread all-gather FSDP's forward waits for in an unrecorded ``wait()``) less its own
+    computation then. Host time with no wait in it (a sleep, Python) stays the phase's. ``host``:
+    per row, host communication (issuing calls included) and host computation (aten ops; the phases themselves where a
+    trace has none, as in work_masks: a demo rank's backward computes while its comm thread reduces)."""
     out = np.zeros(rows.size, np.int64)
-    comm_rows = np.flatnonzero(comm_mask)
-    for lane in np.intersect1d(lane_of[rows], lane_of[comm_rows]):  # one iteration per lane
-        mine, theirs = lane_of[rows] == lane, comm_rows[lane_of[comm_rows] == lane]
-        comm = iv.union(events["start_ns"][theirs], events["end_ns"][theirs])
-        out[mine] = iv.covered_lengths(comm, events["start_ns"][rows[mine]], events["end_ns"][rows[mine]])
+    start, end = events["start_ns"], events["end_ns"]
+    host_comm, computing = host
+    for lane in np.unique(lane_of[rows]):  # one iteration per lane that holds phases
+        mine, own = lane_of[rows] == lane, lane_of == lane
+        own_comm = iv.union(start[host_comm & own], end[host_comm & own])
+        waited = iv.difference(_waited_elsewhere(events, own, host_comm & ~own),
+                               iv.union(start[computing & own], end[computing & own]))
+        out[mine] = iv.covered_lengths(iv.union_sets(own_comm, waited), start[rows[mine]], end[rows[mine]])
     return out
 
 
-def _phase_bounds(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray, lane_of: np.ndarray) -> dict:
+def _phase_bounds(events: ev.Table, rows: np.ndarray, lane_of: np.ndarray,
+                  host: tuple[np.ndarray, np.ndarray]) -> dict:
     """Per (step, phase name), sorted by both: the first start, the last end, the summed
-    duration of the phase's ranges (``busy_ns``) and of it what is not communication on the
-    phase's own lane (``compute_ns``: what the straggler's phase is judged by)."""
+    duration of the phase's ranges (``busy_ns``) and of it what its thread did not wait through
+    in communication (``compute_ns``, _nested_comm: what the straggler's phase is judged by)."""
     rows = np.flatnonzero(rows)
     names = events["name"].take(rows).sorted()  # codes in text order
     step, start, end = events["step"][rows], events["start_ns"][rows], events["end_ns"][rows]
@@ -112,7 +144,7 @@ def _phase_bounds(events: ev.Table, rows: np.ndarray, comm_mask: np.ndarray, lan
     key_step, key_name = step[order], names.codes[order]
     first = np.flatnonzero(np.concatenate([[True], (key_step[1:] != key_step[:-1]) | (key_name[1:] != key_name[:-1])])
                            ) if rows.size else np.zeros(0, np.int64)
-    nested = _nested_comm(events, rows, comm_mask, lane_of)
+    nested = _nested_comm(events, rows, lane_of, host)
     return {"step": key_step[first].tolist(), "name": [str(names.texts[c]) for c in key_name[first].tolist()],
             "start_ns": np.minimum.reduceat(start[order], first).tolist() if first.size else [],
             "end_ns": np.maximum.reduceat(end[order], first).tolist() if first.size else [],
@@ -132,8 +164,11 @@ def rank_markers(view: RankView) -> RankMarkers:
                    "end_ns": events["end_ns"][steps].tolist()}
     comm_mask = view.comm & ~_duplicate_ops(events, view.comm)
     lane_of, labels = view.lane_of, view.labels
+    # host rows: communication (on CPU traces the c10d:: calls that issue a gloo exchange too) and computation
+    host_comm = (view.comm | (events["category"].eq(ev.COMMUNICATION) & (not view.gpu))) & ~view.gpu_work
+    computing = (view.compute | events["category"].eq(ev.COMPUTE)) & ~view.gpu_work & ~is_step
     phases = _phase_bounds(events, is_range & events["category"].eq(ev.PHASE) & ~is_step & (events["step"] >= 0),
-                           comm_mask, lane_of)
+                           lane_of, (host_comm, computing))
     # a call on the thread that runs the steps blocks it until it returns: the thread waits for it
     runs_steps = np.zeros(len(view.lanes), bool)  # per lane: it runs the steps (read by position, no sort)
     runs_steps[lane_of[steps]] = True

@@ -191,7 +191,7 @@ class PhaseRow(Record):
     busy_total_max_rank: int
     busy_imbalance: float | None  # max / median total
     busy_ns_by_rank: dict[int, int]
-    compute_ns_by_rank: dict[int, int]  # busy less the communication on the phase's own lane
+    compute_ns_by_rank: dict[int, int]  # busy less the communication its thread waited through (skew._nested_comm)
 
 
 class Stage(Record):
