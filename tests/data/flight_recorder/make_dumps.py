@@ -20,6 +20,9 @@ Scenarios:
             rank 1 while ranks 0, 2, 3 complete it and wait in the combine for rank 1, which never issues it. Gloo
             records no start (every entry stays "scheduled"; "retired" marks completion), so "issued, never
             completed" is what gloo can show; "never started" needs a backend with device events (NCCL)
+  a2a_rows  the same job; at step 2 rank 3 expects one row more from rank 0 than rank 0 sends (its output split
+            is off by one): gloo completes the dispatch anyway and the job runs on, so no hang, but the rows its
+            members sent (60) and received (61) do not add up
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCENARIOS = ("missing", "size", "tp_dp", "a2a_missing", "a2a_stall")
+SCENARIOS = ("missing", "size", "tp_dp", "a2a_missing", "a2a_stall", "a2a_rows")
 WIDTH = 8  # the width of a token (an MoE layer's hidden size)
 DUMP_AFTER_S = 6.0  # from the start of the collectives: they all finish (or hang) well before this
 
@@ -77,18 +80,20 @@ def router_split(rank: int, step: int, world: int) -> list[int]:
     return [1 + (3 * rank + 5 * peer + 7 * step) % 6 for peer in range(world)]
 
 
-def moe_step(rank: int, step: int, dist, torch, ep, stall=None) -> None:
+def moe_step(rank: int, step: int, dist, torch, ep, stall=None, off_by: int = 0) -> None:
     """One MoE step: dispatch the tokens to their experts, the experts' work, combine them back (the reverse
-    split), then the data-parallel allreduce; ``stall`` is a callback run when the dispatch completes."""
+    split), then the data-parallel allreduce; ``stall`` is a callback run when the dispatch completes, ``off_by``
+    rows more expected from rank 0 in the dispatch than it sends."""
     world = dist.get_world_size(ep)
     send = router_split(rank, step, world)
-    recv = [router_split(peer, step, world)[rank] for peer in range(world)]
+    recv = [router_split(peer, step, world)[rank] + (off_by if peer == 0 else 0) for peer in range(world)]
     dispatched = torch.empty(sum(recv), WIDTH)
     work = dist.all_to_all_single(dispatched, torch.ones(sum(send), WIDTH), recv, send, group=ep, async_op=True)
     if stall is not None:
         work.get_future().then(stall)
     work.wait()
-    dist.all_to_all_single(torch.empty(sum(send), WIDTH), dispatched * 2, send, recv, group=ep)
+    recv[0] -= off_by
+    dist.all_to_all_single(torch.empty(sum(send), WIDTH), dispatched[:sum(recv)] * 2, send, recv, group=ep)
     dist.all_reduce(torch.ones(16))
 
 
@@ -107,6 +112,12 @@ def run_a2a_stall(rank: int, dist, torch) -> None:
         moe_step(rank, step, dist, torch, ep, stall=(lambda _: time.sleep(60)) if held else None)
 
 
+def run_a2a_rows(rank: int, dist, torch) -> None:
+    ep = dist.new_group([0, 1, 2, 3], group_desc="expert_parallel")
+    for step in range(4):
+        moe_step(rank, step, dist, torch, ep, off_by=1 if (rank == 3 and step == 2) else 0)
+
+
 def rank_main(scenario: str, out: Path) -> None:
     import torch
     import torch.distributed as dist
@@ -116,7 +127,7 @@ def rank_main(scenario: str, out: Path) -> None:
     threading.Thread(target=dump_and_exit, args=(out, rank, DUMP_AFTER_S), daemon=True).start()
     try:
         {"missing": run_missing, "size": run_size, "tp_dp": run_tp_dp, "a2a_missing": run_a2a_missing,
-         "a2a_stall": run_a2a_stall}[scenario](rank, dist, torch)
+         "a2a_stall": run_a2a_stall, "a2a_rows": run_a2a_rows}[scenario](rank, dist, torch)
     except Exception as error:  # noqa: BLE001 - a failing collective still leaves its dump
         print(f"rank {rank}: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
     time.sleep(60)  # the dump thread ends the process
