@@ -14,6 +14,10 @@ group whose dumped members all issued a collective that never completed must be 
 no dump: the ranks without a dump are inferred to be it (of the stated world; without one, the gaps among the
 dumped ranks, else the first rank past them).
 
+An all-to-all's uneven rows are no mismatch (an MoE router sends each rank its own number of tokens); rows that
+do not add up (sent to a rank vs received by it, or in total) are a note. Beside each root rank, its fault class:
+never issued (the host), issued but never started or completed (the device / backend), or waiting for a peer.
+
 Scale: a wait is one record for all its ranks, and the ranks it waits for are one shared tuple (a world of
 10,000 ranks with half the dumps missing is 5,000 waiting ranks and one tuple of 5,000, not 25 million edges).
 Without Flight Recorder entries, distprof's own watchdog files serve: a rank inside a comm range waits for the
@@ -45,6 +49,7 @@ MAX_CHAIN = 64          # hops of a wait chain kept
 MAX_WORLD_PER_RANK = 64  # as merge (pipeline.py): a stated world this many times the dumps (and above
 MIN_SUSPECT_WORLD = 1024  # this size) is a corrupt value, not a partial job
 CLOCK_SLACK_NS = 10**9  # clocks of one job's hosts may differ by this much
+MAX_PAIRS = 1024  # members of an all-to-all whose per-peer rows are checked pair by pair (n^2 pairs)
 
 
 @dataclass(frozen=True)
@@ -377,6 +382,52 @@ def _compared_sizes(entry: Entry) -> str:
     -> [[4034, 5120]] on the next), so only the other dimensions and the tensor count are compared."""
     sizes = f"{entry.input_sizes} -> {entry.output_sizes}"
     return _LEADING_DIM.sub("*", sizes) if ev.collective_kind(entry.kind) == ev.ALLTOALL else sizes
+
+
+def _rows(sizes: str) -> list[int] | None:
+    """The leading dimension of each tensor in a sizes text ('[[12, 8]]' -> [12]); None when cut short."""
+    return None if "..." in sizes else [int(m) for m in _LEADING_DIM.findall(sizes)]
+
+
+def rows_notes(idx: Index, groups: dict[str, GroupState], every_rank: bool) -> list[Reason]:
+    """Per group, the first all-to-all whose rows do not add up: what its members sent to each other must be what
+    they received. Uneven rows are what an MoE all-to-all is; rows that do not add up are a split that disagrees
+    across ranks (gloo completes it anyway). Only where every member left its entry of it, and the members are
+    stated or every rank of a stated world left a dump (a member the dumps do not show would leave its rows out)."""
+    notes = []
+    for name in sorted(groups, key=_group_key):
+        state = groups[name]
+        tracks = [idx[r].get(name) for r in state.ranks if r in idx]
+        if not (state.members_stated or every_rank) or len(tracks) != len(state.ranks) or None in tracks:
+            continue
+        seqs = set.intersection(*(set(t.seqs) for t in tracks))
+        for seq in sorted(s for s in seqs if ev.collective_kind(tracks[0].seqs[s].kind) == ev.ALLTOALL):
+            note = _rows_note(name, seq, state.ranks, [t.seqs[seq] for t in tracks])
+            if note is not None:
+                notes.append(note)
+                break
+    return notes
+
+
+def _rows_note(group: str, seq: int, ranks: list[int], entries: list[Entry]) -> Reason | None:
+    """Where one tensor a peer (the list form) records the split: rank a's rows to b must be b's rows from a;
+    else (one tensor a rank: all_to_all_single) the rows all sent must be the rows all received."""
+    sent, got = [_rows(e.input_sizes) for e in entries], [_rows(e.output_sizes) for e in entries]
+    if any(rows is None for rows in sent + got):
+        return None
+    figures = {"group": group, "seq": seq, "kind": entries[0].kind, "completed": all(e.completed for e in entries)}
+    n = len(ranks)
+    if 1 < n <= MAX_PAIRS and all(len(rows) == n for rows in sent + got):
+        pair = next(((i, j) for i in range(n) for j in range(n) if sent[i][j] != got[j][i]), None)
+        if pair is None:
+            return None
+        i, j = pair
+        return Reason("a2a_rows_pair", {**figures, "sender": ranks[i], "receiver": ranks[j], "sent": sent[i][j],
+                                        "received": got[j][i]})
+    total_sent, total_got = sum(map(sum, sent)), sum(map(sum, got))
+    if total_sent != total_got:
+        return Reason("a2a_rows_total", {**figures, "sent": total_sent, "received": total_got, "ranks": len(ranks)})
+    return None
 
 
 def _mismatch(entries: dict[int, Entry]) -> dict[str, dict[str, list[int]]]:
@@ -764,6 +815,7 @@ def analyse(dumps: list[RankDump], world_size: int | None = None) -> HangResult:
         members = group_members(dumps, world, stated)
         groups = {name: group_state(name, desc, ranks, st, idx, pool) for name, (desc, ranks, st) in members.items()}
         waits, source = _fr_waits(idx, members, groups, pool), "flight_recorder"
+        notes += rows_notes(idx, groups, stated and not any(r not in usable for r in range(world)))
         if not stated and any(g.inferred_missing for g in groups.values()):
             world = max(world, max(pool) + 1)
     elif any(d.open_ranges for d in dumps):

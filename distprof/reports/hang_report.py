@@ -84,6 +84,14 @@ WORDS = {
     "world_not_trusted": lambda f: (
         f"world_size {f['stated']} stated by the dumps but only {f['dumps']} rank(s) found; using "
         f"{f['found']}"),
+    "a2a_rows_total": lambda f: (
+        f"{f['kind']} #{f['seq']} of group {f['group']}: its {f['ranks']} members sent {f['sent']} rows and received "
+        f"{f['received']}: a split disagrees across ranks{', and it completed anyway' if f['completed'] else ''} "
+        "(the dumps record each rank's total rows, not its split, so no rank is named)"),
+    "a2a_rows_pair": lambda f: (
+        f"{f['kind']} #{f['seq']} of group {f['group']}: rank {f['sender']} sent {f['sent']} rows to rank "
+        f"{f['receiver']}, which received {f['received']} from it: their splits disagree"
+        f"{', and it completed anyway' if f['completed'] else ''}"),
     "no_rank_to_name": lambda f: (
         f"every dumped member of group {f['group']} issued {f['kind']} #{f['seq']} and it never completed: "
         "no rank to name (a fault in the collective itself, or a member the dumps do not show)"),
