@@ -200,3 +200,10 @@ def test_rows_to_each_peer_checked_pair_by_pair_where_the_dumps_record_the_split
     assert [n.figures for n in rows_notes(hang.analyse(odd))] == [
         {"group": "7", "seq": 1, "kind": "all_to_all", "completed": True, "sender": 1, "receiver": 2, "sent": 6,
          "received": 5}]
+
+
+def test_a_rank_two_groups_wait_for_has_its_fault_class_said_once(tmp_path):
+    result = run_cli("hang", str(DATA / "tp_dp"), "-o", str(tmp_path), "--no-html")
+    lines = result.stdout.splitlines()
+    assert sum(line.startswith("  rank 3 never issued") for line in lines) == 2  # TP and DP wait for it
+    assert sum("fault class: never issued" in line for line in lines) == 1

@@ -165,12 +165,17 @@ def fault_line(f: dict, many: bool) -> str:
 
 
 def culprit_lines(culprits: list[dict], members: dict[str, list[int] | None], by_step: bool) -> list[str]:
-    """Each culprit's line, then its ranks' fault class (at most 4 lines each), at most MAX_LINES culprits."""
-    lines = []
+    """Each culprit's line, then its ranks' fault class (at most 4 lines each; said once for a rank that two
+    groups wait for), at most MAX_LINES culprits."""
+    lines, said = [], set()
     for c in culprits[:MAX_LINES]:
         lines.append(culprit_line(c, members, by_step))
         many = len(c.get("faults", [])) > 1 or len(c["ranks"]) > 1
-        lines += [fault_line(f, many) for f in c.get("faults", [])[:4]]
+        for f in c.get("faults", [])[:4]:
+            key = (tuple(f["ranks"]), f["fault_class"], f["group_name"], f["seq"])
+            if key not in said:
+                said.add(key)
+                lines.append(fault_line(f, many))
     if len(culprits) > MAX_LINES:
         lines.append(f"  ... {len(culprits) - MAX_LINES} more culprits (hang.json has them all)")
     return lines
