@@ -10,7 +10,7 @@ sender. Each reduces its own node's ranks, window by window, from their local fi
 (pipeline.reduce_rank, as the final summary does); a sender ships the compact per-rank results
 (not events) to the view over TCP, and the view combines them with its own (pipeline.combine).
 The view's address and port go out once at the start, through MPI or the torch store, with a
-token that signs every frame (the view unpickles only what the job's ranks sent).
+token that signs every frame (frames are msgpack decoded into wire.Frame, never unpickled).
 
 Not threads: the analysis of one window takes 0.2-0.7 s of Python, and a thread would take that
 from the training thread through the GIL, making the rank that runs it the straggler it reports.
@@ -40,6 +40,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import outpaths, transport
+from .names import printable
 
 LIVE_FILE = "live.json"
 POLL_S = 0.1            # how often the view looks at the rank files
@@ -432,6 +433,7 @@ class Inbox:
         listener.setblocking(False)
         self.selector.register(listener, selectors.EVENT_READ, None)
         self.conns: dict[socket.socket, dict] = {}
+        self.sessions: set[bytes] = set()  # every connection's session seen: one is never accepted twice
         self.stopped = False
         threading.Thread(target=self._run, name="distprof-live-inbox", daemon=True).start()
 
@@ -475,15 +477,36 @@ class Inbox:
             self.selector.register(sock, selectors.EVENT_READ, state)
 
     def _read(self, sock: socket.socket, state: dict) -> None:
-        if not _received(sock, 1 << 20, state, self._close):
+        signed = state["node"] is not None
+        if not _received(sock, 1 << 20 if signed else transport.FIRST_FRAME_BYTES, state, self._close):
             return
-        frames, good = transport.unpack_frames(state["buffer"], self.token)
-        for message, size in frames:  # a few per window
-            if isinstance(message, dict) and state["node"] is None:
-                state["node"] = str(message.get("node"))
-            self.messages.put(("message", state["node"], message, size))
+        frames, good = transport.unpack_frames(state["buffer"], self.token,
+                                               transport.MAX_FRAME_BYTES if signed else transport.FIRST_FRAME_BYTES)
+        for frame, size in frames:  # a few per window
+            if not self._in_order(state, frame):
+                good = False
+                break
+            self.messages.put(("message", state["node"], frame.as_message(), size))
         if not good:
             self._close(sock)
+
+    def _in_order(self, state: dict, frame) -> bool:
+        """A connection speaks for a node from its first frame, in a session never seen before, and then
+        in sequence: a frame captured and sent again (on this connection or a new one) is refused."""
+        if state["node"] is None:
+            if frame.seq != 0 or not frame.session or frame.session in self.sessions:
+                sys.stderr.write("distprof: warning: live view: refused a connection whose first frame was "
+                                 "replayed or out of order\n")
+                return False
+            self.sessions.add(frame.session)
+            state.update(node=str(frame.node), session=frame.session, seq=0)
+            return True
+        if frame.session != state["session"] or frame.seq != state["seq"] + 1:
+            sys.stderr.write(f"distprof: warning: live view: node {printable(state['node'])}'s connection sent "
+                             "a frame out of order (replayed?): closed\n")
+            return False
+        state["seq"] = frame.seq
+        return True
 
     def _close(self, sock: socket.socket) -> None:
         state = self.conns.pop(sock, None)
@@ -506,6 +529,7 @@ class NodeLink:
         self.token, self.node = bytes.fromhex(view["token"]), node
         self.sock: socket.socket | None = None
         self.next_try = 0.0
+        self.session, self.seq = b"", 0
 
     def ready(self) -> bool:
         """Connected, or connected now (and said hello); False until the next attempt is due."""
@@ -517,7 +541,7 @@ class NodeLink:
                 except OSError:
                     continue
                 sock.settimeout(SEND_TIMEOUT_S)
-                self.sock = sock
+                self.sock, self.session, self.seq = sock, os.urandom(16), 0
                 self.send({"kind": "hello", "node": self.node})
                 break
         return self.sock is not None
@@ -526,7 +550,9 @@ class NodeLink:
         """Bytes sent (0: not connected, or the send failed)."""
         if self.sock is None:
             return 0
-        frame = transport.pack_frame(message, self.token)
+        from .wire import Frame
+        frame = transport.pack_frame(Frame(**message, session=self.session, seq=self.seq), self.token)
+        self.seq += 1
         try:
             self.sock.sendall(frame)
         except OSError:
@@ -620,6 +646,7 @@ class MetricsServer:
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, None)
         self.conns: dict[socket.socket, dict] = {}
+        self.sessions: set[bytes] = set()  # every connection's session seen: one is never accepted twice
         self.stopped = False
         self.thread = threading.Thread(target=self._run, name="distprof-live-metrics", daemon=True)
         self.thread.start()

@@ -180,18 +180,44 @@ class MpiLink:
     def __init__(self, comm) -> None:
         self.comm = comm
         self.pending: list = []
+        self._sent: list[bytes] = []  # each buffer stays alive until its send completes (a few, small)
 
     def put(self, kind: str, obj, dest: int) -> None:
-        self.pending.append(self.comm.isend(obj, dest=dest, tag=_TAGS[kind]))
+        from mpi4py import MPI
+
+        from .wire import encode_stop
+        data = encode_stop(kind, obj)
+        self._sent.append(data)
+        self.pending.append(self.comm.Isend([data, MPI.BYTE], dest=dest, tag=_TAGS[kind]))
 
     def take(self, kind: str, source: int, deadline: float):
+        """The next message of ``kind`` from ``source`` as bytes, decoded into its type (wire.STOP_TYPES):
+        a message that is not of it is dropped, as if never sent."""
         import time
+
+        from mpi4py import MPI
+        status = MPI.Status()
         while True:
-            if self.comm.iprobe(source=source, tag=_TAGS[kind]):
-                return self.comm.recv(source=source, tag=_TAGS[kind])
+            if self.comm.Iprobe(source=source, tag=_TAGS[kind], status=status):
+                data = bytearray(status.Get_count(MPI.BYTE))
+                self.comm.Recv([data, MPI.BYTE], source=source, tag=_TAGS[kind])
+                got = _decoded(kind, bytes(data))
+                if got is not MISSING:
+                    return got
             if time.monotonic() >= deadline:
                 return MISSING
             time.sleep(0.002)
+
+
+def _decoded(kind: str, data: bytes):
+    """A stop message's value, MISSING where the bytes are not of its type."""
+    import msgspec
+
+    from .wire import decode_stop
+    try:
+        return decode_stop(kind, data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return MISSING
 
 
 class StoreLink:
@@ -206,16 +232,17 @@ class StoreLink:
         self.rank = rank
 
     def put(self, kind: str, obj, dest: int) -> None:
-        import pickle
-        self.store.set(f"{self.prefix}/{kind}/{self.rank}-{dest}", pickle.dumps(obj))
+        from .wire import encode_stop
+        self.store.set(f"{self.prefix}/{kind}/{self.rank}-{dest}", encode_stop(kind, obj))
 
     def take(self, kind: str, source: int, deadline: float):
-        import pickle
+        """The message of ``kind`` from ``source``, decoded into its type (wire.STOP_TYPES), never unpickled:
+        any client of the store can write its keys. Bytes not of that type are as nothing received."""
         import time
         key = f"{self.prefix}/{kind}/{source}-{self.rank}"
         while True:
             if self.store.check([key]):
-                return pickle.loads(self.store.get(key))
+                return _decoded(kind, self.store.get(key))
             if time.monotonic() >= deadline:
                 return MISSING
             time.sleep(0.005)
@@ -407,34 +434,39 @@ def view_addresses(configured: str | None) -> list[str]:
 
 FRAME_LENGTH = 4          # bytes of a frame's length prefix (big endian)
 FRAME_MAC = 32            # bytes of its HMAC-SHA256
-MAX_FRAME_BYTES = 64 << 20  # a frame larger than this is not a sender's: the connection is closed
+MAX_FRAME_BYTES = 64 << 20  # a frame larger than this, packed or unpacked, is not a sender's: connection closed
+FIRST_FRAME_BYTES = 64 << 10  # a connection's first frame (its hello) is small: no more is buffered unsigned
 
 
-def pack_frame(message, token: bytes) -> bytes:
-    """One message for rank 0's view: length, HMAC-SHA256 of the payload under the job's token,
-    payload (pickle, zlib). Signed because the view unpickles it: only a process that got the
-    token from the job (MPI or the torch store) can make the view load anything."""
+def pack_frame(frame, token: bytes) -> bytes:
+    """One frame for rank 0's view (a wire.Frame, or a dict of its fields): length, HMAC-SHA256 of the
+    payload under the job's token, payload (msgpack, zlib). The view decodes it into a Frame only: a
+    reader of the store that learnt the token can at most send wrong numbers, never code."""
     import hashlib
     import hmac
-    import pickle
     import zlib
-    payload = zlib.compress(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL), 6)
+
+    from .wire import Frame, encode_frame
+    payload = zlib.compress(encode_frame(frame if isinstance(frame, Frame) else Frame(**frame)), 6)
     return (FRAME_MAC + len(payload)).to_bytes(FRAME_LENGTH, "big") + \
         hmac.new(token, payload, hashlib.sha256).digest() + payload
 
 
-def unpack_frames(buffer: bytearray, token: bytes) -> tuple[list[tuple[object, int]], bool]:
-    """The complete frames at the start of ``buffer`` (removed from it), each as (message, bytes
-    on the wire); False as second item when one is too large or not signed with ``token``: the
-    caller closes the connection, nothing of it unpickled."""
+def unpack_frames(buffer: bytearray, token: bytes, first_max: int = MAX_FRAME_BYTES) -> tuple[list, bool]:
+    """The complete frames at the start of ``buffer`` (removed from it), each as (wire.Frame, bytes on the
+    wire); False as second item when one is too large (the first over ``first_max``), not signed with
+    ``token``, or not a Frame: the caller closes the connection."""
     import hashlib
     import hmac
-    import pickle
     import zlib
-    out = []
+
+    import msgspec
+
+    from .wire import decode_frame
+    out: list = []
     while len(buffer) >= FRAME_LENGTH:
         size = int.from_bytes(buffer[:FRAME_LENGTH], "big")
-        if size < FRAME_MAC or size > MAX_FRAME_BYTES:
+        if size < FRAME_MAC or size > (MAX_FRAME_BYTES if out else first_max):
             return out, False
         if len(buffer) < FRAME_LENGTH + size:
             break
@@ -443,5 +475,12 @@ def unpack_frames(buffer: bytearray, token: bytes) -> tuple[list[tuple[object, i
         del buffer[:FRAME_LENGTH + size]
         if not hmac.compare_digest(mac, hmac.new(token, payload, hashlib.sha256).digest()):
             return out, False
-        out.append((pickle.loads(zlib.decompress(payload)), FRAME_LENGTH + size))  # noqa: S301 - signed above
+        try:
+            inflate = zlib.decompressobj()
+            data = inflate.decompress(payload, MAX_FRAME_BYTES)
+            if inflate.unconsumed_tail:  # inflates past the bound
+                return out, False
+            out.append((decode_frame(data), FRAME_LENGTH + size))
+        except (zlib.error, msgspec.DecodeError, msgspec.ValidationError):
+            return out, False
     return out, True

@@ -47,7 +47,7 @@ def test_frames_are_signed_and_anything_else_is_refused():
     frame = transport.pack_frame({"kind": "hello", "node": "n1"}, token)
     buffer = bytearray(frame + frame[:10])
     messages, good = transport.unpack_frames(buffer, token)
-    assert good and [m for m, _ in messages] == [{"kind": "hello", "node": "n1"}]
+    assert good and [m.as_message() for m, _ in messages] == [{"kind": "hello", "node": "n1"}]
     assert messages[0][1] == len(frame) and bytes(buffer) == frame[:10]  # the partial frame waits
     assert transport.unpack_frames(bytearray(frame), secrets.token_bytes(32)) == ([], False)
     tampered = bytearray(frame)
