@@ -646,7 +646,6 @@ class MetricsServer:
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, None)
         self.conns: dict[socket.socket, dict] = {}
-        self.sessions: set[bytes] = set()  # every connection's session seen: one is never accepted twice
         self.stopped = False
         self.thread = threading.Thread(target=self._run, name="distprof-live-metrics", daemon=True)
         self.thread.start()
