@@ -30,6 +30,7 @@ from .analyses import (
     whatif,
 )
 from .analyses import pipelines as pipelines_mod
+from .analyses import sharded as sharded_mod
 from .ranges import rank_ranges
 from .results import FIGURES, ClockEstimate, RankResult, Summary
 from .typed import Reason
@@ -48,7 +49,8 @@ def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
         tables={**summaries.rank_tables(view, config, trace.meta), "operator": operator_table},
         clock=ClockEstimate(offset_ns=int(trace.clock_offset_ns), uncertainty_ns=int(trace.clock_uncertainty_ns)),
         warnings=tuple(trace.warnings) + _no_steps(trace, figures.steps, config), meta=dict(trace.meta),
-        frameworks=ev.frameworks(trace.events, trace.source), profile=profile)
+        frameworks=ev.frameworks(trace.events, trace.source), profile=profile,
+        sharded=sharded_mod.rank_sharded(view))
 
 
 NO_STEPS = {
@@ -190,7 +192,8 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what, crowded,
                                                                       vary)}
     checks = streams.without_straggler_waits(checks, final, skew_summary.get("straggler"), config)
-    found = diagnose.findings(final, checks, skew_summary, config, collective_table)
+    sharded = sharded_mod.across_ranks(final, aligned.matching, inst, skew_summary.get("straggler"))
+    found = diagnose.findings(final, checks, skew_summary, config, collective_table, sharded=sharded)
     priced, dropped = _plausible_findings(cost.price_findings(found + profiles.memory_findings(final, config), what,
                                                               crowded, vary), final)
     warnings += dropped
@@ -203,7 +206,8 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         findings=critical_path.with_path_evidence(priced, path),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
-        model_profile=profiles.model_profile(final), critical_path=path, machine=machine.facts(final))
+        model_profile=profiles.model_profile(final), critical_path=path, machine=machine.facts(final),
+        **({"sharded": sharded} if sharded else {}))
 
 
 def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, config: dict, warnings: list[str],

@@ -20,6 +20,7 @@ from .sections.collectives import Collectives
 from .sections.findings import Check, Finding
 from .sections.machine import Host, Live
 from .sections.profiles import FlopsUncounted, MemoryDevice, ModelProfile, Profiles
+from .sections.sharded import ShardedFigures, ShardedRank
 from .sections.skew import Skew
 from .sections.tables import AcrossRanks, Tables
 from .sections.whatif import CriticalPath, WhatIf
@@ -185,6 +186,7 @@ class RankResult(Record):
     meta: dict = msgspec.field(default_factory=dict)
     frameworks: tuple[str, ...] = ()  # events.frameworks: whose advice fits this trace ("pytorch")
     profile: RankProfile = msgspec.field(default_factory=RankProfile)   # FLOPs and memory (analyses.profiles)
+    sharded: ShardedFigures | None = None  # all-gathers / reduce-scatters, per phase (analyses.sharded)
 
     @property
     def host(self) -> str | None:
@@ -269,6 +271,7 @@ class Summary(Record):
     model_profile: ModelProfile | None = None  # the live FLOPs profile (flops=True)
     critical_path: CriticalPath | None = None  # what sets each step, across ranks
     machine: list[Host] = msgspec.field(default_factory=list)  # hosts, cores, GPUs, load (analyses.machine)
+    sharded: list[ShardedRank] = absent()  # per rank: all-gather / reduce-scatter exposure by phase (analyses.sharded)
     live: Live = absent()  # the live view's record: only a session with the live view on has one
 
     def rank(self, rank: int) -> RankResult:

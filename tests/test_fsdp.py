@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import gzip
 import json
+from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 
 import kineto_fixtures as kf
 
 from distprof import config as config_mod
+from distprof.analyses import sharded as sharded_mod
 from distprof.analyses import skew as skew_mod
 from distprof.cli import merge_files
+from distprof.sections.sharded import ShardedRank
 
 LATE = sorted((Path(__file__).resolve().parent / "data" / "torch_fsdp" / "late").glob("rank*.json.gz"))
 MS = 1_000_000
@@ -27,10 +31,10 @@ RESUME_NS, RESUME_SHARE = 1_000_000, 0.25  # the rule's constants (analyses/skew
 
 def _raw(path: Path) -> tuple[int, list[dict]]:
     with gzip.open(path, "rb") as handle:
-        document = json.load(handle)
-    events = [e for e in document["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))]
+        document = json.load(handle, parse_float=Decimal)
+    events = [e for e in document["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("dur"), (int, Decimal))]
     for e in events:
-        e["s"], e["e"] = round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)
+        e["s"], e["e"] = int(e["ts"] * 1000), int((e["ts"] + e["dur"]) * 1000)
     return document["distributedInfo"]["rank"], events
 
 
@@ -151,3 +155,166 @@ def test_a_sleep_in_forward_counts_and_the_wait_for_it_does_not(tmp_path):
     straggler = skew["straggler"] or skew["unconfirmed_straggler"]
     assert straggler["rank"] == 1 and straggler["phase"] == "## forward ##"
     assert straggler["phase_extra_ns"] == 199 * MS // 10
+
+
+# -- B: all-gather / reduce-scatter exposure per phase, the exposed_allgather finding -------------------
+
+def _sharded_trace(rank: int, overlapped: bool) -> kf.KinetoTrace:
+    """3 steps of 39 ms, both ranks alike. Forward 0-20 ms: an all-gather on the gloo thread (tid 9) at
+    0.6-6 ms, under an addmm at 1-9 ms (``overlapped``; else at 6.1-9 ms), then one at 10-14 ms the main
+    thread waits for, then an addmm at 14.1-19.9. Backward 21-35 ms: an all-gather at 21.05-25 ms under
+    an mm at 21.1-29 ms (else 25.1-29), then a reduce-scatter (gloo runs it as gloo:all_reduce, issued by
+    c10d::_reduce_scatter_base_) at 29.1-33 ms that it waits for, then an mm at 33.1-34.9."""
+    trace = kf.KinetoTrace(rank=rank, world_size=2, pid=100 + rank, tid=7, backend="gloo")  # one clock
+    trace.distributed = {"pg_config": [{"pg_name": "0", "pg_size": 2, "ranks": [0, 1]}]}
+    shapes = {"Input Dims": [[64]], "Input type": ["float"], "Concrete Inputs": [""]}
+    op_shapes = {"Input Dims": [[128], [64]], "Input type": ["float", "float"], "Concrete Inputs": ["", ""]}
+    rs_shapes = {"Input Dims": [[64], [128]], "Input type": ["float", "float"], "Concrete Inputs": ["", ""]}
+    us = MS // 1000
+    for step in range(3):
+        t = step * STEP
+
+        def op(name: str, start_us: int, end_us: int, tid: int | None = None, t: int = t, **args) -> None:
+            trace.cpu_op(name, t + start_us * us, t + end_us * us, tid=tid,
+                         cat="user_annotation" if tid or name.startswith("##") else "cpu_op", **args)
+
+        trace.step(step + 1, t, t + STEP - MS)
+        op("## forward ##", 0, 20_000)
+        op("c10d::_allgather_base_", 500, 600, **op_shapes)
+        op("gloo:all_gather", 600, 6_000, tid=9, **shapes)
+        op("aten::addmm", 1_000 if overlapped else 6_100, 9_000)
+        op("c10d::_allgather_base_", 9_900, 10_000, **op_shapes)
+        op("gloo:all_gather", 10_000, 14_000, tid=9, **shapes)
+        op("aten::addmm", 14_100, 19_900)
+        op("## backward ##", 21_000, 35_000)
+        op("c10d::_allgather_base_", 21_000, 21_050, **op_shapes)
+        op("gloo:all_gather", 21_050, 25_000, tid=9, **shapes)
+        op("aten::mm", 21_100 if overlapped else 25_100, 29_000)
+        op("c10d::_reduce_scatter_base_", 29_000, 29_100, **rs_shapes)
+        op("gloo:all_reduce", 29_100, 33_000, tid=9, **{**shapes, "Input Dims": [[128]]})
+        op("aten::mm", 33_100, 34_900)
+    return trace
+
+
+def _sharded_job(tmp_path, overlapped: bool) -> dict:
+    paths = [_sharded_trace(rank, overlapped).write(tmp_path / f"rank{rank}.json") for rank in (0, 1)]
+    return merge_files(paths, config_mod.load(None))
+
+
+def test_allgather_and_reduce_scatter_exposure_per_phase_by_construction(tmp_path):
+    """Per step: forward all-gathers 5.4 + 4 ms, exposed 0.4 (before the addmm starts) + 4 (waited for);
+    backward all-gather 3.95 ms, exposed 0.05 (before the mm starts), reduce-scatter 3.9 ms exposed; the gloo
+    all-reduce issued by c10d::_reduce_scatter_base_ is a reduce-scatter in the Collectives table too."""
+    summary = _sharded_job(tmp_path, overlapped=True)
+    assert {row["kind"] for row in summary["collectives"]["rows"]} == {"allgather", "reduce_scatter"}
+    for row in summary["sharded"]:
+        phases = {p["phase"]: p for p in row["phases"]}
+        assert set(phases) == {"## forward ##", "## backward ##"}
+        forward, backward = phases["## forward ##"], phases["## backward ##"]
+        assert (forward["steps"], forward["allgather_ns"], forward["allgather_exposed_ns"]) == (3, 3 * 94 * MS // 10,
+                                                                                            3 * 44 * MS // 10)
+        assert (forward["reduce_scatter_ns"], backward["allgather_exposed_ns"]) == (0, 3 * 50 * MS // 1000)
+        assert backward["allgather_ns"] == 3 * 3_950 * MS // 1000
+        assert backward["reduce_scatter_ns"] == backward["reduce_scatter_exposed_ns"] == 3 * 39 * MS // 10
+        assert row["allgather_exposed_ns"] == 3 * 445 * MS // 100 and row["waits_for_straggler_ns"] == 0
+    # 4.45 ms of a 39 ms step (11% > 5%), and all-gathers + reduce-scatters are all the exposed communication;
+    # overlap 52% of the communication: no low-overlap finding to replace
+    [finding] = [f for f in summary["findings"] if f["finding"] == "exposed_allgather"]
+    assert finding["figure_ns"] == 445 * MS // 100 and finding["ranks"] == [0, 1]
+    assert finding["evidence"]["reduce_scatter_exposed_ns"] == 39 * MS // 10
+    assert finding["evidence"]["replaces"] is None and finding["evidence"]["share_of_exposed"] == 1.0
+    assert finding["priced_by"] in ("overlap_communication", None)
+    assert "exposed all-gather on 2/2 ranks" in finding["message"] and "## forward ##" in finding["message"]
+
+
+def test_exposed_allgather_stands_for_the_low_overlap_finding(tmp_path):
+    """With nothing overlapped the placement check warns, and its unoverlapped_communication finding is the
+    same time as the exposed all-gathers: one finding, exposed_allgather, says it (charged once)."""
+    summary = _sharded_job(tmp_path, overlapped=False)
+    codes = [f["finding"] for f in summary["findings"]]
+    assert "exposed_allgather" in codes and "unoverlapped_communication" not in codes
+    assert any(c["status"] == "WARN" for c in summary["checks"])
+    [finding] = [f for f in summary["findings"] if f["finding"] == "exposed_allgather"]
+    assert finding["evidence"]["replaces"] == "unoverlapped_communication"
+    assert finding["figure_ns"] == (54 + 40 + 39.5) * MS // 10  # every all-gather exposed whole
+
+
+def _raw_sharded(events: list[dict]) -> dict[tuple[str, str], tuple[int, int]]:
+    """(phase, kind) -> (|∪ its gloo ranges| in the profiled steps, of it outside every thread's aten ops
+    that are not inside that thread's gloo ranges): gloo:all_gather the all-gathers, gloo:all_reduce the
+    reduce-scatters (FSDP issues no all-reduce), each in the phase on the main thread its start lies in."""
+    main = next(e["tid"] for e in events if e["name"].startswith("ProfilerStep#"))
+    window = _union([(e["s"], e["e"]) for e in events if e["name"].startswith("ProfilerStep#")])
+    computation = []
+    for tid in {e["tid"] for e in events}:
+        gloo = [(e["s"], e["e"]) for e in events if e["tid"] == tid and e["name"].startswith("gloo:")]
+        computation += _minus([(e["s"], e["e"]) for e in events if e["tid"] == tid and e["name"].startswith("aten::")],
+                              gloo)
+    phases = [e for e in events if e["tid"] == main and e["name"] in ("## forward ##", "## backward ##")]
+    spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for op in (e for e in events if e["name"] in ("gloo:all_gather", "gloo:all_reduce")):
+        phase = next((p["name"] for p in phases if p["s"] <= op["s"] < p["e"]), "")
+        kind = "allgather" if op["name"] == "gloo:all_gather" else "reduce_scatter"
+        spans.setdefault((phase, kind), []).append((op["s"], op["e"]))
+    out = {}
+    for key, ops in spans.items():
+        inside = [(max(a, c), min(b, d)) for a, b in _union(ops) for c, d in window if max(a, c) < min(b, d)]
+        out[key] = (sum(b - a for a, b in inside), sum(b - a for a, b in _minus(inside, computation)))
+    return out
+
+
+def test_real_fsdp_exposure_per_phase_and_the_finding():
+    """summary.sharded per rank and phase equals plain Python over the raw JSON: the all-gathers in forward
+    and backward, the reduce-scatters (gloo:all_reduce issued by c10d::_reduce_scatter_base_) in backward,
+    nothing overlapped (FSDP2 on CPU waits for each at once). The exposed_allgather finding stands for the
+    low-overlap one, priced by overlap_communication after the straggler's fix, its figure the worst rank's
+    exposed all-gather per step net of its waits for the straggler."""
+    summary = merge_files(LATE, config_mod.load(None))
+    raw = dict((rank, _raw_sharded(events)) for rank, events in map(_raw, LATE))
+    for row in summary["sharded"]:
+        expected = raw[row["rank"]]
+        for phase in row["phases"]:
+            for kind in ("allgather", "reduce_scatter"):
+                total, exposed = expected.get((phase["phase"], kind), (0, 0))
+                assert phase[f"{kind}_ns"] == total and phase[f"{kind}_exposed_ns"] == exposed
+        assert {p["phase"] for p in row["phases"]} == {phase for phase, _ in expected}
+        assert expected[("## backward ##", "reduce_scatter")][0] > 0 and not (row["phases"][0]["phase"] == "")
+    codes = [f["finding"] for f in summary["findings"]]
+    assert "exposed_allgather" in codes and "unoverlapped_communication" not in codes
+    [finding] = [f for f in summary["findings"] if f["finding"] == "exposed_allgather"]
+    assert finding["evidence"]["replaces"] == "unoverlapped_communication"
+    assert finding["priced_by"] == "overlap_communication" and finding["priced_after_straggler"]
+    net = {row["rank"]: round((row["allgather_exposed_ns"] - row["allgather_waits_for_straggler_ns"]) / row["steps"])
+           for row in summary["sharded"]}
+    assert finding["figure_ns"] == max(net.values()) and finding["evidence"]["worst_rank"] == max(net, key=net.get)
+    assert 0 < net[0] < summary["sharded"][0]["allgather_exposed_ns"] / 4  # rank 0 waited for rank 1: left out
+
+
+def _row(rank: int, allgather: int, reduce_scatter: int, exposed: int, owed: int = 0) -> ShardedRank:
+    return ShardedRank(rank=rank, steps=1, allgather_ns=allgather, allgather_exposed_ns=allgather,
+                       reduce_scatter_ns=reduce_scatter, reduce_scatter_exposed_ns=reduce_scatter,
+                       exposed_communication_ns=exposed, waits_for_straggler_ns=owed,
+                       allgather_waits_for_straggler_ns=owed, reduce_scatter_waits_for_straggler_ns=0, phases=[])
+
+
+def _results(window: int = 100 * MS) -> list:
+    return [SimpleNamespace(rank=rank, figures=SimpleNamespace(window_ns=window), frameworks=()) for rank in (0, 1)]
+
+
+def test_which_finding_says_the_exposed_all_gathers():
+    """Made when the exposed all-gather (net of the straggler's waits) reaches 5% of the window and
+    all-gathers + reduce-scatters are at least half of the exposed communication; in place of the
+    low-overlap finding; never beside serialized communication (its fix comes first)."""
+    config = config_mod.load(None)
+    low = {"finding": "unoverlapped_communication"}
+    made = sharded_mod.exposed_allgather_findings([_row(0, 8 * MS, 2 * MS, 12 * MS)], [low], _results(), config)
+    assert [f["finding"] for f in made] == ["exposed_allgather"] and made[0]["evidence"].replaces == low["finding"]
+    assert made[0]["figure_ns"] == 8 * MS and made[0]["evidence"].share_of_exposed == 10 / 12
+    serialized = [{"finding": "serialized_communication"}]
+    assert sharded_mod.exposed_allgather_findings([_row(0, 8 * MS, 0, 8 * MS)], serialized, _results(),
+                                                  config) == serialized
+    assert sharded_mod.exposed_allgather_findings([_row(0, 8 * MS, 0, 20 * MS)], [low], _results(), config) == [low]
+    assert sharded_mod.exposed_allgather_findings([_row(0, 4 * MS, 0, 4 * MS)], [low], _results(), config) == [low]
+    # 30 ms exposed, 25 of it waiting for the straggler: 5 ms of its own, at the limit
+    owed = sharded_mod.exposed_allgather_findings([_row(0, 30 * MS, 0, 30 * MS, 25 * MS)], [], _results(), config)
+    assert owed[0]["figure_ns"] == 5 * MS and owed[0]["evidence"].waits_for_straggler_ns == 25 * MS

@@ -566,14 +566,39 @@ def _exposed_waits(matching: Matching, inst: dict, blame: dict, r: int, late_uni
     and live alerts of those ranks leave it out: it is the straggler's, not theirs."""
     in_late = np.isin(matching.step, blame["steps"][late_units]) if blame["by_step"] else \
         np.ones(matching.size, bool)
+    return _owed(matching, inst, r, in_late)
+
+
+def _owed(matching: Matching, inst: dict, r: int, columns: np.ndarray) -> dict:
+    """_exposed_waits over the collectives ``columns`` (a mask): per rank other than row ``r``."""
     exposed = matching.exposed_ns if matching.exposed_ns.shape == matching.present.shape else \
         np.full(matching.present.shape, -1, np.int64)
     owed = np.clip(inst["wait"] - (inst["duration"] - exposed), 0, None)
-    rows, columns = np.nonzero(matching.present & (exposed >= 0) & in_late[None, :] & (owed > 0))
+    rows, columns = np.nonzero(matching.present & (exposed >= 0) & columns[None, :] & (owed > 0))
     # ops waiting at once (buckets queued together) wait once: a union of each wait's last part
     ends = inst["last"][columns]
     total = union_per_key(rows, ends - owed[rows, columns], ends, matching.present.shape[0])
     return {str(rank): int(total[row]) for row, rank in enumerate(matching.ranks.tolist()) if row != r}
+
+
+def owed_waits(matching: Matching, inst: dict, straggler: dict, kind: str) -> dict[int, int]:
+    """Per rank other than the named straggler (skew.straggler): what its exposed ``kind`` collectives
+    owe to it, as ``exposed_waits_ns_by_rank`` counts it over every kind (analyses/sharded.py: an FSDP
+    rank's exposed all-gather net of its waits for the straggler)."""
+    found = np.flatnonzero(matching.ranks == straggler["rank"])
+    if not found.size or not matching.size:
+        return {}
+    late = straggler.get("late_step_ids") or []
+    columns = (np.isin(matching.step, late) if late else np.ones(matching.size, bool)) & \
+        (np.asarray(matching.name, dtype=object) == kind)
+    return {int(rank): value for rank, value in _owed(matching, inst, int(found[0]), columns).items()}
+
+
+def comm_rows(view: RankView) -> tuple[np.ndarray, list[str]]:
+    """The rank's communication rows as the matching sees them (``c10d::`` calls left out where the
+    exchange itself is recorded) and each one's kind (what rank_markers' collectives hold)."""
+    mask = view.comm & ~_duplicate_ops(view.events, view.comm)
+    return np.flatnonzero(mask), _kinds(view.events, mask)
 
 
 def _no_straggler_notes(blame: dict, rank_of: list[int], r: int, big: bool, repeats: bool) -> list[Reason]:

@@ -320,6 +320,41 @@ def _memory_imbalance_advice(finding: Finding) -> str:
             "uneven batches); the rank at the peak limits the batch size of all")
 
 
+def _phase_step(phase, steps: int, value: int) -> str:
+    """A phase row's sum as per step (over the phase's steps, else the rank's)."""
+    return duration(value // max(phase.steps or steps, 1))
+
+
+def _exposed_allgather_message(finding: Finding) -> str:
+    e = finding.evidence
+    message = (f"exposed all-gather on {len(finding.ranks)}/{e.ranks_total} ranks: rank {e.worst_rank} waits "
+               f"{duration(e.allgather_exposed_ns)} per step for all-gathers no computation hides (of "
+               f"{duration(e.allgather_ns)} of all-gather)")
+    if e.reduce_scatter_exposed_ns:
+        message += f", and {duration(e.reduce_scatter_exposed_ns)} for reduce-scatters"
+    if e.share_of_exposed is not None:
+        message += f"; {100 * e.share_of_exposed:.0f}% of its exposed communication"
+    if e.phases:
+        top = e.phases[0]
+        where = top.phase or "no annotated phase"
+        message += f"; most in {where} ({_phase_step(top, e.steps, top.allgather_exposed_ns)} per step)"
+    return message
+
+
+def _exposed_allgather_advice(finding: Finding) -> str:
+    e = finding.evidence
+    backward = " and each unit's gradient reduce-scatter while the previous unit's backward computes" \
+        if e.reduce_scatter_exposed_ns else ""
+    if e.pytorch:
+        return ("hide the parameter all-gathers under computation: let FSDP prefetch the next unit's (FSDP2 "
+                "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch; FSDP1 forward_prefetch=True, "
+                f"backward_prefetch=BACKWARD_PRE){backward}; wrap fewer, larger units (fewer, larger all-gathers); "
+                "or keep the parameters gathered from forward to backward (reshard_after_forward=False) to drop "
+                "backward's all-gather at a cost in memory; DeepSpeed ZeRO-3: overlap_comm and a larger "
+                "stage3_prefetch_bucket_size")
+    return ("issue each layer's parameter all-gather a layer ahead, on its own stream or thread, so it runs "
+            f"under the current layer's computation{backward}; fewer, larger gathers")
+
 WORDS = {"serialized_communication": (_placement_message, _placement_advice),
          "unoverlapped_communication": (_placement_message, _placement_advice),
          "straggler": (_straggler_message, _straggler_advice),
@@ -327,7 +362,8 @@ WORDS = {"serialized_communication": (_placement_message, _placement_advice),
          "host_bound_gpu": (_host_bound_message, _host_bound_advice),
          "dataloader_bound": (_dataloader_message, _dataloader_advice),
          "memory_creep": (_memory_creep_message, _memory_creep_advice),
-         "memory_imbalance": (_memory_imbalance_message, _memory_imbalance_advice)}
+         "memory_imbalance": (_memory_imbalance_message, _memory_imbalance_advice),
+         "exposed_allgather": (_exposed_allgather_message, _exposed_allgather_advice)}
 
 
 def worded_findings(findings: list[Finding]) -> list[Finding]:
@@ -604,10 +640,28 @@ def _memory_evidence(e) -> list[str]:
             f"{_mib(e.last_peak_bytes)} at the last of {e.steps}."]
 
 
+def _exposed_allgather_evidence(e) -> list[str]:
+    phases = [f"{p.phase or 'outside the annotated phases'}: all-gather "
+              f"{_phase_step(p, e.steps, p.allgather_exposed_ns)} exposed of "
+              f"{_phase_step(p, e.steps, p.allgather_ns)}, reduce-scatter "
+              f"{_phase_step(p, e.steps, p.reduce_scatter_exposed_ns)} exposed of "
+              f"{_phase_step(p, e.steps, p.reduce_scatter_ns)}" for p in e.phases]
+    out = [f"Exposed all-gather per step by rank: {_by_rank(e.allgather_exposed_ns_by_rank, duration)} (over "
+           f"{100 * e.limit_share:.0f}% of the window; rank {e.worst_rank}: {_share(e.window_share)}).",
+           f"By phase on rank {e.worst_rank}, per step: {'; '.join(phases)}." if phases else ""]
+    if e.waits_for_straggler_ns:
+        out.append(f"Not counted: {duration(e.waits_for_straggler_ns)} per step of these collectives on rank "
+                   f"{e.worst_rank} waited for the straggler (its finding).")
+    if e.replaces:
+        out.append("It stands for the low-overlap finding on the same time (both are priced by overlapping "
+                   "communication): all-gathers and reduce-scatters are most of the exposed communication.")
+    return out
+
 EVIDENCE_WORDS = {"serialized_communication": _placement_evidence, "unoverlapped_communication": _placement_evidence,
                   "straggler": _straggler_evidence, "slow_collective": _slow_collective_evidence,
                   "host_bound_gpu": _host_bound_evidence, "dataloader_bound": _dataloader_evidence,
-                  "memory_creep": _memory_evidence, "memory_imbalance": _memory_evidence}
+                  "memory_creep": _memory_evidence, "memory_imbalance": _memory_evidence,
+                  "exposed_allgather": _exposed_allgather_evidence}
 
 
 def evidence_sentences(finding: Finding) -> str:

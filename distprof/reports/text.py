@@ -143,6 +143,7 @@ def render(summary: Summary, unit: str = "ms", width: int | None = None, all_ran
     parts += ["", ranks_section(summary, unit, width, shown)]
     from .live_text import section as live_section
     for section in (diagnosis_section(summary, unit, width) + collectives_section(summary, unit, width)
+                    + sharded_section(summary, unit, width)
                     + profile_section(summary, width, shown) + model_profile_section(summary, unit, width, shown)
                     + live_section(summary.live or None, width)):
         parts += ["", section]
@@ -289,6 +290,16 @@ def collectives_section(summary: Summary, unit: str, width: int = format.TABLE_W
             + (f"; peak {peak:g} GB/s (hardware.peak_busbw_gbps)" if peak else
                "; no % of peak: set hardware.peak_busbw_gbps"))
     return [_section("Collectives", text, [note], width)]
+
+
+def sharded_section(summary: Summary, unit: str, width: int | None = format.TABLE_WIDTH) -> list[str]:
+    """The All-gather / reduce-scatter table (per rank and phase, FSDP / ZeRO); [] when there is none."""
+    from . import sharded_report
+    rows = summary.sharded or []
+    if not rows:
+        return []
+    text = _fit(sharded_report.cells(rows, _timer(unit)), sharded_report.HEADERS, width, keep=2)
+    return [_section("All-gather / reduce-scatter by phase", text, [sharded_report.note(rows)], width)]
 
 
 def _timer(unit: str) -> Callable[[int | None], str]:

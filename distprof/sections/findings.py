@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..typed import JsonError, Reason, Record, absent
+from .sharded import ShardedPhase
 
 
 class Evidence(Record):
@@ -140,11 +141,33 @@ class MemoryImbalanceEvidence(Evidence):
     median_bytes: float
 
 
+class ExposedAllgatherEvidence(Evidence):
+    """exposed_allgather: all-gathers (FSDP / ZeRO parameters) no computation hides, on the worst rank, per
+    step and net of its waits for the named straggler (analyses/sharded.py)."""
+
+    worst_rank: int
+    ranks_total: int
+    steps: int
+    allgather_exposed_ns: int         # per step (the finding's figure)
+    allgather_ns: int                 # per step, exposed or not
+    reduce_scatter_exposed_ns: int    # per step
+    exposed_communication_ns: int     # per step, every kind's
+    share_of_exposed: float | None    # (all-gather + reduce-scatter) / exposed communication
+    window_share: float               # exposed all-gather / the window
+    waits_for_straggler_ns: int       # per step: of its exposed all-gathers / reduce-scatters, left to the straggler
+    allgather_exposed_ns_by_rank: dict[int, int]  # per step, the ranks over limit_share
+    phases: list[ShardedPhase]        # the worst rank's phases with exposed time (sums over their steps)
+    limit_share: float                # config diagnosis.exposed_allgather_share
+    replaces: str | None              # the placement finding it stands for ("unoverlapped_communication")
+    pytorch: bool
+    critical_path_share: float = absent()
+
 EVIDENCE: dict[str, type[Evidence]] = {
     "serialized_communication": PlacementEvidence, "unoverlapped_communication": PlacementEvidence,
     "straggler": StragglerEvidence, "slow_collective": SlowCollectiveEvidence,
     "host_bound_gpu": HostBoundEvidence, "dataloader_bound": DataloaderEvidence,
     "memory_creep": MemoryCreepEvidence, "memory_imbalance": MemoryImbalanceEvidence,
+    "exposed_allgather": ExposedAllgatherEvidence,
 }
 
 
