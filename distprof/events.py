@@ -51,7 +51,8 @@ COLLECTIVE_KINDS = ("", ALLREDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL, BROADCAS
                     GATHER, SCATTER, SEND, RECV, SENDRECV, OTHER_COMM)
 POINT_TO_POINT = (SEND, RECV)
 
-_INT_COLUMNS = ("rank", "start_ns", "end_ns", "device", "lane", "pid", "correlation_id", "step", "nbytes", "peer")
+_INT_COLUMNS = ("rank", "start_ns", "end_ns", "device", "lane", "pid", "correlation_id", "step", "nbytes", "peer",
+                "sent_bytes", "recv_bytes")
 _CATEGORICAL = {"kind": KINDS, "category": CATEGORIES, "lane_kind": LANE_KINDS, "collective": COLLECTIVE_KINDS}
 # collective / group / nbytes / peer describe communication rows (defaults elsewhere):
 #   group  the process group's name as the trace gives it ("" = not known: the world is assumed);
@@ -60,12 +61,14 @@ _CATEGORICAL = {"kind": KINDS, "category": CATEGORIES, "lane_kind": LANE_KINDS, 
 #   peer   the global rank at the other end of a send/recv (-1 = not known / not p2p)
 #   comm_rule  on COMMUNICATION rows, the rule that made the row communication ("nccl* kernel", "DeepEP
 #          kernel", "launched by a communication op", ...: sources/comm_kernels.py); "" elsewhere or unsaid
+#   sent_bytes / recv_bytes  on all-to-all rows, the bytes this rank sends / receives in it, its own share
+#          included (its input and output tensor: uneven MoE splits make them differ by rank); -1 = not known
 COLUMNS = ("rank", "kind", "category", "name", "start_ns", "end_ns", "device", "lane",
            "lane_kind", "pid", "correlation_id", "step", "phase", "collective", "group", "nbytes", "peer",
-           "comm_rule")
+           "comm_rule", "sent_bytes", "recv_bytes")
 _DEFAULTS = {"rank": 0, "device": -1, "lane": 0, "pid": 0, "correlation_id": -1, "step": -1,
              "phase": "", "lane_kind": HOST_THREAD, "collective": "", "group": "", "nbytes": -1, "peer": -1,
-             "comm_rule": ""}
+             "comm_rule": "", "sent_bytes": -1, "recv_bytes": -1}
 
 # squashed (lower-case letters only) op text -> kind, first match wins (reduce_scatter before reduce)
 _KIND_RULES = (("reducescatter", REDUCE_SCATTER), ("allreduce", ALLREDUCE), ("allgather", ALLGATHER),

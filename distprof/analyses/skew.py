@@ -182,6 +182,8 @@ def rank_markers(view: RankView) -> RankMarkers:
         "group": events["group"].take(comm_mask).values().tolist(),
         "nbytes": events["nbytes"][comm_mask].tolist(),
         "peer": events["peer"][comm_mask].tolist(),
+        "sent_bytes": events["sent_bytes"][comm_mask].tolist(),  # all-to-all: its input and output (-1: unknown)
+        "recv_bytes": events["recv_bytes"][comm_mask].tolist(),
         "launch_ns": _launch_starts(view, comm_mask).tolist(),
         "exposed_ns": exposed_per_op(view, comm_mask).tolist(),
         "blocking": blocking.tolist(),

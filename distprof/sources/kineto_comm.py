@@ -31,6 +31,12 @@ group of the gloo ranges of its kind.
 gloo:send / gloo:recv range (the exchange, with its wait) takes the peer of the c10d op of its
 direction whose span holds the range's start on the same thread (gloo creates the Work, and
 opens the range, inside the op; the range ends at wait(), after the op returned).
+``sent_bytes`` / ``recv_bytes`` (all-to-all rows only): what the rank sends and receives, its own share
+included: In / Out msg nelems x dtype (NCCL's record_param_comms, whose "In/Out split size" are the
+per-peer rows of those tensors), else the ``c10d::alltoall_base_`` op's output and input tensors (a
+gloo:all_to_all range takes its op's: _gloo_alltoall_ops; torch 2.13 on gloo records no
+record_param_comms, and the op's "Concrete Inputs" hold the splits). Uneven MoE splits make them
+differ by rank.
 ``meta["process_groups"]`` = {name: ranks} from pg_config and the args, ``meta["group_from"]``.
 """
 
@@ -113,13 +119,15 @@ def comm_facts(doc: Document, rows: list, source: np.ndarray, name_codes, name_u
     name_kind[src == _SRC_PARAM] = 0  # the name record_param_comms says nothing
     corrupt: list[np.ndarray] = []
     sizes = (doc.arg(args, "in_nelems"), doc.arg(args, "out_nelems"))
-    nelems = np.maximum(int_column(sizes[0], corrupt=corrupt), int_column(sizes[1], corrupt=corrupt))
+    in_nelems, out_nelems = int_column(sizes[0], corrupt=corrupt), int_column(sizes[1], corrupt=corrupt)
+    nelems = np.maximum(in_nelems, out_nelems)
     huge = nelems > _MAX_ELEMENTS  # times 8 bytes would overflow int64: not a real message
     size_example = _size_example(sizes, corrupt, huge)
     nelems = np.where(huge, -1, nelems)
     dtype_codes, dtypes = ev.factorize(doc.arg(args, "dtype"))
     element = np.array([dtype_size(d) for d in dtypes], np.int64)[dtype_codes] if where.size else nelems
-    tensor_bytes, input_only = _shape_bytes(doc, args, src)
+    tensor_bytes, input_only, op_sides = _shape_bytes(doc, args, src)
+    sides = [np.where(~huge & (count >= 0) & (element > 0), count * element, -1) for count in (in_nelems, out_nelems)]
     group = _text_column(doc.arg(args, "pg_name"))
     concrete_codes, concrete = doc.json_arg(args, "concrete")
     peer = np.array([_peer_in_group(value) for value in concrete], np.int64)[concrete_codes] if where.size \
@@ -129,6 +137,7 @@ def comm_facts(doc: Document, rows: list, source: np.ndarray, name_codes, name_u
             "name": np.asarray(name_uniques, dtype=object)[name_codes[where]] if where.size else np.empty(0, object),
             "name_kind": name_kind, "nelems_bytes": np.where((nelems >= 0) & (element > 0), nelems * element, -1),
             "tensor_bytes": tensor_bytes, "input_only": input_only, "group": group,
+            "in_bytes": _first_known(-1, sides[0], op_sides[0]), "out_bytes": _first_known(-1, sides[1], op_sides[1]),
             "group_size": int_column(doc.arg(args, "group_size")),
             "peer": np.where(np.isin(name_kind, _P2P_CODES) & (src == _SRC_C10D), peer, -1),
             "named_groups": _named_groups(group, doc.arg(args, "pg_ranks")),
@@ -151,23 +160,29 @@ def _size_example(sizes: tuple[list, list], corrupt: list[np.ndarray], huge: np.
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _shape_bytes(doc: Document, args: list, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _shape_bytes(doc: Document, args: list, src: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
     """Bytes of the tensor arguments from record_shapes' "Input Dims" x "Input type" (once per
-    distinct pair) and whether they are the input only. nccl:*/gloo:* ranges list their inputs
-    (bytes = their sum); c10d::* ops list output and input (bytes = the larger: allgather's total
-    output, reduce_scatter's total input), input only when one tensor is listed. -1: unknown."""
+    distinct pair), whether they are the input only, and (input bytes, output bytes). nccl:*/gloo:*
+    ranges list their inputs (bytes = their sum; the input); c10d::* ops list output and input (bytes =
+    the larger: allgather's total output, reduce_scatter's total input; a real gloo trace's
+    ``c10d::alltoall_base_`` lists [out rows, width], [in rows, width]: the first is what the rank
+    receives, the second what it sends), input only when one tensor is listed. -1: unknown."""
     dim_codes, dims = doc.json_arg(args, "input_dims")
     type_codes, types = doc.json_arg(args, "input_type")
     if not src.size:
-        return np.empty(0, np.int64), np.empty(0, bool)
+        return np.empty(0, np.int64), np.empty(0, bool), (np.empty(0, np.int64), np.empty(0, np.int64))
     pair_codes, pairs = ev.factorize(list(zip(dim_codes.tolist(), type_codes.tolist())))
     sizes = [_tensor_sizes(dims[d], types[t]) for d, t in pairs]
     total = np.array([sum(s) if s else -1 for s in sizes], np.int64)[pair_codes]
     largest = np.array([max(s) if s else -1 for s in sizes], np.int64)[pair_codes]
     count = np.array([len(s) if s else 0 for s in sizes], np.int64)[pair_codes]
+    first = np.array([s[0] if s else -1 for s in sizes], np.int64)[pair_codes]
+    second = np.array([s[1] if s and len(s) == 2 else -1 for s in sizes], np.int64)[pair_codes]
     from_op = src == _SRC_C10D
     tensor_bytes = np.where(from_op, largest, total)
-    return np.where(np.isin(src, (_SRC_C10D, _SRC_NCCL, _SRC_GLOO)), tensor_bytes, -1), ~from_op | (count == 1)
+    ranges = np.isin(src, (_SRC_NCCL, _SRC_GLOO))
+    sides = (np.where(from_op, second, np.where(ranges, total, -1)), np.where(from_op & (count == 2), first, -1))
+    return np.where(np.isin(src, (_SRC_C10D, _SRC_NCCL, _SRC_GLOO)), tensor_bytes, -1), ~from_op | (count == 1), sides
 
 
 def _tensor_sizes(dims, types) -> list[int] | None:
@@ -260,9 +275,32 @@ def _related_ops(facts: dict, ids: dict, start_ns, end_ns, launch_row: np.ndarra
         o, p = rows[ops], rows[params]
         outer = innermost_enclosing(tid[o], start_ns[o], end_ns[o], tid[p], start_ns[p], end_ns[p])
         related[_SRC_PARAM][ops[outer[outer >= 0]]] = params[outer >= 0]
-    gloo_op = _gloo_p2p_ops(facts, tid, start_ns, end_ns)
+    gloo_op = np.maximum(_gloo_p2p_ops(facts, tid, start_ns, end_ns), _gloo_alltoall_ops(facts, start_ns))
     related[_SRC_C10D] = np.where(gloo_op >= 0, gloo_op, related[_SRC_C10D])
     return related
+
+
+def _gloo_alltoall_ops(facts: dict, start_ns: np.ndarray) -> np.ndarray:
+    """Per fact row: for a gloo:all_to_all range, the fact row of its c10d::alltoall* op (-1: none,
+    and for every other row). Why: the range (the exchange, kept as the communication row) lists only
+    the input tensor; the op lists output and input, so only it says what the rank receives (uneven
+    MoE splits: not what it sends). The op enqueues the work on a gloo worker, which runs a group's
+    works in order, so the k-th op pairs with the k-th range: taken only when the counts are equal,
+    each range starts after its op and both list the same input bytes (a real 4-rank gloo job:
+    9 of 9 pairs on every rank); else none (never a guess)."""
+    rows, src, kind = facts["rows"], facts["source"], facts["name_kind"]
+    found = np.full(rows.size, -1, np.int64)
+    alltoall = kind == ev.COLLECTIVE_KINDS.index(ev.ALLTOALL)
+    gloo, ops = np.flatnonzero((src == _SRC_GLOO) & alltoall), np.flatnonzero((src == _SRC_C10D) & alltoall)
+    if not gloo.size or gloo.size != ops.size:
+        return found
+    gloo, ops = gloo[np.argsort(start_ns[rows[gloo]], kind="stable")], ops[np.argsort(start_ns[rows[ops]],
+                                                                                     kind="stable")]
+    sent_gloo, sent_op = facts["in_bytes"][gloo], facts["in_bytes"][ops]
+    same = (sent_gloo < 0) | (sent_op < 0) | (sent_gloo == sent_op)
+    if same.all() and (start_ns[rows[gloo]] >= start_ns[rows[ops]]).all():
+        found[gloo] = ops
+    return found
 
 
 def _gloo_p2p_ops(facts: dict, tid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
@@ -315,6 +353,10 @@ def _merged_facts(facts: dict, related: dict[int, np.ndarray]) -> dict:
             "tensor_bytes": _first_known(-1, tensor_bytes, _take(tensor_bytes, around, -1)),
             "input_only": np.where(tensor_bytes >= 0, input_only, _take(input_only, around, False)),
             "group": _first_known("", facts["group"], _take(facts["group"], param, "")),
+            "sent_bytes": _first_known(-1, facts["in_bytes"], _take(facts["in_bytes"], param, -1),
+                                       _take(facts["in_bytes"], op, -1)),
+            "recv_bytes": _first_known(-1, facts["out_bytes"], _take(facts["out_bytes"], param, -1),
+                                       _take(facts["out_bytes"], op, -1)),
             "group_size": _first_known(-1, facts["group_size"], _take(facts["group_size"], param, -1)),
             "peer": _first_known(-1, facts["peer"], _take(facts["peer"], op, -1))}
 
@@ -490,9 +532,13 @@ def comm_columns(doc: Document, facts: dict, ids: dict, steps: dict, classes, st
     code_of = np.array([names.index(name) for name in group_names], np.int32)
     size = n + n_steps  # the ProfileStep rows appended after the trace's rows keep the defaults
     columns = {"collective": np.zeros(size, np.int8), "group": np.zeros(size, np.int32),
-               "nbytes": np.full(size, -1, np.int64), "peer": np.full(size, -1, np.int64)}
+               "nbytes": np.full(size, -1, np.int64), "peer": np.full(size, -1, np.int64),
+               "sent_bytes": np.full(size, -1, np.int64), "recv_bytes": np.full(size, -1, np.int64)}
+    alltoall = merged["kind"] == ev.COLLECTIVE_KINDS.index(ev.ALLTOALL)  # the sides differ only there
     for column, values in (("collective", merged["kind"]), ("group", code_of[group_codes] if group.size else group),
-                           ("nbytes", nbytes), ("peer", peer)):
+                           ("nbytes", nbytes), ("peer", peer),
+                           ("sent_bytes", np.where(alltoall, merged["sent_bytes"], -1)),
+                           ("recv_bytes", np.where(alltoall, merged["recv_bytes"], -1))):
         columns[column][rows] = values[comm]
     columns["collective"] = ev.Texts.from_codes(columns["collective"], ev.COLLECTIVE_KINDS)
     columns["group"] = ev.Texts.from_codes(columns["group"], names)
