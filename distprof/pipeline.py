@@ -193,7 +193,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
                                                                       vary)}
     checks = streams.without_straggler_waits(checks, final, skew_summary.get("straggler"), config)
     sharded = sharded_mod.across_ranks(final, aligned.matching, inst, skew_summary.get("straggler"))
-    found = diagnose.findings(final, checks, skew_summary, config, collective_table, sharded=sharded)
+    found = diagnose.findings(final, checks, skew_summary, config, collective_table, what, sharded=sharded)
     priced, dropped = _plausible_findings(cost.price_findings(found + profiles.memory_findings(final, config), what,
                                                               crowded, vary), final)
     warnings += dropped

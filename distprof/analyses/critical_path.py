@@ -25,6 +25,7 @@ only.
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
 from .. import columns
@@ -427,5 +428,7 @@ def with_path_evidence(findings: list[dict], path: dict | None) -> list[dict]:
         evidence = finding.get("evidence")
         if share is not None and isinstance(evidence, dict):
             finding = {**finding, "evidence": {**evidence, "critical_path_share": share}}
+        elif share is not None and "critical_path_share" in getattr(evidence, "__struct_fields__", ()):
+            finding = {**finding, "evidence": msgspec.structs.replace(evidence, critical_path_share=share)}
         out.append(finding)
     return out

@@ -15,6 +15,7 @@ from .. import events as ev
 from ..rankview import RankView
 from ..results import RankResult
 from . import collectives as collectives_mod
+from . import imbalance as imbalance_mod
 from . import intervals as iv
 from . import sharded as sharded_mod
 
@@ -229,13 +230,16 @@ def _dataloader_findings(results: list[RankResult], config: dict) -> list[dict]:
 
 
 def findings(results: list[RankResult], checks: list[dict], skew: dict, config: dict,
-             collectives: dict | None = None, sharded: list | None = None) -> list[dict]:
+             collectives: dict | None = None, whatif: dict | None = None,
+             sharded: list | None = None) -> list[dict]:
     """All findings, unpriced, unordered and unworded: analyses/cost.py prices and orders them,
     reports/findings.py words them. ``sharded``: each rank's all-gather / reduce-scatter figures
     (analyses/sharded.py), whose exposed_allgather finding stands in for unoverlapped_communication (both
-    priced by overlap_communication: a delay is charged once)."""
+    priced by overlap_communication: a delay is charged once). ``whatif``: the replay, whose saving vetoes
+    an imbalance finding under the straggler's floor."""
     placement = sharded_mod.exposed_allgather_findings(sharded or [], _placement_findings(results, checks),
                                                        results, config)
     return (placement + _straggler_finding(skew)
             + _slow_collective_findings(collectives, config)
-            + _gpu_gap_findings(results, config) + _dataloader_findings(results, config))
+            + _gpu_gap_findings(results, config) + _dataloader_findings(results, config)
+            + imbalance_mod.imbalance_findings(results, skew, whatif, config))

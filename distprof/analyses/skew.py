@@ -619,7 +619,8 @@ def _no_straggler_notes(blame: dict, rank_of: list[int], r: int, big: bool, repe
     if len(culprits) >= 2:
         worst_by_unit = [[int(s), rank_of[w], float(c)] for s, w, c in
                          zip(blame["steps"][hit][:8], worst[hit][:8], per_unit.max(axis=0)[hit][:8])]
-        return [Reason("late_rank_rotates", {"ranks": culprits[:8], "label": label, "worst": worst_by_unit})]
+        return [Reason("late_rank_rotates", {"ranks": culprits[:8], "label": label, "worst": worst_by_unit,
+                                             "late_units": int(hit.sum()), "units": int(blame["n_units"])})]
     late = np.flatnonzero(per_unit[r] >= min_cost)
     if late.size and not repeats and blame["n_units"] == 1:
         return [Reason("last_in_half_or_less", {"rank": rank_of[r], "last_in": int(blame["last_in"][r]),

@@ -320,6 +320,37 @@ def _memory_imbalance_advice(finding: Finding) -> str:
             "uneven batches); the rank at the peak limits the batch size of all")
 
 
+def _ranks(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}"
+
+
+def _slowest(by_rank: dict[int, int]) -> str:
+    """'rank 2 in 3 steps, rank 1 in 1' (the ranks slowest in a phase, most often first)."""
+    shown = [f"rank {rank} in {steps}" for rank, steps in list(by_rank.items())[:3]]
+    return ", ".join(shown) + (" step" if sum(by_rank.values()) == 1 else " steps") if shown else "-"
+
+
+def _imbalance_message(finding: Finding) -> str:
+    e = finding.evidence
+    who = (f"no single straggler: {_ranks(e.late_ranks)} take turns being last" if e.pattern == "rotates" else
+           f"no single straggler: {_ranks(e.late_ranks)} make the others wait about as long")
+    if not e.phases:
+        return f"imbalance across ranks: {who}; no annotated phase to say where their work differs"
+    top = e.phases[0]
+    share = f", {100 * top.spread_share:.0f}% of the step" if top.spread_share is not None else ""
+    return (f"imbalance across ranks: {who}; {top.phase} differs most: its own time spreads "
+            f"{duration(top.spread_ns)} per step between the slowest and the fastest rank{share} (slowest: "
+            f"{_slowest(top.slowest_steps_by_rank)})")
+
+
+def _imbalance_advice(finding: Finding) -> str:
+    phases = [p.phase for p in finding.evidence.phases[:2]]
+    where = f" in {' and '.join(phases)}" if phases else ""
+    return (f"give every rank the same work{where}: uneven batches or sequence lengths (pack by tokens, not "
+            "samples), uneven shards or layers per rank, or a rank on a slower or busier host or device; mark the "
+            "step's parts as phases where none is annotated")
+
+
 def _phase_step(phase, steps: int, value: int) -> str:
     """A phase row's sum as per step (over the phase's steps, else the rank's)."""
     return duration(value // max(phase.steps or steps, 1))
@@ -363,6 +394,7 @@ WORDS = {"serialized_communication": (_placement_message, _placement_advice),
          "dataloader_bound": (_dataloader_message, _dataloader_advice),
          "memory_creep": (_memory_creep_message, _memory_creep_advice),
          "memory_imbalance": (_memory_imbalance_message, _memory_imbalance_advice),
+         "imbalance": (_imbalance_message, _imbalance_advice),
          "exposed_allgather": (_exposed_allgather_message, _exposed_allgather_advice)}
 
 
@@ -657,10 +689,21 @@ def _exposed_allgather_evidence(e) -> list[str]:
                    "communication): all-gathers and reduce-scatters are most of the exposed communication.")
     return out
 
+def _imbalance_evidence(e) -> list[str]:
+    phases = [f"{p.phase} {duration(p.spread_ns)} (the slowest {duration(p.excess_ns)} over the median rank; "
+              f"slowest {_slowest(p.slowest_steps_by_rank)})" for p in e.phases]
+    worst = "; ".join(f"step {w.step}: rank {w.rank} ({duration(w.waits_caused_ns)})" for w in e.worst_by_step)
+    out = [f"Own time per step, slowest - fastest rank (median over steps), of the {len(phases)} phases of "
+           f"{e.phases_compared} that differ most: {'; '.join(phases)}." if phases else "",
+           f"The rank the others waited for most, by step: {worst}." if worst else ""]
+    return out
+
+
 EVIDENCE_WORDS = {"serialized_communication": _placement_evidence, "unoverlapped_communication": _placement_evidence,
                   "straggler": _straggler_evidence, "slow_collective": _slow_collective_evidence,
                   "host_bound_gpu": _host_bound_evidence, "dataloader_bound": _dataloader_evidence,
                   "memory_creep": _memory_evidence, "memory_imbalance": _memory_evidence,
+                  "imbalance": _imbalance_evidence,
                   "exposed_allgather": _exposed_allgather_evidence}
 
 

@@ -141,6 +141,39 @@ class MemoryImbalanceEvidence(Evidence):
     median_bytes: float
 
 
+class PhaseSpread(Record):
+    """One phase's own time (less the communication on its lane) across ranks, per step."""
+
+    phase: str
+    steps: int                        # steps in which two or more ranks have it
+    spread_ns: int                    # median over steps of slowest - fastest rank
+    excess_ns: int                    # median over steps of slowest - median rank (what balancing removes)
+    spread_share: float | None        # spread_ns / the measured step
+    slowest_steps_by_rank: dict[int, int]  # rank -> steps it was the slowest in this phase
+
+
+class LateStep(Record):
+    """A step of a rotating late rank: the rank the others waited for most, and how long."""
+
+    step: int
+    rank: int
+    waits_caused_ns: int
+
+
+class ImbalanceEvidence(Evidence):
+    """imbalance: no single straggler, the ranks take turns being late; the phases that differ most."""
+
+    ranks_total: int
+    pattern: str                      # "rotates" (skew note late_rank_rotates) / "spread" (delay_spread)
+    late_ranks: list[int]             # the ranks the others waited for
+    worst_by_step: list[LateStep]     # rotates: per step (up to 8)
+    phases: list[PhaseSpread]         # largest spread first (up to 4)
+    phases_compared: int
+    step_ns: int | None               # the measured step (what-if)
+    floor_share: float                # skew.straggler_min_step_fraction: the share of the step the fix must save
+    critical_path_share: float = absent()
+
+
 class ExposedAllgatherEvidence(Evidence):
     """exposed_allgather: all-gathers (FSDP / ZeRO parameters) no computation hides, on the worst rank, per
     step and net of its waits for the named straggler (analyses/sharded.py)."""
@@ -167,6 +200,7 @@ EVIDENCE: dict[str, type[Evidence]] = {
     "straggler": StragglerEvidence, "slow_collective": SlowCollectiveEvidence,
     "host_bound_gpu": HostBoundEvidence, "dataloader_bound": DataloaderEvidence,
     "memory_creep": MemoryCreepEvidence, "memory_imbalance": MemoryImbalanceEvidence,
+    "imbalance": ImbalanceEvidence,
     "exposed_allgather": ExposedAllgatherEvidence,
 }
 

@@ -1,0 +1,144 @@
+"""The imbalance finding (issue 55, item 4): ranks that take turns being late, priced by balanced_ranks.
+
+Jobs by construction (event tables, as tests/test_critical_path.py builds them): each step every rank
+runs forward, then a blocking allreduce on a worker thread from its arrival to T after the last arrival,
+then the optimizer. The late rank of a step computes ``delay`` longer in forward.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from distprof import config as config_mod
+from distprof import events as ev
+from distprof import pipeline
+from distprof.analyses import cost, imbalance
+from distprof.reports.findings import evidence_sentences, worded
+from distprof.typed import Reason
+
+CONFIG = config_mod.load()
+MS = 1_000_000
+F, T, OPT = 20 * MS, 10 * MS, 5 * MS  # forward, transfer, optimizer
+COMM_LANE = 7
+
+
+def job(ranks: int, late_by_step: list[int | None], delay: int) -> list:
+    """Steps whose late rank is ``late_by_step[s]`` (None: nobody late)."""
+    rows = {r: [] for r in range(ranks)}
+    start = 0
+    for s, late in enumerate(late_by_step):
+        arrive = start + F + np.where(np.arange(ranks) == late, delay, 0)
+        last = int(arrive.max())
+        for r in range(ranks):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start, last + T + OPT, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "forward", start, int(arrive[r]), 1, s, ""),
+                        (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_reduce", int(arrive[r]), last + T, COMM_LANE, s,
+                         "allreduce"),
+                        (ev.RANGE, ev.PHASE, "optimizer", last + T, last + T + OPT, 1, s, "")]
+        start = last + T + OPT
+    return [_reduced(r, rows[r]) for r in range(ranks)]
+
+
+def _reduced(rank: int, rows: list):
+    kind, category, name, begin, end, lane, step, collective = (np.array(c, dtype=object) for c in zip(*rows))
+    events = ev.make_events(kind=kind, category=category, name=name, rank=rank, step=step.astype(np.int64),
+                            start_ns=begin.astype(np.int64), end_ns=end.astype(np.int64),
+                            lane=lane.astype(np.int64), collective=collective)
+    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
+
+
+def merged(results, config=CONFIG) -> dict:
+    """summary.json of the results, as merge writes it."""
+    summary = worded(pipeline.combine(results, config, source="test", world_size=len(results)))
+    return json.loads(json.dumps(summary.to_json()))
+
+
+def findings(summary: dict, code: str) -> list[dict]:
+    return [f for f in summary["findings"] if f["finding"] == code]
+
+
+def test_rotating_late_rank_is_an_imbalance_priced_by_balanced_ranks():
+    """Ranks 1, 2, 3 take turns being 12 ms late in forward: no straggler (the late rank rotates),
+    an imbalance finding naming forward, the ranks slowest in it, priced by the balanced_ranks replay."""
+    delay = 12 * MS
+    summary = merged(job(4, [1, 2, 3, 1, 2, 3], delay))
+    assert summary["skew"]["straggler"] is None
+    assert summary["skew"]["notes"][summary["skew"]["no_straggler_note"]].startswith("the late rank rotates")
+    [found] = findings(summary, "imbalance")
+    balanced = next(s for s in summary["whatif"]["scenarios"] if s["name"] == "balanced_ranks")
+    assert found["priced_by"] == "balanced_ranks" and found["predicted_saving_ns"] == balanced["saving_ns"] > 0
+    assert found["saving_share"] >= CONFIG["skew"]["straggler_min_step_fraction"]
+    evidence = found["evidence"]
+    assert evidence["pattern"] == "rotates" and evidence["late_ranks"] == [1, 2, 3]
+    top = evidence["phases"][0]
+    # per step the slowest rank computes forward `delay` longer than the others: spread = excess = delay
+    assert (top["phase"], top["steps"], top["spread_ns"], top["excess_ns"]) == ("forward", 6, delay, delay)
+    assert top["slowest_steps_by_rank"] == {"1": 2, "2": 2, "3": 2}
+    assert found["figure_ns"] == delay and found["ranks"] == [1, 2, 3]
+    assert [w["rank"] for w in evidence["worst_by_step"]] == [1, 2, 3, 1, 2, 3]
+    assert "forward differs most" in found["message"] and "ranks 1-3 take turns being last" in found["message"]
+    assert "give every rank the same work in forward" in found["advice"]
+
+
+def test_no_imbalance_finding_beside_a_straggler():
+    """One rank late in every step is the straggler: its delay is charged to it once, no imbalance finding."""
+    summary = merged(job(4, [2] * 6, 12 * MS))
+    assert summary["skew"]["straggler"]["rank"] == 2
+    assert findings(summary, "straggler") and not findings(summary, "imbalance")
+
+
+def test_no_imbalance_finding_in_a_balanced_job():
+    summary = merged(job(4, [None] * 6, 0))
+    assert not findings(summary, "imbalance")
+
+
+def test_imbalance_withheld_where_the_replay_prices_balancing_under_the_floor():
+    """The same rotation, but a floor above what balancing saves: no finding (as a straggler's rule (e))."""
+    config = {**CONFIG, "skew": {**CONFIG["skew"], "straggler_min_step_fraction": 0.9}}
+    summary = merged(job(4, [1, 2, 3, 1, 2, 3], 12 * MS), config)
+    assert summary["skew"]["straggler"] is None
+    assert not findings(summary, "imbalance")
+
+
+def _whatif(saving_ns: int, step_ns: int = 100 * MS, notes: list | None = None) -> dict:
+    return {"measured_step_ns": step_ns, "notes": notes or [],
+            "scenarios": [{"name": "balanced_ranks", "saving_ns": saving_ns, "applies": True}]}
+
+
+def test_replay_veto_mirrors_the_straggler_floor():
+    """Under the floor: vetoed; at it: kept; not judged where the replay cannot see GPU waits or did not run."""
+    assert imbalance.replay_disagrees(_whatif(4 * MS), 0.05)
+    assert not imbalance.replay_disagrees(_whatif(5 * MS), 0.05)
+    assert not imbalance.replay_disagrees(_whatif(0, notes=[Reason("gpu_waits_unseen", {"collectives": 3})]), 0.05)
+    assert not imbalance.replay_disagrees(None, 0.05)
+
+
+def test_crowded_hosts_emit_the_finding_unpriced():
+    """Ranks outnumbering their host's cores: the floor is judged on the replay's saving (an upper bound
+    there), the finding is emitted, and cost gives it no price (the crowded reason)."""
+    results = job(4, [1, 2, 3, 1, 2, 3], 12 * MS)
+    crowded = [{"host": "h", "ranks": 4, "cpus": 2}]
+    priced = cost.price({"finding": "imbalance", "figure_ns": 1, "ranks": [1], "evidence": {}},
+                        _whatif(20 * MS), crowded)
+    assert priced["predicted_saving_ns"] is None and priced["why_not"].code == "oversubscribed"
+    summary = pipeline.combine(results, CONFIG, source="test", world_size=4)
+    assert [f.finding for f in summary.findings if f.finding == "imbalance"] == ["imbalance"]
+
+
+def test_imbalance_evidence_in_sentences():
+    summary = worded(pipeline.combine(job(4, [1, 2, 3, 1, 2, 3], 12 * MS), CONFIG, source="test", world_size=4))
+    found = next(f for f in summary.findings if f.finding == "imbalance")
+    said = evidence_sentences(found)
+    assert "forward" in said and "slowest rank 1 in 2, rank 2 in 2, rank 3 in 2 steps" in said
+    assert "step 0: rank 1" in said
+
+
+@pytest.mark.parametrize("late", [[0, 1, 0, 1, 0, 1]])
+def test_two_ranks_taking_turns(late):
+    """Two ranks: each the slower in turn; the finding names both, forward's spread is the delay."""
+    summary = merged(job(2, late, 15 * MS))
+    [found] = findings(summary, "imbalance")
+    assert found["ranks"] == [0, 1] and found["evidence"]["phases"][0]["spread_ns"] == 15 * MS
