@@ -69,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
         "gpu_idle_share": 0.20,     # GPU idle above this share of the window: finding
         "memory_creep_share": 0.01,     # per-step memory peaks growing every step by more than this share: finding
         "memory_outlier_share": 0.20,   # a rank's memory peak above the median of the ranks by this share: finding
+        "expert_imbalance_ratio": 1.5,  # a rank's all-to-all load this many x the other ranks' median: finding
         "exposed_allgather_share": 0.05,  # all-gathers no computation hides above this share of a rank's window
     },
     "live": {
@@ -117,7 +118,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "input.max_file_mb": (1, None), "input.max_uncompressed_mb": (1, None),
     "diagnosis.dataloader_share": (0, 1), "diagnosis.gpu_idle_share": (0, 1),
     "diagnosis.memory_creep_share": (0, None), "diagnosis.memory_outlier_share": (0, None),
-    "diagnosis.exposed_allgather_share": (0, 1),
+    "diagnosis.expert_imbalance_ratio": (1, None), "diagnosis.exposed_allgather_share": (0, 1),
     "demo.ranks": (1, 1024), "demo.steps": (1, 1_000_000), "demo.layers": (1, 1000), "demo.width": (1, 65_536),
     "demo.batch": (1, 1_000_000), "demo.kernel_ms": (0, 60_000), "live.every_steps": (0, None),
     "live.prometheus_port": (1, 65535),

@@ -15,6 +15,7 @@ import numpy as np
 from . import align as align_mod
 from . import console, transport
 from . import events as ev
+from .analyses import alltoall as alltoall_mod
 from .analyses import collectives as coll
 from .analyses import (
     cost,
@@ -192,8 +193,10 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what, crowded,
                                                                       vary)}
     checks = streams.without_straggler_waits(checks, final, skew_summary.get("straggler"), config)
+    exchanges = alltoall_mod.groups(final, config)
     sharded = sharded_mod.across_ranks(final, aligned.matching, inst, skew_summary.get("straggler"))
-    found = diagnose.findings(final, checks, skew_summary, config, collective_table, what, sharded=sharded)
+    found = diagnose.findings(final, checks, skew_summary, config, collective_table, what, exchanges,
+                              sharded=sharded)
     priced, dropped = _plausible_findings(cost.price_findings(found + profiles.memory_findings(final, config), what,
                                                               crowded, vary), final)
     warnings += dropped
@@ -207,7 +210,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
         model_profile=profiles.model_profile(final), critical_path=path, machine=machine.facts(final),
-        **({"sharded": sharded} if sharded else {}))
+        **({"alltoall": exchanges} if exchanges else {}), **({"sharded": sharded} if sharded else {}))
 
 
 def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, config: dict, warnings: list[str],

@@ -16,6 +16,7 @@ from __future__ import annotations
 import msgspec
 from msgspec.structs import asdict, replace
 
+from .sections.alltoall import AllToAllGroup
 from .sections.collectives import Collectives
 from .sections.findings import Check, Finding
 from .sections.machine import Host, Live
@@ -271,6 +272,7 @@ class Summary(Record):
     model_profile: ModelProfile | None = None  # the live FLOPs profile (flops=True)
     critical_path: CriticalPath | None = None  # what sets each step, across ranks
     machine: list[Host] = msgspec.field(default_factory=list)  # hosts, cores, GPUs, load (analyses.machine)
+    alltoall: list[AllToAllGroup] = absent()  # per all-to-all group, each rank's bytes (analyses.alltoall)
     sharded: list[ShardedRank] = absent()  # per rank: all-gather / reduce-scatter exposure by phase (analyses.sharded)
     live: Live = absent()  # the live view's record: only a session with the live view on has one
 

@@ -393,9 +393,14 @@ class CommOp:
     dtype: str = "Float"
     start_us: float = 0.0
     dur_us: float = 100.0
+    out_nelems: int | None = None  # an all-to-all's output, when uneven splits make it differ from the input
+    in_splits: tuple[int, ...] = ()  # "In split size" / "Out split size": rows to / from each group rank
+    out_splits: tuple[int, ...] = ()
 
     def in_out(self) -> tuple[int, int]:
         size = len(self.ranks)
+        if self.out_nelems is not None:
+            return self.nelems, self.out_nelems
         if self.kind == "allgather":
             return self.nelems, self.nelems * size
         if self.kind == "reduce_scatter":
@@ -470,8 +475,11 @@ def _write_op(trace: KinetoTrace, op: CommOp, stream: int) -> None:
     trace.kernel(GEMM, s - 25_000, s - 5_000, stream=COMPUTE_STREAM, launch_ns=s - 39_000)
     name, annotation, kernel = _COLLECTIVE_TEXT[op.kind]
     in_nelems, out_nelems = op.in_out()
+    if op.in_splits:  # ProcessGroupNCCL names an all-to-all with split sizes all_to_allv
+        name = "all_to_allv"
     args = {"Collective name": name, "In msg nelems": in_nelems, "Out msg nelems": out_nelems,
-            "Group size": len(op.ranks), "dtype": op.dtype, "In split size": "[]", "Out split size": "[]",
+            "Group size": len(op.ranks), "dtype": op.dtype, "In split size": json.dumps(list(op.in_splits)),
+            "Out split size": json.dumps(list(op.out_splits)),
             "Process Group Name": op.group, "Process Group Description": "default_pg" if op.group == "0"
             else "undefined", "Process Group Ranks": json.dumps(list(op.ranks))}
     trace.cpu_op("record_param_comms", s - 13_000, s - 6_000, **args)

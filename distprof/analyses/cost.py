@@ -23,7 +23,7 @@ SEVERITY_ORDER = ("high", "medium", "low", UNPRICED)
 FINDING_SCENARIOS = {"straggler": "no_straggler", "serialized_communication": "overlap_communication",
                      "unoverlapped_communication": "overlap_communication", "dataloader_bound": "no_dataloader_wait",
                      "slow_collective": "comm_bandwidth_x2", "imbalance": "balanced_ranks",
-                     "exposed_allgather": "overlap_communication"}
+                     "expert_imbalance": "balanced_ranks", "exposed_allgather": "overlap_communication"}
 # why a fix is not priced (reports/words.py words each code)
 NO_SCENARIO, NOT_TIME, NO_REPLAY, ABOVE_STEP = (Reason("no_scenario"), Reason("not_time"), Reason("no_replay"),
                                                  Reason("above_step"))

@@ -14,6 +14,7 @@ import numpy as np
 from .. import events as ev
 from ..rankview import RankView
 from ..results import RankResult
+from . import alltoall as alltoall_mod
 from . import collectives as collectives_mod
 from . import imbalance as imbalance_mod
 from . import intervals as iv
@@ -230,16 +231,19 @@ def _dataloader_findings(results: list[RankResult], config: dict) -> list[dict]:
 
 
 def findings(results: list[RankResult], checks: list[dict], skew: dict, config: dict,
-             collectives: dict | None = None, whatif: dict | None = None,
+             collectives: dict | None = None, whatif: dict | None = None, alltoall: list | None = None,
              sharded: list | None = None) -> list[dict]:
     """All findings, unpriced, unordered and unworded: analyses/cost.py prices and orders them,
     reports/findings.py words them. ``sharded``: each rank's all-gather / reduce-scatter figures
     (analyses/sharded.py), whose exposed_allgather finding stands in for unoverlapped_communication (both
     priced by overlap_communication: a delay is charged once). ``whatif``: the replay, whose saving vetoes
-    an imbalance finding under the straggler's floor."""
+    an imbalance finding under the straggler's floor. ``alltoall``: the all-to-all groups
+    (analyses/alltoall.groups); one fix, one finding: an expert load imbalance is the cause of the ranks'
+    imbalance that balanced_ranks prices, so the general imbalance finding is left out beside it."""
+    experts = alltoall_mod.expert_findings(results, alltoall or [], skew, whatif, config)
     placement = sharded_mod.exposed_allgather_findings(sharded or [], _placement_findings(results, checks),
                                                        results, config)
     return (placement + _straggler_finding(skew)
             + _slow_collective_findings(collectives, config)
             + _gpu_gap_findings(results, config) + _dataloader_findings(results, config)
-            + imbalance_mod.imbalance_findings(results, skew, whatif, config))
+            + (experts or imbalance_mod.imbalance_findings(results, skew, whatif, config)))

@@ -320,6 +320,14 @@ def _memory_imbalance_advice(finding: Finding) -> str:
             "uneven batches); the rank at the peak limits the batch size of all")
 
 
+def byte_size(value: float) -> str:
+    """A byte count in the largest binary unit that keeps it at or above 1."""
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
 def _ranks(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}"
 
@@ -349,6 +357,27 @@ def _imbalance_advice(finding: Finding) -> str:
     return (f"give every rank the same work{where}: uneven batches or sequence lengths (pack by tokens, not "
             "samples), uneven shards or layers per rank, or a rank on a slower or busier host or device; mark the "
             "step's parts as phases where none is annotated")
+
+
+def _expert_imbalance_message(finding: Finding) -> str:
+    e = finding.evidence
+    hottest = e.hot_ranks[0]
+    where = f" in group {e.group!r}" if e.group else ""
+    message = (f"expert load imbalance{where}: rank {hottest} gets {e.load_ratio:.1f}x the tokens of the other ranks' "
+               f"median ({byte_size(e.load_bytes_by_rank[hottest])} against {byte_size(e.others_median_bytes)} on its "
+               f"experts' side of {e.ops} all-to-alls)")
+    if len(e.hot_ranks) > 1:
+        message += f"; above {e.limit_ratio:g}x too: {_ranks(e.hot_ranks[1:])}"
+    if e.phase:
+        message += (f"; it spends {duration(e.phase_extra_ns)} per step (median over steps) more than the others' "
+                    f"median in {e.phase}")
+    return message + ("; it is the straggler: this load is its lateness" if e.straggler else "")
+
+
+def _expert_imbalance_advice(finding: Finding) -> str:
+    return ("balance the router: a load-balancing auxiliary loss (or a larger coefficient), or bias-based balancing "
+            "of the gate; cap each expert's tokens (capacity factor, dropping overflow); replicate the hot experts "
+            "or place experts so that each rank's total load is even")
 
 
 def _phase_step(phase, steps: int, value: int) -> str:
@@ -395,6 +424,7 @@ WORDS = {"serialized_communication": (_placement_message, _placement_advice),
          "memory_creep": (_memory_creep_message, _memory_creep_advice),
          "memory_imbalance": (_memory_imbalance_message, _memory_imbalance_advice),
          "imbalance": (_imbalance_message, _imbalance_advice),
+         "expert_imbalance": (_expert_imbalance_message, _expert_imbalance_advice),
          "exposed_allgather": (_exposed_allgather_message, _exposed_allgather_advice)}
 
 
@@ -699,11 +729,18 @@ def _imbalance_evidence(e) -> list[str]:
     return out
 
 
+def _expert_imbalance_evidence(e) -> list[str]:
+    return [f"Load by rank (bytes on the experts' side of the group's all-to-alls): "
+            f"{_by_rank(e.load_bytes_by_rank, byte_size)}.",
+            f"Of the {e.ops} all-to-alls per rank, {e.recv_side_ops} carry the tokens to the experts (the received "
+            f"bytes differ most across ranks) and {e.ops - e.recv_side_ops} back (the sent bytes do)."]
+
+
 EVIDENCE_WORDS = {"serialized_communication": _placement_evidence, "unoverlapped_communication": _placement_evidence,
                   "straggler": _straggler_evidence, "slow_collective": _slow_collective_evidence,
                   "host_bound_gpu": _host_bound_evidence, "dataloader_bound": _dataloader_evidence,
                   "memory_creep": _memory_evidence, "memory_imbalance": _memory_evidence,
-                  "imbalance": _imbalance_evidence,
+                  "imbalance": _imbalance_evidence, "expert_imbalance": _expert_imbalance_evidence,
                   "exposed_allgather": _exposed_allgather_evidence}
 
 

@@ -391,6 +391,16 @@ def collectives_html(summary: Summary, unit: str) -> str:
               f'whole duration, an upper bound). Wait share: sync wait / duration. {escaped(note)}</p>')
 
 
+def alltoall_html(summary: Summary) -> str:
+    """The All-to-all table (bytes per rank of each all-to-all group), "" when there is none."""
+    from . import alltoall_report
+    groups = summary.alltoall or []
+    if not groups:
+        return ""
+    return ("<h2>All-to-all</h2>" + table_html(alltoall_report.HEADERS, alltoall_report.cells(groups), left=1)
+            + f'<p class="meta">{escaped(alltoall_report.note(groups))}</p>')
+
+
 def whatif_html(summary: Summary, unit: str) -> str:
     """The What-if table (what each fix would save, replayed), "" without one."""
     what = summary.whatif
@@ -572,6 +582,7 @@ def render(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total") -> 
                      "by communication (blue), communication nobody hid (red), idle (grey)."),
              distributed_table_html(summary, unit)]
     body.append(collectives_html(summary, unit))
+    body.append(alltoall_html(summary))
     body.append(whatif_html(summary, unit))
     body.append(profile_html(summary))
     body.append(critical_path_report.html_section(summary.critical_path, unit, table_html))

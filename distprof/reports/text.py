@@ -144,6 +144,7 @@ def render(summary: Summary, unit: str = "ms", width: int | None = None, all_ran
     from .live_text import section as live_section
     for section in (diagnosis_section(summary, unit, width) + collectives_section(summary, unit, width)
                     + sharded_section(summary, unit, width)
+                    + alltoall_section(summary, width)
                     + profile_section(summary, width, shown) + model_profile_section(summary, unit, width, shown)
                     + live_section(summary.live or None, width)):
         parts += ["", section]
@@ -300,6 +301,16 @@ def sharded_section(summary: Summary, unit: str, width: int | None = format.TABL
         return []
     text = _fit(sharded_report.cells(rows, _timer(unit)), sharded_report.HEADERS, width, keep=2)
     return [_section("All-gather / reduce-scatter by phase", text, [sharded_report.note(rows)], width)]
+
+
+def alltoall_section(summary: Summary, width: int | None = format.TABLE_WIDTH) -> list[str]:
+    """The All-to-all table (bytes per rank of each all-to-all group); [] when there is none."""
+    from . import alltoall_report
+    groups = summary.alltoall or []
+    if not groups:
+        return []
+    text = _fit(alltoall_report.cells(groups), alltoall_report.HEADERS, width, keep=2)
+    return [_section("All-to-all", text, [alltoall_report.note(groups)], width)]
 
 
 def _timer(unit: str) -> Callable[[int | None], str]:

@@ -174,6 +174,25 @@ class ImbalanceEvidence(Evidence):
     critical_path_share: float = absent()
 
 
+class ExpertImbalanceEvidence(Evidence):
+    """expert_imbalance: an all-to-all group whose ranks' loads (bytes on the experts' side) are uneven."""
+
+    group: str
+    group_ranks: list[int]
+    hot_ranks: list[int]              # load >= limit_ratio x the others' median, largest first
+    load_ratio: float                 # the hottest rank's load / the median of the other members'
+    limit_ratio: float                # config diagnosis.expert_imbalance_ratio
+    load_bytes_by_rank: dict[int, int]
+    others_median_bytes: float
+    ops: int                          # all-to-alls per rank counted
+    recv_side_ops: int                # of them, the ones whose received bytes differ most (dispatch-like)
+    phase: str | None                 # the hottest rank's phase with the most own time over the others' median
+    phase_extra_ns: int | None        # per step (median over steps)
+    straggler: bool                   # the hottest rank is the named straggler (its lateness: this load)
+    floor_share: float
+    critical_path_share: float = absent()
+
+
 class ExposedAllgatherEvidence(Evidence):
     """exposed_allgather: all-gathers (FSDP / ZeRO parameters) no computation hides, on the worst rank, per
     step and net of its waits for the named straggler (analyses/sharded.py)."""
@@ -200,7 +219,7 @@ EVIDENCE: dict[str, type[Evidence]] = {
     "straggler": StragglerEvidence, "slow_collective": SlowCollectiveEvidence,
     "host_bound_gpu": HostBoundEvidence, "dataloader_bound": DataloaderEvidence,
     "memory_creep": MemoryCreepEvidence, "memory_imbalance": MemoryImbalanceEvidence,
-    "imbalance": ImbalanceEvidence,
+    "imbalance": ImbalanceEvidence, "expert_imbalance": ExpertImbalanceEvidence,
     "exposed_allgather": ExposedAllgatherEvidence,
 }
 
