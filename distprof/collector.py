@@ -28,6 +28,7 @@ import itertools
 import os
 import socket
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -278,11 +279,17 @@ def settle(path: Path) -> None:
         _one_file(db)
 
 
+# what the disk or the file system does to a write (full, gone, an I/O error, a size limit): the rank trains
+# on unrecorded; any other error (a row the schema refuses) is distprof's own bug, raised as such
+UNWRITABLE = (sqlite3.OperationalError, OSError)
+
+
 class Collector:
     """Records the ranges of one rank into ``path`` (the native file, schema above)."""
 
     def __init__(self, path: str | Path, rank: int, world_size: int) -> None:
         self.path = Path(path)
+        self.failed: str | None = None  # why writing stopped (a full disk): the rank trains on unprofiled
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for stale in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
             stale.unlink(missing_ok=True)
@@ -343,23 +350,56 @@ class Collector:
         self.rows.append((start_ns, end_ns, tid, name_id))
 
     def set_meta(self, **values) -> None:
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._db.executemany("INSERT OR REPLACE INTO distprof_meta VALUES (?, ?)",
-                                 [(k, str(v)) for k, v in values.items()])
-            self._db.execute("COMMIT")
+        if self.failed:
+            return
+        try:
+            with self._lock:
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT OR REPLACE INTO distprof_meta VALUES (?, ?)",
+                                     [(k, str(v)) for k, v in values.items()])
+                self._db.execute("COMMIT")
+        except UNWRITABLE as error:
+            self._fail(error)
 
     def record_clock(self, phase: str, offset_ns: int, rtt_ns: int) -> None:
-        with self._lock:
-            self._db.execute("INSERT INTO distprof_clock VALUES (?, ?, ?)", (phase, int(offset_ns), int(rtt_ns)))
+        if self.failed:
+            return
+        try:
+            with self._lock:
+                self._db.execute("INSERT INTO distprof_clock VALUES (?, ?, ?)", (phase, int(offset_ns), int(rtt_ns)))
+        except UNWRITABLE as error:
+            self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        """Writing failed (a full disk, the file gone): recording stops, once said in one line naming the
+        file; the steps committed before stay in it. Never raised on the training thread: the profiler is
+        not the job's to break."""
+        if self.failed:
+            return
+        self.deactivate()
+        self.rows = []
+        reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+        self.failed = (f"rank {self.rank}: recording stopped at step {self.step}: cannot write {self.path} "
+                       f"({reason}); the steps before it are in the file")
+        with contextlib.suppress(sqlite3.Error):
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+        sys.stderr.write(f"distprof: warning: {self.failed}\n")
+        sys.stderr.flush()
 
     # -- step boundaries: hand-over to the writer thread ---------------------------------------
     def submit(self) -> int:
         """End a step on the training thread: hand its rows to the writer thread and return before
         they are written. Waits only while the previous step is still being written (at most one
         step is ever in flight, so a crash loses at most that one); returns the rows handed over."""
+        if self.failed:
+            self.rows.clear()
+            return 0
         if not self._claim():  # no writer thread (gone): write here, as flush does
-            return self._write(self._take())
+            return self._guarded_write()
+        if self.failed:  # the writer met it with the previous batch
+            self._free.release()
+            return 0
         batch = self._handed = self._take()
         self._ready.release()
         return len(batch[0])
@@ -369,10 +409,17 @@ class Collector:
         returns the rows written."""
         writer = self._claim()
         try:
-            return self._write(self._take())
+            return 0 if self.failed else self._guarded_write()
         finally:
             if writer:
                 self._free.release()
+
+    def _guarded_write(self) -> int:
+        try:
+            return self._write(self._take())
+        except UNWRITABLE as error:
+            self._fail(error)
+            return 0
 
     def _take(self) -> tuple[list, int]:
         """Swap in a fresh row list; the batch to write: (rows, step)."""
@@ -392,7 +439,9 @@ class Collector:
                 if not self._writer.is_alive():
                     return False
         error, self._writer_error = self._writer_error, None
-        if error is not None:
+        if isinstance(error, UNWRITABLE):
+            self._fail(error)
+        elif error is not None:
             self._free.release()
             raise error
         return True
@@ -458,9 +507,14 @@ class Collector:
         self.deactivate()
         self.set_meta(complete=1, load_1m_stop=_load_1m())
         with self._lock:
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            _one_file(self._db)
-            self._db.close()
+            try:
+                if not self.failed:
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    _one_file(self._db)
+            except UNWRITABLE as error:
+                self._fail(error)
+            finally:
+                self._db.close()
 
     def _stop_writer(self) -> None:
         """Hand the writer ``None`` and join it (bounded: it is idle, holding no lock)."""

@@ -14,6 +14,7 @@ from . import config as config_mod
 from . import events as ev
 from . import schedule as schedule_mod
 from .collector import NAMES, Collector, clock_ns
+from .names import printable
 from .sources import native
 
 
@@ -52,6 +53,7 @@ class Profiler:
         self.quiet = quiet
         self.summary: dict | None = None
         self.collector: Collector | None = None
+        self._unprofiled: str | None = None  # why this rank's file could not be written (it trains on)
         self._comm = None
         self._step_start = 0
         self._step_range = None
@@ -86,13 +88,30 @@ class Profiler:
             self.out = outpaths.check_dir(self._expand_out(self.rank))  # this rank's own folder
         annotate.set_nvtx(self.config["collector"]["nvtx"])
         if self.config["collector"]["enabled"] and not self.timer_only:
-            self.collector = Collector(self.rank_file(self.rank), self.rank, self.world_size)
-            self._clock_sample("start")
-            self._follow_schedule()
+            self.collector = self._open_collector()
+            self._clock_sample("start")  # a rank that cannot profile still takes part: the others wait for it
+            if self.collector is not None:
+                self._follow_schedule()
             self._start_live()
         self._begin_step(clock_ns())
         self._watchdog = self._start_watchdog()
         return self
+
+    def _open_collector(self) -> Collector | None:
+        """This rank's collector, or None where its file cannot be written (a full disk, a read-only or
+        missing folder): the rank trains on unprofiled, says so in one line naming the file, and tells
+        rank 0 at the stop. The profiler is not the job's to break, nor to hang: its start and stop
+        exchanges go on without this rank's data."""
+        import sqlite3
+        path = self.rank_file(self.rank)
+        try:
+            return Collector(path, self.rank, self.world_size)
+        except (sqlite3.Error, OSError) as error:
+            reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+            self._unprofiled = f"rank {self.rank} is not profiled: cannot write {path} ({reason})"
+            sys.stderr.write(f"distprof: warning: {printable(self._unprofiled)}; it trains on without distprof\n")
+            sys.stderr.flush()
+            return None
 
     def _start_watchdog(self):
         """The hang watchdog when ``collector.hang_dump_s`` is set (None otherwise)."""
@@ -137,8 +156,11 @@ class Profiler:
         try:
             if self.timer_only:
                 self.summary = self._aggregate_timers(failure)
-            elif self.collector is not None:
-                self.summary = self._aggregate(failure)  # the exception (if any) propagates after this
+            elif self.collector is not None or self._unprofiled:
+                # the exception (if any) propagates after this; an unprofiled rank's line reaches rank 0, and
+                # so does a rank's whose writing stopped (rank 0 reads the steps it has, where it sees them)
+                stopped = self.collector.failed if self.collector is not None else None
+                self.summary = self._aggregate(failure or self._unprofiled or stopped)
         finally:
             if self._live is not None:
                 # rank 0: a stop that wrote no summary, the view ends now; a node's sender: its last
@@ -155,7 +177,8 @@ class Profiler:
             return
         from . import live
         node = str(outpaths.expand(self.config["live"]["node"], self.rank, outpaths.host_name()))
-        self.collector.set_meta(live_node=node)  # how a side process tells its node's rank files
+        if self.collector is not None:
+            self.collector.set_meta(live_node=node)  # how a side process tells its node's rank files
         self._live = live.start_rank(self.rank, self.world_size, node, self._out_template, self.out, self.config,
                                      self._comm, self.quiet)
 
@@ -302,7 +325,8 @@ class Profiler:
     def _clock_sample(self, phase: str) -> None:
         if self._comm is not None and self.world_size > 1:
             offset_ns, rtt_ns = clock.pingpong(self._comm, self.config["clock"]["pingpong_samples"])
-            self.collector.record_clock(phase, offset_ns, rtt_ns)
+            if self.collector is not None:
+                self.collector.record_clock(phase, offset_ns, rtt_ns)
 
     def _own_result(self, failure: str | None):
         """This rank's RankResult; None when a failing rank's file cannot be reduced."""
@@ -318,14 +342,15 @@ class Profiler:
         """The stop clock sample with the ranks that take part (MPI), then the file is complete."""
         if self._comm is not None and self.world_size > 1 and (self.rank != 0 or participants):
             offset_ns, rtt_ns = clock.pingpong(self._comm, self.config["clock"]["pingpong_samples"], participants)
-            if self.rank != 0:
+            if self.rank != 0 and self.collector is not None:
                 self.collector.record_clock("stop", offset_ns, rtt_ns)
         self._close()
 
     def _close(self) -> None:
         if not self._closed:
             self._closed = True
-            self.collector.close()
+            if self.collector is not None:
+                self.collector.close()
 
     def _failed_results(self) -> list:
         """Rank 0: the results of the ranks that failed, from their files where this host sees them
@@ -362,7 +387,10 @@ class Profiler:
                 parts, warnings = gathered
                 failed = self._failed_results()  # their files name their failure themselves
                 results = [parts[r] for r in sorted(parts)] + failed
-                said = {self._failure_lines.get(r.rank) for r in failed}
+                # a failed rank's line is said once: by its file where the file could record it (a full
+                # disk leaves it unsaid there), else here
+                said = {line for r in failed if (line := self._failure_lines.get(r.rank)) and
+                        any(line in warning for warning in r.warnings)}
                 warnings = [w for w in warnings if w not in said]
         finally:
             self._close()

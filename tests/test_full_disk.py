@@ -1,0 +1,52 @@
+"""A rank that cannot write its profile never breaks or hangs the job (issue 57): its disk full when the
+file is made, or from a step on (RLIMIT_FSIZE stands in for a full disk: Python ignores SIGXFSZ, so a
+write past the limit fails as on a full disk). Real mpirun jobs."""
+
+import json
+import subprocess
+import time
+
+import pytest
+from conftest import ROOT
+
+JOB = """
+import os, resource, sys, time
+import distprof
+from mpi4py import MPI
+rank = MPI.COMM_WORLD.Get_rank()
+mode = sys.argv[1]
+if rank == 1 and mode == "at_start":
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+with distprof.Profiler(out="out") as prof:
+    for step in range(8):
+        if rank == 1 and mode == "mid_run" and step == 3:  # no byte more may be written
+            written = max(os.path.getsize(f"out/rank1.sqlite{end}") for end in ("", "-wal"))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (written, resource.RLIM_INFINITY))
+        with distprof.phase("forward"):
+            time.sleep(0.005)
+        with distprof.comm("allreduce", group=[0, 1], nbytes=8):
+            MPI.COMM_WORLD.allreduce(1)
+        prof.step()
+print("rank", rank, "trained all its steps", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "said"), [
+    ("at_start", "rank 1 is not profiled: cannot write out/rank1.sqlite"),
+    ("mid_run", "rank 1: recording stopped at step"),
+])
+def test_a_rank_whose_disk_is_full_trains_on_and_the_job_ends(tmp_path, mode, said):
+    (tmp_path / "train.py").write_text(JOB)
+    began = time.monotonic()
+    result = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-n", "2", "--", "python", "train.py", mode],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert time.monotonic() - began < 60  # the others never waited out a timeout for it
+    assert result.stdout.count("trained all its steps") == 2  # training went on, on both ranks
+    lines = [line for line in result.stderr.splitlines() if said in line]
+    assert len(lines) == 1 and "out/rank1.sqlite" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and "sqlite3." not in result.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert any(said in warning for warning in summary["warnings"])
+    assert summary["world_size"] == 2 and [r["rank"] for r in summary["ranks"]][0] == 0
