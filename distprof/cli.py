@@ -236,7 +236,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.gpus_per_node is not None:  # on top of the file's hardware section, validated like it
         config = config_mod.load(None, {**{k: v for k, v in config.items() if k != "hardware"},
                                         "hardware": {**config["hardware"], "gpus_per_node": args.gpus_per_node}})
-    outpaths.check_dir(args.out, OUTPUT_FILES)  # before the analysis, not after it
+    outpaths.check_dir(outpaths.check_one_folder(args.out), OUTPUT_FILES)  # before the analysis, not after it
     from .transport import mpi_world, read_workers_setting
     read_workers_setting()  # a bad DISTPROF_READ_WORKERS is named before any file is read
     notes: list[str] = []
@@ -339,7 +339,7 @@ def _trace_inputs(args: argparse.Namespace, config: dict) -> tuple[Summary, list
     from_summary = len(args.inputs) == 1 and (first.is_dir() and (first / export.SUMMARY_FILE).exists()
                                               or first.name == export.SUMMARY_FILE)
     base = (first if first.is_dir() else first.parent) if from_summary else Path(".")
-    out = outpaths.check_file(Path(args.out) if args.out else base / perfetto.TRACE_FILE)
+    out = outpaths.check_file(base / perfetto.TRACE_FILE if args.out is None else outpaths.check_one_folder(args.out))
     if not from_summary:
         notes: list[str] = []
         found = sources.expand(args.inputs, warn=lambda text: _warn(text, notes))
@@ -485,7 +485,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .reports import diff_report
     config = config_mod.load(args.config)
     before_items, after_items = _diff_runs(args)
-    outpaths.check_dir(args.out, DIFF_FILES)  # before the merges, not after them
+    outpaths.check_dir(outpaths.check_one_folder(args.out), DIFF_FILES)  # before the merges, not after them
     before_items, befores = _median_first(before_items, [finite(diff_side(item, config), item)
                                                          for item in before_items])
     after_items, afters = _median_first(after_items, [finite(diff_side(item, config), item)
@@ -572,7 +572,8 @@ def cmd_hang(args: argparse.Namespace) -> int:
     from .reports import hang_html, hang_report
     from .sources import flight_recorder
     html = getattr(args, "html", True)  # the hang demo calls this without the option
-    out = outpaths.check_dir(args.out, (HANG_JSON, hang_html.HANG_HTML) if html else (HANG_JSON,))
+    out = outpaths.check_dir(outpaths.check_one_folder(args.out), (HANG_JSON, hang_html.HANG_HTML) if html
+                             else (HANG_JSON,))
     dumps, states = flight_recorder.read_all(args.inputs)
     if not states:
         raise SourceError(f"{', '.join(args.inputs)}: no dump files (names ending in a rank number)")

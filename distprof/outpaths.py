@@ -144,14 +144,52 @@ PLACEHOLDERS = ("rank", "host")
 
 def host_name() -> str:
     """This host's name as {host} and the live view's default node name use it (the rank files'
-    ``hostname`` meta is the same), with a path separator made harmless."""
+    ``hostname`` meta is the same), made one safe folder name (folder_name)."""
     import socket
-    return socket.gethostname().replace(os.sep, "_") or "localhost"
+    return folder_name(socket.gethostname() or "localhost")
+
+
+def folder_name(value: str) -> str:
+    """``value`` (a host's name) as exactly one folder: separators and NUL become ``_``, and ``.``, ``..``
+    or nothing become underscores. The name is anyone's to set: a host named ``..`` made ``--out
+    '{host}'`` write into the parent folder, and one named ``a/b`` a folder two deep."""
+    value = value.replace(os.sep, "_").replace("/", "_").replace("\0", "_")
+    if value in ("", ".", ".."):
+        return value.replace(".", "_") or "_"
+    return value
+
+
+def check_template(template: str | Path) -> str:
+    """``template`` as an output path that can name a folder per rank or node: not empty, only the
+    placeholders {rank} and {host}, and no other brace. One-line errors, before the job: ``''`` wrote
+    into the current folder, and ``{{rank}}`` (no escape here) made folders ``{0}``, ``{1}``."""
+    text = str(template)
+    if not text.strip():
+        raise SourceError(f"output path {text!r} is empty: name a folder (e.g. distprof_out, or . for this one)")
+    for name in _FIELD.findall(text):
+        if name not in PLACEHOLDERS:
+            raise SourceError(f"{text}: unknown placeholder {{{name}}} in the output path (known: {{rank}}, {{host}})")
+    if "{" in _FIELD.sub("", text) or "}" in _FIELD.sub("", text):
+        raise SourceError(f"{text}: a brace outside {{rank}} and {{host}} in the output path (doubled braces "
+                          "are not an escape here: write {rank} or {host}, or no brace)")
+    return text
+
+
+def check_one_folder(out: str | Path, option: str = "-o") -> str:
+    """The output path of a command that writes one folder or file (merge, diff, hang, trace): not empty, and
+    no {rank} / {host}, which name a folder per rank of a running job (the Profiler's ``out``, demo
+    --out): refused in one line rather than made a folder literally named ``{rank}``."""
+    text = check_template(out)
+    if has_placeholders(text):
+        raise SourceError(f"{option} {text}: {{rank}} and {{host}} name a folder per rank of a running job "
+                          "(the Profiler's out, demo --out); this command writes one: name it without them")
+    return text
 
 
 def has_placeholders(template: str | Path) -> bool:
-    """Whether an output path names a folder per rank or node ({rank}, {host})."""
-    return _FIELD.search(str(template)) is not None
+    """Whether an output path names a folder per rank or node ({rank}, {host}); a path that cannot be an
+    output template (check_template) is a one-line error here, where every reader of one asks first."""
+    return _FIELD.search(check_template(template)) is not None
 
 
 def expand(template: str | Path, rank: int, host: str | None = None) -> Path:
@@ -162,7 +200,5 @@ def expand(template: str | Path, rank: int, host: str | None = None) -> Path:
         name = match.group(1)
         if name == "rank":
             return str(int(rank))
-        if name == "host":
-            return host if host is not None else host_name()
-        raise SourceError(f"{template}: unknown placeholder {{{name}}} in the output path (known: {{rank}}, {{host}})")
-    return Path(_FIELD.sub(field, str(template)))
+        return folder_name(host) if host is not None else host_name()
+    return Path(_FIELD.sub(field, check_template(template)))

@@ -423,7 +423,7 @@ class Profiler:
         report = html.write_report(summary, self.out)
         if not self.quiet:
             sys.stdout.write(text.render(summary))
-            sys.stdout.write(f"\n{export.written_line(summary, self.out)}\nwrote {report}\n"
+            sys.stdout.write(f"\n{export.written_line(summary, self.out)}\nwrote {printable(report)}\n"
                              f"{text.next_steps(self.out)}\n")
             sys.stdout.flush()
         return summary.to_json()

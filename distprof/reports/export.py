@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from msgspec.structs import asdict
 
 from .. import outpaths
-from ..names import cap_names
+from ..names import cap_names, printable
 from ..results import FIGURES
 from . import findings as findings_words
 
@@ -33,9 +33,10 @@ def write_summary(summary: Summary, out: str | Path) -> Path:
 
 def written_line(summary: Summary, out: str | Path) -> str:
     """"wrote OUT/summary.json, ranks.csv, collectives.csv": every file write_summary wrote, named where
-    the outputs are listed (ranks.csv and collectives.csv were written without a word)."""
+    the outputs are listed (ranks.csv and collectives.csv were written without a word). The folder printed
+    escaped: it can hold the host's name ({host}), which anyone can set to terminal controls."""
     names = [SUMMARY_FILE, "ranks.csv", *(["collectives.csv"] if summary.collectives.rows else [])]
-    return f"wrote {Path(out) / names[0]}, " + ", ".join(names[1:])
+    return f"wrote {printable(Path(out) / names[0])}, " + ", ".join(names[1:])
 
 
 def write_json(summary: dict, out: str | Path) -> Path:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from msgspec.structs import replace
 
 from .. import console
-from ..names import cap_names, printable_all
+from ..names import cap_names, printable, printable_all
 from ..ranges import rank_ranges
 from ..results import Summary
 from ..units import phrase
@@ -489,8 +489,9 @@ def render_benchmark(summary: dict, unit: str = "ms", width: int | None = None) 
 
 def next_steps(out, html: bool = True, width: int | None = None) -> str:
     """The line after a merge or a live run: where to look next, as commands to copy (wrapped at
-    ``width``, None: the console's, between the suggestions, never inside a command)."""
-    width = console.terminal_width(width)
+    ``width``, None: the console's, between the suggestions, never inside a command); the folder escaped, as
+    it can hold the host's name ({host})."""
+    width, out = console.terminal_width(width), printable(out)
     pieces = ([f"open {out}/report.html;"] if html else []) + [
         f"`distprof whatif {out}` (what each fix saves),", f"`distprof trace {out}` (timeline for Perfetto),",
         f"`distprof diff {out} OTHER_OUT` (did a change help)"]
