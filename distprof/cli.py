@@ -583,6 +583,9 @@ def cmd_hang(args: argparse.Namespace) -> int:
     if clash is not None:
         raise SourceError(f"not one job: {hang_report.text(clash)}: give the dumps of one job")
     world_size = getattr(args, "world_size", None)
+    clash = hang.given_world_clash(dumps, world_size)
+    if clash is not None:
+        raise SourceError(f"--world-size {world_size}: {hang_report.text(clash)}")
     result = hang_report.worded(hang.analyse(dumps, world_size)).to_json()  # notes in words before hang.json
     inputs = [s.to_json() for s in states]
     rerun = hang_report.rerun_command(args.inputs)

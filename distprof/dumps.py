@@ -57,3 +57,5 @@ class RankDump:
     detail: str = ""
     origin: str = ""                          # watchdog: pid@host of the process that wrote it
     stack: tuple[str, ...] = ()               # watchdog: the training thread's "file:line in name", innermost last
+    unnamed_ranks: tuple[int, ...] | None = None  # pg_config's unnamed entry as stated (gloo's: [] once subgroups
+    #                                             exist), the same in every dump of one job; None: none stated

@@ -40,7 +40,7 @@ def test_every_clash_code_has_words():
                "other_world": 8, "world_path": "b", "unix_path": "a", "early": 0, "early_path": "a",
                "late": 1, "late_path": "b", "apart_ns": 90 * 10**9, "timeout_ns": 60 * 10**9,
                "after_ns": 2 * 10**9, "stated": 10**5, "dumps": 2, "found": 2, "completed": True, "sent": 60,
-               "received": 61, "sender": 0, "receiver": 3}
+               "received": 61, "sender": 0, "receiver": 3, "given": 2}
     for code in hang_report.WORDS:
         assert hang_report.text(Reason(code, figures))
     assert "ranks 0-63, ... (100)" in hang_report.text(Reason("group_ranks_clash", figures))

@@ -171,8 +171,21 @@ class _Track:
 def one_job(dumps: list[RankDump]) -> Reason | None:
     """None when the dumps can be one job's; else why not, naming two files (hang_report words it): a group
     stated with other members, a rank outside a group it calls or outside the stated world, two worlds, two
-    clocks, or a collective that completed though its members called it further apart than its timeout."""
-    return _config_clash(dumps) or _world_clash(dumps) or _time_clash(dumps) or _moment_clash(dumps)
+    clocks, a collective that completed though its members called it further apart than its timeout, or
+    pg_config's unnamed group stated unlike."""
+    return (_config_clash(dumps) or _world_clash(dumps) or _time_clash(dumps) or _moment_clash(dumps)
+            or _unnamed_clash(dumps))
+
+
+def _unnamed_clash(dumps: list[RankDump]) -> Reason | None:
+    """pg_config's unnamed entry stated alike in every dump of one job (gloo's: the world's ranks in a job without
+    subgroups, none once there are): two jobs' halves that nothing else tells apart (rc 0, 'root ranks 1-2')."""
+    first = next((d for d in dumps if d.unnamed_ranks is not None), None)
+    for dump in dumps:
+        if first is not None and dump.unnamed_ranks is not None and dump.unnamed_ranks != first.unnamed_ranks:
+            return Reason("unnamed_ranks_clash", {"ranks": first.unnamed_ranks, "path": first.path,
+                                                  "other_ranks": dump.unnamed_ranks, "other_path": dump.path})
+    return None
 
 
 def _moment_clash(dumps: list[RankDump]) -> Reason | None:
@@ -239,6 +252,29 @@ def _world_clash(dumps: list[RankDump]) -> Reason | None:
     if outside is not None and first is not None:
         return Reason("outside_world", {"rank": outside.rank, "path": outside.path, "world": first[0],
                                         "world_path": first[1]})
+    return None
+
+
+def given_world_clash(dumps: list[RankDump], world_size: int | None) -> Reason | None:
+    """Why ``--world-size`` cannot be the dumps' world (None when it can, or none was given): a dump states
+    another world, a rank at or past it left a dump, or a stated group names one. Used when it fits, refused when
+    it does not: taking the larger of the two without a word hid a wrong --world-size."""
+    if world_size is None:
+        return None
+    for dump in dumps:
+        if dump.world_size and dump.world_size != world_size:
+            return Reason("given_world_stated", {"given": world_size, "world": dump.world_size, "path": dump.path})
+    for dump in dumps:
+        if dump.rank >= world_size:
+            return Reason("given_world_dump", {"given": world_size, "rank": dump.rank, "path": dump.path})
+    checked: set[int] = set()  # ids of rank tuples: one world tuple is shared by every dump
+    for dump in dumps:
+        for name, ranks in dump.group_ranks.items():
+            if id(ranks) not in checked:
+                checked.add(id(ranks))
+                if ranks and max(ranks) >= world_size:
+                    return Reason("given_world_group", {"given": world_size, "group": name, "ranks": ranks,
+                                                        "path": dump.path})
     return None
 
 

@@ -50,6 +50,10 @@ def _rr(ranks) -> str:  # noqa: ANN001
     return f"{rank_ranges(sorted(ranks)[:64])}, ... ({len(ranks)})"
 
 
+def _stated(ranks) -> str:  # noqa: ANN001
+    return f"ranks {_rr(ranks)}" if ranks else "stated with no ranks"
+
+
 # Reason code of analyses/hang.py -> its words, from its figures: why the inputs are not one job's (one_job),
 # and the notes of the analysis
 WORDS = {
@@ -60,6 +64,17 @@ WORDS = {
     "group_ranks_clash": lambda f: (
         f"group {f['group']} is ranks {_rr(f['ranks'])} in {f['path']} but ranks {_rr(f['other_ranks'])} in "
         f"{f['other_path']}"),
+    "unnamed_ranks_clash": lambda f: (
+        f"pg_config's unnamed group is {_stated(f['ranks'])} in {f['path']} but {_stated(f['other_ranks'])} in "
+        f"{f['other_path']}"),
+    "given_world_stated": lambda f: (
+        f"{f['path']} states a world of {f['world']} ranks: give --world-size {f['world']}, or leave it out"),
+    "given_world_dump": lambda f: (
+        f"rank {f['rank']} left a dump ({f['path']}), outside a world of {f['given']} ranks: give the job's "
+        "world size, or leave it out"),
+    "given_world_group": lambda f: (
+        f"group {f['group']} is ranks {_rr(f['ranks'])} in {f['path']}, outside a world of {f['given']} ranks: "
+        "give the job's world size, or leave it out"),
     "group_desc_clash": lambda f: (
         f"group {f['group']} is {f['desc']} in {f['path']} but {f['other_desc']} in {f['other_path']}"),
     "outside_group": lambda f: (
@@ -254,11 +269,17 @@ def _stack_line(g: dict) -> str:
 
 
 def _group_line(g: dict) -> str:
+    """One stuck group: who issued its first incomplete collective, who never did ("never by none" read as if
+    someone had not, where every member issued it), who left no dump."""
     issued = "; ".join(f"{ranks_text(r)} ({state})" for state, r in g["issued"].items()) or "none"
     members = ranks_text(g["ranks"]) + ("" if g["members_stated"] else " as the dumps show")
+    if g["never_issued"]:
+        never = f"never by {ranks_text(g['never_issued'])}"
+    else:
+        never = "every dumped member issued it" if g["not_dumped"] or g["inferred_missing"] else \
+            "every member issued it"
     line = (f"  group {g['name']} ({members}): all completed #{g['last_completed_seq']}; "
-            f"#{g['first_incomplete_seq']} {g['kind']} issued by {issued}; never by "
-            f"{ranks_text(g['never_issued']) if g['never_issued'] else 'none'}")
+            f"#{g['first_incomplete_seq']} {g['kind']} issued by {issued}; {never}")
     if g["not_dumped"]:
         line += f"; no dump: {ranks_text(g['not_dumped'])}"
     if g["inferred_missing"]:

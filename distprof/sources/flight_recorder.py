@@ -480,17 +480,19 @@ def from_dump(dump: dict, rank: int, path: Path, status: str) -> RankDump:
         raise Bad(f"entries is {show(raw_entries)}, not a list")
     entries = tuple(e for e in (_entry(raw, done) for raw in raw_entries if isinstance(raw, dict)) if e is not None)
     groups: dict[str, tuple[int, ...]] = {}
-    world = None
+    world = unnamed = None
     config = dump.get("pg_config")
     for name, values in (config.items() if isinstance(config, dict) else ()):
         if not isinstance(values, dict):
             continue
         ranks = RANKS.get(values.get("ranks", []), f"pg_config {show(name)} ranks")
+        if name == "":
+            unnamed = ranks  # no entry names it, but one job's dumps all state it alike (two jobs' may not)
         if name and ranks:
             groups[text(name, "pg_config name")] = ranks
             if values.get("desc") == WORLD_DESC:
                 world = len(ranks)
-    return RankDump(rank, str(path), status, entries, groups, world_size=world)
+    return RankDump(rank, str(path), status, entries, groups, world_size=world, unnamed_ranks=unnamed)
 
 
 def rank_from_name(path: Path) -> int | None:
@@ -552,7 +554,8 @@ def _watchdog(doc: dict, path: Path) -> RankDump:
     origin = f"{count(pid, 'pid')}@{text(host, 'hostname')}" if pid is not None else ""
     return RankDump(rank, str(path), READ, base.entries, base.group_ranks, world_size=world or base.world_size,
                     step=step, open_ranges=tuple(_open_range(r) for r in ranges),
-                    has_flight_recorder=base.has_flight_recorder, origin=origin, stack=_main_stack(doc.get("stacks")))
+                    has_flight_recorder=base.has_flight_recorder, origin=origin, stack=_main_stack(doc.get("stacks")),
+                    unnamed_ranks=base.unnamed_ranks)
 
 
 def _decode(path: Path) -> tuple[dict, str]:
@@ -586,7 +589,8 @@ def read(path: Path) -> RankDump:
 def expand(inputs: list[str]) -> list[Path]:
     """Files as given; folders: the entries in them whose names end in a rank number (rank3.json,
     nccl_trace_rank_3, hang_rank3.json), by rank. Anything but a folder is kept, to be refused by name if it is
-    not a regular file."""
+    not a regular file. One file named twice (twice on the command line, or as itself and in its folder) is
+    read once: read twice, it claimed its rank against itself."""
     paths: list[Path] = []
     for given in inputs:
         path = Path(given)
@@ -597,7 +601,10 @@ def expand(inputs: list[str]) -> list[Path]:
             paths.append(path)
         else:
             raise SourceError(f"{path}: no such file or folder")
-    return paths
+    by_file: dict[str, Path] = {}
+    for path in paths:
+        by_file.setdefault(os.path.realpath(path), path)  # realpath: a link loop does not raise
+    return list(by_file.values())
 
 
 def read_all(inputs: list[str]) -> tuple[list[RankDump], list[InputState]]:
@@ -633,10 +640,13 @@ def _not_one_process(old: RankDump, new: RankDump) -> str:
         return f"written by {old.origin} and by {new.origin}"
     if old.world_size and new.world_size and old.world_size != new.world_size:
         return f"a world of {old.world_size} and of {new.world_size} ranks"
-    called = {(e.group_name, e.seq): e.created_ns for e in old.entries if e.created_ns and not e.is_p2p}
+    called: dict[tuple[str, int], set[int]] = {}  # a set: one dump may hold a (group, seq) twice
+    for e in old.entries:
+        if e.created_ns and not e.is_p2p:
+            called.setdefault((e.group_name, e.seq), set()).add(e.created_ns)
     for entry in new.entries:
         before = called.get((entry.group_name, entry.seq))
-        if before is not None and entry.created_ns and not entry.is_p2p and before != entry.created_ns:
+        if before is not None and entry.created_ns and not entry.is_p2p and entry.created_ns not in before:
             return f"{entry.kind} #{entry.seq} of group {entry.group_name} called at two different times"
     if old.entries and new.entries and not called.keys() & {(e.group_name, e.seq) for e in new.entries}:
         return "no collective in common"
@@ -652,7 +662,9 @@ def _combine(old: RankDump | None, new: RankDump) -> RankDump:
                     {**old.group_ranks, **new.group_ranks}, world_size=old.world_size or new.world_size,
                     step=watch.step, open_ranges=watch.open_ranges,
                     has_flight_recorder=old.has_flight_recorder or new.has_flight_recorder,
-                    origin=old.origin or new.origin, stack=watch.stack or old.stack or new.stack)
+                    origin=old.origin or new.origin, stack=watch.stack or old.stack or new.stack,
+                    unnamed_ranks=next((d.unnamed_ranks for d in (recorder, old, new) if d.unnamed_ranks is not None),
+                                       None))
 
 
 __all__ = ["Entry", "OpenRange", "RankDump", "InputState", "read", "read_all", "expand", "load_pickle", "load_json",
