@@ -143,7 +143,11 @@ def test_communication_prefixes_come_from_config(tmp_path):
     path = kf.overlap_trace().write(tmp_path / "t.json")
     table = read_one(path, config(communication={"kernel_prefixes": ["ncclKernel"]})).events.to_frame()
     comm = table[table["category"] == ev.COMMUNICATION]
-    assert comm["name"].astype(str).tolist() == [kf.NCCL_SENDRECV]  # ncclDevKernel_ is compute now
+    # ncclDevKernel_ is no prefix now: compute, except the one launched inside nccl:all_reduce (a
+    # communication op launched it: sources/comm_kernels.py)
+    assert list(zip(comm["name"].astype(str), comm["comm_rule"].astype(str))) == [
+        (kf.NCCL_ALLREDUCE, "launched by a communication op"), (kf.NCCL_SENDRECV, "ncclKernel* kernel")]
+    assert (table[(table["name"] == kf.NCCL_ALLREDUCE)]["category"] == ev.COMPUTE).sum() == 2
 
 
 def test_distributed_info_in_meta(tmp_path):

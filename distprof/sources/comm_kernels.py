@@ -82,6 +82,7 @@ KNOWN_FAMILIES = (
     KernelFamily("MSCCL", re.compile(r"\bmscclKernel_\w+")),
 )
 
+_ANY_FAMILY = re.compile("|".join(f"(?:{family.pattern.pattern})" for family in KNOWN_FAMILIES))
 RULE_LAUNCHED = "launched by a communication op"
 RULE_CONFIG = "communication.comm_kernels"
 _KIND_PATTERN = re.compile(rf"^({'|'.join(kind for kind in ev.COLLECTIVE_KINDS if kind)})=(.+)$", re.DOTALL)
@@ -136,8 +137,13 @@ def _name_rule(name: str, prefixes: tuple[str, ...], users: list) -> tuple[str, 
     prefix = next((prefix for prefix in prefixes if name.startswith(prefix)), None)
     if prefix is not None:
         return f"{prefix}* kernel", ""
-    bare = without_arguments(name)
+    if _ANY_FAMILY.search(name) is None:  # most kernels: one search rejects them
+        return None
+    bare = None
     for family in KNOWN_FAMILIES:
+        if family.pattern.search(name) is None:  # nothing in the whole name: none in its bare part either
+            continue
+        bare = without_arguments(name) if bare is None else bare
         found = family.pattern.search(bare)
         if found:
             return f"{family.family} kernel", family.kind or _family_kind(family, found.group(0))

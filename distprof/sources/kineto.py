@@ -393,12 +393,37 @@ def _launched_by_comm_op(classes, name_codes, name_uniques, start_ns, end_ns, id
     if not (host.size and runtime.size and work.size and comm_op_name.any()):
         return result
     tid = ids["tid"]
-    around = innermost_enclosing(tid[host], start_ns[host], end_ns[host], tid[runtime], start_ns[runtime],
-                                 end_ns[runtime])
-    call_in_comm = np.where(around >= 0, comm_op_name[name_codes[host[np.maximum(around, 0)]]], False)
+    # the innermost op around a call inside a communication op is that op or one nested in it: only those
+    # ops and only the calls inside one take part in the join (a few, of tens of thousands)
+    inside = _inside_any(host[comm_op_name[name_codes[host]]], start_ns, end_ns, tid)
+    ops, calls = host[inside(host)], runtime[inside(runtime)]
+    call_in_comm = np.zeros(runtime.size, bool)
+    if calls.size:
+        around = innermost_enclosing(tid[ops], start_ns[ops], end_ns[ops], tid[calls], start_ns[calls], end_ns[calls])
+        call_in_comm[np.searchsorted(runtime, calls)] = np.where(
+            around >= 0, comm_op_name[name_codes[ops[np.maximum(around, 0)]]], False)
     launch = launch_join(ids["correlation"][work], ids["correlation"][runtime])
     result[work] = np.where(launch >= 0, call_in_comm[np.maximum(launch, 0)], False)
     return result
+
+
+def _inside_any(ranges: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, tid: np.ndarray):
+    """A test of rows: within one of ``ranges`` (rows) on the same thread. The ranges' union per thread,
+    then one searchsorted: ``(thread, time)`` as one sortable key."""
+    base, span = int(start_ns.min()), int(end_ns.max() - start_ns.min()) + 1
+    threads, thread_code = np.unique(tid, return_inverse=True)
+    thread_code = thread_code.ravel().astype(np.int64)
+    key_start = thread_code[ranges] * span + (start_ns[ranges] - base)
+    key_end = thread_code[ranges] * span + (end_ns[ranges] - base)
+    order = np.argsort(key_start, kind="stable")
+    key_start, key_end = key_start[order], np.maximum.accumulate(key_end[order])  # threads never overlap
+
+    def test(rows: np.ndarray) -> np.ndarray:
+        start = thread_code[rows] * span + (start_ns[rows] - base)
+        end = thread_code[rows] * span + (end_ns[rows] - base)
+        at = np.searchsorted(key_start, start, side="right") - 1
+        return (at >= 0) & (end <= key_end[np.maximum(at, 0)]) if key_start.size else np.zeros(rows.size, bool)
+    return test
 
 
 def _kernel_kinds(collective: ev.Texts, kind_code: np.ndarray, rows: int) -> ev.Texts:
