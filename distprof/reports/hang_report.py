@@ -12,6 +12,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING
 
+from .. import ranges
 from ..dumps import UNIX_NS
 from ..names import printable
 from ..ranges import rank_ranges
@@ -124,18 +125,9 @@ def worded(result: HangResult) -> HangResult:
 
 
 def ranks_text(ranks: list[int]) -> str:
-    """'rank 3' / 'ranks 0-2, 5' / 'ranks 3, 11, ..., 2043 (step 8)' (a DP group): ranges or a stride, cut at
-    MAX_RANK_TEXT characters with the count of the rest."""
-    if not ranks:
-        return "no rank"
-    step = ranks[1] - ranks[0] if len(ranks) >= 4 else 0
-    if step > 1 and all(b - a == step for a, b in zip(ranks, ranks[1:])):
-        return f"ranks {ranks[0]}, {ranks[1]}, ..., {ranks[-1]} (step {step}, {len(ranks)} ranks)"
-    shown = rank_ranges(ranks)
-    if len(shown) > MAX_RANK_TEXT:
-        cut = shown[:MAX_RANK_TEXT].rsplit(", ", 1)[0]
-        shown = f"{cut}, ... ({len(ranks)} ranks)"
-    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
+    """'rank 3' / 'ranks 0-2, 5' / 'ranks 3, 11, ..., 2043 (step 8)' (a DP group): ranges.ranks_text, cut at
+    MAX_RANK_TEXT characters."""
+    return ranges.ranks_text(ranks, MAX_RANK_TEXT)
 
 
 def _where(kind: str, seq: int, group: str, members: list[int] | None, by_step: bool) -> str:

@@ -15,7 +15,7 @@ from msgspec.structs import replace
 
 from .. import console
 from ..names import cap_names, printable, printable_all
-from ..ranges import rank_ranges
+from ..ranges import rank_ranges, ranks_text
 from ..results import Summary
 from ..units import phrase
 from . import findings as findings_report
@@ -399,9 +399,16 @@ def check_lines(checks: list[Check], unit: str, width: int, all_ranks: bool = Fa
                            width)
     for status, name, message in keys:
         ranks = groups[(status, name, message)]
+        # ranges or a stride, cut so that the line's head stays within 2/3 of the width (1,024 ranks made a
+        # 1,164-character line); summary.json has every rank
         who = (f"rank {ranks[0].rank}" + ("" if ranks[0].device is None else f" device {ranks[0].device}")
-               if len(ranks) == 1 else f"ranks {rank_ranges(r.rank for r in ranks)}")
-        lines += _hanging(f"  {status:<5} {who} {name}: ", message, width, 8)
+               if len(ranks) == 1 else ranks_text(sorted({r.rank for r in ranks}), max(width * 2 // 3 - len(name) - 34,
+                                                                                         16)))
+        head = f"  {status:<5} {who} {name}: "
+        if len(head) + len(message.split(" ", 1)[0]) > width:  # its first word would be cut: under the head
+            lines += [head.rstrip(), *_hanging(" " * 8, message, width, 8)]
+        else:
+            lines += _hanging(head, message, width, 8)
     return lines
 
 
