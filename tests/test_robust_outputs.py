@@ -270,8 +270,8 @@ def test_csv_cells_that_start_a_formula_are_quoted_numbers_stay(tmp_path):
 
 
 @pytest.mark.parametrize("value, written", [
-    ("=1+2", "'=1+2"), ("+cmd", "'+cmd"), ("-x", "'-x"), ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"),
-    ("\rx", "'\rx"), ("ok", "ok"), (-5, -5), (-0.5, -0.5), (None, ""), (3, 3),
+    ("=1+2", "'=1+2"), ("+cmd", "'+cmd"), ("-x", "'-x"), ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "\\tx"),
+    ("\rx", "\\rx"), ("ok", "ok"), (-5, -5), (-0.5, -0.5), (None, ""), (3, 3),
 ])
 def test_csv_cell(value, written):
     assert export.csv_cell(value) == written

@@ -3,7 +3,7 @@
 import random
 
 from distprof.ranges import ranks_text
-from distprof.reports import text
+from distprof.reports import export, text
 from distprof.sections.findings import Check
 
 
@@ -28,3 +28,27 @@ def test_a_checks_line_at_1024_ranks_fits_its_width():
     narrow = text.check_lines(checks, "ms", 60)
     assert narrow[1:3] == ["  FAIL  ranks 0, 2, ..., 1022 (step 2, 512 ranks) stream_placement:",
                            "        allreduce on the compute stream"]
+
+
+def test_control_bytes_of_trace_names_are_escaped_in_the_csv_files(tmp_path):
+    """A process group named with ESC reached collectives.csv raw: `cat collectives.csv` cleared the screen."""
+    import csv
+    import subprocess
+    import sys
+
+    from kineto_fixtures import CommOp, collective_job
+    hostile = "\x1b[2J\x1b]0;owned\x07dp"
+    ops = {r: [CommOp("allreduce", hostile, (0, 1), 1024, start_us=100.0 + 300 * k) for k in range(3)]
+           for r in (0, 1)}
+    files = collective_job(tmp_path / "job", ops, world_size=2)
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "distprof", "merge", *map(str, files), "-o", str(out),
+                             "--no-html"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for name in ("collectives.csv", "ranks.csv"):
+        raw = (out / name).read_bytes()
+        assert not [b for b in raw if b < 32 and b not in b"\r\n"] and b"\x7f" not in raw, name
+    with open(out / "collectives.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and {row["group"] for row in rows} == {"\\x1b[2J\\x1b]0;owned\\x07dp"}, rows
+    assert export.csv_cell("a\nb\x9b") == "a\\nb\\x9b" and export.csv_cell("\x1b=x") == "\\x1b=x"

@@ -51,12 +51,15 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def csv_cell(value: object) -> object:
-    """A CSV cell a spreadsheet shows as text: text starting like a formula (a process-group name
-    "=HYPERLINK(..." from a trace) gets a leading ' ; numbers stay numbers, None is empty."""
+    """A CSV cell a spreadsheet shows as text: control characters escaped as the text report shows them
+    (names.printable: a trace name holding ESC reached collectives.csv raw, and `cat` of it acted on it), then
+    text starting like a formula (a process-group name "=HYPERLINK(..." from a trace) gets a leading ' ;
+    numbers stay numbers, None is empty."""
     if value is None:
         return ""
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
-        return "'" + value
+    if isinstance(value, str):
+        value = printable(value)
+        return "'" + value if value.startswith(FORMULA_STARTS) else value
     return value
 
 
