@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -224,19 +225,23 @@ class _FlopsProbe:
 
     def __init__(self, model: torch.nn.Module, batch_size: int | None) -> None:
         self.model, self.batch_size = model, _checked_batch_size(batch_size)
-        self.state = "armed"
         self.result: dict | None = None
         self.broken: str | None = None   # set inside the counting mode, acted on at the next hook
         self._counter = None
+        self._hooks: list = []
+        self._warned = False
+        self._cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
+        self._arm()
+
+    def _arm(self) -> None:
+        """Ready to probe the next recorded step, with nothing counted yet."""
+        self.state = "armed"
         self._times: dict[str, int] = {}    # module name (or <forward>, <backward>) -> ns in the step
         self._flops: dict[str, int] = {}    # module name -> forward FLOPs in the step
         self._open: dict[str, list[tuple[int, int]]] = {}  # module name -> (clock, FLOPs) at its calls
         self._marks: dict[str, int] = {}
-        self._hooks: list = []
         self._forwards = self._forward_flops = self._backward_flops = 0
         self._forward_open: tuple[int, int] | None = None
-        self._warned = False
-        self._cuda = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
 
     def _now(self) -> int:
         if self._cuda:
@@ -278,6 +283,14 @@ class _FlopsProbe:
         """Leave the counter and the module hooks (``Instrumentation.remove`` mid-step)."""
         self._leave()
         self.state = "done"
+
+    def abandon(self) -> None:
+        """A forward of the probed step raised: leave the counter and the module hooks now, and probe the next
+        recorded step. Used without ``with``, nothing else would: the FlopCounterMode stayed on torch's
+        dispatch stack, counting (and slowing) every op after it, the caller's error handling included."""
+        if self.state in ("counting", "step"):
+            self._leave()
+            self._arm()
 
     def _start(self) -> None:
         """Enter the counter and hook every submodule: the first forward of the probed step."""
@@ -456,7 +469,11 @@ class Instrumentation:
 
     def _forward_ends(self, module, args, output) -> None:
         if self.flops is not None:
-            self.flops.forward_ends()
+            # an always_call hook runs inside torch's except clause, with no output, when the forward raised
+            if output is None and sys.exc_info()[1] is not None:
+                self.flops.abandon()
+            else:
+                self.flops.forward_ends()
         if self._gpu is not None:
             self._gpu.end(FORWARD)
         annotate.phase(FORWARD).__exit__(None, None, None)

@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from distprof.ranges import ranks_text
 from distprof.reports import export, text
 from distprof.sections.findings import Check
@@ -52,3 +54,40 @@ def test_control_bytes_of_trace_names_are_escaped_in_the_csv_files(tmp_path):
         rows = list(csv.DictReader(handle))
     assert rows and {row["group"] for row in rows} == {"\\x1b[2J\\x1b]0;owned\\x07dp"}, rows
     assert export.csv_cell("a\nb\x9b") == "a\\nb\\x9b" and export.csv_cell("\x1b=x") == "\\x1b=x"
+
+
+def test_instrument_without_with_leaves_the_flop_counter_when_the_forward_raises(tmp_path, monkeypatch):
+    """instrument() as a plain call, the probed step's forward raising (caught by the loop, as an OOM retry
+    is): the FlopCounterMode was left on torch's dispatch stack, counting every op after it."""
+    torch = pytest.importorskip("torch")
+    from test_torch import LAUNCH_VARS
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    import distprof
+    from distprof import torch as dtorch
+    for var in LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+    class Flaky(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.fail = torch.nn.Linear(8, 8), True
+
+        def forward(self, x):
+            x = self.layer(x)
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("out of memory (simulated)")
+            return x
+
+    model = Flaky()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with distprof.Profiler(out=tmp_path, quiet=True) as prof:
+        inst = dtorch.instrument(model, optimizer, profiler=prof, flops=True)  # no `with`
+        with pytest.raises(RuntimeError, match="simulated"):
+            model(torch.randn(2, 8))
+        assert _get_current_dispatch_mode_stack() == [] and inst.model_profile is None
+        model(torch.randn(2, 8)).sum().backward()  # the retry: the probe takes this step instead
+        optimizer.step()
+        assert _get_current_dispatch_mode_stack() == []
+        assert inst.model_profile is not None and inst.model_profile["fwd_flops_per_step"] == 2 * 2 * 8 * 8
