@@ -57,6 +57,8 @@ SEND_TIMEOUT_S = 10.0   # a send the view does not take within this: the connect
 AUTH_TIMEOUT_S = 10.0   # a connection to the view that sent no signed frame by then is closed
 HEARTBEAT_S = 1.0       # a sender says its ranks' committed steps this often: the view knows it alive
 STALL_S = 15.0          # a node heard nothing from for this long is lost, as if its connection ended
+SILENT_S = 3 * HEARTBEAT_S  # a node heard nothing from (no result, no heartbeat) this long: nothing is on its way
+AWAKE_S = 1.0           # the view's own polls this close together: it is not starved, and reads what comes
 LAG_S = 10.0            # the longest the view waits for a window's results on their way from a node (and,
                         # at its start, for a rank not heard of: the senders start after the view)
 
@@ -160,18 +162,23 @@ def start_rank(rank: int, world_size: int, node: str, template: str, out: Path, 
 
 def stop(live: LiveProcess | None, wait_s: float | None = None) -> dict | None:
     """Close the side process's pipe, let it finish its complete windows (bounded), return the
-    view's record (summary.json's ``live``) or None (a sender, or no record)."""
+    view's record (summary.json's ``live``) or None (a sender, or no record). A view that ended
+    before the stop (killed, failed) or had to be ended is said in one warning line and its record
+    says how (``ended``): its last live.json showed its nodes still open, as if nothing had happened."""
     if live is None:
         return None
     if wait_s is None:
         wait_s = STOP_WAIT_S if live.role == "view" else SENDER_STOP_WAIT_S
+    before = live.process.poll()  # not None: it ended before its stop
     try:
         live.process.stdin.close()
     except OSError:
         pass
+    cut = False
     try:
         live.process.wait(timeout=wait_s)
     except subprocess.TimeoutExpired:
+        cut = True
         live.process.terminate()
         try:
             live.process.wait(timeout=1.0)
@@ -180,9 +187,33 @@ def stop(live: LiveProcess | None, wait_s: float | None = None) -> dict | None:
     if live.role != "view":
         return None
     try:
-        return json.loads((live.out / LIVE_FILE).read_text())
+        record = json.loads((live.out / LIVE_FILE).read_text())
     except (OSError, ValueError):
-        return None
+        record = None
+    ended = None if cut else ended_early(live.process.returncode, before is not None)  # cut: ended here, bounded
+    if ended is not None:
+        last = (record or {}).get("windows") or [{}]
+        seen = f"its last window steps {last[-1]['steps'][0]}-{last[-1]['steps'][1]}" if last[-1] else "no window"
+        sys.stderr.write(f"distprof: warning: the live view ended early ({ended}): {seen} in summary.json's "
+                         "live, which says so (live.ended); training was not affected\n")
+        if isinstance(record, dict):
+            record = {**record, "ended": ended}
+    return record
+
+
+def ended_early(returncode: int | None, before_stop: bool) -> str | None:
+    """How the view ended where it did not end by its stop (None where it did): killed by a signal
+    (before the stop, or while finishing its last windows), or failed."""
+    import signal
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}" + ("" if before_stop else " at the stop")
+    if returncode:
+        return f"failed, exit status {returncode}"
+    return None
 
 
 # -- rank files, windows -----------------------------------------------------------------------
@@ -334,10 +365,12 @@ class Remote:
         self.newly_lost: list[str] = []
         self.slow: set[int] = set()
         self.waiting: tuple[int, float] | None = None  # (window start, since when) the view waits for results
+        self.looked, self.awake = 0.0, False  # when take() last ran; whether the view ran just before (unstarved)
 
     def take(self, messages: list, next_first: int) -> None:
         """Fold the inbox's messages in; results of windows already reported are dropped."""
         now = time.monotonic()
+        self.awake, self.looked = now - self.looked < AWAKE_S, now
         for kind, node, message, size in messages:  # a few per window and node
             state = self.nodes.setdefault(node, {"ranks": set(), "state": "open", "bytes": 0, "seen": now})
             if kind == "closed":
@@ -385,16 +418,26 @@ class Remote:
         """Whether the view should wait for results of ``window`` from a node it hears from: a rank
         of it whose results for the window did not come. What its sender last said of its steps
         cannot tell: with fast steps it is a window old by the time it arrives. After LAG_S of
-        waiting on one window, those ranks are ``slow`` (named behind in it) and the view goes on."""
+        waiting on one window, those ranks are ``slow`` (named behind in it) and the view goes on. A node
+        silent for SILENT_S (no result, not even the heartbeat a sender sends every second: stopped, or its
+        host frozen) has nothing on its way: its ranks are slow at once. Waiting LAG_S for it held every
+        rank's windows, which then came at once and beyond MAX_PENDING were skipped (12 of 20)."""
         first, last = window
+        now = time.monotonic()
         late = [rank for rank, node in self.node_of.items() if rank not in self.slow
                 and self.delivered.get(rank, -1) < last and self.nodes[node]["state"] == "open"]
+        # judged only while the view runs at its pace: starved itself (live.priority idle), it read nothing
+        silent = [rank for rank in late if now - self.nodes[self.node_of[rank]]["seen"] > SILENT_S] \
+            if self.awake else []
+        if silent:
+            self.slow.update(silent)
+            late = [rank for rank in late if rank not in self.slow]
         if not late:
             self.waiting = None
             return False
         if self.waiting is None or self.waiting[0] != first:
-            self.waiting = (first, time.monotonic())
-        if time.monotonic() - self.waiting[1] < LAG_S:
+            self.waiting = (first, now)
+        if now - self.waiting[1] < LAG_S:
             return True
         self.slow.update(late)
         self.waiting = None

@@ -8,6 +8,10 @@ from distprof.ranges import ranks_text
 from distprof.reports import export, text
 from distprof.sections.findings import Check
 
+# a launcher's variables: unset, the Profiler is one rank of one
+LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK", "PMIX_RANK",
+               "RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS")
+
 
 def check(rank: int, status: str, message: str) -> Check:
     return Check("stream_placement", rank, 0, status, ["7"], ["7"], ["7"], 1, 1, 1, 0.0, ["allreduce"], message, "")
@@ -60,7 +64,6 @@ def test_instrument_without_with_leaves_the_flop_counter_when_the_forward_raises
     """instrument() as a plain call, the probed step's forward raising (caught by the loop, as an OOM retry
     is): the FlopCounterMode was left on torch's dispatch stack, counting every op after it."""
     torch = pytest.importorskip("torch")
-    from test_torch import LAUNCH_VARS
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     import distprof
@@ -91,3 +94,74 @@ def test_instrument_without_with_leaves_the_flop_counter_when_the_forward_raises
         optimizer.step()
         assert _get_current_dispatch_mode_stack() == []
         assert inst.model_profile is not None and inst.model_profile["fwd_flops_per_step"] == 2 * 2 * 8 * 8
+
+
+def test_a_killed_live_view_is_said_once_and_recorded(tmp_path, monkeypatch, capsys):
+    """The view's process killed mid-run: rank 0 said nothing and summary.json's live read as if the view had
+    seen the end (its nodes 'open'). Now one warning line, and live.ended says how it ended."""
+    import json
+    import os
+    import signal
+    import time
+
+    import distprof
+    for var in LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    with distprof.Profiler(out=tmp_path, quiet=True, live={"every_steps": 2}) as prof:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "live.json").exists() and time.monotonic() < deadline:
+            with distprof.phase("forward"):
+                time.sleep(0.02)
+            prof.step()
+        assert (tmp_path / "live.json").exists()
+        os.kill(prof._live.process.pid, signal.SIGKILL)
+        prof._live.process.wait(timeout=10)
+        for _ in range(4):
+            prof.step()
+    said = [line for line in capsys.readouterr().err.splitlines() if "live view" in line]
+    assert len(said) == 1 and said[0].startswith("distprof: warning: the live view ended early (killed by "
+                                                  "SIGKILL): its last window steps "), said
+    record = json.loads((tmp_path / "summary.json").read_text())["live"]
+    assert record["ended"] == "killed by SIGKILL" and record["windows"]
+    from distprof.reports import live_text
+    from distprof.sections.machine import Live
+    shown = live_text.section(Live.from_json(record))[0]
+    assert "the live view ended early (killed by SIGKILL): no window after steps" in shown
+
+
+def test_a_view_that_ends_by_its_stop_is_not_said(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from distprof import live
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    (tmp_path / live.LIVE_FILE).write_text('{"every_steps": 2, "windows": [], "alerts": [], "skipped": []}')
+    record = live.stop(live.LiveProcess(process, tmp_path))
+    assert record == {"every_steps": 2, "windows": [], "alerts": [], "skipped": []} and capsys.readouterr().err == ""
+    assert live.ended_early(1, True) == "failed, exit status 1" and live.ended_early(0, True) is None
+    assert live.ended_early(-15, False) == "killed by SIGTERM at the stop"
+
+
+def test_a_silent_sender_does_not_hold_every_ranks_windows(monkeypatch):
+    """A sender stopped (SIGSTOP, a frozen host) sends no heartbeat: the view held each window LAG_S for its
+    results, then the windows that piled up came at once and beyond MAX_PENDING were skipped for every rank
+    (12 of 20). Silent for SILENT_S, its ranks are behind at once; a node that speaks is still waited for."""
+    from distprof import live
+    remote = live.Remote()
+    progress = {"kind": "progress", "committed": {1: 2}}
+    remote.take([("message", "n1", {**progress, "node": "n1"}, 100),
+                 ("message", "n2", {"kind": "progress", "node": "n2", "committed": {2: 2}}, 100)], 0)
+    remote.take([], 0)  # the view polls at its pace: awake
+    assert remote.holding((0, 3)) and remote.slow == set()  # both may have results on their way
+    remote.nodes["n1"]["seen"] -= live.SILENT_S + 1  # n1 silent since
+    remote.take([], 0)
+    assert remote.holding((0, 3)) and remote.slow == {1}  # n2 still waited for, n1's rank behind at once
+    remote.nodes["n2"]["seen"] -= live.SILENT_S + 1
+    remote.take([], 0)
+    assert not remote.holding((0, 3)) and remote.slow == {1, 2}
+    starved = live.Remote()  # the view itself starved (it read nothing): silence is not judged
+    starved.take([("message", "n1", {**progress, "node": "n1"}, 100)], 0)
+    starved.nodes["n1"]["seen"] -= live.SILENT_S + 1
+    starved.looked -= live.AWAKE_S + 1
+    starved.take([], 0)
+    assert starved.holding((0, 3)) and starved.slow == set()

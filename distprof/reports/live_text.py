@@ -139,6 +139,9 @@ def section(live: Live | None, width: int | None = None) -> list[str]:
              "straggler per window: " + ", ".join(named)]
     lines += ["  " + _typed_alert_line(alert).removeprefix(PREFIX + " ")
               for alert in live.alerts] or ["no alerts"]
+    if live.ended:  # the view died before the stop: what it did not see is not in these windows
+        lines.append(f"the live view ended early ({live.ended}): no window after steps {windows[-1].steps[0]}-"
+                     f"{windows[-1].steps[1]}")
     if width:
         from ..console import wrapped
         lines = [part for line in lines for part in wrapped(line, width)]

@@ -103,3 +103,5 @@ class Live(Record):
     alerts: list[LiveAlert]
     skipped: list[list[int]]        # windows [first, last] the view fell too far behind to report
     nodes: dict[str, LiveNode] = absent()  # with senders on other nodes: per node name
+    ended: str = absent()           # the view ended before the stop (killed, failed): how; the nodes' states
+    #                                 are then as its last window saw them
