@@ -16,6 +16,7 @@ from __future__ import annotations
 import msgspec
 from msgspec.structs import asdict, replace
 
+from .sections import invariants
 from .sections.alltoall import AllToAllGroup
 from .sections.collectives import Collectives
 from .sections.findings import Check, Finding
@@ -25,7 +26,7 @@ from .sections.sharded import ShardedFigures, ShardedRank
 from .sections.skew import Skew
 from .sections.tables import AcrossRanks, Tables
 from .sections.whatif import CriticalPath, WhatIf
-from .typed import ABSENT, JsonError, Reason, Record, absent
+from .typed import ABSENT, JsonError, Reason, Record, absent, got, read_struct
 from .units import phrase
 
 # per-rank figures in summary.json's rank rows, in their order there
@@ -222,26 +223,55 @@ class RankResult(Record):
         row does not carry (markers, tables, gaps) is empty: the job-wide figures made from them are
         in the other sections. ``comm_lanes``/``compute_lanes`` are read back from ``lanes``."""
         if not isinstance(row, dict):
-            raise JsonError(f"{where}: expected a rank row, got {type(row).__name__}")
+            raise JsonError(f"{where}: expected a rank row, got {got(row)}")
         derived = {"comm_lanes", "compute_lanes", "lanes", "clock_offset_ns", "clock_uncertainty_ns"}
-        unknown = set(row) - _RANK_KEYS - _FIGURE_KEYS - _PROFILE_KEYS - derived
+        unknown = set(row) - set(_RANK_KEYS) - _FIGURE_KEYS - _PROFILE_KEYS - derived
         if unknown:
             raise JsonError(f"{where}: unknown key {sorted(unknown)[0]!r} in a rank row")
-        try:
-            figures = RankFigures(**{key: row[key] for key in _FIGURE_KEYS if key in row})
-            lanes = tuple(Lane(lane["lane"], lane["device"], lane["lane_kind"], lane["communication_ns"],
-                               lane["computation_ns"], tuple(map(str, lane.get("comm_rules") or ())))
-                          for lane in row["lanes"])
-            clock = ClockEstimate(offset_ns=row["clock_offset_ns"], uncertainty_ns=row["clock_uncertainty_ns"])
-            return cls(rank=row["rank"], source="", source_file=row["source_file"], pid=row["pid"],
-                       device=row["device"], rank_from=row["rank_from"], figures=figures, lanes=lanes,
-                       markers=RankMarkers({}, {}, {}), gpu_gaps=None, tables={}, clock=clock,
-                       profile=RankProfile.from_json(row, where))
-        except (KeyError, TypeError) as error:
-            raise JsonError(f"{where}: a rank row without {error}") from None
+        missing = next((key for key in (*_RANK_KEYS, *_ROW_KEYS) if key not in row), None)
+        if missing:
+            raise JsonError(f"{where}: a rank row without {missing!r}")
+        row_of = read_struct(_RankRow, {key: value for key, value in row.items() if key in _RANK_ROW}, where)
+        figures = read_struct(RankFigures, {key: row[key] for key in _FIGURE_KEYS if key in row}, where)
+        clock = ClockEstimate(offset_ns=row_of.clock_offset_ns, uncertainty_ns=row_of.clock_uncertainty_ns)
+        return cls(rank=row_of.rank, source="", source_file=row_of.source_file, pid=row_of.pid, device=row_of.device,
+                   rank_from=row_of.rank_from, figures=figures, clock=clock, profile=RankProfile.from_json(row, where),
+                   lanes=tuple(Lane(r.lane, r.device, r.lane_kind, r.communication_ns, r.computation_ns,
+                                    tuple(r.comm_rules)) for r in row_of.lanes),
+                   markers=RankMarkers({}, {}, {}), gpu_gaps=None, tables={})
 
 
-_RANK_KEYS = {"rank", "source_file", "pid", "device", "rank_from"}
+class _LaneRow(Record):
+    """A lane as a rank row of summary.json writes it (Lane.to_json)."""
+
+    lane: str
+    device: int
+    lane_kind: str
+    communication_ns: int
+    computation_ns: int
+    comm_rules: list[str] = msgspec.field(default_factory=list)
+
+
+class _RankRow(Record):
+    """The keys of a rank row that are neither figures nor profile, with their types (read, then made a RankResult)."""
+
+    rank: int
+    source_file: str | None
+    pid: int | None
+    device: int | None
+    rank_from: str
+    lanes: list[_LaneRow]
+    clock_offset_ns: int
+    clock_uncertainty_ns: int | None
+    comm_lanes: list[str] = absent()    # derived from lanes: checked, not kept
+    compute_lanes: list[str] = absent()
+
+
+_RANK_ROW = frozenset(_RankRow.__struct_fields__)
+
+
+_RANK_KEYS = ("rank", "source_file", "pid", "device", "rank_from")
+_ROW_KEYS = ("lanes", "clock_offset_ns", "clock_uncertainty_ns")
 _FIGURE_KEYS = set(RankFigures.__struct_fields__)
 _PROFILE_KEYS = set(RankProfile.__struct_fields__)
 
@@ -295,6 +325,7 @@ class Summary(Record):
     def from_json(cls, data: dict, where: str = "$") -> Summary:
         """A summary.json's content as the typed value (messages back to their templates)."""
         read = super().from_json(data, where)
+        invariants.check(read)
         return replace(read, findings=[replace(f, message=f.message if f.template is ABSENT else f.template,
                                                template=ABSENT) for f in read.findings],
                        skew=read.skew if read.skew.note_templates is ABSENT else

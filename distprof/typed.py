@@ -13,7 +13,9 @@ Rules, all from the annotations:
   a key missing on reading takes the field's default, and is an error when there is none;
 * ``dict[int, V]`` is written with string keys (JSON's) and read back with int keys;
 * ``X | None``, ``list[X]``, ``tuple[X, ...]``, ``dict[K, V]`` and nested records are decoded
-  element by element; scalars and bare ``dict``/``list`` are taken as they are;
+  element by element; every leaf is checked against its hint (``int`` is not a bool, a ``float`` may be
+  an int) and taken as it is; bare ``dict``/``list`` are checked to be one and taken as they are. Why
+  every leaf: a report trusts the types, and a text where a number belongs was a traceback in a renderer;
 * ``msgspec.field(name="lane")`` names a field's JSON key when it is not the field's name;
 * a text an analysis leaves to the reports is a :class:`Reason` (``str | Reason`` fields) until
   ``reports.findings.worded`` words it; encoding one unworded is an error.
@@ -22,6 +24,7 @@ Rules, all from the annotations:
 from __future__ import annotations
 
 import functools
+import numbers
 import types
 import typing
 from typing import Any
@@ -170,9 +173,46 @@ def _fields(cls: type) -> tuple[tuple, frozenset]:
     return fields, frozenset(key for _, key, _, _ in fields)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_float(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+# per scalar hint: the types taken at once, the full test (subclasses: numpy's float64 is a float), its JSON name
+_LEAVES: dict[Any, tuple[tuple[type, ...], Any, str]] = {
+    int: ((int,), _is_int, "int"),
+    float: ((float, int), _is_float, "float"),
+    str: ((str,), lambda value: isinstance(value, str), "str"),
+    bool: ((bool,), lambda value: isinstance(value, bool), "bool"),
+    type(None): ((type(None),), lambda value: value is None, "null"),
+    Reason: ((Reason,), lambda value: isinstance(value, Reason), "a reason"),
+}
+
+
+def got(value: Any) -> str:
+    """What a JSON value is, in an error: null, str, int, float, bool, dict, list."""
+    return "null" if value is None else type(value).__name__
+
+
+def _leaf_decoder(options: tuple) -> Any:
+    """A check that a value is one of the scalar hints ``options`` (taken as it is), else a JsonError."""
+    fast = frozenset(kind for option in options for kind in _LEAVES[option][0])
+    tests = tuple(_LEAVES[option][1] for option in options)
+    expected = " or ".join(_LEAVES[option][2] for option in options)
+
+    def read(data: Any, where: str) -> Any:
+        if type(data) in fast or any(test(data) for test in tests):
+            return data
+        raise JsonError(f"{where}: expected {expected}, got {got(data)}")
+    return read
+
+
 def _decode_record(cls: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
-        raise JsonError(f"{where}: expected an object for {cls.__name__}, got {type(data).__name__}")
+        raise JsonError(f"{where}: expected an object for {cls.__name__}, got {got(data)}")
     fields, known = _fields(cls)
     if not known.issuperset(data):
         raise JsonError(f"{where}: unknown key {next(k for k in data if k not in known)!r} for {cls.__name__}")
@@ -192,15 +232,17 @@ def _decode_record(cls: type, data: Any, where: str) -> Any:
 
 
 def _union_decoder(hint: Any) -> Any:
-    options = _options(hint)
-    records = [option for option in options if _is_record(option)]
-    inner = _decoder((records or options)[0]) if len(options) == 1 or records else None
-    text = str in options
+    """``X | None`` (X a record, a container or a scalar) or a union of scalars (``str | Reason | None``)."""
+    options = typing.get_args(hint)
+    if all(option in _LEAVES for option in options):
+        return _leaf_decoder(options)
+    inner = _options(hint)
+    if len(inner) != 1 or type(None) not in options:
+        raise TypeError(f"no JSON decoder for {hint}: a union is of scalars, or one type and None")
+    read_inner = _decoder(inner[0])
 
     def read(data: Any, where: str) -> Any:
-        if data is None or isinstance(data, Reason) or (text and isinstance(data, str)) or inner is None:
-            return data
-        return inner(data, where)
+        return data if data is None or read_inner is None else read_inner(data, where)
     return read
 
 
@@ -210,7 +252,7 @@ def _list_decoder(origin: Any, args: tuple) -> Any:
 
     def read(data: Any, where: str) -> Any:
         if not isinstance(data, (list, tuple)):
-            raise JsonError(f"{where}: expected a list, got {type(data).__name__}")
+            raise JsonError(f"{where}: expected a list, got {got(data)}")
         if item is None:
             return make(data)
         out: list = []
@@ -228,23 +270,36 @@ def _dict_decoder(args: tuple) -> Any:
 
     def read(data: Any, where: str) -> Any:
         if not isinstance(data, dict):
-            raise JsonError(f"{where}: expected an object, got {type(data).__name__}")
+            raise JsonError(f"{where}: expected an object, got {got(data)}")
         if value_of is None:
-            return {int(key): value for key, value in data.items()} if int_keys else dict(data)
+            return {_int_key(key, where): value for key, value in data.items()} if int_keys else dict(data)
         out: dict = {}
         try:
             for key, value in data.items():
-                out[int(key) if int_keys else key] = value_of(value, where)
+                out[_int_key(key, where) if int_keys else key] = value_of(value, where)
         except JsonError as error:
             raise error.at(where, f"{where}.{key}") from None
         return out
     return read
 
 
+def _int_key(key: Any, where: str) -> int:
+    """A rank-keyed map's key as its int (JSON writes it as text)."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    if isinstance(key, str) and key.lstrip("-").isdigit() and key.isascii():
+        return int(key)
+    raise JsonError(f"{where}: expected an int key, got {key!r}")
+
+
 @functools.cache
 def _decoder(hint: Any) -> Any:
     """A function reading a value of ``hint`` (data, where) -> value; None: the value as it is."""
-    if hint in _SCALARS or hint in _UNTYPED:
+    if hint in _LEAVES:
+        return _leaf_decoder((hint,))
+    if hint in (dict, list):
+        return _container_check(hint)
+    if hint in _UNTYPED:
         return None
     if _is_union(hint):
         return _union_decoder(hint)
@@ -256,6 +311,20 @@ def _decoder(hint: Any) -> Any:
     if origin is dict:
         return _dict_decoder(typing.get_args(hint))
     return None
+
+
+def _container_check(kind: type) -> Any:
+    def read(data: Any, where: str) -> Any:
+        if isinstance(data, kind):
+            return data
+        raise JsonError(f"{where}: expected {'an object' if kind is dict else 'a list'}, got {got(data)}")
+    return read
+
+
+def read_struct(cls: type, data: Any, where: str = "$") -> Any:
+    """``data`` (a JSON object) as the struct ``cls`` (a Record, or a plain msgspec.Struct such as RankFigures),
+    every key known and every value of its field's type."""
+    return _decode_record(cls, data, where)
 
 
 def decode(hint: Any, data: Any, where: str = "$") -> Any:

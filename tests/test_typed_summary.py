@@ -74,6 +74,26 @@ def test_attribute_reads_match_the_file() -> None:
     (lambda s: s["critical_path"]["steps"][1]["segments"][3].pop("lane"),
      "$.critical_path.steps[1].segments[3]: missing key 'lane'"),
     (lambda s: s["tables"]["by_rank"][2]["device"][0].update(extra=1), "$.tables.by_rank[2].device[0]: unknown key"),
+    # every leaf has its type (issue 57): a text, an object, a bool or null where a number belongs, and the rest
+    (lambda s: s["ranks"][0].update(window_ns="12"), "$.ranks[0].window_ns: expected int, got str"),
+    (lambda s: s["ranks"][0].update(clock_offset_ns=True), "$.ranks[0].clock_offset_ns: expected int, got bool"),
+    (lambda s: s["ranks"][1]["lanes"][0].update(lane=3), "$.ranks[1].lanes[0].lane: expected str, got int"),
+    (lambda s: s["skew"]["kinds"][0].update(matched={}), "$.skew.kinds[0].matched: expected int, got dict"),
+    (lambda s: s["skew"]["kinds"][0]["wait_ns_by_rank"].update(x=1),
+     "$.skew.kinds[0].wait_ns_by_rank.x: expected an int key, got 'x'"),
+    (lambda s: s["tables"]["merged"]["overview"][0].update(side=-1),
+     "$.tables.merged.overview[0].side: expected str, got int"),
+    (lambda s: s["tables"]["merged"]["overview"][0].update(ratio=[]),
+     "$.tables.merged.overview[0].ratio: expected float or null, got list"),
+    (lambda s: s["findings"].append(None), "$.findings[0]: expected an object for Finding, got null"),
+    (lambda s: s["checks"][0].update(message=None), "$.checks[0].message: expected str or a reason, got null"),
+    # and what the reports rely on beyond the types
+    (lambda s: s["tables"]["merged"]["steps"]["median_ns"].pop(),
+     "$.tables.merged.steps.median_ns: 3 item(s), not one per item of $.tables.merged.steps.step (4)"),
+    (lambda s: s["tables"]["ranks"].reverse(), "$.tables.ranks: [2, 1, 0] are not the ranks of $.tables.by_rank"),
+    (lambda s: s["tables"]["merged"]["model"][1]["cpu_total_ns_by_rank"].pop(),
+     "$.tables.merged.model[1].cpu_total_ns_by_rank: 2 item(s), not one per item of $.tables.merged.model[1].ranks"),
+    (lambda s: s["ranks"][1].update(rank=0), "$.ranks[1].rank: rank 0 has two rows"),
 ])
 def test_content_that_does_not_fit_says_where(change, said: str) -> None:
     summary = json.loads((DATA / "golden" / "demo__demo_ranks.json").read_text())
