@@ -514,7 +514,11 @@ def finite(summary: Summary, item: str) -> Summary:
         return summary
     console.warn(f"{item}: {len(bad)} figure(s) NaN or infinite (first: {bad[0]}): compared as unknown "
                  "(\"-\"); merge the run again to get them")
-    return type(summary).from_json(cleaned)
+    from .typed import JsonError
+    try:
+        return type(summary).from_json(cleaned)
+    except JsonError as error:  # NaN where the type knows no unknown (export.read_summary refuses it the same way)
+        raise SourceError(f"{item}: not a complete distprof summary.json ({error})") from None
 
 
 def _nulled(value: object, where: str, bad: list[str]) -> object:

@@ -144,25 +144,28 @@ def test_report_refuses_a_negative_top(merged):
 
 # ---------------------------------------------------------------- 7. diff of a side holding NaN
 def test_diff_of_nan_figures_prints_a_dash_and_writes_null(merged, tmp_path):
+    """NaN where a figure may be unknown (null) reads as unknown, with a warning; where its type has no unknown
+    (a step time, a FigureStats' min) the file is refused in one line naming the key (issue 57)."""
     summary = json.loads((merged / "summary.json").read_text())
     for row in summary["ranks"]:
         row["communication_wait_ns"] = float("nan")
-    stats = summary["across_ranks"]["communication_wait_ns"]  # NaN figures, its ranks kept (a FigureStats)
-    summary["across_ranks"]["communication_wait_ns"] = {**stats, **dict.fromkeys(("min", "median", "max", "mean"),
-                                                                              float("nan"))}
-    summary["tables"]["merged"]["steps"]["median_ns"][2] = float("nan")
+    summary["ranks"][0]["overlap_ratio"] = float("inf")
     damaged = tmp_path / "damaged"
     damaged.mkdir()
     (damaged / "summary.json").write_text(json.dumps(summary))  # NaN, as a damaged file holds it
     result = distprof("diff", damaged, merged, "-o", tmp_path / "diff")
-    warned(result, f"{damaged}: 7 figure(s) NaN or infinite (first: ranks[0].communication_wait_ns)",
-           "compared as unknown")
+    warned(result, f"{damaged}: 3 figure(s) NaN or infinite (first: ranks[0].overlap_ratio)",
+           "read as unknown")
     assert not re.search(r"\bnan\b", result.stdout, re.IGNORECASE) and "- -> 72.56" in result.stdout
     text = (tmp_path / "diff" / "diff.json").read_text()
     diff = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in diff.json"))
     assert diff["ranks"][0]["before"]["communication_wait_ns"] is None
     assert diff["ranks"][0]["delta"]["communication_wait_ns"] is None
-    assert diff["step_time"]["steps_before"] == 7  # the NaN step left out, not a NaN median
+    assert diff["step_time"]["steps_before"] == 8
+    summary["tables"]["merged"]["steps"]["median_ns"][2] = float("nan")
+    (damaged / "summary.json").write_text(json.dumps(summary))
+    one_line(distprof("diff", damaged, merged, "-o", tmp_path / "diff"), str(damaged),
+             "$.tables.merged.steps.median_ns[2]: expected int, got nan")
 
 
 # ---------------------------------------------------------------- 8. a symlinked input

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -112,16 +113,63 @@ RANK_FILE_HINT = "is a rank file, not a summary: run `distprof merge {path} -o O
 def read_summary(path: str | Path) -> Summary:
     """Load a summary.json (a file, or a directory holding one) as the typed Summary; one-line
     error if unusable, saying what to run instead when it is a rank file (SQLite, gzip'd or plain
-    Kineto trace), and naming the key path where its content does not fit the types."""
+    Kineto trace), and naming the key path where its content does not fit the types (every leaf is
+    checked: a report trusts them). A NaN or infinite figure (json.loads reads them) is unknown, null,
+    where its type allows one, with a warning naming the first; elsewhere it is refused as any wrong leaf."""
+    from .. import console
     from ..events import SourceError
     from ..results import Summary
     from ..typed import JsonError
     content = _read_json(path)
+    unknown: dict[str, float] = {}
     try:
-        return Summary.from_json(content)
-    except (ValueError, TypeError, KeyError, AttributeError) as error:  # a JsonError, or a wrong kind
-        detail = error if isinstance(error, JsonError) else f"unexpected content: {error}"
-        raise SourceError(f"{path}: not a complete distprof summary.json ({detail})") from None  # as given
+        unknown = _non_finite(content)
+        summary = Summary.from_json(_nulled(content, "$", set(unknown)) if unknown else content)
+    except JsonError as error:
+        said = str(error)
+        where = said.split(": ", 1)[0]
+        if where in unknown and said.endswith("got null"):  # null was NaN or infinite in the file
+            said = said[:-len("null")] + repr(unknown[where])
+        raise SourceError(f"{path}: not a complete distprof summary.json ({said})") from None  # as given
+    if unknown:
+        console.warn(f"{path}: {len(unknown)} figure(s) NaN or infinite (first: {next(iter(unknown))[2:]}): read "
+                     "as unknown (\"-\"); merge the run again to get them")
+    return summary
+
+
+_TEXTS = (str, bool, type(None))
+INT64 = 1 << 63   # a figure beyond int64 is no time, count or byte size a trace holds; numpy would overflow on it
+
+
+def _non_finite(value: object, where: str = "$", found: dict | None = None) -> dict[str, float]:
+    """The key paths of the NaN and infinite numbers in ``value`` and their values, in file order; a JsonError
+    for an integer beyond int64. ``value`` is _read_json's: at most MAX_DEPTH deep (the recursion is bounded)."""
+    from ..typed import JsonError
+    found = {} if found is None else found
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        kind = type(item)
+        if (kind is int and -INT64 <= item < INT64) or (kind is float and math.isfinite(item)) or kind in _TEXTS:
+            continue
+        at = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}"
+        if isinstance(item, float):
+            found[at] = item
+        elif isinstance(item, int) and not -INT64 <= item < INT64:
+            raise JsonError(f"{at}: {item:.3g} is out of range (a figure fits in 64 bits)")
+        elif isinstance(item, (dict, list)):
+            _non_finite(item, at, found)
+    return found
+
+
+def _nulled(value: object, where: str, paths: set[str]) -> object:
+    """``value`` with the numbers at ``paths`` as None (a copy of what holds them)."""
+    if isinstance(value, dict):
+        return {key: None if f"{where}.{key}" in paths else _nulled(item, f"{where}.{key}", paths)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [None if f"{where}[{i}]" in paths else _nulled(item, f"{where}[{i}]", paths)
+                for i, item in enumerate(value)]
+    return value
 
 
 def _traces_in(folder: Path) -> int:
