@@ -6,18 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from allreduce_jobs import COMM_LANE, CONFIG, MS, OPT, F, T, job, reduced
 from result_views import summary_json
 
 from distprof import align, pipeline
-from distprof import config as config_mod
 from distprof import events as ev
 from distprof.analyses import critical_path, replay
 
-CONFIG = config_mod.load()
-MS = 1_000_000
 DATA = Path(__file__).parent / "data"
-F, T, OPT = 20 * MS, 10 * MS, 5 * MS  # forward, transfer, optimizer
-COMM_LANE = 7
 
 
 def late_job(ranks: int, late: int, delay: int, steps: int = 3) -> list:
@@ -25,27 +21,7 @@ def late_job(ranks: int, late: int, delay: int, steps: int = 3) -> list:
     allreduce on a worker thread from the rank's arrival to ``T`` after the last arrival, then the
     optimizer from the allreduce's end. By construction the path of every step is: the late
     rank's forward, the transfer (last arrival to end), the optimizer of the rank walked from."""
-    rows = {r: [] for r in range(ranks)}
-    start = 0
-    for s in range(steps):
-        arrive = start + F + np.where(np.arange(ranks) == late, delay, 0)
-        last = int(arrive.max())
-        for r in range(ranks):
-            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start, last + T + OPT, 1, s, ""),
-                        (ev.RANGE, ev.PHASE, "forward", start, int(arrive[r]), 1, s, ""),
-                        (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_reduce", int(arrive[r]), last + T, COMM_LANE, s,
-                         "allreduce"),
-                        (ev.RANGE, ev.PHASE, "optimizer", last + T, last + T + OPT, 1, s, "")]
-        start = last + T + OPT
-    return [_reduced(r, rows[r]) for r in range(ranks)]
-
-
-def _reduced(rank: int, rows: list):
-    kind, category, name, begin, end, lane, step, collective = (np.array(c, dtype=object) for c in zip(*rows))
-    events = ev.make_events(kind=kind, category=category, name=name, rank=rank, step=step.astype(np.int64),
-                            start_ns=begin.astype(np.int64), end_ns=end.astype(np.int64),
-                            lane=lane.astype(np.int64), collective=collective)
-    return pipeline.reduce_rank(ev.RankTrace(events=events, rank=rank), CONFIG)
+    return job(ranks, [late] * steps, delay)
 
 
 def summarize(results) -> dict:
@@ -101,7 +77,7 @@ def overlapped_job(ranks: int, steps: int = 3) -> list:
                         (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_reduce", start + F // 4, start + F // 2, COMM_LANE,
                          s, "allreduce"),
                         (ev.RANGE, ev.PHASE, "optimizer", start + F, start + F + OPT, 1, s, "")]
-    return [_reduced(r, rows[r]) for r in range(ranks)]
+    return [reduced(r, rows[r], CONFIG) for r in range(ranks)]
 
 
 def test_serial_communication_is_on_the_path_overlapped_is_not():
@@ -224,7 +200,7 @@ def sync_collective_job(ranks: int, late: int, delay: int, lane: int, steps: int
                         (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_gather", int(arrive[r]), done, lane, s, "allgather"),
                         (ev.RANGE, ev.PHASE, "optimizer", done + G, done + G + OPT, 1, s, "")]
         start = done + G + OPT
-    return [_reduced(r, rows[r]) for r in range(ranks)]
+    return [reduced(r, rows[r], CONFIG) for r in range(ranks)]
 
 
 def test_a_synchronous_collective_outside_phases_is_wait_and_transfer_not_compute():
