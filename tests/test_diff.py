@@ -98,10 +98,11 @@ def summary(ranks: dict, steps: list | None = None, findings=(), checks=(), kern
     rows = tuple(replace(base.ranks[0], rank=rank, figures=f) for rank, f in zip(ranks, figures))
     per_step = [int(s * MS) for s in steps or []]
     per_rank = [float(np.mean(per_step)) if per_step else None] * len(ranks)
+    slowest = [max(per_step) if per_step else None] * len(ranks)  # an int, as summary.json reads it back
     merged = base.tables.merged
     steps_table = MergedSteps(step=list(range(len(per_step))), min_ns=per_step, median_ns=per_step,
                               max_ns=per_step, max_rank=[0] * len(per_step), ranks=list(ranks),
-                              mean_ns_by_rank=per_rank, max_ns_by_rank=per_rank)
+                              mean_ns_by_rank=per_rank, max_ns_by_rank=slowest)
     merged = replace(merged, steps=steps_table,
                      kernel=replace(merged.kernel, rows=[_kernel_row(*k) for k in kernels]), model=[],
                      user=replace(merged.user, rows=[]), memory=replace(merged.memory, rows=[]))

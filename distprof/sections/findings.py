@@ -248,9 +248,10 @@ class Finding(Record):
     def from_json(cls, data: Any, where: str = "$") -> Any:
         """The evidence decoded as the record of the finding's code, then the rest as usual."""
         if isinstance(data, dict) and isinstance(data.get("evidence"), dict):
-            kind = EVIDENCE.get(data.get("finding"))
+            code = data.get("finding")
+            kind = EVIDENCE.get(code) if isinstance(code, str) else None
             if kind is None:
-                raise JsonError(f"{where}: unknown finding {data.get('finding')!r}")
+                raise JsonError(f"{where}.finding: unknown finding {code!r}")
             data = {**data, "evidence": kind.from_json(data["evidence"], f"{where}.evidence")}
         return super().from_json(data, where)
 
