@@ -107,6 +107,9 @@ REQUIRED_KEYS = ("ranks", "world_size", "source")
 MAX_SUMMARY_MB = 512   # a summary of 100k ranks is tens of MB; beyond this it is not one
 MAX_DEPTH = 32         # a summary nests 7 levels deep
 MAX_ITEMS = 1 << 20    # a list of a summary: at most one row per rank (sources.MAX_WORLD_SIZE)
+# the other JSON that distprof writes and nothing reads back, by keys only it has: named when given as a summary
+OTHER_OUTPUTS = {"diff": {"runs", "step_time", "movers", "checks_changed"},
+                 "hang": {"root_ranks", "culprits", "waiting"}}
 RANK_FILE_HINT = "is a rank file, not a summary: run `distprof merge {path} -o OUT` first, then `distprof report OUT`"
 
 
@@ -221,6 +224,10 @@ def _read_json(path: str | Path) -> dict:
         raise SourceError(f"{path}: {RANK_FILE_HINT.format(path=path)}")
     if not isinstance(summary, dict):
         raise SourceError(f"{path}: not a distprof summary.json (a JSON {type(summary).__name__}, not an object)")
+    made_by = next((command for command, keys in OTHER_OUTPUTS.items() if keys <= summary.keys()), None)
+    if made_by:
+        raise SourceError(f"{path}: `distprof {made_by}`'s output ({made_by}.json), not a summary.json: pass the "
+                          "output folder of a `distprof merge` (or its summary.json)")
     missing = [key for key in REQUIRED_KEYS if key not in summary]
     if missing:
         raise SourceError(f"{path}: not a complete distprof summary.json (missing key {missing[0]!r})")
