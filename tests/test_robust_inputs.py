@@ -531,7 +531,9 @@ def edited_summary(merged_out, tmp_path, edit, raw=None):
 
 
 def _million_steps(summary):
-    summary["tables"]["merged"]["steps"]["median_ns"] = [1000] * 1_000_000
+    steps = summary["tables"]["merged"]["steps"]  # each series a step long, as the file is checked for (issue 57)
+    steps.update(step=list(range(1_000_000)), max_rank=[0] * 1_000_000,
+                 **dict.fromkeys(("min_ns", "median_ns", "max_ns"), [1000] * 1_000_000))
 
 
 def _wrong_ranks(summary):
@@ -549,9 +551,9 @@ def _wrong_step_values(summary):
 
 @pytest.mark.parametrize("edit, needle", [
     (_million_steps, "refused: 1,000,000 steps, above the 2,000"),
-    (_wrong_ranks, "not a complete distprof summary.json ($.across_ranks: expected an object"),
+    (_wrong_ranks, "not a complete distprof summary.json ($.ranks[0].communication_ns: expected int, got dict)"),
     (_wrong_steps, "not a complete distprof summary.json ($.tables.merged.steps: missing key"),  # read, typed
-    (_wrong_step_values, "not a complete distprof summary.json (step times"),  # typed, then resampled
+    (_wrong_step_values, "summary.json ($.tables.merged.steps.median_ns[0]: expected int, got str)"),  # each leaf
 ])
 def test_diff_hostile_summary_is_one_line_naming_it(merged_out, tmp_path, edit, needle):
     bad = edited_summary(merged_out, tmp_path, edit)
