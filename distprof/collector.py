@@ -25,13 +25,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import json
 import os
+import resource
 import socket
 import sqlite3
 import sys
 import threading
 import time
 from pathlib import Path
+
+from .sources import launcher_ids
 
 SCHEMA_VERSION = "2"  # 2: distprof_names has comm_group / nbytes / peer (absent in "1" files: read as unknown)
 NATIVE_SCHEMA = """
@@ -45,6 +49,9 @@ CREATE TABLE IF NOT EXISTS distprof_ranges(
 CREATE TABLE IF NOT EXISTS distprof_threads(tid INTEGER PRIMARY KEY, name TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS distprof_clock(
     phase TEXT NOT NULL, offset_ns INTEGER NOT NULL, rtt_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS distprof_host(
+    step INTEGER NOT NULL, clock_ns INTEGER NOT NULL, cpu_ns INTEGER NOT NULL, involuntary INTEGER NOT NULL,
+    voluntary INTEGER NOT NULL, load_1m REAL, steal_ticks INTEGER, total_ticks INTEGER);
 """
 
 ROWS_PER_STATEMENT = 4096  # the most rows bound to one INSERT (16,386 parameters)
@@ -114,6 +121,21 @@ def _load_1m() -> float | None:
         return round(os.getloadavg()[0], 2)
     except OSError:
         return None
+
+
+def host_sample(step: int) -> tuple:
+    """What the OS already counts about this process and its host, for ``distprof_host``: the process's
+    CPU time (all threads) and its involuntary / voluntary context switches (getrusage: preempted by
+    another process, or waiting), the host's 1-minute load and the CPU ticks stolen by the hypervisor
+    (/proc/stat; None where absent). Taken on the writer thread at each step's hand-over, so the
+    training thread pays nothing for it (benchmarks/step_overhead.py)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    steal = total = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/stat", "rb") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:]]  # user nice system idle iowait irq softirq steal
+        steal, total = (ticks[7] if len(ticks) > 7 else 0), sum(ticks[:8])
+    return (int(step), clock_ns(), time.process_time_ns(), usage.ru_nivcsw, usage.ru_nvcsw, _load_1m(), steal, total)
 
 
 PROC_SELF = Path("/proc/self")  # mountinfo and cgroup: where this process's cgroup folders are
@@ -312,7 +334,7 @@ class Collector:
                       hostname=socket.gethostname(), cpus=usable_cpus(), affinity=affinity_cpus(),
                       clock="time.perf_counter_ns (CLOCK_MONOTONIC)",
                       wall_minus_clock_ns=time.time_ns() - clock_ns(), started_wall_ns=time.time_ns(), complete=0,
-                      load_1m_start=_load_1m())
+                      load_1m_start=_load_1m(), launcher_ids=json.dumps(launcher_ids(os.environ)))
         self.active = False
         # process CPU time over wall time since the collector started: the Device Summary's
         # CPU(Process) row (up to cores x 100 %); written at every flush, so a crash keeps it
@@ -348,6 +370,10 @@ class Collector:
         if tid not in THREAD_NAMES:
             THREAD_NAMES[tid] = threading.current_thread().name
         self.rows.append((start_ns, end_ns, tid, name_id))
+
+    def add_launcher_id(self, key: str, value: str) -> None:
+        """One more id of this run beside the launcher's (``launcher_ids``, a JSON object of texts)."""
+        self.set_meta(launcher_ids=json.dumps({**launcher_ids(os.environ), key: value}))
 
     def set_meta(self, **values) -> None:
         if self.failed:
@@ -477,6 +503,7 @@ class Collector:
                     self._db.executemany("INSERT OR IGNORE INTO distprof_threads VALUES (?, ?)", threads)
                 self._insert_rows(todo, int(step))
                 self._db.execute(INSERT_CPU, (str(cpu_ns), str(elapsed_ns)))
+                self._db.execute("INSERT INTO distprof_host VALUES (?, ?, ?, ?, ?, ?, ?, ?)", host_sample(step))
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:

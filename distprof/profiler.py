@@ -90,6 +90,7 @@ class Profiler:
         if self.config["collector"]["enabled"] and not self.timer_only:
             self.collector = self._open_collector()
             self._clock_sample("start")  # a rank that cannot profile still takes part: the others wait for it
+            self._share_run_id()
             if self.collector is not None:
                 self._follow_schedule()
             self._start_live()
@@ -327,6 +328,21 @@ class Profiler:
             offset_ns, rtt_ns = clock.pingpong(self._comm, self.config["clock"]["pingpong_samples"])
             if self.collector is not None:
                 self.collector.record_clock(phase, offset_ns, rtt_ns)
+
+    def _share_run_id(self) -> None:
+        """Rank 0's random id for this run, given to every rank at the start (MPI only: a buffer
+        broadcast, nothing pickled) and written in each rank file beside the launcher's ids, so
+        ``merge`` tells two runs' files apart in one folder whatever the launcher (MPICH's Hydra
+        gives none)."""
+        if self._comm is None or self.world_size <= 1:
+            return
+        import os
+
+        import numpy as np
+        run_id = np.frombuffer(os.urandom(16) if self.rank == 0 else bytes(16), np.uint8).copy()
+        self._comm.Bcast(run_id, root=0)
+        if self.collector is not None:
+            self.collector.add_launcher_id("distprof_run", run_id.tobytes().hex())
 
     def _own_result(self, failure: str | None):
         """This rank's RankResult; None when a failing rank's file cannot be reduced."""

@@ -361,14 +361,17 @@ def test_default_input_limits_come_from_the_machines_memory(tmp_path, monkeypatc
 DAY_NS = 86_400 * 10 ** 9
 
 
-def same_host_ranks(tmp_path, second_start_shift_ns, steps=4):
+def same_host_ranks(tmp_path, second_start_shift_ns, steps=4, until_ns=0):
     """Two nsys exports naming host node0, each step one compute kernel and one allreduce at the same
-    times on each rank's own clock; rank 1's session starts ``second_start_shift_ns`` later."""
+    times on each rank's own clock; rank 1's session starts ``second_start_shift_ns`` later; rank 0
+    records until ``until_ns`` after its start (a range), so that the two recordings overlap."""
     import nsys_fixtures as fx
     paths = []
     for rank in (0, 1):
         export = fx.NsysExport(env={"RANK": str(rank), "HOSTNAME": "node0"},
                                session_start_utc_ns=1_700_000_000_000_000_000 + rank * second_start_shift_ns)
+        if rank == 0 and until_ns:
+            export.range(4242, 500, until_ns, "startup")
         for step in range(steps):
             t = step * 100_000
             export.range(4242, t + 1_000, t + 90_000, f"ProfileStep#{step}")
@@ -402,13 +405,15 @@ def test_one_day_offset_on_one_host_is_distrusted_not_a_straggler(tmp_path, step
 
 
 def test_same_host_offset_of_seconds_is_still_trusted(tmp_path):
-    """Files of one host starting 5 s apart: a plain job start, the shared clock is kept."""
+    """Files of one host starting 5 s apart, rank 0 recording on past rank 1's start (one job: the two
+    recordings overlap on the host's one clock): a plain job start, the shared clock is kept."""
     import nsys_fixtures as fx
     if not fx.ddl_available():
         pytest.skip("nsys DDL folder is absent")
     from distprof import config as config_mod
     from distprof import pipeline
-    summary = summary_json(pipeline.merge_files(same_host_ranks(tmp_path, 5 * 10 ** 9), config_mod.load()))
+    paths = same_host_ranks(tmp_path, 5 * 10 ** 9, until_ns=6 * 10 ** 9)
+    summary = summary_json(pipeline.merge_files(paths, config_mod.load()))
     assert not [w for w in summary["warnings"] if "distrusted" in w]
     assert summary["skew"]["alignment"][1]["method"] == "same host"
 

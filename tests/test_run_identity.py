@@ -147,6 +147,58 @@ def test_allow_duplicate_ranks_merges_two_runs_on_purpose(tmp_path):
     assert summary["warnings"][0].startswith("merged anyway (--allow-duplicate-ranks): rank 0 is claimed")
 
 
+def test_files_stating_two_world_sizes_are_two_runs(tmp_path):
+    """A 4-rank run's rank 2 and 3 files left beside a 2-rank run's rank 0 and 1 (issue 59: merged as a
+    world of 4, exit 0): their stated worlds differ, whatever their clocks say."""
+    small = native_run(tmp_path, "", [0, 1], LATER_NS, world_size=2)
+    big = native_run(tmp_path, "", [2, 3], LATER_NS, world_size=4)
+    line = refused(merge(str(tmp_path), "-o", str(tmp_path / "out")), small[0], big[0])
+    assert "states a world of 2 ranks" in line and "of 4" in line
+
+
+def test_files_of_one_host_seconds_apart_are_two_runs(tmp_path):
+    """On one host the ranks read one clock: rank 1's recording began 5 s after rank 0's ended, so they
+    shared no collective (the 60 s tolerance is for clocks of two hosts)."""
+    first = native_run(tmp_path, "", [0], LATER_NS, hosts=["node0"])
+    second = native_run(tmp_path, "", [1], LATER_NS + 5 * 10**9, hosts=["node0"])
+    line = refused(merge(str(tmp_path), "-o", str(tmp_path / "out")), *first, *second)
+    assert "inputs of 2 runs" in line and "5.0 s after the first ended" in line
+
+
+def test_the_same_times_on_two_hosts_still_merge(tmp_path):
+    native_run(tmp_path, "", [0], LATER_NS, hosts=["node0"])
+    native_run(tmp_path, "", [1], LATER_NS + 5 * 10**9, hosts=["node1"])
+    done = merge(str(tmp_path), "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_collector_records_the_launchers_run_id(tmp_path, monkeypatch):
+    """Open MPI's PMIx namespace (and any launcher id) is written in the rank file and read back as its
+    run's launcher id; a damaged value is ignored with a warning naming the file."""
+    monkeypatch.setenv("PMIX_NAMESPACE", "prterun-node0-123@1")
+    path = native_file(tmp_path / "rank0.sqlite")
+    trace = sources.read(path, {})[0]
+    assert trace.meta["run"]["launcher"] == {"PMIX_NAMESPACE": "prterun-node0-123@1"}
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE distprof_meta SET value = '[1]' WHERE key = 'launcher_ids'")
+    trace = sources.read(path, {})[0]
+    assert trace.meta["run"]["launcher"] == {}
+    assert any(str(path) in w and "launcher_ids" in w for w in trace.warnings)
+
+
+def test_two_demo_runs_into_one_folder_are_refused(tmp_path):
+    """Issue 59: `distprof demo --ranks 4 --out reuse` then `--ranks 2 --out reuse`: `merge reuse` was a
+    world of 4 (the first run's rank 2 and 3 files), exit 0. Each rank file records its launcher's and
+    distprof's run id: refused, naming a file of each run."""
+    out = tmp_path / "reuse"
+    for ranks in ("4", "2"):
+        done = subprocess.run([sys.executable, "-m", "distprof", "demo", "--ranks", ranks, "--steps", "2",
+                               "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    line = refused(merge(str(out), "-o", str(tmp_path / "merged")))
+    assert "inputs of two runs" in line and "rank0" in line and ("rank2" in line or "rank3" in line)
+
+
 # ---------------------------------------------------------------- one run still merges
 
 def test_one_run_on_two_hosts_started_seconds_apart_merges(tmp_path):

@@ -51,6 +51,10 @@ def sane_rank(rank: int | None, world_size: int | None, path: Path) -> tuple[int
 # hosts differ (NTP: milliseconds; ranks of one host starting seconds apart), hence the tolerance:
 # a minute, the gap beyond which align already calls collective ends on one host a wrong clock.
 SAME_RUN_GAP_NS = 60 * 10**9
+# On one host the ranks read one clock: a rank whose recording ended before another's began on the same
+# host shared no collective with it. The tolerance covers only how a span is bounded (a reader's first
+# and last event, not the process's life), never a clock difference.
+SAME_HOST_GAP_NS = 10**9
 WALL_MIN_NS = 946_684_800 * 10**9  # 2000-01-01: an earlier "wall" time is a relative clock (ns since start)
 WALL_MAX_NS = 2**62                # year 2116: a later one is corrupt
 # Ids a launcher gives every process of one job (and no other job), as a source may record its
@@ -120,14 +124,25 @@ def _launcher_clash(inputs: list[tuple[str, dict]]) -> str | None:
     return None
 
 
-def _time_runs(inputs: list[tuple[str, dict]]) -> list[dict]:
-    """The inputs with a wall-clock span, in runs: spans closer than SAME_RUN_GAP_NS chain into one run,
+def _world_clash(inputs: list[tuple[str, dict]]) -> str | None:
+    """Two inputs that state different world sizes: two runs (a 4-rank run's rank 2 and 3 files left
+    in a folder a 2-rank run wrote its rank 0 and 1 into)."""
+    stated = [(identity["world_size"], path) for path, identity in inputs if identity.get("world_size")]
+    other = next(((size, path) for size, path in stated if size != stated[0][0]), None)
+    if other is None:
+        return None
+    return (f"inputs of two runs: {stated[0][1]} states a world of {stated[0][0]} ranks, {other[1]} of "
+            f"{other[0]}: give one run's files, or --allow-duplicate-ranks to merge them anyway")
+
+
+def _time_runs(inputs: list[tuple[str, dict]], gap_ns: int = SAME_RUN_GAP_NS) -> list[dict]:
+    """The inputs with a wall-clock span, in runs: spans closer than ``gap_ns`` chain into one run,
     and inputs sharing a launcher id are one run whatever their clocks say. Runs in time order."""
     timed = sorted((identity["span_ns"], path, identity.get("launcher") or {}) for path, identity in inputs
                    if identity.get("span_ns"))
     runs: list[dict] = []
     for (first, last), path, launcher in timed:  # one pass per input file
-        if not runs or first > runs[-1]["last"] + SAME_RUN_GAP_NS:
+        if not runs or first > runs[-1]["last"] + gap_ns:
             runs.append({"first": first, "last": last, "files": [], "ids": set()})
         run = runs[-1]
         run["last"] = max(run["last"], last)
@@ -145,13 +160,19 @@ def _time_runs(inputs: list[tuple[str, dict]]) -> list[dict]:
 
 
 def one_run(inputs: list[tuple[str, dict]]) -> str | None:
-    """None when the inputs (file, run identity: see run_identity; one per file) can be one run, else
-    one line naming files of two runs. Launcher ids decide where two files both carry one; else the
-    wall-clock spans. A file without either (relative times, no ids) is taken to be of any run."""
-    clash = _launcher_clash(inputs)
+    """None when the inputs (file, run identity: see run_identity, with the ``world_size`` the file
+    states and its ``host`` where known; one per file) can be one run, else one line naming files of
+    two runs. Launcher ids decide where two files both carry one, then the stated world sizes, then
+    the wall-clock spans (on one host: spans that do not overlap). A file without any of them
+    (relative times, no ids) is taken to be of any run."""
+    clash = _launcher_clash(inputs) or _world_clash(inputs)
     if clash:
         return clash
     runs = _time_runs(inputs)
+    hosts = sorted({identity.get("host") or "" for _, identity in inputs} - {""})
+    for host in hosts if len(runs) < 2 else []:  # a few hosts: ranks of one host share its clock
+        on_host = _time_runs([(p, i) for p, i in inputs if i.get("host") == host], SAME_HOST_GAP_NS)
+        runs = on_host if len(on_host) > 1 else runs
     if len(runs) < 2:
         return None
     one, two = runs[0], runs[1]

@@ -40,9 +40,10 @@ def _connect(path: Path, own: bool) -> Iterator[sqlite3.Connection]:
 
 
 def _query(path: Path, window: tuple[int, int, int] | None = None,
-           own: bool = False) -> tuple[dict, list, int, int, list, dict]:
+           own: bool = False) -> tuple[dict, list, int, int, list, dict, list]:
     """Meta, good range rows (a name id missing from distprof_names gets a placeholder name, so
-    its time is kept), the counts of rows skipped and of names missing, clock rows, lane names.
+    its time is kept), the counts of rows skipped and of names missing, clock rows, lane names, host
+    samples (``_host_rows``).
     ``window`` (rowid after, first step, last step): only those rows, found by rowid (the live
     view reads a growing file window by window, never all of it)."""
     where, arguments = _GOOD_ROW, (ev.USER, ev.RANGE)
@@ -62,10 +63,29 @@ def _query(path: Path, window: tuple[int, int, int] | None = None,
             clock_rows = db.execute("SELECT phase, offset_ns, rtt_ns FROM distprof_clock "
                                     "WHERE typeof(offset_ns) = 'integer' AND typeof(rtt_ns) = 'integer'").fetchall()
             lane_names = dict(db.execute("SELECT tid, name FROM distprof_threads"))
+            host_rows = _host_rows(db)
     except sqlite3.DatabaseError as error:
         raise ev.SourceError(f"{path}: unreadable distprof file ({error})") from None
     unnamed = sum(row[-1] for row in rows)
-    return meta, [row[:-1] for row in rows], bad, unnamed, clock_rows, lane_names
+    return meta, [row[:-1] for row in rows], bad, unnamed, clock_rows, lane_names, host_rows
+
+
+HOST_COLUMNS = ("step", "clock_ns", "cpu_ns", "involuntary", "voluntary", "load_1m", "steal_ticks", "total_ticks")
+
+
+def _host_rows(db: sqlite3.Connection) -> list[tuple]:
+    """The collector's host samples (collector.host_sample), the last of each step, in step order; none in
+    files written before it kept them. Rows whose counters are not integers are left out."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'distprof_host'").fetchone():
+        return []
+    return db.execute(
+        "SELECT step, clock_ns, cpu_ns, involuntary, voluntary, "
+        "CASE WHEN typeof(load_1m) IN ('real', 'integer') THEN load_1m END, "
+        "CASE WHEN typeof(steal_ticks) = 'integer' THEN steal_ticks END, "
+        "CASE WHEN typeof(total_ticks) = 'integer' THEN total_ticks END FROM distprof_host h "
+        "WHERE typeof(step) = 'integer' AND typeof(clock_ns) = 'integer' AND typeof(cpu_ns) = 'integer' "
+        "AND typeof(involuntary) = 'integer' AND typeof(voluntary) = 'integer' "
+        "AND h.rowid = (SELECT max(rowid) FROM distprof_host WHERE step = h.step) ORDER BY step").fetchall()
 
 
 def _comm_columns(db: sqlite3.Connection) -> str:
@@ -106,7 +126,7 @@ def read(path: Path, config: dict, window: tuple[int, int, int] | None = None,
     ``window``: (rowid after, first step, last step) of a live window (see _query); ``own``: a file
     of the running job, read as _connect says."""
     wal_missing = window is None and _wal_missing(path)  # before _query's connection makes one
-    meta, rows, bad, unnamed, clock_rows, lane_names = _query(path, window, own)
+    meta, rows, bad, unnamed, clock_rows, lane_names, host_rows = _query(path, window, own)
     warnings: list[str] = []
     rank, pid = _rank_and_pid(meta, path, warnings)
     rank, world_size, checked = sane_rank(rank, _int_meta(meta, "world_size", path, warnings), path)
@@ -147,6 +167,8 @@ def read(path: Path, config: dict, window: tuple[int, int, int] | None = None,
                                "cpus": _int_meta(meta, "cpus", path, warnings),
                                "load_1m": _load_meta(meta),
                                "lane_names": lane_names,
+                               "host_samples": dict(zip(HOST_COLUMNS, map(list, zip(*host_rows))))
+                               if host_rows else {},
                                "process_cpu_ns": _int_meta(meta, "process_cpu_ns", path, warnings),
                                "elapsed_ns": _int_meta(meta, "elapsed_ns", path, warnings),
                                "run": _run(meta, events, path, warnings),
@@ -158,9 +180,25 @@ def read(path: Path, config: dict, window: tuple[int, int, int] | None = None,
 def _run(meta: dict, events: ev.Table, path: Path, warnings: list[str]) -> dict:
     """The rank's run identity (sources.run_identity): its ranges on the wall clock, by the
     ``wall_minus_clock_ns`` the collector measured when it started (from ``started_wall_ns``, when
-    it wrote one). The collector writes no launcher id, so the times alone tell two runs apart."""
+    it wrote one), and the launcher's and distprof's run ids it recorded."""
     return run_identity(events["start_ns"], events["end_ns"], _int_meta(meta, "wall_minus_clock_ns", path, warnings),
-                        _int_meta(meta, "started_wall_ns", path, warnings))
+                        _int_meta(meta, "started_wall_ns", path, warnings), _launcher_meta(meta, path, warnings))
+
+
+def _launcher_meta(meta: dict, path: Path, warnings: list[str]) -> dict[str, str]:
+    """The launcher's job ids and distprof's run id the collector recorded (a JSON object of texts);
+    {} from older files, and with a warning when the value is not such an object."""
+    text = meta.get("launcher_ids")
+    if text is None:
+        return {}
+    try:
+        ids = json.loads(text)
+    except (TypeError, ValueError):
+        ids = None
+    if not isinstance(ids, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in ids.items()):
+        warnings.append(f"{path}: launcher_ids in distprof_meta is not an object of texts; ignored")
+        return {}
+    return ids
 
 
 def _rank_and_pid(meta: dict, path: Path, warnings: list[str]) -> tuple[int | None, int]:
