@@ -28,6 +28,7 @@ class Entry(NamedTuple):
     created_ns: int = 0  # time_created_ns (0: not given): when the rank called it, on the job's clock
     timeout_ms: int = 0  # the collective's timeout (0: not given)
     done_ns: int = 0     # time_discovered_completed_ns (0: not given; gloo never gives it)
+    record_id: int = -1  # the recorder's own count of the process's records (0: its first; -1: not given)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,9 @@ def test_size_mismatch_names_the_odd_sizes():
     assert odd[1] != odd[0] == odd[2] == odd[3]
     calls = {tuple(c["ranks"]): c["sizes"] for c in result.culprits[0].detail["calls"]}
     assert calls == {(1,): f"{odd[1]} -> {odd[1]}", (0, 2, 3): f"{odd[0]} -> {odd[0]}"}  # every member's sizes
+    # rank 1 issued it unlike the others: it is not among those waiting for rank 1 (it said "ranks 1-2")
+    [waiting] = [w for w in result.waiting if w.seq == seq]
+    assert waiting.ranks == [2] and waiting.waits_for == [{"reason": "size_mismatch", "ranks": [1], "inferred": False}]
 
 
 def test_tp_dp_wait_chain():

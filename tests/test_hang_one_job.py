@@ -19,19 +19,64 @@ def one_line_refusal(result) -> str:
     return lines[0]
 
 
-def copy(scenario: str, ranks, folder, name: str = "rank{r}.json", shift_ns: int = 0) -> None:
+def copy(scenario: str, ranks, folder, name: str = "rank{r}.json", shift_ns: int = 0, keep=None) -> None:
+    """The scenario's dumps of ``ranks`` into ``folder``, their calls moved by ``shift_ns``; ``keep``: the
+    entries kept (a test that takes away what would tell the jobs apart first)."""
     folder.mkdir(exist_ok=True)
     for rank in ranks:
         doc = json.loads((DATA / scenario / f"rank{rank}.json").read_text())
+        doc["entries"] = [e for e in doc["entries"] if keep is None or keep(rank, e)]
         for entry in doc["entries"]:
             entry["time_created_ns"] += shift_ns
         (folder / name.format(r=rank)).write_text(json.dumps(doc))
 
 
-def test_two_jobs_halves_are_refused_by_name(tmp_path):
-    # ranks 0-1 of the TP/DP job, 2-3 of the missing-collective job, run 98 s apart: the world's all_reduce #3
-    # completed on rank 2, which rank 0, a member of the world, had not issued when it dumped
+def no_barrier(rank: int, entry: dict) -> bool:
+    return not entry["profiling_name"].endswith(":barrier")
+
+
+def test_two_jobs_halves_are_refused_by_their_first_barrier(tmp_path):
+    # ranks 0-1 of the TP/DP job, 2-3 of the missing-collective job, run 98 s apart: rank 2 went on past the
+    # world's barrier before rank 1 entered it
     copy("tp_dp", (0, 1), tmp_path / "d")
+    copy("missing", (2, 3), tmp_path / "d")
+    line = one_line_refusal(hang_cli(str(tmp_path / "d"), "-o", str(tmp_path / "out")))
+    assert line == (f"distprof: error: not one job: rank 2 ({tmp_path / 'd' / 'rank2.json'}) went on past barrier #1 "
+                    f"of group 0 1.6 min before rank 1 ({tmp_path / 'd' / 'rank1.json'}), a member, entered it: a "
+                    "barrier returns once every member entered it, so these are two jobs' dumps: give the dumps of "
+                    "one job")
+
+
+@pytest.mark.parametrize("first, second", [("missing", "size"), ("a2a_missing", "a2a_stall"), ("size", "tp_dp")])
+def test_halves_of_two_same_shaped_jobs_are_refused(tmp_path, first, second):
+    """Issue 59: the same groups, kinds and sequence numbers, recorded 30-98 s apart, were read as one job
+    ("root ranks 0-2"): every split of two such jobs' dumps is refused."""
+    for ranks in [((0, 1), (2, 3)), ((0, 2), (1, 3)), ((0,), (1, 2, 3))]:
+        folder = tmp_path / "-".join(map(str, ranks[0]))
+        copy(first, ranks[0], folder)
+        copy(second, ranks[1], folder)
+        one_line_refusal(hang_cli(str(folder), "-o", str(folder / "out")))
+
+
+def test_a_world_member_with_no_entry_of_a_world_collective_another_completed(tmp_path):
+    """Every rank is a member of the world group: rank 3's dump reaches back past the world's all_reduce rank
+    0 completed, yet holds no entry of the world group at all (the issue's mixes: "root rank 4 ... world
+    of at least 5", a rank that does not exist). Barriers taken away, so that rule is what refuses."""
+    copy("a2a_missing", (0, 1, 2), tmp_path / "d", keep=no_barrier)
+    copy("a2a_missing", (3,), tmp_path / "d", keep=lambda rank, e: e["process_group"][1] != "default_pg")
+    line = one_line_refusal(hang_cli(str(tmp_path / "d"), "-o", str(tmp_path / "out")))
+    assert "completed all_reduce #" in line and "of group 0, which rank 3" in line
+    assert "it has no entry of that group" in line
+
+
+ALIGNED_NS = -98_180_000_000  # moves the TP/DP job's calls onto the missing-collective job's, 98 s earlier
+
+
+def test_two_jobs_halves_are_refused_by_name(tmp_path):
+    # ranks 0-1 of the TP/DP job, moved onto the time of the missing-collective job's ranks 2-3 (so their
+    # barriers overlap): the world's all_reduce #3 completed on rank 2, which rank 0, a member of the world,
+    # had not issued when it dumped
+    copy("tp_dp", (0, 1), tmp_path / "d", shift_ns=ALIGNED_NS)
     copy("missing", (2, 3), tmp_path / "d")
     line = one_line_refusal(hang_cli(str(tmp_path / "d"), "-o", str(tmp_path / "out")))
     assert line == (f"distprof: error: not one job: rank 2 ({tmp_path / 'd' / 'rank2.json'}) completed all_reduce #3 "

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from test_hang_missing_member import DATA, hang_cli, scale_module
-from test_hang_one_job import copy, watchdog
+from test_hang_one_job import ALIGNED_NS, copy, watchdog
 
 from distprof.analyses import hang
 from distprof.reports import hang_report
@@ -20,7 +20,7 @@ def dumps_of(folder) -> list[fr.RankDump]:
 
 def test_one_job_is_none_and_a_clash_a_reason_worded_by_the_report(tmp_path):
     assert hang.one_job(dumps_of(DATA / "tp_dp")) is None
-    copy("tp_dp", (0, 1), tmp_path / "d")
+    copy("tp_dp", (0, 1), tmp_path / "d", shift_ns=ALIGNED_NS)
     copy("missing", (2, 3), tmp_path / "d")
     clash = hang.one_job(dumps_of(tmp_path / "d"))
     path = str(tmp_path / "d" / "rank{}.json")
@@ -40,7 +40,7 @@ def test_every_clash_code_has_words():
                "other_world": 8, "world_path": "b", "unix_path": "a", "early": 0, "early_path": "a",
                "late": 1, "late_path": "b", "apart_ns": 90 * 10**9, "timeout_ns": 60 * 10**9,
                "after_ns": 2 * 10**9, "stated": 10**5, "dumps": 2, "found": 2, "completed": True, "sent": 60,
-               "received": 61, "sender": 0, "receiver": 3, "given": 2}
+               "received": 61, "sender": 0, "receiver": 3, "given": 2, "before_ns": 98 * 10**9}
     for code in hang_report.WORDS:
         assert hang_report.text(Reason(code, figures))
     assert "ranks 0-63, ... (100)" in hang_report.text(Reason("group_ranks_clash", figures))

@@ -171,10 +171,11 @@ class _Track:
 def one_job(dumps: list[RankDump]) -> Reason | None:
     """None when the dumps can be one job's; else why not, naming two files (hang_report words it): a group
     stated with other members, a rank outside a group it calls or outside the stated world, two worlds, two
-    clocks, a collective that completed though its members called it further apart than its timeout, or
+    clocks, a collective that completed though its members called it further apart than its timeout, a rank
+    past a barrier before a member entered it, a collective completed that a member had not issued, or
     pg_config's unnamed group stated unlike."""
-    return (_config_clash(dumps) or _world_clash(dumps) or _time_clash(dumps) or _moment_clash(dumps)
-            or _unnamed_clash(dumps))
+    return (_config_clash(dumps) or _world_clash(dumps) or _time_clash(dumps) or _barrier_clash(dumps)
+            or _moment_clash(dumps) or _unnamed_clash(dumps))
 
 
 def _unnamed_clash(dumps: list[RankDump]) -> Reason | None:
@@ -188,13 +189,41 @@ def _unnamed_clash(dumps: list[RankDump]) -> Reason | None:
     return None
 
 
+def _barrier_clash(dumps: list[RankDump]) -> Reason | None:
+    """A rank that called something after a barrier it completed, before a member of that barrier entered it:
+    ``barrier()`` returns once every member entered it, so that rank's next call comes after the member's (one
+    clock; ``CLOCK_SLACK_NS`` for a job's hosts). Two same-shaped jobs' dumps mixed (the same groups, kinds and
+    sequence numbers, recorded 30 s apart) are told apart by their first barrier."""
+    entered: dict[tuple[str, int], tuple[int, RankDump]] = {}  # (group, seq) -> latest entry into it
+    left: list[tuple[str, int, int, RankDump]] = []            # (group, seq, next call after it, dump)
+    for dump in dumps:
+        calls = sorted((e for e in dump.entries if e.created_ns and not e.is_p2p), key=lambda e: e.created_ns)
+        for at, entry in enumerate(calls):
+            if entry.kind != "barrier" or entry.seq < 0:
+                continue
+            key = (entry.group_name, entry.seq)
+            if entry.created_ns > entered.get(key, (-1,))[0]:
+                entered[key] = (entry.created_ns, dump)
+            if entry.completed and at + 1 < len(calls):
+                left.append((*key, calls[at + 1].created_ns, dump))
+    for group, seq, next_ns, dump in left:  # a few barriers per dump
+        last_ns, member = entered[(group, seq)]
+        if next_ns + CLOCK_SLACK_NS < last_ns:
+            return Reason("barrier_clash", {"rank": dump.rank, "path": dump.path, "group": group, "seq": seq,
+                                            "before_ns": last_ns - next_ns, "member": member.rank,
+                                            "member_path": member.path})
+    return None
+
+
 def _moment_clash(dumps: list[RankDump]) -> Reason | None:
     """A collective completed on one rank that a member had not issued when it dumped: a collective completes
     only once every member issued it, and the member's own newest entries of the group are kept by its ring
     buffer, so the two dumps are not of one job at one moment (the other job's ranks, or a rank dumped before the
-    hang that went on afterwards). Members: the ranks whose whole dumps name the group."""
-    done: dict[str, tuple[int, RankDump, str]] = {}  # group -> (highest completed seq, its dump, its kind)
+    hang that went on afterwards). Members: the ranks whose whole dumps name the group, and for the world group
+    every rank whose whole dump reaches back past the completed call (``_covers``) with no entry of it."""
+    done: dict[str, tuple[int, RankDump, str, int]] = {}  # group -> (highest completed seq, dump, kind, called)
     behind: dict[str, tuple[int, RankDump]] = {}     # group -> (lowest last seq of a whole dump, that dump)
+    world = {e.group_name for d in dumps for e in d.entries if e.group_desc == "default_pg"}
     for dump in dumps:
         last: dict[str, int] = {}
         for entry in dump.entries:
@@ -202,18 +231,32 @@ def _moment_clash(dumps: list[RankDump]) -> Reason | None:
                 continue
             last[entry.group_name] = max(last.get(entry.group_name, -1), entry.seq)
             if entry.completed and entry.seq > done.get(entry.group_name, (-1,))[0]:
-                done[entry.group_name] = (entry.seq, dump, entry.kind)
+                done[entry.group_name] = (entry.seq, dump, entry.kind, entry.created_ns)
         if dump.status == "read":
             for name, seq in last.items():
                 if seq < behind.get(name, (1 << 63,))[0]:
                     behind[name] = (seq, dump)
+    for name in sorted(world & done.keys(), key=_group_key):  # every rank is a member of the world group
+        called = done[name][3]
+        for dump in dumps:  # a whole dump that reaches back past that call yet has no entry of the group
+            if dump.status == "read" and name not in {e.group_name for e in dump.entries} and _covers(dump, called):
+                behind[name] = (-1, dump)
+                break
     for name in sorted(done.keys() & behind.keys(), key=_group_key):
-        (seq, early, kind), (last_seq, late) = done[name], behind[name]
+        (seq, early, kind, _), (last_seq, late) = done[name], behind[name]
         if seq > last_seq:
             return Reason("moment_clash", {"rank": early.rank, "path": early.path, "kind": kind, "seq": seq,
                                            "group": name, "member": late.rank, "member_path": late.path,
                                            "member_seq": last_seq})
     return None
+
+
+def _covers(dump: RankDump, called_ns: int) -> bool:
+    """The dump's ring buffer still holds what its rank issued at ``called_ns``: it holds the process's first
+    record (nothing was evicted), or an entry called no later than that."""
+    first = min((e.record_id for e in dump.entries if e.record_id >= 0), default=-1)
+    oldest = min((e.created_ns for e in dump.entries if e.created_ns), default=0)
+    return first == 0 or 0 < oldest <= called_ns
 
 
 def _config_clash(dumps: list[RankDump]) -> Reason | None:
@@ -548,6 +591,8 @@ def _fr_waits(idx: Index, members, groups: dict[str, GroupState], pool: tuple[in
             ranks = tuple(r for r, why in odd.items() if why == reason)
             if ranks:
                 wait.targets.append((reason, ranks, False))
+        if odd and any(r not in odd for r in wait.waiters):  # a rank that issued it unlike the others waits for
+            wait.waiters = [r for r in wait.waiters if r not in odd]  # them, not for itself
         if seq == state.first_incomplete_seq and not_started(state.issued):
             wait.targets.append((NOT_STARTED, tuple(not_started(state.issued)), False))
         if state.not_dumped:

@@ -60,8 +60,13 @@ def _stated(ranks) -> str:  # noqa: ANN001
 WORDS = {
     "moment_clash": lambda f: (
         f"rank {f['rank']} ({f['path']}) completed {f['kind']} #{f['seq']} of group {f['group']}, which rank "
-        f"{f['member']} ({f['member_path']}), a member, had not issued when it dumped (its last there: "
-        f"#{f['member_seq']}): two jobs' dumps, or one job's taken at different times"),
+        f"{f['member']} ({f['member_path']}), a member, had not issued when it dumped ("
+        + (f"its last there: #{f['member_seq']}" if f['member_seq'] >= 0 else "it has no entry of that group")
+        + "): two jobs' dumps, or one job's taken at different times"),
+    "barrier_clash": lambda f: (
+        f"rank {f['rank']} ({f['path']}) went on past barrier #{f['seq']} of group {f['group']} "
+        f"{duration_text(f['before_ns'])} before rank {f['member']} ({f['member_path']}), a member, entered it: "
+        "a barrier returns once every member entered it, so these are two jobs' dumps"),
     "group_ranks_clash": lambda f: (
         f"group {f['group']} is ranks {_rr(f['ranks'])} in {f['path']} but ranks {_rr(f['other_ranks'])} in "
         f"{f['other_path']}"),

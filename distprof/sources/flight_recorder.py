@@ -469,7 +469,8 @@ def _entry(raw: dict, done_by_pg: dict[str, int]) -> Entry | None:
     return Entry(name, desc, seq, kind, shape(raw.get("input_sizes")), shape(raw.get("output_sizes")),
                  shape(raw.get("input_dtypes")), completed, state, raw.get("is_p2p") is True,
                  _time(raw.get("time_created_ns"), "time_created_ns"), _time(raw.get("timeout_ms"), "timeout_ms"),
-                 _time(raw.get("time_discovered_completed_ns"), "time_discovered_completed_ns"))
+                 _time(raw.get("time_discovered_completed_ns"), "time_discovered_completed_ns"),
+                 raw["record_id"] if type(raw.get("record_id")) is int and 0 <= raw["record_id"] <= MAX_INT else -1)
 
 
 def from_dump(dump: dict, rank: int, path: Path, status: str) -> RankDump:
