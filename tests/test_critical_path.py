@@ -116,7 +116,11 @@ REAL = ["torch_cpu/rank*.json.gz", "torch_cpu_nolate/rank*.json.gz", "kineto_h10
         "kineto/hta_nccl_parser_config_1of2/*.json.gz", "kineto/hta_negative_queue_1of16/*.json.gz",
         "kineto/hta_trace_diff_control_1of8/*.json.gz", "kineto_h100/nccl_world1/*.json.gz",
         "torch_cpu_whatif/late/rank*.json.gz", "torch_cpu_whatif/clean/rank*.json.gz",
-        "torch_pp/late1/rank*.json.gz", "torch_tpdp/*/rank*.json.gz"]
+        "torch_pp/late1/rank*.json.gz", "torch_tpdp/*/rank*.json.gz",
+        # a point before the end of the op it waited for (DDP pair: a step 0.2-2.9 ms longer, two
+        # segments overlapping), a launch that waited for nothing the walk follows (up to 32 ms short)
+        "torch_ddp/healthy/rank*.json.gz", "torch_ddp/late_nosync/rank*.json.gz",
+        "torch_pp/comm1_kernel/rank*.json.gz"]
 
 
 @pytest.mark.parametrize("pattern", REAL)
@@ -133,11 +137,12 @@ def test_length_is_the_replayed_step_on_real_traces(pattern):
         durations = sorted(ns for (rank, s), ns in replayed.items() if s == step.step)
         median = float(np.median(durations))
         assert step.rank_step_ns == replayed[(step.rank, step.step)]
-        assert abs(step.length_ns - step.rank_step_ns) <= 0.01 * step.rank_step_ns
+        assert step.length_ns == step.rank_step_ns  # the segments tile the step: none overlap, none missing
         assert abs(step.rank_step_ns - median) == min(abs(d - median) for d in durations)
         segs = step.segments
         # one unbroken walk: each segment starts where the one before it ended
         assert all(a.end_ns == b.start_ns for a, b in zip(segs, segs[1:]))
+        assert sum(s.end_ns - s.start_ns for s in segs) == step.rank_step_ns
         assert all(s.kind in critical_path.KINDS and s.end_ns > s.start_ns for s in segs)
     assert abs(sum(path.share_by_rank.values()) - 1) < 1e-9
     # the times walked are the replay's: each op's end is its last arrival + transfer (or its start),

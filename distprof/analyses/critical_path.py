@@ -67,37 +67,63 @@ def _walk(g: Graph, r: ReplayTimes, wait_op: np.ndarray, transfer: np.ndarray, e
           stop: int) -> list[tuple]:
     """The path from ``end_point`` back to time ``stop``, latest first, as (rank row, op or -1,
     kind, start, end) with kind COMPUTE for chain segments (refined later), COMMUNICATION for a
-    transfer, IDLE for a launch delay or a chain that starts late. One iteration per segment."""
-    out: list[tuple] = []
+    transfer, IDLE for a launch delay or a chain that starts late. One iteration per segment.
+    The pieces tile the step: each ends where the later one starts (``_Tiles``), so the path's
+    length is the step's, exactly."""
+    out = _Tiles(int(r.t[end_point]), int(g.p_rank[end_point]))
     node, at = _POINT, end_point
     for _ in range(g.p_t.size + 2 * g.o_start.size + 2):  # a replay graph has no cycles
         if node == _POINT:
             now = int(r.t[at])
             if now <= stop:
-                return out
+                return out.down_to(stop)
             if g.p_first[at]:
-                out.append((g.p_rank[at], -1, IDLE, stop, now))
-                return out
+                out.add(g.p_rank[at], -1, IDLE, stop, now)
+                return out.down_to(stop)
             op = wait_op[at]
-            out.append((g.p_rank[at], -1, COMPUTE, int(r.end[op]) if op >= 0 else int(r.t[at - 1]), now))
+            out.add(g.p_rank[at], -1, COMPUTE, int(r.end[op]) if op >= 0 else int(r.t[at - 1]), now)
             node, at = (_OP_END, op) if op >= 0 else (_POINT, at - 1)
         elif node == _OP_END:
             if r.end[at] <= stop:
-                return out
+                return out.down_to(stop)
             joined = r.last_op[at]  # a receive may have joined a send that started after it ended
             last = joined if r.start[at] < r.start[joined] <= r.end[at] else at
             if r.start[last] + transfer[at] >= r.start[at]:
-                out.append((g.o_rank[at], at, COMMUNICATION, int(r.start[last]), int(r.end[at])))
+                out.add(g.o_rank[at], at, COMMUNICATION, int(r.start[last]), int(r.end[at]))
             node, at = _OP_START, last
         else:
             begin = int(r.start[at] - g.o_delta[at])
             if r.start[at] <= stop:
-                return out
-            out.append((g.o_rank[at], at, IDLE, begin, int(r.start[at])))
+                return out.down_to(stop)
+            out.add(g.o_rank[at], at, IDLE, begin, int(r.start[at]))
             prev = g.o_lane_prev[at]
             queued = prev >= 0 and (r.end[prev] >= r.ready[at] or g.o_issue[at] < 0)
             node, at = (_OP_END, prev) if queued else (_POINT, g.o_issue[at])
     raise ValueError("critical path: the replay graph has a cycle")
+
+
+class _Tiles(list):
+    """The walk's pieces, latest first, made to tile the time from the step's end down: a piece
+    that reaches past the start of the one after it (a point the trace puts before the end of the
+    op it waited for) is cut there; a stretch no piece covers (a launch that waited for nothing the
+    walk follows) is IDLE on the rank that holds the path after it. Path length = step, exactly."""
+
+    def __init__(self, ceiling: int, rank: int) -> None:
+        super().__init__()
+        self.ceiling, self.rank = ceiling, rank
+
+    def add(self, rank: int, op: int, kind: str, start: int, end: int) -> None:
+        end = min(end, self.ceiling)
+        if end < self.ceiling:
+            self.append((self.rank, -1, IDLE, end, self.ceiling))
+        start = min(start, end)
+        self.append((rank, op, kind, start, end))
+        self.ceiling, self.rank = start, rank
+
+    def down_to(self, stop: int) -> list[tuple]:
+        if self.ceiling > stop:
+            self.append((self.rank, -1, IDLE, stop, self.ceiling))
+        return self
 
 
 def _phase_table(g: Graph, t: np.ndarray) -> dict[str, np.ndarray]:
