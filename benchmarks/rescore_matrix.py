@@ -27,7 +27,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from verdict_matrix import Run, measure, read_verdict, report, scores  # noqa: E402
+from verdict_matrix import RANKS, Run, measure, read_verdict, report, scores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,9 @@ def kept_runs(record: Path, kept: Path, jobs: set[str] | None) -> list[tuple[Run
     known = {f.name for f in fields(Run)}
     folders = {p.name.split("_", 1)[0]: p for p in kept.iterdir() if p.is_dir()}
     out = []
-    for index, raw in enumerate(json.loads(record.read_text())["runs"]):
+    recorded = json.loads(record.read_text())
+    RANKS.update(recorded.get("ranks") or {})  # the world sizes the runs had (--ranks): who had a core each
+    for index, raw in enumerate(recorded["runs"]):
         run, folder = Run(**{k: v for k, v in raw.items() if k in known}), folders.get(f"{index:03d}")
         if folder is None or run.error or (jobs and run.job not in jobs):
             continue

@@ -48,7 +48,7 @@ DEFAULTS: dict[str, Any] = {
         "straggler_min_step_fraction": 0.05,   # ... and at least this share of the median step time
         "straggler_min_late_share": 0.75,   # a straggler is late in at least this share of the steps
         "straggler_min_lead": 2.0,   # ... and costs at least this many times the runner-up rank
-        "straggler_min_onset_steps": 3,   # or late in every step from some step on to the last, this many
+        "straggler_min_onset_steps": 2,   # or slow since a change point, with at least this many steps since
         "late_min_ns": 20_000,   # per collective: a last arrival counts when this far (plus clock
                                  # uncertainty) after the second-latest one
         "max_rows": 200,    # per-collective and per-step rows kept in summary.json (plus aggregates)

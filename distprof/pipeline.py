@@ -124,7 +124,7 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None 
         "excluded_kinds": matching.excluded,
         **skew.collective_skew(matching, [r.clock.offset_ns for r in results], [u or 0 for u in uncertainties],
                                config, step_ns=step_ns, verified=[r.clock.verified for r in results], inst=inst,
-                               phases=steps["phases"], window_ns=window_ns,
+                               window_ns=window_ns,
                                gpu=[r.gpu_gaps is not None for r in results], markers=markers),
         **steps,
     }
@@ -361,8 +361,9 @@ def _claimed_twice(reduced: list, paths: list[Path]) -> str | None:
 
 
 def _not_one_run(reduced: list, paths: list[Path]) -> str | None:
-    """Why the inputs are not one run's files (two ranks claiming one number, launcher ids or recorded
-    times of two runs: sources.one_run), as one line naming files of both; None when they can be one.
+    """Why the inputs are not one run's files (two ranks claiming one number, launcher ids, stated world
+    sizes or recorded times of two runs: sources.one_run), as one line naming files of both; None when
+    they can be one.
     The rule is the same for every format, so any mix of them is checked as one set."""
     from .sources import one_run
     clash = _claimed_twice(reduced, paths)
@@ -371,7 +372,8 @@ def _not_one_run(reduced: list, paths: list[Path]) -> str | None:
     spans: dict[int, dict] = {}
     for index, _, result in reduced:  # one per rank result; a file of several ranks is one input
         run = result.meta.get("run") or {}
-        mine = spans.setdefault(index, {"span_ns": None, "launcher": {}})
+        mine = spans.setdefault(index, {"span_ns": None, "launcher": {}, "host": result.host,
+                                        "world_size": result.meta.get("world_size") or 0})
         if run.get("span_ns"):
             first, last = run["span_ns"]
             old = mine["span_ns"] or (first, last)

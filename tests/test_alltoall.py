@@ -29,19 +29,22 @@ SKEWED = [(12, 12, 28, 12)] * 4
 EVEN = [(16, 16, 16, 16)] * 4
 
 
-def moe_job(folder: Path, splits: list[tuple[int, ...]], steps: int = 3) -> list[Path]:
+def moe_job(folder: Path, splits: list[tuple[int, ...]], steps: int = 3, skewed_from: int | None = None) -> list[Path]:
     """Per step: a dispatch all-to-all at 100 µs (rank r sends splits[r][p] rows to p) and the combine
-    at 400 µs (the reverse), in group "1"; a DP allreduce on the world at 700 µs."""
+    at 400 µs (the reverse), in group "1"; a DP allreduce on the world at 700 µs. ``skewed_from``: the
+    router is EVEN before that step, ``splits`` from it on."""
     ops = {}
     for r in EP:
-        out_rows = [splits[q][r] for q in EP]
         ops[r] = []
         for s in range(steps):
+            step_splits = EVEN if skewed_from is not None and s < skewed_from else splits
+            out_rows = [step_splits[q][r] for q in EP]
             at = s * 1000.0
-            ops[r] += [kf.CommOp("alltoall", "1", EP, sum(splits[r]) * H, "Float", at + 100, 200,
-                                 out_nelems=sum(out_rows) * H, in_splits=splits[r], out_splits=tuple(out_rows)),
+            ops[r] += [kf.CommOp("alltoall", "1", EP, sum(step_splits[r]) * H, "Float", at + 100, 200,
+                                 out_nelems=sum(out_rows) * H, in_splits=step_splits[r], out_splits=tuple(out_rows)),
                        kf.CommOp("alltoall", "1", EP, sum(out_rows) * H, "Float", at + 400, 200,
-                                 out_nelems=sum(splits[r]) * H, in_splits=tuple(out_rows), out_splits=splits[r]),
+                                 out_nelems=sum(step_splits[r]) * H, in_splits=tuple(out_rows),
+                                 out_splits=step_splits[r]),
                        kf.CommOp("allreduce", "0", EP, 1 << 16, "Float", at + 700, 100)]
     return kf.collective_job(folder, ops, world_size=4, step_us=1000.0)
 
@@ -84,6 +87,21 @@ def test_skewed_router_per_group_bytes_and_the_finding(tmp_path):
                                               "3": 288 * row_bytes}
     assert "rank 2 gets 2.3x the tokens of the other ranks' median" in found["message"]
     assert not [f for f in summary["findings"] if f["finding"] == "imbalance"]  # one fix, one finding
+
+
+def test_a_router_skewed_from_mid_run_is_hot_since_then(tmp_path):
+    """8 steps, the router even in steps 0-3 and skewed from step 4: over the window rank 2's load is
+    (4 x 2 x 112 + 4 x 2 x 64) / (4 x 2 x 48 + 4 x 2 x 64) = 1.57x at most the others', a ratio diluted by
+    the even steps; the one change-point rule finds step 4, and from it rank 2 is 112/48 = 2.33x."""
+    summary = merged(moe_job(tmp_path, SKEWED, steps=8, skewed_from=4))
+    [group] = summary["alltoall"]
+    assert (group["onset_step"], group["steps_since"], group["hot_ranks"]) == (4, 4, [2])
+    assert group["load_ratio_max"] == pytest.approx(112 / 48)
+    row_bytes = H * 4
+    assert {r["rank"]: r["load_bytes"] for r in group["rows"]} == \
+        {r: 4 * 2 * (112 if r == 2 else 48) * row_bytes for r in EP}
+    even = merged(moe_job(tmp_path / "even", SKEWED, steps=8, skewed_from=8))["alltoall"][0]
+    assert "onset_step" not in even and even["hot_ranks"] == []
 
 
 def test_even_router_no_finding(tmp_path):

@@ -189,6 +189,29 @@ def test_a_rank_that_turns_slow_mid_run_and_stays_slow_is_named_since_that_step(
     assert "late since step 3" in finding["message"]
 
 
+@pytest.mark.parametrize("onset", range(1, 7))
+def test_an_onset_at_any_step_from_the_second_to_the_last_but_one_is_found(onset):
+    """8 steps, rank 1 slow by 20 ms from step ``onset`` (1..n-2) on: "since step" that step, its
+    waits and cost per faulty step (a rank late in 7 of 8 steps was "persistent", averaged)."""
+    summary = tp_dp_job(20 * MS, late_rank=1, steps=8, late_steps=range(onset, 8))
+    straggler = summary["skew"]["straggler"]
+    assert (straggler["rank"], straggler["pattern"], straggler["onset_step"]) == (1, "since step", onset)
+    assert straggler["waits_caused_ns"] == straggler["cost_ns"] == 20 * MS
+
+
+def test_a_rank_slow_from_the_first_step_is_persistent():
+    straggler = tp_dp_job(20 * MS, late_rank=1, steps=8)["skew"]["straggler"]
+    assert (straggler["rank"], straggler["pattern"], straggler["onset_step"]) == (1, "persistent", None)
+
+
+def test_the_phase_excess_of_a_rank_slow_since_a_step_is_per_faulty_step():
+    """Rank 1's forward is 30 ms longer from step 5 of 8: "forward, +30 ms a step" since step 5, not
+    30 x 3 / 8 = 11.25 ms averaged over every step."""
+    straggler = tp_dp_job(30 * MS, late_rank=1, steps=8, late_steps=range(5, 8))["skew"]["straggler"]
+    assert (straggler["pattern"], straggler["onset_step"]) == ("since step", 5)
+    assert (straggler["phase"], straggler["phase_extra_ns"]) == ("forward", 30 * MS)
+
+
 @pytest.mark.parametrize("late_steps", [{4}, {2, 3, 4}, {5, 6}])
 def test_a_burst_that_ended_or_a_short_tail_is_no_straggler(late_steps):
     summary = tp_dp_job(20 * MS, late_rank=1, steps=8, late_steps=late_steps)
@@ -387,3 +410,40 @@ def test_a_delay_passed_on_at_a_step_end_is_not_charged_again_at_the_next_step_s
             start[r] = dp_end[r]
     caused = _waits_caused(summarize(rows))
     assert caused == {0: 0, 1: delay, 2: 0, 3: 0}
+
+
+def _rotating_job(steps: int = 8) -> dict:
+    """4 ranks, one data-parallel group, two allreduces a step. Rank 3's forward is 20 ms longer in
+    every step (the straggler); before the second allreduce rank ``step % 3`` is 10 ms late on its
+    own (the last arriver rotates among ranks 0-2, as in the DLRM trace)."""
+    rows = {r: [] for r in range(4)}
+    for s in range(steps):
+        base = s * STEP_NS
+        for r in range(4):
+            forward_end = base + 40 * MS + (20 * MS if r == 3 else 0)
+            backward_end = base + 100 * MS + (10 * MS if r == s % 3 else 0)
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, base, base + 120 * MS, 1, s, "", "", -1),
+                        _phase("forward", base, forward_end, s),
+                        _comm(ev.ALLREDUCE, forward_end, base + 61 * MS, s, "dp"),
+                        _phase("backward", base + 61 * MS, backward_end, s),
+                        _comm(ev.ALLREDUCE, backward_end, base + 111 * MS, s, "dp")]
+    return summarize(rows)
+
+
+def test_the_straggler_is_credited_only_with_the_waits_for_it():
+    """Each of ranks 0-2 waits 20 ms for rank 3 in every step, and 10 ms in the 5-6 steps where another
+    of them is last at the second allreduce. Only the first are rank 3's: 8 x 20 ms each (was 210-220 ms,
+    with the waits for the rotating ranks), never more than the waits it caused."""
+    straggler = _rotating_job()["skew"]["straggler"]
+    assert straggler["rank"] == 3 and straggler["pattern"] == "persistent"
+    assert straggler["exposed_waits_ns_by_rank"] == {"0": 160 * MS, "1": 160 * MS, "2": 160 * MS}
+    assert max(straggler["exposed_waits_ns_by_rank"].values()) <= straggler["total_waits_caused_ns"]
+
+
+def test_a_wait_for_a_rank_that_carried_the_stragglers_delay_is_the_stragglers():
+    """TP x DP, rank 3 late by 30 ms: rank 2 waits for it in their TP allreduce and reaches its DP
+    allgather 30 ms late, where rank 0 waits for rank 2. That wait is rank 3's (carried), as are the
+    direct waits of ranks 2 (TP) and 1 (DP): 6 steps x 30 ms each."""
+    straggler = tp_dp_job(30 * MS)["skew"]["straggler"]
+    assert straggler["rank"] == 3
+    assert straggler["exposed_waits_ns_by_rank"] == {"0": 180 * MS, "1": 180 * MS, "2": 180 * MS}

@@ -18,7 +18,6 @@ import kineto_fixtures as kf
 
 from distprof import config as config_mod
 from distprof.analyses import sharded as sharded_mod
-from distprof.analyses import skew as skew_mod
 from distprof.cli import merge_files
 from distprof.sections.sharded import ShardedRank
 
@@ -150,7 +149,6 @@ def test_a_sleep_in_forward_counts_and_the_wait_for_it_does_not(tmp_path):
     # rank 0: 24 ms less its c10d calls (0.2) and its waits 2.1-3 (idle to the prefetch's end) and
     # 3.1-22.7 ms (19.6) = 3.3 ms a step; rank 1: 24 ms less its c10d calls and its wait 22.1-22.7 = 23.2 ms
     assert forward["compute_ns_by_rank"] == {"0": 3 * 33 * MS // 10, "1": 3 * 232 * MS // 10}
-    assert skew_mod.straggler_phase(skew["phases"], 1) == ("## forward ##", 199 * MS // 10)
     # named, then left unconfirmed: the synthetic steps are 39 ms on both ranks whatever waits, so no fix saves
     straggler = skew["straggler"] or skew["unconfirmed_straggler"]
     assert straggler["rank"] == 1 and straggler["phase"] == "## forward ##"

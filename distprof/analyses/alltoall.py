@@ -18,7 +18,8 @@ import numpy as np
 from ..results import RankResult
 from ..sections.alltoall import AllToAllGroup, AllToAllRank
 from ..sections.findings import ExpertImbalanceEvidence
-from . import imbalance
+from ..typed import ABSENT
+from . import changepoint, imbalance
 
 ALLTOALL = "alltoall"
 
@@ -55,7 +56,24 @@ def _spread(matrix: np.ndarray) -> np.ndarray:
     return np.where(middle > 0, matrix.max(axis=0) / np.maximum(middle, 1), 1.0)
 
 
-def _group(ops: dict, mine: np.ndarray, name: str, ranks: list[int], limit: float) -> AllToAllGroup | None:
+def _turned_hot(load: np.ndarray, step: np.ndarray, rule: tuple[float, float, float]) -> tuple[int, int] | None:
+    """(member row, position of its first hot step) when one member's load turned hot mid-run and stayed so,
+    by the one change-point rule (analyses/changepoint.py) over each step's load ratio less 1: a router
+    skewed from step k on has a window ratio diluted by the steps before it (2x for 4 of 8 steps: 1.45),
+    and its finding says since when."""
+    steps, column = np.unique(step, return_inverse=True)
+    per_step = np.zeros((load.shape[0], steps.size))
+    np.add.at(per_step, (slice(None), column.ravel()), load)
+    others = np.stack([np.median(np.delete(per_step, i, axis=0), axis=0) for i in range(load.shape[0])])
+    excess = np.where(others > 0, per_step / np.maximum(others, 1), 1.0) - 1.0
+    limit, late_share, lead = rule
+    candidate = int(np.argmax(excess[:, -2:].sum(axis=1)))
+    onset = changepoint.onset(excess, candidate, limit - 1.0, late_share, lead)
+    return None if onset is None else (candidate, onset)
+
+
+def _group(ops: dict, mine: np.ndarray, name: str, ranks: list[int], rule: tuple[float, float, float]
+           ) -> AllToAllGroup | None:
     """The group's rows: its all-to-alls that every member has (matched by step and order in it)."""
     members, member_row = np.unique(ops["row"][mine], return_inverse=True)
     keys, column = np.unique(np.stack([ops["step"][mine], ops["ordinal"][mine]], axis=1), axis=0,
@@ -69,7 +87,13 @@ def _group(ops: dict, mine: np.ndarray, name: str, ranks: list[int], limit: floa
         return None
     sent, recv = sent[:, full], recv[:, full]
     recv_side = _spread(recv) >= _spread(sent)
-    load = np.where(recv_side, recv, sent).sum(axis=1)
+    per_op = np.where(recv_side, recv, sent)
+    load, limit, onset_step, steps_since = per_op.sum(axis=1), rule[0], None, None
+    turned = _turned_hot(per_op, keys[full, 0], rule)
+    if turned is not None:  # the load since the onset is what the finding weighs
+        first = np.unique(keys[full, 0])[turned[1]]
+        load, onset_step = per_op[:, keys[full, 0] >= first].sum(axis=1), int(first)
+        steps_since = int(np.unique(keys[full, 0][keys[full, 0] >= first]).size)
     ratio = [_ratio(load, i) for i in range(members.size)]
     rows = [AllToAllRank(rank=ranks[m], ops=int(full.sum()), sent_bytes=int(sent[i].sum()),
                          recv_bytes=int(recv[i].sum()), load_bytes=int(load[i]), load_ratio=ratio[i])
@@ -79,7 +103,8 @@ def _group(ops: dict, mine: np.ndarray, name: str, ranks: list[int], limit: floa
     return AllToAllGroup(group=name, ranks=[r.rank for r in rows], ops=int(full.sum()),
                          steps=int(np.unique(keys[full, 0]).size), recv_side_ops=int(recv_side.sum()), rows=rows,
                          load_ratio_max=max(known) if known else None, hot_ranks=[r.rank for r in hot],
-                         limit_ratio=limit)
+                         limit_ratio=limit, **({} if onset_step is None else
+                                               {"onset_step": onset_step, "steps_since": steps_since}))
 
 
 def _ratio(load: np.ndarray, i: int) -> float | None:
@@ -95,11 +120,12 @@ def groups(results: list[RankResult], config: dict) -> list[AllToAllGroup]:
     ops = _ops(results)
     if not ops:
         return []
-    limit = float(config["diagnosis"]["expert_imbalance_ratio"])
+    rule = (float(config["diagnosis"]["expert_imbalance_ratio"]), float(config["skew"]["straggler_min_late_share"]),
+            float(config["skew"]["straggler_min_lead"]))
     ranks = [r.rank for r in results]
     out = []
     for name in np.unique(ops["group"]).tolist():  # one iteration per all-to-all group
-        found = _group(ops, ops["group"] == name, name, ranks, limit)
+        found = _group(ops, ops["group"] == name, name, ranks, rule)
         out += [found] if found else []
     return out
 
@@ -113,7 +139,11 @@ def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew:
     exceeds it most (0 where none does)."""
     floor = float(config["skew"]["straggler_min_step_fraction"])
     hot_groups = [g for g in found if g.hot_ranks]
-    if not hot_groups or imbalance.replay_disagrees(whatif, floor):
+    # a load that turned uneven at step k is priced on its steps: the replay's saving per step over the
+    # window, spread over the steps since k
+    since = min((g.steps_since / g.steps for g in hot_groups if g.steps_since is not ABSENT and g.steps),
+                default=1.0)
+    if not hot_groups or imbalance.replay_disagrees(whatif, floor, since):
         return []
     phases = imbalance.phase_matrix(results)
     straggler = (skew.get("straggler") or {}).get("rank")
@@ -127,7 +157,8 @@ def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew:
             load_ratio=float(group.load_ratio_max or 0.0), limit_ratio=group.limit_ratio, load_bytes_by_rank=load,
             others_median_bytes=float(np.median([v for r, v in load.items() if r != hottest])), ops=group.ops,
             recv_side_ops=group.recv_side_ops, phase=where[0] if where else None,
-            phase_extra_ns=where[1] if where else None, straggler=straggler == hottest, floor_share=floor)
+            phase_extra_ns=where[1] if where else None, straggler=straggler == hottest, floor_share=floor,
+            **({} if group.onset_step is ABSENT else {"onset_step": group.onset_step}))
         out.append({"finding": "expert_imbalance", "figure_ns": where[1] if where else 0, "ranks": group.hot_ranks,
                     "evidence": evidence})
     return out

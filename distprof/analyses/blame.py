@@ -59,6 +59,21 @@ def _carried(present: np.ndarray, start: np.ndarray, end: np.ndarray, wait: np.n
     return previous, carried
 
 
+def resumed_behind(present: np.ndarray, start: np.ndarray, duration: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """(ranks, instances): how long after the earliest member each rank resumed before arriving at the
+    instance (the end of its latest op that ended before it arrived; 0 where unknown): a delay a rank
+    carried in is at most this. Ranks that left their previous op together carry nothing (everyone
+    resumed at once after a wait: the waits were absorbed)."""
+    end = start + duration
+    zeros = np.zeros(present.shape[1], np.int64)
+    previous, _ = _carried(present, start, end, np.zeros_like(start), zeros, zeros - 1, step)
+    rows = np.arange(present.shape[0])[:, None]
+    known = present & (previous >= 0)
+    resume = np.where(known, end[rows, np.maximum(previous, 0)], np.iinfo(np.int64).max)
+    earliest = resume.min(axis=0) if resume.size else zeros
+    return np.where(known, resume - earliest[None, :], 0)
+
+
 def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, inst: dict,
                 counted: np.ndarray, step: np.ndarray) -> np.ndarray:
     """Per instance, the last rank's own share of what the second-latest waited for it (ns; 0

@@ -90,19 +90,21 @@ def rank_excess(phases: dict | None, rank: int) -> tuple[str, int] | None:
     return best
 
 
-def replay_disagrees(whatif: dict | None, floor: float) -> bool:
+def replay_disagrees(whatif: dict | None, floor: float, share_of_steps: float = 1.0) -> bool:
     """The one cost model's veto, as the straggler's (skew.straggler_min_step_fraction, rule (e)): the
     replay prices balancing the ranks under ``floor`` of the measured step. Judged wherever the replay
     priced it, also on hosts whose ranks outnumber their cores (there its saving is an upper bound:
     under the floor, the fix saves little); not where the host waits for none of its GPU collectives
-    (the replay cannot see a rank wait there: its saving is no evidence) or the replay did not run."""
+    (the replay cannot see a rank wait there: its saving is no evidence) or the replay did not run.
+    ``share_of_steps``: the share of the steps the imbalance is in (since its onset): the saving per step
+    over the window is theirs."""
     row = next((s for s in (whatif or {}).get("scenarios", []) if s["name"] == SCENARIO), None)
     step_ns = (whatif or {}).get("measured_step_ns")
     if row is None or not row["applies"] or not step_ns:
         return False
     if any(isinstance(note, Reason) and note.code == "gpu_waits_unseen" for note in whatif.get("notes", [])):
         return False
-    return max(int(row["saving_ns"] or 0), 0) < floor * step_ns
+    return max(int(row["saving_ns"] or 0), 0) < floor * step_ns * max(share_of_steps, 1e-9)
 
 
 def _no_straggler_note(skew: dict, late_share: float) -> Reason | None:

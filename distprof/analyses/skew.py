@@ -18,9 +18,9 @@ from ..rankview import RankView
 from ..results import RankMarkers
 from ..typed import Reason
 from . import blame as blame_mod
+from . import changepoint, steptime
 from . import collectives as coll
 from . import intervals as iv
-from . import steptime
 from .distributed import exposed_per_op
 
 _INT_MIN, _INT_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -228,16 +228,17 @@ def _top(score: np.ndarray, limit: int) -> np.ndarray:
 
 def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
                     step_ns: int | None = None, verified=None, inst: dict | None = None,
-                    phases: list[dict] | None = None, window_ns: int | None = None, gpu=None,
+                    window_ns: int | None = None, gpu=None,
                     markers: list[dict] | None = None) -> dict:
     """Per-collective arrival/end skew, waits, bytes and bandwidth, the sync/transfer split and the
     straggler.
 
     ``offsets``/``uncertainties`` are the final per-rank clock offsets (rows of ``matching``);
     ``step_ns`` the median step duration (``window_ns`` the median window, without steps);
-    ``inst`` the instances of analyses.collectives (computed here when not given); ``phases``
-    skew.phases (for the straggler's phase); ``gpu`` per row whether the rank's trace has GPU work;
-    ``markers`` per row its aligned RankMarkers as JSON (a pipeline's stages are charged by them).
+    ``inst`` the instances of analyses.collectives (computed here when not given); ``gpu`` per row
+    whether the rank's trace has GPU work;
+    ``markers`` per row its aligned RankMarkers as JSON (a pipeline's stages are charged by them, the
+    straggler's phase is read off them).
 
     Per rank, lateness against the median start (the median, so a second late rank does not hide
     the first) stays in ``ranks[]`` for reference; the straggler is named by what the others
@@ -271,7 +272,7 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
                         "waits_caused_ns": int(round(blame["per_step"][r])),
                         "total_waits_caused_ns": int(blame["cost"][r]),
                         "steps_late": int(blame["steps_late"][r])} for r in range(n_ranks)]
-    straggler, notes = _name_straggler(matching, inst, blame, cfg, verified, phases, gpu)
+    straggler, notes = _name_straggler(matching, inst, blame, cfg, verified, markers, gpu)
     result["straggler"] = straggler
     # which note says why none was named (the first screen's reason): an index into the notes
     result["no_straggler_note"] = len(result["notes"]) if notes and straggler is None else None
@@ -454,46 +455,43 @@ def _side(matching: Matching, inst: dict, blame: dict, row: int, gpu) -> str | N
     return "device" if float(np.median(ratio)) < 0.5 else "host"
 
 
-def straggler_phase(phases: list[dict] | None, rank: int) -> tuple[str, int] | None:
-    """The phase where the rank spends the most time per step above the median of the other ranks
-    (the others: with two ranks a median that includes the rank itself halves its excess), by the
-    phase's own work: the others' forward that holds their wait for this rank is not longer work."""
+def straggler_phase(markers: list[dict] | None, row: int, since_step: int | None = None) -> tuple[str, int] | None:
+    """The phase where the rank at ``row`` of ``markers`` (each rank's RankMarkers as JSON) spends
+    the most time per step above the median of the other ranks (the others: with two ranks a
+    median that includes the rank itself halves its excess), by the phase's own work: the
+    others' forward that holds their wait for this rank is not longer work. Per step it ran, over
+    the steps from ``since_step`` on when given (a rank slow since step k: its excess per faulty
+    step, as its cost is). None when no phase is longer."""
+    if not markers or row >= len(markers):
+        return None
+    per_step = []  # per rank: {phase name: own work per step it ran}
+    for marker in markers:  # one per rank
+        phases = marker.get("phases") or {}
+        steps = np.asarray(phases.get("step", []), np.int64)
+        work = np.asarray(phases.get("compute_ns", phases.get("busy_ns", [])), np.float64)
+        keep = (steps >= 0) & (steps >= (since_step if since_step is not None else 0))
+        names = np.asarray(phases.get("name", []), dtype=object)[keep]
+        distinct, code = np.unique(names.astype(str), return_inverse=True) if names.size else (np.zeros(0, str), None)
+        totals = np.bincount(code, weights=work[keep], minlength=distinct.size) if names.size else np.zeros(0)
+        ran = np.bincount(code, minlength=distinct.size) if names.size else np.zeros(0)  # one row per step
+        per_step.append(dict(zip(distinct.tolist(), (totals / np.maximum(ran, 1)).tolist())))
     best = None
-    for phase in phases or []:  # one iteration per phase name
-        by_rank = phase.get("compute_ns_by_rank") or phase.get("busy_ns_by_rank") or {}
-        mine = by_rank.get(str(rank))
-        others = [v for r, v in by_rank.items() if r != str(rank)]
-        if mine is None or not phase["steps"] or not others:
-            continue
-        extra = (mine - float(np.median(others))) / phase["steps"]
+    for name, mine in per_step[row].items():  # one iteration per phase name
+        others = [p[name] for k, p in enumerate(per_step) if k != row and name in p]
+        extra = mine - float(np.median(others)) if others else 0.0
         if extra > 0 and (best is None or extra > best[1]):
-            best = (phase["name"], int(extra))
+            best = (name, int(extra))
     return best
 
 
 def _onset(per_unit: np.ndarray, r: int, min_cost: float, cfg: dict) -> int | None:
-    """The unit from which rank row ``r`` stays late, as a change point: late in every unit from
-    it to the last one (at least ``straggler_min_onset_steps`` units), every one of them costing
-    more than any unit of its own before it (a step up, not noise that was already there), their
-    median more than what any other rank cost in any unit before it (above the job's noise), and
-    at least ``straggler_min_lead`` × what any other rank costs since (not one of several late
-    ranks). A burst that ended is a one-off; a late rank taking over from another, as late,
-    rotates. None when there is no such unit."""
-    late, n = per_unit[r] >= min_cost, per_unit.shape[1]
-    if n < 2 or not late[-1] or late.all():
-        return None
-    onset = n - int(np.argmin(late[::-1]))  # the last run of late units
-    if n - onset < int(cfg.get("straggler_min_onset_steps", 3)):
-        return None
-    since, others = per_unit[r, onset:], np.delete(per_unit, r, axis=0)
-    steps_up = since.min() > per_unit[r, :onset].max()
-    above_noise = np.median(since) > (others[:, :onset].max() if others.size else 0)
-    leads = since.sum() >= float(cfg["straggler_min_lead"]) * (others[:, onset:].sum(axis=1).max()
-                                                               if others.size else 0)
-    return onset if steps_up and above_noise and leads else None
+    """The unit rank row ``r`` turned slow at (analyses/changepoint.py: the one change-point rule, with
+    the straggler's threshold, late share, lead and shortest tail); None when there is none."""
+    return changepoint.onset(per_unit, r, min_cost, float(cfg["straggler_min_late_share"]),
+                             float(cfg["straggler_min_lead"]), int(cfg.get("straggler_min_onset_steps", 2)))
 
 
-def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, verified, phases,
+def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, verified, markers,
                     gpu) -> tuple[dict | None, list[Reason]]:
     """The straggler: the rank whose waits caused are the largest, when (a) they reach ``min_cost``
     per step, (b) it is late in ``straggler_min_late_share`` of the steps, or of the steps from
@@ -513,10 +511,12 @@ def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, veri
     repeats = int(blame["last_in"][r]) > of / 2 if one_step else \
         steps_late >= np.ceil(float(cfg["straggler_min_late_share"]) * n_units - 1e-9)
     onset = None
-    if not (one_step or repeats):  # turned slow mid-run: the rank costing most over the last units
-        tail = int(np.argmax(blame["per_unit"][:, -int(cfg.get("straggler_min_onset_steps", 3)):].sum(axis=1)))
-        onset = _onset(blame["per_unit"], tail, blame["min_cost"], cfg)
-        r = tail if onset is not None else r
+    if not one_step:  # turned slow mid-run: a late rank whose first steps were on time, else the rank
+        # costing most over the last units
+        shortest = max(int(cfg.get("straggler_min_onset_steps", 2)), 1)
+        candidate = r if repeats else int(np.argmax(blame["per_unit"][:, -shortest:].sum(axis=1)))
+        onset = _onset(blame["per_unit"], candidate, blame["min_cost"], cfg)
+        r = candidate if onset is not None else r
         late_in, of, steps_late = int(blame["late_in"][r]), int(blame["of"][r]), int(blame["steps_late"][r])
     if onset is not None:
         big, repeats = blame["per_unit"][r][onset:].mean() >= blame["min_cost"], True
@@ -528,10 +528,10 @@ def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, veri
     if not verified[r]:
         return None, [Reason("clock_unverified", {"rank": rank_of[r], "per_step_ns": float(per_step[r]),
                                                   "late_in": late_in, "of": of})]
-    return _straggler_row(matching, inst, blame, r, phases, gpu, onset), []
+    return _straggler_row(matching, inst, blame, r, markers, gpu, onset), []
 
 
-def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, phases, gpu, onset: int | None) -> dict:
+def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, markers, gpu, onset: int | None) -> dict:
     """skew.straggler: the contract keys and the older ones reports read. With an onset, the
     waits it causes are per step since then."""
     rank_of = matching.ranks.tolist()
@@ -539,8 +539,8 @@ def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, phases, 
     per_step, step_ns = float(blame["per_step"][r]), blame["step_ns"]
     if onset is not None:
         per_step = float(blame["per_unit"][r][onset:].mean())
-    phase = straggler_phase(phases, rank_of[r])
-    attributed = phase if phase and phase[1] >= 0.5 * float(blame["per_step"][r]) else None
+    phase = straggler_phase(markers, r, None if onset is None else int(blame["steps"][onset]))
+    attributed = phase if phase and phase[1] >= 0.5 * per_step else None
     late_units = np.flatnonzero(blame["per_unit"][r] >= blame["min_cost"])
     late_in = int(blame["late_in"][r])
     return {
@@ -571,11 +571,42 @@ def _exposed_waits(matching: Matching, inst: dict, blame: dict, r: int, late_uni
     return _owed(matching, inst, r, in_late)
 
 
+def _owed_to(matching: Matching, inst: dict, r: int) -> np.ndarray:
+    """(ranks, instances): what each rank waited for row ``r`` in each collective. Every wait has one
+    owner: the rank whose arrival ended it. A rank's wait counts for ``r`` from the latest arrival of
+    the other members as they would have arrived without ``r``'s delay: their arrival less the delay
+    they carried in from ``r`` (no more than how far behind they resumed, ``blame.resumed_behind``,
+    nor than what they waited for ``r`` in the step, followed back through the chain one hop a pass).
+    A wait for a rank late on its own is not the straggler's (the DLRM trace: rank 7 last in 4 of 8
+    collectives, credited with the waits of all 8)."""
+    present, start, wait = matching.present, inst["start"], inst["wait"]
+    n_rows, n = present.shape
+    if not n:
+        return np.zeros(present.shape, np.int64)
+    _, unit = np.unique(matching.step, return_inverse=True)
+    unit = unit.ravel()
+    behind = blame_mod.resumed_behind(present, start, inst["duration"], matching.step)
+    others = present & (np.arange(n_rows)[:, None] != r)
+    waited_for_r = np.zeros((n_rows, int(unit.max()) + 1), np.int64)  # per rank and step
+    owed = np.zeros(present.shape, np.int64)
+    for _ in range(n_rows):  # a chain has at most one hop per rank
+        carried = np.minimum(behind, waited_for_r[:, unit])
+        without_r = np.where(others, start - carried, _INT_MIN).max(axis=0)  # latest arrival but r's delay
+        owed = np.where(others, np.clip(inst["last"][None, :] - np.maximum(start, without_r[None, :]), 0, wait), 0)
+        again = np.zeros_like(waited_for_r)
+        np.maximum.at(again, (slice(None), unit), owed)
+        if (again == waited_for_r).all():
+            break
+        waited_for_r = again
+    return owed
+
+
 def _owed(matching: Matching, inst: dict, r: int, columns: np.ndarray) -> dict:
-    """_exposed_waits over the collectives ``columns`` (a mask): per rank other than row ``r``."""
+    """_exposed_waits over the collectives ``columns`` (a mask): per rank other than row ``r``, only
+    what it waited for ``r`` (``_owed_to``)."""
     exposed = matching.exposed_ns if matching.exposed_ns.shape == matching.present.shape else \
         np.full(matching.present.shape, -1, np.int64)
-    owed = np.clip(inst["wait"] - (inst["duration"] - exposed), 0, None)
+    owed = np.minimum(np.clip(inst["wait"] - (inst["duration"] - exposed), 0, None), _owed_to(matching, inst, r))
     rows, columns = np.nonzero(matching.present & (exposed >= 0) & columns[None, :] & (owed > 0))
     # ops waiting at once (buckets queued together) wait once: a union of each wait's last part
     ends = inst["last"][columns]

@@ -363,9 +363,10 @@ def _expert_imbalance_message(finding: Finding) -> str:
     e = finding.evidence
     hottest = e.hot_ranks[0]
     where = f" in group {e.group!r}" if e.group else ""
+    since = f" since step {e.onset_step} (the router turned uneven mid-run)" if e.onset_step is not ABSENT else ""
     message = (f"expert load imbalance{where}: rank {hottest} gets {e.load_ratio:.1f}x the tokens of the other ranks' "
-               f"median ({byte_size(e.load_bytes_by_rank[hottest])} against {byte_size(e.others_median_bytes)} on its "
-               f"experts' side of {e.ops} all-to-alls)")
+               f"median{since} ({byte_size(e.load_bytes_by_rank[hottest])} against "
+               f"{byte_size(e.others_median_bytes)} on its experts' side of {e.ops} all-to-alls)")
     if len(e.hot_ranks) > 1:
         message += f"; above {e.limit_ratio:g}x too: {_ranks(e.hot_ranks[1:])}"
     if e.phase:

@@ -4,7 +4,7 @@ expert's rank its tokens; a rank whose experts get far more than the others' is 
 
 from __future__ import annotations
 
-from ..typed import Record
+from ..typed import Record, absent
 
 
 class AllToAllRank(Record):
@@ -30,3 +30,5 @@ class AllToAllGroup(Record):
     load_ratio_max: float | None
     hot_ranks: list[int]              # load_ratio >= limit_ratio, largest first
     limit_ratio: float                # config diagnosis.expert_imbalance_ratio
+    onset_step: int = absent()        # the load turned uneven from this step on (rows' load from it); absent: all
+    steps_since: int = absent()       # steps from onset_step on

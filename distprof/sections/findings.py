@@ -191,6 +191,7 @@ class ExpertImbalanceEvidence(Evidence):
     straggler: bool                   # the hottest rank is the named straggler (its lateness: this load)
     floor_share: float
     critical_path_share: float = absent()
+    onset_step: int = absent()        # the load turned uneven from this step on (load_ratio: since then)
 
 
 class ExposedAllgatherEvidence(Evidence):
