@@ -65,13 +65,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DISTPROF = next((str(path) for path in (Path(sys.executable).with_name("distprof"), HERE.parent / ".venv/bin/distprof")
                  if path.exists()), shutil.which("distprof") or "distprof")
-DEMO_JOBS = ("dp", "tp2dp2", "pp4")
+DEMO_JOBS = ("dp", "tp2dp2", "pp4", "dp2")
+TOPOLOGY = {"dp2": "dp"}  # a demo job's topology where its name is not one (dp2: the dp demo on 2 ranks)
 TORCH_JOBS = ("tpdp", "pp", "ddp", "fsdp", "moe")
-RANKS = {"dp": 4, "tp2dp2": 4, "pp4": 4, "tpdp": 4, "pp": 4, "ddp": 2, "fsdp": 2, "moe": 4}
+RANKS = {"dp": 4, "tp2dp2": 4, "pp4": 4, "dp2": 2, "tpdp": 4, "pp": 4, "ddp": 2, "fsdp": 2, "moe": 4}
 FREE_RANKS = ("fsdp", "moe")  # jobs whose world size --ranks sets
 KINDS = {"demo": ("forward", "data"), "torch": ("forward", "data", "comm", "once"),
-         "moe": ("forward", "data", "comm", "once", "router_skew")}
+         "moe": ("forward", "data", "comm", "once", "router_skew"), "dp2": ("forward", "data", "neighbour")}
 ROUTER_SKEW, IMBALANCE = "router_skew", "expert_imbalance"  # the fault kind and the finding that names it
+NEIGHBOUR = "neighbour"  # dp2: a CPU-bound process pinned to one rank's core (distprof demo --neighbour RANK)
+ALL_KINDS = ("forward", "data", "comm", "once", ROUTER_SKEW, NEIGHBOUR)
 SIZES, QUICK_SIZES = (0.05, 0.10, 0.25, 0.50), (0.25,)
 ONSETS = ("start", "mid")
 RECALL_MIN = 0.10  # recall counts faults of at least this share of the step
@@ -114,6 +117,7 @@ class Run:
     live_alerts: list[int] = field(default_factory=list)  # demo jobs: ranks of the live view's straggler alerts
     live_latency: int | None = None  # steps from onset to the end of the window alerting the injected rank
     imbalance: list[int] | None = None  # the expert_imbalance finding's ranks (None: no such finding)
+    host_busy: bool | None = None  # the straggler's host was busy (skew.straggler.host.busy; None: not said)
 
     @property
     def faulty(self) -> bool:
@@ -125,6 +129,8 @@ class Run:
         straggler verdict is the expected one and no imbalance finding stands."""
         if self.kind == ROUTER_SKEW:
             return bool(self.imbalance) and self.imbalance[0] == self.expected and self.named in (None, self.expected)
+        if self.kind == NEIGHBOUR:  # the rank, and the cause: its host was busy
+            return self.named == self.expected and bool(self.host_busy) and self.imbalance is None
         return self.named == self.expected and self.imbalance is None
 
 
@@ -133,7 +139,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", default=",".join(DEMO_JOBS + TORCH_JOBS),
                         help=f"comma-separated, of {', '.join(DEMO_JOBS + TORCH_JOBS)} (default: all)")
     parser.add_argument("--kinds", default=None, metavar="K,K",
-                        help=f"only these fault kinds (of {', '.join(KINDS['moe'])}; default: all of each job's)")
+                        help=f"only these fault kinds (of {', '.join(ALL_KINDS)}; default: all of each job's)")
     parser.add_argument("--ranks", default="", metavar="JOB=N,JOB=N",
                         help=f"world size of {', '.join(FREE_RANKS)} (default: "
                              f"{', '.join(f'{job}={RANKS[job]}' for job in FREE_RANKS)})")
@@ -157,9 +163,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--jobs: unknown {', '.join(unknown)} (known: {', '.join(RANKS)})")
     args.clean = args.clean if args.clean is not None else (4 if args.quick else 20)
     args.kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()] if args.kinds else None
-    if args.kinds and set(args.kinds) - set(KINDS["moe"]):
-        parser.error(f"--kinds: unknown {', '.join(sorted(set(args.kinds) - set(KINDS['moe'])))} "
-                     f"(known: {', '.join(KINDS['moe'])})")
+    if args.kinds and set(args.kinds) - set(ALL_KINDS):
+        parser.error(f"--kinds: unknown {', '.join(sorted(set(args.kinds) - set(ALL_KINDS)))} "
+                     f"(known: {', '.join(ALL_KINDS)})")
     try:
         args.ranks = {job: int(n) for job, _, n in (item.partition("=") for item in args.ranks.split(",") if item)}
     except ValueError:
@@ -179,6 +185,8 @@ def fault_spec(run: Run, demo: bool) -> str:
     """``RANK:MS@STEP`` + the demo's ``:data`` suffix or the torch job's ``:where``; a router skew ``RANK@STEP``."""
     if run.kind == ROUTER_SKEW:
         return f"{run.rank}@{run.fault_step}"
+    if run.kind == NEIGHBOUR:
+        return str(run.rank)
     spec = f"{run.rank}:{run.fault_ms:g}@{run.fault_step}"
     if demo:
         return spec + (":data" if run.kind == "data" else "")
@@ -221,8 +229,8 @@ def run_job(run: Run, folder: Path, steps: int, topology_flag: bool,
     run.busy_cores = busy_cores()
     if run.job in DEMO_JOBS:
         command = [DISTPROF, "demo", "--ranks", str(RANKS[run.job]), "--steps", str(steps), "--out", str(folder)]
-        command += ["--topology", run.job] if topology_flag else []
-        command += ["--straggler", run.spec] if run.spec else []
+        command += ["--topology", TOPOLOGY.get(run.job, run.job)] if topology_flag else []
+        command += [("--neighbour" if run.kind == NEIGHBOUR else "--straggler"), run.spec] if run.spec else []
         command += ["--config", str(demo_config)] if demo_config else []
         run.wall_s = execute(command + ["--live-every", str(LIVE_EVERY)], "demo", run)
         read_live(run, folder / "live.json")
@@ -294,6 +302,7 @@ def read_verdict(run: Run, summary_dir: Path) -> None:
     run.named, run.cost_ns = straggler.get("rank"), straggler.get("cost_ns")
     run.cost_share, run.pattern, run.onset_step = (straggler.get("cost_share"), straggler.get("pattern"),
                                                    straggler.get("onset_step"))
+    run.host_busy = (straggler.get("host") or {}).get("busy")
     unconfirmed = skew.get("unconfirmed_straggler") or {}
     run.unconfirmed = unconfirmed.get("rank")
     imbalance = read_imbalance(run, summary)
@@ -351,12 +360,12 @@ def pair(runs: list[Run]) -> None:
 def plan(job: str, step_ns: float, args: argparse.Namespace, cleans: int) -> list[Run]:
     """The job's fault runs (kind x size x onset x repeat, the injected rank cycling 1, 2, ..., 0; a router
     skew has no size) with ``cleans`` clean runs spread evenly among them."""
-    kinds = KINDS["demo" if job in DEMO_JOBS else job if job in KINDS else "torch"]
+    kinds = KINDS[job if job in KINDS else "demo" if job in DEMO_JOBS else "torch"]
     order = [*range(1, RANKS[job]), 0]
     faults: list[Run] = []
     for kind in [kind for kind in kinds if args.kinds is None or kind in args.kinds]:
-        for size in [None] if kind == ROUTER_SKEW else QUICK_SIZES if args.quick else SIZES:
-            for onset in ONSETS:
+        for size in [None] if kind in (ROUTER_SKEW, NEIGHBOUR) else QUICK_SIZES if args.quick else SIZES:
+            for onset in ["start"] if kind == NEIGHBOUR else ONSETS:
                 for _ in range(args.repeat):
                     rank = order[len(faults) % len(order)]
                     ms = None if size is None else round(size * step_ns / 1e6, 1)
@@ -405,7 +414,7 @@ def run_matrix(args: argparse.Namespace, base: Path) -> list[Run]:
     """Every job in turn: its clean calibration run, then its planned runs, one at a time."""
     topology_flag = demo_has_topology()
     runs: list[Run] = []
-    jobs = [job for job in args.jobs if job == "dp" or job not in DEMO_JOBS or topology_flag]
+    jobs = [job for job in args.jobs if TOPOLOGY.get(job, job) == "dp" or job not in DEMO_JOBS or topology_flag]
     for job in sorted(set(args.jobs) - set(jobs)):
         print(f"skipped {job}: this distprof's demo has no --topology", file=sys.stderr)
     for position, job in enumerate(jobs):
@@ -482,6 +491,10 @@ def scores(runs: list[Run]) -> dict:
                                   for run in done),
             "floor_stopped": sum(run.unconfirmed is not None and run.unconfirmed != run.expected for run in done),
             "router_skew": [sum(run.right for run in skews), len(skews)],
+            "neighbour": [sum(run.right for run in done if run.kind == NEIGHBOUR),
+                          sum(run.kind == NEIGHBOUR for run in done)],
+            "host_busy_elsewhere": [sum(bool(run.host_busy) for run in done if run.kind != NEIGHBOUR),
+                                    sum(run.kind != NEIGHBOUR for run in done)],
             "router_skew_cost_error_median": statistics.median(skew_errors) if skew_errors else None,
             "router_skew_cost_errors": len(skew_errors),
             "imbalance_elsewhere": [sum(run.imbalance is not None for run in done if run.kind != ROUTER_SKEW),
@@ -583,6 +596,10 @@ def report(runs: list[Run]) -> str:
              f"{score['busy_max'] or 0:.1f} of {os.cpu_count()} (other users' jobs slow ranks at random: noise in "
              "both the verdicts and the measured effects)",
              *router_lines(score),
+             *([f"- noisy neighbour (dp2: a CPU-bound process pinned to one rank's core): the rank named with "
+                f"its host busy in {share(*score['neighbour'])}; other runs whose straggler's host was said busy: "
+                f"{score['host_busy_elsewhere'][0]}/{score['host_busy_elsewhere'][1]}"] if score["neighbour"][1]
+               else []),
              *([f"- runs that failed: {score['failed']} (see the JSON)"] if score["failed"] else [])]
     wrong = [run for run in runs if not run.error and not run.right]
     if wrong:

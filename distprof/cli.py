@@ -51,6 +51,8 @@ def demo_command(args: argparse.Namespace, ranks: int, mpirun: str) -> list[str]
         command += ["--straggler", args.straggler]
     if getattr(args, "hang", None) is not None:
         command += ["--hang", args.hang, "--hang-dump-s", str(HANG_DEMO_DUMP_S)]
+    if getattr(args, "neighbour", None) is not None:
+        command += ["--neighbour", str(args.neighbour)]
     if args.config:
         command += ["--config", str(args.config)]
     if getattr(args, "live_every", None) is not None:
@@ -76,6 +78,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     check_topology(args, ranks)
     if args.straggler:
         check_straggler(args.straggler, ranks)
+    if args.neighbour is not None and not 0 <= args.neighbour < ranks:
+        raise config_mod.ConfigError(f"--neighbour: RANK must be 0..{ranks - 1} (the demo runs {ranks} ranks), "
+                                     f"got {args.neighbour}")
     if args.hang is not None:
         check_hang(args.hang, ranks, args.steps or config["demo"]["steps"])
     mpirun = find_mpirun()
@@ -688,6 +693,9 @@ def _demo_parser(sub) -> None:
     demo.add_argument("--hang", default=None, metavar="RANK:STEP",
                       help="that rank stops at that step: the hang watchdog writes, the job is ended, "
                            "`distprof hang` explains it")
+    demo.add_argument("--neighbour", type=int, default=None, metavar="RANK",
+                      help="a noisy neighbour: a CPU-bound process pinned to that rank's core for the run (each "
+                           "rank on a core of its own where they fit)")
     demo.add_argument("--out", default="distprof_out", help="output directory (default distprof_out/)")
     demo.add_argument("--config", default=None, help="YAML config file")
     demo.add_argument("--dry-run", action="store_true", help="print the mpirun command and exit")

@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS distprof_clock(
     phase TEXT NOT NULL, offset_ns INTEGER NOT NULL, rtt_ns INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS distprof_host(
     step INTEGER NOT NULL, clock_ns INTEGER NOT NULL, cpu_ns INTEGER NOT NULL, involuntary INTEGER NOT NULL,
-    voluntary INTEGER NOT NULL, load_1m REAL, steal_ticks INTEGER, total_ticks INTEGER);
+    voluntary INTEGER NOT NULL, load_1m REAL, steal_ticks INTEGER, total_ticks INTEGER, runqueue_ns INTEGER);
 """
 
 ROWS_PER_STATEMENT = 4096  # the most rows bound to one INSERT (16,386 parameters)
@@ -125,17 +125,22 @@ def _load_1m() -> float | None:
 
 def host_sample(step: int) -> tuple:
     """What the OS already counts about this process and its host, for ``distprof_host``: the process's
-    CPU time (all threads) and its involuntary / voluntary context switches (getrusage: preempted by
-    another process, or waiting), the host's 1-minute load and the CPU ticks stolen by the hypervisor
-    (/proc/stat; None where absent). Taken on the writer thread at each step's hand-over, so the
+    CPU time (all threads) and its involuntary / voluntary context switches (getrusage: preempted, or
+    waiting), the host's 1-minute load and the CPU ticks stolen by the hypervisor (/proc/stat), and the
+    time the main (training) thread was ready to run but waited for a core (/proc/self/schedstat: other
+    processes on its cores); None where absent. Taken on the writer thread at each step's hand-over, so the
     training thread pays nothing for it (benchmarks/step_overhead.py)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    steal = total = None
+    steal = total = runqueue = None
     with contextlib.suppress(OSError, ValueError, IndexError):
         with open("/proc/stat", "rb") as stat:
             ticks = [int(v) for v in stat.readline().split()[1:]]  # user nice system idle iowait irq softirq steal
         steal, total = (ticks[7] if len(ticks) > 7 else 0), sum(ticks[:8])
-    return (int(step), clock_ns(), time.process_time_ns(), usage.ru_nivcsw, usage.ru_nvcsw, _load_1m(), steal, total)
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/schedstat", "rb") as schedstat:  # the main thread's: on CPU, waiting for a CPU
+            runqueue = int(schedstat.read().split()[1])
+    return (int(step), clock_ns(), time.process_time_ns(), usage.ru_nivcsw, usage.ru_nvcsw, _load_1m(), steal, total,
+            runqueue)
 
 
 PROC_SELF = Path("/proc/self")  # mountinfo and cgroup: where this process's cgroup folders are
@@ -503,7 +508,7 @@ class Collector:
                     self._db.executemany("INSERT OR IGNORE INTO distprof_threads VALUES (?, ?)", threads)
                 self._insert_rows(todo, int(step))
                 self._db.execute(INSERT_CPU, (str(cpu_ns), str(elapsed_ns)))
-                self._db.execute("INSERT INTO distprof_host VALUES (?, ?, ?, ?, ?, ?, ?, ?)", host_sample(step))
+                self._db.execute("INSERT INTO distprof_host VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", host_sample(step))
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:

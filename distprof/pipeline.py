@@ -22,6 +22,7 @@ from .analyses import (
     critical_path,
     diagnose,
     distributed,
+    hostload,
     machine,
     profiles,
     replay,
@@ -189,9 +190,14 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
                                             replay_graph.get("measured"))
     if crowded:
         warnings.append(Reason("oversubscribed_warning", {"hosts": crowded}))
+    hosts = machine.facts(final)
+    busy = machine.busy_hosts(hosts)
+    if busy:  # said once, at the top: the timings on those hosts are partly other processes'
+        warnings.append(Reason("busy_host_warning", {"hosts": busy}))
     vary = cost.durations_vary(final, straggler_rank)
-    skew_summary = {**skew_summary, "straggler": cost.price_straggler(skew_summary.get("straggler"), what, crowded,
-                                                                      vary)}
+    straggler = cost.price_straggler(skew_summary.get("straggler"), what, crowded, vary)
+    host = hostload.straggler_host(final, straggler)
+    skew_summary = {**skew_summary, "straggler": {**straggler, "host": host} if host else straggler}
     checks = streams.without_straggler_waits(checks, final, skew_summary.get("straggler"), config)
     exchanges = alltoall_mod.groups(final, config)
     sharded = sharded_mod.across_ranks(final, aligned.matching, inst, skew_summary.get("straggler"))
@@ -209,7 +215,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         findings=critical_path.with_path_evidence(priced, path),
         warnings=warnings, tables=summaries.merge_tables([r.tables for r in final], [r.rank for r in final]),
         collectives=collective_table, whatif=what, profiles=profiles.across_ranks(final),
-        model_profile=profiles.model_profile(final), critical_path=path, machine=machine.facts(final),
+        model_profile=profiles.model_profile(final), critical_path=path, machine=hosts,
         **({"alltoall": exchanges} if exchanges else {}), **({"sharded": sharded} if sharded else {}))
 
 

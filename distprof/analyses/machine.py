@@ -5,6 +5,7 @@ machine, not the change, and says so. Facts only where a source records them."""
 from __future__ import annotations
 
 from ..results import RankResult
+from . import hostload
 
 LOAD_PER_CORE_DIFFERS = 0.25   # 1-minute load averages this far apart per core: "the load differs"
 
@@ -12,7 +13,8 @@ LOAD_PER_CORE_DIFFERS = 0.25   # 1-minute load averages this far apart per core:
 def facts(results: list[RankResult]) -> list[dict]:
     """One entry per host: its ranks, the host's usable cores (the largest a rank records: the
     machine's, capped by its cgroup; files from before that recorded a rank's affinity), GPU models,
-    the highest 1-minute load average a rank saw at its start or stop (None where not recorded)."""
+    the highest 1-minute load average a rank saw at its start, stop or a step (None where not recorded), and
+    where rank files sample it, the share of their steps the ranks' training threads waited for a core."""
     hosts: dict[str, dict] = {}
     for result in results:
         entry = hosts.setdefault(result.host or "", {"host": result.host, "ranks": 0, "cpus": None, "gpus": set(),
@@ -25,7 +27,20 @@ def facts(results: list[RankResult]) -> list[dict]:
             entry["gpus"].add(gpu)
         if isinstance(load, (int, float)):
             entry["load_1m"] = float(load) if entry["load_1m"] is None else max(entry["load_1m"], float(load))
-    return [{**entry, "gpus": sorted(entry["gpus"])} for _, entry in sorted(hosts.items())]
+    out = []
+    for key, entry in sorted(hosts.items()):  # one per host
+        mine = [r for r in results if (r.host or "") == key]
+        share, sampled = hostload.runqueue_share(mine), hostload.max_load(mine)
+        if sampled is not None:
+            entry["load_1m"] = sampled if entry["load_1m"] is None else max(entry["load_1m"], sampled)
+        out.append({**entry, "gpus": sorted(entry["gpus"]), **({"runqueue_share": share} if share is not None else {})})
+    return out
+
+
+def busy_hosts(hosts: list[dict]) -> list[dict]:
+    """The hosts whose ranks' training threads waited ``hostload.BUSY_SHARE`` or more of their steps for a
+    core (from ``facts``): the run's timings there are partly the host's."""
+    return [h for h in hosts if (h.get("runqueue_share") or 0.0) >= hostload.BUSY_SHARE]
 
 
 def differences(before: list[dict] | None, after: list[dict] | None) -> list[dict]:

@@ -25,7 +25,11 @@ watchdog on (``collector.hang_dump_s`` = ``--hang-dump-s``): every rank writes i
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -161,6 +165,37 @@ class Job:
             yield item
 
 
+NEIGHBOUR = """import os, sys
+parent = int(sys.argv[1])
+while os.getppid() == parent:  # a CPU-bound loop, as long as the rank it sits beside lives
+    sum(range(100_000))
+"""
+
+
+@contextlib.contextmanager
+def noisy_neighbour(rank: int, world: int, beside: int | None) -> Iterator[None]:
+    """``--neighbour RANK``: every rank takes a core of its own where the ranks fit the cores (as a
+    launcher binds them), and a CPU-bound process is pinned to rank RANK's core for the run: the other
+    processes of a shared machine, on one rank's core. The process ends with the rank."""
+    if beside is None:
+        yield
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[rank % len(cores)]
+    if world <= len(cores):
+        os.sched_setaffinity(0, {core})
+    hog = None
+    if rank == beside:
+        hog = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(os.getpid())],
+                               preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    try:
+        yield
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+
+
 def train(args: argparse.Namespace) -> dict | None:
     """This rank's whole run: the profiler around the chosen topology's training loop."""
     from mpi4py import MPI
@@ -185,7 +220,7 @@ def train(args: argparse.Namespace) -> dict | None:
     groups = tp2dp2_groups(job) if topology == "tp2dp2" else None  # collective: before the first step
     comm_thread = CommThread(comm) if topology == "dp" and (args.comm or demo["comm"]) == "overlap" else None
     profiler = distprof.Profiler(config=args.config, out=args.out, **overrides)
-    with profiler as prof:
+    with noisy_neighbour(job.rank, job.world, args.neighbour), profiler as prof:
         if topology == "tp2dp2":
             train_tp2dp2(prof, job, *groups)
         elif topology == "pp4":
@@ -383,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live-every", type=int, default=None)
     parser.add_argument("--prometheus-port", type=int, default=None)
     parser.add_argument("--no-align", action="store_true", help="keep the ping-pong clock offsets as they are")
+    parser.add_argument("--neighbour", type=int, default=None, help="RANK: a CPU-bound process on that rank's core")
     train(parser.parse_args(argv))
     return 0
 

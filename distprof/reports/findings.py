@@ -95,7 +95,31 @@ def straggler_line(straggler: StragglerRow | None, t: Callable[[int | None], str
     return (f"Straggler: rank {straggler.rank}, {saving_text}; the others wait "
             f"{t(straggler.waits_caused_ns)} per step for it; last in {straggler.late_in} of {straggler.of} "
             f"collectives, {pattern} (late: arriving over {t(straggler.threshold_ns)} after the median rank); "
-            f"side {_side(straggler.side)}; {where}")
+            f"side {_side(straggler.side)}; {where}{_host_busy(straggler, t)}")
+
+
+def _host_busy(straggler: StragglerRow, t: Callable[[int | None], str]) -> str:
+    """The straggler's host, where its file counted it: busy (other processes took its cores), or nothing
+    to add; where the inputs carry no such counters (Kineto, nsys), that they cannot tell."""
+    host = straggler.host
+    if host is ABSENT:
+        return "; its host's load: not in these inputs"
+    if not host.busy:
+        return ""
+    load = f", load {host.load_1m:.1f} on {host.cpus} cores" if host.load_1m and host.cpus and \
+        host.load_1m >= host.cpus else ""  # a 1-minute average lags a short run: only when it says as much
+    return (f"; rank {straggler.rank}'s host was busy: its training thread waited {t(host.runqueue_ns)} per late "
+            f"step for a core (the others {t(host.others_runqueue_ns)}){load}, {host.involuntary:,} involuntary "
+            f"context switches in {host.steps} steps: other processes took its cores")
+
+
+def _busy_warning(figures: dict) -> str:
+    hosts = "; ".join(f"{h['host'] or 'its host'}: its ranks' training threads waited "
+                      f"{100 * h['runqueue_share']:.0f}% of their steps for a core"
+                      + (f", load {h['load_1m']:.1f} on {h['cpus']} cores" if h.get("load_1m") and h.get("cpus")
+                         and h["load_1m"] >= h["cpus"] else "") for h in figures["hosts"][:4])
+    return (f"A host was busy ({hosts}): other processes (or more threads than cores) took the ranks' cores, so "
+            "its timings and any straggler there are partly theirs")
 
 
 SIDES = {"host": "its collective calls are issued late",
@@ -552,6 +576,7 @@ TEXTS: dict[str, Callable[[dict], str]] = {
     "above_step": lambda _: "the replay's saving exceeds the measured step: not trusted",
     "oversubscribed": _crowded,
     "oversubscribed_warning": _crowded_warning,
+    "busy_host_warning": _busy_warning,
     # why a what-if scenario does not apply (analyses/whatif.py)
     "not_named": lambda _: "no straggler named by the skew analysis (skew.notes say why)",
     "one_rank": lambda _: "one rank: nothing to balance",

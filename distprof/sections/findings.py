@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..typed import JsonError, Reason, Record, absent
+from .machine import StragglerHost
 from .sharded import ShardedPhase
 
 
@@ -66,6 +67,7 @@ class StragglerEvidence(Evidence):
     exposed_waits_ns_by_rank: dict[int, int]
     durations_vary_share: float | None
     critical_path_share: float = absent()
+    host: StragglerHost = absent()    # what its host counted in its late steps (skew.straggler.host)
 
 
 class SlowCollectiveRow(Record):

@@ -15,6 +15,20 @@ class Host(Record):
     cpus: int | None                # usable cores (the largest a rank records)
     gpus: list[str]                 # GPU models, sorted
     load_1m: float | None           # the highest 1-minute load average a rank saw
+    runqueue_share: float = absent()  # median over its ranks: share of their steps their training thread
+    #                                   waited for a core (native rank files only)
+
+
+class StragglerHost(Record):
+    """skew.straggler.host: what the straggler's host counted in its late steps (analyses/hostload.py)."""
+
+    steps: int                      # its late steps with counters
+    runqueue_ns: int                # per step: its training thread ready to run, waiting for a core
+    others_runqueue_ns: int         # the other ranks' median of the same, in the same steps
+    involuntary: int                # its involuntary context switches over those steps
+    load_1m: float | None           # the highest 1-minute load of its host sampled in them
+    cpus: int | None                # its host's usable cores
+    busy: bool                      # other processes took its cores: the cause of its lateness
 
 
 class WindowRank(Record):

@@ -7,6 +7,7 @@ Written by pipeline._skew_summary (analyses.skew.collective_skew and step_skew),
 from __future__ import annotations
 
 from ..typed import Reason, Record, absent
+from .machine import StragglerHost
 
 
 class Spread(Record):
@@ -131,6 +132,7 @@ class StragglerRow(Record):
     share: float = absent()  # saving_ns / the measured step
     floor: float = absent()  # skew.straggler_min_step_fraction
     saving_upper_bound: bool = absent()  # ranks outnumber their host's cores: the replay over-prices
+    host: StragglerHost = absent()  # what its host counted in its late steps (native rank files only)
 
 
 class StepPhase(Record):

@@ -70,7 +70,8 @@ def _query(path: Path, window: tuple[int, int, int] | None = None,
     return meta, [row[:-1] for row in rows], bad, unnamed, clock_rows, lane_names, host_rows
 
 
-HOST_COLUMNS = ("step", "clock_ns", "cpu_ns", "involuntary", "voluntary", "load_1m", "steal_ticks", "total_ticks")
+HOST_COLUMNS = ("step", "clock_ns", "cpu_ns", "involuntary", "voluntary", "load_1m", "steal_ticks", "total_ticks",
+                "runqueue_ns")
 
 
 def _host_rows(db: sqlite3.Connection) -> list[tuple]:
@@ -78,11 +79,14 @@ def _host_rows(db: sqlite3.Connection) -> list[tuple]:
     files written before it kept them. Rows whose counters are not integers are left out."""
     if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'distprof_host'").fetchone():
         return []
+    have = {row[1] for row in db.execute("PRAGMA table_info(distprof_host)")}
+    runqueue = "CASE WHEN typeof(runqueue_ns) = 'integer' THEN runqueue_ns END" if "runqueue_ns" in have else "NULL"
     return db.execute(
         "SELECT step, clock_ns, cpu_ns, involuntary, voluntary, "
         "CASE WHEN typeof(load_1m) IN ('real', 'integer') THEN load_1m END, "
         "CASE WHEN typeof(steal_ticks) = 'integer' THEN steal_ticks END, "
-        "CASE WHEN typeof(total_ticks) = 'integer' THEN total_ticks END FROM distprof_host h "
+        "CASE WHEN typeof(total_ticks) = 'integer' THEN total_ticks END, "
+        f"{runqueue} FROM distprof_host h "
         "WHERE typeof(step) = 'integer' AND typeof(clock_ns) = 'integer' AND typeof(cpu_ns) = 'integer' "
         "AND typeof(involuntary) = 'integer' AND typeof(voluntary) = 'integer' "
         "AND h.rowid = (SELECT max(rowid) FROM distprof_host WHERE step = h.step) ORDER BY step").fetchall()
