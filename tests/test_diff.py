@@ -607,3 +607,50 @@ def test_a_live_run_records_its_machine(demo_overlap):
     machine = json.loads((demo_overlap / "summary.json").read_text())["machine"]
     assert [(m["host"], m["ranks"]) for m in machine] == [(socket.gethostname(), 4)]
     assert machine[0]["cpus"] == usable_cpus() and isinstance(machine[0]["load_1m"], float)
+
+
+# -- issue 59: a change point, a move, and what one run drifts by --------------------------------
+
+def _with_onset(data: Summary, step: int) -> Summary:
+    """``data`` whose straggler turned slow at ``step`` (the skew's "since step" verdict)."""
+    straggler = replace(data.skew.straggler, pattern="since step", onset_step=step)
+    return replace(data, skew=replace(data.skew, straggler=straggler))
+
+
+def test_a_run_that_changed_mid_way_is_compared_on_its_steps_since():
+    """The after run is 100 ms a step, then 130 from step 8 (its straggler's onset): over all 16 steps its
+    median moves +15 ms; since step 8 it is +30 ms, and that is the change diff reports."""
+    ranks = {0: (1000, 300, 600, 200, 100, 100)}
+    before = summary(ranks, [100 + (s % 2) for s in range(16)])
+    after = _with_onset(summary(ranks, [100 + (s % 2) for s in range(8)] + [130 + (s % 2) for s in range(8)]), 8)
+    step = diff.step_time(before, after)
+    assert step["since_step"] == 8 and step["steps_after"] == 8
+    assert step["delta_ns"] == 30 * MS and step["significant"]
+    text = diff_report.render(diff.diff(before, after), ("a", "b"))
+    assert "(after: its steps since step 8, where it changed" in " ".join(text.split())
+
+
+def test_a_straggler_that_moved_is_resolved_on_one_rank_and_new_on_another():
+    ranks = {0: (1000, 300, 600, 200, 100, 100), 1: (1000, 300, 600, 200, 100, 100)}
+    before, after = (summary(ranks, [100] * 8, findings=["straggler"]) for _ in range(2))
+    before = replace(before, findings=[replace(f, ranks=[1]) for f in before.findings])
+    changes = diff.finding_changes(before, after)
+    assert [(e["code"], e["ranks"]) for e in changes["resolved"]] == [("straggler", [1])]
+    assert [(e["code"], e["ranks"]) for e in changes["new"]] == [("straggler", [0])]
+    assert changes["kept"] == []
+    words = " ".join(diff_report.render(diff.diff(before, after), ("a", "b")).split())
+    assert "resolved straggler rank 1" in words and "new straggler rank 0" in words
+
+
+def test_a_change_within_what_one_run_drifts_by_is_not_significant():
+    """Before drifts from 98 to 104 ms within itself, after from 108 to 124: medians 101 -> 116 (+14.9%,
+    the interval excludes 0), yet the after run alone moved 16 ms between its halves: within the drift."""
+    ranks = {0: (1000, 300, 600, 200, 100, 100)}
+    before = summary(ranks, [98] * 8 + [104] * 8)
+    after = summary(ranks, [108] * 8 + [124] * 8)
+    step = diff.step_time(before, after)
+    assert step["excludes_zero"] and not step["significant"] and step["reason"] == "within_drift"
+    assert step["drift_ns"] == 16 * MS and step["smallest_ns"] >= 16 * MS
+    steady = diff.step_time(summary(ranks, [100 + (s % 3) for s in range(16)]),
+                            summary(ranks, [112 + (s % 3) for s in range(16)]))
+    assert steady["significant"] and steady["relative"] > 0.10  # a real 12% change, no drift: still called

@@ -62,16 +62,19 @@ def change(before: float | None, after: float | None) -> dict:
 
 # -- step time --------------------------------------------------------------------------------
 
-def step_durations(summary: Summary) -> np.ndarray:
+def step_durations(summary: Summary, since: int | None = None) -> np.ndarray:
     """The job's step time of each step (analyses.steptime: the median over ranks of the step's
-    ProfileStep duration), as merge wrote it.
+    ProfileStep duration), as merge wrote it; ``since``: only the steps from that one on.
 
     From ``tables.merged.steps.median_ns`` (all steps, up to 2000), else ``skew.steps`` (at most
     ``skew.max_rows`` steps kept). A step whose time is unknown (null, or NaN in a damaged
     summary) is left out: one NaN made the median and every resample NaN."""
-    per_step = summary.tables.merged.steps.median_ns
+    steps = summary.tables.merged.steps
+    per_step = steps.median_ns
     if per_step:
         durations = np.asarray([np.nan if x is None else x for x in per_step], dtype=np.float64)
+        if since is not None and len(steps.step) == durations.size:
+            durations = durations[np.asarray(steps.step, np.int64) >= since]
         return durations[np.isfinite(durations)]
     rows = summary.skew.steps
     durations = np.asarray([r.duration_median_ns for r in rows if r.duration_median_ns is not None], np.float64)
@@ -92,15 +95,35 @@ def bootstrap_interval(before: np.ndarray, after: np.ndarray, resamples: int = R
     return float(low), float(high)
 
 
+def onset(summary: Summary) -> int | None:
+    """The step a run changed at: its straggler's onset (the one change-point rule, analyses/changepoint.py),
+    None when it has none."""
+    straggler = summary.skew.straggler
+    return straggler.onset_step if straggler is not None and straggler.pattern == "since step" else None
+
+
+def drift(durations: np.ndarray) -> float:
+    """How much a run's own step time moves within it: |median of its second half - median of its first
+    half|. Two runs of one configuration differ by about what each drifts within itself, which a
+    bootstrap over single steps does not see (two runs of one config were called +12.5% in 1 of 3 tries)."""
+    half = durations.size // 2
+    if half < 2:
+        return 0.0
+    return float(abs(np.median(durations[half:]) - np.median(durations[:half])))
+
+
 def step_time(before: Summary, after: Summary, resamples: int = RESAMPLES, seed: int = SEED,
               min_change: float = MIN_CHANGE) -> dict:
     """Median step time of both runs, the change, and whether it is significant: the interval
-    excludes 0 *and* the change is at least ``min_change`` of the median (as asv's factor).
-    The interval knows only the noise inside each run; two runs of one configuration on a
-    shared machine also differ by a few percent from run to run, which no interval of one pair
-    can see, so a smaller change is reported (``excludes_zero``) but not called significant."""
-    b, a = step_durations(before), step_durations(after)
+    excludes 0, the change is at least ``min_change`` of the median (as asv's factor) *and* larger
+    than either run drifts within itself (``drift``: the run-to-run noise one pair can see;
+    ``smallest_ns`` is the smallest change this pair can tell apart). Where the after run changed at
+    step k (its straggler's onset) and the before run did not, its steps since k are compared
+    (``since_step``): a fault from mid-run, diluted over the whole run, read as no change."""
+    changed = onset(after) if onset(before) is None else None
+    b, a = step_durations(before), step_durations(after, changed)
     out = {"before_median_ns": steptime.run_step_time(b), "after_median_ns": steptime.run_step_time(a),
+           "since_step": changed,
            "delta_ns": None, "relative": None, "ci_low_ns": None, "ci_high_ns": None, "significant": False,
            "excludes_zero": False, "min_change": min_change, "steps_before": int(b.size),
            "steps_after": int(a.size), "level": LEVEL, "resamples": resamples, "seed": seed,
@@ -117,8 +140,13 @@ def step_time(before: Summary, after: Summary, resamples: int = RESAMPLES, seed:
         low, high = bootstrap_interval(b, a, resamples, seed)
         excludes = bool(low > 0 or high < 0)
         large = abs(out["relative"] or 0.0) >= min_change
-        out.update(ci_low_ns=low, ci_high_ns=high, excludes_zero=excludes, significant=excludes and large,
-                   reason="below_min_change" if excludes and not large else None)
+        noise = max(drift(b), drift(a))  # since the change point, where there is one: not the step up itself
+        smallest = max(noise, min_change * (out["before_median_ns"] or 0.0), (high - low) / 2)
+        beyond = abs(out["delta_ns"] or 0.0) > noise
+        out.update(ci_low_ns=low, ci_high_ns=high, excludes_zero=excludes, drift_ns=noise, smallest_ns=smallest,
+                   significant=excludes and large and beyond,
+                   reason=None if not excludes else "below_min_change" if not large else
+                   "within_drift" if not beyond else None)
     return out
 
 
@@ -383,15 +411,26 @@ def _brief(finding: Finding | None) -> dict | None:
     return {"severity": finding.severity, "cost_ns": finding.cost_ns, "ranks": finding.ranks}
 
 
-def finding_changes(before: Summary, after: Summary) -> dict:
-    """Findings resolved (before only), new (after only) and kept (both), by code."""
-    b = {finding_code(f): f for f in before.findings}
-    a = {finding_code(f): f for f in after.findings}
+MOVES = ("straggler",)  # findings about one rank: on another rank, they are another finding
 
-    def entry(code: str) -> dict:
-        return {"code": code, "before": _brief(b.get(code)), "after": _brief(a.get(code))}
-    return {"resolved": [entry(c) for c in b if c not in a], "new": [entry(c) for c in a if c not in b],
-            "kept": [entry(c) for c in b if c in a]}
+
+def _key(finding: Finding) -> tuple[str, tuple[int, ...]]:
+    """What two runs' findings match on: the code, and for a finding about one rank (the straggler) its
+    rank: a straggler that moved from rank 1 to rank 0 is one resolved and one new, not "kept"."""
+    code = finding_code(finding)
+    return code, tuple(finding.ranks) if code in MOVES else ()
+
+
+def finding_changes(before: Summary, after: Summary) -> dict:
+    """Findings resolved (before only), new (after only) and kept (both), by code (and rank, for MOVES)."""
+    b = {_key(f): f for f in before.findings}
+    a = {_key(f): f for f in after.findings}
+
+    def entry(key: tuple) -> dict:
+        return {"code": key[0], "before": _brief(b.get(key)), "after": _brief(a.get(key)),
+                **({"ranks": list(key[1])} if key[1] else {})}
+    return {"resolved": [entry(k) for k in b if k not in a], "new": [entry(k) for k in a if k not in b],
+            "kept": [entry(k) for k in b if k in a]}
 
 
 def check_changes(before: Summary, after: Summary) -> list[dict]:

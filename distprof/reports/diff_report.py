@@ -47,8 +47,11 @@ def step_lines(step: dict, unit: str) -> list[str]:
     if step["reason"] == "no_steps":
         return [head + "no ProfileSteps in " + ("either run" if not step["steps_before"] and not step["steps_after"]
                                                 else "one run") + ": compare per unit of work below"]
-    line = (f"{head}{_t(step['before_median_ns'], unit)} -> {_t(step['after_median_ns'], unit)} {unit}, "
-            f"{_t(step['delta_ns'], unit, True)} {unit} ({_pct(step['relative'])})")
+    since = step.get("since_step")
+    line = (f"{head}{_t(step['before_median_ns'], unit)} -> {_t(step['after_median_ns'], unit)} {unit}"
+            + (f" (after: its steps since step {since}, where it changed: its straggler turned slow)"
+               if since is not None else "")
+            + f", {_t(step['delta_ns'], unit, True)} {unit} ({_pct(step['relative'])})")
     counts = f"{step['steps_before']} vs {step['steps_after']} steps"
     if step["reason"] == "too_few_steps":
         return [line, f"  too few steps for an interval ({counts}; at least {step['min_steps']} a run)"]
@@ -57,11 +60,16 @@ def step_lines(step: dict, unit: str) -> list[str]:
     elif step["reason"] == "below_min_change":
         verdict = (f"not significant: the interval excludes 0 but the change is under {100 * step['min_change']:.0f}%, "
                    "within what two runs of one configuration differ by")
+    elif step["reason"] == "within_drift":
+        verdict = (f"not significant: the interval excludes 0 but the change is within what one run's step time "
+                   f"drifts by ({_t(step.get('drift_ns'), unit)} {unit}, its halves' medians apart)")
     else:
         verdict = "not significant: the interval includes 0"
+    smallest = (f"; the smallest change this pair can tell apart: {_t(step['smallest_ns'], unit)} {unit}"
+                if step.get("smallest_ns") is not None else "")
     return [line, f"  {100 * step['level']:.0f}% bootstrap interval of the change "
                   f"[{_t(step['ci_low_ns'], unit, True)}, {_t(step['ci_high_ns'], unit, True)}] {unit}: "
-                  f"{verdict} ({counts}, {step['resamples']} resamples, seed {step['seed']})"]
+                  f"{verdict} ({counts}, {step['resamples']} resamples, seed {step['seed']}){smallest}"]
 
 
 _FACTS = {"hosts": "hosts", "cores": "usable cores", "gpus": "GPUs", "load_per_core": "1-minute load per core"}
@@ -212,7 +220,8 @@ def finding_entries(diff: dict, unit: str) -> tuple[list[tuple[str, str]], list[
             cost = f", cost {_t(side['cost_ns'], unit)} {unit}" if side.get("cost_ns") is not None else ""
             was = (f" (before: {entry['before']['severity']}, {_t(entry['before']['cost_ns'], unit)} {unit})"
                    if group == "kept" and entry["before"].get("cost_ns") is not None else "")
-            found.append((group, f"{entry['code']} ({side.get('severity')}{cost}){was}"))
+            rank = f" rank {', '.join(map(str, entry['ranks']))}" if entry.get("ranks") else ""
+            found.append((group, f"{entry['code']}{rank} ({side.get('severity')}{cost}){was}"))
     changed = diff.get("checks_changed") or []
     checks = []
     for check in changed[:RANKS_SHOWN]:
@@ -367,7 +376,7 @@ def _figure(drawing: str | None, caption: str) -> str:
 def section_html(diff: dict, labels: tuple[str, str], unit: str = "ms") -> str:
     """The diff as one HTML section (plots, then the movers table and the findings lists) for diff.html."""
     step = diff["step_time"]
-    lines = step_lines(step, unit) + unit_lines(diff["unit_of_work"], unit)
+    lines = verdict_lines(diff, unit)  # the between-runs verdict too, as the text has it
     body = [f'<h2>Diff: {_e(labels[0])} &rarr; {_e(labels[1])}</h2>',
             *(f'<p class="meta">{_e(w)}</p>' for w in warning_lines(diff)),
             "".join(f"<p>{_e(line)}</p>" for line in lines),
