@@ -39,6 +39,7 @@ from ..results import RankFigures, Summary
 from ..sections.findings import Check, Finding
 from ..sections.skew import KindRow
 from ..sections.tables import FigureStats, RatioStats
+from ..typed import ABSENT
 from . import machine, steptime
 
 FIGURES = RankFigures.__struct_fields__   # every Distributed Summary figure of a rank
@@ -48,6 +49,7 @@ RESAMPLES = 4000
 SEED = 0
 LEVEL = 0.95
 MIN_CHANGE = DIFF_MIN_CHANGE  # smaller relative changes of the median step are never called significant
+CONTENTION_SHARE = 0.5  # a change the host counters explain this share of (core waits, steal): the machine
 TOP_MOVERS = 20
 COMM_PREFIXES = ("nccl",)
 _NOT_UNITS = ("Others",)    # a model row that is not a repeated unit of work (nor is a step: names.is_step_name)
@@ -112,6 +114,29 @@ def drift(durations: np.ndarray) -> float:
     return float(abs(np.median(durations[half:]) - np.median(durations[:half])))
 
 
+def _host_share(summary: Summary, field: str) -> float | None:
+    shares = [getattr(h, field) for h in summary.machine if getattr(h, field) is not ABSENT]
+    return float(np.median(shares)) if shares else None
+
+
+def machine_change_ns(before: Summary, after: Summary, before_ns: float, after_ns: float) -> float | None:
+    """How much of a step time change the machine explains, by the host counters of both runs
+    (analyses/hostload.py): the change in what the training threads waited for a core per step, plus
+    the before step scaled by the CPU the hypervisor left each run, (1 - steal before) / (1 - steal after)
+    - 1 (two runs of one config here: 8% stolen, 64 ms a step; 23% stolen, 92 ms). None where either run
+    does not record them."""
+    waits = [_host_share(before, "runqueue_share"), _host_share(after, "runqueue_share")]
+    steal = [_host_share(before, "steal_share"), _host_share(after, "steal_share")]
+    if None in waits and None in steal:
+        return None
+    out = 0.0
+    if None not in waits:
+        out += waits[1] * after_ns - waits[0] * before_ns
+    if None not in steal and steal[1] < 1:
+        out += before_ns * ((1 - steal[0]) / (1 - steal[1]) - 1)
+    return out
+
+
 def step_time(before: Summary, after: Summary, resamples: int = RESAMPLES, seed: int = SEED,
               min_change: float = MIN_CHANGE) -> dict:
     """Median step time of both runs, the change, and whether it is significant: the interval
@@ -143,10 +168,13 @@ def step_time(before: Summary, after: Summary, resamples: int = RESAMPLES, seed:
         noise = max(drift(b), drift(a))  # since the change point, where there is one: not the step up itself
         smallest = max(noise, min_change * (out["before_median_ns"] or 0.0), (high - low) / 2)
         beyond = abs(out["delta_ns"] or 0.0) > noise
+        contention = machine_change_ns(before, after, out["before_median_ns"], out["after_median_ns"])
+        machine = contention is not None and contention * (out["delta_ns"] or 0.0) > 0 and \
+            abs(contention) >= CONTENTION_SHARE * abs(out["delta_ns"] or 0.0)
         out.update(ci_low_ns=low, ci_high_ns=high, excludes_zero=excludes, drift_ns=noise, smallest_ns=smallest,
-                   significant=excludes and large and beyond,
+                   machine_change_ns=contention, significant=excludes and large and beyond and not machine,
                    reason=None if not excludes else "below_min_change" if not large else
-                   "within_drift" if not beyond else None)
+                   "within_drift" if not beyond else "machine" if machine else None)
     return out
 
 

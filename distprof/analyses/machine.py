@@ -30,10 +30,11 @@ def facts(results: list[RankResult]) -> list[dict]:
     out = []
     for key, entry in sorted(hosts.items()):  # one per host
         mine = [r for r in results if (r.host or "") == key]
-        share, sampled = hostload.runqueue_share(mine), hostload.max_load(mine)
+        share, sampled, stolen = hostload.runqueue_share(mine), hostload.max_load(mine), hostload.steal_share(mine)
         if sampled is not None:
             entry["load_1m"] = sampled if entry["load_1m"] is None else max(entry["load_1m"], sampled)
-        out.append({**entry, "gpus": sorted(entry["gpus"]), **({"runqueue_share": share} if share is not None else {})})
+        out.append({**entry, "gpus": sorted(entry["gpus"]), **({"runqueue_share": share} if share is not None else {}),
+                    **({"steal_share": stolen} if stolen is not None else {})})
     return out
 
 

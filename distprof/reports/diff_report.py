@@ -60,6 +60,10 @@ def step_lines(step: dict, unit: str) -> list[str]:
     elif step["reason"] == "below_min_change":
         verdict = (f"not significant: the interval excludes 0 but the change is under {100 * step['min_change']:.0f}%, "
                    "within what two runs of one configuration differ by")
+    elif step["reason"] == "machine":
+        verdict = (f"not significant: the interval excludes 0 but the host counters explain "
+                   f"{_t(step.get('machine_change_ns'), unit, True)} {unit} of it (the ranks' waits for a core, the "
+                   "CPU the hypervisor stole): the machine, not the code, moved it")
     elif step["reason"] == "within_drift":
         verdict = (f"not significant: the interval excludes 0 but the change is within what one run's step time "
                    f"drifts by ({_t(step.get('drift_ns'), unit)} {unit}, its halves' medians apart)")

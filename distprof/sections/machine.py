@@ -17,6 +17,7 @@ class Host(Record):
     load_1m: float | None           # the highest 1-minute load average a rank saw
     runqueue_share: float = absent()  # median over its ranks: share of their steps their training thread
     #                                   waited for a core (native rank files only)
+    steal_share: float = absent()   # share of the host's CPU time the hypervisor stole over the ranks' steps
 
 
 class StragglerHost(Record):
