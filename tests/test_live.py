@@ -10,6 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import foreign_cores, machine_clock, run_cli, skip_if_busy
 
@@ -241,9 +242,16 @@ def test_mpirun_demo_prints_windows_alerts_the_late_straggler_and_serves_metrics
     assert straggler and straggler[0].startswith(("[distprof live] ALERT steps 8-11: straggler rank 1",
                                                   "[distprof live] ALERT steps 12-15: straggler rank 1")), alerts
     assert len(straggler) == 1, alerts
-    record = json.loads((out / "summary.json").read_text())["live"]
+    summary = json.loads((out / "summary.json").read_text())
+    record = summary["live"]
     assert record["every_steps"] == 4 and [w["steps"] for w in record["windows"]][:2] == [[0, 3], [4, 7]]
     assert [a["rank"] for a in record["alerts"] if a["code"] == "straggler"] == [1]
+    # the final verdict agrees with the windows: rank 1 turned slow at step 8 (it was "persistent", its
+    # cost averaged over every step, while the windows since step 8 priced it at the whole sleep)
+    final = summary["skew"]["straggler"]
+    assert (final["rank"], final["pattern"], final["onset_step"]) == (1, "since step", 8), final
+    windows = [w["straggler"]["cost_ns"] for w in record["windows"][2:] if (w["straggler"] or {}).get("rank") == 1]
+    assert windows and abs(final["cost_ns"] - float(np.median(windows))) <= 0.25 * float(np.median(windows))
 
 
 def _window_rank(rank: int, step_ns: int):
