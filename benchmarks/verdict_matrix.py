@@ -446,6 +446,19 @@ def share(hits: int, total: int) -> str:
     return f"{hits}/{total} ({100 * hits / total:.0f}%)" if total else "-"
 
 
+def injected_error(run: Run) -> float | None:
+    """|cost_ns - the delay injected| / that delay, per step as the cost is (a mid-run fault named persistent:
+    times the share of profiled steps it was in), where the ranks have a core each and the verdict is right;
+    None otherwise. The injected delay is known exactly; the measured effect compares separate runs."""
+    if not (run.faulty and run.right and run.fault_ms and run.cost_ns is not None and cores_each(run.job)
+            and run.kind in ("forward", "data", "comm") and run.step_times_ns):
+        return None
+    steps = len(run.step_times_ns)
+    share = 1.0 if run.onset == "start" or run.pattern == "since step" else (steps - (run.fault_step or 0)) / steps
+    injected = run.fault_ms * 1e6 * share
+    return abs(run.cost_ns - injected) / injected
+
+
 def effect_per_step(run: Run) -> float | None:
     """What the fault did to the steps it was in, whatever the verdict: the median step (from a mid-run
     fault's onset on) less the paired clean runs' step. None for a clean run or without a pair."""
@@ -466,6 +479,7 @@ def scores(runs: list[Run]) -> dict:
     clean = [run for run in done if run.kind == "clean"]
     errors = sorted(run.cost_error for run in done if run.cost_error is not None and run.kind != ROUTER_SKEW)
     skews = [run for run in done if run.kind == ROUTER_SKEW]
+    injected = sorted(e for e in map(injected_error, done) if e is not None)
     skew_errors = sorted(run.cost_error for run in skews if run.cost_error is not None)
     loads = [run.busy_cores for run in runs if run.busy_cores is not None]
     latencies = [run.live_latency for run in big if run.live_latency is not None]
@@ -477,6 +491,8 @@ def scores(runs: list[Run]) -> dict:
                            sum(run.kind == "once" for run in done)],
             "cost_error_median": statistics.median(errors) if errors else None,
             "cost_error_worst": errors[-1] if errors else None, "cost_errors": len(errors),
+            "cost_vs_injected_median": statistics.median(injected) if injected else None,
+            "cost_vs_injected": len(injected),
             "cost_no_effect": sum(run.right and run.cost_ns is not None and run.measured_ns is not None and
                                   run.measured_ns <= 0 and cores_each(run.job) for run in done),
             "cost_jobs": sorted({run.job for run in done if cores_each(run.job)}),
@@ -586,6 +602,9 @@ def report(runs: list[Run]) -> str:
              "'since step' k, else x their share of the profiled steps), from the rank files"
              + (f"; {score['cost_no_effect']} right verdict(s) left out: no positive measured effect (noise)"
                 if score["cost_no_effect"] else ""),
+             f"- |cost_ns - the delay injected| / the delay injected (per step as the cost is; the sleep is known "
+             f"exactly, where the measured effect compares separate runs), over {score['cost_vs_injected']} right "
+             f"verdicts of forward, data and comm faults: median {percent(score['cost_vs_injected_median'])}",
              f"- live view (demo jobs, a window every {LIVE_EVERY} steps, an alert after 2 windows naming the same "
              f"rank): faults >= {100 * RECALL_MIN:.0f}% alerted with the injected rank {share(*score['live_detected'])}"
              f", {none_as_dash(score['live_latency_median'])} steps from onset to alert (median; worst "

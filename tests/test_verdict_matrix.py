@@ -5,6 +5,8 @@ fsdp/moe pieces (issue 55): the router's counts, the options, the plan and a rou
 import importlib.util
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 MS = 1_000_000
@@ -38,6 +40,21 @@ def test_a_persistent_verdict_on_a_mid_run_fault_is_measured_per_profiled_step()
     run = _run(vm, "persistent", 5.0)
     vm.measure(run, 30 * MS)
     assert run.measured_ns == 5 * MS  # the 10 ms on half the steps, spread over all of them
+
+
+def test_the_cost_is_also_scored_against_the_delay_injected():
+    """A 10 ms sleep from the 5th of 8 steps: a "since step" cost of 11 ms is 10% off the sleep; a
+    persistent one is per profiled step, against 10 ms x 4/8 = 5 ms; a wrong verdict is not scored."""
+    vm = _matrix()
+    since, persistent = _run(vm, "since step", 11.0), _run(vm, "persistent", 5.5)
+    for run in (since, persistent):
+        run.fault_ms = 10.0
+    if not vm.cores_each("ddp"):
+        assert vm.injected_error(since) is None
+        return
+    assert vm.injected_error(since) == pytest.approx(0.1) and vm.injected_error(persistent) == pytest.approx(0.1)
+    since.named = 0  # the wrong rank
+    assert vm.injected_error(since) is None
 
 
 def test_demo_config_reaches_the_demo_jobs_only(tmp_path, monkeypatch):
