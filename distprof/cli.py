@@ -378,7 +378,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     by_rank = {r.rank: r for r in summary.ranks}
     meta = {"world_size": summary.world_size, "source": summary.source,
             "ranks_filter": args.ranks, "steps_filter": args.steps}
-    with perfetto.TraceWriter(out, perfetto.origin_from_summary(summary), meta) as writer:
+    with writing(out), perfetto.TraceWriter(out, perfetto.origin_from_summary(summary), meta) as writer:
         for name, path in console.progress(paths, "writing trace"):
             try:
                 traces = sources.read(path, config)

@@ -49,7 +49,8 @@ class Profiler:
         # ``out`` may name a folder per rank or node ({rank}, {host}): checked with this rank as far
         # as it is known here, and again with the job's rank at the start
         self._out_template = str(out if out is not None else self.config["out"])
-        self.out = outpaths.check_dir(self._expand_out(self._guess_rank()))  # one line, before the job
+        self._out_problem: str | None = None  # why this rank's folder cannot be written (a job of several ranks)
+        self.out = self._checked_out(self._guess_rank())  # one line, before the job
         self.quiet = quiet
         self.summary: dict | None = None
         self.collector: Collector | None = None
@@ -63,6 +64,20 @@ class Profiler:
         self._failed: list[int] = []  # ranks that failed, told when rank 0's summary is written
         self._failure_lines: dict[int, str | None] = {}  # what each of them said
         self._live = None  # the live side process: rank 0's view, or its node's sender (live.every_steps)
+
+    def _checked_out(self, rank: int) -> Path:
+        """``rank``'s output folder, checked writable: one error line before the job for a single process;
+        in a job of several ranks the rank trains on unprofiled instead (``_out_problem``, said at the start
+        by ``_open_collector``): a rank that raised here would leave the others waiting in its collectives."""
+        import os
+        folder = self._expand_out(rank)
+        try:
+            return outpaths.check_dir(folder)
+        except ev.SourceError as error:
+            if transport.detect_world(os.environ)[1] <= 1:
+                raise
+            self._out_problem = str(error)
+            return folder
 
     def _guess_rank(self) -> int:
         """This rank before the start, for a templated ``out`` only (launcher variables; 0 when
@@ -85,7 +100,8 @@ class Profiler:
         if self.rank_from != "MPI":  # MPI's singleton world in a torchrun/Slurm job: not the job's world
             self._comm = None
         if outpaths.has_placeholders(self._out_template):
-            self.out = outpaths.check_dir(self._expand_out(self.rank))  # this rank's own folder
+            self._out_problem = None
+            self.out = self._checked_out(self.rank)  # this rank's own folder
         annotate.set_nvtx(self.config["collector"]["nvtx"])
         if self.config["collector"]["enabled"] and not self.timer_only:
             self.collector = self._open_collector()
@@ -106,6 +122,8 @@ class Profiler:
         import sqlite3
         path = self.rank_file(self.rank)
         try:
+            if self._out_problem:
+                raise OSError(self._out_problem)
             return Collector(path, self.rank, self.world_size)
         except (sqlite3.Error, OSError) as error:
             reason = getattr(error, "strerror", None) or str(error) or type(error).__name__

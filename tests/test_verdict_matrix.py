@@ -6,7 +6,6 @@ import importlib.util
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 MS = 1_000_000

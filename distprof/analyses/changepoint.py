@@ -15,9 +15,9 @@ def onset(per_unit: np.ndarray, row: int, threshold: float, late_share: float, m
     up, not noise that was already there: a healthy DDP pair whose late rank changed once, 20.5 ms in a
     step before and 8.3 ms in one after, is no onset; a rank a little late before and far later since,
     `distprof demo --straggler 1:50@12`, is one), the row is at or above ``threshold`` in ``late_share``
-    of the units since, which reach the last (a burst that ended is no onset), its median since is above what any other row
-    reached in any unit before (the series' own noise) and its sum since is ``min_lead`` x any other
-    row's (not one of several), the one whose two means fit the series best (least squares; one
+    of the units since, which reach the last (a burst that ended is no onset), its median since is
+    above what any other row reached in any unit before (the series' own noise) and its sum since is
+    ``min_lead`` x any other row's (not one of several), the one whose two means fit the series best (least squares; one
     outlying unit does not move it). Any unit 1..n-``shortest`` can be it. None when no split holds."""
     series, n = per_unit[row].astype(np.float64), per_unit.shape[1]
     shortest = max(int(shortest), 1)

@@ -13,6 +13,7 @@ Serialization is vectorized (pandas ``to_json`` per rank), not a Python loop per
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 from dataclasses import dataclass
@@ -287,8 +288,12 @@ class TraceWriter:
     def close(self) -> Path:
         meta = {**self.metadata, "origin_ns": self.origin_ns, "ranks": self.ranks,
                 "clock": "aligned (own clock + clock_offset_ns), relative to origin_ns"}
-        self._file.write('\n],"otherData":' + json.dumps(meta) + "}\n")
-        self._file.close()
+        try:
+            self._file.write('\n],"otherData":' + json.dumps(meta) + "}\n")
+            self._file.close()
+        except BaseException as error:  # a full disk at the last flush: the temporary file goes, the error stays
+            self._atomic.__exit__(type(error), error, error.__traceback__)
+            raise
         self._atomic.__exit__(None, None, None)  # replaces self.path
         return self.path
 
@@ -299,7 +304,8 @@ class TraceWriter:
         if exc_type is None:
             self.close()
         else:
-            self._file.close()
+            with contextlib.suppress(OSError):  # the body's error is the one to say (a full disk fails here too)
+                self._file.close()
             self._atomic.__exit__(exc_type, exc, traceback)  # removes the temporary file
 
 
