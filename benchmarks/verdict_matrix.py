@@ -140,6 +140,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"comma-separated, of {', '.join(DEMO_JOBS + TORCH_JOBS)} (default: all)")
     parser.add_argument("--kinds", default=None, metavar="K,K",
                         help=f"only these fault kinds (of {', '.join(ALL_KINDS)}; default: all of each job's)")
+    parser.add_argument("--onset-steps", default=None, metavar="K,K",
+                        help="mid-run faults from these profiled steps (each 1..steps-2) in place of half-way: "
+                             "onsets at any step, e.g. 2,3,4")
     parser.add_argument("--ranks", default="", metavar="JOB=N,JOB=N",
                         help=f"world size of {', '.join(FREE_RANKS)} (default: "
                              f"{', '.join(f'{job}={RANKS[job]}' for job in FREE_RANKS)})")
@@ -163,6 +166,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--jobs: unknown {', '.join(unknown)} (known: {', '.join(RANKS)})")
     args.clean = args.clean if args.clean is not None else (4 if args.quick else 20)
     args.kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()] if args.kinds else None
+    try:
+        steps_at = [int(k) for k in args.onset_steps.split(",") if k.strip()] if args.onset_steps else []
+    except ValueError:
+        parser.error(f"--onset-steps: expected K,K, got {args.onset_steps!r}")
+    if any(not 1 <= k <= args.steps - 2 for k in steps_at):
+        parser.error(f"--onset-steps: each from 1 to {args.steps - 2} (--steps {args.steps})")
+    args.onsets = ["start", *(f"step{k}" for k in steps_at)] if steps_at else list(ONSETS)
     if args.kinds and set(args.kinds) - set(ALL_KINDS):
         parser.error(f"--kinds: unknown {', '.join(sorted(set(args.kinds) - set(ALL_KINDS)))} "
                      f"(known: {', '.join(ALL_KINDS)})")
@@ -357,6 +367,11 @@ def pair(runs: list[Run]) -> None:
         measure(run, statistics.fmean(near) if near else None)
 
 
+def onset_step(onset: str, steps: int) -> int:
+    """The profiled step a fault starts at: ``start`` 0, ``mid`` half-way, ``stepK`` K (--onset-steps)."""
+    return 0 if onset == "start" else steps // 2 if onset == "mid" else int(onset.removeprefix("step"))
+
+
 def plan(job: str, step_ns: float, args: argparse.Namespace, cleans: int) -> list[Run]:
     """The job's fault runs (kind x size x onset x repeat, the injected rank cycling 1, 2, ..., 0; a router
     skew has no size) with ``cleans`` clean runs spread evenly among them."""
@@ -365,11 +380,11 @@ def plan(job: str, step_ns: float, args: argparse.Namespace, cleans: int) -> lis
     faults: list[Run] = []
     for kind in [kind for kind in kinds if args.kinds is None or kind in args.kinds]:
         for size in [None] if kind in (ROUTER_SKEW, NEIGHBOUR) else QUICK_SIZES if args.quick else SIZES:
-            for onset in ["start"] if kind == NEIGHBOUR else ONSETS:
+            for onset in ["start"] if kind == NEIGHBOUR else args.onsets:
                 for _ in range(args.repeat):
                     rank = order[len(faults) % len(order)]
                     ms = None if size is None else round(size * step_ns / 1e6, 1)
-                    run = Run(job, kind, size, onset, rank, ms, 0 if onset == "start" else args.steps // 2,
+                    run = Run(job, kind, size, onset, rank, ms, onset_step(onset, args.steps),
                               expected=None if kind == "once" else rank)
                     run.spec = fault_spec(run, job in DEMO_JOBS)
                     faults.append(run)
