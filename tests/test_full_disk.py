@@ -4,11 +4,17 @@ write past the limit fails as on a full disk), or its folder one it may not writ
 which even root cannot write: a chmod does not stop root). Real mpirun jobs."""
 
 import json
+import os
 import subprocess
 import time
 
 import pytest
 from conftest import ROOT
+
+# A process under a file size limit must not write bytecode: Python writes a .pyc with one raw write and
+# keeps what a partial write left (a module compiled under the limit was cut to 100 bytes, and every later
+# import of it failed with "marshal data too short")
+NO_BYTECODE = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
 
 JOB = """
 import os, resource, sys, time
@@ -52,7 +58,7 @@ def test_a_rank_whose_disk_is_full_trains_on_and_the_job_ends(tmp_path, mode, sa
             pass
     began = time.monotonic()
     result = subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "-n", "2", "--", "python", "train.py", mode],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=NO_BYTECODE)
     assert result.returncode == 0, result.stderr[-3000:]
     assert time.monotonic() - began < 60  # the others never waited out a timeout for it
     assert result.stdout.count("trained all its steps") == 2  # training went on, on both ranks
@@ -76,7 +82,7 @@ def test_trace_on_a_full_disk_is_one_line_and_leaves_no_temporary(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
     result = subprocess.run([sys.executable, "-m", "distprof", "trace", str(ROOT / "tests" / "data" / "demo_ranks"),
                              "-o", str(tmp_path / "t.json.gz")], preexec_fn=full_disk, capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=120, env=NO_BYTECODE)
     assert result.returncode == 2 and "Traceback" not in result.stderr and "Exception" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{tmp_path / 't.json.gz'}: cannot write the output (File too large)" in lines[0]
