@@ -11,9 +11,10 @@ def onset(per_unit: np.ndarray, row: int, threshold: float, late_share: float, m
           shortest: int = 2) -> int | None:
     """The unit row ``row`` of ``per_unit`` (rows x units, e.g. ranks x steps) turned high at: of the
     splits of its series into a before (one unit at least) and a since (``shortest`` at least) where
-    the mean steps up by at least ``threshold`` and every unit since is above every unit before (a step
-    up, not noise that was already there: a healthy DDP pair whose late rank changed once, 20.5 ms in a
-    step before and 8.3 ms in one after, is no onset; a rank a little late before and far later since,
+    the mean steps up by at least ``threshold`` and every unit since is above every unit before, by at
+    least ``threshold`` where the row was already that high before (a step up, not noise that was
+    already there: a healthy DDP pair whose late rank changed once, 20.5 ms in a step before and 8.3 ms
+    in one after, is no onset, nor 3.9, 3.9, 12.5 ms; a rank a little late before and far later since,
     `distprof demo --straggler 1:50@12`, is one), the row is at or above ``threshold`` in ``late_share``
     of the units since, which reach the last (a burst that ended is no onset), its median since is
     above what any other row reached in any unit before (the series' own noise) and its sum since is
@@ -34,7 +35,9 @@ def onset(per_unit: np.ndarray, row: int, threshold: float, late_share: float, m
     high_since = (high[n] - high[split]) / (n - split)
     since_min = np.minimum.accumulate(series[::-1])[::-1][split]
     before_max = np.maximum.accumulate(series)[split - 1]
-    valid = (high_since >= late_share - 1e-9) & (since_mean - before_mean >= threshold) & (since_min > before_max) \
+    # above every unit before; by at least the threshold where the row was already high before
+    stepped = np.where(high[split] > 0, since_min - before_max >= threshold, since_min > before_max)
+    valid = (high_since >= late_share - 1e-9) & (since_mean - before_mean >= threshold) & stepped \
         & (sums[n] - sums[split] >= min_lead * other_since)
     candidates = [k for k in np.flatnonzero(valid).tolist() if np.median(series[split[k]:]) > noise_before[k]]
     if not candidates:  # one iteration per split that holds so far, below: a few
