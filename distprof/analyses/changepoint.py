@@ -16,10 +16,11 @@ def onset(per_unit: np.ndarray, row: int, threshold: float, late_share: float, m
     already there: a healthy DDP pair whose late rank changed once, 20.5 ms in a step before and 8.3 ms
     in one after, is no onset, nor 3.9, 3.9, 12.5 ms; a rank a little late before and far later since,
     `distprof demo --straggler 1:50@12`, is one), the row is at or above ``threshold`` in ``late_share``
-    of the units since, which reach the last (a burst that ended is no onset), its median since is
-    above what any other row reached in any unit before (the series' own noise) and its sum since is
-    ``min_lead`` x any other row's (not one of several), the one whose two means fit the series best (least squares; one
-    outlying unit does not move it). Any unit 1..n-``shortest`` can be it. None when no split holds."""
+    of the units since, which reach the last (a burst that ended is no onset), its median since (every
+    unit of a tail of two) is above what any other row reached in any unit before (the series' noise)
+    and its sum since is ``min_lead`` x any other row's (not one of several), the one whose two means
+    fit the series best (least squares; one outlying unit does not move it). Any unit 1..n-``shortest``
+    can be it. None when no split holds."""
     series, n = per_unit[row].astype(np.float64), per_unit.shape[1]
     shortest = max(int(shortest), 1)
     if n < shortest + 1:
@@ -39,7 +40,10 @@ def onset(per_unit: np.ndarray, row: int, threshold: float, late_share: float, m
     stepped = np.where(high[split] > 0, since_min - before_max >= threshold, since_min > before_max)
     valid = (high_since >= late_share - 1e-9) & (since_mean - before_mean >= threshold) & stepped \
         & (sums[n] - sums[split] >= min_lead * other_since)
-    candidates = [k for k in np.flatnonzero(valid).tolist() if np.median(series[split[k]:]) > noise_before[k]]
+    # above the series' noise: the median since, or every unit of a tail of two (two late steps in a row at
+    # the end of a clean run on a loaded machine, 41 then 18 ms after another rank's 21 ms, are no onset)
+    candidates = [k for k in np.flatnonzero(valid).tolist()
+                  if (np.median if n - split[k] >= 3 else np.min)(series[split[k]:]) > noise_before[k]]
     if not candidates:  # one iteration per split that holds so far, below: a few
         return None
     sse = (squares[split] - sums[split] ** 2 / split) + \
