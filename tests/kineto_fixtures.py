@@ -504,3 +504,10 @@ def tp_dp_ops(steps: int = 2, late_rank: int | None = None, late_us: float = 0.0
             CommOp("allgather", *tp[rank], nelems // 4, "BFloat16", step * step_us + 300 + shift, 100),
             CommOp("reduce_scatter", *dp[rank], nelems, "Float", step * step_us + 500 + shift, 100))]
     return ops
+
+
+def one_group_job(folder: str | Path, group: str) -> list[Path]:
+    """Two ranks, three allreduces of 1 KiB in a process group named ``group`` (a name a hostile trace may
+    carry: control bytes, a spreadsheet formula)."""
+    ops = {r: [CommOp("allreduce", group, (0, 1), 1024, start_us=100.0 + 300 * k) for k in range(3)] for r in (0, 1)}
+    return collective_job(folder, ops, world_size=2)

@@ -251,11 +251,8 @@ def test_csv_cells_that_start_a_formula_are_quoted_numbers_stay(tmp_path):
     """A process-group name from a trace ("=HYPERLINK(...") went raw into collectives.csv."""
     import csv
 
-    from kineto_fixtures import CommOp, collective_job
-    hostile = '=HYPERLINK("http://example.invalid","x")'
-    ops = {r: [CommOp("allreduce", hostile, (0, 1), 1024, start_us=100.0 + 300 * k) for k in range(3)]
-           for r in (0, 1)}
-    files = collective_job(tmp_path / "job", ops, world_size=2)
+    from kineto_fixtures import one_group_job
+    files = one_group_job(tmp_path / "job", '=HYPERLINK("http://example.invalid","x")')
     out = tmp_path / "out"
     result = run_cli("merge", *map(str, files), "-o", str(out))
     assert result.returncode == 0, result.stderr[-2000:]

@@ -42,11 +42,8 @@ def test_control_bytes_of_trace_names_are_escaped_in_the_csv_files(tmp_path):
     import subprocess
     import sys
 
-    from kineto_fixtures import CommOp, collective_job
-    hostile = "\x1b[2J\x1b]0;owned\x07dp"
-    ops = {r: [CommOp("allreduce", hostile, (0, 1), 1024, start_us=100.0 + 300 * k) for k in range(3)]
-           for r in (0, 1)}
-    files = collective_job(tmp_path / "job", ops, world_size=2)
+    from kineto_fixtures import one_group_job
+    files = one_group_job(tmp_path / "job", "\x1b[2J\x1b]0;owned\x07dp")
     out = tmp_path / "out"
     result = subprocess.run([sys.executable, "-m", "distprof", "merge", *map(str, files), "-o", str(out),
                              "--no-html"], capture_output=True, text=True, timeout=120)
