@@ -235,9 +235,16 @@ def test_mpirun_demo_prints_windows_alerts_the_late_straggler_and_serves_metrics
         alerts = [line for line in output.splitlines() if line.startswith("[distprof live] ALERT")]
         straggler = [a for a in alerts if ": straggler rank" in a and "recovered" not in a]
         early = [a for a in straggler if a.startswith(tuple(f"[distprof live] ALERT steps {s}-" for s in (0, 4)))]
-        if not early:
+        final = json.loads((out / "summary.json").read_text())["skew"]["straggler"] or {}
+        onset = (final.get("rank"), final.get("pattern"), final.get("onset_step"))
+        if not early and onset == (1, "since step", 8):
             break
     assert not early, alerts
+    # the final verdict agrees with the windows: rank 1 turned slow at step 8 (it was "persistent", its
+    # cost averaged over every step, while the windows since step 8 priced it at the whole sleep). In 1 of
+    # 6 fresh-clone suites on 2026-12-02 both ranks of the run were late by 40-85 ms in random steps before
+    # step 8 (the hypervisor's steal), as late as the sleep: no onset shows there, and the job runs again
+    assert onset == (1, "since step", 8), final
     skip_if_busy(busy, "alert timing")
     assert straggler and straggler[0].startswith(("[distprof live] ALERT steps 8-11: straggler rank 1",
                                                   "[distprof live] ALERT steps 12-15: straggler rank 1")), alerts
@@ -246,10 +253,6 @@ def test_mpirun_demo_prints_windows_alerts_the_late_straggler_and_serves_metrics
     record = summary["live"]
     assert record["every_steps"] == 4 and [w["steps"] for w in record["windows"]][:2] == [[0, 3], [4, 7]]
     assert [a["rank"] for a in record["alerts"] if a["code"] == "straggler"] == [1]
-    # the final verdict agrees with the windows: rank 1 turned slow at step 8 (it was "persistent", its
-    # cost averaged over every step, while the windows since step 8 priced it at the whole sleep)
-    final = summary["skew"]["straggler"]
-    assert (final["rank"], final["pattern"], final["onset_step"]) == (1, "since step", 8), final
     windows = [w["straggler"]["cost_ns"] for w in record["windows"][2:] if (w["straggler"] or {}).get("rank") == 1]
     assert windows and abs(final["cost_ns"] - float(np.median(windows))) <= 0.25 * float(np.median(windows))
 
