@@ -155,6 +155,48 @@ def test_an_op_queued_on_a_comm_thread_is_not_issued_after_the_wait():
     assert row["predicted_step_ns"] == summarize(comm_thread_job(0))["whatif"]["measured_step_ns"] == F + 20 * MS + OPT
 
 
+
+def exchange_pair_job(delay: int, steps: int = 4, worker_of=lambda step: 2) -> list:
+    """Two ranks, as a gloo MoE layer runs: forward F, then two synchronous all-to-alls on a gloo
+    worker lane (the split sizes, 0.3 ms, then the tokens), the steps' thread idle through each and
+    computing 0.2 ms (an ``index`` op) between them, then backward ``BW``. Rank 1 pauses ``delay``
+    between the two (a pause right before the dispatch); rank 0's tokens exchange then starts 0.2 ms
+    after its sizes exchange ended, on the same worker when ``worker_of(step)`` is 2, on another (3)
+    otherwise: gloo alternates its workers."""
+    sizes, gap, xfer, bw = 3 * MS // 10, 2 * MS // 10, 3 * MS, 20 * MS
+    rows = {0: [], 1: []}
+    start = 0
+    for s in range(steps):
+        sized = start + F + sizes
+        issue = sized + gap + np.array([0, delay])
+        done = int(issue.max()) + xfer
+        end = done + gap + bw
+        for r in (0, 1):
+            rows[r] += [(ev.RANGE, ev.PHASE, ev.PROFILE_STEP, start, end, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "forward", start, start + F, 1, s, ""),
+                        (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_to_all", start + F, sized, 2, s, "alltoall"),
+                        (ev.RANGE, ev.COMPUTE, "aten::index", sized, sized + gap, 1, s, ""),
+                        (ev.COMM_OP, ev.COMMUNICATION, "gloo:all_to_all", int(issue[r]), done, worker_of(s), s,
+                         "alltoall"),
+                        (ev.RANGE, ev.COMPUTE, "aten::index", done, done + gap, 1, s, ""),
+                        (ev.RANGE, ev.PHASE, "backward", done + gap, end, 1, s, "")]
+        start = end
+    return [_reduced(r, rows[r], 0) for r in (0, 1)]
+
+
+@pytest.mark.parametrize("worker_of", [lambda step: 2, lambda step: 2 + step % 2], ids=["one worker", "alternating"])
+def test_an_exchange_issued_after_a_synchronous_one_is_not_queued_behind_it(worker_of):
+    """A tokens all-to-all that starts on the worker 0.2 ms after the sizes all-to-all it waited for
+    was issued by the steps' thread after that one returned, not queued behind it: the point before
+    it is the same on both ranks in every step, whichever worker ran it, and removing rank 1's 25 ms
+    pause predicts the job without it exactly (it was priced at the pause in the steps whose two
+    exchanges ran on different workers only: 12.5 ms where they alternate, nothing on one worker)."""
+    late = exchange_pair_job(25 * MS, worker_of=worker_of)
+    row = scenario({"whatif": whatif_of(late, straggler_rank=1)}, "no_straggler")
+    clean = summarize(exchange_pair_job(0, worker_of=worker_of))["whatif"]["measured_step_ns"]
+    assert summarize(late)["whatif"]["measured_step_ns"] - clean == 25 * MS
+    assert row["predicted_step_ns"] == clean
+
 US = 1_000
 
 

@@ -44,6 +44,7 @@ from itertools import chain
 import numpy as np
 
 from .. import columns
+from ..events import HOST_THREAD
 from ..matching import Matching
 from ..results import RankResult
 from . import steptime
@@ -193,6 +194,19 @@ def _matched_columns(ops: dict, matching: Matching) -> np.ndarray:
     return column[code[rows.size:]]
 
 
+def _on_computing_thread(results: list[RankResult], ops: dict) -> np.ndarray:
+    """Per op: its lane is a host thread of its rank that computes (the chain's own thread: blocking
+    MPI), not a worker that only communicates (gloo's) or a GPU stream."""
+    pairs = [(row, lane.label) for row, result in enumerate(results) for lane in result.lanes
+             if lane.lane_kind == HOST_THREAD and lane.computation_ns > 0]
+    if not pairs or not ops["row"].size:
+        return np.zeros(ops["row"].size, bool)
+    rows = np.asarray([row for row, _ in pairs], np.int64)
+    labels = np.asarray([label for _, label in pairs], dtype=str)
+    code, _ = columns.runs(np.r_[rows, ops["row"]], np.r_[labels, ops["lane"].astype(str)])
+    return np.isin(code[rows.size:], code[:rows.size])
+
+
 def _receives(ops: dict, matching: Matching, rank_numbers: np.ndarray) -> np.ndarray:
     """Per op: whether it is the receiving side of a matched send/recv (its rank is the column's
     receiver)."""
@@ -206,7 +220,8 @@ def _receives(ops: dict, matching: Matching, rank_numbers: np.ndarray) -> np.nda
 def _lane_links(ops: dict) -> dict[str, np.ndarray]:
     """Per op: its lane predecessor where it ran after it (-1: none), that one's end (NEG: none),
     whether it is a host op (no hand-over time to its lane known: a host range, launch = its own
-    start, or GPU work whose launch was not captured) and whether it was queued behind it."""
+    start, or GPU work whose launch was not captured) and whether it was queued behind it (never
+    behind a blocking call: the thread that waited for it issued the next op after it returned)."""
     row, start, end, launch = ops["row"], ops["start_ns"], ops["end_ns"], ops["launch_ns"]
     if not row.size:
         return {"lane_prev": row, "prev_end": row, "host": row.astype(bool), "queued": row.astype(bool)}
@@ -220,7 +235,11 @@ def _lane_links(ops: dict) -> dict[str, np.ndarray]:
     lane_prev[order] = np.where(serial, before, -1)
     prev_end[order] = np.where(serial, before_end, NEG)
     host = (launch < 0) | (launch >= start)
-    queued = (lane_prev >= 0) & host & (start - prev_end <= WAIT_TOLERANCE_NS)
+    # an op right after a blocking one on a worker's lane (not the computing thread's own) was issued
+    # by the thread that waited for that one, after it returned: not queued behind it (gloo's worker
+    # runs the next exchange at once)
+    after_blocking = (lane_prev >= 0) & ops["blocking"].astype(bool)[np.maximum(lane_prev, 0)] & ~ops["on_chain"]
+    queued = (lane_prev >= 0) & host & (start - prev_end <= WAIT_TOLERANCE_NS) & ~after_blocking
     return {"lane_prev": lane_prev, "prev_end": prev_end, "host": host, "queued": queued}
 
 
@@ -354,7 +373,8 @@ def build_graph(results: list[RankResult], matching: Matching, dataloader: str =
     steps, phases, ops, syncs = _gather(results)
     in_steps = _in_steps(ops["row"], ops["step"], steps)
     ops = {name: column[in_steps] for name, column in ops.items()}
-    ops = {**ops, "col": _matched_columns(ops, matching), **_lane_links(ops)}
+    ops = {**ops, "col": _matched_columns(ops, matching), "on_chain": _on_computing_thread(results, ops)}
+    ops = {**ops, **_lane_links(ops)}
     ops = {**ops, "recv": _receives(ops, matching, np.asarray([r.rank for r in results], np.int64))}
     ops = {**ops, "synced": _synced(ops, syncs)}
     labels = _labels(phases["name"], ops["name"], dataloader)
