@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import config as config_mod
-from . import console, outpaths
+from . import console, outpaths, timings
 from .events import SourceError
 from .ranges import rank_ranges
 
@@ -213,7 +213,8 @@ def merge_summary(paths: list[Path], config: dict, comm=None, warnings: list[str
     from .reports import findings
     summary = pipeline.merge_files(paths, config, comm=comm, warnings=warnings,
                                    allow_duplicate_ranks=allow_duplicate_ranks)
-    return None if summary is None else findings.worded(summary)
+    with timings.stage("word the findings"):
+        return None if summary is None else findings.worded(summary)
 
 
 OUTPUT_FILES = ("summary.json", "ranks.csv", "collectives.csv", "report.html")  # what merge writes
@@ -256,13 +257,14 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if summary is None:  # an MPI worker other than rank 0: its results went to rank 0
         return 0
     out = Path(args.out)
-    with writing(out):
+    with writing(out), timings.stage("write summary.json, ranks.csv, collectives.csv"):
         export.write_summary(summary, out)
-    sys.stdout.write(text.render(summary, args.unit, width=args.width, all_ranks=args.all_ranks))
+    with timings.stage("text report"):
+        sys.stdout.write(text.render(summary, args.unit, width=args.width, all_ranks=args.all_ranks))
     print(f"\n{export.written_line(summary, out)}")
     if args.html:
         from .reports import html
-        with writing(out):
+        with writing(out), timings.stage("report.html"):
             print(f"wrote {html.write_report(summary, out, args.unit)}")
     print(text.next_steps(out, args.html, width=args.width))
     return 0
@@ -721,6 +723,8 @@ def _merge_parser(sub) -> None:
                             "table's intra-/inter-node split (config hardware.gpus_per_node)")
     merge.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                        help="also write OUT/report.html (default; --no-html to skip)")
+    merge.add_argument("--timings", action="store_true",
+                       help=f"print each stage's wall and CPU time on stderr at the end (also {timings.ENV}=1)")
     _layout_options(merge)
     merge.set_defaults(func=cmd_merge)
 
@@ -812,6 +816,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "timings", False):
+        timings.enable()
+    timings.start_up()
     try:
         return args.func(args)
     except (config_mod.ConfigError, SourceError) as error:
@@ -823,6 +830,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `distprof merge ... | head`: the reader has what it wanted; the files are written
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 0
+    finally:
+        timings.report()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 
 from . import align as align_mod
-from . import console, transport
+from . import console, timings, transport
 from . import events as ev
 from .analyses import alltoall as alltoall_mod
 from .analyses import collectives as coll
@@ -402,8 +402,9 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
     mine = transport.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
     extra = warnings
     try:
-        reduced, warnings = _reduce_here(paths, mine, config) if comm is None else \
-            _reduce_files(paths, mine, config)
+        with timings.stage(f"read and reduce {len(mine)} file(s)"):
+            reduced, warnings = _reduce_here(paths, mine, config) if comm is None else \
+                _reduce_files(paths, mine, config)
     except Exception as error:  # noqa: BLE001 - an MPI worker that fails still reaches the gather
         if comm is None:
             raise
@@ -426,4 +427,5 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
         world_size = max(world_size or 0, len(results))
         warnings.insert(0, f"merged anyway (--allow-duplicate-ranks): {clash.split(': give one run')[0]}")
     kinds = sorted({r.source for r in results})
-    return combine(results, config, source="+".join(kinds), world_size=world_size, warnings=warnings)
+    with timings.stage(f"combine {len(results)} rank(s)"):
+        return combine(results, config, source="+".join(kinds), world_size=world_size, warnings=warnings)
