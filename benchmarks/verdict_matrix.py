@@ -474,6 +474,22 @@ def injected_error(run: Run) -> float | None:
     return abs(run.cost_ns - injected) / injected
 
 
+def within_run_error(run: Run) -> float | None:
+    """A mid-run fault's cost error against its own run: the effect is the median of its steps since the
+    onset less the median of its steps before it (the same run, so a run-to-run difference of the machine
+    cancels), per step since the onset where the verdict says "since step" k as cost_ns then is, else times
+    the share of profiled steps since the onset. None for a start fault, a wrong verdict or no effect."""
+    if not (run.faulty and run.right and run.onset != "start" and run.cost_ns is not None and cores_each(run.job)
+            and run.kind != ROUTER_SKEW and run.step_times_ns and 2 <= (run.fault_step or 0)):
+        return None
+    before, since = run.step_times_ns[:run.fault_step], run.step_times_ns[run.fault_step:]
+    if len(since) < 2:
+        return None
+    share = 1.0 if run.pattern == "since step" else len(since) / len(run.step_times_ns)
+    effect = (statistics.median(since) - statistics.median(before)) * share
+    return abs(run.cost_ns - effect) / effect if effect > 0 else None
+
+
 def effect_per_step(run: Run) -> float | None:
     """What the fault did to the steps it was in, whatever the verdict: the median step (from a mid-run
     fault's onset on) less the paired clean runs' step. None for a clean run or without a pair."""
@@ -493,6 +509,8 @@ def scores(runs: list[Run]) -> dict:
     named = [run for run in done if run.named is not None]
     clean = [run for run in done if run.kind == "clean"]
     errors = sorted(run.cost_error for run in done if run.cost_error is not None and run.kind != ROUTER_SKEW)
+    big_errors = sorted(run.cost_error for run in big if run.cost_error is not None and run.kind != ROUTER_SKEW)
+    within = sorted(e for e in map(within_run_error, done) if e is not None)
     skews = [run for run in done if run.kind == ROUTER_SKEW]
     injected = sorted(e for e in map(injected_error, done) if e is not None)
     skew_errors = sorted(run.cost_error for run in skews if run.cost_error is not None)
@@ -506,6 +524,10 @@ def scores(runs: list[Run]) -> dict:
                            sum(run.kind == "once" for run in done)],
             "cost_error_median": statistics.median(errors) if errors else None,
             "cost_error_worst": errors[-1] if errors else None, "cost_errors": len(errors),
+            "cost_error_big_median": statistics.median(big_errors) if big_errors else None,
+            "cost_errors_big": len(big_errors),
+            "cost_error_within_median": statistics.median(within) if within else None,
+            "cost_errors_within": len(within),
             "cost_vs_injected_median": statistics.median(injected) if injected else None,
             "cost_vs_injected": len(injected),
             "cost_no_effect": sum(run.right and run.cost_ns is not None and run.measured_ns is not None and
@@ -616,7 +638,12 @@ def report(runs: list[Run]) -> str:
              "mid-run faults: the effect on the faulty steps, per step where the verdict names the rank "
              "'since step' k, else x their share of the profiled steps), from the rank files"
              + (f"; {score['cost_no_effect']} right verdict(s) left out: no positive measured effect (noise)"
-                if score["cost_no_effect"] else ""),
+                if score["cost_no_effect"] else "")
+             + f"; over the {score['cost_errors_big']} of faults >= {100 * RECALL_MIN:.0f}% of the step: median "
+               f"{percent(score['cost_error_big_median'])}",
+             f"- the same error against each mid-run fault's own steps before its onset (the same run: the "
+             f"machine's run-to-run noise cancels), over {score['cost_errors_within']} right verdicts: median "
+             f"{percent(score['cost_error_within_median'])}",
              f"- |cost_ns - the delay injected| / the delay injected (per step as the cost is; the sleep is known "
              f"exactly, where the measured effect compares separate runs), over {score['cost_vs_injected']} right "
              f"verdicts of forward, data and comm faults: median {percent(score['cost_vs_injected_median'])}",

@@ -195,11 +195,12 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     if busy:  # said once, at the top: the timings on those hosts are partly other processes'
         warnings.append(Reason("busy_host_warning", {"hosts": busy}))
     vary = cost.durations_vary(final, straggler_rank)
-    straggler = cost.price_straggler(skew_summary.get("straggler"), what, crowded, vary)
+    exchanges = alltoall_mod.groups(final, config)
+    straggler = cost.price_straggler(skew_summary.get("straggler"), what, crowded, vary,
+                                     alltoall_mod.straggler_load(exchanges, straggler_rank, what, config))
     host = hostload.straggler_host(final, straggler)
     skew_summary = {**skew_summary, "straggler": {**straggler, "host": host} if host else straggler}
     checks = streams.without_straggler_waits(checks, final, skew_summary.get("straggler"), config)
-    exchanges = alltoall_mod.groups(final, config)
     sharded = sharded_mod.across_ranks(final, aligned.matching, inst, skew_summary.get("straggler"))
     found = diagnose.findings(final, checks, skew_summary, config, collective_table, what, exchanges,
                               sharded=sharded)

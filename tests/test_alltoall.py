@@ -200,15 +200,34 @@ def test_real_gloo_job_bytes_match_the_raw_trace(run):
 
 def test_real_skewed_router_named_by_the_expert_imbalance_finding():
     """skewed1: rank 1's expert gets the router's weight 2 (2.0x the other rank's tokens); the replay
-    prices balancing at 19% of the step, the finding names rank 1 (also the straggler since step 5,
-    so priced after its fix: the delay is charged once)."""
+    prices balancing at 19% of the step, the finding names rank 1. Rank 1 is also the straggler: its
+    lateness is the tokens the router sends it, so the imbalance is its cause, priced alone by
+    balancing the ranks (the delay is charged once, to its cause), and the straggler's own finding,
+    whose fix would remove the work itself (no_straggler: 12.7 ms), is left out; the straggler's cost is
+    the same balancing, with its load ratio."""
     summary = merged(sorted((DATA / "skewed1").glob("rank*.json.gz")))
     [group] = summary["alltoall"]
     assert group["hot_ranks"] == [1] and group["load_ratio_max"] == pytest.approx(2.0, abs=0.1)
     [found] = [f for f in summary["findings"] if f["finding"] == "expert_imbalance"]
     assert found["ranks"] == [1] and found["evidence"]["straggler"] is True
-    assert found["priced_by"] == "balanced_ranks" and found["priced_after_straggler"] is True
+    assert found["priced_by"] == "balanced_ranks" and found["priced_after_straggler"] is False
     assert found["evidence"]["phase"] == "## forward ##"
+    balanced = next(s for s in summary["whatif"]["scenarios"] if s["name"] == "balanced_ranks")
+    alone = next(s for s in summary["whatif"]["scenarios"] if s["name"] == "no_straggler")
+    straggler = summary["skew"]["straggler"]
+    assert found["cost_ns"] == straggler["cost_ns"] == balanced["saving_ns"] < alone["saving_ns"]
+    assert straggler["rank"] == 1 and straggler["expert_load"] == group["load_ratio_max"]
+    assert not [f for f in summary["findings"] if f["finding"] == "straggler"]
+
+
+def test_the_straggler_line_says_its_lateness_is_its_expert_load(tmp_path):
+    """What the user reads first: the straggler's cost is balancing the ranks, and why."""
+    from conftest import run_cli
+    done = run_cli("merge", *map(str, sorted((DATA / "skewed1").glob("rank*.json.gz"))), "-o", str(tmp_path),
+                   "--width", "1000")
+    line = next(text for text in done.stdout.splitlines() if text.startswith("Straggler:"))
+    assert "rank 1, its lateness is its expert load (2.0x the tokens of the other ranks' median): balancing " \
+           "the ranks saves 10.80 ms per step" in line and "removing its lateness" not in line
 
 
 def test_real_skewed_router_withheld_where_the_replay_prices_no_saving():
@@ -228,3 +247,20 @@ def test_real_even_router_no_finding():
     [group] = summary["alltoall"]
     assert group["hot_ranks"] == [] and group["load_ratio_max"] < 1.1
     assert not [f for f in summary["findings"] if f["finding"] == "expert_imbalance"]
+
+
+@pytest.mark.parametrize(("pattern", "expected_ms"), [("since step", 8.0), ("persistent", 4.0)])
+def test_a_straggler_explained_by_its_load_costs_the_balancing_per_step_since_the_load_turned(pattern, expected_ms):
+    """A router uneven in half of the steps: balancing saves 4 ms a step over the window, 8 ms in each
+    uneven step; a straggler named "since step" k is priced per step since then, else per step, and
+    never by removing its lateness (no_straggler: 30 ms)."""
+    from distprof.analyses import cost
+    ms = 1_000_000
+    whatif = {"measured_step_ns": 100 * ms, "scenarios": [
+        {"name": "no_straggler", "saving_ns": 30 * ms, "applies": True},
+        {"name": "balanced_ranks", "saving_ns": 4 * ms, "applies": True, "saving_after_straggler_ns": 0}]}
+    straggler = {"rank": 2, "pattern": pattern}
+    priced = cost.price_straggler(straggler, whatif, expert_load=(2.3, 0.5))
+    assert (priced["cost_ns"], priced["expert_load"]) == (expected_ms * ms, 2.3)
+    assert cost.price_straggler(straggler, whatif)["cost_ns"] == 30 * ms and \
+        "expert_load" not in cost.price_straggler(straggler, whatif)

@@ -130,20 +130,42 @@ def groups(results: list[RankResult], config: dict) -> list[AllToAllGroup]:
     return out
 
 
+def _since_share(hot_groups: list[AllToAllGroup]) -> float:
+    """The share of the steps a load that turned uneven at step k is in (1: uneven from the start): the
+    replay's saving per step over the window, spread over the steps since k, is theirs."""
+    return min((g.steps_since / g.steps for g in hot_groups if g.steps_since is not ABSENT and g.steps),
+               default=1.0)
+
+
+def standing_groups(found: list[AllToAllGroup], whatif: dict | None, config: dict) -> list[AllToAllGroup]:
+    """The all-to-all groups with a hot rank, unless the replay prices balancing the ranks under the
+    straggler's floor (the one cost model's veto, imbalance.replay_disagrees): none then."""
+    floor = float(config["skew"]["straggler_min_step_fraction"])
+    hot_groups = [g for g in found if g.hot_ranks]
+    return [] if not hot_groups or imbalance.replay_disagrees(whatif, floor, _since_share(hot_groups)) \
+        else hot_groups
+
+
+def straggler_load(found: list[AllToAllGroup], straggler_rank: int | None, whatif: dict | None,
+                   config: dict) -> tuple[float, float] | None:
+    """(load ratio, share of the steps since the load turned uneven) of the standing all-to-all group
+    whose hottest rank is the straggler, None where there is none: the straggler's lateness is then the
+    tokens the router sends it, which no fix of that rank removes; balancing the ranks is the fix."""
+    groups = standing_groups(found, whatif, config)
+    hot = next((g for g in groups if straggler_rank is not None and g.hot_ranks[0] == straggler_rank), None)
+    return None if hot is None else (float(hot.load_ratio_max or 0.0), _since_share([hot]))
+
+
 def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew: dict, whatif: dict | None,
                     config: dict) -> list[dict]:
     """An expert_imbalance finding per all-to-all group with a hot rank, unpriced (analyses/cost.py
-    prices it by balanced_ranks, on top of the straggler's fix where one is named: a straggler that is
-    the hot rank owns that delay once), unless the replay prices balancing under the straggler's
-    floor. Figure: the hottest rank's own time per step over the others' median in its phase that
-    exceeds it most (0 where none does)."""
+    prices it by balanced_ranks, on top of the straggler's fix where one is named; where the straggler
+    is the hot rank, the imbalance is its cause and is priced alone, the straggler's finding left
+    out), unless the replay prices balancing under the straggler's floor. Figure: the hottest rank's
+    own time per step over the others' median in its phase that exceeds it most (0 where none does)."""
     floor = float(config["skew"]["straggler_min_step_fraction"])
-    hot_groups = [g for g in found if g.hot_ranks]
-    # a load that turned uneven at step k is priced on its steps: the replay's saving per step over the
-    # window, spread over the steps since k
-    since = min((g.steps_since / g.steps for g in hot_groups if g.steps_since is not ABSENT and g.steps),
-                default=1.0)
-    if not hot_groups or imbalance.replay_disagrees(whatif, floor, since):
+    hot_groups = standing_groups(found, whatif, config)
+    if not hot_groups:
         return []
     phases = imbalance.phase_matrix(results)
     straggler = (skew.get("straggler") or {}).get("rank")

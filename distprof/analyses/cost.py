@@ -66,9 +66,10 @@ def _scenario_rows(whatif: dict | None) -> dict[str, dict]:
     return {row["name"]: row for row in (whatif or {}).get("scenarios", [])}
 
 
-def saving(code: str, whatif: dict | None, oversubscribed: list[dict] | None = None
+def saving(code: str, whatif: dict | None, oversubscribed: list[dict] | None = None, alone: bool = False
            ) -> tuple[int | None, Reason | None, bool]:
-    """(predicted saving per step, why not, priced after the straggler's fix) of a finding's fix."""
+    """(predicted saving per step, why not, priced after the straggler's fix) of a finding's fix;
+    ``alone``: on the measured run, not after the straggler's fix (the finding is the straggler's cause)."""
     scenario = FINDING_SCENARIOS.get(code)
     if scenario is None:
         return None, NOT_TIME if code in MEMORY_FINDINGS else NO_SCENARIO, False
@@ -79,7 +80,7 @@ def saving(code: str, whatif: dict | None, oversubscribed: list[dict] | None = N
         return None, NO_REPLAY, False
     if not row["applies"]:
         return None, row.get("why") or NO_REPLAY, False
-    after = code != "straggler" and "saving_after_straggler_ns" in row
+    after = code != "straggler" and not alone and "saving_after_straggler_ns" in row
     value = row["saving_after_straggler_ns"] if after else row["saving_ns"]
     value = max(int(value or 0), 0)  # a fix that the replay finds slower saves nothing
     if whatif.get("measured_step_ns") and value > whatif["measured_step_ns"]:
@@ -113,8 +114,11 @@ def price(finding: dict, whatif: dict | None, oversubscribed: list[dict] | None 
           vary: float | None = None) -> dict:
     """The finding with its cost: ``predicted_saving_ns`` (= ``cost_ns``), its share of the step,
     ``severity``, the scenario that priced it and, when unpriced, ``why_not``; with a saving,
-    ``durations_vary_share`` (``durations_vary``: the replay's premise in doubt by about that much)."""
-    value, why_not, after = saving(finding["finding"], whatif, oversubscribed)
+    ``durations_vary_share`` (``durations_vary``: the replay's premise in doubt by about that much).
+    An expert imbalance whose hottest rank is the straggler is that straggler's cause: priced alone."""
+    evidence = finding.get("evidence")
+    cause = finding["finding"] == "expert_imbalance" and getattr(evidence, "straggler", False) is True
+    value, why_not, after = saving(finding["finding"], whatif, oversubscribed, alone=cause)
     step_ns = (whatif or {}).get("measured_step_ns")
     return {**finding, "severity": severity(value, step_ns), "cost_ns": value, "predicted_saving_ns": value,
             "saving_share": value / step_ns if value is not None and step_ns else None,
@@ -158,13 +162,24 @@ def unconfirmed_straggler(straggler: dict | None, whatif: dict | None, min_share
 
 
 def price_straggler(straggler: dict | None, whatif: dict | None, oversubscribed: list[dict] | None = None,
-                    vary: float | None = None) -> dict | None:
+                    vary: float | None = None, expert_load: tuple[float, float] | None = None) -> dict | None:
     """skew.straggler with ``cost_ns`` = the step-time saving of removing its lateness (the
     no_straggler scenario) and ``cost_share`` of the measured step; the waits it causes stay in
-    ``waits_caused_ns``."""
+    ``waits_caused_ns``. ``expert_load``: (load ratio, share of the steps since it turned uneven) where
+    the straggler is the hottest rank of an uneven all-to-all (analyses/alltoall.straggler_load): its
+    lateness is the tokens the router sends it, which no fix of that rank removes (measured: a router
+    sending one of 2 ranks 2x the tokens of the other, +8.2 ms a step against clean runs; removing that
+    rank's lateness predicted 22.5 ms). Its cost is then balancing the ranks (balanced_ranks), per step
+    since the load turned uneven where the straggler is "since step" k, and ``expert_load`` says why."""
     if not straggler:
         return straggler
-    value, why_not, _ = saving("straggler", whatif, oversubscribed)
+    if expert_load is None:
+        value, why_not, _ = saving("straggler", whatif, oversubscribed)
+    else:
+        value, why_not, _ = saving("expert_imbalance", whatif, oversubscribed, alone=True)
+        since = expert_load[1] if straggler.get("pattern") == "since step" else 1.0
+        value = None if value is None else int(round(value / max(since, 1e-9)))
     step_ns = (whatif or {}).get("measured_step_ns")
     return {**straggler, "cost_ns": value, "cost_share": value / step_ns if value is not None and step_ns else None,
-            "cost_why_not": why_not, "durations_vary_share": vary if value is not None else None}
+            "cost_why_not": why_not, "durations_vary_share": vary if value is not None else None} | (
+        {"expert_load": expert_load[0]} if expert_load is not None else {})

@@ -243,7 +243,9 @@ def findings(results: list[RankResult], checks: list[dict], skew: dict, config: 
     experts = alltoall_mod.expert_findings(results, alltoall or [], skew, whatif, config)
     placement = sharded_mod.exposed_allgather_findings(sharded or [], _placement_findings(results, checks),
                                                        results, config)
-    return (placement + _straggler_finding(skew)
+    # a straggler whose lateness is its expert load has one fix, balancing the ranks: the expert finding
+    straggler = [] if any(f["evidence"].straggler for f in experts) else _straggler_finding(skew)
+    return (placement + straggler
             + _slow_collective_findings(collectives, config)
             + _gpu_gap_findings(results, config) + _dataloader_findings(results, config)
             + (experts or imbalance_mod.imbalance_findings(results, skew, whatif, config)))

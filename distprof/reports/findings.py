@@ -83,7 +83,11 @@ def straggler_line(straggler: StragglerRow | None, t: Callable[[int | None], str
         return ("Straggler: none (no rank makes the others wait, beyond the clock uncertainty and the threshold, "
                 "in enough steps)")
     share = straggler.cost_share
-    if straggler.cost_ns is not None:
+    if straggler.cost_ns is not None and straggler.expert_load is not ABSENT:
+        saving_text = (f"its lateness is its expert load ({straggler.expert_load:.1f}x the tokens of the other "
+                       f"ranks' median): balancing the ranks saves {t(straggler.cost_ns)} per step") + (
+            f" ({100 * share:.1f}% of the step time)" if share is not None else "")
+    elif straggler.cost_ns is not None:
         saving_text = f"removing its lateness saves {t(straggler.cost_ns)} per step" + (
             f" ({100 * share:.1f}% of the step time)" if share is not None else "") + assumption(
             None if straggler.durations_vary_share is ABSENT else straggler.durations_vary_share)

@@ -133,6 +133,7 @@ class StragglerRow(Record):
     floor: float = absent()  # skew.straggler_min_step_fraction
     saving_upper_bound: bool = absent()  # ranks outnumber their host's cores: the replay over-prices
     host: StragglerHost = absent()  # what its host counted in its late steps (native rank files only)
+    expert_load: float = absent()  # the hottest rank of an uneven all-to-all: its load ratio; cost_ns balances
 
 
 class StepPhase(Record):
