@@ -80,9 +80,15 @@ def rescore(runs: list[tuple[Run, list[Path]]], trees: dict[str, Path], config: 
 
 def line(label: str, runs: list[Run]) -> str:
     s = scores(runs)
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:.0f}%"
     return (f"{label}: recall {s['recall'][0]}/{s['recall'][1]}, precision {s['precision'][0]}/{s['precision'][1]}, "
             f"clean runs naming a rank {s['false_per_clean'][0]}/{s['false_per_clean'][1]}, one-offs named "
-            f"{s['once_named'][0]}/{s['once_named'][1]}, failed {s['failed']}")
+            f"{s['once_named'][0]}/{s['once_named'][1]}, failed {s['failed']}; cost error median "
+            f"{pct(s['cost_error_median'])} ({s['cost_errors']} verdicts; faults >= 10%: "
+            f"{pct(s['cost_error_big_median'])}; within the run: {pct(s['cost_error_within_median'])}; against "
+            f"the delay injected: {pct(s['cost_vs_injected_median'])}; router skews: "
+            f"{pct(s['router_skew_cost_error_median'])})")
 
 
 def main(argv: list[str] | None = None) -> int:
