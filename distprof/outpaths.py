@@ -17,6 +17,9 @@ from .events import SourceError
 # Every file distprof writes into an output folder (merge, report --html, trace, diff, hang, the live
 # view, the hang watchdog's hang_rank<r>.json): finding inputs in a folder skips them without a word
 # (`merge OUTDIR`, a live run's folder). tests/test_bad_input_cli.py checks this against the writers.
+# what `distprof merge` reads, by name (sources.expand); Nsight Systems reports need `nsys export --type sqlite`
+TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz", ".sqlite.gz", ".sqlite.zst")
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 OWN_FILES = frozenset({"summary.json", "ranks.csv", "collectives.csv", "report.html", "trace.json.gz",
                        "diff.json", "diff.html", "hang.json", "live.json", "whatif.json"})
 _OWN_PATTERN = re.compile(r"hang_rank\d+\.json")

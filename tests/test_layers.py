@@ -41,11 +41,12 @@ def test_analyses_write_no_sentences(path: Path) -> None:
     assert _sentences(path) == []
 
 
-def _imports(path: Path) -> set[str]:
-    """The distprof modules a module imports (relative imports resolved), as dotted names."""
+def _imports(path: Path, tree: ast.Module | None = None) -> set[str]:
+    """The distprof modules a module (``tree``: its parsed code, else the file's) imports (relative imports
+    resolved), as dotted names."""
     package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree or ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             base = package.rsplit(".", node.level - 1)[0] if node.level else ""
             module = ".".join(part for part in (base, node.module or "") if part)
@@ -62,3 +63,26 @@ def test_no_arrow_from_the_pipeline_to_the_reports() -> None:
 @pytest.mark.parametrize("path", sorted((PACKAGE / "analyses").glob("*.py")), ids=lambda p: p.name)
 def test_no_arrow_from_the_analyses_to_alignment_or_the_readers(path: Path) -> None:
     assert not [name for name in _imports(path) if name.startswith(("distprof.align", "distprof.sources"))]
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The distprof modules a module imports when it runs: not those under ``if TYPE_CHECKING:``, which
+    only name types for the checker."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            node.body = [ast.Pass()]
+    return _imports(path, tree)
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "sources").glob("*.py")), ids=lambda p: p.name)
+def test_no_arrow_from_the_readers_to_the_analyses(path: Path) -> None:
+    """A reader turns files into events; which op args a FLOP formula needs lives in distprof.flop_ops."""
+    assert not [name for name in _imports(path) if name.startswith("distprof.analyses")]
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "reports").glob("*.py")), ids=lambda p: p.name)
+def test_no_arrow_from_the_reports_to_the_analyses_or_the_readers(path: Path) -> None:
+    """Reports phrase typed records (distprof.sections, results): they compute nothing and read no input
+    file's format. Type names for the checker only are allowed (hang's result is not a section yet)."""
+    assert not [name for name in _runtime_imports(path) if name.startswith(("distprof.analyses", "distprof.sources"))]

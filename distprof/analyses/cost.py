@@ -13,6 +13,7 @@ scenario prices (or whose scenario does not apply to the trace) keeps ``predicte
 
 from __future__ import annotations
 
+from ..sections.findings import ABOVE_STEP, NO_REPLAY, NO_SCENARIO, NOT_TIME
 from ..typed import Reason
 
 HIGH_SHARE, MEDIUM_SHARE = 0.10, 0.03
@@ -24,9 +25,6 @@ FINDING_SCENARIOS = {"straggler": "no_straggler", "serialized_communication": "o
                      "unoverlapped_communication": "overlap_communication", "dataloader_bound": "no_dataloader_wait",
                      "slow_collective": "comm_bandwidth_x2", "imbalance": "balanced_ranks",
                      "expert_imbalance": "balanced_ranks", "exposed_allgather": "overlap_communication"}
-# why a fix is not priced (reports/words.py words each code)
-NO_SCENARIO, NOT_TIME, NO_REPLAY, ABOVE_STEP = (Reason("no_scenario"), Reason("not_time"), Reason("no_replay"),
-                                                 Reason("above_step"))
 MEMORY_FINDINGS = ("memory_creep", "memory_imbalance")
 DURATIONS_VARY_SHARE = 0.10  # above this step-to-step spread of the ranks' phase time, a saving says so
 MAD_TO_SIGMA = 1.4826

@@ -41,6 +41,7 @@ import numpy as np
 
 from .. import events as ev
 from ..columns import Groups, unique_rows
+from ..flop_ops import CONV, GEMM_OPERANDS, shape_args_needed
 from ..joins import innermost_enclosing
 from ..rankview import RankView
 from ..results import RankProfile
@@ -48,11 +49,9 @@ from . import intervals as iv
 from . import operators as ops_mod
 from .summaries import MAX_STEPS, model_row, rows_in_window
 
-_GEMM = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
-_CONV = re.compile(r"^aten::(_?convolution|conv[123]d|cudnn_convolution|mkldnn_convolution|_convolution)$")
+_GEMM, _CONV = GEMM_OPERANDS, CONV
 _FLOP_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|linear|matmul|_?convolution|conv[123]d|cudnn_convolution"
                        r"|mkldnn_convolution|conv_transpose[123]d)$")
-_SHAPE_GEMMS = frozenset((*_GEMM, "aten::linear"))  # the GEMMs whose FLOPs come from their Input Dims
 _PHASE_KEYS = {"Forward": "forward", "Backward": "backward", "Optimization": "optimizer", "Dataloader": "dataloader"}
 # the phase keys of FLOPs by phase, sorted: an operator's phase is its index here (-1: none)
 _PHASES = ("backward", "dataloader", "forward", "optimizer", "other")
@@ -120,16 +119,6 @@ def shape_flops(name: str, dims, concrete) -> int | None:
     if _CONV.match(name):
         return _conv_flops(name, dims, concrete)
     return None
-
-
-def shape_args_needed(names) -> tuple[np.ndarray, np.ndarray]:
-    """Per name: whether its FLOPs formula (:func:`shape_flops`) reads Input Dims, and whether it
-    reads Concrete Inputs too (convolutions). The reader decodes those args for these ops only:
-    on every other op they feed no figure."""
-    texts = [str(name) for name in names]
-    conv = np.fromiter((_CONV.match(text) is not None for text in texts), bool, len(texts))
-    gemm = np.fromiter((text in _SHAPE_GEMMS for text in texts), bool, len(texts))
-    return gemm | conv, conv
 
 
 def _shape_flops(ops: ev.Table, input_dims: list, concrete_inputs: list) -> np.ndarray:

@@ -178,9 +178,8 @@ def _nulled(value: object, where: str, paths: set[str]) -> object:
 def _traces_in(folder: Path) -> int:
     """How many trace files (what `distprof merge` reads) lie directly in ``folder``: a folder of rank
     files given where a merge's output was meant gets the command that makes one."""
-    from ..sources import REPORT_SUFFIXES, TRACE_SUFFIXES
     try:
-        return sum(1 for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES + REPORT_SUFFIXES)
+        return sum(1 for p in folder.iterdir() if p.name.endswith(outpaths.TRACE_SUFFIXES + outpaths.REPORT_SUFFIXES)
                    and not outpaths.is_own_file(p.name) and p.is_file())
     except OSError:
         return 0

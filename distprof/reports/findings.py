@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from msgspec.structs import replace
 
 from .. import events as ev
-from ..analyses import cost
 from ..ranges import rank_ranges
 from ..results import Summary
+from ..sections.findings import NO_REPLAY, NO_SCENARIO
 from ..typed import ABSENT, Reason
 from ..units import duration
 
@@ -34,7 +34,7 @@ def saving(finding: Finding, t: Callable[[int | None], str]) -> str:
     """'saves X per step (Y% of the step), what-if: scenario' or why it is not priced."""
     value = finding.predicted_saving_ns
     if value is None:
-        return f"saving not predicted: {text(finding.why_not or cost.NO_SCENARIO)}"
+        return f"saving not predicted: {text(finding.why_not or NO_SCENARIO)}"
     share = finding.saving_share
     scenario = SCENARIO_TITLES.get(finding.priced_by or "", finding.priced_by or "")
     after = " after the straggler's fix" if finding.priced_after_straggler else ""
@@ -92,7 +92,7 @@ def straggler_line(straggler: StragglerRow | None, t: Callable[[int | None], str
             f" ({100 * share:.1f}% of the step time)" if share is not None else "") + assumption(
             None if straggler.durations_vary_share is ABSENT else straggler.durations_vary_share)
     else:
-        saving_text = f"saving not predicted ({text(straggler.cost_why_not or cost.NO_REPLAY)})"
+        saving_text = f"saving not predicted ({text(straggler.cost_why_not or NO_REPLAY)})"
     pattern = _pattern(straggler.pattern, straggler.onset_step, straggler.steps_late,
                        straggler.steps).removeprefix("persistent: ")
     where = straggler.phase or "outside any annotated phase"

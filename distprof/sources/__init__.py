@@ -20,8 +20,7 @@ if TYPE_CHECKING:  # numpy loads when a file is read, not when the package is im
     import numpy as np
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz", ".sqlite.gz", ".sqlite.zst")
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems reports: need `nsys export --type sqlite`
+TRACE_SUFFIXES, REPORT_SUFFIXES = outpaths.TRACE_SUFFIXES, outpaths.REPORT_SUFFIXES
 # distprof's own outputs, skipped when a directory or glob is merged (merge OUTDIR): outpaths.is_own_file
 OWN_OUTPUTS = outpaths.OWN_FILES
 MB = 1 << 20

@@ -536,7 +536,7 @@ def _shape_args(doc: Document, args: list, op_names: np.ndarray, name_uniques: l
     (codes, distinct values)), decoded only for the ops whose FLOPs formula reads them (GEMMs and
     convolutions; the code is -1 elsewhere): on every other op they feed no figure, and decoding
     them for every op was a tenth of a 128-rank merge's CPU."""
-    from ..analyses.profiles import shape_args_needed  # the formulas' own list; imported once the reader runs
+    from ..flop_ops import shape_args_needed  # the formulas' own list; imported once the reader runs
     needs_dims, needs_concrete = shape_args_needed(name_uniques)
     out = []
     for needed, arg in ((needs_dims, "input_dims"), (needs_concrete, "concrete")):  # two args
