@@ -86,3 +86,21 @@ def test_no_arrow_from_the_reports_to_the_analyses_or_the_readers(path: Path) ->
     """Reports phrase typed records (distprof.sections, results): they compute nothing and read no input
     file's format. Type names for the checker only are allowed (hang's result is not a section yet)."""
     assert not [name for name in _runtime_imports(path) if name.startswith(("distprof.analyses", "distprof.sources"))]
+
+
+def _reason_codes(paths) -> set[str]:
+    """The codes of every ``Reason("code", ...)`` written in these modules."""
+    return {node.args[0].value for path in paths for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Reason" and node.args
+            and isinstance(node.args[0], ast.Constant)}
+
+
+def test_every_reason_code_has_words() -> None:
+    """An analysis gives a code, a report words it: a code without words would end the report in a KeyError.
+    The hang analysis's codes are worded by its own report."""
+    from distprof.reports import findings, hang_report
+    hang = PACKAGE / "analyses" / "hang.py"
+    others = [path for path in PACKAGE.rglob("*.py") if path != hang]
+    assert len(_reason_codes(others)) > 20 and len(_reason_codes([hang])) > 10  # the scan finds them
+    assert _reason_codes(others) - set(findings.TEXTS) == set()
+    assert _reason_codes([hang]) - set(hang_report.WORDS) == set()
