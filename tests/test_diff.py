@@ -186,13 +186,13 @@ def _excludes_zero(before, after, seed) -> bool:
 
 
 def test_small_change_that_excludes_zero_is_not_significant():
-    """Run-to-run differences of a few percent are not a result (asv's factor, here 10%)."""
+    """Run-to-run differences of a few percent are not a result (asv's factor, here 5%)."""
     before = summary({0: (1, 1, 1, 0, 1, 0)}, [100, 100.5, 101, 100.2, 100.7, 100.1, 100.4, 100.9])
     after = summary({0: (1, 1, 1, 0, 1, 0)}, [103, 103.5, 104, 103.2, 103.7, 103.1, 103.4, 103.9])
     step = diff.diff(before, after)["step_time"]
     assert step["excludes_zero"] and not step["significant"] and step["reason"] == "below_min_change"
     assert diff.diff(before, after, min_change=0.01)["step_time"]["significant"]
-    assert "under 10%" in diff_report.render(diff.diff(before, after), ("b", "a"))
+    assert "under 5%" in diff_report.render(diff.diff(before, after), ("b", "a"))
 
 
 def test_too_few_steps_gives_no_interval():
@@ -445,7 +445,7 @@ def test_demo_same_configuration_is_not_significant(demo_runs, tmp_path):
         assert step["steps_before"] == SAME_STEPS and step["ci_low_ns"] is not None
         assert step["steps_after"] == SAME_STEPS - (step["since_step"] or 0)
         assert step["ci_low_ns"] <= step["delta_ns"] <= step["ci_high_ns"]
-        assert step["significant"] is False or abs(step["relative"]) >= 0.10
+        assert step["significant"] is False or abs(step["relative"]) >= diff.MIN_CHANGE
         assert data["runs"] is None and "one run a side: the run-to-run noise is not measured" in " ".join(text.split())
     loads = [demo_runs["load"][f"same{i}{side}"] for i in range(PAIRS) for side in "ab"]
     if not (steady(loads) and quiet(loads)):
@@ -589,7 +589,7 @@ def test_cli_help_gives_the_min_change_default_it_uses(tmp_path):
     """--help said 5 while the default was 10."""
     shown = run_cli("diff", "--help").stdout
     default = float(re.search(r"called significant, in\s+%\s+\(default ([\d.]+)\)", shown).group(1))
-    assert default == 100 * diff.MIN_CHANGE == 10
+    assert default == 100 * diff.MIN_CHANGE == 5
     # and the CLI applies it: a 3% change that excludes 0 is 'under 10%', not significant
     for name, steps in (("b", [100, 100.5, 101, 100.2, 100.7, 100.1, 100.4, 100.9]),
                         ("a", [103, 103.5, 104, 103.2, 103.7, 103.1, 103.4, 103.9])):
