@@ -1,0 +1,36 @@
+"""A command pays only for what it uses: the modules a fresh `distprof --help` and `distprof merge` of
+Kineto traces import (issue 58: every import is start-up time the user waits for)."""
+
+import json
+import subprocess
+import sys
+
+from conftest import DATA
+
+PROBE = ("import json, sys\nfrom distprof import cli\ntry:\n    cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+         "print(json.dumps(sorted(sys.modules)), file=sys.stderr)")
+
+
+def _imported(*args: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def _roots(modules: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in modules}
+
+
+def test_help_imports_no_numerics():
+    modules = _imported("--help")
+    assert not _roots(modules) & {"numpy", "pandas", "mpi4py", "torch", "yaml", "sqlite3"}
+    assert len([m for m in modules if m.startswith("distprof")]) < 40
+
+
+def test_a_kineto_merge_imports_neither_mpi_torch_pandas_nor_the_other_commands(tmp_path):
+    modules = _imported("merge", str(DATA / "torch_tpdp" / "late3"), "-o", str(tmp_path), "--no-html")
+    assert "distprof.analyses.skew" in modules  # it merged
+    assert not _roots(modules) & {"pandas", "mpi4py", "torch", "yaml", "sqlite3", "prometheus_client", "nvtx"}
+    others = ("distprof.live", "distprof.profiler", "distprof.collector", "distprof.watchdog", "distprof.demo",
+              "distprof.analyses.hang", "distprof.analyses.diff", "distprof.reports.perfetto",
+              "distprof.sources.nsys", "distprof.sources.native", "distprof.sources.flight_recorder")
+    assert not [m for m in modules if m.startswith(others)]
