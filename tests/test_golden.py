@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,27 @@ def test_summary_matches_golden(case: str) -> None:
         if not REGENERATE:
             pytest.fail(f"{golden.name} was missing and has been written; run again")
     assert summary == json.loads(golden.read_text())
+
+
+LANE_LABEL = re.compile(r"^(thread (\d+))(?: \((.+)\))?$")
+
+
+def _thread_labels(value, found: dict) -> dict:
+    """Every 'thread N' / 'thread N (name)' string in a summary, by thread id."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _thread_labels(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _thread_labels(item, found)
+    elif isinstance(value, str) and (match := LANE_LABEL.match(value)):
+        found.setdefault(match.group(2), set()).add(value)
+    return found
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_one_label_per_lane_in_every_golden(case: str) -> None:
+    """One lane identity: a thread is labelled the same in every table of a summary (the device table
+    said 'thread 3476' where the lanes said 'thread 3476 (MainThread)')."""
+    labels = _thread_labels(json.loads((GOLDEN / (case.replace("/", "__") + ".json")).read_text()), {})
+    assert {thread: texts for thread, texts in labels.items() if len(texts) > 1} == {}

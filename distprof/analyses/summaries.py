@@ -123,7 +123,8 @@ def _durations(events: ev.Table, mask: np.ndarray) -> np.ndarray:
 
 
 def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = None) -> list[dict]:
-    """GPU utilization per device, busy share per host thread, process CPU utilization."""
+    """GPU utilization per device, busy share per host thread (labelled as every other table labels
+    its lane: with the trace's thread names, ``meta["lane_names"]``), process CPU utilization."""
     window_ns = iv.total(window)
     kind = events["kind"]
     starts, ends = events["start_ns"], events["end_ns"]
@@ -149,7 +150,7 @@ def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = N
     for (pid, lane), on in zip(lanes.tolist(), Groups.of(lane_of, len(lanes)).members()):  # one per host thread
         busy = iv.total(iv.covered_within(starts[host[on]], ends[host[on]], window))
         key = lanes_mod.LaneKey(int(pid), -1, int(lane), ev.HOST_THREAD)
-        rows.append({"device": lanes_mod.label(key), "kind": "host_thread", "busy_ns": busy,
+        rows.append({"device": lanes_mod.label(key, meta.get("lane_names")), "kind": "host_thread", "busy_ns": busy,
                      "elapsed_ns": window_ns, "utilization": busy / window_ns if window_ns else None})
     return rows
 
