@@ -16,6 +16,7 @@ from . import events as ev
 from .columns import unique_rows
 from .matching import Matching
 from .results import ClockEstimate, RankResult
+from .typed import Reason
 
 # -- matching collectives across ranks (rank 0, compact results only) ------------------------
 
@@ -36,11 +37,6 @@ def _ordinal_in_group(*sorted_keys: np.ndarray) -> np.ndarray:
         opens[1:] |= key[1:] != key[:-1]
     index = np.arange(n)
     return index - np.maximum.accumulate(np.where(opens, index, 0))
-
-
-def _rank_list(ranks: np.ndarray, limit: int = 8) -> str:
-    shown = ", ".join(map(str, ranks[:limit].tolist()))
-    return shown + (f" (+{ranks.size - limit} more)" if ranks.size > limit else "")
 
 
 def _op_columns(collectives: dict, rank: int) -> dict:
@@ -91,13 +87,12 @@ def _reports(series, kinds, groups, expected, steps_of, step_bad, key_series, ma
         in_label = np.isin(steps_of[:, 0], codes)
         bad = steps_of[in_label & step_bad]
         members = expected[:, codes].any(axis=1)
-        where = f" in group {group!r}" if group else ""
         out.append({"name": kind, "group": group, "ranks": int(members.sum()),
                     "matched": int(matched_key[np.isin(key_series, codes)].sum()), "steps": int(in_label.sum()),
                     "unmatched_steps": int(bad.shape[0])})
         if not group and kind != _P2P and 0 < members.sum() < rank_numbers.size:
-            warnings.append(f"collective {kind}: only rank(s) {_rank_list(rank_numbers[members])} of "
-                            f"{rank_numbers.size} have it; matched among those")
+            warnings.append(Reason("partly_present", {"kind": kind, "ranks": rank_numbers[members].tolist(),
+                                                      "of": int(rank_numbers.size)}))
         if bad.shape[0]:
             code, step = (int(v) for v in bad[0])
             mine = (all_series == code) & (all_steps == step)
@@ -105,12 +100,11 @@ def _reports(series, kinds, groups, expected, steps_of, step_bad, key_series, ma
             part = rank_numbers[expected[:, code]]
             usual = int(np.bincount(per_rank).argmax())
             odd = per_rank != usual
-            detail = ", ".join(f"rank {r}: {c}" for r, c in zip(part[odd][:8].tolist(), per_rank[odd][:8].tolist()))
-            detail += f" (+{int(odd.sum()) - 8} more)" if odd.sum() > 8 else ""
-            at = "outside steps" if step < 0 else f"step {step}"
-            warnings.append(f"collective {kind}{where}: counts differ across ranks in {bad.shape[0]} of "
-                            f"{int(in_label.sum())} step(s), e.g. {at}: {usual} on most ranks but {detail}; "
-                            "those are left unmatched")
+            warnings.append(Reason("counts_differ", {
+                "kind": kind, "group": group, "steps_bad": int(bad.shape[0]), "steps": int(in_label.sum()),
+                "step": step, "usual": usual, "odd": [[r, c] for r, c in zip(part[odd][:8].tolist(),
+                                                                             per_rank[odd][:8].tolist())],
+                "more": max(int(odd.sum()) - 8, 0)}))
     return out, warnings
 
 
@@ -301,7 +295,7 @@ def assign_ranks(results: list[RankResult]) -> tuple[list[RankResult], list[str]
     for position, result in enumerate(results):
         if result.rank is None or result.rank in taken:
             if result.rank is not None:
-                warnings.append(f"{result.source_file}: rank {result.rank} appears twice; renumbered")
+                warnings.append(Reason("rank_twice", {"file": result.source_file, "rank": result.rank}))
                 out[position] = replace(result, rank_from="renumbered (duplicate)")
             pending.append(position)
         else:
@@ -322,8 +316,8 @@ class Alignment:
     results: list[RankResult]
     matching: Matching
     reference_rank: int | None
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)   # clock claims distrusted, naming file and rank
+    notes: list[str | Reason] = field(default_factory=list)   # reason codes: reports/findings.py words them
+    warnings: list[str | Reason] = field(default_factory=list)   # clock claims distrusted, naming file and rank
 
 
 # hosts "cluster" when their median corrections differ by more than this many within-host
@@ -368,7 +362,7 @@ def hosts_cluster(hosts: list[str | None], corrections, spreads, reference: int)
 
 
 def _final_estimates(results: list[RankResult], refined: list[dict], reference: int, aligned_on: bool,
-                     cluster: dict | None, warnings: list[str] | None = None) -> list[dict]:
+                     cluster: dict | None, warnings: list | None = None) -> list[dict]:
     """Method, offset and uncertainty per row: None where nothing verified the offset; a rank on
     the host of a verified rank shares its clock (and its offset's error relative to the reference)."""
     hosts = [r.host for r in results]
@@ -410,20 +404,19 @@ def _same_host_gap(out: list[dict], results: list[RankResult], row: int, anchor:
     return gap if same_kind and abs(gap) > SAME_HOST_MAX_START_GAP_NS else None
 
 
-def _distrusted(entry: dict, result: RankResult, gap: int, warnings: list[str]) -> dict:
+def _distrusted(entry: dict, result: RankResult, gap: int, warnings: list) -> dict:
     """A rank whose clock its host contradicts: offset by the collective ends where they exist,
     unverified (no straggler is named from it), and one warning naming the file and rank."""
     host = result.host
-    warnings.append(f"{result.source_file}: rank {result.rank} names host {host} like another rank, but its "
-                    f"clock is {gap / 1e9:,.3f} s off that host's: its clock offset is distrusted "
-                    "(not the same-host clock, unverified; no straggler is named from it)")
+    warnings.append(Reason("host_clock_distrusted", {"file": result.source_file, "rank": result.rank,
+                                                     "host": host, "gap_ns": int(gap)}))
     offset = entry["offset_ns"] if entry.get("correction_ns") is not None else int(result.clock.offset_ns)
     return {**entry, "offset_ns": int(offset), "uncertainty_ns": None, "verified": False,
             "method": "source offset (distrusted: contradicts its host's clock)"}
 
 
 def _same_host(out: list[dict], results: list[RankResult], hosts: list, reference: int,
-               warnings: list[str] | None = None) -> list[dict]:
+               warnings: list | None = None) -> list[dict]:
     """Ranks on the reference's host share its clock (uncertainty 0); on another host, the clock of
     that host's best-verified rank (its uncertainty). Native offsets (to rank 0 by ping-pong) are
     replaced by that rank's (one CLOCK_MONOTONIC); nsys/Kineto offsets are on the host's one system
@@ -482,10 +475,8 @@ def align(results: list[RankResult], config: dict | None = None) -> Alignment:
                             [e["spread_ns"] for e in refined], reference) if aligned_on else None
     notes = []
     if cluster and cluster["clustered"]:
-        notes.append(f"collective ends differ by host (up to {cluster['gap_ns'] / 1e6:.2f} ms between hosts, "
-                     f"{cluster['spread_ns'] / 1e6:.3f} ms within one): not used to align clocks across hosts "
-                     "(the difference may be physical); offsets across hosts are the sources' own, unverified")
-    warnings: list[str] = []
+        notes.append(Reason("hosts_clustered", {"gap_ns": cluster["gap_ns"], "spread_ns": cluster["spread_ns"]}))
+    warnings: list = []
     estimates = _final_estimates(results, refined, reference, aligned_on, cluster, warnings)
     aligned = []
     for result, (offset0, uncertainty0), estimate in zip(results, initial, estimates):

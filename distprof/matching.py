@@ -26,7 +26,7 @@ class Matching:
     end_ns: np.ndarray
     present: np.ndarray
     kinds: list[dict] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list = field(default_factory=list)  # str or typed.Reason (reports/findings.py words the codes)
     excluded: list[str] = field(default_factory=list)
     group: np.ndarray = field(default_factory=lambda: np.empty(0, object))
     group_ranks: list[tuple[int, ...]] = field(default_factory=list)

@@ -141,14 +141,13 @@ MAX_WORLD_PER_RANK = 64  # a stated world this many times the ranks found (and a
 MIN_SUSPECT_WORLD = 1024  # this size) is a corrupt value, not a partial job
 
 
-def _world_size(stated: int | None, ranks: list[int]) -> tuple[int, list[str]]:
+def _world_size(stated: int | None, ranks: list[int]) -> tuple[int, list[Reason]]:
     """The world size to report, and a warning when the stated one is not believable: a corrupt
     but in-range world_size (1,000,000 from one file, 2 ranks found) would list a million
     missing ranks."""
     found = max(ranks, default=-1) + 1
     if stated and stated > MIN_SUSPECT_WORLD and stated > MAX_WORLD_PER_RANK * max(len(ranks), 1):
-        return found, [f"world_size {stated} stated by the rank files but only {len(ranks)} rank(s) found "
-                       f"({rank_ranges(ranks)}); using {found}"]
+        return found, [Reason("world_not_believed", {"stated": stated, "ranks": ranks, "found": found})]
     return stated or found, []
 
 
@@ -164,15 +163,12 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     warnings += note
     missing = sorted(set(range(world_size)) - {r.rank for r in numbered})
     if missing:
-        warnings.append(f"partial result: no data for {_rank_ranges(missing)} of {world_size}")
+        warnings.append(Reason("partial_result", {"missing": missing, "world_size": world_size}))
     aligned = align_mod.align(numbered, config)
     warnings += aligned.matching.warnings + aligned.warnings
     unverified = [r.rank for r in aligned.results if r.clock.uncertainty_ns is None]
     if unverified and len(aligned.results) > 1:
-        shown = ", ".join(map(str, unverified[:8])) + (" ..." if len(unverified) > 8 else "")
-        warnings.append(f"clock offset of rank(s) {shown} not verified "
-                        "(no shared host, clock sample or usable collectives): start spreads and skew across "
-                        "ranks may be the clocks, not the ranks")
+        warnings.append(Reason("clocks_unverified", {"ranks": unverified}))
     final, inst, collective_table = _collectives(aligned, config, world_size)
     aligned = dataclasses.replace(aligned, results=final)  # align.Alignment: a dataclass
     skew_summary = _skew_summary(aligned, config, inst, missing)
@@ -251,8 +247,8 @@ def _plausible_findings(findings: list[dict], results: list[RankResult]) -> tupl
     for finding in findings:  # a handful per job
         worst = max(int(finding.get(key) or 0) for key in ("figure_ns", "cost_ns", "predicted_saving_ns"))
         if worst > limit:
-            warnings.append(f"finding {finding['finding']} dropped: its figure ({worst / 1e9:,.6f} s) exceeds the "
-                            f"longest analysed window ({limit / 1e9:,.6f} s); the inputs' times are inconsistent")
+            warnings.append(Reason("finding_dropped", {"finding": finding["finding"], "figure_ns": worst,
+                                                       "window_ns": limit}))
         else:
             kept.append(finding)
     return kept, warnings
@@ -294,9 +290,7 @@ def _unnamed_groups_note(results: list[RankResult], world_size: int) -> list[str
                       if not group and kind not in ("other", "send", "recv")})
     if not unnamed:
         return []
-    return [f"process group not in the trace for {', '.join(unnamed)}: matched among the ranks that have them and "
-            f"taken to be on the world ({world_size} ranks) for bus bandwidth; a job with subgroups (TP/DP/PP) needs "
-            "traces that name them (Kineto record_param_comms / pg_config, distprof.comm(group=...))"]
+    return [Reason("groups_unnamed", {"kinds": unnamed, "world_size": world_size})]
 
 
 def _unsplit_note(results: list[RankResult]) -> list[str]:
@@ -304,8 +298,7 @@ def _unsplit_note(results: list[RankResult]) -> list[str]:
     ranks = [r.rank for r in results if r.figures.communication_wait_ns is None and r.figures.communication_ns]
     if not ranks:
         return []
-    return [f"{_rank_ranges(ranks)}: communication not split into wait and transfer (no collective matched "
-            "with another rank's, so the wait for the last arrival is not known)"]
+    return [Reason("wait_not_split", {"ranks": ranks})]
 
 
 def _rank_ranges(ranks: list[int]) -> str:
@@ -426,7 +419,7 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
     world_size = max((r.meta.get("world_size") or 0) for r in results) or None
     if clash:  # several runs merged on purpose: their ranks side by side make the world, not one run's size
         world_size = max(world_size or 0, len(results))
-        warnings.insert(0, f"merged anyway (--allow-duplicate-ranks): {clash.split(': give one run')[0]}")
+        warnings.insert(0, Reason("merged_anyway", {"clash": clash.split(": give one run")[0]}))
     kinds = sorted({r.source for r in results})
     with timings.stage(f"combine {len(results)} rank(s)"):
         return combine(results, config, source="+".join(kinds), world_size=world_size, warnings=warnings)

@@ -572,6 +572,25 @@ def _crowded_warning(figures: dict) -> str:
             "(findings unpriced; the what-if table kept for reference)")
 
 
+def _ranks(ranks: list[int]) -> str:
+    """'rank 3' / 'ranks 2-127, 130': a 126-rank gap reads as one range, not 126 numbers."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}"
+
+
+def _first(ranks: list[int], more: str | None = None, limit: int = 8) -> str:
+    """The first ``limit`` ranks, then ``more`` (default: how many more) where there are more."""
+    shown = ", ".join(map(str, ranks[:limit]))
+    return shown + ((more if more is not None else f" (+{len(ranks) - limit} more)") if len(ranks) > limit else "")
+
+
+def _counts_differ(f: dict) -> str:
+    where = f" in group {f['group']!r}" if f["group"] else ""
+    at = "outside steps" if f["step"] < 0 else f"step {f['step']}"
+    detail = ", ".join(f"rank {r}: {c}" for r, c in f["odd"]) + (f" (+{f['more']} more)" if f["more"] else "")
+    return (f"collective {f['kind']}{where}: counts differ across ranks in {f['steps_bad']} of {f['steps']} step(s), "
+            f"e.g. {at}: {f['usual']} on most ranks but {detail}; those are left unmatched")
+
+
 TEXTS: dict[str, Callable[[dict], str]] = {
     # why a finding's fix is not priced (analyses/cost.py)
     "no_scenario": lambda _: "no what-if scenario models this fix",
@@ -621,6 +640,36 @@ TEXTS: dict[str, Callable[[dict], str]] = {
     "last_in_half_or_less": _last_in_half_or_less,
     "transient": _transient,
     "unseen_members": _unseen_members,
+    # what the merge says of its inputs (pipeline.py, align.py: warnings and skew notes)
+    "partial_result": lambda f: f"partial result: no data for {_ranks(f['missing'])} of {f['world_size']}",
+    "clocks_unverified": lambda f: (f"clock offset of rank(s) {_first(f['ranks'], ' ...')} not verified (no shared "
+                                    "host, clock sample or usable collectives): start spreads and skew across ranks "
+                                    "may be the clocks, not the ranks"),
+    "finding_dropped": lambda f: (f"finding {f['finding']} dropped: its figure ({f['figure_ns'] / 1e9:,.6f} s) exceeds "
+                                  f"the longest analysed window ({f['window_ns'] / 1e9:,.6f} s); the inputs' times "
+                                  "are inconsistent"),
+    "groups_unnamed": lambda f: (f"process group not in the trace for {', '.join(f['kinds'])}: matched among the "
+                                 f"ranks that have them and taken to be on the world ({f['world_size']} ranks) for bus "
+                                 "bandwidth; a job with subgroups (TP/DP/PP) needs traces that name them (Kineto "
+                                 "record_param_comms / pg_config, distprof.comm(group=...))"),
+    "wait_not_split": lambda f: (f"{_ranks(f['ranks'])}: communication not split into wait and transfer (no "
+                                 "collective matched with another rank's, so the wait for the last arrival is not "
+                                 "known)"),
+    "merged_anyway": lambda f: f"merged anyway (--allow-duplicate-ranks): {f['clash']}",
+    "world_not_believed": lambda f: (f"world_size {f['stated']} stated by the rank files but only {len(f['ranks'])} "
+                                     f"rank(s) found ({rank_ranges(f['ranks'])}); using {f['found']}"),
+    "partly_present": lambda f: (f"collective {f['kind']}: only rank(s) {_first(f['ranks'])} of {f['of']} have it; "
+                                 "matched among those"),
+    "counts_differ": _counts_differ,
+    "rank_twice": lambda f: f"{f['file']}: rank {f['rank']} appears twice; renumbered",
+    "host_clock_distrusted": lambda f: (f"{f['file']}: rank {f['rank']} names host {f['host']} like another rank, "
+                                        f"but its clock is {f['gap_ns'] / 1e9:,.3f} s off that host's: its clock "
+                                        "offset is distrusted (not the same-host clock, unverified; no straggler is "
+                                        "named from it)"),
+    "hosts_clustered": lambda f: (f"collective ends differ by host (up to {f['gap_ns'] / 1e6:.2f} ms between hosts, "
+                                  f"{f['spread_ns'] / 1e6:.3f} ms within one): not used to align clocks across hosts "
+                                  "(the difference may be physical); offsets across hosts are the sources' own, "
+                                  "unverified"),
     # an analysis that could not run on this trace (warnings)
     "whatif_skipped": lambda f: f"what-if replay skipped: {f['error']}",
     "critical_path_skipped": lambda f: f"critical path skipped: {f['error']}",
