@@ -5,7 +5,7 @@ work sets cut to the window), as one frozen value.
 ``pipeline.reduce_rank`` builds it once per rank (``analyses.distributed.rank_view``) and hands
 it to each per-rank reducer, so none of them derives a piece again and no cache is needed; a
 caller holding bare events (a test, a benchmark) builds one the same way. It holds values, no
-logic: each piece is defined where its figures are (analyses.distributed, lanes, sources.joins).
+logic: each piece is defined where its figures are (analyses.distributed, lanes, joins).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ FIGURE_FIELDS = ("window_ns", "steps", "communication_ns", "computation_ns", "me
 
 
 class RankFigures(msgspec.Struct, frozen=True):
-    """The Distributed Summary of one rank over its analysed window (DESIGN "Metric definitions")."""
+    """The Distributed Summary of one rank over its analysed window (docs/summary.md, "The Distributed Summary")."""
 
     window_ns: int = 0
     steps: int = 0
@@ -294,7 +294,7 @@ class Summary(Record):
     checks: list[Check]
     skew: Skew
     findings: list[Finding]
-    warnings: list[str | Reason]  # Reasons until worded (reports/words.py)
+    warnings: list[str | Reason]  # Reasons until worded (reports/findings.py)
     tables: Tables
     collectives: Collectives = msgspec.field(default_factory=Collectives)  # the Collectives table
     whatif: WhatIf | None = None  # replayed step time and scenarios (analyses.whatif)

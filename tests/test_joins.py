@@ -1,4 +1,4 @@
-"""The shared kernel<->launch join and span helper (sources/joins.py)."""
+"""The shared kernel<->launch join and span helper (joins.py)."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""The layers DESIGN.md draws, checked on the code: analyses write no sentences (they return numbers
+"""The layers docs/layout.md draws, checked on the code: analyses write no sentences (they return numbers
 and reason codes; reports/ words them), the pipeline does not reach up into the reports, and the
 analyses do not reach back into alignment or the readers."""
 
@@ -104,3 +104,13 @@ def test_every_reason_code_has_words() -> None:
     assert len(_reason_codes(others)) > 20 and len(_reason_codes([hang])) > 10  # the scan finds them
     assert _reason_codes(others) - set(findings.TEXTS) == set()
     assert _reason_codes([hang]) - set(hang_report.WORDS) == set()
+
+
+def test_pointers_in_the_code_lead_somewhere() -> None:
+    """Every docs page the code and the tests cite (as docs/summary.md) exists in the repository, and nothing cites a
+    document outside it (DESIGN.md) or a module that is gone (reports/words.py, sources/joins.py)."""
+    texts = {path: path.read_text() for folder in (PACKAGE, PACKAGE.parent / "tests") for path in folder.rglob("*.py")}
+    cited = {name for text in texts.values() for name in re.findall(r"docs/([\w-]+\.md)", text)}
+    assert cited and not [name for name in cited if not (PACKAGE.parent / "docs" / name).exists()]
+    stale = re.compile(r"DESIGN\b|reports/words\.py|sources[./]joins")
+    assert not [path.name for path, text in texts.items() if stale.search(text) and path.name != "test_layers.py"]

@@ -1,5 +1,5 @@
 """Expert-parallel all-to-all: the bytes each rank sends and receives per process group, and the
-expert load imbalance finding (DESIGN "Diagnosis").
+expert load imbalance finding (docs/diagnosis.md).
 
 Uneven splits are what an MoE all-to-all is (the router sends each expert's rank its tokens), so a rank
 that receives more than another is no fault in itself; a rank whose experts get far more tokens than the

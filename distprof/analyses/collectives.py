@@ -2,7 +2,7 @@
 transfer, bytes and bandwidth (nccl-tests' algbw and busbw); per rank how much of its
 communication is waiting; and the Collectives table by kind x group x node span x size.
 
-Definitions (DESIGN "Collective matching"), on the aligned clock (own start + clock offset):
+Definitions (docs/summary.md, "Collectives"), on the aligned clock (own start + clock offset):
 arrival skew = latest − earliest start; a member's wait = clip(last arrival − own start, 0, own
 duration); transfer = the last-arriving rank's duration (its start is the last arrival; start and
 end on one clock, so clock error does not enter it); bytes = median of the members' known sizes;

@@ -1,4 +1,4 @@
-"""The one cost model (DESIGN "What-if"): a finding costs what fixing it saves, per step.
+"""The one cost model (docs/whatif.md): a finding costs what fixing it saves, per step.
 
 The saving is the what-if replay's: the step time predicted with the fix (the scenario that models it)
 against the measured one, both by the one step-time definition the what-if uses. A delay is charged

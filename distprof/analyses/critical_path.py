@@ -1,4 +1,4 @@
-"""Critical path across ranks: what sets each step's time (DESIGN "What-if").
+"""Critical path across ranks: what sets each step's time (docs/critical-path.md).
 
 The what-if replay (analyses/replay.py) computes every time as the max over its predecessors: a
 chain point is max(previous point + segment, waited op's end + gap); an op starts at

@@ -1,6 +1,6 @@
 """The Distributed Summary of one rank, and its statistics across ranks.
 
-Definitions (DESIGN.md): over the window W (union of ProfileSteps, else the whole trace),
+Definitions (docs/summary.md): over the window W (union of ProfileSteps, else the whole trace),
 Communication = |∪ comm|, Computation = |∪ compute|, Overlap = |comm ∩ compute|,
 Memory = |∪ memcpy/memset|, Exposed = Communication − Overlap,
 Idle = |W| − |comm ∪ compute ∪ memory|.
@@ -74,7 +74,7 @@ def is_gpu_trace(events: ev.Table) -> bool:
 
 def launch_rows(events: ev.Table, gpu_work: np.ndarray) -> np.ndarray:
     """Per row, the row of the runtime call that launched it (``gpu_work`` rows only; -1 else, or
-    when that call was not captured): the rank's one kernel->launch join (sources.joins.launch_join
+    when that call was not captured): the rank's one kernel->launch join (joins.launch_join
     on process and correlation id), which every per-rank analysis reads from the view."""
     work = np.flatnonzero(gpu_work)
     calls = np.flatnonzero(events["kind"].eq(ev.RUNTIME))

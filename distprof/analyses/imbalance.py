@@ -1,4 +1,4 @@
-"""Imbalance across ranks: the finding for lateness no single rank owns (DESIGN "Diagnosis").
+"""Imbalance across ranks: the finding for lateness no single rank owns (docs/diagnosis.md).
 
 When the skew analysis names no straggler because the late rank rotates (different ranks last in
 different steps) or the delay is spread over two ranks, the waits are still real: they come from

@@ -1,5 +1,5 @@
 """The replay: the merged, aligned multi-rank timeline as a dependency graph, and the times it
-gives when the graph's durations are changed (DESIGN "What-if"). analyses/whatif.py changes them,
+gives when the graph's durations are changed (docs/whatif.md). analyses/whatif.py changes them,
 one scenario at a time; analyses/critical_path.py walks the replayed times back.
 
 The graph, per rank, on the common clock, at the granularity the compact results keep:

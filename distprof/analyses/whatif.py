@@ -1,4 +1,4 @@
-"""What-if: the step time if one thing changed (DESIGN "What-if"), each scenario a change of the
+"""What-if: the step time if one thing changed (docs/whatif.md), each scenario a change of the
 replay graph's durations or waits (analyses/replay.py builds and replays the graph): no straggler,
 overlapped communication, twice the communication bandwidth, no dataloader wait, balanced ranks.
 Numbers and reason codes only; reports/ word them (a scenario's ``why`` is a typed.Reason).

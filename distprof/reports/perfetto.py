@@ -187,7 +187,7 @@ def rank_records(events: pd.DataFrame, rank: int, offset_ns: int, origin_ns: int
 def flow_records(events: pd.DataFrame, tid: np.ndarray, start: np.ndarray, rank: int,
                  first_id: int) -> tuple[str, int]:
     """Flow start ('s') on the launching runtime call and flow end ('f', bound to the enclosing
-    slice) on the GPU op, joined by ``sources.joins.launch_join``."""
+    slice) on the GPU op, joined by ``joins.launch_join``."""
     kind = events["kind"].to_numpy()
     corr = events["correlation_id"].to_numpy()
     pid = events["pid"].to_numpy()

@@ -15,7 +15,7 @@ from ..typed import JsonError, Reason, Record, absent
 from .machine import StragglerHost
 from .sharded import ShardedPhase
 
-# why a fix is not priced (analyses/cost.py gives them, reports/words.py words each code)
+# why a fix is not priced (analyses/cost.py gives them, reports/findings.py words each code)
 NO_SCENARIO, NOT_TIME, NO_REPLAY, ABOVE_STEP = (Reason("no_scenario"), Reason("not_time"), Reason("no_replay"),
                                                  Reason("above_step"))
 

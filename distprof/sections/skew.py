@@ -126,7 +126,7 @@ class StragglerRow(Record):
     threshold_ns: int
     most_often_last_rank: int
     exposed_waits_ns_by_rank: dict[int, int]
-    cost_why_not: str | Reason | None = absent()  # a Reason until worded (reports/words.py)
+    cost_why_not: str | Reason | None = absent()  # a Reason until worded (reports/findings.py)
     durations_vary_share: float | None = absent()
     saving_ns: int = absent()
     share: float = absent()  # saving_ns / the measured step
