@@ -114,3 +114,44 @@ def test_pointers_in_the_code_lead_somewhere() -> None:
     assert cited and not [name for name in cited if not (PACKAGE.parent / "docs" / name).exists()]
     stale = re.compile(r"DESIGN\b|reports/words\.py|sources[./]joins")
     assert not [path.name for path, text in texts.items() if stale.search(text) and path.name != "test_layers.py"]
+
+
+# public analyses that still return dicts (issue 56: each becomes its sections/ type; this list only shrinks)
+RETURNS_DICT = {
+    "alltoall.expert_findings", "benchmark.perf_summary", "benchmark.across_ranks", "collectives.node_of_ranks",
+    "collectives.instances", "collectives.unmatched", "collectives.table", "collectives.summary",
+    "collectives.slow_rows", "cost.oversubscribed_hosts", "cost.price", "cost.price_findings",
+    "cost.unconfirmed_straggler", "cost.price_straggler", "critical_path.paths",
+    "critical_path.scenario_shares", "critical_path.rank_reading", "critical_path.critical_path",
+    "critical_path.safe_critical_path", "critical_path.with_path_evidence", "diagnose.rank_gpu_gaps",
+    "diagnose.rank_dataloader_share", "diagnose.findings", "diff.change", "diff.step_time",
+    "diff.runs_step_time", "diff.rank_changes", "diff.across_changes", "diff.warnings", "diff.unit_of_work",
+    "diff.movers", "diff.finding_changes", "diff.check_changes", "diff.diff", "distributed.across_ranks",
+    "hang.group_members", "hang.stacks_of", "hostload.per_step", "imbalance.phase_matrix",
+    "imbalance.imbalance_findings", "live.window_figures", "machine.facts", "machine.busy_hosts",
+    "machine.differences", "operators.prepared", "operators.operator_table", "operators.merge_operator_tables",
+    "operators.trimmed", "phases.phase_table", "phases.merge_phase_tables", "phases.trimmed",
+    "pipelines.bubbles", "profiles.flops_figures", "profiles.memory_figures", "profiles.rank_profile",
+    "profiles.across_ranks", "profiles.memory_findings", "profiles.model_profile",
+    "sharded.exposed_allgather_findings", "skew.collective_skew", "skew.owed_waits", "skew.step_skew",
+    "stacked.stack", "streams.rank_stream_checks", "streams.stream_checks", "streams.without_straggler_waits",
+    "streams.pipeline_dependencies", "summaries.device_table", "summaries.overview_table",
+    "summaries.model_table", "summaries.step_times", "summaries.rank_tables", "summaries.merge_tables",
+    "whatif.whatif", "whatif.safe_whatif",
+}
+
+
+def _returns_dict() -> set[str]:
+    """module.function of every public function in analyses/ whose return annotation names a dict."""
+    return {f"{path.stem}.{node.name}" for path in sorted((PACKAGE / "analyses").glob("*.py"))
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and node.returns is not None
+            and "dict" in ast.unparse(node.returns)}
+
+
+def test_no_new_public_analysis_returns_a_dict() -> None:
+    """Analyses return typed records (sections/), never dicts: no new one returns a dict, and one that no
+    longer does leaves the list (so it only shrinks, to empty)."""
+    found = _returns_dict()
+    assert found - RETURNS_DICT == set(), "return a sections/ record, not a dict"
+    assert RETURNS_DICT - found == set(), "converted: take it off RETURNS_DICT"
