@@ -178,8 +178,9 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     checks = streams.pipeline_dependencies(streams.stream_checks(final, config), skew_summary["pipelines"])
     replay_graph: dict = {}
     crowded = cost.oversubscribed_hosts(final)
+    exchanges = alltoall_mod.groups(final, config)
     skew_summary, what = _priced_straggler(final, aligned.matching, config, warnings, skew_summary, replay_graph,
-                                           bool(crowded))
+                                           bool(crowded), exchanges)
     straggler_rank = (skew_summary.get("straggler") or {}).get("rank")
     path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings, straggler_rank,
                                             str(config.get("phases", {}).get("dataloader", "Dataloader")),
@@ -191,7 +192,6 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     if busy:  # said once, at the top: the timings on those hosts are partly other processes'
         warnings.append(Reason("busy_host_warning", {"hosts": busy}))
     vary = cost.durations_vary(final, straggler_rank)
-    exchanges = alltoall_mod.groups(final, config)
     straggler = cost.price_straggler(skew_summary.get("straggler"), what, crowded, vary,
                                      alltoall_mod.straggler_load(exchanges, straggler_rank, what, config))
     host = hostload.straggler_host(final, straggler)
@@ -217,17 +217,23 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
 
 
 def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, config: dict, warnings: list[str],
-                      skew_summary: dict, keep: dict, crowded: bool) -> tuple[dict, dict | None]:
+                      skew_summary: dict, keep: dict, crowded: bool, exchanges: list) -> tuple[dict, dict | None]:
     """The what-if, replayed with the named straggler fixed, and the skew summary without that
     straggler when the replay prices its fix under ``skew.straggler_min_step_fraction`` of the step
     (then ``skew.unconfirmed_straggler`` says so, and the replay runs again with none named, for
     the other findings' prices). Also on a host whose ranks outnumber its cores, where no cost is
     given (``cost.unconfirmed_straggler``; its saving is then an upper bound). Not where the replay
     cannot see the waits (GPU collectives no host call waits for: ``replay.gpu_waits_unseen``): its
-    saving is no evidence there."""
+    saving is no evidence there. A straggler whose lateness is its expert load (the hottest rank of an
+    uneven all-to-all, ``exchanges``) is fixed by balancing the ranks: the other findings are priced on
+    top of that fix, unless the replay vetoes the imbalance (then on top of removing its lateness)."""
     straggler = skew_summary.get("straggler")
-    what = whatif.safe_whatif(results, matching, config, warnings, (straggler or {}).get("rank"), keep=keep,
-                              straggler_since=(straggler or {}).get("onset_step"))
+    rank, since = (straggler or {}).get("rank"), (straggler or {}).get("onset_step")
+    fix = "balanced_ranks" if alltoall_mod.is_hottest(exchanges, rank) else "no_straggler"
+    what = whatif.safe_whatif(results, matching, config, warnings, rank, keep=keep, straggler_since=since,
+                              straggler_fix=fix)
+    if fix != "no_straggler" and alltoall_mod.straggler_load(exchanges, rank, what, config) is None:
+        what = whatif.safe_whatif(results, matching, config, warnings, rank, keep=keep, straggler_since=since)
     floor = float(config["skew"]["straggler_min_step_fraction"])
     unconfirmed = cost.unconfirmed_straggler(straggler, what, floor, crowded)
     if unconfirmed is None or "graph" not in keep or replay.gpu_waits_unseen(keep["graph"]):

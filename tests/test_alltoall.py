@@ -204,7 +204,7 @@ def test_real_skewed_router_named_by_the_expert_imbalance_finding():
     lateness is the tokens the router sends it, so the imbalance is its cause, priced alone by
     balancing the ranks (the delay is charged once, to its cause), and the straggler's own finding,
     whose fix would remove the work itself (no_straggler: 12.7 ms), is left out; the straggler's cost is
-    the same balancing, with its load ratio."""
+    the same balancing, with its load ratio, and the other findings are priced after it."""
     summary = merged(sorted((DATA / "skewed1").glob("rank*.json.gz")))
     [group] = summary["alltoall"]
     assert group["hot_ranks"] == [1] and group["load_ratio_max"] == pytest.approx(2.0, abs=0.1)
@@ -218,6 +218,12 @@ def test_real_skewed_router_named_by_the_expert_imbalance_finding():
     assert found["cost_ns"] == straggler["cost_ns"] == balanced["saving_ns"] < alone["saving_ns"]
     assert straggler["rank"] == 1 and straggler["expert_load"] == group["load_ratio_max"]
     assert not [f for f in summary["findings"] if f["finding"] == "straggler"]
+    # the other findings are priced on top of that fix, balancing (0.89 ms on top of removing the tokens)
+    assert "saving_after_straggler_ns" not in balanced and "saving_after_straggler_ns" not in alone
+    overlap = next(s for s in summary["whatif"]["scenarios"] if s["name"] == "overlap_communication")
+    [unoverlapped] = [f for f in summary["findings"] if f["finding"] == "unoverlapped_communication"]
+    assert unoverlapped["priced_after_straggler"] and unoverlapped["cost_ns"] == overlap["saving_after_straggler_ns"]
+    assert unoverlapped["cost_ns"] > 5 * 1_000_000
 
 
 def test_the_straggler_line_says_its_lateness_is_its_expert_load(tmp_path):

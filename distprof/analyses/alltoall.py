@@ -146,6 +146,11 @@ def standing_groups(found: list[AllToAllGroup], whatif: dict | None, config: dic
         else hot_groups
 
 
+def is_hottest(found: list[AllToAllGroup], rank: int | None) -> bool:
+    """Whether ``rank`` is the hottest rank of an all-to-all group with a hot rank."""
+    return rank is not None and any(g.hot_ranks and g.hot_ranks[0] == rank for g in found)
+
+
 def straggler_load(found: list[AllToAllGroup], straggler_rank: int | None, whatif: dict | None,
                    config: dict) -> tuple[float, float] | None:
     """(load ratio, share of the steps since the load turned uneven) of the standing all-to-all group

@@ -356,7 +356,8 @@ def _unwaited_gpu_note(g: Graph) -> list[Reason]:
 
 def whatif(results: list[RankResult], matching: Matching, config: dict,
            scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None = None,
-           keep: dict | None = None, straggler_since: int | None = None) -> dict:
+           keep: dict | None = None, straggler_since: int | None = None,
+           straggler_fix: str = "no_straggler") -> dict:
     """summary.json's ``whatif``: measured and replayed median step, the replay error (median over
     steps of |replayed − measured| / measured) and each scenario's predicted median step,
     saving against the measured one and the ranks whose own median step drops.
@@ -367,7 +368,9 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     receives the graph (``keep["graph"]``) and its measured replay (``keep["measured"]``: point
     times, op ends), for the critical path, so both are made once.
     ``straggler_since``: the step it turned slow at (skew's onset): no_straggler then removes its
-    lateness from there on and its saving is per step since then."""
+    lateness from there on and its saving is per step since then. ``straggler_fix``: the scenario that
+    fixes the straggler, on top of which the others are replayed: ``balanced_ranks`` where its
+    lateness is its expert load (analyses/alltoall.straggler_load), whose fix is balancing the ranks."""
     dataloader = str(config.get("phases", {}).get("dataloader", "Dataloader"))
     g = build_graph(results, matching, dataloader)
     if keep is not None:
@@ -389,11 +392,12 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     context = {"dataloader": dataloader, "straggler": _named(g, straggler_rank), "since": straggler_since,
                "stages": _stage_steps(matching)}
     base_by_rank = _rank_medians(g, replayed)[1]
-    fixed, _ = _scenario_inputs("no_straggler", g, context, measured_inputs)
+    fixed, _ = _scenario_inputs(straggler_fix, g, context, measured_inputs) if context["straggler"][0] is not None \
+        else (None, None)
     fixed_ns = _job_step_ns(g, replay(g, *fixed)[0]) if fixed else None
     rows = [_scenario(name, g, context, measured_ns, base_by_rank, measured_inputs)
             | ({"saving_after_straggler_ns": _saving_on(name, g, context, fixed, fixed_ns)}
-               if fixed is not None and name != "no_straggler" else {}) for name in scenarios]
+               if fixed is not None and name not in ("no_straggler", straggler_fix) else {}) for name in scenarios]
     error = float(np.median(errors))
     return {"measured_step_ns": measured_ns, "replayed_step_ns": int(round(float(np.median(job_replayed)))),
             "replay_error": error, "replay_error_max": float(errors.max()), "steps": int(job_measured.size),
@@ -441,12 +445,12 @@ def _saving_since(g: Graph, t: np.ndarray, since: int) -> int:
 
 def safe_whatif(results: list[RankResult], matching: Matching, config: dict, warnings: list[str],
                 straggler_rank: int | None = None, keep: dict | None = None,
-                straggler_since: int | None = None) -> dict | None:
+                straggler_since: int | None = None, straggler_fix: str = "no_straggler") -> dict | None:
     """``whatif`` for pipeline.combine: a trace the replay cannot read costs the what-if, with a
     warning saying so, not the whole merge."""
     try:
         return whatif(results, matching, config, straggler_rank=straggler_rank, keep=keep,
-                      straggler_since=straggler_since)
+                      straggler_since=straggler_since, straggler_fix=straggler_fix)
     except (ValueError, KeyError, IndexError) as error:
         warnings.append(Reason("whatif_skipped", {"error": f"{type(error).__name__}: {error}"}))
         return None
