@@ -441,9 +441,13 @@ def test_demo_same_configuration_is_not_significant(demo_runs, tmp_path):
     for i in range(PAIRS):
         data, text = _diff_cli(demo_runs[f"same{i}a"], demo_runs[f"same{i}b"], tmp_path / str(i))
         step = data["step_time"]
-        # an after run whose straggler turned slow at step k is compared on its steps since k
-        assert step["steps_before"] == SAME_STEPS and step["ci_low_ns"] is not None
+        # an after run whose straggler turned slow at step k is compared on its steps since k; a clean run
+        # on these shared cores may show a late rank from step k near the end: too few steps for an interval
+        assert step["steps_before"] == SAME_STEPS
         assert step["steps_after"] == SAME_STEPS - (step["since_step"] or 0)
+        if step["reason"] == "too_few_steps":
+            assert step["steps_after"] < diff.MIN_STEPS and step["ci_low_ns"] is None and not step["significant"]
+            continue
         assert step["ci_low_ns"] <= step["delta_ns"] <= step["ci_high_ns"]
         assert step["significant"] is False or abs(step["relative"]) >= diff.MIN_CHANGE
         assert data["runs"] is None and "one run a side: the run-to-run noise is not measured" in " ".join(text.split())
