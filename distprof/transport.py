@@ -153,9 +153,7 @@ def read_workers_setting(environ=None) -> int | None:
 
 def local_workers(files: int, environ=None) -> int:
     """Processes for reading ``files`` rank files on this machine: one per free core (cores less
-    the processes running elsewhere), at least 2 where there are 2 cores or more (a busy machine
-    shares its cores among the runnable processes: two readers get two shares, one after the other
-    one), at most one per file, 1 without fork or with one core.
+    the processes running elsewhere), at most one per file, 1 without fork.
     ``DISTPROF_READ_WORKERS=N`` sets it (1: always one after the other)."""
     import os
     environ = os.environ if environ is None else environ
@@ -165,9 +163,7 @@ def local_workers(files: int, environ=None) -> int:
     if chosen is not None:
         return max(1, min(files, chosen))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if cores < 2:
-        return 1
-    return max(2, min(files, int(cores - busy_elsewhere() + 0.5)))
+    return max(1, min(files, int(cores - busy_elsewhere() + 0.5)))
 
 
 # -- the stop of a live session: bounded, and a failed rank never enters a collective -------------
