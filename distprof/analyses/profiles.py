@@ -49,7 +49,6 @@ from . import intervals as iv
 from . import operators as ops_mod
 from .summaries import MAX_STEPS, model_row, rows_in_window
 
-_GEMM, _CONV = GEMM_OPERANDS, CONV
 _FLOP_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|linear|matmul|_?convolution|conv[123]d|cudnn_convolution"
                        r"|mkldnn_convolution|conv_transpose[123]d)$")
 _PHASE_KEYS = {"Forward": "forward", "Backward": "backward", "Optimization": "optimizer", "Dataloader": "dataloader"}
@@ -69,7 +68,7 @@ def _gemm_flops(name: str, dims) -> int | None:
         if name == "aten::linear":
             x, w = dims[0], dims[1]
             return 2 * _prod(x[:-1]) * int(x[-1]) * int(w[0]) if len(w) == 2 and x and x[-1] == w[1] else None
-        a, b = (dims[i] for i in _GEMM[name])
+        a, b = (dims[i] for i in GEMM_OPERANDS[name])
         if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
             return 2 * int(a[0]) * int(a[1]) * int(b[1])
         if len(a) == 3 and len(b) == 3 and a[2] == b[1]:
@@ -114,9 +113,9 @@ def shape_flops(name: str, dims, concrete) -> int | None:
     """FLOPs of one GEMM/conv op from its recorded shapes; None when not a GEMM/conv op or not known."""
     if not isinstance(dims, list):
         return None
-    if name in _GEMM or name == "aten::linear":
+    if name in GEMM_OPERANDS or name == "aten::linear":
         return _gemm_flops(name, dims)
-    if _CONV.match(name):
+    if CONV.match(name):
         return _conv_flops(name, dims, concrete)
     return None
 
