@@ -39,6 +39,13 @@ def percents(steps: list[dict]) -> str:
     return ", ".join(f"{100 * (s['relative'] or 0):+.1f}%" for s in steps)
 
 
+def verdicts(steps: list[dict]) -> str:
+    return "; ".join(
+        f"{100 * (s['relative'] or 0):+.1f}% {'significant' if s['significant'] else s['reason']}"
+        + (f" {s['machine_change_ns'] / s['delta_ns']:+.2f}" if s.get("machine_change_ns") is not None
+           and s.get("delta_ns") else "") for s in steps)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20)
@@ -66,10 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     config = f" --config {args.demo_config}" if args.demo_config else ""
     print(f"{args.pairs} pairs of one config (demo --ranks 2 --steps {args.steps} --comm overlap{config}): "
           f"{called} called significant (target <= 1); changes {percents(same)}")
-    print("  each pair: change, verdict (reason), share of it the host counters explain: " + "; ".join(
-        f"{100 * (s['relative'] or 0):+.1f}% {'significant' if s['significant'] else s['reason']}"
-        + (f" {s['machine_change_ns'] / s['delta_ns']:+.2f}" if s.get("machine_change_ns") is not None
-           and s.get("delta_ns") else "") for s in same))
+    print("  each pair: change, verdict (reason), share of it the host counters explain: " + verdicts(same))
     smallest = [s["smallest_ns"] / s["before_median_ns"] for s in same if s.get("smallest_ns")]
     if smallest:
         print(f"smallest change a pair can tell apart: median {100 * statistics.median(smallest):.1f}% of the step "
@@ -77,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.changed} pairs with a real change (rank 0 sleeping {sleep_ms:g} ms a step, {100 * args.change:.0f}% "
           f"of the clean step {clean_ns / 1e6:.1f} ms): {sum(s['significant'] for s in changed)} called significant; "
           f"changes {percents(changed)}")
+    print("  each pair: change, verdict (reason), share of it the host counters explain: " + verdicts(changed))
     return 0
 
 

@@ -66,7 +66,7 @@ def step_lines(step: dict, unit: str) -> list[str]:
                    "CPU the hypervisor stole): the machine, not the code, moved it")
     elif step["reason"] == "within_drift":
         verdict = (f"not significant: the interval excludes 0 but the change is within what one run's step time "
-                   f"drifts by ({_t(step.get('drift_ns'), unit)} {unit}, its halves' medians apart)")
+                   f"drifts by ({_t(step.get('drift_ns'), unit)} {unit}: the spread of its fifths' medians)")
     else:
         verdict = "not significant: the interval includes 0"
     smallest = (f"; the smallest change this pair can tell apart: {_t(step['smallest_ns'], unit)} {unit}"
