@@ -25,6 +25,7 @@ from .ranges import rank_ranges
 
 if TYPE_CHECKING:
     from .results import Summary
+    from .sections.diff import Diff
 
 
 def find_mpirun() -> str | None:
@@ -445,13 +446,13 @@ _BAD_CONTENT = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
 def _diff_text(args: argparse.Namespace, labels: tuple[str, str], befores: list[Summary],
-               afters: list[Summary], config: dict) -> tuple[dict, str]:
+               afters: list[Summary], config: dict) -> tuple[Diff, str]:
     """The diff and its text (``befores[0]``/``afters[0]``: each side's median run); a summary of the
     wrong shape is named in one line (each side is tried against itself to tell which), not a KeyError."""
     from .analyses import diff as diff_mod
     from .reports import diff_report
 
-    def run(b: list[Summary], a: list[Summary]) -> tuple[dict, str]:
+    def run(b: list[Summary], a: list[Summary]) -> tuple[Diff, str]:
         result = diff_mod.diff(b[0], a[0], seed=args.seed, min_change=args.min_change / 100,
                                prefixes=tuple(config["communication"]["kernel_prefixes"]),
                                more_before=b[1:], more_after=a[1:])

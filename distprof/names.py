@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
 MAX_NAME_CHARS = 256
 ELLIPSIS = "…"
 
@@ -69,19 +71,24 @@ def printable(text: object) -> str:
 
 
 def printable_all(value: object) -> object:
-    """A JSON-like value (a summary) with every string, keys included, made ``printable``: applied
-    once where a text report starts, so no name, label, path or message reaches the terminal raw.
-    What needs no escape is returned as it is (no copy)."""
+    """A JSON-like value (a summary), or a typed record of one, with every string, keys included, made
+    ``printable``: applied once where a text report starts, so no name, label, path or message reaches
+    the terminal raw. What needs no escape is returned as it is (no copy); a record is walked field by
+    field, not through its JSON."""
     if isinstance(value, str):
         return printable(value)
+    if isinstance(value, msgspec.Struct):
+        changed = {field: new for field in value.__struct_fields__
+                   if (new := printable_all(old := getattr(value, field))) is not old}
+        return msgspec.structs.replace(value, **changed) if changed else value
     if isinstance(value, dict):
         items = [(printable(k) if isinstance(k, str) else k, printable_all(v)) for k, v in value.items()]
         if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items())):
             return value
         return dict(items)
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         items = [printable_all(v) for v in value]
-        return value if all(a is b for a, b in zip(items, value)) else items
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
     return value
 
 

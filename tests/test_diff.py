@@ -17,6 +17,7 @@ from distprof.analyses import diff
 from distprof.cli import merge_files
 from distprof.reports import diff_report
 from distprof.results import RankFigures, Summary
+from distprof.sections.diff import CheckChange, Diff, MachineDifference, Mover
 from distprof.sections.findings import EVIDENCE, Finding
 from distprof.sections.machine import Host
 from distprof.sections.skew import KindRow
@@ -130,26 +131,27 @@ def test_known_per_rank_change_gives_exact_deltas():
                     findings=["straggler", "unoverlapped_communication"], checks=[(0, "PASS"), (1, "PASS")],
                     kinds=[_kind({0: 0, 1: 56 * MS})])
     result = diff.diff(before, after)
-    r0, r1 = result["ranks"]
-    assert r0["rank"] == 0 and r0["before"]["communication_ns"] == 300 * MS
-    assert r0["after"]["communication_ns"] == 174 * MS
-    assert r0["delta"]["communication_ns"] == -126 * MS and r0["relative"]["communication_ns"] == pytest.approx(-0.42)
-    assert r1["delta"]["communication_ns"] == 189 * MS and r1["relative"]["communication_ns"] == pytest.approx(1.89)
-    assert r1["delta"]["exposed_communication_ns"] == 100 * MS and r1["relative"]["exposed_communication_ns"] is None
-    assert r0["delta"]["window_ns"] == 80 * MS and r0["relative"]["window_ns"] == pytest.approx(0.10)
-    assert result["across_ranks"]["communication_ns"]["max"]["delta"] == -11 * MS
-    step = result["step_time"]
-    assert step["before_median_ns"] == 103.5 * MS and step["delta_ns"] == 15 * MS
-    assert step["steps_before"] == step["steps_after"] == 8 and step["significant"]  # +14.5%: above --min-change
-    assert 0 < step["ci_low_ns"] <= 15 * MS <= step["ci_high_ns"]
-    codes = {k: [e["code"] for e in v] for k, v in result["findings"].items()}
+    r0, r1 = result.ranks
+    assert r0.rank == 0 and r0.before["communication_ns"] == 300 * MS
+    assert r0.after["communication_ns"] == 174 * MS
+    assert r0.delta["communication_ns"] == -126 * MS and r0.relative["communication_ns"] == pytest.approx(-0.42)
+    assert r1.delta["communication_ns"] == 189 * MS and r1.relative["communication_ns"] == pytest.approx(1.89)
+    assert r1.delta["exposed_communication_ns"] == 100 * MS and r1.relative["exposed_communication_ns"] is None
+    assert r0.delta["window_ns"] == 80 * MS and r0.relative["window_ns"] == pytest.approx(0.10)
+    assert result.across_ranks.communication_ns.max.delta == -11 * MS
+    step = result.step_time
+    assert step.before_median_ns == 103.5 * MS and step.delta_ns == 15 * MS
+    assert step.steps_before == step.steps_after == 8 and step.significant  # +14.5%: above --min-change
+    assert 0 < step.ci_low_ns <= 15 * MS <= step.ci_high_ns
+    codes = {k: [e.code for e in getattr(result.findings, k)] for k in ("resolved", "new", "kept")}
     assert codes == {"resolved": ["serialized_communication"], "new": ["unoverlapped_communication"],
                      "kept": ["straggler"]}
-    assert result["checks_changed"] == [{"check": "stream_placement", "rank": 0, "device": None,
-                                         "before": "FAIL", "after": "PASS"}]
-    wait = next(m for m in result["movers"] if m["metric"] == "wait_ns")
-    assert result["movers_per"] == "step" and wait["delta"] == pytest.approx(16 * MS / 16)  # per rank-step
-    assert not result["warnings"]
+    assert result.checks_changed == [CheckChange(check="stream_placement", rank=0, device=None,
+                                                 before="FAIL", after="PASS")]
+    wait = next(m for m in result.movers if m.metric == "wait_ns")
+    assert result.movers_per == "step" and wait.delta == pytest.approx(16 * MS / 16)  # per rank-step
+    assert not result.warnings
+    assert Diff.from_json(result.to_json()) == result  # diff.json round-trips through its type
     text = diff_report.render(result, ("b", "a"))
     assert "resolved  serialized_communication" in text and "significant" in text
     assert "300.00 -> 174.00 -42%" in text and "100.00 -> 289.00 +189%" in text
@@ -189,18 +191,18 @@ def test_small_change_that_excludes_zero_is_not_significant():
     """Run-to-run differences of a few percent are not a result (asv's factor, here 5%)."""
     before = summary({0: (1, 1, 1, 0, 1, 0)}, [100, 100.5, 101, 100.2, 100.7, 100.1, 100.4, 100.9])
     after = summary({0: (1, 1, 1, 0, 1, 0)}, [103, 103.5, 104, 103.2, 103.7, 103.1, 103.4, 103.9])
-    step = diff.diff(before, after)["step_time"]
-    assert step["excludes_zero"] and not step["significant"] and step["reason"] == "below_min_change"
-    assert diff.diff(before, after, min_change=0.01)["step_time"]["significant"]
+    step = diff.diff(before, after).step_time
+    assert step.excludes_zero and not step.significant and step.reason == "below_min_change"
+    assert diff.diff(before, after, min_change=0.01).step_time.significant
     assert "under 5%" in diff_report.render(diff.diff(before, after), ("b", "a"))
 
 
 def test_too_few_steps_gives_no_interval():
     before = summary({0: (400, 0, 400, 0, 0, 0)}, [100, 100, 100, 100])
     after = summary({0: (200, 0, 200, 0, 0, 0)}, [50, 50, 50, 50])
-    step = diff.diff(before, after)["step_time"]
-    assert step["reason"] == "too_few_steps" and step["significant"] is False and step["ci_low_ns"] is None
-    assert step["delta_ns"] == -50 * MS
+    step = diff.diff(before, after).step_time
+    assert step.reason == "too_few_steps" and step.significant is False and step.ci_low_ns is None
+    assert step.delta_ns == -50 * MS
     assert "too few steps" in diff_report.render(diff.diff(before, after), ("b", "a"))
 
 
@@ -211,21 +213,21 @@ def test_no_steps_normalises_by_the_dominant_kernel():
     before = summary({0: (1000, 200, 540, 0, 200, 260), 1: (1000, 200, 540, 0, 200, 260)}, None, kernels=kernels_b)
     after = summary({0: (1000, 116, 475, 0, 116, 409), 1: (1000, 578, 475, 0, 578, 0)}, None, kernels=kernels_a)
     result = diff.diff(before, after)
-    unit = result["unit_of_work"]
-    assert unit["source"] == "kernel" and unit["name"] == "gemm_layer"  # nccl kernels are not units
-    assert unit["applies"] and unit["reason"] == "no_steps"
-    assert unit["per_second"]["relative"] == pytest.approx(-0.12)
-    assert unit["cost_per_unit_ns"]["relative"] == pytest.approx(0.0)
-    assert unit["window_per_unit_ns"]["relative"] == pytest.approx(1 / 0.88 - 1)  # +13.6% wall per layer
-    assert result["step_time"]["reason"] == "no_steps" and result["movers_per"] == "unit"
+    unit = result.unit_of_work
+    assert unit.source == "kernel" and unit.name == "gemm_layer"  # nccl kernels are not units
+    assert unit.applies and unit.reason == "no_steps"
+    assert unit.per_second.relative == pytest.approx(-0.12)
+    assert unit.cost_per_unit_ns.relative == pytest.approx(0.0)
+    assert unit.window_per_unit_ns.relative == pytest.approx(1 / 0.88 - 1)  # +13.6% wall per layer
+    assert result.step_time.reason == "no_steps" and result.movers_per == "unit"
     text = diff_report.render(result, ("b", "a"))
     assert "12% fewer of them in all" in " ".join(text.split()) and "+13.6%" in text  # no steps: counts in all
 
 
 def test_world_sizes_that_differ_are_said():
     result = diff.diff(summary({0: (1, 1, 1, 0, 1, 0)}), summary({0: (1, 1, 1, 0, 1, 0), 1: (1, 1, 1, 0, 1, 0)}))
-    assert result["warnings"][0] == {"code": "world_size_differs", "before": 1, "after": 2}
-    assert result["ranks"][1]["before"] is None and result["ranks"][1]["delta"]["communication_ns"] is None
+    assert result.warnings[0].to_json() == {"code": "world_size_differs", "before": 1, "after": 2}
+    assert result.ranks[1].before is None and result.ranks[1].delta["communication_ns"] is None
     assert "world sizes differ" in diff_report.render(result, ("b", "a"))
 
 
@@ -235,12 +237,11 @@ def test_collective_movers_are_by_kind_and_group():
     before = summary({0: (1, 1, 1, 0, 1, 0)}, kinds=[_kind({0: 0}, MS)])
     after = summary({0: (1, 1, 1, 0, 1, 0)}, kinds=[_kind({0: 3 * MS}, 2 * MS)])
     group = before.skew.kinds[0].group
-    moved = [m for m in diff.diff(before, after)["movers"] if m["category"] == "collective"]
-    assert moved == [{"category": "collective", "name": f"allreduce group={group}", "metric": metric,
-                      "per": "window", "before": b, "after": a, "delta": a - b,
-                      "relative": None if not b else (a - b) / b}
+    moved = [m for m in diff.diff(before, after).movers if m.category == "collective"]
+    assert moved == [Mover(category="collective", name=f"allreduce group={group}", metric=metric, per="window",
+                           before=b, after=a, delta=a - b, relative=None if not b else (a - b) / b)
                      for metric, b, a in (("wait_ns", 0, 3 * MS), ("transfer_ns", MS, 2 * MS))]
-    assert not [m for m in diff.diff(before, after)["movers"] if m["category"] not in ("collective",)]
+    assert not [m for m in diff.diff(before, after).movers if m.category not in ("collective",)]
 
 
 # -- command line ----------------------------------------------------------------------------------
@@ -260,6 +261,7 @@ def test_cli_writes_diff_json_and_html(tmp_path):
                                       "significant", "steps_before", "steps_after"}
     assert data["step_time"]["delta_ns"] == 0 and data["ranks"][0]["after"]["communication_ns"] == 174 * MS
     assert set(data) >= {"ranks", "movers", "findings", "unit_of_work"}
+    assert Diff.from_json(data).to_json() == data
     page = (tmp_path / "out" / "diff.html").read_text()
     section = page[:page.index("<h2>Findings</h2>")]  # the diff, then the after run's report
     assert section.index("<h2>Diff: ") < section.index("<h3>Top movers</h3>") and section.count("<svg") == 2
@@ -291,27 +293,28 @@ def test_runs_that_differ_less_than_their_run_to_run_noise_are_not_significant()
     between runs (before 90/100/125, after 100/110/135 ms) the change is inside the noise."""
     befores, afters = runs_of([90, 100, 125]), runs_of([100, 110, 135])
     result = diff.diff(befores[1], afters[1], more_before=[befores[0], befores[2]], more_after=[afters[0], afters[2]])
-    assert result["step_time"]["significant"]               # one run a side: the steps' noise only
-    runs = result["runs"]
-    assert runs["before"]["runs_ns"] == [100 * MS, 90 * MS, 125 * MS]  # the median run first, then the others
-    assert runs["before"]["median_ns"] == 100 * MS and runs["after"]["median_ns"] == 110 * MS
-    assert runs["delta_ns"] == 10 * MS and runs["relative"] == pytest.approx(0.10)
-    assert runs["before"]["spread"] == pytest.approx(0.35) and runs["after"]["spread"] == pytest.approx(35 / 110)
-    assert runs["ci_low_ns"] < 0 < runs["ci_high_ns"] and not runs["significant"]
+    assert result.step_time.significant               # one run a side: the steps' noise only
+    runs = result.runs
+    assert runs.before.runs_ns == [100 * MS, 90 * MS, 125 * MS]  # the median run first, then the others
+    assert runs.before.median_ns == 100 * MS and runs.after.median_ns == 110 * MS
+    assert runs.delta_ns == 10 * MS and runs.relative == pytest.approx(0.10)
+    assert runs.before.spread == pytest.approx(0.35) and runs.after.spread == pytest.approx(35 / 110)
+    assert runs.ci_low_ns < 0 < runs.ci_high_ns and not runs.significant
+    assert Diff.from_json(result.to_json()) == result
 
 
 def test_runs_that_separate_beyond_their_noise_are_significant():
     befores, afters = runs_of([100, 101, 102]), runs_of([130, 131, 133])
     result = diff.diff(befores[0], afters[0], more_before=befores[1:], more_after=afters[1:])
-    runs = result["runs"]
-    assert runs["before"]["median_ns"] == 101 * MS and runs["after"]["median_ns"] == 131 * MS
-    assert 0 < runs["ci_low_ns"] <= 30 * MS <= runs["ci_high_ns"] and runs["significant"]
+    runs = result.runs
+    assert runs.before.median_ns == 101 * MS and runs.after.median_ns == 131 * MS
+    assert 0 < runs.ci_low_ns <= 30 * MS <= runs.ci_high_ns and runs.significant
 
 
 def test_one_run_a_side_says_the_run_to_run_noise_is_not_measured():
     befores, afters = runs_of([100]), runs_of([130])
     result = diff.diff(befores[0], afters[0])
-    assert result["runs"] is None
+    assert result.runs is None
     text = " ".join(diff_report.render(result, ("A", "B")).split())
     assert "one run a side: the run-to-run noise is not measured" in text and "--vs" in text
 
@@ -324,15 +327,15 @@ def test_machine_conditions_that_differ_are_said_before_the_verdict():
     small = [{"host": "node-a", "ranks": 2, "cpus": 2, "gpus": [], "load_1m": 0.3}]
     busy = [{"host": "node-b", "ranks": 2, "cpus": 2, "gpus": [], "load_1m": 3.1}]
     result = diff.diff(runs_of([100], small)[0], runs_of([130], busy)[0])
-    assert result["machine"] == [{"fact": "hosts", "before": ["node-a"], "after": ["node-b"]},
-                                 {"fact": "load_per_core", "before": 0.15, "after": 1.55}]
+    assert result.machine == [MachineDifference(fact="hosts", before=["node-a"], after=["node-b"]),
+                              MachineDifference(fact="load_per_core", before=0.15, after=1.55)]
     text = diff_report.render(result, ("A", "B"))
     said = " ".join(text.split())
     assert "the machine conditions differ (hosts node-a before, node-b after; 1-minute load per core 0.15 before, " \
            "1.55 after)" in said and "may be the machine" in said
     assert text.index("machine conditions differ") < text.index("Step time")
     same = diff.diff(runs_of([100], small)[0], runs_of([130], small)[0])
-    assert same["machine"] == [] and "machine conditions" not in diff_report.render(same, ("A", "B"))
+    assert same.machine == [] and "machine conditions" not in diff_report.render(same, ("A", "B"))
 
 
 def test_cli_several_runs_a_side(tmp_path):
@@ -401,7 +404,9 @@ def quiet(loads: list[float]) -> bool:
 def _diff_cli(before: Path, after: Path, out: Path) -> tuple[dict, str]:
     result = run_cli("diff", str(before), str(after), "-o", str(out), "--width", "400")  # tables in one piece
     assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads((out / "diff.json").read_text()), result.stdout
+    data = json.loads((out / "diff.json").read_text())
+    assert Diff.from_json(data).to_json() == data  # a fresh diff.json round-trips through its type
+    return data, result.stdout
 
 
 @pytest.mark.slow
@@ -583,9 +588,9 @@ def test_movers_and_unit_group_pytorch_nvtx_calls_under_the_op():
     after = _with_user_rows([("aten::to, seq = 40, op_id = 2001", 1, 4.0), ("aten::to, op_id = 2002", 1, 4.0),
                              ("aten::to, seq = 41, op_id = 2003, sizes = [[2]]", 1, 1.0), ("my_range", 1, 1.0)])
     result = diff.diff(before, after)
-    users = [m for m in result["movers"] if m["category"] == "user"]
-    assert [(m["name"], m["before"], m["after"]) for m in users] == [("aten::to", 5 * MS / 5, 9 * MS / 5)]
-    assert result["unit_of_work"]["name"] == "aten::to" and result["unit_of_work"]["count"]["after"] == 3
+    users = [m for m in result.movers if m.category == "user"]
+    assert [(m.name, m.before, m.after) for m in users] == [("aten::to", 5 * MS / 5, 9 * MS / 5)]
+    assert result.unit_of_work.name == "aten::to" and result.unit_of_work.count.after == 3
     assert "op_id" not in diff_report.render(result, ("b", "a"))
 
 
@@ -630,8 +635,8 @@ def test_a_run_that_changed_mid_way_is_compared_on_its_steps_since():
     before = summary(ranks, [100 + (s % 2) for s in range(16)])
     after = _with_onset(summary(ranks, [100 + (s % 2) for s in range(8)] + [130 + (s % 2) for s in range(8)]), 8)
     step = diff.step_time(before, after)
-    assert step["since_step"] == 8 and step["steps_after"] == 8
-    assert step["delta_ns"] == 30 * MS and step["significant"]
+    assert step.since_step == 8 and step.steps_after == 8
+    assert step.delta_ns == 30 * MS and step.significant
     text = diff_report.render(diff.diff(before, after), ("a", "b"))
     assert "(after: its steps since step 8, where it changed" in " ".join(text.split())
 
@@ -641,9 +646,9 @@ def test_a_straggler_that_moved_is_resolved_on_one_rank_and_new_on_another():
     before, after = (summary(ranks, [100] * 8, findings=["straggler"]) for _ in range(2))
     before = replace(before, findings=[replace(f, ranks=[1]) for f in before.findings])
     changes = diff.finding_changes(before, after)
-    assert [(e["code"], e["ranks"]) for e in changes["resolved"]] == [("straggler", [1])]
-    assert [(e["code"], e["ranks"]) for e in changes["new"]] == [("straggler", [0])]
-    assert changes["kept"] == []
+    assert [(e.code, e.ranks) for e in changes.resolved] == [("straggler", [1])]
+    assert [(e.code, e.ranks) for e in changes.new] == [("straggler", [0])]
+    assert changes.kept == []
     words = " ".join(diff_report.render(diff.diff(before, after), ("a", "b")).split())
     assert "resolved straggler rank 1" in words and "new straggler rank 0" in words
 
@@ -655,11 +660,11 @@ def test_a_change_within_what_one_run_drifts_by_is_not_significant():
     before = summary(ranks, [98] * 8 + [104] * 8)
     after = summary(ranks, [108] * 8 + [124] * 8)
     step = diff.step_time(before, after)
-    assert step["excludes_zero"] and not step["significant"] and step["reason"] == "within_drift"
-    assert step["drift_ns"] == 16 * MS and step["smallest_ns"] >= 16 * MS
+    assert step.excludes_zero and not step.significant and step.reason == "within_drift"
+    assert step.drift_ns == 16 * MS and step.smallest_ns >= 16 * MS
     steady = diff.step_time(summary(ranks, [100 + (s % 3) for s in range(16)]),
                             summary(ranks, [112 + (s % 3) for s in range(16)]))
-    assert steady["significant"] and steady["relative"] > 0.10  # a real 12% change, no drift: still called
+    assert steady.significant and steady.relative > 0.10  # a real 12% change, no drift: still called
 
 
 def test_a_stretch_of_slow_steps_inside_one_run_is_drift_its_halves_do_not_show():
@@ -671,8 +676,8 @@ def test_a_stretch_of_slow_steps_inside_one_run_is_drift_its_halves_do_not_show(
     before = summary(ranks, [100] * 7 + [118] * 3 + [100] * 6)
     after = summary(ranks, [112 + (s % 3) for s in range(16)])
     step = diff.step_time(before, after)
-    assert step["excludes_zero"] and step["relative"] > 0.10
-    assert step["drift_ns"] == 18 * MS and step["reason"] == "within_drift" and not step["significant"]
+    assert step.excludes_zero and step.relative > 0.10
+    assert step.drift_ns == 18 * MS and step.reason == "within_drift" and not step.significant
 
 
 def test_a_change_the_host_counters_explain_is_the_machine():
@@ -686,9 +691,9 @@ def test_a_change_the_host_counters_explain_is_the_machine():
         return [Host(host="vm", ranks=1, cpus=2, gpus=[], load_1m=None, runqueue_share=0.05, steal_share=steal)]
     before = summary(ranks, [100 + (s % 3) for s in range(16)])
     after = summary(ranks, [125 + (s % 3) for s in range(16)])
-    assert diff.step_time(before, after)["significant"]
+    assert diff.step_time(before, after).significant
     step = diff.step_time(replace(before, machine=host(0.08)), replace(after, machine=host(0.30)))
-    assert not step["significant"] and step["reason"] == "machine"
-    assert step["machine_change_ns"] == pytest.approx(101e6 * (0.92 / 0.70 - 1) + 0.05 * 25e6, rel=1e-6)
+    assert not step.significant and step.reason == "machine"
+    assert step.machine_change_ns == pytest.approx(101e6 * (0.92 / 0.70 - 1) + 0.05 * 25e6, rel=1e-6)
     words = " ".join(diff_report.step_lines(step, "ms")[1].split())
     assert "the host counters explain +" in words and "the machine, not the code, moved it" in words

@@ -2,13 +2,14 @@
 
 Works on two typed summaries (:class:`distprof.results.Summary`, read from summary.json by
 attribute), so it reads any distprof output and survives changes of the internals. Numbers and
-codes only, in a plain dict (``diff.json``); ``reports/diff_report.py`` phrases them.
+codes only, as the typed :class:`~distprof.sections.diff.Diff` (``diff.json``); ``reports/diff_report.py``
+phrases them.
 
 * **Step time**: the job's step time of analyses.steptime (per step the median rank's
   ProfileStep, the run's figure the median over steps). Both runs' figures, their difference,
   and a seeded percentile bootstrap interval of the difference (steps resampled);
   ``significant`` only when the interval excludes 0 and the change is at least ``MIN_CHANGE``
-  (10%) of the step time.
+  (5%) of the step time, and larger than either run drifts by (``drift``).
   The interval covers the step-to-step noise inside each run, not the run-to-run noise of a
   shared machine.
 * **Ranks**: every Distributed Summary figure (results.RankFigures) before/after per rank
@@ -31,11 +32,31 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from msgspec.structs import asdict
+from msgspec.structs import asdict, replace
 
 from .. import names
 from ..config import DIFF_MIN_CHANGE
 from ..results import RankFigures, Summary
+from ..sections.diff import (
+    AcrossChanges,
+    Change,
+    CheckChange,
+    Diff,
+    DiffWarning,
+    FindingBrief,
+    FindingChange,
+    FindingChanges,
+    MachineDifference,
+    Mover,
+    RankChange,
+    RunsSide,
+    RunsStepTime,
+    Sources,
+    StatsChange,
+    StepTime,
+    UnitOfWork,
+    WorldSizes,
+)
 from ..sections.findings import Check, Finding
 from ..sections.skew import KindRow
 from ..sections.tables import FigureStats, RatioStats
@@ -56,11 +77,11 @@ COMM_PREFIXES = ("nccl",)
 _NOT_UNITS = ("Others",)    # a model row that is not a repeated unit of work (nor is a step: names.is_step_name)
 
 
-def change(before: float | None, after: float | None) -> dict:
+def change(before: float | None, after: float | None) -> Change:
     """before, after, delta (after - before) and relative delta (None where undefined)."""
     delta = None if before is None or after is None else after - before
     relative = delta / before if delta is not None and before else None
-    return {"before": before, "after": after, "delta": delta, "relative": relative}
+    return Change(before, after, delta, relative)
 
 
 # -- step time --------------------------------------------------------------------------------
@@ -145,7 +166,7 @@ def machine_change_ns(before: Summary, after: Summary, before_ns: float, after_n
 
 
 def step_time(before: Summary, after: Summary, resamples: int = RESAMPLES, seed: int = SEED,
-              min_change: float = MIN_CHANGE) -> dict:
+              min_change: float = MIN_CHANGE) -> StepTime:
     """Median step time of both runs, the change, and whether it is significant: the interval
     excludes 0, the change is at least ``min_change`` of the median (as asv's factor) *and* larger
     than either run drifts within itself (``drift``: the run-to-run noise one pair can see;
@@ -154,35 +175,31 @@ def step_time(before: Summary, after: Summary, resamples: int = RESAMPLES, seed:
     (``since_step``): a fault from mid-run, diluted over the whole run, read as no change."""
     changed = onset(after) if onset(before) is None else None
     b, a = step_durations(before), step_durations(after, changed)
-    out = {"before_median_ns": steptime.run_step_time(b), "after_median_ns": steptime.run_step_time(a),
-           "since_step": changed,
-           "delta_ns": None, "relative": None, "ci_low_ns": None, "ci_high_ns": None, "significant": False,
-           "excludes_zero": False, "min_change": min_change, "steps_before": int(b.size),
-           "steps_after": int(a.size), "level": LEVEL, "resamples": resamples, "seed": seed,
-           "min_steps": MIN_STEPS, "reason": None, "before_steps_ns": b.astype(np.int64).tolist(),
-           "after_steps_ns": a.astype(np.int64).tolist()}
-    if b.size and a.size:
-        moved = change(out["before_median_ns"], out["after_median_ns"])
-        out["delta_ns"], out["relative"] = moved["delta"], moved["relative"]
+    before_ns, after_ns = steptime.run_step_time(b), steptime.run_step_time(a)
+    moved = change(before_ns, after_ns) if b.size and a.size else Change(None, None, None, None)
+    base = StepTime(before_median_ns=before_ns, after_median_ns=after_ns, since_step=changed, delta_ns=moved.delta,
+                    relative=moved.relative, ci_low_ns=None, ci_high_ns=None, significant=False,
+                    excludes_zero=False, min_change=min_change, steps_before=int(b.size), steps_after=int(a.size),
+                    level=LEVEL, resamples=resamples, seed=seed, min_steps=MIN_STEPS, reason=None,
+                    before_steps_ns=b.astype(np.int64).tolist(), after_steps_ns=a.astype(np.int64).tolist())
     if not b.size or not a.size:
-        out["reason"] = "no_steps"
-    elif min(b.size, a.size) < MIN_STEPS:
-        out["reason"] = "too_few_steps"
-    else:
-        low, high = bootstrap_interval(b, a, resamples, seed)
-        excludes = bool(low > 0 or high < 0)
-        large = abs(out["relative"] or 0.0) >= min_change
-        noise = max(drift(b), drift(a, changed is None))  # since the change point, where there is one
-        smallest = max(noise, min_change * (out["before_median_ns"] or 0.0), (high - low) / 2)
-        beyond = abs(out["delta_ns"] or 0.0) > noise
-        contention = machine_change_ns(before, after, out["before_median_ns"], out["after_median_ns"])
-        machine = contention is not None and contention * (out["delta_ns"] or 0.0) > 0 and \
-            abs(contention) >= CONTENTION_SHARE * abs(out["delta_ns"] or 0.0)
-        out.update(ci_low_ns=low, ci_high_ns=high, excludes_zero=excludes, drift_ns=noise, smallest_ns=smallest,
-                   machine_change_ns=contention, significant=excludes and large and beyond and not machine,
-                   reason=None if not excludes else "below_min_change" if not large else
-                   "within_drift" if not beyond else "machine" if machine else None)
-    return out
+        return replace(base, reason="no_steps")
+    if min(b.size, a.size) < MIN_STEPS:
+        return replace(base, reason="too_few_steps")
+    low, high = bootstrap_interval(b, a, resamples, seed)
+    excludes = bool(low > 0 or high < 0)
+    large = abs(moved.relative or 0.0) >= min_change
+    noise = max(drift(b), drift(a, changed is None))  # since the change point, where there is one
+    smallest = max(noise, min_change * (before_ns or 0.0), (high - low) / 2)
+    beyond = abs(moved.delta or 0.0) > noise
+    contention = machine_change_ns(before, after, before_ns, after_ns)
+    machine = contention is not None and contention * (moved.delta or 0.0) > 0 and \
+        abs(contention) >= CONTENTION_SHARE * abs(moved.delta or 0.0)
+    reason = (None if not excludes else "below_min_change" if not large else "within_drift" if not beyond
+              else "machine" if machine else None)
+    return replace(base, ci_low_ns=low, ci_high_ns=high, excludes_zero=excludes, drift_ns=noise,
+                   smallest_ns=smallest, machine_change_ns=contention,
+                   significant=excludes and large and beyond and not machine, reason=reason)
 
 
 def _run_medians(durations: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -199,33 +216,35 @@ def _side_resamples(durations: list[np.ndarray], resamples: int, rng: np.random.
 
 
 def runs_step_time(befores: Sequence[Summary], afters: Sequence[Summary], resamples: int = RESAMPLES,
-                   seed: int = SEED, min_change: float = MIN_CHANGE) -> dict:
+                   seed: int = SEED, min_change: float = MIN_CHANGE) -> RunsStepTime:
     """Several runs a side: each run's step time (analyses.steptime), each side's the median of its
     runs', their spread (max - min over the median: the run-to-run noise), and a seeded two-level
     bootstrap interval of the change (runs, then steps). ``significant`` when the interval
     excludes 0 and the change is at least ``min_change``, as for one run a side."""
     sides = {"before": [step_durations(s) for s in befores], "after": [step_durations(s) for s in afters]}
-    out: dict = {"level": LEVEL, "resamples": resamples, "seed": seed, "min_change": min_change,
-                 "ci_low_ns": None, "ci_high_ns": None, "significant": False, "excludes_zero": False, "reason": None}
-    for side, runs in sides.items():
-        times = [steptime.run_step_time(d) if d.size else None for d in runs]
-        known = [x for x in times if x is not None]
-        median = float(np.median(known)) if known else None
-        out[side] = {"runs_ns": times, "steps": [int(d.size) for d in runs], "median_ns": median,
-                     "spread": (max(known) - min(known)) / median if len(known) > 1 and median else None}
-    moved = change(out["before"]["median_ns"], out["after"]["median_ns"])
-    out["delta_ns"], out["relative"] = moved["delta"], moved["relative"]
+    summed = {side: _runs_side(runs) for side, runs in sides.items()}
+    moved = change(summed["before"].median_ns, summed["after"].median_ns)
+    base = RunsStepTime(level=LEVEL, resamples=resamples, seed=seed, min_change=min_change, ci_low_ns=None,
+                        ci_high_ns=None, significant=False, excludes_zero=False, reason=None,
+                        before=summed["before"], after=summed["after"], delta_ns=moved.delta, relative=moved.relative)
     if any(d.size < MIN_STEPS for runs in sides.values() for d in runs):
-        out["reason"] = "too_few_steps"
-        return out
+        return replace(base, reason="too_few_steps")
     rng = np.random.default_rng(seed)
     before, after = (_side_resamples(sides[s], resamples, rng) for s in ("before", "after"))
     tail = 100 * (1 - LEVEL) / 2
     low, high = (float(x) for x in np.percentile(after - before, [tail, 100 - tail]))
-    excludes, large = bool(low > 0 or high < 0), abs(out["relative"] or 0.0) >= min_change
-    out.update(ci_low_ns=low, ci_high_ns=high, excludes_zero=excludes, significant=excludes and large,
-               reason="below_min_change" if excludes and not large else None)
-    return out
+    excludes, large = bool(low > 0 or high < 0), abs(moved.relative or 0.0) >= min_change
+    return replace(base, ci_low_ns=low, ci_high_ns=high, excludes_zero=excludes, significant=excludes and large,
+                   reason="below_min_change" if excludes and not large else None)
+
+
+def _runs_side(runs: list[np.ndarray]) -> RunsSide:
+    """Each run's step time, their median and their spread ((max - min) / median; None with one run)."""
+    times = [steptime.run_step_time(d) if d.size else None for d in runs]
+    known = [x for x in times if x is not None]
+    median = float(np.median(known)) if known else None
+    return RunsSide(runs_ns=times, steps=[int(d.size) for d in runs], median_ns=median,
+                    spread=(max(known) - min(known)) / median if len(known) > 1 and median else None)
 
 
 def median_run(summaries: Sequence[Summary]) -> int:
@@ -243,7 +262,7 @@ def _by_name(record: Any) -> dict[str, Any]:
     return asdict(record)  # shallow: the values shared, not copied
 
 
-def rank_changes(before: Summary, after: Summary) -> list[dict]:
+def rank_changes(before: Summary, after: Summary) -> list[RankChange]:
     """Per rank (matched by rank number): the figures of both runs and their changes."""
     b = {r.rank: _by_name(r.figures) for r in before.ranks}
     a = {r.rank: _by_name(r.figures) for r in after.ranks}
@@ -251,11 +270,10 @@ def rank_changes(before: Summary, after: Summary) -> list[dict]:
     for rank in sorted(set(b) | set(a)):
         rb, ra = b.get(rank), a.get(rank)
         figures = {k: change(rb[k] if rb else None, ra[k] if ra else None) for k in FIGURES}
-        out.append({"rank": rank,
-                    "before": {k: rb[k] for k in FIGURES} if rb else None,
-                    "after": {k: ra[k] for k in FIGURES} if ra else None,
-                    "delta": {k: v["delta"] for k, v in figures.items()},
-                    "relative": {k: v["relative"] for k, v in figures.items()}})
+        out.append(RankChange(rank=rank, before={k: rb[k] for k in FIGURES} if rb else None,
+                              after={k: ra[k] for k in FIGURES} if ra else None,
+                              delta={k: v.delta for k, v in figures.items()},
+                              relative={k: v.relative for k, v in figures.items()}))
     return out
 
 
@@ -264,23 +282,23 @@ def _stats(stats: FigureStats | RatioStats | None) -> tuple:
     return (None,) * len(ACROSS_STATS) if stats is None else (stats.min, stats.median, stats.max, stats.mean)
 
 
-def across_changes(before: Summary, after: Summary) -> dict:
+def across_changes(before: Summary, after: Summary) -> AcrossChanges:
     """Across ranks: min / median / max / mean of each figure, before and after."""
     b, a = _by_name(before.across_ranks), _by_name(after.across_ranks)
-    return {key: {stat: change(x, y) for stat, x, y in zip(ACROSS_STATS, _stats(b[key]), _stats(a[key]))}
-            for key in FIGURES if key in b}
+    return AcrossChanges(**{key: StatsChange(*(change(x, y) for x, y in zip(_stats(b[key]), _stats(a[key]))))
+                            for key in AcrossChanges.__struct_fields__})
 
 
-def warnings(before: Summary, after: Summary) -> list[dict]:
+def warnings(before: Summary, after: Summary) -> list[DiffWarning]:
     """Codes for what makes the comparison weaker (the report words them)."""
     out = []
     wb, wa = before.world_size, after.world_size
     if wb != wa:
-        out.append({"code": "world_size_differs", "before": wb, "after": wa})
+        out.append(DiffWarning(code="world_size_differs", before=wb, after=wa))
     rb = {r.rank for r in before.ranks}
     ra = {r.rank for r in after.ranks}
     if rb != ra:
-        out.append({"code": "ranks_differ", "only_before": sorted(rb - ra), "only_after": sorted(ra - rb)})
+        out.append(DiffWarning(code="ranks_differ", only_before=sorted(rb - ra), only_after=sorted(ra - rb)))
     return out
 
 
@@ -346,7 +364,7 @@ def dominant_unit(before: Summary, after: Summary, prefixes: tuple[str, ...] = C
     return None
 
 
-def unit_of_work(before: Summary, after: Summary, prefixes: tuple[str, ...] = COMM_PREFIXES) -> dict | None:
+def unit_of_work(before: Summary, after: Summary, prefixes: tuple[str, ...] = COMM_PREFIXES) -> UnitOfWork | None:
     """Figures per unit of the dominant repeated unit, and whether they replace per-step ones.
 
     ``applies`` when a side has no steps or the step counts differ: then totals only compare
@@ -362,15 +380,14 @@ def unit_of_work(before: Summary, after: Summary, prefixes: tuple[str, ...] = CO
     reason = "no_steps" if not sb or not sa else "step_counts_differ" if sb != sa else None
     cb, ca = int(rb["calls"]), int(ra["calls"])
     wb, wa = _rank_sum(before, lambda f: f.window_ns), _rank_sum(after, lambda f: f.window_ns)
-    out = {"source": source, "name": name, "applies": reason is not None, "reason": reason,
-           "count": change(cb, ca), "window_ns": change(wb, wa),
-           "per_step": change(cb / sb if sb else None, ca / sa if sa else None),
-           "per_second": change(1e9 * cb / wb if wb else None, 1e9 * ca / wa if wa else None),
-           "cost_per_unit_ns": change(rb["total_ns"] / cb if rb["total_ns"] is not None else None,
-                                      ra["total_ns"] / ca if ra["total_ns"] is not None else None)}
-    for key, figure in _PER_UNIT:
-        out[key] = change(_rank_sum(before, figure) / cb, _rank_sum(after, figure) / ca)
-    return out
+    per_unit = {key: change(_rank_sum(before, figure) / cb, _rank_sum(after, figure) / ca) for key, figure in _PER_UNIT}
+    return UnitOfWork(source=source, name=name, applies=reason is not None, reason=reason,
+                      count=change(cb, ca), window_ns=change(wb, wa),
+                      per_step=change(cb / sb if sb else None, ca / sa if sa else None),
+                      per_second=change(1e9 * cb / wb if wb else None, 1e9 * ca / wa if wa else None),
+                      cost_per_unit_ns=change(rb["total_ns"] / cb if rb["total_ns"] is not None else None,
+                                              ra["total_ns"] / ca if ra["total_ns"] is not None else None),
+                      **per_unit)
 
 
 # -- movers -----------------------------------------------------------------------------------
@@ -408,7 +425,7 @@ def collective_name(kind: KindRow) -> str:
 
 
 def movers(before: Summary, after: Summary, per: str, divisors: tuple[float, float],
-           top: int = TOP_MOVERS) -> list[dict]:
+           top: int = TOP_MOVERS) -> list[Mover]:
     """The largest absolute changes of time per ``per`` (step, unit or window)."""
     rb, ra = _rows(before), _rows(after)
     out = []
@@ -416,19 +433,19 @@ def movers(before: Summary, after: Summary, per: str, divisors: tuple[float, flo
         if rb.get(key, 0) is None or ra.get(key, 0) is None:  # unknown on a side: no mover to rank
             continue
         moved = change(rb.get(key, 0) / divisors[0], ra.get(key, 0) / divisors[1])
-        if moved["delta"]:
-            out.append({"category": key[0], "name": key[1], "metric": key[2], "per": per, **moved})
-    out.sort(key=lambda m: -abs(m["delta"]))
+        if moved.delta:
+            out.append(Mover(key[0], key[1], key[2], per, moved.before, moved.after, moved.delta, moved.relative))
+    out.sort(key=lambda m: -abs(m.delta))
     return out[:top]
 
 
-def normaliser(before: Summary, after: Summary, unit: dict | None) -> tuple[str, tuple[float, float]]:
+def normaliser(before: Summary, after: Summary, unit: UnitOfWork | None) -> tuple[str, tuple[float, float]]:
     """Per rank-step when both runs have steps, else per unit of work, else per window."""
     sb, sa = _rank_steps(before), _rank_steps(after)
     if sb and sa:
         return "step", (sb, sa)
-    if unit is not None and unit["count"]["before"] and unit["count"]["after"]:
-        return "unit", (unit["count"]["before"], unit["count"]["after"])
+    if unit is not None and unit.count.before and unit.count.after:
+        return "unit", (unit.count.before, unit.count.after)
     return "window", (1, 1)
 
 
@@ -440,10 +457,10 @@ def finding_code(finding: Finding) -> str:
     return str(finding.finding)
 
 
-def _brief(finding: Finding | None) -> dict | None:
+def _brief(finding: Finding | None) -> FindingBrief | None:
     if finding is None:
         return None
-    return {"severity": finding.severity, "cost_ns": finding.cost_ns, "ranks": finding.ranks}
+    return FindingBrief(severity=finding.severity, cost_ns=finding.cost_ns, ranks=finding.ranks)
 
 
 MOVES = ("straggler",)  # findings about one rank: on another rank, they are another finding
@@ -456,50 +473,51 @@ def _key(finding: Finding) -> tuple[str, tuple[int, ...]]:
     return code, tuple(finding.ranks) if code in MOVES else ()
 
 
-def finding_changes(before: Summary, after: Summary) -> dict:
+def finding_changes(before: Summary, after: Summary) -> FindingChanges:
     """Findings resolved (before only), new (after only) and kept (both), by code (and rank, for MOVES)."""
     b = {_key(f): f for f in before.findings}
     a = {_key(f): f for f in after.findings}
 
-    def entry(key: tuple) -> dict:
-        return {"code": key[0], "before": _brief(b.get(key)), "after": _brief(a.get(key)),
-                **({"ranks": list(key[1])} if key[1] else {})}
-    return {"resolved": [entry(k) for k in b if k not in a], "new": [entry(k) for k in a if k not in b],
-            "kept": [entry(k) for k in b if k in a]}
+    def entry(key: tuple) -> FindingChange:
+        return FindingChange(code=key[0], before=_brief(b.get(key)), after=_brief(a.get(key)),
+                             **({"ranks": list(key[1])} if key[1] else {}))
+    return FindingChanges(resolved=[entry(k) for k in b if k not in a], new=[entry(k) for k in a if k not in b],
+                          kept=[entry(k) for k in b if k in a])
 
 
-def check_changes(before: Summary, after: Summary) -> list[dict]:
+def check_changes(before: Summary, after: Summary) -> list[CheckChange]:
     """Checks (stream placement per rank and device) whose status changed, or that one run lacks."""
     def key(check: Check) -> tuple:
         return check.check, check.rank, check.device
     b = {key(c): c.status for c in before.checks}
     a = {key(c): c.status for c in after.checks}
-    return [{"check": k[0], "rank": k[1], "device": k[2], "before": b.get(k), "after": a.get(k)}
+    return [CheckChange(check=k[0], rank=k[1], device=k[2], before=b.get(k), after=a.get(k))
             for k in dict.fromkeys([*b, *a]) if b.get(k) != a.get(k)]
 
 
 def diff(before: Summary, after: Summary, resamples: int = RESAMPLES, seed: int = SEED,
          prefixes: tuple[str, ...] = COMM_PREFIXES, min_change: float = MIN_CHANGE,
-         more_before: Sequence[Summary] = (), more_after: Sequence[Summary] = ()) -> dict:
+         more_before: Sequence[Summary] = (), more_after: Sequence[Summary] = ()) -> Diff:
     """The whole diff of two summaries (the ``diff.json`` contract). ``more_before`` /
     ``more_after``: the other runs of each side (``before`` and ``after`` being its median run);
     with two or more runs a side, ``runs`` judges the step time between runs."""
     unit = unit_of_work(before, after, prefixes)
     per, divisors = normaliser(before, after, unit)
     befores, afters = [before, *more_before], [after, *more_after]
-    return {"world_size": {"before": before.world_size, "after": after.world_size},
-            "source": {"before": before.source, "after": after.source},
-            "warnings": warnings(before, after),
-            # analyses.machine compares the hosts as summary.json writes them (its own interface)
-            "machine": machine.differences([h.to_json() for s in befores for h in s.machine],
-                                           [h.to_json() for s in afters for h in s.machine]),
-            "runs": (runs_step_time(befores, afters, resamples, seed, min_change)
-                     if len(befores) > 1 and len(afters) > 1 else None),
-            "step_time": step_time(before, after, resamples, seed, min_change),
-            "ranks": rank_changes(before, after),
-            "across_ranks": across_changes(before, after),
-            "unit_of_work": unit,
-            "movers_per": per,
-            "movers": movers(before, after, per, divisors),
-            "findings": finding_changes(before, after),
-            "checks_changed": check_changes(before, after)}
+    # analyses.machine compares the hosts as summary.json writes them (its own interface)
+    differences = machine.differences([h.to_json() for s in befores for h in s.machine],
+                                      [h.to_json() for s in afters for h in s.machine])
+    return Diff(world_size=WorldSizes(before.world_size, after.world_size),
+                source=Sources(before.source, after.source),
+                warnings=warnings(before, after),
+                machine=[MachineDifference(d["fact"], d["before"], d["after"]) for d in differences],
+                runs=(runs_step_time(befores, afters, resamples, seed, min_change)
+                      if len(befores) > 1 and len(afters) > 1 else None),
+                step_time=step_time(before, after, resamples, seed, min_change),
+                ranks=rank_changes(before, after),
+                across_ranks=across_changes(before, after),
+                unit_of_work=unit,
+                movers_per=per,
+                movers=movers(before, after, per, divisors),
+                findings=finding_changes(before, after),
+                checks_changed=check_changes(before, after))
