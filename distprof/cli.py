@@ -579,9 +579,12 @@ def cmd_hang(args: argparse.Namespace) -> int:
     when two of them claim one rank."""
     import json
 
+    from msgspec.structs import replace
+
     from .analyses import hang
     from .names import printable
     from .reports import hang_html, hang_report
+    from .sections.hang import HangInput
     from .sources import flight_recorder
     html = getattr(args, "html", True)  # the hang demo calls this without the option
     out = outpaths.check_dir(outpaths.check_one_folder(args.out), (HANG_JSON, hang_html.HANG_HTML) if html
@@ -598,13 +601,13 @@ def cmd_hang(args: argparse.Namespace) -> int:
     clash = hang.given_world_clash(dumps, world_size)
     if clash is not None:
         raise SourceError(f"--world-size {world_size}: {hang_report.text(clash)}")
-    result = hang_report.worded(hang.analyse(dumps, world_size)).to_json()  # notes in words before hang.json
-    inputs = [s.to_json() for s in states]
+    result = hang_report.worded(hang.analyse(dumps, world_size))  # notes in words before hang.json
+    inputs = [HangInput(s.path, s.status, s.rank, s.detail) for s in states]
     rerun = hang_report.rerun_command(args.inputs)
-    doc = {**result, "inputs": inputs, "next": hang_report.next_step(result, rerun)}
+    doc = replace(result, inputs=inputs, next=hang_report.next_step(result, rerun))
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
-        outpaths.write_text(out / HANG_JSON, json.dumps(doc) + "\n")
+        outpaths.write_text(out / HANG_JSON, json.dumps(doc.to_json()) + "\n")
         page = hang_html.write(doc, out) if html else None
     sys.stdout.write(f"wrote {printable(out / HANG_JSON)}\n"
                      + hang_report.render(result, inputs, rerun, str(page) if page else None))

@@ -30,9 +30,18 @@ LONG_TEXT_CHARS = 4 * MAX_NAME_CHARS  # other text (messages, paths) in reports:
 
 
 def cap_names(value: object) -> object:
-    """A copy of a JSON-like summary with every dict key and ``name`` value cut by short_name and
-    any other string cut at LONG_TEXT_CHARS: what reports print and store stays bounded however
-    long the traces' names are. Short strings are returned as they are (no copy)."""
+    """A copy of a JSON-like summary, or of a typed record, with every dict key and ``name`` value cut by
+    short_name and any other string cut at LONG_TEXT_CHARS: what reports print and store stays bounded
+    however long the traces' names are. Short strings are returned as they are (no copy), and a record
+    none of whose strings is cut is the same record."""
+    if isinstance(value, msgspec.Struct):  # a typed record: its fields as its JSON keys
+        changed = {}
+        for field, key in zip(value.__struct_fields__, value.__struct_encode_fields__):
+            old = getattr(value, field)
+            new = _cap(old, MAX_NAME_CHARS) if key == "name" and isinstance(old, str) else cap_names(old)
+            if new is not old:
+                changed[field] = new
+        return msgspec.structs.replace(value, **changed) if changed else value
     if isinstance(value, dict):
         return {_cap(k, MAX_NAME_CHARS) if isinstance(k, str) else k:
                 (_cap(v, MAX_NAME_CHARS) if k == "name" and isinstance(v, str) else cap_names(v))

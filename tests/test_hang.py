@@ -13,6 +13,7 @@ from conftest import run_cli
 
 from distprof.analyses import hang
 from distprof.events import SourceError
+from distprof.sections.hang import HangResult, WaitTarget
 from distprof.sources import flight_recorder as fr
 
 DATA = Path(__file__).parent / "data" / "flight_recorder"
@@ -58,9 +59,9 @@ def test_missing_rank_last_entry_is_its_last_raw_entry():
     last = raw("missing", 2)[-1]  # plain reading of the raw JSON
     culprit = result.culprits[0]
     assert culprit.seq == max(e["collective_seq_id"] for e in raw("missing", 0))
-    assert culprit.detail["ranks"][0]["last_entry"]["seq"] == last["collective_seq_id"] == culprit.seq - 1
+    assert culprit.detail.ranks[0].last_entry.seq == last["collective_seq_id"] == culprit.seq - 1
     assert [(w.ranks, w.waits_for) for w in result.waiting] == \
-        [([0, 1, 3], [{"reason": "missing", "ranks": [2], "inferred": False}])]
+        [([0, 1, 3], [WaitTarget(reason="missing", ranks=[2], inferred=False)])]
 
 
 def test_size_mismatch_names_the_odd_sizes():
@@ -68,11 +69,11 @@ def test_size_mismatch_names_the_odd_sizes():
     seq = result.culprits[0].seq
     odd = {r: e["input_sizes"] for r in range(4) for e in raw("size", r) if e["collective_seq_id"] == seq}
     assert odd[1] != odd[0] == odd[2] == odd[3]
-    calls = {tuple(c["ranks"]): c["sizes"] for c in result.culprits[0].detail["calls"]}
+    calls = {tuple(c.ranks): c.sizes for c in result.culprits[0].detail.calls}
     assert calls == {(1,): f"{odd[1]} -> {odd[1]}", (0, 2, 3): f"{odd[0]} -> {odd[0]}"}  # every member's sizes
     # rank 1 issued it unlike the others: it is not among those waiting for rank 1 (it said "ranks 1-2")
     [waiting] = [w for w in result.waiting if w.seq == seq]
-    assert waiting.ranks == [2] and waiting.waits_for == [{"reason": "size_mismatch", "ranks": [1], "inferred": False}]
+    assert waiting.ranks == [2] and waiting.waits_for == [WaitTarget(reason="size_mismatch", ranks=[1], inferred=False)]
 
 
 def test_tp_dp_wait_chain():
@@ -141,6 +142,7 @@ def test_cli_writes_hang_json(tmp_path):
     result = run_cli("hang", str(DATA / "tp_dp"), "-o", str(tmp_path))
     assert result.returncode == 0, result.stderr
     doc = json.loads((tmp_path / "hang.json").read_text())
+    assert HangResult.from_json(doc).to_json() == doc  # hang.json round-trips through its type
     assert doc["root_ranks"] == [3] and len(doc["inputs"]) == 8
     assert set(doc) >= {"root_ranks", "culprits", "waiting", "groups", "inputs"}
     assert set(doc["culprits"][0]) == {"ranks", "reason", "group_name", "seq", "kind", "awaited_by", "inferred",

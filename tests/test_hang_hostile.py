@@ -15,6 +15,7 @@ import pytest
 from test_hang import Hostile
 from test_hang_missing_member import ROOT, scale_module
 
+from distprof.sections.hang import HangResult
 from distprof.sources import flight_recorder as fr
 
 GOOD = {"collective_seq_id": 1, "profiling_name": "nccl:all_reduce", "process_group": ["0", "default_pg"],
@@ -50,7 +51,9 @@ def bounded(path: Path, out: Path) -> dict:
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert len(result.stdout.splitlines()) < 40 and max(map(len, result.stdout.splitlines())) < 1000
     assert (out / "hang.json").stat().st_size < 100_000
-    return json.loads((out / "hang.json").read_text())
+    doc = json.loads((out / "hang.json").read_text())
+    assert HangResult.from_json(doc).to_json() == doc  # hang.json round-trips through its type, hostile names too
+    return doc
 
 
 def dump(tmp_path: Path, data: bytes, name: str = "nccl_trace_rank_0") -> Path:

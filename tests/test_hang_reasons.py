@@ -53,7 +53,7 @@ def test_no_rank_to_name_note_is_a_reason_and_shown_in_words(tmp_path):
     scale_module().write_job(tmp_path / "d", 4, tp=0, steps=2, stuck=99)
     result = hang.analyse(dumps_of(tmp_path / "d"))
     assert result.notes == [Reason("no_rank_to_name", {"group": "0", "kind": "all_reduce", "seq": 3})]
-    with pytest.raises(TypeError, match="not worded"):
+    with pytest.raises(TypeError, match="never worded"):
         result.to_json()
     words = ("every dumped member of group 0 issued all_reduce #3 and it never completed: no rank to name (a "
              "fault in the collective itself, or a member the dumps do not show)")

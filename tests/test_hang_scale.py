@@ -8,11 +8,15 @@ import time
 import pytest
 from test_hang_missing_member import hang_cli, scale_module
 
+from distprof.sections.hang import HangResult
+
 
 def run(tmp_path, folder) -> tuple[list[str], dict]:
     result = hang_cli(str(folder), "-o", str(tmp_path / "out"), timeout=120)
     assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines(), json.loads((tmp_path / "out" / "hang.json").read_text())
+    doc = json.loads((tmp_path / "out" / "hang.json").read_text())
+    assert HangResult.from_json(doc).to_json() == doc  # hang.json round-trips through its type
+    return result.stdout.splitlines(), doc
 
 
 def test_world_of_4096_reads_as_ranges(tmp_path):

@@ -9,11 +9,15 @@ import time
 
 from test_hang_missing_member import DATA, hang_cli, raw_entries, scale_module
 
+from distprof.sections.hang import HangResult
+
 
 def run(tmp_path, folder) -> tuple[list[str], dict]:
     result = hang_cli(str(folder), "-o", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines(), json.loads((tmp_path / "out" / "hang.json").read_text())
+    doc = json.loads((tmp_path / "out" / "hang.json").read_text())
+    assert HangResult.from_json(doc).to_json() == doc  # hang.json round-trips through its type
+    return result.stdout.splitlines(), doc
 
 
 def pending(scenario: str, rank: int, group: str) -> dict:

@@ -16,6 +16,7 @@ from conftest import run_cli
 import distprof
 from distprof import config as config_mod
 from distprof.analyses import hang
+from distprof.sections.hang import WaitTarget
 from distprof.sources import flight_recorder as fr
 
 
@@ -69,7 +70,7 @@ def test_watchdog_files_alone_name_the_rank_outside_the_collective():
     assert [(c.ranks, c.reason, c.group_name, c.awaited_by) for c in result.culprits] == \
         [([2], "missing", "world", [0, 1, 3])]
     assert [(w.ranks, w.waits_for) for w in result.waiting] == \
-        [([0, 1, 3], [{"reason": "missing", "ranks": [2], "inferred": False}])]
+        [([0, 1, 3], [WaitTarget(reason="missing", ranks=[2], inferred=False)])]
 
 
 def test_watchdog_files_with_a_rank_missing_say_not_dumped():

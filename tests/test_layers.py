@@ -125,7 +125,7 @@ RETURNS_DICT = {
     "critical_path.scenario_shares", "critical_path.rank_reading", "critical_path.critical_path",
     "critical_path.safe_critical_path", "critical_path.with_path_evidence", "diagnose.rank_gpu_gaps",
     "diagnose.rank_dataloader_share", "diagnose.findings", "distributed.across_ranks",
-    "hang.group_members", "hang.stacks_of", "hostload.per_step", "imbalance.phase_matrix",
+    "hang.group_members", "hostload.per_step", "imbalance.phase_matrix",
     "imbalance.imbalance_findings", "live.window_figures", "machine.facts", "machine.busy_hosts",
     "machine.differences", "operators.prepared", "operators.operator_table", "operators.merge_operator_tables",
     "operators.trimmed", "phases.phase_table", "phases.merge_phase_tables", "phases.trimmed",

@@ -28,11 +28,28 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
+
+from msgspec.structs import replace
 
 from .. import events as ev
 from ..dumps import UNIX_NS, Entry, RankDump
 from ..events import COMMUNICATION
+from ..sections.hang import (
+    CallGroup,
+    ChainHop,
+    Culprit,
+    CulpritDetail,
+    Fault,
+    GroupState,
+    HangResult,
+    LastEntry,
+    OpenRange,
+    RankDetail,
+    StackGroup,
+    Waiting,
+    WaitTarget,
+)
 from ..typed import Reason
 
 MISSING, SIZE, KIND, DTYPE, NOT_DUMPED = "missing", "size_mismatch", "kind_mismatch", "dtype_mismatch", "not_dumped"
@@ -50,98 +67,6 @@ MAX_WORLD_PER_RANK = 64  # as merge (pipeline.py): a stated world this many time
 MIN_SUSPECT_WORLD = 1024  # this size) is a corrupt value, not a partial job
 CLOCK_SLACK_NS = 10**9  # clocks of one job's hosts may differ by this much
 MAX_PAIRS = 1024  # members of an all-to-all whose per-peer rows are checked pair by pair (n^2 pairs)
-
-
-@dataclass(frozen=True)
-class Fault:
-    """Which side holds root ranks, as their own dumps show it: the host never issued the collective, or it was
-    issued and the device / backend never started or completed it, or it waits for a peer. Why: the reason says
-    what the others wait for; the fix differs (py-spy on the host, the GPU or the transport)."""
-
-    ranks: list[int]
-    fault_class: str             # not_issued | not_started | not_completed | waiting_for_peer
-    group_name: str = ""         # the collective it is stuck in ("" and -1: not_issued, it is in none)
-    seq: int = -1
-    kind: str = ""
-    state: str = ""              # its entry's state there, as the recorder saw it (gloo: always scheduled)
-    completed_by: list[int] = field(default_factory=list)  # the members that completed that collective
-
-
-@dataclass(frozen=True)
-class Culprit:
-    """Ranks at the root, one reason, one wait: e.g. rank 3 left no dump; rank 2 waits for it in #3 of group 2."""
-
-    ranks: list[int]
-    reason: str
-    group_name: str
-    seq: int
-    kind: str
-    awaited_by: list[int]
-    inferred: bool = False       # the dumps do not state the member: it is inferred (see the module doc)
-    detail: dict = field(default_factory=dict)
-    faults: list[Fault] = field(default_factory=list)  # the fault class of its ranks, where their dumps show it
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """One wait: the ranks waiting in one collective of one group, since when, for whom, and the chain from the
-    first of them to a root."""
-
-    ranks: list[int]
-    group_name: str
-    seq: int                     # the collective's seq (from the watchdog: the step)
-    kind: str
-    since_ns: int                # the earliest call of the waiting ranks (0: not known)
-    waits_for: list[dict]        # {"reason", "ranks", "inferred"}; a rank in both lists waits for the others
-    chain: list[dict] = field(default_factory=list)
-    completed_by: list[int] = field(default_factory=list)  # waiting for no one: the members that completed it
-
-
-@dataclass(frozen=True)
-class GroupState:
-    """One process group at the hang: the last collective all members completed, the first they did not."""
-
-    name: str
-    desc: str
-    ranks: list[int]
-    members_stated: bool         # all members known (pg_config, a stated world); else the ranks the dumps show in it
-    last_completed_seq: int
-    first_incomplete_seq: int | None
-    kind: str
-    issued: dict[str, list[int]]  # state -> ranks, of the members that issued the first incomplete one
-    never_issued: list[int]
-    not_dumped: list[int]
-    inferred_missing: list[int]  # members inferred among the ranks without a dump
-    mismatch: dict[str, dict[str, list[int]]]   # kind / sizes / dtypes -> value -> ranks, where they differ
-
-
-@dataclass(frozen=True)
-class HangResult:
-    root_ranks: list[int]
-    culprits: list[Culprit]
-    waiting: list[Waiting]
-    groups: list[GroupState]
-    ranks_dumped: list[int]
-    source: str                  # flight_recorder | distprof_watchdog | none
-    world_size: int | None = None
-    world_stated: bool = False   # False: the world is the dumped (and inferred) ranks, a lower bound
-    newest_ns: int = 0           # the latest call in the dumps: about when they were written
-    notes: list[Reason | str] = field(default_factory=list)  # Reasons; hang_report.worded words them
-    stacks: list[dict] = field(default_factory=list)  # watchdog: ranks grouped by their innermost Python frame
-
-    def to_json(self) -> dict:
-        """Plain data for hang.json; lists of ranks are shared, not copied (asdict copied 5,000-rank lists)."""
-        return _plain(self)
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, Reason):
-        raise TypeError(f"hang: {value.code} not worded (reports.hang_report.worded) before hang.json")
-    if is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, list) and value and (is_dataclass(value[0]) or isinstance(value[0], Reason)):
-        return [_plain(item) for item in value]
-    return value
 
 
 @dataclass
@@ -749,10 +674,9 @@ def _toward_roots(out: dict[int, list[int]], roots: list[int]) -> dict[int, int]
     return dist
 
 
-def _chain(wait: _Wait, by_node: dict[int, _Wait], out, dist: dict[int, int], roots: set[int]) -> list[dict]:
-    """Hops from the wait's first rank to the nearest root: {rank, group_name, seq, kind, waits_for, reason,
-    inferred}, through this wait first."""
-    hops: list[dict] = []
+def _chain(wait: _Wait, by_node: dict[int, _Wait], out, dist: dict[int, int], roots: set[int]) -> list[ChainHop]:
+    """Hops from the wait's first rank to the nearest root, through this wait first."""
+    hops: list[ChainHop] = []
     rank = next((w for w in wait.waiters if w not in roots), None)
     current = wait if rank is not None else None
     while current is not None and len(hops) < MAX_CHAIN and rank not in roots:
@@ -760,8 +684,7 @@ def _chain(wait: _Wait, by_node: dict[int, _Wait], out, dist: dict[int, int], ro
         if nxt is None or nxt[0] not in dist:
             break
         target, reason, inferred = nxt
-        hops.append({"rank": rank, "group_name": current.group, "seq": current.seq, "kind": current.kind,
-                     "waits_for": target, "reason": reason, "inferred": inferred})
+        hops.append(ChainHop(rank, current.group, current.seq, current.kind, target, reason, inferred))
         rank = target
         nodes = [n for n in out.get(rank, ()) if n in dist]
         current = by_node[min(nodes, key=dist.__getitem__)] if nodes else None
@@ -849,10 +772,10 @@ def _completed_by(group: str, seq: int, idx: Index, groups: dict[str, GroupState
 
 
 def _detail(ranks: list[int], reason: str, wait: _Wait, dumps: dict[int, RankDump], idx: Index,
-            groups: dict[str, GroupState]) -> dict:
+            groups: dict[str, GroupState]) -> CulpritDetail:
     """Numbers behind one culprit: for a mismatch every member's call (kind, sizes, dtypes, grouped); per rank
     (at most MAX_DETAIL_RANKS) its last entry in the group, step and open ranges."""
-    detail: dict = {}
+    detail: dict = {}  # CulpritDetail's fields, those the culprit has
     if reason in (KIND, SIZE, DTYPE):
         calls: dict[tuple[str, str, str], list[int]] = {}
         for rank in groups[wait.group].ranks:
@@ -860,27 +783,26 @@ def _detail(ranks: list[int], reason: str, wait: _Wait, dumps: dict[int, RankDum
             if entry is not None:
                 calls.setdefault((entry.kind, f"{entry.input_sizes} -> {entry.output_sizes}", entry.dtypes),
                                  []).append(rank)
-        detail["calls"] = [{"ranks": r, "kind": k, "sizes": s, "dtypes": d} for (k, s, d), r in calls.items()]
+        detail["calls"] = [CallGroup(r, k, sizes, d) for (k, sizes, d), r in calls.items()]
     per_rank = []
     for rank in ranks[:MAX_DETAIL_RANKS]:
         dump = dumps.get(rank)
         if dump is None:
             continue
-        item: dict = {"rank": rank}
+        item: dict = {"rank": rank}  # RankDetail's fields, those its dump has
         seqs = idx.get(rank, {}).get(wait.group, _EMPTY).seqs
         last = seqs[max(seqs)] if seqs else (dump.entries[-1] if dump.entries else None)
         if last is not None:
-            item["last_entry"] = {"group_name": last.group_name, "seq": last.seq, "kind": last.kind,
-                                  "state": "completed" if last.completed else last.state}
+            item["last_entry"] = LastEntry(last.group_name, last.seq, last.kind,
+                                           "completed" if last.completed else last.state)
         if dump.step is not None:
             item["step"] = dump.step
         if dump.open_ranges:
-            item["open_ranges"] = [{"name": r.name, "category": r.category, "elapsed_ns": r.elapsed_ns}
-                                   for r in dump.open_ranges]
-        per_rank.append(item)
+            item["open_ranges"] = [OpenRange(r.name, r.category, r.elapsed_ns) for r in dump.open_ranges]
+        per_rank.append(RankDetail(**item))
     if per_rank:
         detail["ranks"] = per_rank
-    return detail
+    return CulpritDetail(**detail)
 
 
 # -- the whole ---------------------------------------------------------------------------------------------------
@@ -928,36 +850,36 @@ def _frame_parts(frame: str) -> tuple[str, str, str]:
     return path, line, function
 
 
-def _new_stack_group(own: str, inner: str) -> dict:
+def _new_stack_group(own: str, inner: str) -> StackGroup:
     path, line, function = _frame_parts(own)
     inner_path, inner_line, inner_function = _frame_parts(inner)
-    return {"ranks": [], "path": path, "file": path.rsplit("/", 1)[-1], "line": line, "function": function,
-            "inner": f"{inner_function} ({inner_path.rsplit('/', 1)[-1]}:{inner_line})" if inner else "",
-            "steps": [], "comm": []}
+    return StackGroup(ranks=[], path=path, file=path.rsplit("/", 1)[-1], line=line, function=function,
+                      inner=f"{inner_function} ({inner_path.rsplit('/', 1)[-1]}:{inner_line})" if inner else "",
+                      steps=[], comm=[], root=False)
 
 
-def stacks_of(dumps: list[RankDump], roots: list[int]) -> list[dict]:
+def stacks_of(dumps: list[RankDump], roots: list[int]) -> list[StackGroup]:
     """The watchdog's stacks across ranks, next to the Flight Recorder verdict: the ranks grouped by where their
     training thread is: its innermost frame of the job's own code (not the standard library, site-packages or
     distprof's instrumentation), and the innermost frame when that differs ({ranks, path, file, line, function,
     inner, steps, comm, root}); the groups holding a root first, then the largest. 4,096 ranks in one all_reduce
     are one line."""
-    groups: dict[tuple[str, str], dict] = {}
+    groups: dict[tuple[str, str], StackGroup] = {}  # its lists filled in place while the dumps are read
     for dump in dumps:
         if not dump.stack:
             continue
         own = next((f for f in reversed(dump.stack) if not any(p in f for p in LIBRARY_PATHS)), dump.stack[-1])
         inner = dump.stack[-1] if dump.stack[-1] != own else ""
         group = groups.get((own, inner)) or groups.setdefault((own, inner), _new_stack_group(own, inner))
-        group["ranks"].append(dump.rank)
-        if dump.step is not None and dump.step not in group["steps"]:
-            group["steps"].append(dump.step)
+        group.ranks.append(dump.rank)
+        if dump.step is not None and dump.step not in group.steps:
+            group.steps.append(dump.step)
         for comm in (r.name for r in dump.open_ranges if r.category == COMMUNICATION):
-            if comm not in group["comm"]:
-                group["comm"].append(comm)
+            if comm not in group.comm:
+                group.comm.append(comm)
     root_set = set(roots)
-    out = [dict(g, steps=sorted(g["steps"]), root=bool(root_set & set(g["ranks"]))) for g in groups.values()]
-    return sorted(out, key=lambda g: (not g["root"], -len(g["ranks"]), g["ranks"][0]))
+    out = [replace(g, steps=sorted(g.steps), root=bool(root_set & set(g.ranks))) for g in groups.values()]
+    return sorted(out, key=lambda g: (not g.root, -len(g.ranks), g.ranks[0]))
 
 
 def _waiting(waits: list[_Wait], out: dict[int, list[int]], nodes: dict[int, int], roots: list[int]
@@ -966,8 +888,7 @@ def _waiting(waits: list[_Wait], out: dict[int, list[int]], nodes: dict[int, int
     dist = _toward_roots(out, roots)
     by_node = {node: waits[i] for node, i in nodes.items()}
     return [Waiting(w.waiters, w.group, w.seq, w.kind, w.since_ns,
-                    [{"reason": reason, "ranks": list(ranks), "inferred": inferred}
-                     for reason, ranks, inferred in w.targets],
+                    [WaitTarget(reason, list(ranks), inferred) for reason, ranks, inferred in w.targets],
                     _chain(w, by_node, out, dist, set(roots)), w.completed_by)
             for w in sorted(waits, key=lambda w: (w.waiters[0], _group_key(w.group), w.seq))]
 
