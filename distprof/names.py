@@ -32,8 +32,8 @@ LONG_TEXT_CHARS = 4 * MAX_NAME_CHARS  # other text (messages, paths) in reports:
 def cap_names(value: object) -> object:
     """A copy of a JSON-like summary, or of a typed record, with every dict key and ``name`` value cut by
     short_name and any other string cut at LONG_TEXT_CHARS: what reports print and store stays bounded
-    however long the traces' names are. Short strings are returned as they are (no copy), and a record
-    none of whose strings is cut is the same record."""
+    however long the traces' names are. What needs no cut is returned as it is (no copy): a record, a
+    list or a dict none of whose strings is cut is the same object."""
     if isinstance(value, msgspec.Struct):  # a typed record: its fields as its JSON keys
         changed = {}
         for field, key in zip(value.__struct_fields__, value.__struct_encode_fields__):
@@ -43,11 +43,15 @@ def cap_names(value: object) -> object:
                 changed[field] = new
         return msgspec.structs.replace(value, **changed) if changed else value
     if isinstance(value, dict):
-        return {_cap(k, MAX_NAME_CHARS) if isinstance(k, str) else k:
-                (_cap(v, MAX_NAME_CHARS) if k == "name" and isinstance(v, str) else cap_names(v))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [cap_names(v) for v in value]
+        items = [(_cap(k, MAX_NAME_CHARS) if isinstance(k, str) else k,
+                  _cap(v, MAX_NAME_CHARS) if k == "name" and isinstance(v, str) else cap_names(v))
+                 for k, v in value.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items())):
+            return value
+        return dict(items)
+    if isinstance(value, (list, tuple)):
+        items = [cap_names(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
     if isinstance(value, str):
         return _cap(value, LONG_TEXT_CHARS)
     return value

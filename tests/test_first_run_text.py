@@ -19,6 +19,7 @@ from conftest import DATA
 
 from distprof.reports import diff_report, format, live_text
 from distprof.reports.findings import straggler_line
+from distprof.sections.diff import StepTime
 
 DISTPROF = Path(sys.executable).with_name("distprof")  # .venv/bin/distprof beside the venv's python
 
@@ -176,8 +177,13 @@ def test_diff_says_more_than_this_interval_only_under_an_interval(merged, tmp_pa
     assert done.returncode == 0, done.stderr[-2000:]
     assert "too few steps for an interval" in done.stdout and "interval)" not in done.stdout, done.stdout
     assert "one run a side: the run-to-run noise is not measured; for a verdict" in done.stdout.replace("\n  ", " ")
-    assert diff_report.BEYOND_INTERVAL in diff_report.one_run_line({"reason": None})
-    assert diff_report.one_run_line({"reason": "no_steps"}) == diff_report.one_run_line(None)
+    def step(reason: str | None) -> StepTime:
+        return StepTime(before_median_ns=None, after_median_ns=None, since_step=None, delta_ns=None, relative=None,
+                        ci_low_ns=None, ci_high_ns=None, significant=False, excludes_zero=False, min_change=0.05,
+                        steps_before=0, steps_after=0, level=0.95, resamples=0, seed=0, min_steps=5, reason=reason,
+                        before_steps_ns=[], after_steps_ns=[])
+    assert diff_report.BEYOND_INTERVAL in diff_report.one_run_line(step(None))
+    assert diff_report.one_run_line(step("no_steps")) == diff_report.one_run_line(None)
 
 
 # ---------------------------------------------------------------- report DIR of traces

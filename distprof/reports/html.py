@@ -559,12 +559,10 @@ def profile_html(summary: Summary) -> str:
 
 
 def _capped(summary: Summary) -> Summary:
-    """``summary`` with its names cut as summary.json stores them (names.cap_names, which works on
-    summary.json's content): one made in this process, or read from a file older than the cap, may
-    hold full ones. The same summary when nothing needs cutting (no decoding)."""
-    content = summary.to_json()
-    capped = cap_names(content)
-    return summary if capped == content else Summary.from_json(capped)
+    """``summary`` with its names cut as summary.json stores them (names.cap_names, walked over the
+    record): one made in this process, or read from a file older than the cap, may hold full ones. The
+    same summary when nothing needs cutting."""
+    return cap_names(summary)
 
 
 def render(summary: Summary, unit: str = "ms", sorted_by: str = "cpu_total") -> str:

@@ -118,14 +118,11 @@ def _comm_rules(rank) -> str:
 
 def printable_summary(summary: Summary) -> Summary:
     """The summary as a terminal may show it: every string escaped (names.printable_all) and cut
-    (names.cap_names: summaries older than the cap hold full names), both applied to summary.json's
-    content (read back only where they changed it: a whole summary's decoding costs as much as the
-    report), and the checks' messages in readable units, as summary.json has them."""
-    data = summary.to_json()
-    shown = cap_names(printable_all(data))
-    if shown != data:
-        return Summary.from_json(shown)
-    return replace(summary, checks=[replace(c, message=phrase(c.message)) for c in summary.checks])
+    (names.cap_names: summaries older than the cap hold full names), both walked over the record
+    itself (no JSON made and read back), and the checks' messages in readable units, as summary.json
+    has them."""
+    shown = cap_names(printable_all(summary))
+    return replace(shown, checks=[replace(c, message=phrase(c.message)) for c in shown.checks])
 
 
 def render(summary: Summary, unit: str = "ms", width: int | None = None, all_ranks: bool = False,

@@ -22,17 +22,13 @@ TITLES = {"no_straggler": "no straggler", "overlap_communication": "overlap comm
 def capped(section: R) -> R:
     """A typed section with its names cut as summary.json and the reports keep them (names.cap_names):
     the same record where nothing is long."""
-    content = section.to_json()
-    cut = cap_names(content)
-    return section if cut == content else type(section).from_json(cut)
+    return cap_names(section)
 
 
 def printed(section: R) -> R:
     """A typed section with every string escaped for a terminal (names.printable_all), as a text report
     prints it: the same record where nothing needs an escape."""
-    content = section.to_json()
-    escaped = printable_all(content)
-    return section if escaped is content else type(section).from_json(escaped)
+    return printable_all(section)
 
 
 def parts(whatif: WhatIf, unit: str = "ms") -> tuple[str, list[str], list[list[str]], list[str]]:
