@@ -8,6 +8,7 @@ import re
 import msgspec
 
 MAX_NAME_CHARS = 256
+_CONTROL = re.compile("[\x00-\x1f]")  # C0 controls: short_name makes each a space
 ELLIPSIS = "…"
 
 
@@ -15,8 +16,8 @@ def short_name(name: object, limit: int = MAX_NAME_CHARS) -> str:
     """``name`` as text of at most ``limit`` characters: head and tail kept around an ellipsis, so
     templated kernel names stay recognisable at both ends. Control characters become spaces."""
     text = str(name)
-    if any(ord(ch) < 32 for ch in text):
-        text = "".join(" " if ord(ch) < 32 else ch for ch in text)
+    if _CONTROL.search(text):  # one regex pass, not a Python loop over a long name's characters
+        text = _CONTROL.sub(" ", text)
     if len(text) <= limit:
         return text
     if limit <= len(ELLIPSIS):
