@@ -188,9 +188,9 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     if crowded:
         warnings.append(Reason("oversubscribed_warning", {"hosts": crowded}))
     hosts = machine.facts(final)
-    busy = [h for h in machine.busy_hosts(hosts) if h["host"] not in {c["host"] for c in crowded}]  # said above
+    busy = [h for h in machine.busy_hosts(hosts) if h.host not in {c["host"] for c in crowded}]  # said above
     if busy:  # said once, at the top: the timings on those hosts are partly other processes'
-        warnings.append(Reason("busy_host_warning", {"hosts": busy}))
+        warnings.append(Reason("busy_host_warning", {"hosts": [h.to_json() for h in busy]}))
     vary = cost.durations_vary(final, straggler_rank)
     straggler = cost.price_straggler(skew_summary.get("straggler"), what, crowded, vary,
                                      alltoall_mod.straggler_load(exchanges, straggler_rank, what, config))

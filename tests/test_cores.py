@@ -124,7 +124,7 @@ def test_oversubscribed_hosts_compare_ranks_with_the_hosts_cores():
     assert cost.oversubscribed_hosts([rank("vm", 2)] * 3) == [{"host": "vm", "ranks": 3, "cpus": 2}]
     # a file from before (its rank's affinity, 1) next to one recording the host's 2 cores: the host has 2
     assert cost.oversubscribed_hosts([rank("vm", 1), rank("vm", 2)]) == []
-    assert [(h["host"], h["cpus"]) for h in machine.facts([rank("vm", 1), rank("vm", 2)])] == [("vm", 2)]
+    assert [(h.host, h.cpus) for h in machine.facts([rank("vm", 1), rank("vm", 2)])] == [("vm", 2)]
     assert cost.oversubscribed_hosts([rank("a", 1), rank("b", 1)]) == []   # one rank per host
 
 

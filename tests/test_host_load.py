@@ -69,9 +69,9 @@ def test_a_straggler_whose_thread_waited_for_a_core_is_named_with_its_host():
 
 def test_a_host_whose_ranks_waited_for_cores_is_busy():
     quiet = machine.facts([_rank(0, [5] * 4), _rank(1, [6] * 4)])
-    assert quiet[0]["runqueue_share"] == pytest.approx(0.055) and machine.busy_hosts(quiet) == []
+    assert quiet[0].runqueue_share == pytest.approx(0.055) and machine.busy_hosts(quiet) == []
     crowded = machine.facts([_rank(0, [30] * 4), _rank(1, [25] * 4)])
-    assert machine.busy_hosts(crowded) == crowded and crowded[0]["load_1m"] == 2.5
+    assert machine.busy_hosts(crowded) == crowded and crowded[0].load_1m == 2.5
     assert hostload.straggler_host([_rank(0, [5] * 4)], None) is None
 
 

@@ -46,7 +46,6 @@ from ..sections.diff import (
     FindingBrief,
     FindingChange,
     FindingChanges,
-    MachineDifference,
     Mover,
     RankChange,
     RunsSide,
@@ -504,13 +503,11 @@ def diff(before: Summary, after: Summary, resamples: int = RESAMPLES, seed: int 
     unit = unit_of_work(before, after, prefixes)
     per, divisors = normaliser(before, after, unit)
     befores, afters = [before, *more_before], [after, *more_after]
-    # analyses.machine compares the hosts as summary.json writes them (its own interface)
-    differences = machine.differences([h.to_json() for s in befores for h in s.machine],
-                                      [h.to_json() for s in afters for h in s.machine])
     return Diff(world_size=WorldSizes(before.world_size, after.world_size),
                 source=Sources(before.source, after.source),
                 warnings=warnings(before, after),
-                machine=[MachineDifference(d["fact"], d["before"], d["after"]) for d in differences],
+                machine=machine.differences([h for s in befores for h in s.machine],
+                                            [h for s in afters for h in s.machine]),
                 runs=(runs_step_time(befores, afters, resamples, seed, min_change)
                       if len(befores) > 1 and len(afters) > 1 else None),
                 step_time=step_time(before, after, resamples, seed, min_change),

@@ -5,12 +5,14 @@ machine, not the change, and says so. Facts only where a source records them."""
 from __future__ import annotations
 
 from ..results import RankResult
+from ..sections.diff import MachineDifference
+from ..sections.machine import Host
 from . import hostload
 
 LOAD_PER_CORE_DIFFERS = 0.25   # 1-minute load averages this far apart per core: "the load differs"
 
 
-def facts(results: list[RankResult]) -> list[dict]:
+def facts(results: list[RankResult]) -> list[Host]:
     """One entry per host: its ranks, the host's usable cores (the largest a rank records: the
     machine's, capped by its cgroup; files from before that recorded a rank's affinity), GPU models,
     the highest 1-minute load average a rank saw at its start, stop or a step (None where not recorded), and
@@ -33,39 +35,41 @@ def facts(results: list[RankResult]) -> list[dict]:
         share, sampled, stolen = hostload.runqueue_share(mine), hostload.max_load(mine), hostload.steal_share(mine)
         if sampled is not None:
             entry["load_1m"] = sampled if entry["load_1m"] is None else max(entry["load_1m"], sampled)
-        out.append({**entry, "gpus": sorted(entry["gpus"]), **({"runqueue_share": share} if share is not None else {}),
-                    **({"steal_share": stolen} if stolen is not None else {})})
+        out.append(Host(**{**entry, "gpus": sorted(entry["gpus"])},
+                        **({"runqueue_share": share} if share is not None else {}),
+                        **({"steal_share": stolen} if stolen is not None else {})))
     return out
 
 
-def busy_hosts(hosts: list[dict]) -> list[dict]:
+def busy_hosts(hosts: list[Host]) -> list[Host]:
     """The hosts whose ranks' training threads waited ``hostload.BUSY_SHARE`` or more of their steps for a
     core (from ``facts``): the run's timings there are partly the host's."""
-    return [h for h in hosts if (h.get("runqueue_share") or 0.0) >= hostload.BUSY_SHARE]
+    return [h for h in hosts if (h.runqueue_share or 0.0) >= hostload.BUSY_SHARE]
 
 
-def differences(before: list[dict] | None, after: list[dict] | None) -> list[dict]:
-    """What differs between two runs' machines, where both record it: ``{"fact", "before", "after"}``
-    for hosts, cores, GPU models and load (per core, at least ``LOAD_PER_CORE_DIFFERS`` apart)."""
+def differences(before: list[Host] | None, after: list[Host] | None) -> list[MachineDifference]:
+    """What differs between two runs' machines, where both record it: hosts, cores, GPU models and load
+    (per core, at least ``LOAD_PER_CORE_DIFFERS`` apart)."""
     if not before or not after:
         return []
     out = []
 
-    def known(entries: list[dict], key: str) -> list:
-        return sorted({str(value) for e in entries for value in
-                       (e[key] if isinstance(e.get(key), list) else [e.get(key)]) if value not in (None, "")})
+    def known(hosts: list[Host], field: str) -> list[str]:
+        values = (getattr(h, field) for h in hosts)
+        return sorted({str(v) for value in values for v in (value if isinstance(value, list) else [value])
+                       if v not in (None, "")})
 
-    for fact, key in (("hosts", "host"), ("cores", "cpus"), ("gpus", "gpus")):
-        b, a = known(before, key), known(after, key)
+    for fact, field in (("hosts", "host"), ("cores", "cpus"), ("gpus", "gpus")):
+        b, a = known(before, field), known(after, field)
         if b and a and b != a:
-            out.append({"fact": fact, "before": b, "after": a})
+            out.append(MachineDifference(fact, b, a))
     b_load, a_load = _load_per_core(before), _load_per_core(after)
     if b_load is not None and a_load is not None and abs(b_load - a_load) >= LOAD_PER_CORE_DIFFERS:
-        out.append({"fact": "load_per_core", "before": round(b_load, 2), "after": round(a_load, 2)})
+        out.append(MachineDifference("load_per_core", round(b_load, 2), round(a_load, 2)))
     return out
 
 
-def _load_per_core(entries: list[dict]) -> float | None:
+def _load_per_core(hosts: list[Host]) -> float | None:
     """The busiest host's 1-minute load average per usable core of the host."""
-    loads = [e["load_1m"] / e["cpus"] for e in entries if e.get("load_1m") is not None and e.get("cpus")]
+    loads = [h.load_1m / h.cpus for h in hosts if h.load_1m is not None and h.cpus]
     return max(loads) if loads else None
