@@ -4,6 +4,7 @@ summary.json). Tables group an op's calls under its base name and know a step ma
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import msgspec
 
@@ -33,28 +34,40 @@ LONG_TEXT_CHARS = 4 * MAX_NAME_CHARS  # other text (messages, paths) in reports:
 def cap_names(value: object) -> object:
     """A copy of a JSON-like summary, or of a typed record, with every dict key and ``name`` value cut by
     short_name and any other string cut at LONG_TEXT_CHARS: what reports print and store stays bounded
-    however long the traces' names are. What needs no cut is returned as it is (no copy): a record, a
-    list or a dict none of whose strings is cut is the same object."""
-    if isinstance(value, msgspec.Struct):  # a typed record: its fields as its JSON keys
+    however long the traces' names are. What needs no cut is returned as it is (``map_strings``)."""
+    return map_strings(value, _capped_text)
+
+
+def _capped_text(text: str, key: object) -> str:
+    return _cap(text, MAX_NAME_CHARS if key is DICT_KEY or key == "name" else LONG_TEXT_CHARS)
+
+
+DICT_KEY = object()  # the ``key`` map_strings gives a dict's own key
+
+
+def map_strings(value: object, text: Callable[[str, object], str], key: object = None) -> object:
+    """``value`` (JSON-like data or a typed record, msgspec structs walked field by field by their JSON keys) with
+    every string ``s`` made ``text(s, key)``: ``key`` is the JSON key the string sits under (None in a list,
+    DICT_KEY for a dict's own key). What ``text`` leaves as it is is returned as it is: a record, list or dict
+    none of whose strings changed is the same object (no copy). Why one walk: the reports escape and cut the
+    summary's names without writing its JSON and reading it back."""
+    if isinstance(value, str):
+        return text(value, key)
+    if isinstance(value, msgspec.Struct):
         changed = {}
-        for field, key in zip(value.__struct_fields__, value.__struct_encode_fields__):
+        for field, name in zip(value.__struct_fields__, value.__struct_encode_fields__):
             old = getattr(value, field)
-            new = _cap(old, MAX_NAME_CHARS) if key == "name" and isinstance(old, str) else cap_names(old)
-            if new is not old:
+            if (new := map_strings(old, text, name)) is not old:
                 changed[field] = new
         return msgspec.structs.replace(value, **changed) if changed else value
     if isinstance(value, dict):
-        items = [(_cap(k, MAX_NAME_CHARS) if isinstance(k, str) else k,
-                  _cap(v, MAX_NAME_CHARS) if k == "name" and isinstance(v, str) else cap_names(v))
-                 for k, v in value.items()]
+        items = [(text(k, DICT_KEY) if isinstance(k, str) else k, map_strings(v, text, k)) for k, v in value.items()]
         if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items())):
             return value
         return dict(items)
     if isinstance(value, (list, tuple)):
-        items = [cap_names(v) for v in value]
+        items = [map_strings(v, text) for v in value]
         return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
-    if isinstance(value, str):
-        return _cap(value, LONG_TEXT_CHARS)
     return value
 
 
@@ -87,23 +100,12 @@ def printable(text: object) -> str:
 def printable_all(value: object) -> object:
     """A JSON-like value (a summary), or a typed record of one, with every string, keys included, made
     ``printable``: applied once where a text report starts, so no name, label, path or message reaches
-    the terminal raw. What needs no escape is returned as it is (no copy); a record is walked field by
-    field, not through its JSON."""
-    if isinstance(value, str):
-        return printable(value)
-    if isinstance(value, msgspec.Struct):
-        changed = {field: new for field in value.__struct_fields__
-                   if (new := printable_all(old := getattr(value, field))) is not old}
-        return msgspec.structs.replace(value, **changed) if changed else value
-    if isinstance(value, dict):
-        items = [(printable(k) if isinstance(k, str) else k, printable_all(v)) for k, v in value.items()]
-        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items())):
-            return value
-        return dict(items)
-    if isinstance(value, (list, tuple)):
-        items = [printable_all(v) for v in value]
-        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
-    return value
+    the terminal raw. What needs no escape is returned as it is (``map_strings``)."""
+    return map_strings(value, _printable_text)
+
+
+def _printable_text(text: str, key: object) -> str:
+    return printable(text)
 
 
 # PyTorch's NVTX op ranges (emit_nvtx, nsys) append per-call numbers to the op name:

@@ -344,3 +344,18 @@ def test_report_labels_do_not_overlap_in_a_browser(ddp, tmp_path):
              html.distributed_bars(summary)]
     page = "<html><body>" + "".join(f"<div style='width:1100px'>{p}</div>" for p in plots) + "</body></html>"
     assert _browser_layout(page, tmp_path) == []
+
+
+def test_names_are_cut_and_escaped_on_the_record_as_on_its_json():
+    """names.map_strings walks a typed record by its JSON keys: cap_names and printable_all give the record whose
+    JSON is what they give on its JSON, and the very same record where nothing changes (no copy)."""
+    from distprof.names import cap_names, printable_all
+    from distprof.sections.hang import GroupState
+    group = GroupState(name="g" * 1000, desc="d\x1b" * 3000, ranks=[0, 1], members_stated=True, last_completed_seq=3,
+                       first_incomplete_seq=4, kind="all_reduce", issued={"x" * 300: [0]}, never_issued=[1],
+                       not_dumped=[], inferred_missing=[], mismatch={})
+    for walk in (cap_names, printable_all):
+        assert walk(group).to_json() == walk(group.to_json()) != group.to_json()
+    assert len(cap_names(group).name) == 256 and len(cap_names(group).desc) == 1024
+    short = GroupState.from_json(cap_names(printable_all(group)).to_json())
+    assert cap_names(short) is short and printable_all(short) is short
