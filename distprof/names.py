@@ -43,6 +43,7 @@ def _capped_text(text: str, key: object) -> str:
 
 
 DICT_KEY = object()  # the ``key`` map_strings gives a dict's own key
+_LEAF_TYPES = frozenset({int, float, bool, type(None)})  # hold no string: not walked (most of a summary's values)
 
 
 def map_strings(value: object, text: Callable[[str, object], str], key: object = None) -> object:
@@ -57,16 +58,17 @@ def map_strings(value: object, text: Callable[[str, object], str], key: object =
         changed = {}
         for field, name in zip(value.__struct_fields__, value.__struct_encode_fields__):
             old = getattr(value, field)
-            if (new := map_strings(old, text, name)) is not old:
+            if type(old) not in _LEAF_TYPES and (new := map_strings(old, text, name)) is not old:
                 changed[field] = new
         return msgspec.structs.replace(value, **changed) if changed else value
     if isinstance(value, dict):
-        items = [(text(k, DICT_KEY) if isinstance(k, str) else k, map_strings(v, text, k)) for k, v in value.items()]
+        items = [(text(k, DICT_KEY) if isinstance(k, str) else k,
+                  v if type(v) in _LEAF_TYPES else map_strings(v, text, k)) for k, v in value.items()]
         if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items())):
             return value
         return dict(items)
     if isinstance(value, (list, tuple)):
-        items = [map_strings(v, text) for v in value]
+        items = [v if type(v) in _LEAF_TYPES else map_strings(v, text) for v in value]
         return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
     return value
 
@@ -106,6 +108,15 @@ def printable_all(value: object) -> object:
 
 def _printable_text(text: str, key: object) -> str:
     return printable(text)
+
+
+def printable_capped(value: object) -> object:
+    """``cap_names(printable_all(value))`` in one walk: what a text report shows of a summary."""
+    return map_strings(value, _printable_capped_text)
+
+
+def _printable_capped_text(text: str, key: object) -> str:
+    return _capped_text(printable(text), key)
 
 
 # PyTorch's NVTX op ranges (emit_nvtx, nsys) append per-call numbers to the op name:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from msgspec.structs import replace
 
 from .. import console
-from ..names import cap_names, printable, printable_all
+from ..names import printable, printable_capped
 from ..ranges import rank_ranges, ranks_text
 from ..results import Summary
 from ..units import phrase
@@ -118,10 +118,10 @@ def _comm_rules(rank) -> str:
 
 def printable_summary(summary: Summary) -> Summary:
     """The summary as a terminal may show it: every string escaped (names.printable_all) and cut
-    (names.cap_names: summaries older than the cap hold full names), both walked over the record
+    (names.cap_names: summaries older than the cap hold full names), in one walk over the record
     itself (no JSON made and read back), and the checks' messages in readable units, as summary.json
     has them."""
-    shown = cap_names(printable_all(summary))
+    shown = printable_capped(summary)
     return replace(shown, checks=[replace(c, message=phrase(c.message)) for c in shown.checks])
 
 
