@@ -34,7 +34,7 @@ from .analyses import (
 from .analyses import pipelines as pipelines_mod
 from .analyses import sharded as sharded_mod
 from .ranges import rank_ranges
-from .results import FIGURES, ClockEstimate, RankResult, Summary
+from .results import ClockEstimate, RankResult, Summary
 from .typed import Reason
 
 
@@ -205,8 +205,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     warnings += dropped
     return Summary.build(
         world_size=world_size, source=source, ranks=tuple(final),
-        across_ranks=distributed.across_ranks([{"rank": r.rank, **{name: getattr(r.figures, name) for name in FIGURES}}
-                                               for r in final]),
+        across_ranks=distributed.across_ranks(final),
         missing_ranks=missing,
         checks=checks, skew=skew_summary,
         findings=critical_path.with_path_evidence(priced, path),

@@ -25,7 +25,8 @@ from .. import events as ev
 from .. import lanes as lanes_mod
 from ..joins import launch_join
 from ..rankview import RankView
-from ..results import FIGURES, Lane, RankFigures
+from ..results import FIGURES, Lane, RankFigures, RankResult
+from ..sections.tables import AcrossRanks, FigureStats, RatioStats
 from . import intervals as iv
 
 # host API calls that only enqueue communication kernels: not communication on GPU traces
@@ -206,20 +207,23 @@ def gpu_window_ns(gpu_step_windows: dict | None) -> int | None:
     return iv.total(iv.union(starts, np.maximum(ends, starts)))
 
 
-def across_ranks(rank_rows: list[dict], figures=FIGURES) -> dict:
-    """min / median / max / mean and the rank holding the max, for each figure."""
-    stats = {}
-    for figure in figures:
-        pairs = [(row["rank"], row[figure]) for row in rank_rows if row.get(figure) is not None]
-        if not pairs:
-            stats[figure] = None
-            continue
-        ranks = np.array([p[0] for p in pairs])
-        values = np.array([p[1] for p in pairs], dtype=float)
-        is_int = figure.endswith("_ns")
-        as_out = (lambda v: int(round(v))) if is_int else float
-        stats[figure] = {"min": as_out(values.min()), "median": as_out(np.median(values)),
-                         "max": as_out(values.max()), "mean": as_out(values.mean()),
-                         "max_rank": int(ranks[int(values.argmax())]),
-                         "min_rank": int(ranks[int(values.argmin())])}
-    return stats
+def across_ranks(results: list[RankResult]) -> AcrossRanks:
+    """Each Distributed Summary figure across the ranks that have it: min / median / max / mean and
+    the ranks holding the max and the min (the first such rank)."""
+    return AcrossRanks(**{figure: _figure_stats(figure, [(r.rank, getattr(r.figures, figure)) for r in results])
+                          for figure in FIGURES})
+
+
+def _figure_stats(figure: str, pairs: list[tuple[int, float | None]]) -> FigureStats | RatioStats | None:
+    """One figure's statistics over the (rank, value) pairs that have a value: ns figures rounded to ns."""
+    pairs = [(rank, value) for rank, value in pairs if value is not None]
+    if not pairs:
+        return None
+    ranks = np.array([rank for rank, _ in pairs])
+    values = np.array([value for _, value in pairs], dtype=float)
+    is_ns = figure.endswith("_ns")
+    as_out = (lambda v: int(round(v))) if is_ns else float
+    return (FigureStats if is_ns else RatioStats)(
+        min=as_out(values.min()), median=as_out(np.median(values)), max=as_out(values.max()),
+        mean=as_out(values.mean()), max_rank=int(ranks[int(values.argmax())]),
+        min_rank=int(ranks[int(values.argmin())]))

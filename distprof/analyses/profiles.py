@@ -38,6 +38,7 @@ import math
 import re
 
 import numpy as np
+from msgspec.structs import replace
 
 from .. import events as ev
 from ..columns import Groups, unique_rows
@@ -45,6 +46,7 @@ from ..flop_ops import CONV, GEMM_OPERANDS, shape_args_needed
 from ..joins import innermost_enclosing
 from ..rankview import RankView
 from ..results import RankProfile
+from ..sections.profiles import FlopsUncounted, MemoryDevice, ModelProfile, Profiles, ProfileSpread
 from . import intervals as iv
 from . import operators as ops_mod
 from .summaries import MAX_STEPS, model_row, rows_in_window
@@ -215,15 +217,15 @@ def _counts_by_name(names: ev.Texts, limit: int) -> dict:
     return {str(names.texts[code]): int(counts[code]) for code in order.tolist()}
 
 
-def flops_figures(view: RankView, tree: dict, in_window: np.ndarray, peak_tflops: float | None) -> dict:
-    """The rank's FLOPs figures over its view's window (all None when no operator has FLOPs)."""
+def flops_figures(view: RankView, tree: dict, in_window: np.ndarray, peak_tflops: float | None) -> RankProfile:
+    """The rank's profile with its FLOPs figures over its view's window (all None when no operator has
+    FLOPs), its memory not yet measured (memory_figures)."""
     counted, uncounted, source = op_flops(tree, tree["input_dims"], tree["concrete_inputs"])
     missing = uncounted & in_window
-    out = {"flops_source": source, "flops_uncounted": {
-        "ops": int(missing.sum()), "by_name": _counts_by_name(tree["ops"]["name"].take(missing), 20)}}
+    uncounted_ops = FlopsUncounted(ops=int(missing.sum()),
+                                   by_name=_counts_by_name(tree["ops"]["name"].take(missing), 20))
     if not (counted[in_window] > 0).any():
-        return {**out, "flops_per_step": None, "flops_total": None, "achieved_tflops": None, "mfu": None,
-                "flops_by_phase": None}
+        return RankProfile(flops_source=source, flops_uncounted=uncounted_ops)
     step, phase = _step_and_phase(view, tree)
     total = int(counted[in_window].sum())
     window_ns = iv.total(view.window)
@@ -235,10 +237,11 @@ def flops_figures(view: RankView, tree: dict, in_window: np.ndarray, peak_tflops
     by_phase = None
     if (phase >= 0).any() and per_step.size:
         by_phase = _median_by_phase(np.asarray(step_of).ravel(), step_values.size, phase[in_step], counted[in_step])
-    return {**out, "flops_per_step": int(round(np.median(per_step))) if per_step.size else None,
-            "flops_total": total, "achieved_tflops": achieved,
-            "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None,
-            "flops_by_phase": by_phase}
+    return RankProfile(flops_source=source, flops_uncounted=uncounted_ops,
+                       flops_per_step=int(round(np.median(per_step))) if per_step.size else None,
+                       flops_total=total, achieved_tflops=achieved,
+                       mfu=achieved / peak_tflops if achieved is not None and peak_tflops else None,
+                       flops_by_phase=by_phase)
 
 
 def _median_by_phase(step_of: np.ndarray, steps: int, phase: np.ndarray, flops: np.ndarray) -> dict:
@@ -257,16 +260,14 @@ def _device_label(device_type: int, device_id: int) -> str:
     return kind if kind == "CPU" else f"{kind}{max(int(device_id), 0)}"
 
 
-def memory_figures(view: RankView, memory: ev.Table | None) -> dict:
+def memory_figures(view: RankView, memory: ev.Table | None) -> list[MemoryDevice]:
     """Peaks of allocated / reserved bytes per device, per step, and their growth per step (samples
-    in the view's window, steps from its ProfileStep rows)."""
-    none = {"memory_peak_allocated_bytes": None, "memory_peak_reserved_bytes": None,
-            "memory_growth_per_step_bytes": None, "memory_device": None, "memory_devices": []}
+    in the view's window, steps from its ProfileStep rows); none without samples there."""
     if memory is None or not len(memory):
-        return none
+        return []
     samples = memory.take(rows_in_window(memory["time_ns"], view.window))
     if not len(samples):
-        return none
+        return []
     events, steps = view.events, np.flatnonzero(view.steps)  # by start
     starts, ends = events["start_ns"][steps], events["end_ns"][steps]
     time_ns = samples["time_ns"]
@@ -274,17 +275,23 @@ def memory_figures(view: RankView, memory: ev.Table | None) -> dict:
     ok = (at >= 0) & (time_ns < ends[np.maximum(at, 0)]) if starts.size else np.zeros(time_ns.size, bool)
     step = np.where(ok, events["step"][steps][np.maximum(at, 0)], -1) if starts.size else np.full(time_ns.size, -1)
     pairs, pair_of, _ = unique_rows(np.stack([samples["device_type"], samples["device_id"]], axis=1))
-    devices = [_device_memory(samples.take(rows), step[rows], *pair)  # per device
-               for pair, rows in zip(pairs.tolist(), Groups.of(pair_of, len(pairs)).members())]
-    gpus = [d for d in devices if d["device"] != "CPU"]
-    main = max(gpus or devices, key=lambda d: d["peak_allocated_bytes"])
-    return {"memory_peak_allocated_bytes": main["peak_allocated_bytes"],
-            "memory_peak_reserved_bytes": main["peak_reserved_bytes"],
-            "memory_growth_per_step_bytes": main["growth_per_step_bytes"], "memory_device": main["device"],
-            "memory_devices": devices}
+    return [_device_memory(samples.take(rows), step[rows], *pair)  # per device
+            for pair, rows in zip(pairs.tolist(), Groups.of(pair_of, len(pairs)).members())]
 
 
-def _device_memory(samples: ev.Table, step: np.ndarray, device_type: int, device_id: int) -> dict:
+def with_memory(profile: RankProfile, devices: list[MemoryDevice]) -> RankProfile:
+    """``profile`` with the memory of ``devices``: its headline figures those of the GPU with the largest
+    peak, else of the CPU."""
+    if not devices:
+        return profile
+    main = max([d for d in devices if d.device != "CPU"] or devices, key=lambda d: d.peak_allocated_bytes)
+    return replace(profile, memory_peak_allocated_bytes=main.peak_allocated_bytes,
+                   memory_peak_reserved_bytes=main.peak_reserved_bytes,
+                   memory_growth_per_step_bytes=main.growth_per_step_bytes, memory_device=main.device,
+                   memory_devices=devices)
+
+
+def _device_memory(samples: ev.Table, step: np.ndarray, device_type: int, device_id: int) -> MemoryDevice:
     """One device's peaks: overall, per step (the first MAX_STEPS steps) and the growth per step."""
     in_step = step >= 0
     steps, step_of = np.unique(step[in_step], return_inverse=True)
@@ -293,10 +300,11 @@ def _device_memory(samples: ev.Table, step: np.ndarray, device_type: int, device
     np.maximum.at(reserved, step_of.ravel(), samples["reserved"][in_step])
     growth = float(np.polyfit(steps.astype(np.float64), allocated.astype(np.float64), 1)[0]) \
         if steps.size >= 2 else None
-    return {"device": _device_label(device_type, device_id), "peak_allocated_bytes": int(samples["allocated"].max()),
-            "peak_reserved_bytes": int(samples["reserved"].max()),
-            "steps": steps.tolist()[:MAX_STEPS], "step_peak_allocated_bytes": allocated.tolist()[:MAX_STEPS],
-            "step_peak_reserved_bytes": reserved.tolist()[:MAX_STEPS], "growth_per_step_bytes": growth}
+    return MemoryDevice(device=_device_label(device_type, device_id),
+                        peak_allocated_bytes=int(samples["allocated"].max()),
+                        peak_reserved_bytes=int(samples["reserved"].max()), steps=steps.tolist()[:MAX_STEPS],
+                        step_peak_allocated_bytes=allocated.tolist()[:MAX_STEPS],
+                        step_peak_reserved_bytes=reserved.tolist()[:MAX_STEPS], growth_per_step_bytes=growth)
 
 
 def rank_profile(view: RankView, config: dict, profiles: dict | None = None) -> tuple[RankProfile, dict]:
@@ -307,11 +315,10 @@ def rank_profile(view: RankView, config: dict, profiles: dict | None = None) -> 
     in_window = rows_in_window(tree["ops"]["start_ns"], view.window)
     table = ops_mod.operator_table(view, tree, in_window)
     peak = (config.get("hardware") or {}).get("peak_tflops")
-    figures = {**flops_figures(view, tree, in_window, peak), **memory_figures(view, profiles.get("memory"))}
-    return RankProfile.build(**figures), table
+    return with_memory(flops_figures(view, tree, in_window, peak), memory_figures(view, profiles.get("memory"))), table
 
 
-def _spread(values: dict[int, float]) -> dict | None:
+def _spread(values: dict[int, float]) -> ProfileSpread | None:
     """min / median / max across ranks, max/min, and the argmin / argmax rank (the lowest rank on a
     tie); NaN figures are not known."""
     ranks = sorted(r for r, v in values.items() if v == v)
@@ -319,12 +326,11 @@ def _spread(values: dict[int, float]) -> dict | None:
         return None
     series = np.array([values[r] for r in ranks], np.float64)
     low, high = float(series.min()), float(series.max())
-    return {"min": low, "median": float(np.median(series)), "max": high,
-            "max_over_min": high / low if low else None,
-            "min_rank": int(ranks[int(np.argmin(series))]), "max_rank": int(ranks[int(np.argmax(series))])}
+    return ProfileSpread(min=low, median=float(np.median(series)), max=high, max_over_min=high / low if low else None,
+                         min_rank=int(ranks[int(np.argmin(series))]), max_rank=int(ranks[int(np.argmax(series))]))
 
 
-def across_ranks(results: list) -> dict:
+def across_ranks(results: list) -> Profiles:
     """summary.json ``profiles``: the spread of achieved TFLOPS (the slowest rank runs the fewest
     FLOPS), of FLOPs per step (unequal work) and of peak allocated memory."""
     tflops = {r.rank: r.profile.achieved_tflops for r in results if r.profile.achieved_tflops is not None}
@@ -332,8 +338,8 @@ def across_ranks(results: list) -> dict:
     peaks = {r.rank: r.profile.memory_peak_allocated_bytes for r in results
              if r.profile.memory_peak_allocated_bytes is not None}
     spread = _spread(tflops)
-    return {"achieved_tflops": spread, "slowest_rank": spread["min_rank"] if spread else None,
-            "flops_per_step": _spread(work), "memory_peak_allocated_bytes": _spread(peaks)}
+    return Profiles(achieved_tflops=spread, slowest_rank=spread.min_rank if spread else None,
+                    flops_per_step=_spread(work), memory_peak_allocated_bytes=_spread(peaks))
 
 
 def _memory_finding(name: str, ranks: list[int], **evidence) -> dict:
@@ -371,8 +377,8 @@ def memory_findings(results: list, config: dict) -> list[dict]:
     return out
 
 
-def model_profile(results: list) -> dict | None:
+def model_profile(results: list) -> ModelProfile | None:
     """summary.json ``model_profile``: each rank's live FLOPs profile (distprof.torch.instrument
     with flops=True, carried in the rank file's metadata) in rank order; None when no rank has one."""
     ranks = [{**r.meta["model_profile"], "rank": r.rank} for r in results if r.meta.get("model_profile")]
-    return {"ranks": ranks} if ranks else None
+    return ModelProfile.from_json({"ranks": ranks}, "$.model_profile") if ranks else None
