@@ -35,6 +35,7 @@ from .analyses import pipelines as pipelines_mod
 from .analyses import sharded as sharded_mod
 from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
+from .sections.findings import Finding
 from .typed import Reason
 
 
@@ -241,7 +242,7 @@ def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, c
     return {**skew_summary, "straggler": None, "unconfirmed_straggler": {**straggler, **unconfirmed}}, what
 
 
-def _plausible_findings(findings: list[dict], results: list[RankResult]) -> tuple[list[dict], list[str]]:
+def _plausible_findings(findings: list[Finding], results: list[RankResult]) -> tuple[list[Finding], list[str]]:
     """The findings whose figure and cost fit in the longest analysed window of any rank, and a
     warning per one that does not: a per-step figure longer than the whole window is a bug upstream
     (a one-day clock offset once printed a HIGH "waiting 86,400 s per step"), never printed."""
@@ -250,9 +251,9 @@ def _plausible_findings(findings: list[dict], results: list[RankResult]) -> tupl
         return findings, []
     kept, warnings = [], []
     for finding in findings:  # a handful per job
-        worst = max(int(finding.get(key) or 0) for key in ("figure_ns", "cost_ns", "predicted_saving_ns"))
+        worst = max(int(value or 0) for value in (finding.figure_ns, finding.cost_ns, finding.predicted_saving_ns))
         if worst > limit:
-            warnings.append(Reason("finding_dropped", {"finding": finding["finding"], "figure_ns": worst,
+            warnings.append(Reason("finding_dropped", {"finding": finding.finding, "figure_ns": worst,
                                                        "window_ns": limit}))
         else:
             kept.append(finding)

@@ -22,13 +22,12 @@ def rank_figures(events, config: dict, lane_names: dict | None = None) -> dict:
             "lanes": [lane.to_json() for lane in lanes]}
 
 
-def worded_findings(found: list[dict]) -> list:
-    """Findings as an analysis returns them (dicts), priced without a what-if (cost.price_findings)
-    and worded as a report shows them (typed Findings with message and advice)."""
+def worded_findings(found: list) -> list:
+    """Findings as an analysis returns them (Observed), priced without a what-if (cost.price_findings)
+    and worded as a report shows them (Findings with message and advice)."""
     from distprof.analyses import cost
     from distprof.reports import findings as findings_report
-    from distprof.sections.findings import Finding
-    return findings_report.worded_findings([Finding.from_json(f) for f in cost.price_findings(found, None)])
+    return findings_report.worded_findings(cost.price_findings(found, None))
 
 
 def summary_json(summary) -> dict:

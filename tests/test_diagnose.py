@@ -12,6 +12,7 @@ from distprof import pipeline
 from distprof.analyses import cost, diagnose, distributed
 from distprof.reports import findings as findings_report
 from distprof.reports import text
+from distprof.sections.findings import Evidence, Observed
 
 CONFIG = config_mod.load()
 
@@ -52,12 +53,12 @@ def test_host_bound_finding():
     result = pipeline.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
     assert result.gpu_gaps["host_bound_ns"] == 400  # reduce_rank computes it next to the events
     [finding] = diagnose.findings([result], [], {}, CONFIG)
-    assert finding["finding"] == "host_bound_gpu" and finding["figure_ns"] == 400
-    assert "message" not in finding  # analyses give numbers; reports/findings.py words them
+    assert finding.finding == "host_bound_gpu" and finding.figure_ns == 400
+    assert not hasattr(finding, "message")  # analyses give numbers; reports/findings.py words them
     assert "40% of the window" in worded_findings([finding])[0].message
     [priced] = cost.price_findings([finding], None)  # no scenario models the fix: said, not guessed
-    assert priced["predicted_saving_ns"] is None and priced["cost_ns"] is None
-    assert priced["severity"] == "unpriced" and priced["why_not"] == cost.NO_SCENARIO
+    assert priced.predicted_saving_ns is None and priced.cost_ns is None
+    assert priced.severity == "unpriced" and priced.why_not == cost.NO_SCENARIO
     strict = config_mod.load(None, {"diagnosis": {"gpu_idle_share": 0.5}})
     assert diagnose.findings([result], [], {}, strict) == []
 
@@ -80,8 +81,8 @@ def test_dataloader_bound_finding():
     share = diagnose.rank_dataloader_share(results[1], "Dataloader")
     assert share["dataloader_ns"] == 60 and share["share"] == 0.3
     [finding] = diagnose.findings(results, [], {}, CONFIG)
-    assert finding["finding"] == "dataloader_bound" and finding["ranks"] == [1]
-    assert finding["figure_ns"] == 60 and finding["evidence"]["steps_above"] == 2
+    assert finding.finding == "dataloader_bound" and finding.ranks == [1]
+    assert finding.figure_ns == 60 and finding.evidence.steps_above == 2
     assert "30% of ProfileStep on rank 1" in worded_findings([finding])[0].message
     assert diagnose.findings([host_result(0, 20)], [], {}, CONFIG) == []  # 20% is not above 20%
 
@@ -130,15 +131,15 @@ def test_saving_after_the_straggler_and_never_above_the_step():
         {"name": "overlap_communication", "applies": True, "saving_ns": 50, "saving_after_straggler_ns": 2},
         {"name": "no_dataloader_wait", "applies": False, "saving_ns": None, "why": "no Dataloader phase"},
         {"name": "comm_bandwidth_x2", "applies": True, "saving_ns": 130}]}
-    found = [{"finding": code, "figure_ns": 1} for code in
+    found = [Observed(finding=code, figure_ns=1, ranks=[], evidence=Evidence()) for code in
              ("serialized_communication", "straggler", "dataloader_bound", "slow_collective", "host_bound_gpu")]
-    priced = {f["finding"]: f for f in cost.price_findings(found, whatif)}
-    assert priced["straggler"]["predicted_saving_ns"] == 40 and priced["straggler"]["severity"] == "high"
+    priced = {f.finding: f for f in cost.price_findings(found, whatif)}
+    assert priced["straggler"].predicted_saving_ns == 40 and priced["straggler"].severity == "high"
     serialized = priced["serialized_communication"]  # the straggler's waits are its cost, not this one's
-    assert serialized["predicted_saving_ns"] == 2 and serialized["severity"] == "low"
-    assert serialized["priced_after_straggler"]
-    assert priced["dataloader_bound"]["why_not"] == "no Dataloader phase"
-    assert priced["slow_collective"]["predicted_saving_ns"] is None
-    assert priced["slow_collective"]["why_not"] == cost.ABOVE_STEP
-    order = [f["finding"] for f in cost.price_findings(found, whatif)]
+    assert serialized.predicted_saving_ns == 2 and serialized.severity == "low"
+    assert serialized.priced_after_straggler
+    assert priced["dataloader_bound"].why_not == "no Dataloader phase"
+    assert priced["slow_collective"].predicted_saving_ns is None
+    assert priced["slow_collective"].why_not == cost.ABOVE_STEP
+    order = [f.finding for f in cost.price_findings(found, whatif)]
     assert order[:2] == ["straggler", "serialized_communication"]

@@ -19,6 +19,7 @@ import kineto_fixtures as kf
 from distprof import config as config_mod
 from distprof.analyses import sharded as sharded_mod
 from distprof.cli import merge_files
+from distprof.sections.findings import Evidence, Observed
 from distprof.sections.sharded import ShardedRank
 
 LATE = sorted((Path(__file__).resolve().parent / "data" / "torch_fsdp" / "late").glob("rank*.json.gz"))
@@ -304,15 +305,15 @@ def test_which_finding_says_the_exposed_all_gathers():
     all-gathers + reduce-scatters are at least half of the exposed communication; in place of the
     low-overlap finding; never beside serialized communication (its fix comes first)."""
     config = config_mod.load(None)
-    low = {"finding": "unoverlapped_communication"}
+    low = Observed(finding="unoverlapped_communication", figure_ns=0, ranks=[], evidence=Evidence())
     made = sharded_mod.exposed_allgather_findings([_row(0, 8 * MS, 2 * MS, 12 * MS)], [low], _results(), config)
-    assert [f["finding"] for f in made] == ["exposed_allgather"] and made[0]["evidence"].replaces == low["finding"]
-    assert made[0]["figure_ns"] == 8 * MS and made[0]["evidence"].share_of_exposed == 10 / 12
-    serialized = [{"finding": "serialized_communication"}]
+    assert [f.finding for f in made] == ["exposed_allgather"] and made[0].evidence.replaces == low.finding
+    assert made[0].figure_ns == 8 * MS and made[0].evidence.share_of_exposed == 10 / 12
+    serialized = [Observed(finding="serialized_communication", figure_ns=0, ranks=[], evidence=Evidence())]
     assert sharded_mod.exposed_allgather_findings([_row(0, 8 * MS, 0, 8 * MS)], serialized, _results(),
                                                   config) == serialized
     assert sharded_mod.exposed_allgather_findings([_row(0, 8 * MS, 0, 20 * MS)], [low], _results(), config) == [low]
     assert sharded_mod.exposed_allgather_findings([_row(0, 4 * MS, 0, 4 * MS)], [low], _results(), config) == [low]
     # 30 ms exposed, 25 of it waiting for the straggler: 5 ms of its own, at the limit
     owed = sharded_mod.exposed_allgather_findings([_row(0, 30 * MS, 0, 30 * MS, 25 * MS)], [], _results(), config)
-    assert owed[0]["figure_ns"] == 5 * MS and owed[0]["evidence"].waits_for_straggler_ns == 25 * MS
+    assert owed[0].figure_ns == 5 * MS and owed[0].evidence.waits_for_straggler_ns == 25 * MS

@@ -15,6 +15,7 @@ from allreduce_jobs import CONFIG, MS, job
 from distprof import pipeline
 from distprof.analyses import cost, imbalance
 from distprof.reports.findings import evidence_sentences, worded
+from distprof.sections.findings import Evidence, Observed
 from distprof.typed import Reason
 
 
@@ -89,9 +90,9 @@ def test_crowded_hosts_emit_the_finding_unpriced():
     there), the finding is emitted, and cost gives it no price (the crowded reason)."""
     results = job(4, [1, 2, 3, 1, 2, 3], 12 * MS)
     crowded = [{"host": "h", "ranks": 4, "cpus": 2}]
-    priced = cost.price({"finding": "imbalance", "figure_ns": 1, "ranks": [1], "evidence": {}},
+    priced = cost.price(Observed(finding="imbalance", figure_ns=1, ranks=[1], evidence=Evidence()),
                         _whatif(20 * MS), crowded)
-    assert priced["predicted_saving_ns"] is None and priced["why_not"].code == "oversubscribed"
+    assert priced.predicted_saving_ns is None and priced.why_not.code == "oversubscribed"
     summary = pipeline.combine(results, CONFIG, source="test", world_size=4)
     assert [f.finding for f in summary.findings if f.finding == "imbalance"] == ["imbalance"]
 

@@ -118,24 +118,19 @@ def test_pointers_in_the_code_lead_somewhere() -> None:
 
 # public analyses that still return dicts (issue 56: each becomes its sections/ type; this list only shrinks)
 RETURNS_DICT = {
-    "alltoall.expert_findings", "benchmark.perf_summary", "benchmark.across_ranks", "collectives.node_of_ranks",
-    "collectives.instances", "collectives.unmatched", "collectives.table", "collectives.summary",
-    "collectives.slow_rows", "cost.oversubscribed_hosts", "cost.price", "cost.price_findings",
-    "cost.unconfirmed_straggler", "cost.price_straggler", "critical_path.paths",
-    "critical_path.scenario_shares", "critical_path.rank_reading", "critical_path.critical_path",
-    "critical_path.safe_critical_path", "critical_path.with_path_evidence", "diagnose.rank_gpu_gaps",
-    "diagnose.rank_dataloader_share", "diagnose.findings",
-    "hang.group_members", "hostload.per_step", "imbalance.phase_matrix",
-    "imbalance.imbalance_findings", "live.window_figures", "operators.prepared", "operators.operator_table",
-    "operators.merge_operator_tables",
-    "operators.trimmed", "phases.phase_table", "phases.merge_phase_tables", "phases.trimmed",
-    "pipelines.bubbles", "profiles.rank_profile",
-    "profiles.memory_findings",
-    "sharded.exposed_allgather_findings", "skew.collective_skew", "skew.owed_waits", "skew.step_skew",
-    "stacked.stack", "streams.rank_stream_checks", "streams.stream_checks", "streams.without_straggler_waits",
-    "streams.pipeline_dependencies", "summaries.device_table", "summaries.overview_table",
-    "summaries.model_table", "summaries.step_times", "summaries.rank_tables", "summaries.merge_tables",
-    "whatif.whatif", "whatif.safe_whatif",
+    "benchmark.across_ranks", "benchmark.perf_summary", "collectives.instances", "collectives.node_of_ranks",
+    "collectives.slow_rows", "collectives.summary", "collectives.table", "collectives.unmatched",
+    "cost.oversubscribed_hosts", "cost.price_straggler", "cost.unconfirmed_straggler",
+    "critical_path.critical_path", "critical_path.paths", "critical_path.rank_reading",
+    "critical_path.safe_critical_path", "critical_path.scenario_shares", "diagnose.rank_dataloader_share",
+    "diagnose.rank_gpu_gaps", "hang.group_members", "hostload.per_step", "imbalance.phase_matrix",
+    "live.window_figures", "operators.merge_operator_tables", "operators.operator_table", "operators.prepared",
+    "operators.trimmed", "phases.merge_phase_tables", "phases.phase_table", "phases.trimmed",
+    "pipelines.bubbles", "profiles.rank_profile", "skew.collective_skew", "skew.owed_waits", "skew.step_skew",
+    "stacked.stack", "streams.pipeline_dependencies", "streams.rank_stream_checks", "streams.stream_checks",
+    "streams.without_straggler_waits", "summaries.device_table", "summaries.merge_tables",
+    "summaries.model_table", "summaries.overview_table", "summaries.rank_tables", "summaries.step_times",
+    "whatif.safe_whatif", "whatif.whatif",
 }
 
 

@@ -206,19 +206,19 @@ def test_memory_creep_and_outlier_findings_invent_no_saving():
     base = [pipeline.reduce_rank(kineto.read(path, config)[0], config) for path in FILES]
     creeping = [_with_memory(base[0], [100, 110, 120, 130]), _with_memory(base[1], [100, 100, 100, 100])]
     (creep,) = profiles.memory_findings(creeping, config)
-    assert creep["finding"] == "memory_creep" and creep["ranks"] == [0]
-    assert creep["evidence"]["growth_per_step_bytes"] == pytest.approx(10)
+    assert creep.finding == "memory_creep" and creep.ranks == [0]
+    assert creep.evidence.growth_per_step_bytes == pytest.approx(10)
     [priced] = cost.price_findings([creep], None)  # memory is not time: priced by nothing, and says so
-    assert priced["predicted_saving_ns"] is None and findings_report.text(priced["why_not"]) == "memory, not time"
-    assert priced["severity"] == "unpriced"
+    assert priced.predicted_saving_ns is None and findings_report.text(priced.why_not) == "memory, not time"
+    assert priced.severity == "unpriced"
     assert "grows 0.0 MiB per step" in worded_findings([creep])[0].message
     uneven = [_with_memory(base[0], [100, 100, 100]), _with_memory(base[1], [300, 300, 300]),
               _with_memory(base[1], [100, 100, 100])]
     uneven[2] = replace(uneven[2], rank=2)
     (outlier,) = profiles.memory_findings(uneven, config)
-    assert outlier["finding"] == "memory_imbalance" and outlier["ranks"] == [1]
+    assert outlier.finding == "memory_imbalance" and outlier.ranks == [1]
     [priced] = cost.price_findings([outlier], None)
-    assert priced["predicted_saving_ns"] is None and priced["cost_ns"] is None
+    assert priced.predicted_saving_ns is None and priced.cost_ns is None
     assert "rank 1 holds" in worded_findings([outlier])[0].message
     assert profiles.memory_findings(base, config) == []  # the real traces: steady memory, equal ranks
 

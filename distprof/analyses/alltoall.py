@@ -17,7 +17,7 @@ import numpy as np
 
 from ..results import RankResult
 from ..sections.alltoall import AllToAllGroup, AllToAllRank
-from ..sections.findings import ExpertImbalanceEvidence
+from ..sections.findings import ExpertImbalanceEvidence, Observed
 from ..typed import ABSENT
 from . import changepoint, imbalance
 
@@ -162,7 +162,7 @@ def straggler_load(found: list[AllToAllGroup], straggler_rank: int | None, whati
 
 
 def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew: dict, whatif: dict | None,
-                    config: dict) -> list[dict]:
+                    config: dict) -> list[Observed]:
     """An expert_imbalance finding per all-to-all group with a hot rank, unpriced (analyses/cost.py
     prices it by balanced_ranks, on top of the straggler's fix where one is named; where the straggler
     is the hot rank, the imbalance is its cause and is priced alone, the straggler's finding left
@@ -186,6 +186,6 @@ def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew:
             recv_side_ops=group.recv_side_ops, phase=where[0] if where else None,
             phase_extra_ns=where[1] if where else None, straggler=straggler == hottest, floor_share=floor,
             **({} if group.onset_step is ABSENT else {"onset_step": group.onset_step}))
-        out.append({"finding": "expert_imbalance", "figure_ns": where[1] if where else 0, "ranks": group.hot_ranks,
-                    "evidence": evidence})
+        out.append(Observed(finding="expert_imbalance", figure_ns=where[1] if where else 0, ranks=group.hot_ranks,
+                            evidence=evidence))
     return out

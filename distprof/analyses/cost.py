@@ -13,7 +13,7 @@ scenario prices (or whose scenario does not apply to the trace) keeps ``predicte
 
 from __future__ import annotations
 
-from ..sections.findings import ABOVE_STEP, NO_REPLAY, NO_SCENARIO, NOT_TIME
+from ..sections.findings import ABOVE_STEP, NO_REPLAY, NO_SCENARIO, NOT_TIME, Finding, Observed
 from ..typed import Reason
 
 HIGH_SHARE, MEDIUM_SHARE = 0.10, 0.03
@@ -108,30 +108,30 @@ def durations_vary(results, straggler_rank: int | None) -> float | None:
     return spread if spread > DURATIONS_VARY_SHARE else None
 
 
-def price(finding: dict, whatif: dict | None, oversubscribed: list[dict] | None = None,
-          vary: float | None = None) -> dict:
+def price(finding: Observed, whatif: dict | None, oversubscribed: list[dict] | None = None,
+          vary: float | None = None) -> Finding:
     """The finding with its cost: ``predicted_saving_ns`` (= ``cost_ns``), its share of the step,
     ``severity``, the scenario that priced it and, when unpriced, ``why_not``; with a saving,
     ``durations_vary_share`` (``durations_vary``: the replay's premise in doubt by about that much).
     An expert imbalance whose hottest rank is the straggler is that straggler's cause: priced alone."""
-    evidence = finding.get("evidence")
-    cause = finding["finding"] == "expert_imbalance" and getattr(evidence, "straggler", False) is True
-    value, why_not, after = saving(finding["finding"], whatif, oversubscribed, alone=cause)
+    cause = finding.finding == "expert_imbalance" and getattr(finding.evidence, "straggler", False) is True
+    value, why_not, after = saving(finding.finding, whatif, oversubscribed, alone=cause)
     step_ns = (whatif or {}).get("measured_step_ns")
-    return {**finding, "severity": severity(value, step_ns), "cost_ns": value, "predicted_saving_ns": value,
-            "saving_share": value / step_ns if value is not None and step_ns else None,
-            "priced_by": FINDING_SCENARIOS.get(finding["finding"]) if value is not None else None,
-            "priced_after_straggler": after, "why_not": why_not,
-            "durations_vary_share": vary if value is not None else None}
+    return Finding(finding=finding.finding, figure_ns=finding.figure_ns, ranks=finding.ranks,
+                   evidence=finding.evidence, severity=severity(value, step_ns), cost_ns=value,
+                   predicted_saving_ns=value, saving_share=value / step_ns if value is not None and step_ns else None,
+                   priced_by=FINDING_SCENARIOS.get(finding.finding) if value is not None else None,
+                   priced_after_straggler=after, why_not=why_not,
+                   durations_vary_share=vary if value is not None else None)
 
 
-def price_findings(findings: list[dict], whatif: dict | None, oversubscribed: list[dict] | None = None,
-                   vary: float | None = None) -> list[dict]:
+def price_findings(findings: list[Observed], whatif: dict | None, oversubscribed: list[dict] | None = None,
+                   vary: float | None = None) -> list[Finding]:
     """Every finding priced, the priced ones first by saving (largest first), then the unpriced by
     the figure they describe (``figure_ns``)."""
     priced = [price(f, whatif, oversubscribed, vary) for f in findings]
-    return sorted(priced, key=lambda f: (f["predicted_saving_ns"] is None, -(f["predicted_saving_ns"] or 0),
-                                         -(f.get("figure_ns") or 0)))
+    return sorted(priced, key=lambda f: (f.predicted_saving_ns is None, -(f.predicted_saving_ns or 0),
+                                         -(f.figure_ns or 0)))
 
 
 def unconfirmed_straggler(straggler: dict | None, whatif: dict | None, min_share: float,

@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import columns
 from ..events import HOST_THREAD
+from ..sections.findings import Finding
 from ..typed import Reason
 from . import replay
 from .cost import FINDING_SCENARIOS
@@ -443,18 +444,16 @@ def safe_critical_path(g: Graph | None, results: list, warnings: list[str], stra
         return None
 
 
-def with_path_evidence(findings: list[dict], path: dict | None) -> list[dict]:
+def with_path_evidence(findings: list[Finding], path: dict | None) -> list[Finding]:
     """Findings with ``critical_path_share`` in their evidence: the share of the critical path that
     the scenario pricing their fix acts on (the straggler's own work, the communication, ...),
     where there is a path and that scenario acts on some of it."""
     shares = (path or {}).get("scenario_shares") or {}
     out = []
     for finding in findings:  # one per finding (a short list)
-        share = shares.get(FINDING_SCENARIOS.get(finding.get("finding"), ""))
-        evidence = finding.get("evidence")
-        if share is not None and isinstance(evidence, dict):
-            finding = {**finding, "evidence": {**evidence, "critical_path_share": share}}
-        elif share is not None and "critical_path_share" in getattr(evidence, "__struct_fields__", ()):
-            finding = {**finding, "evidence": msgspec.structs.replace(evidence, critical_path_share=share)}
+        share = shares.get(FINDING_SCENARIOS.get(finding.finding, ""))
+        if share is not None and "critical_path_share" in finding.evidence.__struct_fields__:
+            finding = msgspec.structs.replace(
+                finding, evidence=msgspec.structs.replace(finding.evidence, critical_path_share=share))
         out.append(finding)
     return out

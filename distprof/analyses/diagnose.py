@@ -14,6 +14,7 @@ import numpy as np
 from .. import events as ev
 from ..rankview import RankView
 from ..results import RankResult
+from ..sections.findings import Observed
 from . import alltoall as alltoall_mod
 from . import collectives as collectives_mod
 from . import imbalance as imbalance_mod
@@ -72,11 +73,7 @@ def _device_gaps(start: np.ndarray, end: np.ndarray, launch_ns: np.ndarray, wind
 
 # -- findings at rank 0: codes and numbers (reports/findings.py words them) ------------------
 
-def _finding(name: str, figure_ns: int, ranks: list[int], **evidence) -> dict:
-    """A finding before pricing (analyses/cost.py adds its cost, severity and order) and before
-    wording (reports/findings.py): its code, ranks, the figure it describes and its evidence."""
-    return {"finding": name, "figure_ns": int(figure_ns), "ranks": ranks, "evidence": evidence}
-
+_finding = Observed.of  # a finding before pricing (analyses/cost.py) and wording (reports/findings.py)
 
 
 def _on_lanes(result: RankResult, lanes: list[str]) -> dict:
@@ -118,7 +115,7 @@ def _in_forward(markers, rows: np.ndarray) -> np.ndarray:
     return rows[inside]
 
 
-def _placement_findings(results: list[RankResult], checks: list[dict]) -> list[dict]:
+def _placement_findings(results: list[RankResult], checks: list[dict]) -> list[Observed]:
     out = []
     by_rank = {r.rank: r for r in results}
     for status, name in (("FAIL", "serialized_communication"), ("WARN", "unoverlapped_communication")):
@@ -140,7 +137,7 @@ def _placement_findings(results: list[RankResult], checks: list[dict]) -> list[d
     return out
 
 
-def _straggler_finding(skew: dict) -> list[dict]:
+def _straggler_finding(skew: dict) -> list[Observed]:
     """The straggler: the waits it causes the ranks it shares collectives with per step, how often,
     where (host or device, which phase). Its cost is the replay's saving of removing its lateness
     (cost.price_straggler), not those waits."""
@@ -154,7 +151,7 @@ def _straggler_finding(skew: dict) -> list[dict]:
                      **evidence)]
 
 
-def _slow_collective_findings(collectives: dict | None, config: dict) -> list[dict]:
+def _slow_collective_findings(collectives: dict | None, config: dict) -> list[Observed]:
     """Collectives table rows whose median busbw is below ``hardware.slow_collective_share`` of the
     configured peak (no peak, no finding). Figure: the transfer time a rank would save at the peak."""
     rows = collectives_mod.slow_rows((collectives or {}).get("rows") or [], config)
@@ -169,7 +166,7 @@ def _slow_collective_findings(collectives: dict | None, config: dict) -> list[di
                      limit_share=float(config["hardware"]["slow_collective_share"]))]
 
 
-def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[dict]:
+def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[Observed]:
     limit = float(config["diagnosis"]["gpu_idle_share"])
     hit = {}
     for result in results:
@@ -210,7 +207,7 @@ def rank_dataloader_share(result: RankResult, phase_name: str) -> dict | None:
             "per_step_share": per_step, "steps": steps}
 
 
-def _dataloader_findings(results: list[RankResult], config: dict) -> list[dict]:
+def _dataloader_findings(results: list[RankResult], config: dict) -> list[Observed]:
     limit = float(config["diagnosis"]["dataloader_share"])
     name = config["phases"]["dataloader"]
     hit = {}
@@ -232,7 +229,7 @@ def _dataloader_findings(results: list[RankResult], config: dict) -> list[dict]:
 
 def findings(results: list[RankResult], checks: list[dict], skew: dict, config: dict,
              collectives: dict | None = None, whatif: dict | None = None, alltoall: list | None = None,
-             sharded: list | None = None) -> list[dict]:
+             sharded: list | None = None) -> list[Observed]:
     """All findings, unpriced, unordered and unworded: analyses/cost.py prices and orders them,
     reports/findings.py words them. ``sharded``: each rank's all-gather / reduce-scatter figures
     (analyses/sharded.py), whose exposed_allgather finding stands in for unoverlapped_communication (both
@@ -244,7 +241,7 @@ def findings(results: list[RankResult], checks: list[dict], skew: dict, config: 
     placement = sharded_mod.exposed_allgather_findings(sharded or [], _placement_findings(results, checks),
                                                        results, config)
     # a straggler whose lateness is its expert load has one fix, balancing the ranks: the expert finding
-    straggler = [] if any(f["evidence"].straggler for f in experts) else _straggler_finding(skew)
+    straggler = [] if any(f.evidence.straggler for f in experts) else _straggler_finding(skew)
     return (placement + straggler
             + _slow_collective_findings(collectives, config)
             + _gpu_gap_findings(results, config) + _dataloader_findings(results, config)

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import events as ev
 from ..results import RankResult
-from ..sections.findings import ImbalanceEvidence, LateStep, PhaseSpread
+from ..sections.findings import ImbalanceEvidence, LateStep, Observed, PhaseSpread
 from ..typed import Reason
 
 SCENARIO = "balanced_ranks"
@@ -123,7 +123,7 @@ def _no_straggler_note(skew: dict, late_share: float) -> Reason | None:
     return note if most else None
 
 
-def imbalance_findings(results: list[RankResult], skew: dict, whatif: dict | None, config: dict) -> list[dict]:
+def imbalance_findings(results: list[RankResult], skew: dict, whatif: dict | None, config: dict) -> list[Observed]:
     """The imbalance finding, unpriced (analyses/cost.py prices it by balanced_ranks): when no
     straggler is named because the late rank rotates (in most steps) or the delay is spread, and the
     replay does not price balancing under the floor. Figure: the largest phase's excess of the slowest rank over
@@ -144,5 +144,5 @@ def imbalance_findings(results: list[RankResult], skew: dict, whatif: dict | Non
                                  worst_by_step=worst, phases=spreads[:PHASES_SHOWN], phases_compared=len(spreads),
                                  step_ns=int(step_ns) if step_ns else None, floor_share=floor)
     slowest = sorted({r for p in spreads[:1] for r in p.slowest_steps_by_rank} | set(late))
-    return [{"finding": "imbalance", "figure_ns": spreads[0].excess_ns if spreads else 0, "ranks": slowest,
-             "evidence": evidence}]
+    return [Observed(finding="imbalance", figure_ns=spreads[0].excess_ns if spreads else 0, ranks=slowest,
+                     evidence=evidence)]

@@ -46,6 +46,7 @@ from ..flop_ops import CONV, GEMM_OPERANDS, shape_args_needed
 from ..joins import innermost_enclosing
 from ..rankview import RankView
 from ..results import RankProfile
+from ..sections.findings import Observed
 from ..sections.profiles import FlopsUncounted, MemoryDevice, ModelProfile, Profiles, ProfileSpread
 from . import intervals as iv
 from . import operators as ops_mod
@@ -342,13 +343,13 @@ def across_ranks(results: list) -> Profiles:
                     flops_per_step=_spread(work), memory_peak_allocated_bytes=_spread(peaks))
 
 
-def _memory_finding(name: str, ranks: list[int], **evidence) -> dict:
+def _memory_finding(name: str, ranks: list[int], **evidence) -> Observed:
     """Memory is not time: no figure in ns and no predicted saving (analyses/cost.py says why);
     reports/findings.py words it."""
-    return {"finding": name, "figure_ns": 0, "ranks": ranks, "evidence": evidence}
+    return Observed.of(name, 0, ranks, **evidence)
 
 
-def memory_findings(results: list, config: dict) -> list[dict]:
+def memory_findings(results: list, config: dict) -> list[Observed]:
     """Memory creep (per-step peaks that grow every step, by more than ``diagnosis.memory_creep_share``
     of the first step's over the steps) and a rank whose peak stands out (above the median of the
     ranks by more than ``diagnosis.memory_outlier_share``)."""

@@ -27,6 +27,7 @@ from .. import events as ev
 from ..matching import Matching
 from ..rankview import RankView
 from ..results import RankResult
+from ..sections.findings import ExposedAllgatherEvidence, Observed
 from ..sections.sharded import ShardedFigures, ShardedPhase, ShardedRank
 from . import intervals as iv
 from . import skew
@@ -134,21 +135,21 @@ def _material(rows: list[ShardedRank], windows: dict[int, int], limit: float) ->
     return out
 
 
-def exposed_allgather_findings(rows: list[ShardedRank], placement: list[dict], results: list[RankResult],
-                               config: dict) -> list[dict]:
+def exposed_allgather_findings(rows: list[ShardedRank], placement: list[Observed], results: list[RankResult],
+                               config: dict) -> list[Observed]:
     """The placement findings with, where a rank's exposed all-gather is material, an ``exposed_allgather``
     finding in place of ``unoverlapped_communication`` (both priced by overlap_communication: one delay,
     one finding). None beside ``serialized_communication``: that placement is the fix to make first."""
-    from ..sections.findings import ExposedAllgatherEvidence
+
     limit = float(config["diagnosis"]["exposed_allgather_share"])
     windows = {r.rank: r.figures.window_ns for r in results}
     hit = _material(rows, windows, limit)
-    if not hit or any(f["finding"] == "serialized_communication" for f in placement):
+    if not hit or any(f.finding == "serialized_communication" for f in placement):
         return placement
     by_rank = {row.rank: row for row in rows}
     worst = max(hit, key=lambda rank: hit[rank][0])
     row, (allgather, reduce_scatter, exposed) = by_rank[worst], hit[worst]
-    replaced = [f for f in placement if f["finding"] == "unoverlapped_communication"]
+    replaced = [f for f in placement if f.finding == "unoverlapped_communication"]
     evidence = ExposedAllgatherEvidence(
         worst_rank=worst, ranks_total=len(results), steps=row.steps,
         allgather_exposed_ns=_per_step(allgather, row.steps), allgather_ns=_per_step(row.allgather_ns, row.steps),
@@ -162,6 +163,6 @@ def exposed_allgather_findings(rows: list[ShardedRank], placement: list[dict], r
         phases=[p for p in row.phases if p.allgather_exposed_ns or p.reduce_scatter_exposed_ns][:4],
         limit_share=limit, replaces="unoverlapped_communication" if replaced else None,
         pytorch=any(ev.PYTORCH in r.frameworks for r in results if r.rank in hit))
-    finding = {"finding": "exposed_allgather", "figure_ns": evidence.allgather_exposed_ns, "ranks": sorted(hit),
-               "evidence": evidence}
-    return [f for f in placement if f["finding"] != "unoverlapped_communication"] + [finding]
+    finding = Observed(finding="exposed_allgather", figure_ns=evidence.allgather_exposed_ns, ranks=sorted(hit),
+                       evidence=evidence)
+    return [f for f in placement if f.finding != "unoverlapped_communication"] + [finding]

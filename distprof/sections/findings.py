@@ -1,6 +1,6 @@
 """summary.json ``findings`` and ``checks``.
 
-A finding is found by analyses/diagnose.py (or analyses/profiles.py: memory), priced by
+A finding is found (an Observed) by analyses/diagnose.py (or analyses/profiles.py: memory), priced by
 analyses/cost.py, given ``critical_path_share`` by analyses/critical_path.py, worded by
 reports/findings.py; Summary.to_json phrases its message and keeps the unphrased one as ``template``.
 Its ``evidence`` has keys by the finding's code: one record per code, picked by ``finding``.
@@ -229,6 +229,22 @@ EVIDENCE: dict[str, type[Evidence]] = {
     "imbalance": ImbalanceEvidence, "expert_imbalance": ExpertImbalanceEvidence,
     "exposed_allgather": ExposedAllgatherEvidence,
 }
+
+
+class Observed(Record):
+    """A finding as an analysis observes it, before the one cost model (analyses/cost.py) prices it into
+    a Finding: its code, the figure it describes, its ranks and its evidence."""
+
+    finding: str                      # the code: a key of EVIDENCE
+    figure_ns: int
+    ranks: list[int]
+    evidence: Evidence                # the record EVIDENCE[finding]
+
+    @classmethod
+    def of(cls, code: str, figure_ns: int, ranks: list[int], **evidence: Any) -> Observed:
+        """The finding ``code`` with its evidence record made from ``evidence`` (EVIDENCE[code].build: rows
+        given as mappings are read into their records)."""
+        return cls(finding=code, figure_ns=int(figure_ns), ranks=list(ranks), evidence=EVIDENCE[code].build(**evidence))
 
 
 class Finding(Record):
