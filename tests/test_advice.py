@@ -84,8 +84,8 @@ def test_serialized_advice_names_ddp_only_on_pytorch_traces(tmp_path, pytorch):
     [row] = streams.rank_stream_checks(result, CONFIG)
     summary = summary_json(pipeline.combine([result], CONFIG, source="test"))
     [finding] = [f for f in summary["findings"] if f["finding"] == "serialized_communication"]
-    assert row["status"] == "FAIL" and "separate stream or thread" in text(row["advice"])
-    for advice in (text(row["advice"]), finding["advice"]):
+    assert row.status == "FAIL" and "separate stream or thread" in text(row.advice)
+    for advice in (text(row.advice), finding["advice"]):
         assert ("DDP" in advice) == pytorch, advice
 
 

@@ -127,8 +127,7 @@ RETURNS_DICT = {
     "live.window_figures", "operators.merge_operator_tables", "operators.operator_table", "operators.prepared",
     "operators.trimmed", "phases.merge_phase_tables", "phases.phase_table", "phases.trimmed",
     "pipelines.bubbles", "profiles.rank_profile", "skew.collective_skew", "skew.owed_waits", "skew.step_skew",
-    "stacked.stack", "streams.pipeline_dependencies", "streams.rank_stream_checks", "streams.stream_checks",
-    "streams.without_straggler_waits", "summaries.device_table", "summaries.merge_tables",
+    "stacked.stack", "summaries.device_table", "summaries.merge_tables",
     "summaries.model_table", "summaries.overview_table", "summaries.rank_tables", "summaries.step_times",
     "whatif.safe_whatif", "whatif.whatif",
 }

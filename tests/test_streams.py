@@ -51,51 +51,51 @@ def gpu_rank(nccl_stream: int, nccl_start: int = 300):
 
 def test_comm_on_the_compute_thread_fails_and_names_kind_and_lane():
     [row] = streams.rank_stream_checks(host_rank(comm_lane=1), CONFIG)
-    assert row["status"] == "FAIL" and row["check"] == "stream_placement"
-    assert text(row["message"]) == ("allreduce runs on the compute thread (thread 1): "
+    assert row.status == "FAIL" and row.check == "stream_placement"
+    assert text(row.message) == ("allreduce runs on the compute thread (thread 1): "
                               "communication is serialized with computation")
-    assert row["comm_lanes"] == ["thread 1"] and row["compute_lanes"] == ["thread 1"]
-    assert row["shared_lanes"] == ["thread 1"] and row["shared_communication_ns"] == 20
-    assert row["exposed_communication_ns"] == 20 and row["device"] is None
-    assert "separate stream or thread" in text(row["advice"])
+    assert row.comm_lanes == ["thread 1"] and row.compute_lanes == ["thread 1"]
+    assert row.shared_lanes == ["thread 1"] and row.shared_communication_ns == 20
+    assert row.exposed_communication_ns == 20 and row.device is None
+    assert "separate stream or thread" in text(row.advice)
 
 
 def test_comm_on_its_own_thread_passes():
     [row] = streams.rank_stream_checks(host_rank(comm_lane=2), CONFIG)
-    assert row["status"] == "PASS", text(row["message"])
-    assert row["comm_lanes"] == ["thread 2"] and row["compute_lanes"] == ["thread 1"]
-    assert row["overlap_ratio"] == 1.0
+    assert row.status == "PASS", text(row.message)
+    assert row.comm_lanes == ["thread 2"] and row.compute_lanes == ["thread 1"]
+    assert row.overlap_ratio == 1.0
 
 
 def test_nccl_on_the_compute_stream_fails():
     [row] = streams.rank_stream_checks(gpu_rank(nccl_stream=7), CONFIG)
-    assert row["status"] == "FAIL" and row["device"] == 0
-    assert text(row["message"]).startswith("allreduce runs on the compute stream (cuda:0/stream 7)")
-    assert row["kinds"] == ["allreduce"]
+    assert row.status == "FAIL" and row.device == 0
+    assert text(row.message).startswith("allreduce runs on the compute stream (cuda:0/stream 7)")
+    assert row.kinds == ["allreduce"]
 
 
 def test_separate_stream_without_overlap_warns():
     # the AllReduce runs [900, 1000), after the last gemm: it hides behind nothing
     result = gpu_rank(nccl_stream=13, nccl_start=900)
     [row] = streams.rank_stream_checks(result, CONFIG)
-    assert row["status"] == "WARN" and row["overlap_ratio"] == 0.0
-    assert text(row["message"]).startswith("separate stream, but communication does not overlap computation")
+    assert row.status == "WARN" and row.overlap_ratio == 0.0
+    assert text(row.message).startswith("separate stream, but communication does not overlap computation")
     # [400, 500): half of it under the second gemm; 50% is under a 60% threshold
     [row] = streams.rank_stream_checks(gpu_rank(nccl_stream=13, nccl_start=400),
                                        config_mod.load(None, {"checks": {"overlap_warn_ratio": 0.6}}))
-    assert row["status"] == "WARN" and row["overlap_ratio"] == 0.5
+    assert row.status == "WARN" and row.overlap_ratio == 0.5
 
 
 def test_separate_stream_with_overlap_passes():
     [row] = streams.rank_stream_checks(gpu_rank(nccl_stream=13), CONFIG)
-    assert row["status"] == "PASS" and row["comm_lanes"] == ["cuda:0/stream 13"]
+    assert row.status == "PASS" and row.comm_lanes == ["cuda:0/stream 13"]
 
 
 def test_rank_without_communication_is_not_applicable():
     events = ev.make_events(kind=ev.RANGE, category=ev.PHASE, name=np.array(["ProfileStep", "forward"], object),
                             start_ns=np.array([0, 0]), end_ns=np.array([10, 5]), step=0)
     [row] = streams.rank_stream_checks(pipeline.reduce_rank(ev.RankTrace(events=events, rank=3), CONFIG), CONFIG)
-    assert row["status"] == "N/A" and row["rank"] == 3 and "no communication" in text(row["message"])
+    assert row.status == "N/A" and row.rank == 3 and "no communication" in text(row.message)
 
 
 def test_every_rank_gets_a_row_in_the_summary():
@@ -131,8 +131,8 @@ def kineto_rank(tmp_path, execution_tid: int | None, compute=((1 * MS, 4 * MS), 
 def test_issue_on_main_thread_executed_by_gloo_worker_passes(tmp_path):
     result = kineto_rank(tmp_path, execution_tid=200)
     [row] = streams.rank_stream_checks(result, CONFIG)
-    assert row["status"] == "PASS", text(row["message"])
-    assert row["comm_lanes"] == ["thread 200"] and row["compute_lanes"] == ["thread 100"]
+    assert row.status == "PASS", text(row.message)
+    assert row.comm_lanes == ["thread 200"] and row.compute_lanes == ["thread 100"]
     # communication is the execution [4.2, 6.0) ms; the issue call [4.0, 4.1) ms is not
     assert result.figures.communication_ns == 1_800_000
     assert result.figures.overlap_ns == 1 * MS  # under aten::mm [5, 8) ms
@@ -142,7 +142,7 @@ def test_issue_and_blocked_wait_without_compute_under_it_warns(tmp_path):
     # the main thread computes nothing while the worker runs: exposed, not serialized on a lane
     result = kineto_rank(tmp_path, execution_tid=200, compute=((1 * MS, 4 * MS), (6 * MS, 8 * MS)))
     [row] = streams.rank_stream_checks(result, CONFIG)
-    assert row["status"] == "WARN" and row["overlap_ratio"] == 0.0
+    assert row.status == "WARN" and row.overlap_ratio == 0.0
     assert result.figures.exposed_communication_ns == 1_800_000
 
 
@@ -150,7 +150,7 @@ def test_issue_and_blocked_wait_without_compute_under_it_warns(tmp_path):
 def test_execution_on_the_main_thread_fails(tmp_path, execution_tid):
     result = kineto_rank(tmp_path, execution_tid=execution_tid)
     [row] = streams.rank_stream_checks(result, CONFIG)
-    assert row["status"] == "FAIL" and row["shared_lanes"] == ["thread 100"]
+    assert row.status == "FAIL" and row.shared_lanes == ["thread 100"]
 
 
 @pytest.mark.parametrize("name", ["healthy", "nosync"])
@@ -169,7 +169,7 @@ def test_real_blocking_allreduce_warns_but_does_not_fail():
     for path in sorted((DDP / "manual_sync").glob("rank*.json.gz")):
         [trace] = sources.read(path, CONFIG)
         [row] = streams.rank_stream_checks(pipeline.reduce_rank(trace, CONFIG), CONFIG)
-        assert row["status"] == "WARN" and row["overlap_ratio"] < 0.1
+        assert row.status == "WARN" and row.overlap_ratio < 0.1
 
 
 @pytest.mark.parametrize("comm_start, status", [(300, "PASS"), (900, "WARN")])
@@ -186,5 +186,5 @@ def test_host_thread_communication_beside_gpu_kernels_is_one_row(comm_start, sta
                             device=device.astype(np.int64), step=0)
     result = pipeline.reduce_rank(ev.RankTrace(events=events, rank=0, device=0), CONFIG)
     [row] = streams.rank_stream_checks(result, CONFIG)
-    assert (row["device"], row["status"]) == (0, status)
-    assert row["comm_lanes"] == ["thread 2"] and row["compute_lanes"] == ["cuda:0/stream 7"]
+    assert (row.device, row.status) == (0, status)
+    assert row.comm_lanes == ["thread 2"] and row.compute_lanes == ["cuda:0/stream 7"]

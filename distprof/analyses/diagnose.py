@@ -14,7 +14,7 @@ import numpy as np
 from .. import events as ev
 from ..rankview import RankView
 from ..results import RankResult
-from ..sections.findings import Observed
+from ..sections.findings import Check, Observed
 from . import alltoall as alltoall_mod
 from . import collectives as collectives_mod
 from . import imbalance as imbalance_mod
@@ -115,24 +115,24 @@ def _in_forward(markers, rows: np.ndarray) -> np.ndarray:
     return rows[inside]
 
 
-def _placement_findings(results: list[RankResult], checks: list[dict]) -> list[Observed]:
+def _placement_findings(results: list[RankResult], checks: list[Check]) -> list[Observed]:
     out = []
     by_rank = {r.rank: r for r in results}
     for status, name in (("FAIL", "serialized_communication"), ("WARN", "unoverlapped_communication")):
-        rows = [c for c in checks if c["status"] == status]
+        rows = [c for c in checks if c.status == status]
         if not rows:
             continue
         # what a rank waited for the straggler is the straggler's finding, not this one's
-        exposed = {c["rank"]: max((by_rank[c["rank"]].figures.exposed_communication_ns or 0)
-                                  - c.get("waits_for_straggler_ns", 0), 0) for c in rows}
+        exposed = {c.rank: max((by_rank[c.rank].figures.exposed_communication_ns or 0)
+                               - (c.waits_for_straggler_ns or 0), 0) for c in rows}
         worst = max(exposed, key=exposed.get)
-        worst_row = next(c for c in rows if c["rank"] == worst)
-        lanes = worst_row["shared_lanes"] or worst_row["comm_lanes"]
+        worst_row = next(c for c in rows if c.rank == worst)
+        lanes = worst_row.shared_lanes or worst_row.comm_lanes
         lane_kind = {lane.label: lane.lane_kind for lane in by_rank[worst].lanes}.get(lanes[0]) if lanes else None
         out.append(_finding(name, exposed[worst], sorted(exposed), worst_rank=worst, ranks_total=len(results),
                             exposed_communication_ns_by_rank={str(k): v for k, v in exposed.items()},
-                            lanes=lanes, lane_kind=lane_kind, kinds=worst_row["kinds"],
-                            overlap_ratio=worst_row.get("overlap_ratio"),
+                            lanes=lanes, lane_kind=lane_kind, kinds=worst_row.kinds,
+                            overlap_ratio=worst_row.overlap_ratio,
                             window_ns=by_rank[worst].figures.window_ns, **_on_lanes(by_rank[worst], lanes)))
     return out
 
@@ -227,7 +227,7 @@ def _dataloader_findings(results: list[RankResult], config: dict) -> list[Observ
                      pytorch=any(ev.PYTORCH in result.frameworks for result in results if result.rank in hit))]
 
 
-def findings(results: list[RankResult], checks: list[dict], skew: dict, config: dict,
+def findings(results: list[RankResult], checks: list[Check], skew: dict, config: dict,
              collectives: dict | None = None, whatif: dict | None = None, alltoall: list | None = None,
              sharded: list | None = None) -> list[Observed]:
     """All findings, unpriced, unordered and unworded: analyses/cost.py prices and orders them,

@@ -14,8 +14,11 @@ totals); ranks drive one device in all supported sources, so that is the device'
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from .. import events as ev
 from ..results import RankResult
+from ..sections.findings import Check
 from ..typed import Reason
 
 CHECK = "stream_placement"
@@ -44,7 +47,7 @@ def _comm_lane_with_helpers(lane, compute: list) -> bool:
             and elsewhere > lane.computation_ns)
 
 
-def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
+def rank_stream_checks(result: RankResult, config: dict) -> list[Check]:
     """One stream placement row per device of a rank's result (host-only: one row)."""
     lanes = result.lanes
     figures = result.figures
@@ -58,42 +61,40 @@ def rank_stream_checks(result: RankResult, config: dict) -> list[dict]:
         comm = [lane for lane in on_device if lane.communication_ns > 0]
         compute = [lane for lane in on_device if lane.computation_ns > 0]
         shared = [lane for lane in comm if lane.computation_ns > 0 and not _comm_lane_with_helpers(lane, compute)]
-        row = {"check": CHECK, "rank": result.rank,
-               "device": None if device is None or device < 0 else int(device),
-               "status": PASS, "comm_lanes": [lane.label for lane in comm],
-               "compute_lanes": [lane.label for lane in compute], "shared_lanes": [lane.label for lane in shared],
-               "shared_communication_ns": sum(lane.communication_ns for lane in shared),
-               "communication_ns": figures.communication_ns,
-               "exposed_communication_ns": figures.exposed_communication_ns,
-               "overlap_ratio": figures.overlap_ratio, "kinds": [], "message": "", "advice": ""}
+        shared_labels = [lane.label for lane in shared]
         pytorch = {"pytorch": ev.PYTORCH in result.frameworks}
         ratio = figures.overlap_ratio or 0.0
+        kinds: list[str] = []
+        advice: str | Reason = ""
         if not comm:
-            row.update(status=NA, message=Reason("no_communication"))
+            status, message = NA, Reason("no_communication")
         elif not compute:
-            row.update(status=NA, message=Reason("no_computation"))
+            status, message = NA, Reason("no_computation")
         elif shared:
-            kinds = _kinds_on_lanes(result.markers.collectives, set(row["shared_lanes"]))
-            row.update(status=FAIL, kinds=kinds, advice=Reason("advice_serialized", pytorch),
-                       message=Reason("serialized", {"kinds": kinds, "lane_kind": shared[0].lane_kind,
-                                                     "lanes": row["shared_lanes"]}))
+            kinds = _kinds_on_lanes(result.markers.collectives, set(shared_labels))
+            status, advice = FAIL, Reason("advice_serialized", pytorch)
+            message = Reason("serialized", {"kinds": kinds, "lane_kind": shared[0].lane_kind, "lanes": shared_labels})
         elif ratio < warn_ratio:
-            row.update(status=WARN, advice=Reason("advice_no_overlap", pytorch),
-                       message=Reason("no_overlap", {"lane_kind": comm[0].lane_kind, "ratio": ratio,
-                                                     "warn_ratio": warn_ratio}))
+            status, advice = WARN, Reason("advice_no_overlap", pytorch)
+            message = Reason("no_overlap", {"lane_kind": comm[0].lane_kind, "ratio": ratio, "warn_ratio": warn_ratio})
         else:
-            row["message"] = Reason("own_lane", {"lane_kind": comm[0].lane_kind, "ratio": ratio})
-        rows.append(row)
+            status, message = PASS, Reason("own_lane", {"lane_kind": comm[0].lane_kind, "ratio": ratio})
+        rows.append(Check(
+            check=CHECK, rank=result.rank, device=None if device is None or device < 0 else int(device),
+            status=status, comm_lanes=[lane.label for lane in comm], compute_lanes=[lane.label for lane in compute],
+            shared_lanes=shared_labels, shared_communication_ns=sum(lane.communication_ns for lane in shared),
+            communication_ns=figures.communication_ns, exposed_communication_ns=figures.exposed_communication_ns,
+            overlap_ratio=figures.overlap_ratio, kinds=kinds, message=message, advice=advice))
     return rows
 
 
-def stream_checks(results: list[RankResult], config: dict) -> list[dict]:
+def stream_checks(results: list[RankResult], config: dict) -> list[Check]:
     """Stream placement rows of every rank, in rank order."""
     return [row for result in results for row in rank_stream_checks(result, config)]
 
 
-def without_straggler_waits(rows: list[dict], results: list[RankResult], straggler: dict | None,
-                            config: dict) -> list[dict]:
+def without_straggler_waits(rows: list[Check], results: list[RankResult], straggler: dict | None,
+                            config: dict) -> list[Check]:
     """The rows again, each rank's exposed communication net of what it waited for the straggler
     (``exposed_waits_ns_by_rank``, analyses.skew): a rank that only waits for a late peer has no
     placement problem of its own; its wait is the straggler's finding. A WARN that the waits alone
@@ -106,18 +107,18 @@ def without_straggler_waits(rows: list[dict], results: list[RankResult], straggl
     warn_ratio = float(config["checks"]["overlap_warn_ratio"])
     out = []
     for row in rows:  # one per rank and device
-        waits = int(owed.get(str(row["rank"]), 0))
-        if waits <= 0 or row["status"] not in (WARN, FAIL):
+        waits = int(owed.get(str(row.rank), 0))
+        if waits <= 0 or row.status not in (WARN, FAIL):
             out.append(row)
             continue
-        communication = row["communication_ns"] - waits
-        exposed = max((row["exposed_communication_ns"] or 0) - waits, 0)
+        communication = row.communication_ns - waits
+        exposed = max((row.exposed_communication_ns or 0) - waits, 0)
         ratio = 1.0 - exposed / communication if communication > 0 else 1.0
-        row = {**row, "waits_for_straggler_ns": waits}
-        if row["status"] == WARN and ratio >= warn_ratio:
-            row.update(status=PASS, advice="", message=Reason("own_lane_after_waits", {
-                "lane_kind": lane_kinds.get((row["rank"], row["comm_lanes"][0])),
-                "ratio": row["overlap_ratio"] or 0.0, "ratio_without": ratio, "waits_ns": waits,
+        row = replace(row, waits_for_straggler_ns=waits)
+        if row.status == WARN and ratio >= warn_ratio:
+            row = replace(row, status=PASS, advice="", message=Reason("own_lane_after_waits", {
+                "lane_kind": lane_kinds.get((row.rank, row.comm_lanes[0])),
+                "ratio": row.overlap_ratio or 0.0, "ratio_without": ratio, "waits_ns": waits,
                 "straggler": straggler["rank"]}))
         out.append(row)
     return out
@@ -126,7 +127,7 @@ def without_straggler_waits(rows: list[dict], results: list[RankResult], straggl
 P2P_KINDS = {ev.SEND, ev.RECV}
 
 
-def pipeline_dependencies(rows: list[dict], pipelines: list[dict]) -> list[dict]:
+def pipeline_dependencies(rows: list[Check], pipelines: list[dict]) -> list[Check]:
     """The rows again, where a rank of a send/recv pipeline (analyses.pipelines) FAILs only for
     its send/recv on the compute lane: a stage cannot compute before its input arrives, so a recv
     that waits for it is the pipeline's dependency (its bubble, reported per stage), not
@@ -134,9 +135,9 @@ def pipeline_dependencies(rows: list[dict], pipelines: list[dict]) -> list[dict]
     stages = {rank: p["ranks"] for p in pipelines for rank in p["ranks"]}
     out = []
     for row in rows:  # one per rank and device
-        if row["status"] != FAIL or row["rank"] not in stages or not set(row["kinds"]) <= P2P_KINDS:
+        if row.status != FAIL or row.rank not in stages or not set(row.kinds) <= P2P_KINDS:
             out.append(row)
             continue
-        out.append({**row, "status": PASS, "advice": "", "pipeline_ranks": stages[row["rank"]],
-                    "message": Reason("pipeline_dependency", {"kinds": row["kinds"], "chain": stages[row["rank"]]})})
+        out.append(replace(row, status=PASS, advice="", pipeline_ranks=stages[row.rank],
+                           message=Reason("pipeline_dependency", {"kinds": row.kinds, "chain": stages[row.rank]})))
     return out
