@@ -121,15 +121,13 @@ RETURNS_DICT = {
     "benchmark.across_ranks", "benchmark.perf_summary", "collectives.instances", "collectives.node_of_ranks",
     "collectives.slow_rows", "collectives.summary", "collectives.table", "collectives.unmatched",
     "cost.oversubscribed_hosts", "cost.price_straggler", "cost.unconfirmed_straggler",
-    "critical_path.critical_path", "critical_path.paths", "critical_path.rank_reading",
-    "critical_path.safe_critical_path", "critical_path.scenario_shares", "diagnose.rank_dataloader_share",
-    "diagnose.rank_gpu_gaps", "hang.group_members", "hostload.per_step", "imbalance.phase_matrix",
-    "live.window_figures", "operators.merge_operator_tables", "operators.operator_table", "operators.prepared",
-    "operators.trimmed", "phases.merge_phase_tables", "phases.phase_table", "phases.trimmed",
-    "pipelines.bubbles", "profiles.rank_profile", "skew.collective_skew", "skew.owed_waits", "skew.step_skew",
-    "stacked.stack", "summaries.device_table", "summaries.merge_tables",
-    "summaries.model_table", "summaries.overview_table", "summaries.rank_tables", "summaries.step_times",
-    "whatif.safe_whatif", "whatif.whatif",
+    "diagnose.rank_dataloader_share", "diagnose.rank_gpu_gaps", "hang.group_members", "hostload.per_step",
+    "imbalance.phase_matrix", "live.window_figures", "operators.merge_operator_tables",
+    "operators.operator_table", "operators.prepared", "operators.trimmed", "phases.merge_phase_tables",
+    "phases.phase_table", "phases.trimmed", "pipelines.bubbles", "profiles.rank_profile",
+    "skew.collective_skew", "skew.owed_waits", "skew.step_skew", "stacked.stack", "summaries.device_table",
+    "summaries.merge_tables", "summaries.model_table", "summaries.overview_table", "summaries.rank_tables",
+    "summaries.step_times", "whatif.safe_whatif", "whatif.whatif",
 }
 
 

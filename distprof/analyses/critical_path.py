@@ -31,6 +31,7 @@ import numpy as np
 from .. import columns
 from ..events import HOST_THREAD
 from ..sections.findings import Finding
+from ..sections.whatif import CriticalPath, Dominant, PathSegment, PathStep, PathTop, ScenarioShares
 from ..typed import Reason
 from . import replay
 from .cost import FINDING_SCENARIOS
@@ -300,7 +301,7 @@ def _step_ranks(g: Graph, t: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def paths(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
-          chain_lanes: list[set[str]] | None = None, thread_lanes: list[set[str]] | None = None) -> list[dict]:
+          chain_lanes: list[set[str]] | None = None, thread_lanes: list[set[str]] | None = None) -> list[PathStep]:
     """Per step: the critical path (rank, length, segments) of a replay with inputs (w, transfer,
     edges) and its times ``r``; ``chain_lanes``: per rank row, the labels of its computing thread;
     ``thread_lanes``: of all its host threads (where a collective the computing thread waits in
@@ -312,37 +313,39 @@ def paths(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray, edges: 
     high = np.searchsorted(segments["step"], steps["step"], "right")
     out = []
     for i, (lo, hi) in enumerate(zip(low.tolist(), high.tolist())):  # one iteration per step
-        out.append({"step": int(steps["step"][i]), "rank": int(g.rank_numbers[steps["rank"][i]]),
-                    "job_step_ns": int(round(float(steps["job_ns"][i]))), "rank_step_ns": int(steps["ns"][i]),
-                    "rank_rule": "median" if steps["exact"][i] else "closest_to_median",
-                    "length_ns": int((segments["end_ns"][lo:hi] - segments["start_ns"][lo:hi]).sum()),
-                    "segments": _rows(segments, lo, hi)})
+        out.append(PathStep(step=int(steps["step"][i]), rank=int(g.rank_numbers[steps["rank"][i]]),
+                            job_step_ns=int(round(float(steps["job_ns"][i]))), rank_step_ns=int(steps["ns"][i]),
+                            rank_rule="median" if steps["exact"][i] else "closest_to_median",
+                            length_ns=int((segments["end_ns"][lo:hi] - segments["start_ns"][lo:hi]).sum()),
+                            segments=_rows(segments, lo, hi)))
     return out
 
 
 _SEGMENT_COLUMNS = ("rank", "lane", "name", "kind", "start_ns", "end_ns", "phase")
 
 
-def _rows(segments: dict[str, np.ndarray], lo: int, hi: int) -> list[dict]:
-    """Segments ``lo:hi`` as summary.json rows (plain ints and strings)."""
-    return [{"rank": int(rank), "lane": str(lane), "name": str(name), "kind": str(kind), "start_ns": int(start),
-             "end_ns": int(end), "phase": str(phase)} for rank, lane, name, kind, start, end, phase in
+def _rows(segments: dict[str, np.ndarray], lo: int, hi: int) -> list[PathSegment]:
+    """Segments ``lo:hi`` as records (plain ints and strings)."""
+    return [PathSegment(rank=int(rank), lane=str(lane), name=str(name), kind=str(kind), start_ns=int(start),
+                        end_ns=int(end), phase=str(phase)) for rank, lane, name, kind, start, end, phase in
             zip(*(segments[c][lo:hi].tolist() for c in _SEGMENT_COLUMNS))]
 
 
 def _shares(frame: dict[str, np.ndarray], by: str, total: int) -> dict:
-    """Share of the total path length per value of ``by``, largest first, ties in key order (keys
-    as strings)."""
+    """Share of the total path length per value of ``by``, largest first, ties in key order (ranks
+    as ints, other keys as strings)."""
     if not total:
         return {}
     keys, member = np.unique(frame[by], return_inverse=True)
     ns = np.zeros(keys.size, np.int64)
     np.add.at(ns, member.reshape(-1), frame["ns"])
     order = np.argsort(-ns, kind="stable")
-    return {str(key): float(value / total) for key, value in zip(keys[order].tolist(), ns[order])}
+    as_key = int if by == "rank" else str
+    return {as_key(key): float(value / total) for key, value in zip(keys[order].tolist(), ns[order])}
 
 
-def scenario_shares(frame: dict[str, np.ndarray], total: int, straggler_rank: int | None, dataloader: str) -> dict:
+def scenario_shares(frame: dict[str, np.ndarray], total: int, straggler_rank: int | None,
+                    dataloader: str) -> ScenarioShares:
     """Per what-if scenario, the share of the path it acts on (the part it can shorten): the
     straggler's own work, the transfers at joins, the dataloader phase, the issuing threads'
     segments; None where the scenario has nothing to act on (no straggler named). A collective's
@@ -353,14 +356,14 @@ def scenario_shares(frame: dict[str, np.ndarray], total: int, straggler_rank: in
         return float(frame["ns"][mask].sum() / total) if total else 0.0
     chain = frame["lane"] == CHAIN_LANE
     transfer = (frame["kind"] == COMMUNICATION) & ~chain
-    return {"no_straggler": None if straggler_rank is None else share((frame["rank"] == straggler_rank) & ~transfer),
-            "overlap_communication": share(transfer), "comm_bandwidth_x2": share(transfer),
-            "no_dataloader_wait": share(frame["phase"] == dataloader),
-            "balanced_ranks": share(chain & (frame["kind"] != IDLE))}
+    return ScenarioShares(
+        no_straggler=None if straggler_rank is None else share((frame["rank"] == straggler_rank) & ~transfer),
+        overlap_communication=share(transfer), comm_bandwidth_x2=share(transfer),
+        no_dataloader_wait=share(frame["phase"] == dataloader), balanced_ranks=share(chain & (frame["kind"] != IDLE)))
 
 
-def rank_reading(steps: list[dict], frame: dict[str, np.ndarray], total: int, straggler_rank: int | None,
-                 n_ranks: int) -> dict:
+def _rank_reading(steps: list[PathStep], frame: dict[str, np.ndarray], total: int, straggler_rank: int | None,
+                  n_ranks: int) -> dict:
     """How to read the path's shares by rank. Each step's walk starts on the rank closest to the
     median (a tie-break among balanced ranks), so that rank holds the path's tail however balanced
     the job is: its share says where the walk starts, not who is late. ``rank_reading``:
@@ -368,18 +371,17 @@ def rank_reading(steps: list[dict], frame: dict[str, np.ndarray], total: int, st
     named: no rank's share is a culprit), "one_rank"; ``walked_from``: steps walked from each rank;
     ``share_walked_rank``: the path on the rank its step is walked from; ``share_by_rank_waited_for``:
     the rest, by rank (where a walked rank waited for another)."""
-    walked = np.repeat(np.asarray([step["rank"] for step in steps], np.int64),
-                       [len(step["segments"]) for step in steps])
+    walked = np.repeat(np.asarray([step.rank for step in steps], np.int64), [len(step.segments) for step in steps])
     own = frame["rank"] == walked
-    ranks, count = np.unique(np.asarray([step["rank"] for step in steps], np.int64), return_counts=True)
+    ranks, count = np.unique(np.asarray([step.rank for step in steps], np.int64), return_counts=True)
     order = np.argsort(-count, kind="stable")
     code = "straggler" if straggler_rank is not None else "one_rank" if n_ranks < 2 else "no_straggler"
-    return {"rank_reading": code, "walked_from": {str(r): int(c) for r, c in zip(ranks[order], count[order])},
+    return {"rank_reading": code, "walked_from": {int(r): int(c) for r, c in zip(ranks[order], count[order])},
             "share_walked_rank": float(frame["ns"][own].sum() / total) if total else 0.0,
             "share_by_rank_waited_for": _shares({"rank": frame["rank"][~own], "ns": frame["ns"][~own]}, "rank", total)}
 
 
-def _top(frame: dict[str, np.ndarray], total: int) -> list[dict]:
+def _top(frame: dict[str, np.ndarray], total: int) -> list[PathTop]:
     """The ``TOP`` (name, kind) pairs by path length, ties in order of first appearance, with the
     ranks where they lie on the path."""
     code, _ = columns.runs(frame["name"], frame["kind"])
@@ -390,41 +392,42 @@ def _top(frame: dict[str, np.ndarray], total: int) -> list[dict]:
     groups = np.unique(code)
     groups = groups[np.argsort(first[groups], kind="stable")]           # first appearance
     groups = groups[np.argsort(-ns[groups], kind="stable")][:TOP]       # longest first
-    return [{"name": str(frame["name"][first[c]]), "kind": str(frame["kind"][first[c]]), "ns": int(ns[c]),
-             "share": float(ns[c] / total) if total else 0.0,
-             "ranks": [int(x) for x in np.unique(frame["rank"][code == c]).tolist()]} for c in groups.tolist()]
+    return [PathTop(name=str(frame["name"][first[c]]), kind=str(frame["kind"][first[c]]), ns=int(ns[c]),
+                    share=float(ns[c] / total) if total else 0.0,
+                    ranks=[int(x) for x in np.unique(frame["rank"][code == c]).tolist()]) for c in groups.tolist()]
 
 
 def critical_path(g: Graph, r: ReplayTimes, w: np.ndarray, transfer: np.ndarray, edges: np.ndarray,
                   chain_lanes: list[set[str]] | None = None, straggler_rank: int | None = None,
-                  dataloader: str = "Dataloader", thread_lanes: list[set[str]] | None = None) -> dict:
+                  dataloader: str = "Dataloader", thread_lanes: list[set[str]] | None = None) -> CriticalPath:
     """summary.json's ``critical_path``: the path of every step, the shares of the total path
     length (all steps) by rank, kind and phase, how to read the shares by rank (``rank_reading``),
     the top contributors by name, ``dominant``: the phase or name that holds more than
     ``DOMINANT_SHARE`` of the path (None: none does), and ``scenario_shares``: the part of the
     path each what-if scenario acts on."""
     steps = paths(g, r, w, transfer, edges, chain_lanes, thread_lanes)
-    rows = [seg for step in steps for seg in step["segments"]]
-    frame = {c: np.asarray([row[c] for row in rows], dtype=np.int64 if c in ("rank", "start_ns", "end_ns") else str)
+    rows = [seg for step in steps for seg in step.segments]
+    frame = {c: np.asarray([getattr(row, c) for row in rows],
+                           dtype=np.int64 if c in ("rank", "start_ns", "end_ns") else str)
              for c in _SEGMENT_COLUMNS}  # one pass per column over the path's segments
     frame["ns"] = frame["end_ns"] - frame["start_ns"]
     total = int(frame["ns"].sum())
     top = _top(frame, total)
     by_phase = _shares(frame, "phase", total)
     dominant = None
-    for by, shares in (("phase", by_phase), ("name", {t["name"]: t["share"] for t in top})):
+    for by, shares in (("phase", by_phase), ("name", {t.name: t.share for t in top})):
         key, share = next(iter(shares.items()), (None, 0.0))
         if key is not None and share > DOMINANT_SHARE and (by != "phase" or key):
-            dominant = {"by": by, "name": key, "share": share}
+            dominant = Dominant(by=by, name=key, share=share)
             break
-    return {"steps": steps, "length_ns": total, "share_by_rank": _shares(frame, "rank", total),
-            **rank_reading(steps, frame, total, straggler_rank, g.n_ranks),
-            "share_by_kind": _shares(frame, "kind", total), "share_by_phase": by_phase, "top": top,
-            "dominant": dominant, "scenario_shares": scenario_shares(frame, total, straggler_rank, dataloader)}
+    return CriticalPath(steps=steps, length_ns=total, share_by_rank=_shares(frame, "rank", total),
+                        **_rank_reading(steps, frame, total, straggler_rank, g.n_ranks),
+                        share_by_kind=_shares(frame, "kind", total), share_by_phase=by_phase, top=top,
+                        dominant=dominant, scenario_shares=scenario_shares(frame, total, straggler_rank, dataloader))
 
 
 def safe_critical_path(g: Graph | None, results: list, warnings: list[str], straggler_rank: int | None = None,
-                       dataloader: str = "Dataloader", replayed: tuple | None = None) -> dict | None:
+                       dataloader: str = "Dataloader", replayed: tuple | None = None) -> CriticalPath | None:
     """``critical_path`` of the measured replay for pipeline.combine (None without a graph or
     steps); ``results`` (RankResults, the graph's rows) name each rank's computing threads;
     ``replayed``: the what-if's measured replay of ``g``, reused. A graph the walk cannot follow
@@ -444,14 +447,14 @@ def safe_critical_path(g: Graph | None, results: list, warnings: list[str], stra
         return None
 
 
-def with_path_evidence(findings: list[Finding], path: dict | None) -> list[Finding]:
+def with_path_evidence(findings: list[Finding], path: CriticalPath | None) -> list[Finding]:
     """Findings with ``critical_path_share`` in their evidence: the share of the critical path that
     the scenario pricing their fix acts on (the straggler's own work, the communication, ...),
     where there is a path and that scenario acts on some of it."""
-    shares = (path or {}).get("scenario_shares") or {}
+    shares = path.scenario_shares if path is not None else None
     out = []
     for finding in findings:  # one per finding (a short list)
-        share = shares.get(FINDING_SCENARIOS.get(finding.finding, ""))
+        share = getattr(shares, FINDING_SCENARIOS.get(finding.finding, ""), None)
         if share is not None and "critical_path_share" in finding.evidence.__struct_fields__:
             finding = msgspec.structs.replace(
                 finding, evidence=msgspec.structs.replace(finding.evidence, critical_path_share=share))
