@@ -27,6 +27,8 @@ from pathlib import Path
 
 from distprof import config as config_mod
 from distprof import pipeline
+from distprof.reports import findings as findings_report
+from distprof.sections.whatif import WhatIf
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 REAL = ["torch_cpu/rank*.json.gz", "torch_cpu_nolate/rank*.json.gz", "kineto_h100/gloo_cuda/rank*.json.gz",
@@ -37,7 +39,7 @@ REAL = ["torch_cpu/rank*.json.gz", "torch_cpu_nolate/rank*.json.gz", "kineto_h10
 TARGET = 0.15
 
 
-def whatif_of(paths: list[Path]) -> dict:
+def whatif_of(paths: list[Path]) -> WhatIf:
     """The merge's whatif (the same path as ``distprof merge``)."""
     return pipeline.merge_files(sorted(paths), config_mod.load()).whatif
 
@@ -53,15 +55,15 @@ def run_demo(out: Path, straggler: str | None) -> Path:
 def compare(label: str, late: list[Path], clean: list[Path]) -> str:
     """One row: predicted (no_straggler from the late run) vs measured (the clean run)."""
     late_what, clean_what = whatif_of(late), whatif_of(clean)
-    row = next(r for r in late_what["scenarios"] if r["name"] == "no_straggler")
-    measured = clean_what["measured_step_ns"]
-    if not row["applies"]:
-        return f"{label:<34} late run {late_what['measured_step_ns'] / 1e6:8.2f} ms   no_straggler: {row['why']}"
-    predicted = row["predicted_step_ns"]
+    row = next(r for r in late_what.scenarios if r.name == "no_straggler")
+    measured = clean_what.measured_step_ns
+    if not row.applies:
+        return f"{label:<34} late run {late_what.measured_step_ns / 1e6:8.2f} ms   no_straggler: {row.why}"
+    predicted = row.predicted_step_ns
     error = (predicted - measured) / measured
     verdict = "within" if abs(error) <= TARGET else "OUTSIDE"
-    return (f"{label:<34} late run {late_what['measured_step_ns'] / 1e6:8.2f} ms   predicted without rank "
-            f"{row['rank']} {predicted / 1e6:8.2f} ms   measured without {measured / 1e6:8.2f} ms   "
+    return (f"{label:<34} late run {late_what.measured_step_ns / 1e6:8.2f} ms   predicted without rank "
+            f"{row.rank} {predicted / 1e6:8.2f} ms   measured without {measured / 1e6:8.2f} ms   "
             f"error {100 * error:+6.1f}% ({verdict} {100 * TARGET:.0f}%)")
 
 
@@ -114,9 +116,9 @@ def main() -> int:
     print("\nreplay error (median over steps; max) on the real traces")
     for pattern in REAL:
         what = whatif_of(list(DATA.glob(pattern)))
-        print(f"  {pattern:<48} steps {what['steps']:>2}  median {100 * what['replay_error']:.4f}%  "
-              f"max {100 * what['replay_error_max']:.4f}%" + (f"  note: {what['notes'][0][:90]}..."
-                                                            if what["notes"] else ""))
+        print(f"  {pattern:<48} steps {what.steps:>2}  median {100 * what.replay_error:.4f}%  "
+              f"max {100 * what.replay_error_max:.4f}%" + (f"  note: {findings_report.text(what.notes[0])[:90]}..."
+                                                          if what.notes else ""))
     return 0
 
 

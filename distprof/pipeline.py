@@ -36,6 +36,7 @@ from .analyses import sharded as sharded_mod
 from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
 from .sections.findings import Finding
+from .sections.whatif import WhatIf
 from .typed import Reason
 
 
@@ -217,7 +218,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
 
 
 def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, config: dict, warnings: list[str],
-                      skew_summary: dict, keep: dict, crowded: bool, exchanges: list) -> tuple[dict, dict | None]:
+                      skew_summary: dict, keep: dict, crowded: bool, exchanges: list) -> tuple[dict, WhatIf | None]:
     """The what-if, replayed with the named straggler fixed, and the skew summary without that
     straggler when the replay prices its fix under ``skew.straggler_min_step_fraction`` of the step
     (then ``skew.unconfirmed_straggler`` says so, and the replay runs again with none named, for

@@ -35,3 +35,13 @@ def summary_json(summary) -> dict:
     (reports.findings.worded), as every writer does, then written."""
     from distprof.reports import findings as findings_report
     return findings_report.worded(summary).to_json()
+
+
+def whatif_of(scenarios: list[dict], measured_step_ns: int | None, notes: list | None = None):
+    """A what-if record with only what a test states: each scenario's name, applies, saving and what else
+    it gives; the rest as a replay leaves them unknown (None, no ranks gaining)."""
+    from distprof.sections.whatif import Scenario, WhatIf
+    rows = [Scenario(**{"predicted_step_ns": None, "saving_ns": None, "ranks_gaining": [], "why": None, **row})
+            for row in scenarios]
+    return WhatIf(measured_step_ns=measured_step_ns, replayed_step_ns=None, replay_error=None, replay_error_max=None,
+                  steps=0, notes=notes or [], scenarios=rows)

@@ -14,6 +14,7 @@ from pathlib import Path
 import kineto_fixtures as kf
 import numpy as np
 import pytest
+from result_views import whatif_of
 
 from distprof import config as config_mod
 from distprof import sources
@@ -262,9 +263,9 @@ def test_a_straggler_explained_by_its_load_costs_the_balancing_per_step_since_th
     never by removing its lateness (no_straggler: 30 ms)."""
     from distprof.analyses import cost
     ms = 1_000_000
-    whatif = {"measured_step_ns": 100 * ms, "scenarios": [
+    whatif = whatif_of([
         {"name": "no_straggler", "saving_ns": 30 * ms, "applies": True},
-        {"name": "balanced_ranks", "saving_ns": 4 * ms, "applies": True, "saving_after_straggler_ns": 0}]}
+        {"name": "balanced_ranks", "saving_ns": 4 * ms, "applies": True, "saving_after_straggler_ns": 0}], 100 * ms)
     straggler = {"rank": 2, "pattern": pattern}
     priced = cost.price_straggler(straggler, whatif, expert_load=(2.3, 0.5))
     assert (priced["cost_ns"], priced["expert_load"]) == (expected_ms * ms, 2.3)

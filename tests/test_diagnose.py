@@ -4,7 +4,7 @@ whose gaps and shares are known by construction."""
 import json
 
 import numpy as np
-from result_views import worded_findings
+from result_views import whatif_of, worded_findings
 
 from distprof import config as config_mod
 from distprof import events as ev
@@ -126,11 +126,11 @@ def test_severity_is_the_saving_share_of_the_step():
 
 
 def test_saving_after_the_straggler_and_never_above_the_step():
-    whatif = {"measured_step_ns": 100, "scenarios": [
+    whatif = whatif_of([
         {"name": "no_straggler", "applies": True, "saving_ns": 40},
         {"name": "overlap_communication", "applies": True, "saving_ns": 50, "saving_after_straggler_ns": 2},
         {"name": "no_dataloader_wait", "applies": False, "saving_ns": None, "why": "no Dataloader phase"},
-        {"name": "comm_bandwidth_x2", "applies": True, "saving_ns": 130}]}
+        {"name": "comm_bandwidth_x2", "applies": True, "saving_ns": 130}], 100)
     found = [Observed(finding=code, figure_ns=1, ranks=[], evidence=Evidence()) for code in
              ("serialized_communication", "straggler", "dataloader_bound", "slow_collective", "host_bound_gpu")]
     priced = {f.finding: f for f in cost.price_findings(found, whatif)}

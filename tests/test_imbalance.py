@@ -11,6 +11,7 @@ import json
 
 import pytest
 from allreduce_jobs import CONFIG, MS, job
+from result_views import whatif_of
 
 from distprof import pipeline
 from distprof.analyses import cost, imbalance
@@ -72,9 +73,8 @@ def test_imbalance_withheld_where_the_replay_prices_balancing_under_the_floor():
     assert not findings(summary, "imbalance")
 
 
-def _whatif(saving_ns: int, step_ns: int = 100 * MS, notes: list | None = None) -> dict:
-    return {"measured_step_ns": step_ns, "notes": notes or [],
-            "scenarios": [{"name": "balanced_ranks", "saving_ns": saving_ns, "applies": True}]}
+def _whatif(saving_ns: int, step_ns: int = 100 * MS, notes: list | None = None):
+    return whatif_of([{"name": "balanced_ranks", "saving_ns": saving_ns, "applies": True}], step_ns, notes)
 
 
 def test_replay_veto_mirrors_the_straggler_floor():

@@ -127,7 +127,7 @@ RETURNS_DICT = {
     "phases.phase_table", "phases.trimmed", "pipelines.bubbles", "profiles.rank_profile",
     "skew.collective_skew", "skew.owed_waits", "skew.step_skew", "stacked.stack", "summaries.device_table",
     "summaries.merge_tables", "summaries.model_table", "summaries.overview_table", "summaries.rank_tables",
-    "summaries.step_times", "whatif.safe_whatif", "whatif.whatif",
+    "summaries.step_times",
 }
 
 

@@ -424,11 +424,12 @@ def test_finding_longer_than_the_window_is_dropped_with_a_warning():
 
     from distprof import pipeline
     ranks = [SimpleNamespace(figures=SimpleNamespace(window_ns=1_000_000, gpu_window_ns=None))]
+    from result_views import whatif_of
+
     from distprof.analyses import cost
     from distprof.sections.findings import Evidence, Observed
-    whatif = {"measured_step_ns": 1_000_000, "scenarios": [
-        {"name": "no_dataloader_wait", "applies": True, "saving_ns": 300_000},
-        {"name": "no_straggler", "applies": True, "saving_ns": 0}]}
+    whatif = whatif_of([{"name": "no_dataloader_wait", "applies": True, "saving_ns": 300_000},
+                        {"name": "no_straggler", "applies": True, "saving_ns": 0}], 1_000_000)
     observed = [Observed(finding="dataloader_bound", figure_ns=400_000, ranks=[0], evidence=Evidence()),
                 Observed(finding="straggler", figure_ns=DAY_NS, ranks=[1], evidence=Evidence())]
     ok, bad = cost.price_findings(observed, whatif)

@@ -14,6 +14,7 @@ from distprof import config as config_mod
 from distprof import events as ev
 from distprof.analyses import replay, whatif
 from distprof.reports import findings as findings_report
+from distprof.sections.whatif import Scenario, WhatIf
 
 CONFIG = config_mod.load()
 MS = 1_000_000
@@ -78,11 +79,16 @@ def test_no_straggler_predicts_the_job_without_it(ranks):
     assert summarize(serial_job(ranks))["whatif"]["measured_step_ns"] == row["predicted_step_ns"]
 
 
-def whatif_of(results, straggler_rank: int) -> dict:
+def whatif_of(results, straggler_rank: int) -> WhatIf:
     """whatif on aligned results with the straggler given (not left to the skew analysis)."""
     aligned = align.align(list(pipeline.combine(results, CONFIG, source="test", world_size=len(results)).ranks),
                           CONFIG)
     return whatif.whatif(aligned.results, aligned.matching, CONFIG, straggler_rank=straggler_rank)
+
+
+def no_straggler(what: WhatIf) -> Scenario:
+    """The no_straggler row of a what-if record."""
+    return next(row for row in what.scenarios if row.name == "no_straggler")
 
 
 def test_no_straggler_keeps_the_late_ranks_jitter():
@@ -99,14 +105,13 @@ def test_no_straggler_keeps_the_late_ranks_jitter():
 
 def test_no_straggler_late_in_some_steps_only():
     # late in 3 of 5 steps: the 30 ms taken off its late steps, never off the others (floor)
-    row = scenario({"whatif": whatif_of(serial_job(2, late=1, delay=30 * MS, late_steps={0, 2, 3}), 1)},
-                   "no_straggler")
-    assert row["predicted_step_ns"] == F + T + OPT and row["saving_ns"] == 30 * MS
+    row = no_straggler(whatif_of(serial_job(2, late=1, delay=30 * MS, late_steps={0, 2, 3}), 1))
+    assert row.predicted_step_ns == F + T + OPT and row.saving_ns == 30 * MS
     # late in 2 of 4: its median lateness is 15 ms; the late steps are capped at the longest
     # forward the other rank shows (ceiling), the others floored at theirs
     what = whatif_of(serial_job(2, late=1, delay=30 * MS, steps=4, late_steps={1, 2}), straggler_rank=1)
-    assert what["measured_step_ns"] == F + 15 * MS + T + OPT
-    assert scenario({"whatif": what}, "no_straggler")["predicted_step_ns"] == F + T + OPT
+    assert what.measured_step_ns == F + 15 * MS + T + OPT
+    assert no_straggler(what).predicted_step_ns == F + T + OPT
 
 
 def test_a_wait_is_seen_when_the_chain_resumes_a_little_after_the_op():
@@ -150,9 +155,9 @@ def test_an_op_queued_on_a_comm_thread_is_not_issued_after_the_wait():
     g = replay.build_graph(aligned.results, aligned.matching)
     queued = g.o_issue < 0
     assert queued.sum() == 4 and set(g.o_rank[queued]) == {0}   # rank 0's second op, every step
-    row = scenario({"whatif": whatif_of(late, straggler_rank=1)}, "no_straggler")
+    row = no_straggler(whatif_of(late, straggler_rank=1))
     # without the straggler the second op ends F + 9 ms, under the 20 ms backward
-    assert row["predicted_step_ns"] == summarize(comm_thread_job(0))["whatif"]["measured_step_ns"] == F + 20 * MS + OPT
+    assert row.predicted_step_ns == summarize(comm_thread_job(0))["whatif"]["measured_step_ns"] == F + 20 * MS + OPT
 
 
 
@@ -192,10 +197,10 @@ def test_an_exchange_issued_after_a_synchronous_one_is_not_queued_behind_it(work
     pause predicts the job without it exactly (it was priced at the pause in the steps whose two
     exchanges ran on different workers only: 12.5 ms where they alternate, nothing on one worker)."""
     late = exchange_pair_job(25 * MS, worker_of=worker_of)
-    row = scenario({"whatif": whatif_of(late, straggler_rank=1)}, "no_straggler")
+    row = no_straggler(whatif_of(late, straggler_rank=1))
     clean = summarize(exchange_pair_job(0, worker_of=worker_of))["whatif"]["measured_step_ns"]
     assert summarize(late)["whatif"]["measured_step_ns"] - clean == 25 * MS
-    assert row["predicted_step_ns"] == clean
+    assert row.predicted_step_ns == clean
 
 US = 1_000
 
@@ -360,7 +365,7 @@ def test_replay_error_on_real_traces(pattern):
     aligned = align.align(list(summary.ranks), CONFIG)
     named = summary.skew.straggler.rank if summary.skew.straggler else None
     again = whatif.whatif(aligned.results, aligned.matching, CONFIG, straggler_rank=named)
-    assert again["replay_error"] == what.replay_error
+    assert again.replay_error == what.replay_error
 
 
 def test_no_steps_nothing_to_replay():

@@ -18,6 +18,7 @@ import numpy as np
 from ..results import RankResult
 from ..sections.alltoall import AllToAllGroup, AllToAllRank
 from ..sections.findings import ExpertImbalanceEvidence, Observed
+from ..sections.whatif import WhatIf
 from ..typed import ABSENT
 from . import changepoint, imbalance
 
@@ -137,7 +138,7 @@ def _since_share(hot_groups: list[AllToAllGroup]) -> float:
                default=1.0)
 
 
-def standing_groups(found: list[AllToAllGroup], whatif: dict | None, config: dict) -> list[AllToAllGroup]:
+def standing_groups(found: list[AllToAllGroup], whatif: WhatIf | None, config: dict) -> list[AllToAllGroup]:
     """The all-to-all groups with a hot rank, unless the replay prices balancing the ranks under the
     straggler's floor (the one cost model's veto, imbalance.replay_disagrees): none then."""
     floor = float(config["skew"]["straggler_min_step_fraction"])
@@ -151,7 +152,7 @@ def is_hottest(found: list[AllToAllGroup], rank: int | None) -> bool:
     return rank is not None and any(g.hot_ranks and g.hot_ranks[0] == rank for g in found)
 
 
-def straggler_load(found: list[AllToAllGroup], straggler_rank: int | None, whatif: dict | None,
+def straggler_load(found: list[AllToAllGroup], straggler_rank: int | None, whatif: WhatIf | None,
                    config: dict) -> tuple[float, float] | None:
     """(load ratio, share of the steps since the load turned uneven) of the standing all-to-all group
     whose hottest rank is the straggler, None where there is none: the straggler's lateness is then the
@@ -161,7 +162,7 @@ def straggler_load(found: list[AllToAllGroup], straggler_rank: int | None, whati
     return None if hot is None else (float(hot.load_ratio_max or 0.0), _since_share([hot]))
 
 
-def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew: dict, whatif: dict | None,
+def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew: dict, whatif: WhatIf | None,
                     config: dict) -> list[Observed]:
     """An expert_imbalance finding per all-to-all group with a hot rank, unpriced (analyses/cost.py
     prices it by balanced_ranks, on top of the straggler's fix where one is named; where the straggler

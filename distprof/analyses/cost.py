@@ -14,7 +14,8 @@ scenario prices (or whose scenario does not apply to the trace) keeps ``predicte
 from __future__ import annotations
 
 from ..sections.findings import ABOVE_STEP, NO_REPLAY, NO_SCENARIO, NOT_TIME, Finding, Observed
-from ..typed import Reason
+from ..sections.whatif import Scenario, WhatIf
+from ..typed import ABSENT, Reason
 
 HIGH_SHARE, MEDIUM_SHARE = 0.10, 0.03
 UNPRICED = "unpriced"
@@ -60,11 +61,16 @@ def severity(saving_ns: int | None, step_ns: int | None) -> str:
     return "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
 
 
-def _scenario_rows(whatif: dict | None) -> dict[str, dict]:
-    return {row["name"]: row for row in (whatif or {}).get("scenarios", [])}
+def _scenario_rows(whatif: WhatIf | None) -> dict[str, Scenario]:
+    return {row.name: row for row in whatif.scenarios} if whatif is not None else {}
 
 
-def saving(code: str, whatif: dict | None, oversubscribed: list[dict] | None = None, alone: bool = False
+def _step_ns(whatif: WhatIf | None) -> int | None:
+    """The measured step the savings are shares of (None without a replay)."""
+    return whatif.measured_step_ns if whatif is not None else None
+
+
+def saving(code: str, whatif: WhatIf | None, oversubscribed: list[dict] | None = None, alone: bool = False
            ) -> tuple[int | None, Reason | None, bool]:
     """(predicted saving per step, why not, priced after the straggler's fix) of a finding's fix;
     ``alone``: on the measured run, not after the straggler's fix (the finding is the straggler's cause)."""
@@ -76,12 +82,12 @@ def saving(code: str, whatif: dict | None, oversubscribed: list[dict] | None = N
     row = _scenario_rows(whatif).get(scenario)
     if row is None:
         return None, NO_REPLAY, False
-    if not row["applies"]:
-        return None, row.get("why") or NO_REPLAY, False
-    after = code != "straggler" and not alone and "saving_after_straggler_ns" in row
-    value = row["saving_after_straggler_ns"] if after else row["saving_ns"]
+    if not row.applies:
+        return None, row.why or NO_REPLAY, False
+    after = code != "straggler" and not alone and row.saving_after_straggler_ns is not ABSENT
+    value = row.saving_after_straggler_ns if after else row.saving_ns
     value = max(int(value or 0), 0)  # a fix that the replay finds slower saves nothing
-    if whatif.get("measured_step_ns") and value > whatif["measured_step_ns"]:
+    if whatif.measured_step_ns and value > whatif.measured_step_ns:
         return None, ABOVE_STEP, False
     return value, None, after
 
@@ -108,7 +114,7 @@ def durations_vary(results, straggler_rank: int | None) -> float | None:
     return spread if spread > DURATIONS_VARY_SHARE else None
 
 
-def price(finding: Observed, whatif: dict | None, oversubscribed: list[dict] | None = None,
+def price(finding: Observed, whatif: WhatIf | None, oversubscribed: list[dict] | None = None,
           vary: float | None = None) -> Finding:
     """The finding with its cost: ``predicted_saving_ns`` (= ``cost_ns``), its share of the step,
     ``severity``, the scenario that priced it and, when unpriced, ``why_not``; with a saving,
@@ -116,7 +122,7 @@ def price(finding: Observed, whatif: dict | None, oversubscribed: list[dict] | N
     An expert imbalance whose hottest rank is the straggler is that straggler's cause: priced alone."""
     cause = finding.finding == "expert_imbalance" and getattr(finding.evidence, "straggler", False) is True
     value, why_not, after = saving(finding.finding, whatif, oversubscribed, alone=cause)
-    step_ns = (whatif or {}).get("measured_step_ns")
+    step_ns = _step_ns(whatif)
     return Finding(finding=finding.finding, figure_ns=finding.figure_ns, ranks=finding.ranks,
                    evidence=finding.evidence, severity=severity(value, step_ns), cost_ns=value,
                    predicted_saving_ns=value, saving_share=value / step_ns if value is not None and step_ns else None,
@@ -125,7 +131,7 @@ def price(finding: Observed, whatif: dict | None, oversubscribed: list[dict] | N
                    durations_vary_share=vary if value is not None else None)
 
 
-def price_findings(findings: list[Observed], whatif: dict | None, oversubscribed: list[dict] | None = None,
+def price_findings(findings: list[Observed], whatif: WhatIf | None, oversubscribed: list[dict] | None = None,
                    vary: float | None = None) -> list[Finding]:
     """Every finding priced, the priced ones first by saving (largest first), then the unpriced by
     the figure they describe (``figure_ns``)."""
@@ -134,7 +140,7 @@ def price_findings(findings: list[Observed], whatif: dict | None, oversubscribed
                                          -(f.figure_ns or 0)))
 
 
-def unconfirmed_straggler(straggler: dict | None, whatif: dict | None, min_share: float,
+def unconfirmed_straggler(straggler: dict | None, whatif: WhatIf | None, min_share: float,
                           crowded: bool = False) -> dict | None:
     """The straggler the skew analysis named when the one cost model disagrees: the replay prices
     removing its lateness at less than ``min_share`` of the measured step, the same share its waits
@@ -152,14 +158,14 @@ def unconfirmed_straggler(straggler: dict | None, whatif: dict | None, min_share
     if not straggler or straggler.get("pattern") == "single step":
         return None
     value, _, _ = saving("straggler", whatif)
-    step_ns = (whatif or {}).get("measured_step_ns")
+    step_ns = _step_ns(whatif)
     if value is None or not step_ns or value >= min_share * step_ns:
         return None
     return {"saving_ns": value, "share": value / step_ns, "floor": min_share} | (
         {"saving_upper_bound": True} if crowded else {})
 
 
-def price_straggler(straggler: dict | None, whatif: dict | None, oversubscribed: list[dict] | None = None,
+def price_straggler(straggler: dict | None, whatif: WhatIf | None, oversubscribed: list[dict] | None = None,
                     vary: float | None = None, expert_load: tuple[float, float] | None = None) -> dict | None:
     """skew.straggler with ``cost_ns`` = the step-time saving of removing its lateness (the
     no_straggler scenario) and ``cost_share`` of the measured step; the waits it causes stay in
@@ -177,7 +183,7 @@ def price_straggler(straggler: dict | None, whatif: dict | None, oversubscribed:
         value, why_not, _ = saving("expert_imbalance", whatif, oversubscribed, alone=True)
         since = expert_load[1] if straggler.get("pattern") == "since step" else 1.0
         value = None if value is None else int(round(value / max(since, 1e-9)))
-    step_ns = (whatif or {}).get("measured_step_ns")
+    step_ns = _step_ns(whatif)
     return {**straggler, "cost_ns": value, "cost_share": value / step_ns if value is not None and step_ns else None,
             "cost_why_not": why_not, "durations_vary_share": vary if value is not None else None} | (
         {"expert_load": expert_load[0]} if expert_load is not None else {})

@@ -15,6 +15,7 @@ from .. import events as ev
 from ..rankview import RankView
 from ..results import RankResult
 from ..sections.findings import Check, Observed
+from ..sections.whatif import WhatIf
 from . import alltoall as alltoall_mod
 from . import collectives as collectives_mod
 from . import imbalance as imbalance_mod
@@ -228,7 +229,7 @@ def _dataloader_findings(results: list[RankResult], config: dict) -> list[Observ
 
 
 def findings(results: list[RankResult], checks: list[Check], skew: dict, config: dict,
-             collectives: dict | None = None, whatif: dict | None = None, alltoall: list | None = None,
+             collectives: dict | None = None, whatif: WhatIf | None = None, alltoall: list | None = None,
              sharded: list | None = None) -> list[Observed]:
     """All findings, unpriced, unordered and unworded: analyses/cost.py prices and orders them,
     reports/findings.py words them. ``sharded``: each rank's all-gather / reduce-scatter figures

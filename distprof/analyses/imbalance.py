@@ -17,6 +17,7 @@ import numpy as np
 from .. import events as ev
 from ..results import RankResult
 from ..sections.findings import ImbalanceEvidence, LateStep, Observed, PhaseSpread
+from ..sections.whatif import WhatIf
 from ..typed import Reason
 
 SCENARIO = "balanced_ranks"
@@ -90,7 +91,7 @@ def rank_excess(phases: dict | None, rank: int) -> tuple[str, int] | None:
     return best
 
 
-def replay_disagrees(whatif: dict | None, floor: float, share_of_steps: float = 1.0) -> bool:
+def replay_disagrees(whatif: WhatIf | None, floor: float, share_of_steps: float = 1.0) -> bool:
     """The one cost model's veto, as the straggler's (skew.straggler_min_step_fraction, rule (e)): the
     replay prices balancing the ranks under ``floor`` of the measured step. Judged wherever the replay
     priced it, also on hosts whose ranks outnumber their cores (there its saving is an upper bound:
@@ -98,13 +99,15 @@ def replay_disagrees(whatif: dict | None, floor: float, share_of_steps: float = 
     (the replay cannot see a rank wait there: its saving is no evidence) or the replay did not run.
     ``share_of_steps``: the share of the steps the imbalance is in (since its onset): the saving per step
     over the window is theirs."""
-    row = next((s for s in (whatif or {}).get("scenarios", []) if s["name"] == SCENARIO), None)
-    step_ns = (whatif or {}).get("measured_step_ns")
-    if row is None or not row["applies"] or not step_ns:
+    if whatif is None:
         return False
-    if any(isinstance(note, Reason) and note.code == "gpu_waits_unseen" for note in whatif.get("notes", [])):
+    row = next((s for s in whatif.scenarios if s.name == SCENARIO), None)
+    step_ns = whatif.measured_step_ns
+    if row is None or not row.applies or not step_ns:
         return False
-    return max(int(row["saving_ns"] or 0), 0) < floor * step_ns * max(share_of_steps, 1e-9)
+    if any(isinstance(note, Reason) and note.code == "gpu_waits_unseen" for note in whatif.notes):
+        return False
+    return max(int(row.saving_ns or 0), 0) < floor * step_ns * max(share_of_steps, 1e-9)
 
 
 def _no_straggler_note(skew: dict, late_share: float) -> Reason | None:
@@ -123,7 +126,8 @@ def _no_straggler_note(skew: dict, late_share: float) -> Reason | None:
     return note if most else None
 
 
-def imbalance_findings(results: list[RankResult], skew: dict, whatif: dict | None, config: dict) -> list[Observed]:
+def imbalance_findings(results: list[RankResult], skew: dict, whatif: WhatIf | None,
+                       config: dict) -> list[Observed]:
     """The imbalance finding, unpriced (analyses/cost.py prices it by balanced_ranks): when no
     straggler is named because the late rank rotates (in most steps) or the delay is spread, and the
     replay does not price balancing under the floor. Figure: the largest phase's excess of the slowest rank over
@@ -133,7 +137,8 @@ def imbalance_findings(results: list[RankResult], skew: dict, whatif: dict | Non
     if skew.get("straggler") or skew.get("unconfirmed_straggler") or note is None or len(results) < 2 \
             or replay_disagrees(whatif, floor):
         return []
-    step_ns = (whatif or {}).get("measured_step_ns") or (skew.get("steps_summary") or {}).get("duration_median_ns")
+    step_ns = (whatif.measured_step_ns if whatif is not None else None) \
+        or (skew.get("steps_summary") or {}).get("duration_median_ns")
     phases = phase_matrix(results)
     spreads = phase_spreads(phases, step_ns) if phases is not None else []
     figures = note.figures

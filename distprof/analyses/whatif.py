@@ -8,10 +8,12 @@ Numbers and reason codes only; reports/ word them (a scenario's ``why`` is a typ
 from __future__ import annotations
 
 import numpy as np
+from msgspec.structs import replace
 
 from .. import columns
 from ..matching import Matching
 from ..results import RankResult
+from ..sections.whatif import Scenario, WhatIf
 from ..typed import Reason
 from .blame import MIN_PIPELINE_STAGES, stage_pairs
 from .collectives import P2P
@@ -357,7 +359,7 @@ def _unwaited_gpu_note(g: Graph) -> list[Reason]:
 def whatif(results: list[RankResult], matching: Matching, config: dict,
            scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None = None,
            keep: dict | None = None, straggler_since: int | None = None,
-           straggler_fix: str = "no_straggler") -> dict:
+           straggler_fix: str = "no_straggler") -> WhatIf:
     """summary.json's ``whatif``: measured and replayed median step, the replay error (median over
     steps of |replayed − measured| / measured) and each scenario's predicted median step,
     saving against the measured one and the ranks whose own median step drops.
@@ -376,11 +378,11 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     if keep is not None:
         keep["graph"] = g
     if not g.step_start.size:
-        info = {"reason": "no_steps"}
-        return {"measured_step_ns": None, "replayed_step_ns": None, "replay_error": None, "replay_error_max": None,
-                "steps": 0, "notes": [_why(info)],
-                "scenarios": [{"name": n, "predicted_step_ns": None, "saving_ns": None, "ranks_gaining": [],
-                               "applies": False, "why": _why(info)} for n in scenarios]}
+        why = _why({"reason": "no_steps"})
+        return WhatIf(measured_step_ns=None, replayed_step_ns=None, replay_error=None, replay_error_max=None,
+                      steps=0, notes=[why],
+                      scenarios=[Scenario(name=n, predicted_step_ns=None, saving_ns=None, ranks_gaining=[],
+                                          applies=False, why=why) for n in scenarios])
     measured_inputs = (g.p_w, g.o_transfer, g.edges, None)
     t, ends = replay(g, *measured_inputs)
     if keep is not None:
@@ -395,13 +397,14 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     fixed, _ = _scenario_inputs(straggler_fix, g, context, measured_inputs) if context["straggler"][0] is not None \
         else (None, None)
     fixed_ns = _job_step_ns(g, replay(g, *fixed)[0]) if fixed else None
-    rows = [_scenario(name, g, context, measured_ns, base_by_rank, measured_inputs)
-            | ({"saving_after_straggler_ns": _saving_on(name, g, context, fixed, fixed_ns)}
-               if fixed is not None and name not in ("no_straggler", straggler_fix) else {}) for name in scenarios]
+    rows = [_scenario(name, g, context, measured_ns, base_by_rank, measured_inputs) for name in scenarios]
+    if fixed is not None:
+        rows = [row if row.name in ("no_straggler", straggler_fix) else replace(
+            row, saving_after_straggler_ns=_saving_on(row.name, g, context, fixed, fixed_ns)) for row in rows]
     error = float(np.median(errors))
-    return {"measured_step_ns": measured_ns, "replayed_step_ns": int(round(float(np.median(job_replayed)))),
-            "replay_error": error, "replay_error_max": float(errors.max()), "steps": int(job_measured.size),
-            "notes": _partial_note(g) + _replay_notes(g, error) + _unwaited_gpu_note(g), "scenarios": rows}
+    return WhatIf(measured_step_ns=measured_ns, replayed_step_ns=int(round(float(np.median(job_replayed)))),
+                  replay_error=error, replay_error_max=float(errors.max()), steps=int(job_measured.size),
+                  notes=_partial_note(g) + _replay_notes(g, error) + _unwaited_gpu_note(g), scenarios=rows)
 
 
 def _saving_on(name: str, g: Graph, context: dict, base: tuple, base_ns: int) -> int | None:
@@ -414,22 +417,21 @@ def _saving_on(name: str, g: Graph, context: dict, base: tuple, base_ns: int) ->
 
 
 def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank: np.ndarray,
-              base: tuple) -> dict:
+              base: tuple) -> Scenario:
     """One scenario's row: replayed with its changes, or why it does not apply. ``base_by_rank``:
     the replayed median step of each rank row (ascending rows)."""
     inputs, info = _scenario_inputs(name, g, context, base)
     if inputs is None:
-        return {"name": name, "predicted_step_ns": None, "saving_ns": None, "ranks_gaining": [],
-                "applies": False, "why": _why(info), **{k: v for k, v in info.items() if k != "reason"}}
+        return Scenario(name=name, predicted_step_ns=None, saving_ns=None, ranks_gaining=[], applies=False,
+                        why=_why(info), **{k: v for k, v in info.items() if k != "reason"})
     t, _ = replay(g, *inputs)
     rows, by_rank = _rank_medians(g, step_ns(g, t))
     predicted = _job_step_ns(g, t)
     gaining = [int(g.rank_numbers[r]) for r in rows[(base_by_rank - by_rank) > GAIN_SHARE * base_by_rank].tolist()]
     since = context.get("since") if name == "no_straggler" else None
     saving = measured_ns - predicted if since is None else _saving_since(g, t, since)
-    return {"name": name, "predicted_step_ns": predicted, "saving_ns": saving,
-            "ranks_gaining": gaining, "applies": True, "why": None, **info,
-            **({"since_step": since} if since is not None else {})}
+    return Scenario(name=name, predicted_step_ns=predicted, saving_ns=saving, ranks_gaining=gaining, applies=True,
+                    why=None, **info, **({"since_step": since} if since is not None else {}))
 
 
 def _saving_since(g: Graph, t: np.ndarray, since: int) -> int:
@@ -445,7 +447,7 @@ def _saving_since(g: Graph, t: np.ndarray, since: int) -> int:
 
 def safe_whatif(results: list[RankResult], matching: Matching, config: dict, warnings: list[str],
                 straggler_rank: int | None = None, keep: dict | None = None,
-                straggler_since: int | None = None, straggler_fix: str = "no_straggler") -> dict | None:
+                straggler_since: int | None = None, straggler_fix: str = "no_straggler") -> WhatIf | None:
     """``whatif`` for pipeline.combine: a trace the replay cannot read costs the what-if, with a
     warning saying so, not the whole merge."""
     try:
