@@ -35,6 +35,7 @@ from .analyses import pipelines as pipelines_mod
 from .analyses import sharded as sharded_mod
 from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
+from .sections.collectives import Collectives
 from .sections.findings import Finding
 from .sections.whatif import WhatIf
 from .typed import Reason
@@ -262,7 +263,7 @@ def _plausible_findings(findings: list[Finding], results: list[RankResult]) -> t
 
 
 def _collectives(aligned: align_mod.Alignment, config: dict,
-                 world_size: int | None = None) -> tuple[list[RankResult], dict, dict]:
+                 world_size: int | None = None) -> tuple[list[RankResult], dict, Collectives]:
     """Instances of the matched collectives on the aligned clock, each rank's communication split
     into wait and transfer (new RankFigures, nothing changed in place), and the Collectives table
     (matched instances plus the collectives no other rank matched). An op whose group the trace

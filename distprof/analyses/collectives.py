@@ -16,6 +16,7 @@ import numpy as np
 from .. import events as ev
 from ..columns import unique_rows
 from ..matching import Matching
+from ..sections.collectives import CollectiveRow, Collectives
 
 P2P = "p2p"  # align's kind of a matched send/recv pair
 # nccl-tests' busbw factor per kind, as a function of the group size n; None: no bandwidth
@@ -268,7 +269,7 @@ def _table_groups(columns: dict, keys: tuple[str, ...]) -> tuple[np.ndarray, np.
     return order, starts, order[starts]
 
 
-def table(matching: Matching, inst: dict, single: dict, peak_gbps: float | None) -> list[dict]:
+def table(matching: Matching, inst: dict, single: dict, peak_gbps: float | None) -> list[CollectiveRow]:
     """The Collectives table: per kind x group x node span x size bucket, the count (matched and
     single-rank), total time (Σ members' durations), wait share (Σ wait / Σ duration of the
     matched ones), median transfer, median bytes, algbw and busbw, and busbw's share of
@@ -285,32 +286,31 @@ def table(matching: Matching, inst: dict, single: dict, peak_gbps: float | None)
         wait = int(columns["wait"][matched].sum())
         transfer, busbw = _median(columns["transfer"][part]), _median(columns["busbw"][part])
         span = str(columns["node_span"][head])
-        rows.append({
-            "kind": str(columns["kind"][head]), "group": str(columns["group"][head]),
-            "node_span": None if span == "unknown" else span, "size_bucket": str(columns["size_bucket"][head]),
-            "count": int(part.size), "matched": int(matched.size), "total_ns": int(columns["duration"][part].sum()),
-            "wait_ns": wait, "wait_share": float(wait / matched_time) if matched_time > 0 else None,
-            "transfer_median_ns": None if transfer is None else int(round(transfer)),
-            "bytes_median": _median(columns["nbytes"][part]), "algbw_median_gbps": _median(columns["algbw"][part]),
-            "busbw_median_gbps": busbw,
-            "peak_share": busbw / peak_gbps if busbw is not None and peak_gbps else None})
-    return sorted(rows, key=lambda r: (-r["total_ns"], r["kind"], r["group"]))
+        rows.append(CollectiveRow(
+            kind=str(columns["kind"][head]), group=str(columns["group"][head]),
+            node_span=None if span == "unknown" else span, size_bucket=str(columns["size_bucket"][head]),
+            count=int(part.size), matched=int(matched.size), total_ns=int(columns["duration"][part].sum()),
+            wait_ns=wait, wait_share=float(wait / matched_time) if matched_time > 0 else None,
+            transfer_median_ns=None if transfer is None else int(round(transfer)),
+            bytes_median=_median(columns["nbytes"][part]), algbw_median_gbps=_median(columns["algbw"][part]),
+            busbw_median_gbps=busbw, peak_share=busbw / peak_gbps if busbw is not None and peak_gbps else None))
+    return sorted(rows, key=lambda r: (-r.total_ns, r.kind, r.group))
 
 
-def summary(matching: Matching, inst: dict, single: dict, config: dict) -> dict:
+def summary(matching: Matching, inst: dict, single: dict, config: dict) -> Collectives:
     """summary.json's ``collectives``: the table and what it was measured against."""
     hardware = config.get("hardware") or {}
     peak = hardware.get("peak_busbw_gbps")
-    return {"rows": table(matching, inst, single, peak), "peak_busbw_gbps": peak,
-            "gpus_per_node": hardware.get("gpus_per_node"), "size_buckets": list(SIZE_BUCKETS),
-            "matched": int(shared(matching).sum()), "single_rank": int(single["rank"].size)}
+    return Collectives(rows=table(matching, inst, single, peak), peak_busbw_gbps=peak,
+                       gpus_per_node=hardware.get("gpus_per_node"), size_buckets=list(SIZE_BUCKETS),
+                       matched=int(shared(matching).sum()), single_rank=int(single["rank"].size))
 
 
-def slow_rows(rows: list[dict], config: dict) -> list[dict]:
+def slow_rows(rows: list[CollectiveRow], config: dict) -> list[CollectiveRow]:
     """Table rows whose median busbw is below ``hardware.slow_collective_share`` of the peak; none
     without a peak (a peak is never guessed)."""
     hardware = config.get("hardware") or {}
     peak, share = hardware.get("peak_busbw_gbps"), float(hardware.get("slow_collective_share", 0.5))
     if not peak:
         return []
-    return [r for r in rows if r["busbw_median_gbps"] is not None and r["busbw_median_gbps"] < share * peak]
+    return [r for r in rows if r.busbw_median_gbps is not None and r.busbw_median_gbps < share * peak]

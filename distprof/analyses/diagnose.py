@@ -14,7 +14,8 @@ import numpy as np
 from .. import events as ev
 from ..rankview import RankView
 from ..results import RankResult
-from ..sections.findings import Check, Observed
+from ..sections.collectives import CollectiveRow, Collectives
+from ..sections.findings import Check, Observed, SlowCollectiveRow
 from ..sections.whatif import WhatIf
 from . import alltoall as alltoall_mod
 from . import collectives as collectives_mod
@@ -152,19 +153,24 @@ def _straggler_finding(skew: dict) -> list[Observed]:
                      **evidence)]
 
 
-def _slow_collective_findings(collectives: dict | None, config: dict) -> list[Observed]:
+def _slow_collective_findings(collectives: Collectives | None, config: dict) -> list[Observed]:
     """Collectives table rows whose median busbw is below ``hardware.slow_collective_share`` of the
     configured peak (no peak, no finding). Figure: the transfer time a rank would save at the peak."""
-    rows = collectives_mod.slow_rows((collectives or {}).get("rows") or [], config)
+    rows = collectives_mod.slow_rows(collectives.rows if collectives is not None else [], config)
     if not rows:
         return []
-    saved = [r["count"] * (r["transfer_median_ns"] or 0) * (1 - (r["peak_share"] or 0)) for r in rows]
-    keys = ("kind", "group", "node_span", "size_bucket", "count", "busbw_median_gbps", "peak_share",
-            "transfer_median_ns")
-    return [_finding("slow_collective", int(sum(saved)), [], rows=[{k: r[k] for k in keys} for r in rows[:8]],
-                     rows_below=len(rows), worst={k: rows[int(np.argmax(saved))][k] for k in keys},
+    saved = [r.count * (r.transfer_median_ns or 0) * (1 - (r.peak_share or 0)) for r in rows]
+    return [_finding("slow_collective", int(sum(saved)), [], rows=[_slow_row(r) for r in rows[:8]],
+                     rows_below=len(rows), worst=_slow_row(rows[int(np.argmax(saved))]),
                      peak_busbw_gbps=float(config["hardware"]["peak_busbw_gbps"]),
                      limit_share=float(config["hardware"]["slow_collective_share"]))]
+
+
+def _slow_row(row: CollectiveRow) -> SlowCollectiveRow:
+    """The fields of a Collectives table row that a slow_collective finding keeps."""
+    return SlowCollectiveRow(kind=row.kind, group=row.group, node_span=row.node_span, size_bucket=row.size_bucket,
+                             count=row.count, busbw_median_gbps=row.busbw_median_gbps, peak_share=row.peak_share,
+                             transfer_median_ns=row.transfer_median_ns)
 
 
 def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[Observed]:
@@ -229,7 +235,7 @@ def _dataloader_findings(results: list[RankResult], config: dict) -> list[Observ
 
 
 def findings(results: list[RankResult], checks: list[Check], skew: dict, config: dict,
-             collectives: dict | None = None, whatif: WhatIf | None = None, alltoall: list | None = None,
+             collectives: Collectives | None = None, whatif: WhatIf | None = None, alltoall: list | None = None,
              sharded: list | None = None) -> list[Observed]:
     """All findings, unpriced, unordered and unworded: analyses/cost.py prices and orders them,
     reports/findings.py words them. ``sharded``: each rank's all-gather / reduce-scatter figures
