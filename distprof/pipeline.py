@@ -94,7 +94,7 @@ def _unseen_members(out: dict, matching: align_mod.Matching, missing: list[int])
     straggler = out.get("straggler")
     if not straggler or not missing or not matching.size:
         return
-    row = int(np.flatnonzero(matching.ranks == straggler["rank"])[0])
+    row = int(np.flatnonzero(matching.ranks == straggler.rank)[0])
     mine = np.flatnonzero(matching.present[row])
     groups = matching.group if matching.group.size == matching.size else np.full(matching.size, "", object)
     unseen = set(missing)
@@ -102,7 +102,7 @@ def _unseen_members(out: dict, matching: align_mod.Matching, missing: list[int])
     if incomplete:
         out["straggler"] = None
         out["notes"].append(Reason("unseen_members", {  # worded by reports/findings.py
-            "rank": straggler["rank"], "late_in": straggler["late_in"], "of": straggler["of"],
+            "rank": straggler.rank, "late_in": straggler.late_in, "of": straggler.of,
             "incomplete": len(incomplete), "missing": sorted(unseen)}))
         out["no_straggler_note"] = len(out["notes"]) - 1
 
@@ -184,7 +184,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     exchanges = alltoall_mod.groups(final, config)
     skew_summary, what = _priced_straggler(final, aligned.matching, config, warnings, skew_summary, replay_graph,
                                            bool(crowded), exchanges)
-    straggler_rank = (skew_summary.get("straggler") or {}).get("rank")
+    straggler_rank = skew_summary["straggler"].rank if skew_summary.get("straggler") else None
     path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings, straggler_rank,
                                             str(config.get("phases", {}).get("dataloader", "Dataloader")),
                                             replay_graph.get("measured"))
@@ -198,7 +198,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     straggler = cost.price_straggler(skew_summary.get("straggler"), what, crowded, vary,
                                      alltoall_mod.straggler_load(exchanges, straggler_rank, what, config))
     host = hostload.straggler_host(final, straggler)
-    skew_summary = {**skew_summary, "straggler": {**straggler, "host": host} if host else straggler}
+    skew_summary = {**skew_summary, "straggler": msgspec.structs.replace(straggler, host=host) if host else straggler}
     checks = streams.without_straggler_waits(checks, final, skew_summary.get("straggler"), config)
     sharded = sharded_mod.across_ranks(final, aligned.matching, inst, skew_summary.get("straggler"))
     found = diagnose.findings(final, checks, skew_summary, config, collective_table, what, exchanges,
@@ -230,7 +230,7 @@ def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, c
     uneven all-to-all, ``exchanges``) is fixed by balancing the ranks: the other findings are priced on
     top of that fix, unless the replay vetoes the imbalance (then on top of removing its lateness)."""
     straggler = skew_summary.get("straggler")
-    rank, since = (straggler or {}).get("rank"), (straggler or {}).get("onset_step")
+    rank, since = (straggler.rank, straggler.onset_step) if straggler else (None, None)
     fix = "balanced_ranks" if alltoall_mod.is_hottest(exchanges, rank) else "no_straggler"
     what = whatif.safe_whatif(results, matching, config, warnings, rank, keep=keep, straggler_since=since,
                               straggler_fix=fix)
@@ -241,7 +241,7 @@ def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, c
     if unconfirmed is None or "graph" not in keep or replay.gpu_waits_unseen(keep["graph"]):
         return skew_summary, what
     what = whatif.safe_whatif(results, matching, config, warnings, None, keep=keep)
-    return {**skew_summary, "straggler": None, "unconfirmed_straggler": {**straggler, **unconfirmed}}, what
+    return {**skew_summary, "straggler": None, "unconfirmed_straggler": unconfirmed}, what
 
 
 def _plausible_findings(findings: list[Finding], results: list[RankResult]) -> tuple[list[Finding], list[str]]:

@@ -45,3 +45,15 @@ def whatif_of(scenarios: list[dict], measured_step_ns: int | None, notes: list |
             for row in scenarios]
     return WhatIf(measured_step_ns=measured_step_ns, replayed_step_ns=None, replay_error=None, replay_error_max=None,
                   steps=0, notes=notes or [], scenarios=rows)
+
+
+def straggler_of(rank: int, pattern: str = "persistent", **fields):
+    """A named straggler's row with only what a test states (rank, pattern and ``fields``); the figures
+    the skew analysis would give are zero or empty."""
+    from distprof.sections.skew import StragglerRow
+    return StragglerRow(**{
+        "rank": rank, "pattern": pattern, "cost_ns": None, "cost_share": None, "waits_caused_ns": 0,
+        "waits_caused_share": None, "total_waits_caused_ns": 0, "late_in": 0, "last_in": 0, "of": 0, "side": None,
+        "onset_step": None, "steps_late": 0, "steps": 0, "late_step_ids": [], "phase": None, "phase_extra_ns": None,
+        "largest_phase": None, "runner_up_waits_caused_ns": 0, "late_steps": 0, "threshold_ns": 0,
+        "most_often_last_rank": rank, "exposed_waits_ns_by_rank": {}, **fields})

@@ -14,12 +14,13 @@ from pathlib import Path
 import kineto_fixtures as kf
 import numpy as np
 import pytest
-from result_views import whatif_of
+from result_views import straggler_of, whatif_of
 
 from distprof import config as config_mod
 from distprof import sources
 from distprof.cli import merge_files
 from distprof.results import Summary
+from distprof.typed import ABSENT
 
 CONFIG = config_mod.load()
 DATA = Path(__file__).parent / "data" / "torch_moe"
@@ -266,8 +267,8 @@ def test_a_straggler_explained_by_its_load_costs_the_balancing_per_step_since_th
     whatif = whatif_of([
         {"name": "no_straggler", "saving_ns": 30 * ms, "applies": True},
         {"name": "balanced_ranks", "saving_ns": 4 * ms, "applies": True, "saving_after_straggler_ns": 0}], 100 * ms)
-    straggler = {"rank": 2, "pattern": pattern}
+    straggler = straggler_of(2, pattern)
     priced = cost.price_straggler(straggler, whatif, expert_load=(2.3, 0.5))
-    assert (priced["cost_ns"], priced["expert_load"]) == (expected_ms * ms, 2.3)
-    assert cost.price_straggler(straggler, whatif)["cost_ns"] == 30 * ms and \
-        "expert_load" not in cost.price_straggler(straggler, whatif)
+    assert (priced.cost_ns, priced.expert_load) == (expected_ms * ms, 2.3)
+    assert cost.price_straggler(straggler, whatif).cost_ns == 30 * ms and \
+        cost.price_straggler(straggler, whatif).expert_load is ABSENT

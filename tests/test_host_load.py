@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 from conftest import foreign_cores, machine_clock, skip_if_busy
+from msgspec.structs import replace
+from result_views import straggler_of
 from test_bad_input_sources import native_file
 
 from distprof import sources
@@ -59,11 +61,11 @@ def test_a_straggler_whose_thread_waited_for_a_core_is_named_with_its_host():
     """Rank 1's training thread waits 40 ms a step for a core in its late steps 2-5, rank 0's 5 ms: its
     host was busy, and that is the cause the straggler's line gives (the waits it causes: 30 ms)."""
     results = [_rank(0, [5] * 6), _rank(1, [5, 5, 40, 40, 40, 40])]
-    straggler = {"rank": 1, "late_step_ids": [2, 3, 4, 5], "waits_caused_ns": 30_000_000}
+    straggler = straggler_of(1, late_step_ids=[2, 3, 4, 5], waits_caused_ns=30_000_000)
     host = hostload.straggler_host(results, straggler)
     assert (host.steps, host.runqueue_ns, host.others_runqueue_ns, host.involuntary) == (4, 40_000_000, 5_000_000, 12)
     assert host.busy and host.load_1m == 2.5 and host.cpus == 2
-    calm = hostload.straggler_host([_rank(0, [5] * 6), _rank(1, [8] * 6)], {**straggler, "late_step_ids": []})
+    calm = hostload.straggler_host([_rank(0, [5] * 6), _rank(1, [8] * 6)], replace(straggler, late_step_ids=[]))
     assert not calm.busy and calm.steps == 6  # 8 ms against 5: not the cause of 30 ms of waits
 
 

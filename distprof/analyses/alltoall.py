@@ -174,7 +174,7 @@ def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew:
     if not hot_groups:
         return []
     phases = imbalance.phase_matrix(results)
-    straggler = (skew.get("straggler") or {}).get("rank")
+    straggler = skew["straggler"].rank if skew.get("straggler") else None
     out = []
     for group in hot_groups:  # one per skewed group: a handful
         hottest = group.hot_ranks[0]

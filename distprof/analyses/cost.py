@@ -13,7 +13,10 @@ scenario prices (or whose scenario does not apply to the trace) keeps ``predicte
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from ..sections.findings import ABOVE_STEP, NO_REPLAY, NO_SCENARIO, NOT_TIME, Finding, Observed
+from ..sections.skew import StragglerRow
 from ..sections.whatif import Scenario, WhatIf
 from ..typed import ABSENT, Reason
 
@@ -140,8 +143,8 @@ def price_findings(findings: list[Observed], whatif: WhatIf | None, oversubscrib
                                          -(f.figure_ns or 0)))
 
 
-def unconfirmed_straggler(straggler: dict | None, whatif: WhatIf | None, min_share: float,
-                          crowded: bool = False) -> dict | None:
+def unconfirmed_straggler(straggler: StragglerRow | None, whatif: WhatIf | None, min_share: float,
+                          crowded: bool = False) -> StragglerRow | None:
     """The straggler the skew analysis named when the one cost model disagrees: the replay prices
     removing its lateness at less than ``min_share`` of the measured step, the same share its waits
     had to reach. Waits a rank causes can exceed what fixing it saves (a rank a little behind in
@@ -153,20 +156,20 @@ def unconfirmed_straggler(straggler: dict | None, whatif: WhatIf | None, min_sha
     step). A rank that turned slow is priced per step since its onset (whatif's
     ``straggler_since``); one profiled step is not judged (one step of a trace cut around it says
     little of what the lateness costs the job). None when it stands or none was named; else the
-    saving, its share of the step and the floor, to go beside the straggler's row; ``crowded``
-    (ranks outnumber their host's cores) marks that saving an upper bound."""
-    if not straggler or straggler.get("pattern") == "single step":
+    straggler's row with the saving, its share of the step and the floor; ``crowded`` (ranks outnumber
+    their host's cores) marks that saving an upper bound."""
+    if not straggler or straggler.pattern == "single step":
         return None
     value, _, _ = saving("straggler", whatif)
     step_ns = _step_ns(whatif)
     if value is None or not step_ns or value >= min_share * step_ns:
         return None
-    return {"saving_ns": value, "share": value / step_ns, "floor": min_share} | (
-        {"saving_upper_bound": True} if crowded else {})
+    return replace(straggler, saving_ns=value, share=value / step_ns, floor=min_share,
+                   **({"saving_upper_bound": True} if crowded else {}))
 
 
-def price_straggler(straggler: dict | None, whatif: WhatIf | None, oversubscribed: list[dict] | None = None,
-                    vary: float | None = None, expert_load: tuple[float, float] | None = None) -> dict | None:
+def price_straggler(straggler: StragglerRow | None, whatif: WhatIf | None, oversubscribed: list[dict] | None = None,
+                    vary: float | None = None, expert_load: tuple[float, float] | None = None) -> StragglerRow | None:
     """skew.straggler with ``cost_ns`` = the step-time saving of removing its lateness (the
     no_straggler scenario) and ``cost_share`` of the measured step; the waits it causes stay in
     ``waits_caused_ns``. ``expert_load``: (load ratio, share of the steps since it turned uneven) where
@@ -181,9 +184,9 @@ def price_straggler(straggler: dict | None, whatif: WhatIf | None, oversubscribe
         value, why_not, _ = saving("straggler", whatif, oversubscribed)
     else:
         value, why_not, _ = saving("expert_imbalance", whatif, oversubscribed, alone=True)
-        since = expert_load[1] if straggler.get("pattern") == "since step" else 1.0
+        since = expert_load[1] if straggler.pattern == "since step" else 1.0
         value = None if value is None else int(round(value / max(since, 1e-9)))
     step_ns = _step_ns(whatif)
-    return {**straggler, "cost_ns": value, "cost_share": value / step_ns if value is not None and step_ns else None,
-            "cost_why_not": why_not, "durations_vary_share": vary if value is not None else None} | (
-        {"expert_load": expert_load[0]} if expert_load is not None else {})
+    return replace(straggler, cost_ns=value, cost_share=value / step_ns if value is not None and step_ns else None,
+                   cost_why_not=why_not, durations_vary_share=vary if value is not None else None,
+                   **({"expert_load": expert_load[0]} if expert_load is not None else {}))

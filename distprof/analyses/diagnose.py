@@ -15,8 +15,10 @@ from .. import events as ev
 from ..rankview import RankView
 from ..results import RankResult
 from ..sections.collectives import CollectiveRow, Collectives
-from ..sections.findings import Check, Observed, SlowCollectiveRow
+from ..sections.findings import Check, Observed, SlowCollectiveRow, StragglerEvidence
+from ..sections.skew import StragglerRow
 from ..sections.whatif import WhatIf
+from ..typed import ABSENT
 from . import alltoall as alltoall_mod
 from . import collectives as collectives_mod
 from . import imbalance as imbalance_mod
@@ -146,11 +148,10 @@ def _straggler_finding(skew: dict) -> list[Observed]:
     straggler = skew.get("straggler")
     if not straggler:
         return []
-    evidence = {k: v for k, v in straggler.items() if k not in ("rank", "cost_ns", "cost_share", "cost_why_not")}
-    return [_finding("straggler", straggler["waits_caused_ns"], [straggler["rank"]],
-                     slow_phase=straggler.get("phase"),
-                     slow_phase_extra_ns=straggler.get("phase_extra_ns") if straggler.get("phase") else None,
-                     **evidence)]
+    evidence = {name: getattr(straggler, name) for name in StragglerEvidence.__struct_fields__
+                if name in StragglerRow.__struct_fields__ and getattr(straggler, name) is not ABSENT}
+    return [_finding("straggler", straggler.waits_caused_ns, [straggler.rank], slow_phase=straggler.phase,
+                     slow_phase_extra_ns=straggler.phase_extra_ns if straggler.phase else None, **evidence)]
 
 
 def _slow_collective_findings(collectives: Collectives | None, config: dict) -> list[Observed]:

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..results import RankResult
 from ..sections.machine import StragglerHost
+from ..sections.skew import StragglerRow
 
 BUSY_SHARE = 0.10        # a host whose ranks' training threads waited this share of the time for a core is busy
 BUSY_RATIO = 3.0         # a straggler's wait for a core per late step, over the other ranks' median, that names it
@@ -66,18 +67,18 @@ def max_load(results: list[RankResult]) -> float | None:
     return max(loads) if loads else None
 
 
-def straggler_host(results: list[RankResult], straggler: dict | None) -> StragglerHost | None:
+def straggler_host(results: list[RankResult], straggler: StragglerRow | None) -> StragglerHost | None:
     """What the straggler's host counted in its late steps against the other ranks' in the same steps;
     ``busy`` when its training thread waited for a core ``BUSY_RATIO`` x the others' median and for at
     least ``BUSY_OF_COST`` of the waits it causes per step: other processes took its cores. None where
     its file records no counters (the reports say the inputs cannot tell)."""
     if not straggler:
         return None
-    mine = next((r for r in results if r.rank == straggler["rank"]), None)
+    mine = next((r for r in results if r.rank == straggler.rank), None)
     counted = per_step(mine) if mine is not None else None
     if counted is None:
         return None
-    late = np.asarray(straggler.get("late_step_ids") or [], np.int64)
+    late = np.asarray(straggler.late_step_ids, np.int64)
     chosen = np.isin(counted["step"], late) if late.size else np.ones(counted["step"].size, bool)
     if not chosen.any():
         return None
@@ -85,12 +86,12 @@ def straggler_host(results: list[RankResult], straggler: dict | None) -> Straggl
     queue = float(counted["runqueue_ns"][chosen].mean())
     others = []
     for result in results:  # one per other rank
-        theirs = per_step(result) if result.rank != straggler["rank"] else None
+        theirs = per_step(result) if result.rank != straggler.rank else None
         same = np.isin(theirs["step"], steps) if theirs is not None else None
         if same is not None and same.any():
             others.append(float(theirs["runqueue_ns"][same].mean()))
     others_queue = float(np.median(others)) if others else 0.0
-    busy = queue >= BUSY_RATIO * max(others_queue, 1e6) and queue >= BUSY_OF_COST * float(straggler["waits_caused_ns"])
+    busy = queue >= BUSY_RATIO * max(others_queue, 1e6) and queue >= BUSY_OF_COST * float(straggler.waits_caused_ns)
     loads = counted["load_1m"][chosen]
     return StragglerHost(steps=int(steps.size), runqueue_ns=int(round(queue)),
                          others_runqueue_ns=int(round(others_queue)),

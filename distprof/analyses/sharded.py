@@ -29,6 +29,7 @@ from ..rankview import RankView
 from ..results import RankResult
 from ..sections.findings import ExposedAllgatherEvidence, Observed
 from ..sections.sharded import ShardedFigures, ShardedPhase, ShardedRank
+from ..sections.skew import StragglerRow
 from . import intervals as iv
 from . import skew
 
@@ -88,11 +89,11 @@ def rank_sharded(view: RankView) -> ShardedFigures | None:
 
 
 def across_ranks(results: list[RankResult], matching: Matching, inst: dict | None,
-                 straggler: dict | None) -> list[ShardedRank]:
+                 straggler: StragglerRow | None) -> list[ShardedRank]:
     """summary.json ``sharded``: per rank with all-gathers or reduce-scatters, its figures and what of their
     exposed part waited for the named straggler (none without one)."""
     owed = {kind: skew.owed_waits(matching, inst, straggler, kind) if straggler and inst else {} for kind in KINDS}
-    all_kinds = (straggler or {}).get("exposed_waits_ns_by_rank") or {}
+    all_kinds = straggler.exposed_waits_ns_by_rank if straggler else {}
     out = []
     for result in results:  # one per rank
         mine = result.sharded
@@ -103,7 +104,7 @@ def across_ranks(results: list[RankResult], matching: Matching, inst: dict | Non
             allgather_exposed_ns=mine.allgather_exposed_ns, reduce_scatter_ns=mine.reduce_scatter_ns,
             reduce_scatter_exposed_ns=mine.reduce_scatter_exposed_ns,
             exposed_communication_ns=result.figures.exposed_communication_ns,
-            waits_for_straggler_ns=int(all_kinds.get(str(result.rank), all_kinds.get(result.rank, 0))),
+            waits_for_straggler_ns=int(all_kinds.get(result.rank, 0)),
             allgather_waits_for_straggler_ns=min(owed[ev.ALLGATHER].get(result.rank, 0), mine.allgather_exposed_ns),
             reduce_scatter_waits_for_straggler_ns=min(owed[ev.REDUCE_SCATTER].get(result.rank, 0),
                                                       mine.reduce_scatter_exposed_ns),

@@ -16,6 +16,7 @@ from ..columns import union_per_key, unique_rows
 from ..matching import Matching
 from ..rankview import RankView
 from ..results import RankMarkers
+from ..sections.skew import StragglerRow
 from ..typed import Reason
 from . import blame as blame_mod
 from . import changepoint, steptime
@@ -531,7 +532,8 @@ def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, veri
     return _straggler_row(matching, inst, blame, r, markers, gpu, onset), []
 
 
-def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, markers, gpu, onset: int | None) -> dict:
+def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, markers, gpu,
+                   onset: int | None) -> StragglerRow:
     """skew.straggler: the contract keys and the older ones reports read. With an onset, the
     waits it causes are per step since then."""
     rank_of = matching.ranks.tolist()
@@ -543,25 +545,24 @@ def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, markers,
     attributed = phase if phase and phase[1] >= 0.5 * per_step else None
     late_units = np.flatnonzero(blame["per_unit"][r] >= blame["min_cost"])
     late_in = int(blame["late_in"][r])
-    return {
-        "rank": rank_of[r], "cost_ns": None, "cost_share": None,  # priced by analyses/cost.py (the replay)
-        "waits_caused_ns": int(round(per_step)), "waits_caused_share": float(per_step / step_ns) if step_ns else None,
-        "total_waits_caused_ns": int(blame["cost"][r]),
-        "late_in": late_in, "last_in": int(blame["last_in"][r]), "of": int(blame["of"][r]),
-        "side": _side(matching, inst, blame, r, gpu),
-        "pattern": "single step" if one_step else "persistent" if onset is None else "since step",
-        "onset_step": None if onset is None else int(blame["steps"][onset]), "steps_late": int(late_units.size),
-        "steps": n_units, "late_step_ids": blame["steps"][late_units].tolist() if blame["by_step"] else [],
-        "phase": attributed[0] if attributed else None, "phase_extra_ns": phase[1] if phase else None,
-        "largest_phase": phase[0] if phase else None,
-        "runner_up_waits_caused_ns": int(np.delete(blame["cost"], r).max()) if blame["cost"].size > 1 else 0,
-        "late_steps": int(late_units.size), "threshold_ns": int(round(blame["min_cost"])),
-        "most_often_last_rank": rank_of[int(np.argmax(blame["late_in"]))],
-        "exposed_waits_ns_by_rank": _exposed_waits(matching, inst, blame, r, late_units),
-    }
+    return StragglerRow(
+        rank=rank_of[r], cost_ns=None, cost_share=None,  # priced by analyses/cost.py (the replay)
+        waits_caused_ns=int(round(per_step)), waits_caused_share=float(per_step / step_ns) if step_ns else None,
+        total_waits_caused_ns=int(blame["cost"][r]),
+        late_in=late_in, last_in=int(blame["last_in"][r]), of=int(blame["of"][r]),
+        side=_side(matching, inst, blame, r, gpu),
+        pattern="single step" if one_step else "persistent" if onset is None else "since step",
+        onset_step=None if onset is None else int(blame["steps"][onset]), steps_late=int(late_units.size),
+        steps=n_units, late_step_ids=blame["steps"][late_units].tolist() if blame["by_step"] else [],
+        phase=attributed[0] if attributed else None, phase_extra_ns=phase[1] if phase else None,
+        largest_phase=phase[0] if phase else None,
+        runner_up_waits_caused_ns=int(np.delete(blame["cost"], r).max()) if blame["cost"].size > 1 else 0,
+        late_steps=int(late_units.size), threshold_ns=int(round(blame["min_cost"])),
+        most_often_last_rank=rank_of[int(np.argmax(blame["late_in"]))],
+        exposed_waits_ns_by_rank=_exposed_waits(matching, inst, blame, r, late_units))
 
 
-def _exposed_waits(matching: Matching, inst: dict, blame: dict, r: int, late_units: np.ndarray) -> dict:
+def _exposed_waits(matching: Matching, inst: dict, blame: dict, r: int, late_units: np.ndarray) -> dict[int, int]:
     """Per other rank: the part of its waits, in the steps the straggler is late in, that no
     computation of its own overlapped (what its exposed communication owes to the straggler, at
     least: wait − the op's overlapped time; 0 where the op's exposure is unknown). Checks, findings
@@ -601,7 +602,7 @@ def _owed_to(matching: Matching, inst: dict, r: int) -> np.ndarray:
     return owed
 
 
-def _owed(matching: Matching, inst: dict, r: int, columns: np.ndarray) -> dict:
+def _owed(matching: Matching, inst: dict, r: int, columns: np.ndarray) -> dict[int, int]:
     """_exposed_waits over the collectives ``columns`` (a mask): per rank other than row ``r``, only
     what it waited for ``r`` (``_owed_to``)."""
     exposed = matching.exposed_ns if matching.exposed_ns.shape == matching.present.shape else \
@@ -611,20 +612,20 @@ def _owed(matching: Matching, inst: dict, r: int, columns: np.ndarray) -> dict:
     # ops waiting at once (buckets queued together) wait once: a union of each wait's last part
     ends = inst["last"][columns]
     total = union_per_key(rows, ends - owed[rows, columns], ends, matching.present.shape[0])
-    return {str(rank): int(total[row]) for row, rank in enumerate(matching.ranks.tolist()) if row != r}
+    return {int(rank): int(total[row]) for row, rank in enumerate(matching.ranks.tolist()) if row != r}
 
 
-def owed_waits(matching: Matching, inst: dict, straggler: dict, kind: str) -> dict[int, int]:
+def owed_waits(matching: Matching, inst: dict, straggler: StragglerRow, kind: str) -> dict[int, int]:
     """Per rank other than the named straggler (skew.straggler): what its exposed ``kind`` collectives
     owe to it, as ``exposed_waits_ns_by_rank`` counts it over every kind (analyses/sharded.py: an FSDP
     rank's exposed all-gather net of its waits for the straggler)."""
-    found = np.flatnonzero(matching.ranks == straggler["rank"])
+    found = np.flatnonzero(matching.ranks == straggler.rank)
     if not found.size or not matching.size:
         return {}
-    late = straggler.get("late_step_ids") or []
+    late = straggler.late_step_ids
     columns = (np.isin(matching.step, late) if late else np.ones(matching.size, bool)) & \
         (np.asarray(matching.name, dtype=object) == kind)
-    return {int(rank): value for rank, value in _owed(matching, inst, int(found[0]), columns).items()}
+    return _owed(matching, inst, int(found[0]), columns)
 
 
 def comm_rows(view: RankView) -> tuple[np.ndarray, list[str]]:

@@ -19,6 +19,7 @@ from msgspec.structs import replace
 from .. import events as ev
 from ..results import RankResult
 from ..sections.findings import Check
+from ..sections.skew import StragglerRow
 from ..typed import Reason
 
 CHECK = "stream_placement"
@@ -93,21 +94,21 @@ def stream_checks(results: list[RankResult], config: dict) -> list[Check]:
     return [row for result in results for row in rank_stream_checks(result, config)]
 
 
-def without_straggler_waits(rows: list[Check], results: list[RankResult], straggler: dict | None,
+def without_straggler_waits(rows: list[Check], results: list[RankResult], straggler: StragglerRow | None,
                             config: dict) -> list[Check]:
     """The rows again, each rank's exposed communication net of what it waited for the straggler
     (``exposed_waits_ns_by_rank``, analyses.skew): a rank that only waits for a late peer has no
     placement problem of its own; its wait is the straggler's finding. A WARN that the waits alone
     explain becomes a PASS saying so; any row with such waits carries ``waits_for_straggler_ns``
     (diagnose prices the rest)."""
-    owed = (straggler or {}).get("exposed_waits_ns_by_rank") or {}
+    owed = straggler.exposed_waits_ns_by_rank if straggler else {}
     if not owed:
         return rows
     lane_kinds = {(r.rank, lane.label): lane.lane_kind for r in results for lane in r.lanes}
     warn_ratio = float(config["checks"]["overlap_warn_ratio"])
     out = []
     for row in rows:  # one per rank and device
-        waits = int(owed.get(str(row.rank), 0))
+        waits = int(owed.get(row.rank, 0))
         if waits <= 0 or row.status not in (WARN, FAIL):
             out.append(row)
             continue
@@ -119,7 +120,7 @@ def without_straggler_waits(rows: list[Check], results: list[RankResult], stragg
             row = replace(row, status=PASS, advice="", message=Reason("own_lane_after_waits", {
                 "lane_kind": lane_kinds.get((row.rank, row.comm_lanes[0])),
                 "ratio": row.overlap_ratio or 0.0, "ratio_without": ratio, "waits_ns": waits,
-                "straggler": straggler["rank"]}))
+                "straggler": straggler.rank}))
         out.append(row)
     return out
 
