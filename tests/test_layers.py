@@ -123,9 +123,9 @@ RETURNS_DICT = {
     "diagnose.rank_gpu_gaps", "hang.group_members", "hostload.per_step", "imbalance.phase_matrix",
     "live.window_figures", "operators.merge_operator_tables", "operators.operator_table", "operators.prepared",
     "operators.trimmed", "phases.merge_phase_tables", "phases.phase_table", "phases.trimmed",
-    "pipelines.bubbles", "profiles.rank_profile", "skew.collective_skew", "skew.owed_waits", "skew.step_skew",
-    "stacked.stack", "summaries.device_table", "summaries.merge_tables", "summaries.model_table",
-    "summaries.overview_table", "summaries.rank_tables", "summaries.step_times",
+    "profiles.rank_profile", "skew.collective_skew", "skew.owed_waits", "skew.step_skew", "stacked.stack",
+    "summaries.device_table", "summaries.merge_tables", "summaries.model_table", "summaries.overview_table",
+    "summaries.rank_tables", "summaries.step_times",
 }
 
 

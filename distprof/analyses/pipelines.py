@@ -9,6 +9,7 @@ import numpy as np
 
 from ..columns import union_per_key
 from ..matching import Matching
+from ..sections.skew import Pipeline, Stage
 from . import collectives as coll
 
 
@@ -49,7 +50,7 @@ def _oriented(path: list[int], matching: Matching, start: np.ndarray) -> list[in
     return path if first_send(path[0]) <= first_send(path[-1]) else path[::-1]
 
 
-def bubbles(matching: Matching, inst: dict, step_ns: float | None) -> list[dict]:
+def bubbles(matching: Matching, inst: dict, step_ns: float | None) -> list[Pipeline]:
     """Per pipeline, per stage: what it waits per step in its send/recv for the stage before it
     (``upstream_ns``: activations not there yet) and after it (``downstream_ns``: gradients, or a
     receiver not ready), and both together (``bubble_ns``, a union: waits at once count once),
@@ -66,7 +67,8 @@ def bubbles(matching: Matching, inst: dict, step_ns: float | None) -> list[dict]
     return out
 
 
-def _stage_waits(matching: Matching, inst: dict, p2p: np.ndarray, path: list[int], step_ns: float | None) -> dict:
+def _stage_waits(matching: Matching, inst: dict, p2p: np.ndarray, path: list[int],
+                 step_ns: float | None) -> Pipeline:
     stage_of = np.full(int(max(matching.ranks.max(), max(path))) + 1, -1, np.int64)
     stage_of[path] = np.arange(len(path))
     columns = p2p[np.isin(matching.sender[p2p], path) & np.isin(matching.receiver[p2p], path)]
@@ -84,8 +86,8 @@ def _stage_waits(matching: Matching, inst: dict, p2p: np.ndarray, path: list[int
     down = union_per_key(rows[~upstream], start[~upstream], end[~upstream], n_rows) / units
     both = union_per_key(rows, start, end, n_rows) / units
     row_of = {rank: row for row, rank in enumerate(matching.ranks.tolist())}
-    stages = [{"stage": k, "rank": rank, "bubble_ns": int(round(both[row_of[rank]])),
-               "upstream_ns": int(round(up[row_of[rank]])), "downstream_ns": int(round(down[row_of[rank]])),
-               "share": float(both[row_of[rank]] / step_ns) if step_ns else None}
+    stages = [Stage(stage=k, rank=rank, bubble_ns=int(round(both[row_of[rank]])),
+                    upstream_ns=int(round(up[row_of[rank]])), downstream_ns=int(round(down[row_of[rank]])),
+                    share=float(both[row_of[rank]] / step_ns) if step_ns else None)
               for k, rank in enumerate(path) if rank in row_of]
-    return {"ranks": path, "steps": units, "stages": stages}
+    return Pipeline(ranks=path, steps=units, stages=stages)

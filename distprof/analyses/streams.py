@@ -19,7 +19,7 @@ from msgspec.structs import replace
 from .. import events as ev
 from ..results import RankResult
 from ..sections.findings import Check
-from ..sections.skew import StragglerRow
+from ..sections.skew import Pipeline, StragglerRow
 from ..typed import Reason
 
 CHECK = "stream_placement"
@@ -128,12 +128,12 @@ def without_straggler_waits(rows: list[Check], results: list[RankResult], stragg
 P2P_KINDS = {ev.SEND, ev.RECV}
 
 
-def pipeline_dependencies(rows: list[Check], pipelines: list[dict]) -> list[Check]:
+def pipeline_dependencies(rows: list[Check], pipelines: list[Pipeline]) -> list[Check]:
     """The rows again, where a rank of a send/recv pipeline (analyses.pipelines) FAILs only for
     its send/recv on the compute lane: a stage cannot compute before its input arrives, so a recv
     that waits for it is the pipeline's dependency (its bubble, reported per stage), not
     communication serialized with computation. Any other kind on the compute lane still FAILs."""
-    stages = {rank: p["ranks"] for p in pipelines for rank in p["ranks"]}
+    stages = {rank: p.ranks for p in pipelines for rank in p.ranks}
     out = []
     for row in rows:  # one per rank and device
         if row.status != FAIL or row.rank not in stages or not set(row.kinds) <= P2P_KINDS:
