@@ -37,6 +37,7 @@ from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
 from .sections.collectives import Collectives
 from .sections.findings import Finding
+from .sections.skew import Skew
 from .sections.whatif import WhatIf
 from .typed import Reason
 
@@ -108,8 +109,10 @@ def _unseen_members(out: dict, matching: align_mod.Matching, missing: list[int])
 
 
 def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None = None,
-                  missing: list[int] | None = None) -> dict:
-    """summary.json's ``skew``: alignment, per-collective and per-step skew on the common clock."""
+                  missing: list[int] | None = None, world_size: int | None = None) -> Skew:
+    """summary.json's ``skew``: alignment, per-collective and per-step skew on the common clock, its
+    notes (the alignment's first) and the send/recv pipelines' bubbles. ``no_straggler_note`` indexes
+    the notes as written: the alignment's notes come before the skew analysis's own."""
     results, matching = aligned.results, aligned.matching
     ranks = [r.rank for r in results]
     uncertainties = [r.clock.uncertainty_ns for r in results]
@@ -133,11 +136,15 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None 
         **steps,
     }
     out["notes"] = aligned.notes + out["notes"]
+    if out["no_straggler_note"] is not None:  # it indexed the skew analysis's notes alone
+        out["no_straggler_note"] += len(aligned.notes)
     _unseen_members(out, matching, missing or [])
     for kind in out["kinds"]:  # matching counts next to the skew aggregates
         kind.update({k: v for k, v in next((m for m in matching.kinds if (m["name"], m["group"]) ==
                                             (kind["name"], kind["group"])), {}).items() if k not in kind})
-    return out
+    out["notes"] += _unsplit_note(results) + _unnamed_groups_note(results, world_size or len(results))
+    out["pipelines"] = pipelines_mod.bubbles(matching, inst, step_ns)
+    return Skew.build(**out)
 
 
 MAX_WORLD_PER_RANK = 64  # a stated world this many times the ranks found (and above
@@ -174,17 +181,14 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
         warnings.append(Reason("clocks_unverified", {"ranks": unverified}))
     final, inst, collective_table = _collectives(aligned, config, world_size)
     aligned = dataclasses.replace(aligned, results=final)  # align.Alignment: a dataclass
-    skew_summary = _skew_summary(aligned, config, inst, missing)
-    skew_summary["notes"] += _unsplit_note(final) + _unnamed_groups_note(final, world_size)
-    skew_summary["pipelines"] = pipelines_mod.bubbles(aligned.matching, inst,
-                                                  (skew_summary.get("steps_summary") or {}).get("duration_median_ns"))
-    checks = streams.pipeline_dependencies(streams.stream_checks(final, config), skew_summary["pipelines"])
+    skew_summary = _skew_summary(aligned, config, inst, missing, world_size)
+    checks = streams.pipeline_dependencies(streams.stream_checks(final, config), skew_summary.pipelines)
     replay_graph: dict = {}
     crowded = cost.oversubscribed_hosts(final)
     exchanges = alltoall_mod.groups(final, config)
     skew_summary, what = _priced_straggler(final, aligned.matching, config, warnings, skew_summary, replay_graph,
                                            bool(crowded), exchanges)
-    straggler_rank = skew_summary["straggler"].rank if skew_summary.get("straggler") else None
+    straggler_rank = skew_summary.straggler.rank if skew_summary.straggler else None
     path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings, straggler_rank,
                                             str(config.get("phases", {}).get("dataloader", "Dataloader")),
                                             replay_graph.get("measured"))
@@ -195,12 +199,13 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     if busy:  # said once, at the top: the timings on those hosts are partly other processes'
         warnings.append(Reason("busy_host_warning", {"hosts": [h.to_json() for h in busy]}))
     vary = cost.durations_vary(final, straggler_rank)
-    straggler = cost.price_straggler(skew_summary.get("straggler"), what, crowded, vary,
+    straggler = cost.price_straggler(skew_summary.straggler, what, crowded, vary,
                                      alltoall_mod.straggler_load(exchanges, straggler_rank, what, config))
     host = hostload.straggler_host(final, straggler)
-    skew_summary = {**skew_summary, "straggler": msgspec.structs.replace(straggler, host=host) if host else straggler}
-    checks = streams.without_straggler_waits(checks, final, skew_summary.get("straggler"), config)
-    sharded = sharded_mod.across_ranks(final, aligned.matching, inst, skew_summary.get("straggler"))
+    skew_summary = msgspec.structs.replace(
+        skew_summary, straggler=msgspec.structs.replace(straggler, host=host) if host else straggler)
+    checks = streams.without_straggler_waits(checks, final, skew_summary.straggler, config)
+    sharded = sharded_mod.across_ranks(final, aligned.matching, inst, skew_summary.straggler)
     found = diagnose.findings(final, checks, skew_summary, config, collective_table, what, exchanges,
                               sharded=sharded)
     priced, dropped = _plausible_findings(cost.price_findings(found + profiles.memory_findings(final, config), what,
@@ -219,7 +224,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
 
 
 def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, config: dict, warnings: list[str],
-                      skew_summary: dict, keep: dict, crowded: bool, exchanges: list) -> tuple[dict, WhatIf | None]:
+                      skew_summary: Skew, keep: dict, crowded: bool, exchanges: list) -> tuple[Skew, WhatIf | None]:
     """The what-if, replayed with the named straggler fixed, and the skew summary without that
     straggler when the replay prices its fix under ``skew.straggler_min_step_fraction`` of the step
     (then ``skew.unconfirmed_straggler`` says so, and the replay runs again with none named, for
@@ -229,7 +234,7 @@ def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, c
     saving is no evidence there. A straggler whose lateness is its expert load (the hottest rank of an
     uneven all-to-all, ``exchanges``) is fixed by balancing the ranks: the other findings are priced on
     top of that fix, unless the replay vetoes the imbalance (then on top of removing its lateness)."""
-    straggler = skew_summary.get("straggler")
+    straggler = skew_summary.straggler
     rank, since = (straggler.rank, straggler.onset_step) if straggler else (None, None)
     fix = "balanced_ranks" if alltoall_mod.is_hottest(exchanges, rank) else "no_straggler"
     what = whatif.safe_whatif(results, matching, config, warnings, rank, keep=keep, straggler_since=since,
@@ -241,7 +246,7 @@ def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, c
     if unconfirmed is None or "graph" not in keep or replay.gpu_waits_unseen(keep["graph"]):
         return skew_summary, what
     what = whatif.safe_whatif(results, matching, config, warnings, None, keep=keep)
-    return {**skew_summary, "straggler": None, "unconfirmed_straggler": unconfirmed}, what
+    return msgspec.structs.replace(skew_summary, straggler=None, unconfirmed_straggler=unconfirmed), what
 
 
 def _plausible_findings(findings: list[Finding], results: list[RankResult]) -> tuple[list[Finding], list[str]]:

@@ -34,7 +34,7 @@ def host_bound_events(host_op: str):
 
 def host_bound_advice(host_op: str, source: str = "nsys") -> str:
     trace = ev.RankTrace(events=host_bound_events(host_op), rank=0, device=0, source=source)
-    [finding] = worded_findings(diagnose.findings([pipeline.reduce_rank(trace, CONFIG)], [], {}, CONFIG))
+    [finding] = worded_findings(diagnose.findings([pipeline.reduce_rank(trace, CONFIG)], [], None, CONFIG))
     assert finding.finding == "host_bound_gpu"
     return finding.advice
 

@@ -52,7 +52,7 @@ def test_host_only_trace_has_no_gpu_gaps():
 def test_host_bound_finding():
     result = pipeline.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
     assert result.gpu_gaps["host_bound_ns"] == 400  # reduce_rank computes it next to the events
-    [finding] = diagnose.findings([result], [], {}, CONFIG)
+    [finding] = diagnose.findings([result], [], None, CONFIG)
     assert finding.finding == "host_bound_gpu" and finding.figure_ns == 400
     assert not hasattr(finding, "message")  # analyses give numbers; reports/findings.py words them
     assert "40% of the window" in worded_findings([finding])[0].message
@@ -60,7 +60,7 @@ def test_host_bound_finding():
     assert priced.predicted_saving_ns is None and priced.cost_ns is None
     assert priced.severity == "unpriced" and priced.why_not == cost.NO_SCENARIO
     strict = config_mod.load(None, {"diagnosis": {"gpu_idle_share": 0.5}})
-    assert diagnose.findings([result], [], {}, strict) == []
+    assert diagnose.findings([result], [], None, strict) == []
 
 
 def host_result(rank: int, loader_ns: int):
@@ -80,11 +80,11 @@ def test_dataloader_bound_finding():
     results = [host_result(0, 10), host_result(1, 30)]
     share = diagnose.rank_dataloader_share(results[1], "Dataloader")
     assert share["dataloader_ns"] == 60 and share["share"] == 0.3
-    [finding] = diagnose.findings(results, [], {}, CONFIG)
+    [finding] = diagnose.findings(results, [], None, CONFIG)
     assert finding.finding == "dataloader_bound" and finding.ranks == [1]
     assert finding.figure_ns == 60 and finding.evidence.steps_above == 2
     assert "30% of ProfileStep on rank 1" in worded_findings([finding])[0].message
-    assert diagnose.findings([host_result(0, 20)], [], {}, CONFIG) == []  # 20% is not above 20%
+    assert diagnose.findings([host_result(0, 20)], [], None, CONFIG) == []  # 20% is not above 20%
 
 
 def test_findings_are_priced_by_the_replay_ordered_and_rendered():

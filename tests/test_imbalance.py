@@ -7,13 +7,14 @@ then the optimizer. The late rank of a step computes ``delay`` longer in forward
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 from allreduce_jobs import CONFIG, MS, job
 from result_views import whatif_of
 
-from distprof import pipeline
+from distprof import align, pipeline
 from distprof.analyses import cost, imbalance
 from distprof.reports.findings import evidence_sentences, worded
 from distprof.sections.findings import Evidence, Observed
@@ -111,3 +112,15 @@ def test_two_ranks_taking_turns(late):
     summary = merged(job(2, late, 15 * MS))
     [found] = findings(summary, "imbalance")
     assert found["ranks"] == [0, 1] and found["evidence"]["phases"][0]["spread_ns"] == 15 * MS
+
+
+def test_the_note_saying_why_no_rank_is_named_is_found_after_the_alignments_notes():
+    """skew.no_straggler_note indexes the notes as written, the alignment's first: a multi-host job's
+    hosts_clustered note once pushed it one note off, so the report gave another note as the reason and the
+    imbalance finding, which reads that note, was not made."""
+    aligned = align.align(job(4, [1, 2, 3, 1, 2, 3], 12 * MS), CONFIG)
+    clustered = dataclasses.replace(aligned, notes=[Reason("hosts_clustered", {"gap_ns": 1, "spread_ns": 1})])
+    plain, shifted = (pipeline._skew_summary(a, CONFIG, world_size=4) for a in (aligned, clustered))
+    assert plain.notes[plain.no_straggler_note].code == "late_rank_rotates"
+    assert shifted.notes[0].code == "hosts_clustered"
+    assert shifted.notes[shifted.no_straggler_note] == plain.notes[plain.no_straggler_note]

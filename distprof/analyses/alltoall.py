@@ -18,6 +18,7 @@ import numpy as np
 from ..results import RankResult
 from ..sections.alltoall import AllToAllGroup, AllToAllRank
 from ..sections.findings import ExpertImbalanceEvidence, Observed
+from ..sections.skew import Skew
 from ..sections.whatif import WhatIf
 from ..typed import ABSENT
 from . import changepoint, imbalance
@@ -162,7 +163,7 @@ def straggler_load(found: list[AllToAllGroup], straggler_rank: int | None, whati
     return None if hot is None else (float(hot.load_ratio_max or 0.0), _since_share([hot]))
 
 
-def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew: dict, whatif: WhatIf | None,
+def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew: Skew | None, whatif: WhatIf | None,
                     config: dict) -> list[Observed]:
     """An expert_imbalance finding per all-to-all group with a hot rank, unpriced (analyses/cost.py
     prices it by balanced_ranks, on top of the straggler's fix where one is named; where the straggler
@@ -174,7 +175,7 @@ def expert_findings(results: list[RankResult], found: list[AllToAllGroup], skew:
     if not hot_groups:
         return []
     phases = imbalance.phase_matrix(results)
-    straggler = skew["straggler"].rank if skew.get("straggler") else None
+    straggler = skew.straggler.rank if skew is not None and skew.straggler else None
     out = []
     for group in hot_groups:  # one per skewed group: a handful
         hottest = group.hot_ranks[0]

@@ -16,7 +16,7 @@ from ..rankview import RankView
 from ..results import RankResult
 from ..sections.collectives import CollectiveRow, Collectives
 from ..sections.findings import Check, Observed, SlowCollectiveRow, StragglerEvidence
-from ..sections.skew import StragglerRow
+from ..sections.skew import Skew, StragglerRow
 from ..sections.whatif import WhatIf
 from ..typed import ABSENT
 from . import alltoall as alltoall_mod
@@ -141,11 +141,11 @@ def _placement_findings(results: list[RankResult], checks: list[Check]) -> list[
     return out
 
 
-def _straggler_finding(skew: dict) -> list[Observed]:
+def _straggler_finding(skew: Skew | None) -> list[Observed]:
     """The straggler: the waits it causes the ranks it shares collectives with per step, how often,
     where (host or device, which phase). Its cost is the replay's saving of removing its lateness
     (cost.price_straggler), not those waits."""
-    straggler = skew.get("straggler")
+    straggler = skew.straggler if skew is not None else None
     if not straggler:
         return []
     evidence = {name: getattr(straggler, name) for name in StragglerEvidence.__struct_fields__
@@ -235,14 +235,15 @@ def _dataloader_findings(results: list[RankResult], config: dict) -> list[Observ
                      pytorch=any(ev.PYTORCH in result.frameworks for result in results if result.rank in hit))]
 
 
-def findings(results: list[RankResult], checks: list[Check], skew: dict, config: dict,
+def findings(results: list[RankResult], checks: list[Check], skew: Skew | None, config: dict,
              collectives: Collectives | None = None, whatif: WhatIf | None = None, alltoall: list | None = None,
              sharded: list | None = None) -> list[Observed]:
     """All findings, unpriced, unordered and unworded: analyses/cost.py prices and orders them,
     reports/findings.py words them. ``sharded``: each rank's all-gather / reduce-scatter figures
     (analyses/sharded.py), whose exposed_allgather finding stands in for unoverlapped_communication (both
     priced by overlap_communication: a delay is charged once). ``whatif``: the replay, whose saving vetoes
-    an imbalance finding under the straggler's floor. ``alltoall``: the all-to-all groups
+    an imbalance finding under the straggler's floor. ``skew``: the skew section (None: not analysed, no straggler
+    and no imbalance). ``alltoall``: the all-to-all groups
     (analyses/alltoall.groups); one fix, one finding: an expert load imbalance is the cause of the ranks'
     imbalance that balanced_ranks prices, so the general imbalance finding is left out beside it."""
     experts = alltoall_mod.expert_findings(results, alltoall or [], skew, whatif, config)

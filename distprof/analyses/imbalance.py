@@ -17,6 +17,7 @@ import numpy as np
 from .. import events as ev
 from ..results import RankResult
 from ..sections.findings import ImbalanceEvidence, LateStep, Observed, PhaseSpread
+from ..sections.skew import Skew
 from ..sections.whatif import WhatIf
 from ..typed import Reason
 
@@ -110,14 +111,13 @@ def replay_disagrees(whatif: WhatIf | None, floor: float, share_of_steps: float 
     return max(int(row.saving_ns or 0), 0) < floor * step_ns * max(share_of_steps, 1e-9)
 
 
-def _no_straggler_note(skew: dict, late_share: float) -> Reason | None:
+def _no_straggler_note(skew: Skew, late_share: float) -> Reason | None:
     """The skew note that says why no straggler was named, when it is a spread delay (a rank late in
     most steps, another nearly as late) or a rotation in most steps: some rank costs the others the
     straggler's threshold in ``straggler_min_late_share`` of the steps, as a straggler must (rule (b)).
     A rotation in fewer steps is the noise of a busy machine (a clean 4-rank run on 2 cores: late in 2
     of 3 steps, its phases 0.07 ms apart), not work to balance."""
-    index = skew.get("no_straggler_note")
-    notes = skew.get("notes") or []
+    index, notes = skew.no_straggler_note, skew.notes
     note = notes[index] if index is not None and 0 <= index < len(notes) else None
     if not isinstance(note, Reason) or note.code not in NOTES:
         return None
@@ -126,19 +126,21 @@ def _no_straggler_note(skew: dict, late_share: float) -> Reason | None:
     return note if most else None
 
 
-def imbalance_findings(results: list[RankResult], skew: dict, whatif: WhatIf | None,
+def imbalance_findings(results: list[RankResult], skew: Skew | None, whatif: WhatIf | None,
                        config: dict) -> list[Observed]:
     """The imbalance finding, unpriced (analyses/cost.py prices it by balanced_ranks): when no
     straggler is named because the late rank rotates (in most steps) or the delay is spread, and the
     replay does not price balancing under the floor. Figure: the largest phase's excess of the slowest rank over
-    the median rank per step."""
+    the median rank per step. None without a skew analysis."""
+    if skew is None:
+        return []
     note = _no_straggler_note(skew, float(config["skew"]["straggler_min_late_share"]))
     floor = float(config["skew"]["straggler_min_step_fraction"])
-    if skew.get("straggler") or skew.get("unconfirmed_straggler") or note is None or len(results) < 2 \
+    if skew.straggler or skew.unconfirmed_straggler or note is None or len(results) < 2 \
             or replay_disagrees(whatif, floor):
         return []
     step_ns = (whatif.measured_step_ns if whatif is not None else None) \
-        or (skew.get("steps_summary") or {}).get("duration_median_ns")
+        or (skew.steps_summary.duration_median_ns if skew.steps_summary else None)
     phases = phase_matrix(results)
     spreads = phase_spreads(phases, step_ns) if phases is not None else []
     figures = note.figures
