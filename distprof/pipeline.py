@@ -211,7 +211,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     priced, dropped = _plausible_findings(cost.price_findings(found + profiles.memory_findings(final, config), what,
                                                               crowded, vary), final)
     warnings += dropped
-    return Summary.build(
+    return Summary(  # every section a record made by its analysis: composed, not converted
         world_size=world_size, source=source, ranks=tuple(final),
         across_ranks=distributed.across_ranks(final),
         missing_ranks=missing,

@@ -95,10 +95,10 @@ def rank_tables(events) -> dict:
     return {**own, "operator": {"rows": [], "denominator_ns": own["window_ns"], "dropped": none}}
 
 
-def with_tables(merged: dict) -> Summary:
+def with_tables(merged: Tables) -> Summary:
     """The demo's golden summary with these tables (summaries.merge_tables' result) in place of its own:
     the text tables read only them."""
-    return replace(Summary.from_json(json.loads(GOLDEN.read_text())), tables=Tables.from_json(merged))
+    return replace(Summary.from_json(json.loads(GOLDEN.read_text())), tables=merged)
 
 
 def test_device_summary():
@@ -184,9 +184,8 @@ def test_empty_rank():
 def test_merge_across_ranks():
     tables_0 = rank_tables(gpu_rank())
     tables_1 = rank_tables(host_rank())
-    merged_all = summaries.merge_tables([tables_0, tables_1, None], [0, 1, 2])
-    json.dumps(merged_all)  # goes to summary.json as is
-    typed = Tables.from_json(merged_all)   # ... as its ``tables`` section, read by attribute
+    typed = summaries.merge_tables([tables_0, tables_1, None], [0, 1, 2])
+    assert Tables.from_json(json.loads(json.dumps(typed.to_json()))) == typed  # summary.json's ``tables``
     assert typed.ranks == [0, 1]
     merged = typed.merged
     model = {r.name: r for r in merged.model}
@@ -283,9 +282,9 @@ def test_user_table_groups_pytorch_nvtx_calls_under_the_op():
     user = summaries.rank_tables(view(_user_rows(ranges, len(ranges))), CONFIG)["user"]
     assert [(r["name"], r["calls"], r["total_ns"], r["max_ns"], r["min_ns"]) for r in user["rows"]] == [
         ("my_range", 1, 30, 30, 30), ("aten::to", 4, 10 + 5 + 1 + 2, 10, 1)]
-    own = summaries.rank_tables(view(_user_rows(ranges, len(ranges))), CONFIG)
+    own = rank_tables(_user_rows(ranges, len(ranges)))
     merged = summaries.merge_tables([own] * 2, [0, 1])
-    assert [(r["name"], r["calls"]) for r in merged["merged"]["user"]["rows"]] == [("my_range", 2), ("aten::to", 8)]
+    assert [(r.name, r.calls) for r in merged.merged.user.rows] == [("my_range", 2), ("aten::to", 8)]
 
 
 def test_real_nsys_pytorch_nvtx_ops_group_under_their_base_name(monkeypatch):

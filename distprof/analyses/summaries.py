@@ -41,7 +41,7 @@ from .. import lanes as lanes_mod
 from .. import names
 from ..columns import Groups, group_mean, unique_rows
 from ..rankview import RankView
-from ..sections.tables import MERGED_DEVICE_LABELS
+from ..sections.tables import MERGED_DEVICE_LABELS, Tables
 from . import intervals as iv
 from . import operators, phases, stacked, steptime
 
@@ -501,8 +501,10 @@ def _trimmed(tables: dict, rows: int) -> dict:
 
 
 def merge_tables(tables_by_rank: list[dict | None], ranks: list[int], max_rows: int = MAX_ROWS,
-                 rank_rows: int = RANK_ROWS) -> dict:
-    """The tables across ranks (``merged``) plus each rank's own, trimmed (``by_rank``)."""
+                 rank_rows: int = RANK_ROWS) -> Tables:
+    """The tables across ranks (``merged``) plus each rank's own, trimmed (``by_rank``), read into their
+    records here: the ranks' own tables travel to rank 0 as compact rows (RankResult.tables), and the
+    merge works on those rows."""
     pairs = [(t, r) for t, r in zip(tables_by_rank, ranks) if t]
     tables = [t for t, _ in pairs]
     ranks = [int(r) for _, r in pairs]
@@ -519,5 +521,4 @@ def merge_tables(tables_by_rank: list[dict | None], ranks: list[int], max_rows: 
         "phase": phases.merge_phase_tables(tables, ranks, max_rows),
     }
     keep = max_rows if len(pairs) == 1 else rank_rows  # one rank: its own tables are the merged ones
-    return {"ranks": ranks, "merged": merged,
-            "by_rank": [{"rank": r, **_trimmed(t, keep)} for t, r in pairs]}
+    return Tables.build(ranks=ranks, merged=merged, by_rank=[{"rank": r, **_trimmed(t, keep)} for t, r in pairs])
