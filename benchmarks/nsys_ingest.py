@@ -78,8 +78,8 @@ def merge_child(paths: list[str]) -> None:
             del trace
         gc.collect()
     results_mb = len(pickle.dumps(results)) / 2**20  # what would travel to rank 0
-    summary = pipeline.combine(results, config, source="nsys").to_json()
-    print(json.dumps({"peak_rss_mb": peak_rss_mib(), "ranks": len(summary["ranks"]), "results_mb": results_mb}))
+    summary = pipeline.combine(results, config, source="nsys")
+    print(json.dumps({"peak_rss_mb": peak_rss_mib(), "ranks": len(summary.ranks), "results_mb": results_mb}))
 
 
 def merge_peak(paths: list[Path]) -> dict:
