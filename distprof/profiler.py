@@ -189,7 +189,7 @@ class Profiler:
                 self._live = None
 
     def _start_live(self) -> None:
-        """The rolling view (live.py): rank 0 starts the view, one rank of every other node its
+        """The rolling view (distprof/live/): rank 0 starts the view, one rank of every other node its
         sender, separate processes reading their node's rank files. The node and rank 0's address
         are exchanged here, once; the training thread never waits for them after the start."""
         if self.config["live"]["every_steps"] <= 0:

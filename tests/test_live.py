@@ -179,7 +179,7 @@ def test_textfile_export_and_a_failing_disk_cost_only_a_warning(tmp_path, capsys
     broken.update(window, [])
     broken.update(window, [])
     assert capsys.readouterr().err.count("live view: cannot write") == 1
-    assert live._write_record(tmp_path / "missing", {}) is False
+    assert live.view._write_record(tmp_path / "missing", {}) is False
 
 
 def _free_port() -> int:

@@ -263,7 +263,7 @@ def test_the_view_waits_for_results_on_their_way_but_at_most_lag_s(monkeypatch):
     progress = [7, remote.progress(1, 4, False)]
     assert progress == [7, 2] and live.ready_windows(progress, 0, 4, False) == [(0, 3)]
     assert remote.holding((0, 3))  # rank 1's results may be on their way
-    monkeypatch.setattr(live, "LAG_S", 0.0)
+    monkeypatch.setattr(live.nodes, "LAG_S", 0.0)
     assert not remote.holding((0, 3)) and remote.slow == {1}
     assert remote.progress(1, 4, False) is None  # by its deliveries: none
     window = {"kind": "window", "node": "n1", "rank": 1, "steps": [4, 7], "committed": 7, "result": "r"}
