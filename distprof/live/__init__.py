@@ -26,8 +26,8 @@ view sees only rank 0's host.
 
 The package: ``process`` (every rank's side: start, stop, priority), ``windows`` (rank files and the
 windows read from them), ``nodes`` (senders, the view's inbox, what each node said), ``metrics``
-(Prometheus gauges, /metrics, the textfile) and ``view`` (the view's loop and the side process's
-``main``; ``python -m distprof.live`` runs it).
+(Prometheus gauges, /metrics, the textfile), ``sockets`` (the one accept loop of the inbox and /metrics)
+and ``view`` (the view's loop and the side process's ``main``; ``python -m distprof.live`` runs it).
 """
 
 from .metrics import Metrics, MetricsServer

@@ -5,15 +5,13 @@ from __future__ import annotations
 import selectors
 import socket
 import sys
-import threading
-import time
 
-from .nodes import _received
+from .sockets import Acceptor, received
 
 # -- Prometheus gauges, /metrics and the node-exporter textfile --------------------------------
 
-class MetricsServer:
-    """``/metrics`` on one thread of the view process: non-blocking sockets (selectors), HTTP/1.0
+class MetricsServer(Acceptor):
+    """``/metrics`` on one thread of the view process (sockets.Acceptor), HTTP/1.0
     style (one request per connection). Made for a shared cluster: it binds one address (config
     ``live.prometheus_addr``, loopback by default), answers 404 on any other path, holds at most
     MAX_CONNECTIONS connections (a new one closes the oldest that has not sent a whole request) and
@@ -26,64 +24,45 @@ class MetricsServer:
 
     def __init__(self, addr: str, port: int, content_type: str) -> None:
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-        self.listener = socket.create_server((addr, port), family=family, backlog=128,
-                                             dualstack_ipv6=addr == "::" and socket.has_dualstack_ipv6())
-        self.listener.setblocking(False)
+        listener = socket.create_server((addr, port), family=family, backlog=128,
+                                        dualstack_ipv6=addr == "::" and socket.has_dualstack_ipv6())
+        super().__init__(listener, self.MAX_CONNECTIONS, 0.2, "distprof-live-metrics")
         self.port = self.listener.getsockname()[1]
         self.content_type = content_type
         self.body = b""
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.listener, selectors.EVENT_READ, None)
-        self.conns: dict[socket.socket, dict] = {}
-        self.stopped = False
-        self.thread = threading.Thread(target=self._run, name="distprof-live-metrics", daemon=True)
         self.thread.start()
 
     def close(self) -> None:
         self.stopped = True
         self.thread.join(timeout=2.0)
         for sock in list(self.conns):
-            self._close(sock)
+            self.close_connection(sock)
         self.listener.close()
 
-    def _run(self) -> None:
-        while not self.stopped:
-            for key, mask in self.selector.select(timeout=0.2):
-                if key.data is None:
-                    self._accept()
-                elif mask & selectors.EVENT_WRITE:
-                    self._write(key.fileobj, key.data)
-                else:
-                    self._read(key.fileobj, key.data)
-            now = time.monotonic()
-            for sock in [s for s, state in self.conns.items() if now - state["since"] > self.REQUEST_TIMEOUT_S]:
-                self._close(sock)
+    def new_state(self) -> dict:
+        return {**super().new_state(), "out": b""}
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:  # BlockingIOError: none left; others (EMFILE): try again next round
-                return
-            if len(self.conns) >= self.MAX_CONNECTIONS:  # room: the oldest silent, else the oldest unanswered
-                waiting = [s for s, state in self.conns.items() if not state["buffer"] and not state["out"]] or \
-                    [s for s, state in self.conns.items() if not state["out"]] or list(self.conns)
-                self._close(min(waiting, key=lambda s: self.conns[s]["since"]))
-            sock.setblocking(False)
-            state = {"since": time.monotonic(), "buffer": bytearray(), "out": b""}
-            self.conns[sock] = state
-            self.selector.register(sock, selectors.EVENT_READ, state)
-            self._read(sock, state)  # a scraper sends its request with the connection: answer it now
+    def accepted(self, sock: socket.socket, state: dict) -> None:
+        self.read(sock, state)  # a scraper sends its request with the connection: answer it now
 
-    def _read(self, sock: socket.socket, state: dict) -> None:
-        if not _received(sock, 4096, state, self._close):
+    def expired(self, state: dict, now: float) -> bool:
+        return now - state["since"] > self.REQUEST_TIMEOUT_S
+
+    def evict(self) -> socket.socket | None:
+        """Room: the oldest silent connection, else the oldest unanswered, else the oldest."""
+        waiting = [s for s, state in self.conns.items() if not state["buffer"] and not state["out"]] or \
+            [s for s, state in self.conns.items() if not state["out"]] or list(self.conns)
+        return min(waiting, key=lambda s: self.conns[s]["since"])
+
+    def read(self, sock: socket.socket, state: dict) -> None:
+        if not received(sock, 4096, state, self.close_connection):
             return
         end = state["buffer"].find(b"\r\n\r\n")
         if end < 0 and len(state["buffer"]) <= self.MAX_REQUEST_BYTES:
             return
         state["out"] = self.response(bytes(state["buffer"][:end]) if end >= 0 else b"")
         self.selector.modify(sock, selectors.EVENT_WRITE, state)
-        self._write(sock, state)
+        self.write(sock, state)
 
     def response(self, head: bytes) -> bytes:
         """The whole response to a request head: 200 with the metrics on GET/HEAD /metrics, 404 on
@@ -104,7 +83,7 @@ class MetricsServer:
         return (f"HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
                 f"Connection: close\r\n").encode() + extra + b"\r\n" + (b"" if head_only else body)
 
-    def _write(self, sock: socket.socket, state: dict) -> None:
+    def write(self, sock: socket.socket, state: dict) -> None:
         try:
             sent = sock.send(state["out"])
         except (BlockingIOError, InterruptedError):
@@ -113,15 +92,7 @@ class MetricsServer:
             sent = len(state["out"])
         state["out"] = state["out"][sent:]
         if not state["out"]:
-            self._close(sock)
-
-    def _close(self, sock: socket.socket) -> None:
-        self.conns.pop(sock, None)
-        try:
-            self.selector.unregister(sock)
-        except (KeyError, ValueError):
-            pass
-        sock.close()
+            self.close_connection(sock)
 
 
 class Metrics:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import queue
-import selectors
 import socket
 import sys
 import threading
@@ -15,6 +14,7 @@ import time
 from .. import transport
 from ..names import printable
 from .process import stop_priority
+from .sockets import Acceptor, received
 from .windows import RankCursor, node_cursors, reduce_window
 
 POLL_S = 0.1            # how often the view looks at the rank files
@@ -30,22 +30,6 @@ AWAKE_S = 1.0           # the view's own polls this close together: it is not st
 LAG_S = 10.0            # the longest the view waits for a window's results on their way from a node (and,
                         # at its start, for a rank not heard of: the senders start after the view)
 
-
-def _received(sock: socket.socket, size: int, state: dict, close) -> bool:
-    """Append what a non-blocking socket has now to ``state["buffer"]``: False when there is nothing
-    new, or the peer closed or failed (then ``close(sock)``). Both ends of the view read this way:
-    the nodes' senders and /metrics scrapers."""
-    try:
-        data = sock.recv(size)
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        data = b""
-    if not data:
-        close(sock)
-        return False
-    state["buffer"] += data
-    return True
 
 # -- the nodes' senders and the view's inbox ---------------------------------------------------
 
@@ -169,22 +153,18 @@ class Remote:
                 for node, state in sorted(self.nodes.items())}
 
 
-class Inbox:
-    """The view's side of the senders' connections, on a thread of the view process (selectors,
-    non-blocking): verified frames go to ``messages`` for the view's loop. A frame not signed with
-    the job's token, or none signed within AUTH_TIMEOUT_S, closes the connection unread; at most
-    ``limit`` connections at once (the oldest unsigned one makes room)."""
+class Inbox(Acceptor):
+    """The view's side of the senders' connections, on a thread of the view process (sockets.Acceptor):
+    verified frames go to ``messages`` for the view's loop. A frame not signed with the job's token, or
+    none signed within AUTH_TIMEOUT_S, closes the connection unread; at most ``limit`` connections at
+    once (the oldest unsigned one makes room)."""
 
     def __init__(self, listener: socket.socket, token: bytes, limit: int) -> None:
-        self.listener, self.token, self.limit = listener, token, limit
+        super().__init__(listener, limit, 0.5, "distprof-live-inbox")
+        self.token = token
         self.messages: queue.SimpleQueue = queue.SimpleQueue()
-        self.selector = selectors.DefaultSelector()
-        listener.setblocking(False)
-        self.selector.register(listener, selectors.EVENT_READ, None)
-        self.conns: dict[socket.socket, dict] = {}
         self.sessions: set[bytes] = set()  # every connection's session seen: one is never accepted twice
-        self.stopped = False
-        threading.Thread(target=self._run, name="distprof-live-inbox", daemon=True).start()
+        self.thread.start()
 
     def drain(self) -> list:
         out = []
@@ -194,40 +174,19 @@ class Inbox:
             except queue.Empty:
                 return out
 
-    def _run(self) -> None:
-        while not self.stopped:
-            for key, _ in self.selector.select(timeout=0.5):
-                if key.data is None:
-                    self._accept()
-                else:
-                    self._read(key.fileobj, key.data)
-            now = time.monotonic()
-            for sock, state in list(self.conns.items()):
-                if state["node"] is None and now - state["since"] > AUTH_TIMEOUT_S:
-                    self._close(sock)
+    def new_state(self) -> dict:
+        return {**super().new_state(), "node": None}
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            if len(self.conns) >= self.limit:
-                unsigned = [s for s, state in self.conns.items() if state["node"] is None]
-                if not unsigned:
-                    sock.close()
-                    continue
-                self._close(min(unsigned, key=lambda s: self.conns[s]["since"]))
-            sock.setblocking(False)
-            state = {"node": None, "since": time.monotonic(), "buffer": bytearray()}
-            self.conns[sock] = state
-            self.selector.register(sock, selectors.EVENT_READ, state)
+    def expired(self, state: dict, now: float) -> bool:
+        return state["node"] is None and now - state["since"] > AUTH_TIMEOUT_S
 
-    def _read(self, sock: socket.socket, state: dict) -> None:
+    def evict(self) -> socket.socket | None:
+        unsigned = [s for s, state in self.conns.items() if state["node"] is None]
+        return min(unsigned, key=lambda s: self.conns[s]["since"]) if unsigned else None
+
+    def read(self, sock: socket.socket, state: dict) -> None:
         signed = state["node"] is not None
-        if not _received(sock, 1 << 20 if signed else transport.FIRST_FRAME_BYTES, state, self._close):
+        if not received(sock, 1 << 20 if signed else transport.FIRST_FRAME_BYTES, state, self.close_connection):
             return
         frames, good = transport.unpack_frames(state["buffer"], self.token,
                                                transport.MAX_FRAME_BYTES if signed else transport.FIRST_FRAME_BYTES)
@@ -237,7 +196,7 @@ class Inbox:
                 break
             self.messages.put(("message", state["node"], frame.as_message(), size))
         if not good:
-            self._close(sock)
+            self.close_connection(sock)
 
     def _in_order(self, state: dict, frame) -> bool:
         """A connection speaks for a node from its first frame, in a session never seen before, and then
@@ -257,13 +216,7 @@ class Inbox:
         state["seq"] = frame.seq
         return True
 
-    def _close(self, sock: socket.socket) -> None:
-        state = self.conns.pop(sock, None)
-        try:
-            self.selector.unregister(sock)
-        except (KeyError, ValueError):
-            pass
-        sock.close()
+    def closed(self, state: dict | None) -> None:
         if state is not None and state["node"] is not None:
             self.messages.put(("closed", state["node"], None, 0))
 
