@@ -386,7 +386,7 @@ def whatif_text(what: dict) -> str:
 
 def test_html_report_shows_the_whatif_table():
     from distprof.reports import html as html_report
-    from distprof.reports.whatif_report import TITLES
+    from distprof.reports.format import SCENARIO_TITLES as TITLES
     paths = sorted((Path(__file__).resolve().parent / "data" / "torch_cpu").glob("rank*.json.gz"))
     typed = findings_report.worded(pipeline.merge_files(paths, config_mod.load()))
     summary = typed.to_json()

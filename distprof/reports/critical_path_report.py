@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from msgspec.structs import asdict
 
 from . import format, tables
-from .whatif_report import TITLES, capped, printed
+from .whatif_report import capped, printed
 
 if TYPE_CHECKING:
     from ..sections.whatif import CriticalPath, PathStep
@@ -58,7 +58,7 @@ def parts(path: CriticalPath, unit: str = "ms") -> tuple[list[str], list[str], l
              "by kind: " + _shares(path.share_by_kind),
              "by phase: " + _shares(path.share_by_phase)]
     # the scenarios by name, in ScenarioShares' field order (summary.json's order)
-    acts = {TITLES.get(name, name): share for name, share in asdict(path.scenario_shares).items()
+    acts = {format.SCENARIO_TITLES.get(name, name): share for name, share in asdict(path.scenario_shares).items()
             if share is not None}
     if acts:
         lines.append("what-if scenarios act on: " + ", ".join(f"{name} {100 * share:.0f}%"

@@ -19,15 +19,13 @@ from ..results import Summary
 from ..sections.findings import NO_REPLAY, NO_SCENARIO
 from ..typed import ABSENT, Reason
 from ..units import duration
+from .format import SCENARIO_TITLES
 
 if TYPE_CHECKING:
     from ..sections.findings import Finding
     from ..sections.skew import Pipeline, StragglerRow
 
 HEADING = "Findings (ordered by what the fix saves per step, predicted by the what-if replay):"
-SCENARIO_TITLES = {"no_straggler": "no straggler", "overlap_communication": "overlap communication",
-                   "comm_bandwidth_x2": "comm bandwidth x2", "no_dataloader_wait": "no dataloader wait",
-                   "balanced_ranks": "balanced ranks"}
 
 
 def saving(finding: Finding, t: Callable[[int | None], str]) -> str:

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from ..sections.tables import AcrossRanks, FigureStats, RatioStats
 
 UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+# each what-if scenario as the reports name it (what-if table, findings' "priced by", critical path)
+SCENARIO_TITLES = {"no_straggler": "no straggler", "overlap_communication": "overlap communication",
+                   "comm_bandwidth_x2": "comm bandwidth x2", "no_dataloader_wait": "no dataloader wait",
+                   "balanced_ranks": "balanced ranks"}
 # what "step time" means everywhere (analyses.steptime computes it): merge, what-if, diff
 STEP_TIME_DEFINITION = "step time (median rank per step, median over steps)"
 PER_STEP_DEFINITION = "step time per step (median over ranks)"

@@ -14,9 +14,6 @@ if TYPE_CHECKING:
 
 R = TypeVar("R", bound="Record")
 
-TITLES = {"no_straggler": "no straggler", "overlap_communication": "overlap communication",
-          "comm_bandwidth_x2": "comm bandwidth x2", "no_dataloader_wait": "no dataloader wait",
-          "balanced_ranks": "balanced ranks"}
 
 
 def capped(section: R) -> R:
@@ -49,7 +46,7 @@ def parts(whatif: WhatIf, unit: str = "ms") -> tuple[str, list[str], list[list[s
         share = (format.fixed(100 * row.saving_ns / whatif.measured_step_ns, ".1f") + "%"
                  if row.applies and whatif.measured_step_ns else "-")
         gaining = ", ".join(map(str, row.ranks_gaining[:8])) + (" ..." if len(row.ranks_gaining) > 8 else "")
-        rows.append([TITLES.get(row.name, row.name), t(row.predicted_step_ns), t(row.saving_ns), share,
+        rows.append([format.SCENARIO_TITLES.get(row.name, row.name), t(row.predicted_step_ns), t(row.saving_ns), share,
                      (gaining or "-") if row.applies else "-", "" if row.applies else row.why])
     headers = ["Scenario", f"Predicted step ({unit})", f"Saving ({unit})", "Saving", "Ranks gaining", "Why not"]
     return head, headers, rows, list(whatif.notes)
