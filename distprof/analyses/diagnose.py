@@ -9,6 +9,8 @@ the rank's events like the other reductions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from .. import events as ev
@@ -174,23 +176,40 @@ def _slow_row(row: CollectiveRow) -> SlowCollectiveRow:
                              transfer_median_ns=row.transfer_median_ns)
 
 
-def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[Observed]:
-    limit = float(config["diagnosis"]["gpu_idle_share"])
+def _ranks_over(results: list[RankResult], measured: Callable[[RankResult], dict | None], share: str,
+                limit: float, size: str) -> tuple[dict[int, dict], int | None]:
+    """The per-rank findings' threshold: each rank's ``measured`` figures whose ``share`` is above
+    ``limit`` (by rank), and the rank among them with the largest ``size`` (None: no rank is over)."""
     hit = {}
-    for result in results:
-        gaps = result.gpu_gaps
-        if gaps and gaps["window_ns"] and gaps["host_bound_ns"] / gaps["window_ns"] > limit:
-            hit[result.rank] = gaps
-    if not hit:
+    for result in results:  # one per rank
+        figures = measured(result)
+        if figures and figures[share] is not None and figures[share] > limit:
+            hit[result.rank] = figures
+    return hit, (max(hit, key=lambda r: hit[r][size]) if hit else None)
+
+
+def _any_pytorch(results: list[RankResult], ranks) -> bool:
+    return any(ev.PYTORCH in result.frameworks for result in results if result.rank in ranks)
+
+
+def _host_bound_share(result: RankResult) -> dict | None:
+    gaps = result.gpu_gaps
+    if not gaps or not gaps["window_ns"]:
+        return None
+    return {**gaps, "host_bound_share": gaps["host_bound_ns"] / gaps["window_ns"]}
+
+
+def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[Observed]:
+    hit, worst = _ranks_over(results, _host_bound_share, "host_bound_share",
+                             float(config["diagnosis"]["gpu_idle_share"]), "host_bound_ns")
+    if worst is None:
         return []
-    worst = max(hit, key=lambda r: hit[r]["host_bound_ns"])
     gaps = hit[worst]
     return [_finding("host_bound_gpu", gaps["host_bound_ns"], sorted(hit), worst_rank=worst,
                      ranks_total=len(results),
                      host_bound_ns_by_rank={str(r): g["host_bound_ns"] for r, g in hit.items()},
                      host_bound_gaps=gaps["host_bound_gaps"], gaps=gaps["gaps"], idle_ns=gaps["idle_ns"],
-                     window_ns=gaps["window_ns"],
-                     pytorch=any(ev.PYTORCH in result.frameworks for result in results if result.rank in hit))]
+                     window_ns=gaps["window_ns"], pytorch=_any_pytorch(results, hit))]
 
 
 def rank_dataloader_share(result: RankResult, phase_name: str) -> dict | None:
@@ -218,21 +237,16 @@ def rank_dataloader_share(result: RankResult, phase_name: str) -> dict | None:
 def _dataloader_findings(results: list[RankResult], config: dict) -> list[Observed]:
     limit = float(config["diagnosis"]["dataloader_share"])
     name = config["phases"]["dataloader"]
-    hit = {}
-    for result in results:
-        share = rank_dataloader_share(result, name)
-        if share and share["share"] > limit:
-            hit[result.rank] = share
-    if not hit:
+    hit, worst = _ranks_over(results, lambda result: rank_dataloader_share(result, name), "share", limit,
+                             "dataloader_ns")
+    if worst is None:
         return []
-    worst = max(hit, key=lambda r: hit[r]["dataloader_ns"])
     share = hit[worst]
     return [_finding("dataloader_bound", share["dataloader_ns"], sorted(hit), worst_rank=worst,
                      ranks_total=len(results), phase=name, share=float(share["share"]),
                      dataloader_ns=share["dataloader_ns"], steps=int(share["steps"].size), limit_share=limit,
                      share_by_rank={str(r): float(s["share"]) for r, s in hit.items()},
-                     steps_above=int((share["per_step_share"] > limit).sum()),
-                     pytorch=any(ev.PYTORCH in result.frameworks for result in results if result.rank in hit))]
+                     steps_above=int((share["per_step_share"] > limit).sum()), pytorch=_any_pytorch(results, hit))]
 
 
 def findings(results: list[RankResult], checks: list[Check], skew: Skew | None, config: dict,
