@@ -3,7 +3,10 @@ summary.json). Tables group an op's calls under its base name and know a step ma
 
 from __future__ import annotations
 
+import functools
 import re
+import types
+import typing
 from collections.abc import Callable
 
 import msgspec
@@ -56,7 +59,7 @@ def map_strings(value: object, text: Callable[[str, object], str], key: object =
         return text(value, key)
     if isinstance(value, msgspec.Struct):
         changed = {}
-        for field, name in zip(value.__struct_fields__, value.__struct_encode_fields__):
+        for field, name in _text_fields(type(value)):
             old = getattr(value, field)
             if type(old) not in _LEAF_TYPES and (new := map_strings(old, text, name)) is not old:
                 changed[field] = new
@@ -71,6 +74,33 @@ def map_strings(value: object, text: Callable[[str, object], str], key: object =
         items = [v if type(v) in _LEAF_TYPES else map_strings(v, text) for v in value]
         return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
     return value
+
+
+@functools.cache
+def _text_fields(cls: type) -> tuple[tuple[str, str], ...]:
+    """(attribute, JSON key) of the fields of a record type whose declared type can hold text: the
+    walk never visits a field declared a number (most of a summary's), nor a list or map of numbers, nor
+    one the type says no report shows (its ``NOT_REPORTED``: a rank's markers, tables and metadata)."""
+    hidden = getattr(cls, "NOT_REPORTED", frozenset())
+    try:
+        return tuple((f.name, f.encode_name) for f in msgspec.structs.fields(cls)
+                     if f.name not in hidden and _may_hold_text(f.type))
+    except (TypeError, NameError):  # a declared type msgspec cannot resolve: every field is walked
+        return tuple((field, key) for field, key in zip(cls.__struct_fields__, cls.__struct_encode_fields__)
+                     if field not in hidden)
+
+
+_NUMBERS = (int, float, bool, type(None))
+
+
+def _may_hold_text(hint: object) -> bool:
+    if hint in _NUMBERS:
+        return False
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType, list, tuple, set, frozenset, dict):
+        args = [arg for arg in typing.get_args(hint) if arg is not Ellipsis]
+        return not args or any(map(_may_hold_text, args))
+    return True  # text, a record, anything else
 
 
 def _cap(text: str, limit: int) -> str:

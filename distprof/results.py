@@ -13,6 +13,8 @@ get min/median/max across ranks).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import msgspec
 from msgspec.structs import asdict, replace
 
@@ -189,6 +191,10 @@ class RankResult(Record):
     frameworks: tuple[str, ...] = ()  # events.frameworks: whose advice fits this trace ("pytorch")
     profile: RankProfile = msgspec.field(default_factory=RankProfile)   # FLOPs and memory (analyses.profiles)
     sharded: ShardedFigures | None = None  # all-gathers / reduce-scatters, per phase (analyses.sharded)
+
+    # what rank 0's analyses read and no report shows (to_json leaves them out): names.map_strings, which
+    # escapes and cuts what the reports print, does not walk them (at 512 ranks they were most of its walk)
+    NOT_REPORTED: ClassVar[frozenset[str]] = frozenset({"markers", "gpu_gaps", "tables", "meta", "warnings"})
 
     @property
     def host(self) -> str | None:

@@ -19,6 +19,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
     ("nsys_ingest.py", ["--kernels", "5000", "--rounds", "1", "--files", "2", "--merge-kernels", "5000"],
      "ratio 2 files / 1 file"),
     ("kineto_load.py", ["--synthetic", "--events", "5000", "--rounds", "1", "--no-hta"], "event rows; overlap ratio"),
+    ("combine_writers.py", ["--ranks", "8", "--rounds", "1"], "median of 1 rounds"),
 ])
 def test_an_in_process_benchmark_runs_to_its_end(script: str, arguments: list[str], printed: str) -> None:
     done = subprocess.run([sys.executable, str(BENCHMARKS / script), *arguments], capture_output=True, text=True,

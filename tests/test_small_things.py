@@ -359,3 +359,23 @@ def test_names_are_cut_and_escaped_on_the_record_as_on_its_json():
     assert len(cap_names(group).name) == 256 and len(cap_names(group).desc) == 1024
     short = GroupState.from_json(cap_names(printable_all(group)).to_json())
     assert cap_names(short) is short and printable_all(short) is short
+
+
+def test_the_walk_skips_what_no_report_shows_and_cuts_what_they_do():
+    """The reports' walk (names.map_strings) visits the fields that can hold text and that a report shows:
+    a rank's lane labels are cut, its markers and metadata (RankResult.NOT_REPORTED: what only the analyses
+    read, most of the walk at 512 ranks) are left as they are, the same objects."""
+    from distprof import config as config_mod
+    from distprof import pipeline
+    from distprof.names import cap_names
+    from distprof.results import Lane, RankMarkers
+    from distprof.sources import kineto
+    config = config_mod.load(None)
+    result = pipeline.reduce_rank(kineto.read(DATA / "torch_cpu" / "rank0.json.gz", config)[0], config)
+    long = "k" * 3000
+    markers = RankMarkers({"name": [long]}, {}, {})
+    result = replace(result, lanes=(Lane(long, 0, "host_thread", 1, 1, ()),), markers=markers,
+                     meta={**result.meta, "hostname": long})
+    cut = cap_names(result)
+    assert len(cut.lanes[0].label) == 1024  # names.LONG_TEXT_CHARS: a label is not a "name" key
+    assert cut.markers is markers and cut.meta is result.meta and cut.figures is result.figures
