@@ -289,17 +289,20 @@ class Profiler:
         """timer_only: the benchmark figures of every rank (with any rank's failure line), to rank 0."""
         from .analyses import benchmark
         from .reports import export, text
-        own = {"rank": self.rank, **benchmark.perf_summary(self.batch_ns, self.reader_ns, self.batch_size)}
-        gathered = self._stop_exchange(failure, lambda participants: None, lambda: own)
+        from .sections.benchmark import BenchmarkSummary, RankPerf
+        own = benchmark.perf_summary(self.rank, self.batch_ns, self.reader_ns, self.batch_size).to_json()
+        gathered = self._stop_exchange(failure, lambda participants: None, lambda: own)  # JSON over the link
         if gathered is None:
             return None
         parts, warnings = gathered
-        summary = {"world_size": self.world_size, "source": "distprof (timer only)",
-                   "benchmark": benchmark.across_ranks([parts[r] for r in sorted(parts)]), "warnings": warnings}
+        ranks = [RankPerf.from_json(parts[r], f"rank {r}'s perf summary") for r in sorted(parts)]
+        typed = BenchmarkSummary(world_size=self.world_size, source="distprof (timer only)",
+                                 benchmark=benchmark.across_ranks(ranks), warnings=warnings)
+        summary = typed.to_json()
         try:
             export.write_json(summary, self.out)
             if not self.quiet:
-                sys.stdout.write(text.render_benchmark(summary))
+                sys.stdout.write(text.render_benchmark(typed))
                 sys.stdout.flush()
         finally:
             if self._link() is not None:

@@ -7,6 +7,7 @@ import pytest
 import distprof
 from distprof import events as ev
 from distprof.schedule import State, from_range, make_schedule, resolve
+from distprof.sections.benchmark import BenchmarkSummary
 from distprof.sources import native
 
 C, W, R, S = State.CLOSED, State.READY, State.RECORD, State.RECORD_AND_RETURN
@@ -64,7 +65,9 @@ def test_timer_only(tmp_path, monkeypatch, capsys):
             time.sleep(0.004)
             prof.step()
     assert not (tmp_path / "rank0.sqlite").exists()  # no tracing at all
-    bench = json.loads((tmp_path / "summary.json").read_text())["benchmark"]
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert BenchmarkSummary.from_json(written).to_json() == written  # the timer_only summary's own type
+    bench = written["benchmark"]
     rank = bench["ranks"][0]
     assert rank["steps"] == 5
     assert rank["reader_cost"]["min_ns"] >= 2_000_000

@@ -23,6 +23,7 @@ from . import format, tables
 from .tables import tabulate
 
 if TYPE_CHECKING:
+    from ..sections.benchmark import BenchmarkSummary
     from ..sections.findings import Check, Finding
     from ..sections.skew import Skew
 
@@ -471,20 +472,23 @@ def top_finding_lines(summary: Summary, unit: str, width: int) -> list[str]:
                     f"{first}; {findings_report.saving(top, _timer(unit))}", width, 4)
 
 
-def render_benchmark(summary: dict, unit: str = "ms", width: int | None = None) -> str:
+def _cost_cells(cost, unit: str) -> list[str]:
+    """avg, max, min of a per-step time ("-" without steps)."""
+    return [format.figure(key, getattr(cost, key, None), unit) for key in ("avg_ns", "max_ns", "min_ns")]
+
+
+def render_benchmark(summary: BenchmarkSummary, unit: str = "ms", width: int | None = None) -> str:
     """The Perf Summary of a timer_only run: reader_cost, batch_cost, ips, Reader Ratio (``width``
-    columns wide; None: the console's). A timer_only run's summary is its own dict (profiler:
-    world_size, source, benchmark, warnings), not a ``Summary``."""
-    bench = summary["benchmark"]
+    columns wide; None: the console's). A timer_only run's summary is its own record
+    (sections/benchmark.py), not a ``Summary``."""
+    bench = summary.benchmark  # numbers only: nothing from a trace to escape
     rows = []
-    for rank in bench["ranks"]:
-        batch, reader, ips = rank["batch_cost"] or {}, rank["reader_cost"] or {}, rank["ips"]
-        rows.append([rank["rank"], rank["steps"],
-                     *(format.figure(k, batch.get(k), unit) for k in ("avg_ns", "max_ns", "min_ns")),
-                     *(format.figure(k, reader.get(k), unit) for k in ("avg_ns", "max_ns", "min_ns")),
-                     "-" if ips["avg"] is None else f"{ips['avg']:.2f}",
-                     "-" if rank["reader_ratio"] is None else f"{100 * rank['reader_ratio']:.1f}%"])
-    unit_label = bench["ranks"][0]["ips"]["unit"] if bench["ranks"] else "steps/s"
+    for rank in bench.ranks:
+        rows.append([rank.rank, rank.steps,
+                     *_cost_cells(rank.batch_cost, unit), *_cost_cells(rank.reader_cost, unit),
+                     "-" if rank.ips.avg is None else f"{rank.ips.avg:.2f}",
+                     "-" if rank.reader_ratio is None else f"{100 * rank.reader_ratio:.1f}%"])
+    unit_label = bench.ranks[0].ips.unit if bench.ranks else "steps/s"
     table = tables.fitted(rows, ["Rank", "Steps", f"batch avg ({unit})", "max", "min", f"reader avg ({unit})",
                                  "max", "min", f"ips ({unit_label})", "Reader Ratio"], keep=2,
                           width=console.terminal_width(width))
