@@ -118,10 +118,8 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None 
     uncertainties = [r.clock.uncertainty_ns for r in results]
     unknown = [r.rank for r in results if r.clock.uncertainty_ns is None]
     markers = [r.aligned_markers().to_json() for r in results]
-    steps = skew.step_skew(markers, ranks, config)
-    if steps["steps_summary"]:  # spreads across ranks on clocks nobody verified are not real figures
-        steps["steps_summary"] = {**steps["steps_summary"], "clock_verified": not unknown}
-    step_ns = (steps["steps_summary"] or {}).get("duration_median_ns")
+    steps = skew.step_skew(markers, ranks, config, clock_verified=not unknown)
+    step_ns = steps.steps_summary.duration_median_ns if steps.steps_summary else None
     window_ns = int(np.median([r.figures.window_ns for r in results])) if results else None
     out = {
         "aligned": bool(config.get("clock", {}).get("align", True)),
@@ -133,7 +131,7 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None 
                                config, step_ns=step_ns, verified=[r.clock.verified for r in results], inst=inst,
                                window_ns=window_ns,
                                gpu=[r.gpu_gaps is not None for r in results], markers=markers),
-        **steps,
+        "steps": steps.steps, "steps_summary": steps.steps_summary, "phases": steps.phases,
     }
     out["notes"] = aligned.notes + out["notes"]
     if out["no_straggler_note"] is not None:  # it indexed the skew analysis's notes alone

@@ -123,8 +123,8 @@ RETURNS_DICT = {
     "imbalance.phase_matrix", "live.window_figures", "operators.merge_operator_tables",
     "operators.operator_table", "operators.prepared", "operators.trimmed", "phases.merge_phase_tables",
     "phases.phase_table", "phases.trimmed", "profiles.rank_profile", "skew.collective_skew", "skew.owed_waits",
-    "skew.step_skew", "stacked.stack", "summaries.device_table", "summaries.model_table",
-    "summaries.overview_table", "summaries.rank_tables", "summaries.step_times",
+    "stacked.stack", "summaries.device_table", "summaries.model_table", "summaries.overview_table",
+    "summaries.rank_tables", "summaries.step_times",
 }
 
 

@@ -16,7 +16,7 @@ from ..columns import union_per_key, unique_rows
 from ..matching import Matching
 from ..rankview import RankView
 from ..results import RankMarkers
-from ..sections.skew import StragglerRow
+from ..sections.skew import StepSkew, StragglerRow
 from ..typed import Reason
 from . import blame as blame_mod
 from . import changepoint, steptime
@@ -724,11 +724,21 @@ def _phase_skew(aligned_by_rank: list[dict], rank_of: list[int]) -> dict:
             "end_spread": p_end_spread, "busy_median": p_busy_med, "busy_max_row": p_busy_max_row, "busy": pm["busy"]}
 
 
-def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> dict:
+def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict, clock_verified: bool = True) -> StepSkew:
     """Per step and phase: start/end spread across ranks (aligned clock), step-time imbalance
     (max/median of the ranks' step durations), and per phase the rank that spends the most in
     it. Steps are matched by their index; ``skew.max_rows`` steps are listed (those where the
-    slowest rank loses the most against the median), the aggregates cover all."""
+    slowest rank loses the most against the median), the aggregates cover all. ``clock_verified``:
+    every rank's clock offset was verified (spreads across ranks on clocks nobody verified are not
+    real figures: the summary says so)."""
+    result = _step_rows(aligned_by_rank, ranks, config)
+    if result["steps_summary"] is not None:
+        result["steps_summary"]["clock_verified"] = clock_verified
+    return StepSkew.build(**result)
+
+
+def _step_rows(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> dict:
+    """step_skew's rows and summary, as JSON-like rows."""
     limit = int(config["skew"]["max_rows"])
     rank_of = list(ranks)
     result = {"steps": [], "steps_summary": None, "phases": []}

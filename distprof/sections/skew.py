@@ -197,6 +197,14 @@ class PhaseRow(Record):
     compute_ns_by_rank: dict[int, int]  # busy less the communication its thread waited through (skew._nested_comm)
 
 
+class StepSkew(Record):
+    """The steps' and phases' part of skew (analyses.skew.step_skew), as the skew section holds it."""
+
+    steps: list[StepRow]
+    steps_summary: StepsSummary | None
+    phases: list[PhaseRow]
+
+
 class Stage(Record):
     """skew.pipelines[].stages[]: one stage's send/recv waits per step."""
 
