@@ -39,7 +39,7 @@ from .sections.collectives import Collectives
 from .sections.findings import Finding
 from .sections.skew import Skew
 from .sections.whatif import WhatIf
-from .typed import Reason
+from .typed import ABSENT, Reason
 
 
 def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
@@ -121,25 +121,24 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None 
     steps = skew.step_skew(markers, ranks, config, clock_verified=not unknown)
     step_ns = steps.steps_summary.duration_median_ns if steps.steps_summary else None
     window_ns = int(np.median([r.figures.window_ns for r in results])) if results else None
+    collectives = skew.collective_skew(matching, [r.clock.offset_ns for r in results], [u or 0 for u in uncertainties],
+                                       config, step_ns=step_ns, verified=[r.clock.verified for r in results],
+                                       inst=inst, window_ns=window_ns, gpu=[r.gpu_gaps is not None for r in results],
+                                       markers=markers)
     out = {
         "aligned": bool(config.get("clock", {}).get("align", True)),
         "reference_rank": aligned.reference_rank, "alignment": [r.clock.to_json(r.rank) for r in results],
         "max_clock_uncertainty_ns": None if unknown else max(uncertainties, default=0),
         "clock_unverified_ranks": unknown,
         "excluded_kinds": matching.excluded,
-        **skew.collective_skew(matching, [r.clock.offset_ns for r in results], [u or 0 for u in uncertainties],
-                               config, step_ns=step_ns, verified=[r.clock.verified for r in results], inst=inst,
-                               window_ns=window_ns,
-                               gpu=[r.gpu_gaps is not None for r in results], markers=markers),
+        **{name: getattr(collectives, name) for name in collectives.__struct_fields__
+           if getattr(collectives, name) is not ABSENT},
         "steps": steps.steps, "steps_summary": steps.steps_summary, "phases": steps.phases,
     }
     out["notes"] = aligned.notes + out["notes"]
     if out["no_straggler_note"] is not None:  # it indexed the skew analysis's notes alone
         out["no_straggler_note"] += len(aligned.notes)
     _unseen_members(out, matching, missing or [])
-    for kind in out["kinds"]:  # matching counts next to the skew aggregates
-        kind.update({k: v for k, v in next((m for m in matching.kinds if (m["name"], m["group"]) ==
-                                            (kind["name"], kind["group"])), {}).items() if k not in kind})
     out["notes"] += _unsplit_note(results) + _unnamed_groups_note(results, world_size or len(results))
     out["pipelines"] = pipelines_mod.bubbles(matching, inst, step_ns)
     return Skew.build(**out)

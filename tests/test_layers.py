@@ -122,7 +122,7 @@ RETURNS_DICT = {
     "diagnose.rank_dataloader_share", "diagnose.rank_gpu_gaps", "hang.group_members", "hostload.per_step",
     "imbalance.phase_matrix", "live.window_figures", "operators.merge_operator_tables",
     "operators.operator_table", "operators.prepared", "operators.trimmed", "phases.merge_phase_tables",
-    "phases.phase_table", "phases.trimmed", "profiles.rank_profile", "skew.collective_skew", "skew.owed_waits",
+    "phases.phase_table", "phases.trimmed", "profiles.rank_profile", "skew.owed_waits",
     "stacked.stack", "summaries.device_table", "summaries.model_table", "summaries.overview_table",
     "summaries.rank_tables", "summaries.step_times",
 }

@@ -315,7 +315,7 @@ def test_scale_is_vectorized():
     out = skew.collective_skew(m, offsets, [o["uncertainty_ns"] for o in refined], CONFIG)
     elapsed = time.perf_counter() - began
     assert offsets == (shifts[0] - shifts).tolist()
-    assert out["straggler"].rank == 7 and out["straggler"].late_steps == 200
+    assert out.straggler.rank == 7 and out.straggler.late_steps == 200
     assert elapsed < 10, elapsed
 
 

@@ -16,7 +16,7 @@ from ..columns import union_per_key, unique_rows
 from ..matching import Matching
 from ..rankview import RankView
 from ..results import RankMarkers
-from ..sections.skew import StepSkew, StragglerRow
+from ..sections.skew import CollectiveSkew, StepSkew, StragglerRow
 from ..typed import Reason
 from . import blame as blame_mod
 from . import changepoint, steptime
@@ -230,7 +230,7 @@ def _top(score: np.ndarray, limit: int) -> np.ndarray:
 def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
                     step_ns: int | None = None, verified=None, inst: dict | None = None,
                     window_ns: int | None = None, gpu=None,
-                    markers: list[dict] | None = None) -> dict:
+                    markers: list[dict] | None = None) -> CollectiveSkew:
     """Per-collective arrival/end skew, waits, bytes and bandwidth, the sync/transfer split and the
     straggler.
 
@@ -245,8 +245,20 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     the first) stays in ``ranks[]`` for reference; the straggler is named by what the others
     waited for it alone (``straggler``). The sync/transfer split (transfer = shortest duration
     across ranks) uses durations only and is compared with the aligned waits. Matrices are
-    (ranks, collectives): a few times 8 bytes × ranks × matched collectives.
+    (ranks, collectives): a few times 8 bytes × ranks × matched collectives. Each kind's row ends with
+    the matching's counts for it (ranks, steps, unmatched steps).
     """
+    result = _collective_rows_by_kind(matching, offsets, uncertainties, config, step_ns, verified, inst, window_ns,
+                                      gpu, markers)
+    for kind in result["kinds"]:  # the matching's counts next to the skew aggregates
+        kind.update({k: v for k, v in next((m for m in matching.kinds if (m["name"], m["group"]) ==
+                                            (kind["name"], kind["group"])), {}).items() if k not in kind})
+    return CollectiveSkew.build(**result)
+
+
+def _collective_rows_by_kind(matching: Matching, offsets, uncertainties, config: dict, step_ns, verified, inst,
+                             window_ns, gpu, markers) -> dict:
+    """collective_skew's rows, as JSON-like rows."""
     cfg = config["skew"]
     n_ranks, n = matching.start_ns.shape
     result = {"matched": n, "kinds": [], "collectives": [], "collectives_total": n, "ranks": [],

@@ -197,6 +197,21 @@ class PhaseRow(Record):
     compute_ns_by_rank: dict[int, int]  # busy less the communication its thread waited through (skew._nested_comm)
 
 
+class CollectiveSkew(Record, kw_only=True):
+    """The collectives' part of skew (analyses.skew.collective_skew): per kind and collective, per rank,
+    the straggler it names or the notes that say why none, as the skew section holds them."""
+
+    matched: int
+    kinds: list[KindRow]
+    collectives: list[CollectiveRow]
+    collectives_total: int
+    ranks: list[RankRow]
+    straggler: StragglerRow | None
+    notes: list[str | Reason]
+    no_straggler_note: int | None  # index into ``notes``
+    collectives_shown: int = absent()  # absent when nothing was matched or one rank
+
+
 class StepSkew(Record):
     """The steps' and phases' part of skew (analyses.skew.step_skew), as the skew section holds it."""
 
