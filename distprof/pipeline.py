@@ -190,9 +190,9 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
                                             str(config.get("phases", {}).get("dataloader", "Dataloader")),
                                             replay_graph.get("measured"))
     if crowded:
-        warnings.append(Reason("oversubscribed_warning", {"hosts": crowded}))
+        warnings.append(Reason("oversubscribed_warning", {"hosts": [host.to_json() for host in crowded]}))
     hosts = machine.facts(final)
-    busy = [h for h in machine.busy_hosts(hosts) if h.host not in {c["host"] for c in crowded}]  # said above
+    busy = [h for h in machine.busy_hosts(hosts) if h.host not in {c.host for c in crowded}]  # said above
     if busy:  # said once, at the top: the timings on those hosts are partly other processes'
         warnings.append(Reason("busy_host_warning", {"hosts": [h.to_json() for h in busy]}))
     vary = cost.durations_vary(final, straggler_rank)

@@ -19,6 +19,7 @@ from conftest import ROOT, run_mpi
 from distprof import collector
 from distprof.analyses import cost, machine
 from distprof.cli import find_mpirun
+from distprof.sections.machine import CrowdedHost
 
 V1_CPU = ("cgroup", "rw,cpu,cpuacct")
 V1_CPUSET = ("cgroup", "rw,cpuset")
@@ -121,7 +122,7 @@ def rank(host: str, cpus: int) -> SimpleNamespace:
 
 def test_oversubscribed_hosts_compare_ranks_with_the_hosts_cores():
     assert cost.oversubscribed_hosts([rank("vm", 2), rank("vm", 2)]) == []
-    assert cost.oversubscribed_hosts([rank("vm", 2)] * 3) == [{"host": "vm", "ranks": 3, "cpus": 2}]
+    assert cost.oversubscribed_hosts([rank("vm", 2)] * 3) == [CrowdedHost(host="vm", ranks=3, cpus=2)]
     # a file from before (its rank's affinity, 1) next to one recording the host's 2 cores: the host has 2
     assert cost.oversubscribed_hosts([rank("vm", 1), rank("vm", 2)]) == []
     assert [(h.host, h.cpus) for h in machine.facts([rank("vm", 1), rank("vm", 2)])] == [("vm", 2)]

@@ -18,6 +18,7 @@ from distprof import align, pipeline
 from distprof.analyses import cost, imbalance
 from distprof.reports.findings import evidence_sentences, worded
 from distprof.sections.findings import Evidence, Observed
+from distprof.sections.machine import CrowdedHost
 from distprof.typed import Reason
 
 
@@ -90,7 +91,7 @@ def test_crowded_hosts_emit_the_finding_unpriced():
     """Ranks outnumbering their host's cores: the floor is judged on the replay's saving (an upper bound
     there), the finding is emitted, and cost gives it no price (the crowded reason)."""
     results = job(4, [1, 2, 3, 1, 2, 3], 12 * MS)
-    crowded = [{"host": "h", "ranks": 4, "cpus": 2}]
+    crowded = [CrowdedHost(host="h", ranks=4, cpus=2)]
     priced = cost.price(Observed(finding="imbalance", figure_ns=1, ranks=[1], evidence=Evidence()),
                         _whatif(20 * MS), crowded)
     assert priced.predicted_saving_ns is None and priced.why_not.code == "oversubscribed"

@@ -14,6 +14,7 @@ from result_views import summary_json
 from distprof import config as config_mod
 from distprof import pipeline
 from distprof.analyses import cost
+from distprof.sections.machine import CrowdedHost
 
 CONFIG = config_mod.load()
 DATA = Path(__file__).parent / "data"
@@ -100,7 +101,7 @@ def test_ranks_outnumbering_their_cores_get_no_replay_price():
     from test_whatif import MS, serial_job
     results = serial_job(4, late=3, delay=30 * MS)
     crowded = [replace(r, meta={**r.meta, "hostname": "node1", "cpus": 2}) for r in results]
-    assert cost.oversubscribed_hosts(crowded) == [{"host": "node1", "ranks": 4, "cpus": 2}]
+    assert cost.oversubscribed_hosts(crowded) == [CrowdedHost(host="node1", ranks=4, cpus=2)]
     summary = summary_json(pipeline.combine(crowded, CONFIG, source="test", world_size=4))
     [finding] = [f for f in summary["findings"] if f["finding"] == "straggler"]
     assert finding["predicted_saving_ns"] is None and finding["severity"] == cost.UNPRICED

@@ -16,6 +16,7 @@ from __future__ import annotations
 from msgspec.structs import replace
 
 from ..sections.findings import ABOVE_STEP, NO_REPLAY, NO_SCENARIO, NOT_TIME, Finding, Observed
+from ..sections.machine import CrowdedHost
 from ..sections.skew import StragglerRow
 from ..sections.whatif import Scenario, WhatIf
 from ..typed import ABSENT, Reason
@@ -34,7 +35,7 @@ DURATIONS_VARY_SHARE = 0.10  # above this step-to-step spread of the ranks' phas
 MAD_TO_SIGMA = 1.4826
 
 
-def oversubscribed_hosts(results) -> list[dict]:
+def oversubscribed_hosts(results) -> list[CrowdedHost]:
     """Hosts whose ranks outnumber the host's usable cores (rank files record ``cpus``: the
     machine's cores capped by the cgroup's cpuset and quota, not the rank's affinity, which is one
     core when the launcher binds ranks; other sources do not, and are never flagged): there the
@@ -47,13 +48,13 @@ def oversubscribed_hosts(results) -> list[dict]:
         cpus = result.meta.get("cpus")
         if result.host and isinstance(cpus, int) and cpus > 0:
             hosts.setdefault(result.host, []).append(cpus)
-    return [{"host": host, "ranks": len(cpus), "cpus": max(cpus)} for host, cpus in sorted(hosts.items())
+    return [CrowdedHost(host=host, ranks=len(cpus), cpus=max(cpus)) for host, cpus in sorted(hosts.items())
             if len(cpus) > max(cpus)]
 
 
-def crowded_hosts(hosts: list[dict]) -> Reason:
+def crowded_hosts(hosts: list[CrowdedHost]) -> Reason:
     """Why nothing is priced on these hosts: their ranks outnumber their cores."""
-    return Reason("oversubscribed", {"hosts": hosts})
+    return Reason("oversubscribed", {"hosts": [host.to_json() for host in hosts]})
 
 
 def severity(saving_ns: int | None, step_ns: int | None) -> str:
@@ -73,7 +74,7 @@ def _step_ns(whatif: WhatIf | None) -> int | None:
     return whatif.measured_step_ns if whatif is not None else None
 
 
-def saving(code: str, whatif: WhatIf | None, oversubscribed: list[dict] | None = None, alone: bool = False
+def saving(code: str, whatif: WhatIf | None, oversubscribed: list[CrowdedHost] | None = None, alone: bool = False
            ) -> tuple[int | None, Reason | None, bool]:
     """(predicted saving per step, why not, priced after the straggler's fix) of a finding's fix;
     ``alone``: on the measured run, not after the straggler's fix (the finding is the straggler's cause)."""
@@ -117,7 +118,7 @@ def durations_vary(results, straggler_rank: int | None) -> float | None:
     return spread if spread > DURATIONS_VARY_SHARE else None
 
 
-def price(finding: Observed, whatif: WhatIf | None, oversubscribed: list[dict] | None = None,
+def price(finding: Observed, whatif: WhatIf | None, oversubscribed: list[CrowdedHost] | None = None,
           vary: float | None = None) -> Finding:
     """The finding with its cost: ``predicted_saving_ns`` (= ``cost_ns``), its share of the step,
     ``severity``, the scenario that priced it and, when unpriced, ``why_not``; with a saving,
@@ -134,7 +135,7 @@ def price(finding: Observed, whatif: WhatIf | None, oversubscribed: list[dict] |
                    durations_vary_share=vary if value is not None else None)
 
 
-def price_findings(findings: list[Observed], whatif: WhatIf | None, oversubscribed: list[dict] | None = None,
+def price_findings(findings: list[Observed], whatif: WhatIf | None, oversubscribed: list[CrowdedHost] | None = None,
                    vary: float | None = None) -> list[Finding]:
     """Every finding priced, the priced ones first by saving (largest first), then the unpriced by
     the figure they describe (``figure_ns``)."""
@@ -168,7 +169,8 @@ def unconfirmed_straggler(straggler: StragglerRow | None, whatif: WhatIf | None,
                    **({"saving_upper_bound": True} if crowded else {}))
 
 
-def price_straggler(straggler: StragglerRow | None, whatif: WhatIf | None, oversubscribed: list[dict] | None = None,
+def price_straggler(straggler: StragglerRow | None, whatif: WhatIf | None,
+                    oversubscribed: list[CrowdedHost] | None = None,
                     vary: float | None = None, expert_load: tuple[float, float] | None = None) -> StragglerRow | None:
     """skew.straggler with ``cost_ns`` = the step-time saving of removing its lateness (the
     no_straggler scenario) and ``cost_share`` of the measured step; the waits it causes stay in

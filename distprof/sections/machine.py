@@ -20,6 +20,15 @@ class Host(Record):
     steal_share: float = absent()   # share of the host's CPU time the hypervisor stole over the ranks' steps
 
 
+class CrowdedHost(Record):
+    """A host whose ranks outnumber its usable cores (analyses/cost.oversubscribed_hosts): there the
+    replay's premise fails, and no fix is priced."""
+
+    host: str
+    ranks: int
+    cpus: int                  # the most any of its ranks recorded
+
+
 class StragglerHost(Record):
     """skew.straggler.host: what the straggler's host counted in its late steps (analyses/hostload.py)."""
 
