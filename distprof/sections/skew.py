@@ -6,6 +6,8 @@ Written by pipeline._skew_summary (analyses.skew.collective_skew and step_skew),
 
 from __future__ import annotations
 
+import msgspec
+
 from ..typed import Reason, Record, absent
 from .machine import StragglerHost
 
@@ -197,21 +199,6 @@ class PhaseRow(Record):
     compute_ns_by_rank: dict[int, int]  # busy less the communication its thread waited through (skew._nested_comm)
 
 
-class CollectiveSkew(Record, kw_only=True):
-    """The collectives' part of skew (analyses.skew.collective_skew): per kind and collective, per rank,
-    the straggler it names or the notes that say why none, as the skew section holds them."""
-
-    matched: int
-    kinds: list[KindRow]
-    collectives: list[CollectiveRow]
-    collectives_total: int
-    ranks: list[RankRow]
-    straggler: StragglerRow | None
-    notes: list[str | Reason]
-    no_straggler_note: int | None  # index into ``notes``
-    collectives_shown: int = absent()  # absent when nothing was matched or one rank
-
-
 class StepSkew(Record):
     """The steps' and phases' part of skew (analyses.skew.step_skew), as the skew section holds it."""
 
@@ -263,3 +250,13 @@ class Skew(Record, kw_only=True):  # keyword-only: required keys follow collecti
     pipelines: list[Pipeline]
     unconfirmed_straggler: StragglerRow = absent()  # named, but the replay prices its fix under the floor
     note_templates: list[str] = absent()  # notes with duration tokens; present when notes are
+
+
+# The collectives' part of skew (analyses.skew.collective_skew): per kind and collective, per rank, the
+# straggler it names or the notes that say why none: Skew's own fields, declared once (there).
+COLLECTIVE_FIELDS = ("matched", "kinds", "collectives", "collectives_total", "ranks", "straggler", "notes",
+                     "no_straggler_note", "collectives_shown")
+CollectiveSkew = msgspec.defstruct(
+    "CollectiveSkew", [(f.name, f.type) if f.default is msgspec.NODEFAULT else (f.name, f.type, f.default)
+                       for f in msgspec.structs.fields(Skew) if f.name in COLLECTIVE_FIELDS],
+    bases=(Record,), kw_only=True, module=__name__)
