@@ -136,8 +136,8 @@ def test_demo_kernel_waits_and_a_slow_last_pipeline_stage(pp4_device, pp4_device
     measure of its delay: it is charged by its time outside send/recv against the median stage's (the
     rule before named nobody here: "rank 1 is late only in step(s) 0: transient"). Its 12 ms
     dataloader sleep a step runs while the last stage would wait for the first micro-batch anyway:
-    the same demo without it (run here too) is about as fast (0.4-0.6 ms apart in quiet runs, 3.7 ms
-    in one full suite: separate runs on shared cores), far less than the 12 ms of waits it causes;
+    the same demo without it (run here too) is about as fast (0.4-0.6 ms apart in quiet runs, 3.7 and
+    5.9 ms in two full suites: separate runs on shared cores), far less than the 12 ms of waits it causes;
     the replay prices the fix under the floor (0.3-0.9% of the step in quiet runs, 4.3% in that
     suite), so rank 3 is held unconfirmed, not named; near the floor, noise may tip it, so only the
     charge is asserted here (on 2 cores the replay gives no cost but its floor applies: test_blame
@@ -157,4 +157,7 @@ def test_demo_kernel_waits_and_a_slow_last_pipeline_stage(pp4_device, pp4_device
     # suite once ran these steps at 63 ms instead of 34 and charged 16.8 ms; another charged 7.9 ms)
     noise = 0.1 * summary["whatif"]["measured_step_ns"]
     assert min(10 * MS, 12 * MS - noise) <= charged["waits_caused_ns"] <= 12 * MS + noise
-    assert summary["whatif"]["measured_step_ns"] - clean["whatif"]["measured_step_ns"] < charged["waits_caused_ns"] / 2
+    # about as fast without the sleep: two separate runs on shared cores, so the same noise either way (a fresh
+    # clone's suite once ran them 5.9 ms apart at a 45 ms step); the sleep's whole 12 ms would not pass
+    slower = summary["whatif"]["measured_step_ns"] - clean["whatif"]["measured_step_ns"]
+    assert slower < charged["waits_caused_ns"] / 2 + noise
