@@ -108,7 +108,7 @@ def _unseen_members(out: dict, matching: align_mod.Matching, missing: list[int])
         out["no_straggler_note"] = len(out["notes"]) - 1
 
 
-def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: dict | None = None,
+def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: coll.Instances | None = None,
                   missing: list[int] | None = None, world_size: int | None = None) -> Skew:
     """summary.json's ``skew``: alignment, per-collective and per-step skew on the common clock, its
     notes (the alignment's first) and the send/recv pipelines' bubbles. ``no_straggler_note`` indexes

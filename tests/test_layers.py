@@ -118,7 +118,7 @@ def test_pointers_in_the_code_lead_somewhere() -> None:
 
 # public analyses that still return dicts (issue 56: each becomes its sections/ type; this list only shrinks)
 RETURNS_DICT = {
-    "collectives.instances", "collectives.node_of_ranks", "collectives.unmatched",
+    "collectives.node_of_ranks",
     "diagnose.rank_dataloader_share", "diagnose.rank_gpu_gaps", "hang.group_members", "hostload.per_step",
     "imbalance.phase_matrix", "live.window_figures", "operators.merge_operator_tables",
     "operators.operator_table", "operators.prepared", "operators.trimmed", "phases.merge_phase_tables",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..columns import search, union_per_key
+from .collectives import Instances
 
 
 def _carried(present: np.ndarray, start: np.ndarray, end: np.ndarray, wait: np.ndarray, lateness: np.ndarray,
@@ -74,7 +75,7 @@ def resumed_behind(present: np.ndarray, start: np.ndarray, duration: np.ndarray,
     return np.where(known, resume - earliest[None, :], 0)
 
 
-def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, inst: dict,
+def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, inst: Instances,
                 counted: np.ndarray, step: np.ndarray) -> np.ndarray:
     """Per instance, the last rank's own share of what the second-latest waited for it (ns; 0
     where not ``counted``). ``start``/``duration``: (ranks, instances) on the aligned clock;
@@ -91,10 +92,10 @@ def own_charges(present: np.ndarray, start: np.ndarray, duration: np.ndarray, in
     if not charged.size:
         return out
     end = start + duration
-    wait, last_row = inst["wait"], inst["last_row"]
-    lateness = wait[inst["second_row"], np.arange(n)]  # what the second-latest waited for the last one
+    wait, last_row = inst.wait, inst.last_row
+    lateness = wait[inst.second_row, np.arange(n)]  # what the second-latest waited for the last one
     previous, carried = _carried(present, start, end, wait, lateness, last_row, step)
-    late, waiter = last_row[charged], inst["second_row"][charged]
+    late, waiter = last_row[charged], inst.second_row[charged]
     mine, theirs = previous[late, charged], previous[waiter, charged]
     p = np.maximum(mine, 0)
     carried_in = np.where(mine >= 0, carried[late, charged], 0)

@@ -11,6 +11,8 @@ algbw = bytes / transfer (bytes per ns = GB/s); busbw = algbw × the nccl-tests 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import events as ev
@@ -83,8 +85,31 @@ def _known_median(values: np.ndarray, present: np.ndarray) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Instances:
+    """Every matched instance's figures on the aligned clock: per (rank row, instance) matrices
+    (``start``, ``launch``: -1 unknown, ``duration``, ``wait``) and per-instance columns."""
+
+    start: np.ndarray          # own start + the rank's offset
+    launch: np.ndarray         # when it was issued, aligned (-1: not captured)
+    duration: np.ndarray       # 0 where the rank is not a member
+    first: np.ndarray          # earliest arrival
+    last: np.ndarray           # latest arrival
+    last_row: np.ndarray       # the row that arrived last
+    second_row: np.ndarray     # the second-latest arrival (the last one itself with one member)
+    second_start: np.ndarray
+    arrival_skew: np.ndarray
+    wait: np.ndarray           # clip(last − own start, 0, own duration)
+    transfer: np.ndarray       # the last arrival's duration
+    n: np.ndarray              # the group's size
+    nbytes: np.ndarray         # median of the members' known sizes (NaN: unknown)
+    algbw: np.ndarray          # bytes per ns = GB/s
+    busbw: np.ndarray
+    node_span: np.ndarray      # INTRA, INTER or None
+
+
 def instances(matching: Matching, offsets, node_of: dict[int, str] | None = None,
-              gpus_per_node: int | None = None, world_size: int | None = None) -> dict:
+              gpus_per_node: int | None = None, world_size: int | None = None) -> Instances:
     """Every matched instance's figures (columns of ``matching``; matrices are ranks x instances).
 
     n = the group's size; an op of a group the trace does not name ("") is on the world, so
@@ -117,12 +142,11 @@ def instances(matching: Matching, offsets, node_of: dict[int, str] | None = None
     algbw = np.where(kinds == ev.BARRIER, np.nan, algbw)
     launch = np.where(matching.launch_ns >= 0, matching.launch_ns + np.asarray(offsets, np.int64)[:, None], -1) \
         if matching.launch_ns.shape == present.shape else np.full(present.shape, -1, np.int64)
-    return {"start": start, "launch": launch, "duration": duration, "first": first, "last": last, "last_row": last_row,
-            "second_row": second_row, "second_start": second_start, "arrival_skew": last - first,
-            "wait": wait, "transfer": transfer, "n": n, "nbytes": nbytes, "algbw": algbw,
-            "busbw": algbw * bus_factors(kinds, n),
-            "node_span": node_spans(list(matching.group_ranks), node_of or {}, gpus_per_node)
-            if matching.group_ranks else np.full(present.shape[1], None, object)}
+    return Instances(start=start, launch=launch, duration=duration, first=first, last=last, last_row=last_row,
+                     second_row=second_row, second_start=second_start, arrival_skew=last - first, wait=wait,
+                     transfer=transfer, n=n, nbytes=nbytes, algbw=algbw, busbw=algbw * bus_factors(kinds, n),
+                     node_span=node_spans(list(matching.group_ranks), node_of or {}, gpus_per_node)
+                     if matching.group_ranks else np.full(present.shape[1], None, object))
 
 
 def shared(matching: Matching) -> np.ndarray:
@@ -152,7 +176,7 @@ def _covered_per_key(n_keys: int, intervals: tuple, windows: tuple, clipped: np.
     return out
 
 
-def rank_waits(matching: Matching, inst: dict, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
+def rank_waits(matching: Matching, inst: Instances, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
     """Per row of ``matching``: |∪ [own start, own start + wait] over its matched collectives ∩ its
     window| on its own clock (window: the union of its step bounds when it has steps and the
     analysis window is the steps); None for a rank with no matched collective. All ranks in one
@@ -167,7 +191,7 @@ def rank_waits(matching: Matching, inst: dict, step_bounds: list[dict], use_step
         [np.asarray(b["end_ns"], np.int64) for _, b in bounds]))
     clipped = np.zeros(n_rows, bool)
     clipped[[row for row, _ in bounds]] = True
-    waited = _covered_per_key(n_rows, (rows, starts, starts + inst["wait"][rows, columns]), windows, clipped)
+    waited = _covered_per_key(n_rows, (rows, starts, starts + inst.wait[rows, columns]), windows, clipped)
     matched = np.bincount(rows, minlength=n_rows) > 0
     return [int(w) if has else None for w, has in zip(waited.tolist(), matched.tolist())]
 
@@ -190,67 +214,91 @@ def _taken(row: np.ndarray, start: np.ndarray, end: np.ndarray, matching: Matchi
     return out[:row.size]
 
 
+@dataclass(frozen=True, slots=True)
+class SingleOps:
+    """Collectives that no other rank matched, as single-rank instances (one entry each)."""
+
+    rank: np.ndarray
+    kind: np.ndarray           # p2p for a send or a recv
+    group: np.ndarray
+    duration: np.ndarray       # its own: the transfer's upper bound (the wait is unknown)
+    nbytes: np.ndarray         # NaN: unknown
+    n: np.ndarray              # the named group's size (2 for p2p), -1 unknown
+    node_span: np.ndarray      # INTRA, INTER or None
+
+
+def _column(collectives_by_rank: list[dict], key: str, dtype, missing) -> np.ndarray:
+    """One column of every rank's collectives, concatenated (``missing`` where a rank lacks it)."""
+    parts = [np.asarray(columns.get(key) or [missing] * len(columns.get("name", ())), dtype)
+             for columns in collectives_by_rank]
+    return np.concatenate([*parts, np.zeros(0, dtype)])
+
+
 def unmatched(collectives_by_rank: list[dict], ranks: list[int], matching: Matching,
-              process_groups: dict, node_of: dict[int, str], gpus_per_node: int | None) -> dict:
+              process_groups: dict, node_of: dict[int, str], gpus_per_node: int | None) -> SingleOps:
     """Each rank's collectives that no other rank matched (a 1-of-N trace, counts that differ), as
-    single-rank instances (columns: rank, kind, group, duration, nbytes, n, node_span): transfer =
-    their own duration (an upper bound: the wait is unknown), n from the named group's members
-    (else unknown), bytes their own (NaN unknown)."""
-    parts = []
-    for row, (columns, rank) in enumerate(zip(collectives_by_rank, ranks)):  # one iteration per rank
-        size = len(columns.get("name", ()))
-        if size:
-            parts.append({"row": np.full(size, row, np.int64), "rank": np.full(size, rank, np.int64),
-                          "start": np.asarray(columns["start_ns"], np.int64),
-                          "end": np.asarray(columns["end_ns"], np.int64),
-                          "kind": np.asarray(columns["name"], dtype=object),
-                          "group": np.asarray(columns.get("group") or [""] * size, dtype=object),
-                          "nbytes": np.asarray(columns.get("nbytes") or [-1] * size, np.int64)})
-    ops = {key: np.concatenate([part[key] for part in parts] + [empty]) for key, empty in (
-        ("row", np.zeros(0, np.int64)), ("rank", np.zeros(0, np.int64)), ("start", np.zeros(0, np.int64)),
-        ("end", np.zeros(0, np.int64)), ("kind", np.empty(0, object)), ("group", np.empty(0, object)),
-        ("nbytes", np.zeros(0, np.int64)))}
-    left = ~_taken(ops["row"], ops["start"], ops["end"], matching)
-    kind, nbytes = ops["kind"][left], ops["nbytes"][left]
-    single = {"rank": ops["rank"][left], "kind": np.where(np.isin(kind, ev.POINT_TO_POINT), P2P, kind).astype(object),
-              "group": ops["group"][left], "duration": (ops["end"] - ops["start"])[left],
-              "nbytes": np.where(nbytes >= 0, nbytes.astype(np.float64), np.nan)}
+    single-rank instances: transfer = their own duration (an upper bound: the wait is unknown), n
+    from the named group's members (else unknown), bytes their own (NaN unknown)."""
+    sizes = [len(columns.get("name", ())) for columns in collectives_by_rank]
+    row = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+    start, end = (_column(collectives_by_rank, key, np.int64, 0) for key in ("start_ns", "end_ns"))
+    left = ~_taken(row, start, end, matching)
+    kind = _column(collectives_by_rank, "name", object, "")[left]
+    nbytes = _column(collectives_by_rank, "nbytes", np.int64, -1)[left]
+    group = _column(collectives_by_rank, "group", object, "")[left]
+    is_p2p = np.isin(kind, ev.POINT_TO_POINT)  # p2p: its 2 ends, not the group
     # per distinct group, not per op: a 1-of-N trace leaves every op unmatched
-    names, code = np.unique(single["group"].astype(str), return_inverse=True)
+    names, code = np.unique(group.astype(str), return_inverse=True)
     code = code.ravel()
     members = [tuple(process_groups.get(str(name), ())) for name in names.tolist()]
     size = np.array([len(m) for m in members], np.int64)[code]
     span = (node_spans(members, node_of, gpus_per_node) if members else np.empty(0, object))[code]
-    is_p2p = single["kind"] == P2P  # p2p: its 2 ends, not the group
     known = (size > 0) & ~is_p2p
-    return {**single, "n": np.where(is_p2p, 2, np.where(known, size, -1)),
-            "node_span": np.where(known, span, None)}
+    return SingleOps(rank=np.asarray(ranks, np.int64)[row[left]],
+                     kind=np.where(is_p2p, P2P, kind).astype(object), group=group, duration=(end - start)[left],
+                     nbytes=np.where(nbytes >= 0, nbytes.astype(np.float64), np.nan),
+                     n=np.where(is_p2p, 2, np.where(known, size, -1)), node_span=np.where(known, span, None))
 
 
-def _instance_columns(matching: Matching, inst: dict, single: dict) -> dict:
-    """One row per instance, matched and single-rank alike, with what the table aggregates."""
+@dataclass(frozen=True, slots=True)
+class _InstanceColumns:
+    """One row per instance, matched and single-rank alike, with what the Collectives table aggregates."""
+
+    kind: np.ndarray
+    group: np.ndarray
+    node_span: np.ndarray      # "unknown" where not known
+    size_bucket: np.ndarray
+    nbytes: np.ndarray
+    duration: np.ndarray       # Σ members' durations (int64 ns: exact sums)
+    wait: np.ndarray           # Σ members' waits (0 for a single-rank one)
+    transfer: np.ndarray
+    algbw: np.ndarray
+    busbw: np.ndarray
+    matched: np.ndarray
+
+
+def _instance_columns(matching: Matching, inst: Instances, single: SingleOps) -> _InstanceColumns:
+    """The matched instances (``inst``) followed by the single-rank ones."""
     both = shared(matching)
-    kinds = single["kind"].astype(str)
-    duration = single["duration"]
+    kinds = single.kind.astype(str)
+    duration = single.duration
     with np.errstate(divide="ignore", invalid="ignore"):
-        algbw = np.where((duration > 0) & (kinds != ev.BARRIER), single["nbytes"] / duration, np.nan)
+        algbw = np.where((duration > 0) & (kinds != ev.BARRIER), single.nbytes / duration, np.nan)
     groups = np.asarray(matching.group, dtype=object) if len(matching.group) == matching.size else \
         np.full(matching.size, "", object)
-    columns = {
-        "kind": (np.asarray(matching.name, dtype=object)[both], kinds.astype(object)),
-        "group": (groups[both], single["group"].astype(str).astype(object)),
-        "node_span": (np.asarray(inst["node_span"], dtype=object)[both], single["node_span"]),
-        "nbytes": (inst["nbytes"][both], single["nbytes"]),
-        "duration": (inst["duration"].sum(axis=0)[both], duration),  # int64 ns: exact sums
-        "wait": (inst["wait"].sum(axis=0)[both], np.zeros(duration.size, np.int64)),
-        "transfer": (inst["transfer"][both].astype(np.float64), duration.astype(np.float64)),
-        "algbw": (inst["algbw"][both], algbw), "busbw": (inst["busbw"][both], algbw * bus_factors(kinds, single["n"])),
-        "matched": (np.ones(int(both.sum()), bool), np.zeros(duration.size, bool)),
-    }
-    out = {key: np.concatenate(pair) for key, pair in columns.items()}
-    span = out["node_span"]
-    return {**out, "node_span": np.where(span == None, "unknown", span),  # noqa: E711 - elementwise
-            "size_bucket": size_bucket(out["nbytes"])}
+    span = np.concatenate([np.asarray(inst.node_span, dtype=object)[both], single.node_span])
+    nbytes = np.concatenate([inst.nbytes[both], single.nbytes])
+    return _InstanceColumns(
+        kind=np.concatenate([np.asarray(matching.name, dtype=object)[both], kinds.astype(object)]),
+        group=np.concatenate([groups[both], single.group.astype(str).astype(object)]),
+        node_span=np.where(span == None, "unknown", span),  # noqa: E711 - elementwise
+        size_bucket=size_bucket(nbytes), nbytes=nbytes,
+        duration=np.concatenate([inst.duration.sum(axis=0)[both], duration]),
+        wait=np.concatenate([inst.wait.sum(axis=0)[both], np.zeros(duration.size, np.int64)]),
+        transfer=np.concatenate([inst.transfer[both].astype(np.float64), duration.astype(np.float64)]),
+        algbw=np.concatenate([inst.algbw[both], algbw]),
+        busbw=np.concatenate([inst.busbw[both], algbw * bus_factors(kinds, single.n)]),
+        matched=np.concatenate([np.ones(int(both.sum()), bool), np.zeros(duration.size, bool)]))
 
 
 def _median(values: np.ndarray) -> float | None:
@@ -258,10 +306,10 @@ def _median(values: np.ndarray) -> float | None:
     return float(np.median(known)) if known.size else None
 
 
-def _table_groups(columns: dict, keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _table_groups(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows ordered by group, where each group starts in that order, each group's first row):
     groups of equal ``keys`` texts, in the order of the sorted key tuples."""
-    codes = np.stack([np.unique(np.asarray(columns[key], dtype=str), return_inverse=True)[1].ravel()
+    codes = np.stack([np.unique(np.asarray(key, dtype=str), return_inverse=True)[1].ravel()
                       for key in keys], axis=1)
     _, group_of, _ = unique_rows(codes.astype(np.int64))  # groups numbered in sorted key order
     order = np.argsort(group_of, kind="stable")
@@ -269,41 +317,40 @@ def _table_groups(columns: dict, keys: tuple[str, ...]) -> tuple[np.ndarray, np.
     return order, starts, order[starts]
 
 
-def table(matching: Matching, inst: dict, single: dict, peak_gbps: float | None) -> list[CollectiveRow]:
+def table(matching: Matching, inst: Instances, single: SingleOps, peak_gbps: float | None) -> list[CollectiveRow]:
     """The Collectives table: per kind x group x node span x size bucket, the count (matched and
     single-rank), total time (Σ members' durations), wait share (Σ wait / Σ duration of the
     matched ones), median transfer, median bytes, algbw and busbw, and busbw's share of
     ``peak_gbps`` when the peak is known. Costliest rows first."""
     columns = _instance_columns(matching, inst, single)
-    if not columns["kind"].size:
+    if not columns.kind.size:
         return []
-    keys = ("kind", "group", "node_span", "size_bucket")
-    order, starts, first = _table_groups(columns, keys)
+    order, starts, first = _table_groups((columns.kind, columns.group, columns.node_span, columns.size_bucket))
     rows = []
     for part, head in zip(np.split(order, starts[1:]), first.tolist()):  # one iteration per table row
-        matched = part[columns["matched"][part]]
-        matched_time = float(columns["duration"][matched].sum())
-        wait = int(columns["wait"][matched].sum())
-        transfer, busbw = _median(columns["transfer"][part]), _median(columns["busbw"][part])
-        span = str(columns["node_span"][head])
+        matched = part[columns.matched[part]]
+        matched_time = float(columns.duration[matched].sum())
+        wait = int(columns.wait[matched].sum())
+        transfer, busbw = _median(columns.transfer[part]), _median(columns.busbw[part])
+        span = str(columns.node_span[head])
         rows.append(CollectiveRow(
-            kind=str(columns["kind"][head]), group=str(columns["group"][head]),
-            node_span=None if span == "unknown" else span, size_bucket=str(columns["size_bucket"][head]),
-            count=int(part.size), matched=int(matched.size), total_ns=int(columns["duration"][part].sum()),
+            kind=str(columns.kind[head]), group=str(columns.group[head]),
+            node_span=None if span == "unknown" else span, size_bucket=str(columns.size_bucket[head]),
+            count=int(part.size), matched=int(matched.size), total_ns=int(columns.duration[part].sum()),
             wait_ns=wait, wait_share=float(wait / matched_time) if matched_time > 0 else None,
             transfer_median_ns=None if transfer is None else int(round(transfer)),
-            bytes_median=_median(columns["nbytes"][part]), algbw_median_gbps=_median(columns["algbw"][part]),
+            bytes_median=_median(columns.nbytes[part]), algbw_median_gbps=_median(columns.algbw[part]),
             busbw_median_gbps=busbw, peak_share=busbw / peak_gbps if busbw is not None and peak_gbps else None))
     return sorted(rows, key=lambda r: (-r.total_ns, r.kind, r.group))
 
 
-def summary(matching: Matching, inst: dict, single: dict, config: dict) -> Collectives:
+def summary(matching: Matching, inst: Instances, single: SingleOps, config: dict) -> Collectives:
     """summary.json's ``collectives``: the table and what it was measured against."""
     hardware = config.get("hardware") or {}
     peak = hardware.get("peak_busbw_gbps")
     return Collectives(rows=table(matching, inst, single, peak), peak_busbw_gbps=peak,
                        gpus_per_node=hardware.get("gpus_per_node"), size_buckets=list(SIZE_BUCKETS),
-                       matched=int(shared(matching).sum()), single_rank=int(single["rank"].size))
+                       matched=int(shared(matching).sum()), single_rank=int(single.rank.size))
 
 
 def slow_rows(rows: list[CollectiveRow], config: dict) -> list[CollectiveRow]:

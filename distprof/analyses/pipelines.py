@@ -50,7 +50,7 @@ def _oriented(path: list[int], matching: Matching, start: np.ndarray) -> list[in
     return path if first_send(path[0]) <= first_send(path[-1]) else path[::-1]
 
 
-def bubbles(matching: Matching, inst: dict, step_ns: float | None) -> list[Pipeline]:
+def bubbles(matching: Matching, inst: coll.Instances, step_ns: float | None) -> list[Pipeline]:
     """Per pipeline, per stage: what it waits per step in its send/recv for the stage before it
     (``upstream_ns``: activations not there yet) and after it (``downstream_ns``: gradients, or a
     receiver not ready), and both together (``bubble_ns``, a union: waits at once count once),
@@ -62,12 +62,12 @@ def bubbles(matching: Matching, inst: dict, step_ns: float | None) -> list[Pipel
         return []
     out = []
     for path in chains(matching.sender[p2p], matching.receiver[p2p]):  # one per pipeline
-        path = _oriented(path, matching, inst["start"])
+        path = _oriented(path, matching, inst.start)
         out.append(_stage_waits(matching, inst, p2p, path, step_ns))
     return out
 
 
-def _stage_waits(matching: Matching, inst: dict, p2p: np.ndarray, path: list[int],
+def _stage_waits(matching: Matching, inst: coll.Instances, p2p: np.ndarray, path: list[int],
                  step_ns: float | None) -> Pipeline:
     stage_of = np.full(int(max(matching.ranks.max(), max(path))) + 1, -1, np.int64)
     stage_of[path] = np.arange(len(path))
@@ -77,8 +77,8 @@ def _stage_waits(matching: Matching, inst: dict, p2p: np.ndarray, path: list[int
     me = matching.ranks[rows]
     peer = np.where(matching.sender[column] == me, matching.receiver[column], matching.sender[column])
     upstream = stage_of[peer] < stage_of[me]
-    start = inst["start"][rows, column]
-    end = start + inst["wait"][rows, column]
+    start = inst.start[rows, column]
+    end = start + inst.wait[rows, column]
     steps = np.unique(matching.step[columns])
     units = max(int(steps.size), 1)
     n_rows = matching.present.shape[0]

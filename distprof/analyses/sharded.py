@@ -32,6 +32,7 @@ from ..sections.sharded import ShardedFigures, ShardedPhase, ShardedRank
 from ..sections.skew import StragglerRow
 from . import intervals as iv
 from . import skew
+from .collectives import Instances
 
 KINDS = (ev.ALLGATHER, ev.REDUCE_SCATTER)
 MOST_OF_EXPOSED = 0.5     # all-gathers + reduce-scatters at least this share of the exposed communication
@@ -88,7 +89,7 @@ def rank_sharded(view: RankView) -> ShardedFigures | None:
     return ShardedFigures(int(view.steps.sum()), *totals, phases[:MAX_PHASES])
 
 
-def across_ranks(results: list[RankResult], matching: Matching, inst: dict | None,
+def across_ranks(results: list[RankResult], matching: Matching, inst: Instances | None,
                  straggler: StragglerRow | None) -> list[ShardedRank]:
     """summary.json ``sharded``: per rank with all-gathers or reduce-scatters, its figures and what of their
     exposed part waited for the named straggler (none without one)."""

@@ -228,7 +228,7 @@ def _top(score: np.ndarray, limit: int) -> np.ndarray:
 
 
 def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
-                    step_ns: int | None = None, verified=None, inst: dict | None = None,
+                    step_ns: int | None = None, verified=None, inst: coll.Instances | None = None,
                     window_ns: int | None = None, gpu=None,
                     markers: list[dict] | None = None) -> CollectiveSkew:
     """Per-collective arrival/end skew, waits, bytes and bandwidth, the sync/transfer split and the
@@ -279,7 +279,7 @@ def _collective_rows_by_kind(matching: Matching, offsets, uncertainties, config:
                         "late_collectives": int(arrivals["late"][r].sum()), "late_units": int(units["late_units"][r]),
                         "late_steps": int(units["late_units"][r]) if units["by_step"] else None,
                         "total_lateness_ns": int(arrivals["total_lateness"][r]),
-                        "wait_ns": int(inst["wait"][r].sum()), "sync_ns": int(arrivals["sync"][r].sum()),
+                        "wait_ns": int(inst.wait[r].sum()), "sync_ns": int(arrivals["sync"][r].sum()),
                         "threshold_ns": int(arrivals["threshold"][r]),
                         "late_in": int(blame["late_in"][r]), "of": int(blame["of"][r]),
                         "waits_caused_ns": int(round(blame["per_step"][r])),
@@ -349,7 +349,7 @@ def _gbps(value: float) -> float | None:
     return None if not np.isfinite(value) else float(value)
 
 
-def _collective_rows(matching: Matching, arrivals: dict, inst: dict, limit: int) -> list[dict]:
+def _collective_rows(matching: Matching, arrivals: dict, inst: coll.Instances, limit: int) -> list[dict]:
     """The ``limit`` collectives with the largest arrival skew, in time order."""
     a = arrivals
     present, unc, median_start = matching.present, a["unc"], a["median_start"]
@@ -364,16 +364,16 @@ def _collective_rows(matching: Matching, arrivals: dict, inst: dict, limit: int)
         "index": int(index[j]), "name": str(matching.name[j]), "kind": str(matching.name[j]),
         "group_name": str(groups[j]), "group_ranks": list(members[j]), "step": int(matching.step[j]),
         "ordinal": int(matching.ordinal[j]), "start_ns": int(round(float(median_start[j]))),
-        "bytes": None if not np.isfinite(inst["nbytes"][j]) else int(round(float(inst["nbytes"][j]))),
+        "bytes": None if not np.isfinite(inst.nbytes[j]) else int(round(float(inst.nbytes[j]))),
         "arrival_skew_ns": int(a["arrival_skew"][j]), "end_skew_ns": int(a["end_skew"][j]),
         "first_rank": rank_of[first_row[j]], "last_rank": rank_of[last_row[j]],
         "last_lateness_ns": int(a["lateness"][last_row[j], j]),
-        "attributable_wait_ns": int(inst["last"][j] - inst["second_start"][j]),
+        "attributable_wait_ns": int(inst.last[j] - inst.second_start[j]),
         "above_uncertainty": bool(a["arrival_skew"][j] > unc[first_row[j]] + unc[last_row[j]]),
-        "transfer_ns": int(inst["transfer"][j]), "algbw_gbps": _gbps(inst["algbw"][j]),
-        "busbw_gbps": _gbps(inst["busbw"][j]), "node_span": inst["node_span"][j],
+        "transfer_ns": int(inst.transfer[j]), "algbw_gbps": _gbps(inst.algbw[j]),
+        "busbw_gbps": _gbps(inst.busbw[j]), "node_span": inst.node_span[j],
         "max_sync_ns": int(a["sync"][present[:, j], j].max()), "split_agrees": bool(a["split_agrees"][j]),
-        "wait_ns_by_rank": {str(rank_of[r]): int(inst["wait"][r, j]) for r in np.flatnonzero(present[:, j])},
+        "wait_ns_by_rank": {str(rank_of[r]): int(inst.wait[r, j]) for r in np.flatnonzero(present[:, j])},
     } for j in order[_top(a["arrival_skew"][order], limit)]]
 
 
@@ -406,7 +406,7 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[Rea
     return kinds, notes
 
 
-def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: float | None,
+def _blame(matching: Matching, inst: coll.Instances, unc: np.ndarray, cfg: dict, step_ns: float | None,
            markers: list[dict] | None = None) -> dict:
     """What the other members waited for each rank's own delay: per instance, the last rank's
     attributable wait (what the second-latest waited for it: its start − the second-latest start,
@@ -418,15 +418,15 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
     ``min_cost`` = max(``straggler_min_step_fraction`` × step, ``straggler_min_ns``): a step in
     which a rank costs the others at least this much is a step it is late in."""
     n_rows, n = matching.present.shape
-    last_row, second_row = inst["last_row"], inst["second_row"]
-    attributable = inst["wait"][second_row, np.arange(n)].astype(np.int64) if n else np.zeros(0, np.int64)
+    last_row, second_row = inst.last_row, inst.second_row
+    attributable = inst.wait[second_row, np.arange(n)].astype(np.int64) if n else np.zeros(0, np.int64)
     tolerance = unc[last_row] + unc[second_row]
     joined = matching.present.sum(axis=0) >= 2
     counted = joined & (attributable > tolerance + int(cfg["late_min_ns"]))
     # last by more than the clocks can tell, however little: who a user sees arrive last
     last = joined & (attributable > tolerance)
     p2p = np.asarray(matching.name, dtype=str) == coll.P2P
-    own = blame_mod.own_charges(matching.present, inst["start"], inst["duration"], inst, counted, matching.step)
+    own = blame_mod.own_charges(matching.present, inst.start, inst.duration, inst, counted, matching.step)
     own[p2p] = 0  # a pipeline's hand-overs: its stages are charged by their time outside communication
     steps, unit_of = np.unique(matching.step, return_inverse=True)
     n_units = int(steps.size)
@@ -434,8 +434,8 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
     # step their union: collectives queued together (DDP buckets enqueued back to back) are
     # waited for at once, so one delay is counted once, not per bucket
     mine = own > 0
-    per_unit = union_per_key(last_row[mine] * n_units + unit_of.ravel()[mine], inst["last"][mine] - own[mine],
-                             inst["last"][mine], n_rows * n_units).reshape(n_rows, n_units)
+    per_unit = union_per_key(last_row[mine] * n_units + unit_of.ravel()[mine], inst.last[mine] - own[mine],
+                             inst.last[mine], n_rows * n_units).reshape(n_rows, n_units)
     if p2p.any() and markers is not None and (steps >= 0).any():
         stage_steps = np.zeros((n_rows, n_units), bool)
         pairs = blame_mod.stage_pairs(matching.present, p2p, matching.step)
@@ -451,13 +451,13 @@ def _blame(matching: Matching, inst: dict, unc: np.ndarray, cfg: dict, step_ns: 
             "steps_late": (per_unit >= min_cost).sum(axis=1), "by_step": bool((steps >= 0).any())}
 
 
-def _side(matching: Matching, inst: dict, blame: dict, row: int, gpu) -> str | None:
+def _side(matching: Matching, inst: coll.Instances, blame: dict, row: int, gpu) -> str | None:
     """"device" when the rank's launches are on time (launch lateness vs the other members'
     latest launch < half its attributable wait, median over its late instances) but its kernels
     start late; "host" when the launch is late too, or the collectives are host calls on a
     host-only trace (no launch times); None when not known (GPU work without launches)."""
-    mine = blame["own"] & (inst["last_row"] == row)
-    launch = inst["launch"][:, mine]
+    mine = blame["own"] & (inst.last_row == row)
+    launch = inst.launch[:, mine]
     others = matching.present[:, mine] & (np.arange(launch.shape[0]) != row)[:, None] & (launch >= 0)
     known = (launch[row] >= 0) & others.any(axis=0)
     if not known.any():
@@ -504,7 +504,7 @@ def _onset(per_unit: np.ndarray, r: int, min_cost: float, cfg: dict) -> int | No
                              float(cfg["straggler_min_lead"]), int(cfg.get("straggler_min_onset_steps", 2)))
 
 
-def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, verified, markers,
+def _name_straggler(matching: Matching, inst: coll.Instances, blame: dict, cfg: dict, verified, markers,
                     gpu) -> tuple[dict | None, list[Reason]]:
     """The straggler: the rank whose waits caused are the largest, when (a) they reach ``min_cost``
     per step, (b) it is late in ``straggler_min_late_share`` of the steps, or of the steps from
@@ -544,7 +544,7 @@ def _name_straggler(matching: Matching, inst: dict, blame: dict, cfg: dict, veri
     return _straggler_row(matching, inst, blame, r, markers, gpu, onset), []
 
 
-def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, markers, gpu,
+def _straggler_row(matching: Matching, inst: coll.Instances, blame: dict, r: int, markers, gpu,
                    onset: int | None) -> StragglerRow:
     """skew.straggler: the contract keys and the older ones reports read. With an onset, the
     waits it causes are per step since then."""
@@ -574,7 +574,8 @@ def _straggler_row(matching: Matching, inst: dict, blame: dict, r: int, markers,
         exposed_waits_ns_by_rank=_exposed_waits(matching, inst, blame, r, late_units))
 
 
-def _exposed_waits(matching: Matching, inst: dict, blame: dict, r: int, late_units: np.ndarray) -> dict[int, int]:
+def _exposed_waits(matching: Matching, inst: coll.Instances, blame: dict, r: int,
+                   late_units: np.ndarray) -> dict[int, int]:
     """Per other rank: the part of its waits, in the steps the straggler is late in, that no
     computation of its own overlapped (what its exposed communication owes to the straggler, at
     least: wait − the op's overlapped time; 0 where the op's exposure is unknown). Checks, findings
@@ -584,7 +585,7 @@ def _exposed_waits(matching: Matching, inst: dict, blame: dict, r: int, late_uni
     return _owed(matching, inst, r, in_late)
 
 
-def _owed_to(matching: Matching, inst: dict, r: int) -> np.ndarray:
+def _owed_to(matching: Matching, inst: coll.Instances, r: int) -> np.ndarray:
     """(ranks, instances): what each rank waited for row ``r`` in each collective. Every wait has one
     owner: the rank whose arrival ended it. A rank's wait counts for ``r`` from the latest arrival of
     the other members as they would have arrived without ``r``'s delay: their arrival less the delay
@@ -592,20 +593,20 @@ def _owed_to(matching: Matching, inst: dict, r: int) -> np.ndarray:
     nor than what they waited for ``r`` in the step, followed back through the chain one hop a pass).
     A wait for a rank late on its own is not the straggler's (the DLRM trace: rank 7 last in 4 of 8
     collectives, credited with the waits of all 8)."""
-    present, start, wait = matching.present, inst["start"], inst["wait"]
+    present, start, wait = matching.present, inst.start, inst.wait
     n_rows, n = present.shape
     if not n:
         return np.zeros(present.shape, np.int64)
     _, unit = np.unique(matching.step, return_inverse=True)
     unit = unit.ravel()
-    behind = blame_mod.resumed_behind(present, start, inst["duration"], matching.step)
+    behind = blame_mod.resumed_behind(present, start, inst.duration, matching.step)
     others = present & (np.arange(n_rows)[:, None] != r)
     waited_for_r = np.zeros((n_rows, int(unit.max()) + 1), np.int64)  # per rank and step
     owed = np.zeros(present.shape, np.int64)
     for _ in range(n_rows):  # a chain has at most one hop per rank
         carried = np.minimum(behind, waited_for_r[:, unit])
         without_r = np.where(others, start - carried, _INT_MIN).max(axis=0)  # latest arrival but r's delay
-        owed = np.where(others, np.clip(inst["last"][None, :] - np.maximum(start, without_r[None, :]), 0, wait), 0)
+        owed = np.where(others, np.clip(inst.last[None, :] - np.maximum(start, without_r[None, :]), 0, wait), 0)
         again = np.zeros_like(waited_for_r)
         np.maximum.at(again, (slice(None), unit), owed)
         if (again == waited_for_r).all():
@@ -614,20 +615,20 @@ def _owed_to(matching: Matching, inst: dict, r: int) -> np.ndarray:
     return owed
 
 
-def _owed(matching: Matching, inst: dict, r: int, columns: np.ndarray) -> dict[int, int]:
+def _owed(matching: Matching, inst: coll.Instances, r: int, columns: np.ndarray) -> dict[int, int]:
     """_exposed_waits over the collectives ``columns`` (a mask): per rank other than row ``r``, only
     what it waited for ``r`` (``_owed_to``)."""
     exposed = matching.exposed_ns if matching.exposed_ns.shape == matching.present.shape else \
         np.full(matching.present.shape, -1, np.int64)
-    owed = np.minimum(np.clip(inst["wait"] - (inst["duration"] - exposed), 0, None), _owed_to(matching, inst, r))
+    owed = np.minimum(np.clip(inst.wait - (inst.duration - exposed), 0, None), _owed_to(matching, inst, r))
     rows, columns = np.nonzero(matching.present & (exposed >= 0) & columns[None, :] & (owed > 0))
     # ops waiting at once (buckets queued together) wait once: a union of each wait's last part
-    ends = inst["last"][columns]
+    ends = inst.last[columns]
     total = union_per_key(rows, ends - owed[rows, columns], ends, matching.present.shape[0])
     return {int(rank): int(total[row]) for row, rank in enumerate(matching.ranks.tolist()) if row != r}
 
 
-def owed_waits(matching: Matching, inst: dict, straggler: StragglerRow, kind: str) -> dict[int, int]:
+def owed_waits(matching: Matching, inst: coll.Instances, straggler: StragglerRow, kind: str) -> dict[int, int]:
     """Per rank other than the named straggler (skew.straggler): what its exposed ``kind`` collectives
     owe to it, as ``exposed_waits_ns_by_rank`` counts it over every kind (analyses/sharded.py: an FSDP
     rank's exposed all-gather net of its waits for the straggler)."""
