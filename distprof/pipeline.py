@@ -37,9 +37,9 @@ from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
 from .sections.collectives import Collectives
 from .sections.findings import Finding
-from .sections.skew import Skew
+from .sections.skew import ClockRow, CollectiveSkew, Skew
 from .sections.whatif import WhatIf
-from .typed import ABSENT, Reason
+from .typed import Reason
 
 
 def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
@@ -88,24 +88,25 @@ def _rank_warnings(results: list[RankResult]) -> list[str]:
     return warnings + [f"{_rank_ranges(sorted(ranks))}: {text}" for text, ranks in no_steps.items()]
 
 
-def _unseen_members(out: dict, matching: align_mod.Matching, missing: list[int]) -> None:
+def _unseen_members(found: CollectiveSkew, matching: align_mod.Matching, missing: list[int]) -> CollectiveSkew:
     """A straggler is last among the ranks *present*: when its collectives' groups have members
     that are not in the merge (or groups not known and ranks missing from the world), the
     absent ranks may be later still, so it is not named; a note says why."""
-    straggler = out.get("straggler")
+    straggler = found.straggler
     if not straggler or not missing or not matching.size:
-        return
+        return found
     row = int(np.flatnonzero(matching.ranks == straggler.rank)[0])
     mine = np.flatnonzero(matching.present[row])
     groups = matching.group if matching.group.size == matching.size else np.full(matching.size, "", object)
     unseen = set(missing)
     incomplete = [j for j in mine.tolist() if not groups[j] or unseen & set(matching.group_ranks[j])]
-    if incomplete:
-        out["straggler"] = None
-        out["notes"].append(Reason("unseen_members", {  # worded by reports/findings.py
-            "rank": straggler.rank, "late_in": straggler.late_in, "of": straggler.of,
-            "incomplete": len(incomplete), "missing": sorted(unseen)}))
-        out["no_straggler_note"] = len(out["notes"]) - 1
+    if not incomplete:
+        return found
+    why = Reason("unseen_members", {  # worded by reports/findings.py
+        "rank": straggler.rank, "late_in": straggler.late_in, "of": straggler.of,
+        "incomplete": len(incomplete), "missing": sorted(unseen)})
+    return msgspec.structs.replace(found, straggler=None, notes=[*found.notes, why],
+                                   no_straggler_note=len(found.notes))
 
 
 def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: coll.Instances | None = None,
@@ -117,31 +118,27 @@ def _skew_summary(aligned: align_mod.Alignment, config: dict, inst: coll.Instanc
     ranks = [r.rank for r in results]
     uncertainties = [r.clock.uncertainty_ns for r in results]
     unknown = [r.rank for r in results if r.clock.uncertainty_ns is None]
-    markers = [r.aligned_markers().to_json() for r in results]
+    markers = [r.aligned_markers() for r in results]
     steps = skew.step_skew(markers, ranks, config, clock_verified=not unknown)
     step_ns = steps.steps_summary.duration_median_ns if steps.steps_summary else None
     window_ns = int(np.median([r.figures.window_ns for r in results])) if results else None
-    collectives = skew.collective_skew(matching, [r.clock.offset_ns for r in results], [u or 0 for u in uncertainties],
-                                       config, step_ns=step_ns, verified=[r.clock.verified for r in results],
-                                       inst=inst, window_ns=window_ns, gpu=[r.gpu_gaps is not None for r in results],
-                                       markers=markers)
-    out = {
-        "aligned": bool(config.get("clock", {}).get("align", True)),
-        "reference_rank": aligned.reference_rank, "alignment": [r.clock.to_json(r.rank) for r in results],
-        "max_clock_uncertainty_ns": None if unknown else max(uncertainties, default=0),
-        "clock_unverified_ranks": unknown,
-        "excluded_kinds": matching.excluded,
-        **{name: getattr(collectives, name) for name in collectives.__struct_fields__
-           if getattr(collectives, name) is not ABSENT},
-        "steps": steps.steps, "steps_summary": steps.steps_summary, "phases": steps.phases,
-    }
-    out["notes"] = aligned.notes + out["notes"]
-    if out["no_straggler_note"] is not None:  # it indexed the skew analysis's notes alone
-        out["no_straggler_note"] += len(aligned.notes)
-    _unseen_members(out, matching, missing or [])
-    out["notes"] += _unsplit_note(results) + _unnamed_groups_note(results, world_size or len(results))
-    out["pipelines"] = pipelines_mod.bubbles(matching, inst, step_ns)
-    return Skew.build(**out)
+    found = _unseen_members(skew.collective_skew(
+        matching, [r.clock.offset_ns for r in results], [u or 0 for u in uncertainties], config, step_ns=step_ns,
+        verified=[r.clock.verified for r in results], inst=inst, window_ns=window_ns,
+        gpu=[r.gpu_gaps is not None for r in results], markers=markers), matching, missing or [])
+    note = found.no_straggler_note
+    return Skew(
+        aligned=bool(config.get("clock", {}).get("align", True)),
+        reference_rank=aligned.reference_rank, alignment=[ClockRow(**r.clock.to_json(r.rank)) for r in results],
+        max_clock_uncertainty_ns=None if unknown else max(uncertainties, default=0),
+        clock_unverified_ranks=unknown, excluded_kinds=list(matching.excluded), matched=found.matched,
+        kinds=found.kinds, collectives=found.collectives, collectives_total=found.collectives_total,
+        collectives_shown=found.collectives_shown, ranks=found.ranks, straggler=found.straggler,
+        notes=[*aligned.notes, *found.notes, *_unsplit_note(results),
+               *_unnamed_groups_note(results, world_size or len(results))],
+        no_straggler_note=None if note is None else note + len(aligned.notes),  # it indexed found.notes alone
+        steps=steps.steps, steps_summary=steps.steps_summary, phases=steps.phases,
+        pipelines=pipelines_mod.bubbles(matching, inst, step_ns))
 
 
 MAX_WORLD_PER_RANK = 64  # a stated world this many times the ranks found (and above

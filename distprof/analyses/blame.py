@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..columns import search, union_per_key
+from ..results import RankMarkers
 from .collectives import Instances
 
 
@@ -125,27 +126,27 @@ def stage_pairs(present: np.ndarray, p2p: np.ndarray, step: np.ndarray) -> np.nd
     return np.unique(pairs, axis=0) if pairs.size else np.zeros((0, 2), np.int64)
 
 
-def pipeline_excess(stage_steps: np.ndarray, markers: list[dict], steps: np.ndarray) -> np.ndarray:
+def pipeline_excess(stage_steps: np.ndarray, markers: list[RankMarkers], steps: np.ndarray) -> np.ndarray:
     """(ranks, steps): each pipeline stage's time outside communication in the step, from the step's
     start to the end of its last communication op or annotated phase there (not the idle time to the
     step's end), less the union of its communication ops (send/recv, and collectives of other
     groups), beyond the median stage's of that step, >= 0. ``stage_steps`` (ranks, steps): whether
-    the rank takes part in the step's send/recv; ``markers``: per rank, its aligned RankMarkers as
-    JSON (step bounds, phases, communication ops); ``steps``: the step numbers. Steps with fewer
+    the rank takes part in the step's send/recv; ``markers``: per rank, its aligned RankMarkers
+    (step bounds, phases, communication ops); ``steps``: the step numbers. Steps with fewer
     than MIN_PIPELINE_STAGES stages charge nobody."""
     n_rows, n_steps = stage_steps.shape
     outside = np.zeros((n_rows, n_steps), np.int64)
     for row, marks in enumerate(markers):  # one pass per rank: a few arrays each
-        bounds_at, bounds_ok = _step_index(steps, marks["step_bounds"]["step"])
-        op_at, in_step = _step_index(steps, marks["collectives"]["step"])
-        phase_at, phase_ok = _step_index(steps, marks["phases"]["step"])
-        op_at, op_start, op_end = (op_at[in_step], np.asarray(marks["collectives"]["start_ns"], np.int64)[in_step],
-                                   np.asarray(marks["collectives"]["end_ns"], np.int64)[in_step])
+        bounds_at, bounds_ok = _step_index(steps, marks.step_bounds["step"])
+        op_at, in_step = _step_index(steps, marks.collectives["step"])
+        phase_at, phase_ok = _step_index(steps, marks.phases["step"])
+        op_at, op_start, op_end = (op_at[in_step], np.asarray(marks.collectives["start_ns"], np.int64)[in_step],
+                                   np.asarray(marks.collectives["end_ns"], np.int64)[in_step])
         last_end = np.full(n_steps, np.iinfo(np.int64).min)
         np.maximum.at(last_end, op_at, op_end)
-        np.maximum.at(last_end, phase_at[phase_ok], np.asarray(marks["phases"]["end_ns"], np.int64)[phase_ok])
+        np.maximum.at(last_end, phase_at[phase_ok], np.asarray(marks.phases["end_ns"], np.int64)[phase_ok])
         step_start = np.zeros(n_steps, np.int64)
-        step_start[bounds_at[bounds_ok]] = np.asarray(marks["step_bounds"]["start_ns"], np.int64)[bounds_ok]
+        step_start[bounds_at[bounds_ok]] = np.asarray(marks.step_bounds["start_ns"], np.int64)[bounds_ok]
         has = np.zeros(n_steps, bool)
         has[bounds_at[bounds_ok]] = True
         has &= last_end > np.iinfo(np.int64).min

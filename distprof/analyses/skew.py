@@ -8,6 +8,7 @@ columns travel to rank 0.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,7 +17,20 @@ from ..columns import union_per_key, unique_rows
 from ..matching import Matching
 from ..rankview import RankView
 from ..results import RankMarkers
-from ..sections.skew import CollectiveSkew, StepSkew, StragglerRow
+from ..sections.skew import (
+    CollectiveRow,
+    CollectiveSkew,
+    Imbalance,
+    KindRow,
+    PhaseRow,
+    RankRow,
+    Spread,
+    StepPhase,
+    StepRow,
+    StepSkew,
+    StepsSummary,
+    StragglerRow,
+)
 from ..typed import Reason
 from . import blame as blame_mod
 from . import changepoint, steptime
@@ -213,11 +227,11 @@ def _masked_median(values: np.ndarray, present: np.ndarray) -> np.ndarray:
         return np.nanmedian(relative, axis=0) + base
 
 
-def _stats(values: np.ndarray) -> dict | None:
+def _stats(values: np.ndarray) -> Spread | None:
     if values.size == 0:
         return None
-    return {"median": int(round(float(np.median(values)))), "p90": int(round(float(np.percentile(values, 90)))),
-            "max": int(values.max())}
+    return Spread(median=int(round(float(np.median(values)))), p90=int(round(float(np.percentile(values, 90)))),
+                  max=int(values.max()))
 
 
 def _top(score: np.ndarray, limit: int) -> np.ndarray:
@@ -230,7 +244,7 @@ def _top(score: np.ndarray, limit: int) -> np.ndarray:
 def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
                     step_ns: int | None = None, verified=None, inst: coll.Instances | None = None,
                     window_ns: int | None = None, gpu=None,
-                    markers: list[dict] | None = None) -> CollectiveSkew:
+                    markers: list[RankMarkers] | None = None) -> CollectiveSkew:
     """Per-collective arrival/end skew, waits, bytes and bandwidth, the sync/transfer split and the
     straggler.
 
@@ -238,7 +252,7 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     ``step_ns`` the median step duration (``window_ns`` the median window, without steps);
     ``inst`` the instances of analyses.collectives (computed here when not given); ``gpu`` per row
     whether the rank's trace has GPU work;
-    ``markers`` per row its aligned RankMarkers as JSON (a pipeline's stages are charged by them, the
+    ``markers`` per row its aligned RankMarkers (a pipeline's stages are charged by them, the
     straggler's phase is read off them).
 
     Per rank, lateness against the median start (the median, so a second late rank does not hide
@@ -248,52 +262,64 @@ def collective_skew(matching: Matching, offsets, uncertainties, config: dict,
     (ranks, collectives): a few times 8 bytes × ranks × matched collectives. Each kind's row ends with
     the matching's counts for it (ranks, steps, unmatched steps).
     """
-    result = _collective_rows_by_kind(matching, offsets, uncertainties, config, step_ns, verified, inst, window_ns,
-                                      gpu, markers)
-    for kind in result["kinds"]:  # the matching's counts next to the skew aggregates
-        kind.update({k: v for k, v in next((m for m in matching.kinds if (m["name"], m["group"]) ==
-                                            (kind["name"], kind["group"])), {}).items() if k not in kind})
-    return CollectiveSkew.build(**result)
-
-
-def _collective_rows_by_kind(matching: Matching, offsets, uncertainties, config: dict, step_ns, verified, inst,
-                             window_ns, gpu, markers) -> dict:
-    """collective_skew's rows, as JSON-like rows."""
-    cfg = config["skew"]
     n_ranks, n = matching.start_ns.shape
-    result = {"matched": n, "kinds": [], "collectives": [], "collectives_total": n, "ranks": [],
-              "straggler": None, "notes": [], "no_straggler_note": None}
     if n == 0 or n_ranks < 2:
-        return result
+        return CollectiveSkew(matched=n, kinds=[], collectives=[], collectives_total=n, ranks=[], straggler=None,
+                              notes=[], no_straggler_note=None)
+    cfg = config["skew"]
     inst = inst if inst is not None else coll.instances(matching, offsets)
     arrivals = _arrivals(matching, np.asarray(offsets, np.int64), np.asarray(uncertainties, np.int64), cfg)
-    units = _late_units(matching, arrivals, cfg, step_ns)
-    result["collectives"] = _collective_rows(matching, arrivals, inst, int(cfg["max_rows"]))
-    result["collectives_shown"] = len(result["collectives"])
-    result["kinds"], result["notes"] = _kind_rows(matching, arrivals)
     blame = _blame(matching, inst, np.asarray(uncertainties, np.int64), cfg, step_ns or window_ns, markers)
-    rank_of = matching.ranks.tolist()
-    # late_units: steps in which the rank was late against the median start (collectives without steps)
-    result["ranks"] = [{"rank": rank_of[r], "last_count": int(arrivals["last_count"][r]),
-                        "late_count": int(arrivals["late_last"][r]),
-                        "late_collectives": int(arrivals["late"][r].sum()), "late_units": int(units["late_units"][r]),
-                        "late_steps": int(units["late_units"][r]) if units["by_step"] else None,
-                        "total_lateness_ns": int(arrivals["total_lateness"][r]),
-                        "wait_ns": int(inst.wait[r].sum()), "sync_ns": int(arrivals["sync"][r].sum()),
-                        "threshold_ns": int(arrivals["threshold"][r]),
-                        "late_in": int(blame["late_in"][r]), "of": int(blame["of"][r]),
-                        "waits_caused_ns": int(round(blame["per_step"][r])),
-                        "total_waits_caused_ns": int(blame["cost"][r]),
-                        "steps_late": int(blame["steps_late"][r])} for r in range(n_ranks)]
-    straggler, notes = _name_straggler(matching, inst, blame, cfg, verified, markers, gpu)
-    result["straggler"] = straggler
-    # which note says why none was named (the first screen's reason): an index into the notes
-    result["no_straggler_note"] = len(result["notes"]) if notes and straggler is None else None
-    result["notes"] += notes
-    return result
+    kinds, notes = _kind_rows(matching, arrivals)
+    rows = _collective_rows(matching, arrivals, inst, int(cfg["max_rows"]))
+    straggler, why_none = _name_straggler(matching, inst, blame, cfg, verified, markers, gpu)
+    return CollectiveSkew(
+        matched=n, kinds=kinds, collectives=rows, collectives_total=n, collectives_shown=len(rows),
+        ranks=_rank_rows(matching, arrivals, _late_units(matching, arrivals, cfg, step_ns), inst, blame),
+        straggler=straggler, notes=notes + why_none,
+        # which note says why none was named (the first screen's reason): an index into the notes
+        no_straggler_note=len(notes) if why_none and straggler is None else None)
 
 
-def _arrivals(matching: Matching, offsets: np.ndarray, unc: np.ndarray, cfg: dict) -> dict:
+def _rank_rows(matching: Matching, arrivals: _Arrivals, units: _LateUnits, inst: coll.Instances,
+               blame: _Blame) -> list[RankRow]:
+    """Per rank: its lateness against the median start and the waits it caused (late_units: steps
+    in which it was late against the median start, collectives without steps)."""
+    return [RankRow(rank=rank, last_count=int(arrivals.last_count[r]), late_count=int(arrivals.late_last[r]),
+                    late_collectives=int(arrivals.late[r].sum()), late_units=int(units.late_units[r]),
+                    late_steps=int(units.late_units[r]) if units.by_step else None,
+                    total_lateness_ns=int(arrivals.total_lateness[r]), wait_ns=int(inst.wait[r].sum()),
+                    sync_ns=int(arrivals.sync[r].sum()), threshold_ns=int(arrivals.threshold[r]),
+                    late_in=int(blame.late_in[r]), of=int(blame.of[r]),
+                    waits_caused_ns=int(round(blame.per_step[r])), total_waits_caused_ns=int(blame.cost[r]),
+                    steps_late=int(blame.steps_late[r])) for r, rank in enumerate(matching.ranks.tolist())]
+
+
+@dataclass(frozen=True, slots=True)
+class _Arrivals:
+    """Per (rank row, collective) on the aligned clock, and per collective and per rank."""
+
+    unc: np.ndarray            # per rank: its clock uncertainty
+    start: np.ndarray
+    arrival_skew: np.ndarray   # per collective: latest − earliest start
+    end_skew: np.ndarray
+    first_row: np.ndarray
+    last_row: np.ndarray
+    wait: np.ndarray           # last arrival − own start
+    transfer: np.ndarray       # per collective: the shortest duration
+    sync: np.ndarray           # own duration − the transfer
+    median_start: np.ndarray
+    lateness: np.ndarray       # own start against the median start
+    threshold: np.ndarray      # per rank: lateness above it counts
+    late: np.ndarray
+    last_count: np.ndarray     # per rank: collectives it arrived last in
+    late_last: np.ndarray      # ... and was late in
+    total_lateness: np.ndarray
+    split_diff: np.ndarray     # per collective: the largest |sync − wait|
+    split_agrees: np.ndarray
+
+
+def _arrivals(matching: Matching, offsets: np.ndarray, unc: np.ndarray, cfg: dict) -> _Arrivals:
     """Per (rank, collective) on the aligned clock: waits, sync/transfer split, lateness against
     the median start and whether it counts (above the rank's threshold)."""
     n_ranks = matching.start_ns.shape[0]
@@ -315,21 +341,29 @@ def _arrivals(matching: Matching, offsets: np.ndarray, unc: np.ndarray, cfg: dic
     is_last = present & (np.arange(n_ranks)[:, None] == last_row[None, :]) & (arrival_skew > 0)
     split_tolerance = SPLIT_TOLERANCE_UNCERTAINTIES * int(unc.max()) + SPLIT_MIN_NS
     split_diff = np.abs(sync - wait).max(axis=0)
-    return {"unc": unc, "start": start, "arrival_skew": arrival_skew,
-            "end_skew": _masked_max(end, present) - _masked_min(end, present),
-            "first_row": np.where(present, start, _INT_MAX).argmin(axis=0), "last_row": last_row,
-            "wait": wait, "transfer": transfer, "sync": sync, "median_start": median_start,
-            "lateness": lateness, "threshold": threshold, "late": late,
-            "last_count": is_last.sum(axis=1), "late_last": (is_last & late).sum(axis=1),
-            "total_lateness": np.where(late, lateness, 0).sum(axis=1),
-            "split_diff": split_diff, "split_agrees": split_diff <= split_tolerance}
+    return _Arrivals(unc=unc, start=start, arrival_skew=arrival_skew,
+                     end_skew=_masked_max(end, present) - _masked_min(end, present),
+                     first_row=np.where(present, start, _INT_MAX).argmin(axis=0), last_row=last_row,
+                     wait=wait, transfer=transfer, sync=sync, median_start=median_start,
+                     lateness=lateness, threshold=threshold, late=late,
+                     last_count=is_last.sum(axis=1), late_last=(is_last & late).sum(axis=1),
+                     total_lateness=np.where(late, lateness, 0).sum(axis=1),
+                     split_diff=split_diff, split_agrees=split_diff <= split_tolerance)
 
 
-def _late_units(matching: Matching, arrivals: dict, cfg: dict, step_ns: int | None) -> dict:
+@dataclass(frozen=True, slots=True)
+class _LateUnits:
+    """Lateness per rank and unit of persistence (a step, else one collective)."""
+
+    by_step: bool
+    late_units: np.ndarray     # per rank: units it was late in
+
+
+def _late_units(matching: Matching, arrivals: _Arrivals, cfg: dict, step_ns: int | None) -> _LateUnits:
     """Lateness per rank and unit of persistence: steps (when collectives span several), else
     single collectives; and in how many units each rank was late."""
     n_ranks, n = matching.start_ns.shape
-    late, lateness, threshold = arrivals["late"], arrivals["lateness"], arrivals["threshold"]
+    late, lateness, threshold = arrivals.late, arrivals.lateness, arrivals.threshold
     unique_steps, unit_of = np.unique(matching.step, return_inverse=True)
     by_step = unique_steps.size >= 2
     if not by_step:
@@ -341,45 +375,46 @@ def _late_units(matching: Matching, arrivals: dict, cfg: dict, step_ns: int | No
     unit_threshold = threshold.astype(np.float64)
     if by_step and step_ns:
         unit_threshold = np.maximum(unit_threshold, float(cfg["straggler_min_step_fraction"]) * step_ns)
-    return {"by_step": by_step, "n_units": n_units, "per_unit": per_unit, "unit_threshold": unit_threshold,
-            "late_units": (per_unit > unit_threshold[:, None]).sum(axis=1)}
+    return _LateUnits(by_step=by_step, late_units=(per_unit > unit_threshold[:, None]).sum(axis=1))
 
 
 def _gbps(value: float) -> float | None:
     return None if not np.isfinite(value) else float(value)
 
 
-def _collective_rows(matching: Matching, arrivals: dict, inst: coll.Instances, limit: int) -> list[dict]:
+def _collective_rows(matching: Matching, arrivals: _Arrivals, inst: coll.Instances,
+                     limit: int) -> list[CollectiveRow]:
     """The ``limit`` collectives with the largest arrival skew, in time order."""
     a = arrivals
-    present, unc, median_start = matching.present, a["unc"], a["median_start"]
+    present, unc, median_start = matching.present, a.unc, a.median_start
     order = np.argsort(median_start, kind="stable")  # index = time order of the collectives
     index = np.empty(order.size, np.int64)
     index[order] = np.arange(order.size)
     rank_of = matching.ranks.tolist()
-    first_row, last_row = a["first_row"], a["last_row"]
+    first_row, last_row = a.first_row, a.last_row
     groups = matching.group if len(matching.group) == matching.size else np.full(matching.size, "", object)
     members = matching.group_ranks or [tuple(matching.ranks[present[:, j]].tolist()) for j in range(matching.size)]
-    return [{
-        "index": int(index[j]), "name": str(matching.name[j]), "kind": str(matching.name[j]),
-        "group_name": str(groups[j]), "group_ranks": list(members[j]), "step": int(matching.step[j]),
-        "ordinal": int(matching.ordinal[j]), "start_ns": int(round(float(median_start[j]))),
-        "bytes": None if not np.isfinite(inst.nbytes[j]) else int(round(float(inst.nbytes[j]))),
-        "arrival_skew_ns": int(a["arrival_skew"][j]), "end_skew_ns": int(a["end_skew"][j]),
-        "first_rank": rank_of[first_row[j]], "last_rank": rank_of[last_row[j]],
-        "last_lateness_ns": int(a["lateness"][last_row[j], j]),
-        "attributable_wait_ns": int(inst.last[j] - inst.second_start[j]),
-        "above_uncertainty": bool(a["arrival_skew"][j] > unc[first_row[j]] + unc[last_row[j]]),
-        "transfer_ns": int(inst.transfer[j]), "algbw_gbps": _gbps(inst.algbw[j]),
-        "busbw_gbps": _gbps(inst.busbw[j]), "node_span": inst.node_span[j],
-        "max_sync_ns": int(a["sync"][present[:, j], j].max()), "split_agrees": bool(a["split_agrees"][j]),
-        "wait_ns_by_rank": {str(rank_of[r]): int(inst.wait[r, j]) for r in np.flatnonzero(present[:, j])},
-    } for j in order[_top(a["arrival_skew"][order], limit)]]
+    return [CollectiveRow(
+        index=int(index[j]), name=str(matching.name[j]), kind=str(matching.name[j]),
+        group_name=str(groups[j]), group_ranks=list(members[j]), step=int(matching.step[j]),
+        ordinal=int(matching.ordinal[j]), start_ns=int(round(float(median_start[j]))),
+        bytes=None if not np.isfinite(inst.nbytes[j]) else int(round(float(inst.nbytes[j]))),
+        arrival_skew_ns=int(a.arrival_skew[j]), end_skew_ns=int(a.end_skew[j]),
+        first_rank=rank_of[first_row[j]], last_rank=rank_of[last_row[j]],
+        last_lateness_ns=int(a.lateness[last_row[j], j]),
+        attributable_wait_ns=int(inst.last[j] - inst.second_start[j]),
+        above_uncertainty=bool(a.arrival_skew[j] > unc[first_row[j]] + unc[last_row[j]]),
+        transfer_ns=int(inst.transfer[j]), algbw_gbps=_gbps(inst.algbw[j]),
+        busbw_gbps=_gbps(inst.busbw[j]), node_span=inst.node_span[j],
+        max_sync_ns=int(a.sync[present[:, j], j].max()), split_agrees=bool(a.split_agrees[j]),
+        wait_ns_by_rank={rank_of[r]: int(inst.wait[r, j]) for r in np.flatnonzero(present[:, j])},
+    ) for j in order[_top(a.arrival_skew[order], limit)]]
 
 
-def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[Reason]]:
-    """Aggregates per kind of collective and process group, and a note per such pair whose split
-    and waits disagree."""
+def _kind_rows(matching: Matching, arrivals: _Arrivals) -> tuple[list[KindRow], list[Reason]]:
+    """Aggregates per kind of collective and process group, then the matching's counts for it, and
+    a note per such pair whose split and waits disagree."""
+    counts = {(m["name"], m["group"]): m for m in matching.kinds}
     a = arrivals
     present, rank_of = matching.present, matching.ranks.tolist()
     groups = matching.group if matching.group.size == matching.size else np.full(matching.size, "", object)
@@ -389,25 +424,47 @@ def _kind_rows(matching: Matching, arrivals: dict) -> tuple[list[dict], list[Rea
         kind, group = pair.split("|", 1)
         cols = label == pair
         rows = present[:, cols].any(axis=1)
-        disagree = ~a["split_agrees"][cols]
-        kinds.append({
-            "name": kind, "group": group, "matched": int(cols.sum()),
-            "arrival_skew_ns": _stats(a["arrival_skew"][cols]), "end_skew_ns": _stats(a["end_skew"][cols]),
-            "transfer_ns_total": int(a["transfer"][cols].sum()),
-            "wait_ns_by_rank": {str(rank_of[r]): int(a["wait"][r, cols].sum()) for r in np.flatnonzero(rows)},
-            "sync_ns_by_rank": {str(rank_of[r]): int(a["sync"][r, cols].sum()) for r in np.flatnonzero(rows)},
-            "split_disagreements": int(disagree.sum()),
-        })
+        disagree = ~a.split_agrees[cols]
+        found = counts.get((kind, group), {})
+        kinds.append(KindRow(
+            name=kind, group=group, matched=int(cols.sum()),
+            arrival_skew_ns=_stats(a.arrival_skew[cols]), end_skew_ns=_stats(a.end_skew[cols]),
+            transfer_ns_total=int(a.transfer[cols].sum()),
+            wait_ns_by_rank={rank_of[r]: int(a.wait[r, cols].sum()) for r in np.flatnonzero(rows)},
+            sync_ns_by_rank={rank_of[r]: int(a.sync[r, cols].sum()) for r in np.flatnonzero(rows)},
+            split_disagreements=int(disagree.sum()),
+            **{key: found[key] for key in ("ranks", "steps", "unmatched_steps") if key in found}))
         if disagree.mean() > SPLIT_DISAGREE_NOTE_SHARE:
             notes.append(Reason("split_disagrees", {
                 "kind": kind, "group": group, "disagree": int(disagree.sum()), "matched": int(cols.sum()),
-                "gap_ns": float(np.median(a["split_diff"][cols][disagree])),
-                "end_skew_ns": float(np.median(a["end_skew"][cols]))}))
+                "gap_ns": float(np.median(a.split_diff[cols][disagree])),
+                "end_skew_ns": float(np.median(a.end_skew[cols]))}))
     return kinds, notes
 
 
+@dataclass(frozen=True, slots=True)
+class _Blame:
+    """What the others waited for each rank's own delay (``_blame``), per rank row and unit."""
+
+    attributable: np.ndarray   # per instance: what the second-latest waited for the last one
+    counted: np.ndarray        # per instance: above both clocks' uncertainty + late_min_ns
+    own: np.ndarray            # ... and the last rank's own delay (not passed on)
+    steps: np.ndarray          # the units' step ids
+    per_unit: np.ndarray       # (rank rows, units): waits caused
+    cost: np.ndarray           # per rank: over all units
+    per_step: np.ndarray       # per rank: cost / units
+    n_units: int
+    step_ns: float | None
+    late_in: np.ndarray        # per rank: counted instances it was last in
+    last_in: np.ndarray        # ... last by more than the clocks can tell
+    of: np.ndarray             # per rank: instances it took part in
+    min_cost: float            # a step costing the others this much is a late step
+    steps_late: np.ndarray     # per rank: steps at or above min_cost
+    by_step: bool
+
+
 def _blame(matching: Matching, inst: coll.Instances, unc: np.ndarray, cfg: dict, step_ns: float | None,
-           markers: list[dict] | None = None) -> dict:
+           markers: list[RankMarkers] | None = None) -> _Blame:
     """What the other members waited for each rank's own delay: per instance, the last rank's
     attributable wait (what the second-latest waited for it: its start − the second-latest start,
     no more than that rank's op lasted: an eager send waits for nobody), counted when above both
@@ -443,20 +500,20 @@ def _blame(matching: Matching, inst: coll.Instances, unc: np.ndarray, cfg: dict,
         per_unit = per_unit + blame_mod.pipeline_excess(stage_steps, markers, steps)
     cost = per_unit.sum(axis=1)
     min_cost = max(float(cfg["straggler_min_step_fraction"]) * float(step_ns or 0), float(cfg["straggler_min_ns"]))
-    return {"attributable": attributable, "counted": counted, "own": counted & (own > 0), "steps": steps,
-            "per_unit": per_unit, "cost": cost, "per_step": cost / max(n_units, 1), "n_units": n_units,
-            "step_ns": step_ns, "late_in": np.bincount(last_row[counted], minlength=n_rows),
-            "last_in": np.bincount(last_row[last], minlength=n_rows),
-            "of": matching.present.sum(axis=1), "min_cost": min_cost,
-            "steps_late": (per_unit >= min_cost).sum(axis=1), "by_step": bool((steps >= 0).any())}
+    return _Blame(attributable=attributable, counted=counted, own=counted & (own > 0), steps=steps,
+                  per_unit=per_unit, cost=cost, per_step=cost / max(n_units, 1), n_units=n_units,
+                  step_ns=step_ns, late_in=np.bincount(last_row[counted], minlength=n_rows),
+                  last_in=np.bincount(last_row[last], minlength=n_rows),
+                  of=matching.present.sum(axis=1), min_cost=min_cost,
+                  steps_late=(per_unit >= min_cost).sum(axis=1), by_step=bool((steps >= 0).any()))
 
 
-def _side(matching: Matching, inst: coll.Instances, blame: dict, row: int, gpu) -> str | None:
+def _side(matching: Matching, inst: coll.Instances, blame: _Blame, row: int, gpu) -> str | None:
     """"device" when the rank's launches are on time (launch lateness vs the other members'
     latest launch < half its attributable wait, median over its late instances) but its kernels
     start late; "host" when the launch is late too, or the collectives are host calls on a
     host-only trace (no launch times); None when not known (GPU work without launches)."""
-    mine = blame["own"] & (inst.last_row == row)
+    mine = blame.own & (inst.last_row == row)
     launch = inst.launch[:, mine]
     others = matching.present[:, mine] & (np.arange(launch.shape[0]) != row)[:, None] & (launch >= 0)
     known = (launch[row] >= 0) & others.any(axis=0)
@@ -464,12 +521,13 @@ def _side(matching: Matching, inst: coll.Instances, blame: dict, row: int, gpu) 
         is_gpu = True if gpu is None else bool(np.asarray(gpu, bool)[row])
         return None if is_gpu else "host"
     other_launch = np.where(others, launch, _INT_MIN).max(axis=0)[known]
-    ratio = (launch[row, known] - other_launch) / np.maximum(blame["attributable"][mine][known], 1)
+    ratio = (launch[row, known] - other_launch) / np.maximum(blame.attributable[mine][known], 1)
     return "device" if float(np.median(ratio)) < 0.5 else "host"
 
 
-def straggler_phase(markers: list[dict] | None, row: int, since_step: int | None = None) -> tuple[str, int] | None:
-    """The phase where the rank at ``row`` of ``markers`` (each rank's RankMarkers as JSON) spends
+def straggler_phase(markers: list[RankMarkers] | None, row: int,
+                    since_step: int | None = None) -> tuple[str, int] | None:
+    """The phase where the rank at ``row`` of ``markers`` (each rank's aligned RankMarkers) spends
     the most time per step above the median of the other ranks (the others: with two ranks a
     median that includes the rank itself halves its excess), by the phase's own work: the
     others' forward that holds their wait for this rank is not longer work. Per step it ran, over
@@ -479,7 +537,7 @@ def straggler_phase(markers: list[dict] | None, row: int, since_step: int | None
         return None
     per_step = []  # per rank: {phase name: own work per step it ran}
     for marker in markers:  # one per rank
-        phases = marker.get("phases") or {}
+        phases = marker.phases
         steps = np.asarray(phases.get("step", []), np.int64)
         work = np.asarray(phases.get("compute_ns", phases.get("busy_ns", [])), np.float64)
         keep = (steps >= 0) & (steps >= (since_step if since_step is not None else 0))
@@ -504,8 +562,8 @@ def _onset(per_unit: np.ndarray, r: int, min_cost: float, cfg: dict) -> int | No
                              float(cfg["straggler_min_lead"]), int(cfg.get("straggler_min_onset_steps", 2)))
 
 
-def _name_straggler(matching: Matching, inst: coll.Instances, blame: dict, cfg: dict, verified, markers,
-                    gpu) -> tuple[dict | None, list[Reason]]:
+def _name_straggler(matching: Matching, inst: coll.Instances, blame: _Blame, cfg: dict, verified, markers,
+                    gpu) -> tuple[StragglerRow | None, list[Reason]]:
     """The straggler: the rank whose waits caused are the largest, when (a) they reach ``min_cost``
     per step, (b) it is late in ``straggler_min_late_share`` of the steps, or of the steps from
     an onset to the last (``_onset``; then (a) counts those steps only) (one step: last in more
@@ -514,25 +572,25 @@ def _name_straggler(matching: Matching, inst: coll.Instances, blame: dict, cfg: 
     ``straggler_min_lead`` × the runner-up's and (d) its clock offset is verified. Else None and
     the note that says why. This is the one straggler rule: what-if and findings take its rank."""
     rank_of = matching.ranks.tolist()
-    cost, per_step, n_units = blame["cost"], blame["per_step"], blame["n_units"]
+    cost, per_step, n_units = blame.cost, blame.per_step, blame.n_units
     r = int(np.argmax(cost))
     if cost[r] <= 0:
         return None, []
     one_step = n_units == 1
-    late_in, of, steps_late = int(blame["late_in"][r]), int(blame["of"][r]), int(blame["steps_late"][r])
-    big = per_step[r] >= blame["min_cost"]
-    repeats = int(blame["last_in"][r]) > of / 2 if one_step else \
+    late_in, of, steps_late = int(blame.late_in[r]), int(blame.of[r]), int(blame.steps_late[r])
+    big = per_step[r] >= blame.min_cost
+    repeats = int(blame.last_in[r]) > of / 2 if one_step else \
         steps_late >= np.ceil(float(cfg["straggler_min_late_share"]) * n_units - 1e-9)
     onset = None
     if not one_step:  # turned slow mid-run: a late rank whose first steps were on time, else the rank
         # costing most over the last units
         shortest = max(int(cfg.get("straggler_min_onset_steps", 2)), 1)
-        candidate = r if repeats else int(np.argmax(blame["per_unit"][:, -shortest:].sum(axis=1)))
-        onset = _onset(blame["per_unit"], candidate, blame["min_cost"], cfg)
+        candidate = r if repeats else int(np.argmax(blame.per_unit[:, -shortest:].sum(axis=1)))
+        onset = _onset(blame.per_unit, candidate, blame.min_cost, cfg)
         r = candidate if onset is not None else r
-        late_in, of, steps_late = int(blame["late_in"][r]), int(blame["of"][r]), int(blame["steps_late"][r])
+        late_in, of, steps_late = int(blame.late_in[r]), int(blame.of[r]), int(blame.steps_late[r])
     if onset is not None:
-        big, repeats = blame["per_unit"][r][onset:].mean() >= blame["min_cost"], True
+        big, repeats = blame.per_unit[r][onset:].mean() >= blame.min_cost, True
     runner_up = float(np.delete(cost, r).max()) if cost.size > 1 else 0.0
     leads = onset is not None or cost[r] >= float(cfg["straggler_min_lead"]) * runner_up  # an onset led since
     verified = np.ones(len(rank_of), bool) if verified is None else np.asarray(verified, bool)
@@ -544,43 +602,43 @@ def _name_straggler(matching: Matching, inst: coll.Instances, blame: dict, cfg: 
     return _straggler_row(matching, inst, blame, r, markers, gpu, onset), []
 
 
-def _straggler_row(matching: Matching, inst: coll.Instances, blame: dict, r: int, markers, gpu,
+def _straggler_row(matching: Matching, inst: coll.Instances, blame: _Blame, r: int, markers, gpu,
                    onset: int | None) -> StragglerRow:
     """skew.straggler: the contract keys and the older ones reports read. With an onset, the
     waits it causes are per step since then."""
     rank_of = matching.ranks.tolist()
-    one_step, n_units = blame["n_units"] == 1, blame["n_units"]
-    per_step, step_ns = float(blame["per_step"][r]), blame["step_ns"]
+    one_step, n_units = blame.n_units == 1, blame.n_units
+    per_step, step_ns = float(blame.per_step[r]), blame.step_ns
     if onset is not None:
-        per_step = float(blame["per_unit"][r][onset:].mean())
-    phase = straggler_phase(markers, r, None if onset is None else int(blame["steps"][onset]))
+        per_step = float(blame.per_unit[r][onset:].mean())
+    phase = straggler_phase(markers, r, None if onset is None else int(blame.steps[onset]))
     attributed = phase if phase and phase[1] >= 0.5 * per_step else None
-    late_units = np.flatnonzero(blame["per_unit"][r] >= blame["min_cost"])
-    late_in = int(blame["late_in"][r])
+    late_units = np.flatnonzero(blame.per_unit[r] >= blame.min_cost)
+    late_in = int(blame.late_in[r])
     return StragglerRow(
         rank=rank_of[r], cost_ns=None, cost_share=None,  # priced by analyses/cost.py (the replay)
         waits_caused_ns=int(round(per_step)), waits_caused_share=float(per_step / step_ns) if step_ns else None,
-        total_waits_caused_ns=int(blame["cost"][r]),
-        late_in=late_in, last_in=int(blame["last_in"][r]), of=int(blame["of"][r]),
+        total_waits_caused_ns=int(blame.cost[r]),
+        late_in=late_in, last_in=int(blame.last_in[r]), of=int(blame.of[r]),
         side=_side(matching, inst, blame, r, gpu),
         pattern="single step" if one_step else "persistent" if onset is None else "since step",
-        onset_step=None if onset is None else int(blame["steps"][onset]), steps_late=int(late_units.size),
-        steps=n_units, late_step_ids=blame["steps"][late_units].tolist() if blame["by_step"] else [],
+        onset_step=None if onset is None else int(blame.steps[onset]), steps_late=int(late_units.size),
+        steps=n_units, late_step_ids=blame.steps[late_units].tolist() if blame.by_step else [],
         phase=attributed[0] if attributed else None, phase_extra_ns=phase[1] if phase else None,
         largest_phase=phase[0] if phase else None,
-        runner_up_waits_caused_ns=int(np.delete(blame["cost"], r).max()) if blame["cost"].size > 1 else 0,
-        late_steps=int(late_units.size), threshold_ns=int(round(blame["min_cost"])),
-        most_often_last_rank=rank_of[int(np.argmax(blame["late_in"]))],
+        runner_up_waits_caused_ns=int(np.delete(blame.cost, r).max()) if blame.cost.size > 1 else 0,
+        late_steps=int(late_units.size), threshold_ns=int(round(blame.min_cost)),
+        most_often_last_rank=rank_of[int(np.argmax(blame.late_in))],
         exposed_waits_ns_by_rank=_exposed_waits(matching, inst, blame, r, late_units))
 
 
-def _exposed_waits(matching: Matching, inst: coll.Instances, blame: dict, r: int,
+def _exposed_waits(matching: Matching, inst: coll.Instances, blame: _Blame, r: int,
                    late_units: np.ndarray) -> dict[int, int]:
     """Per other rank: the part of its waits, in the steps the straggler is late in, that no
     computation of its own overlapped (what its exposed communication owes to the straggler, at
     least: wait − the op's overlapped time; 0 where the op's exposure is unknown). Checks, findings
     and live alerts of those ranks leave it out: it is the straggler's, not theirs."""
-    in_late = np.isin(matching.step, blame["steps"][late_units]) if blame["by_step"] else \
+    in_late = np.isin(matching.step, blame.steps[late_units]) if blame.by_step else \
         np.ones(matching.size, bool)
     return _owed(matching, inst, r, in_late)
 
@@ -648,34 +706,34 @@ def comm_rows(view: RankView) -> tuple[np.ndarray, list[str]]:
     return np.flatnonzero(mask), _kinds(view.events, mask)
 
 
-def _no_straggler_notes(blame: dict, rank_of: list[int], r: int, big: bool, repeats: bool) -> list[Reason]:
+def _no_straggler_notes(blame: _Blame, rank_of: list[int], r: int, big: bool, repeats: bool) -> list[Reason]:
     """Why no rank is named, by the condition that failed: another rank costs nearly as much (the
     late rank repeats but does not lead), the late rank rotates, or one is late only in a few steps."""
-    per_unit, min_cost = blame["per_unit"], blame["min_cost"]
-    label = "step" if blame["by_step"] else "unit"
+    per_unit, min_cost = blame.per_unit, blame.min_cost
+    label = "step" if blame.by_step else "unit"
     if big and repeats:
-        second = int(np.argsort(-blame["cost"])[1])
-        return [Reason("delay_spread", {"rank": rank_of[r], "per_step_ns": float(blame["per_step"][r]),
+        second = int(np.argsort(-blame.cost)[1])
+        return [Reason("delay_spread", {"rank": rank_of[r], "per_step_ns": float(blame.per_step[r]),
                                         "label": label, "second": rank_of[second],
-                                        "second_per_step_ns": float(blame["per_step"][second])})]
+                                        "second_per_step_ns": float(blame.per_step[second])})]
     worst = per_unit.argmax(axis=0)
     hit = per_unit.max(axis=0) >= min_cost
     culprits = sorted({rank_of[w] for w in worst[hit]})
     if len(culprits) >= 2:
         worst_by_unit = [[int(s), rank_of[w], float(c)] for s, w, c in
-                         zip(blame["steps"][hit][:8], worst[hit][:8], per_unit.max(axis=0)[hit][:8])]
+                         zip(blame.steps[hit][:8], worst[hit][:8], per_unit.max(axis=0)[hit][:8])]
         return [Reason("late_rank_rotates", {"ranks": culprits[:8], "label": label, "worst": worst_by_unit,
-                                             "late_units": int(hit.sum()), "units": int(blame["n_units"])})]
+                                             "late_units": int(hit.sum()), "units": int(blame.n_units)})]
     late = np.flatnonzero(per_unit[r] >= min_cost)
-    if late.size and not repeats and blame["n_units"] == 1:
-        return [Reason("last_in_half_or_less", {"rank": rank_of[r], "last_in": int(blame["last_in"][r]),
-                                                "of": int(blame["of"][r]), "label": label,
-                                                "per_step_ns": float(blame["per_step"][r])})]
+    if late.size and not repeats and blame.n_units == 1:
+        return [Reason("last_in_half_or_less", {"rank": rank_of[r], "last_in": int(blame.last_in[r]),
+                                                "of": int(blame.of[r]), "label": label,
+                                                "per_step_ns": float(blame.per_step[r])})]
     if late.size and not repeats:
         return [Reason("transient", {"rank": rank_of[r], "label": label,
-                                     "steps": [int(s) for s in blame["steps"][late][:8]],
-                                     "late": int(late.size), "units": int(blame["n_units"]),
-                                     "per_step_ns": float(blame["per_step"][r])})]
+                                     "steps": [int(s) for s in blame.steps[late][:8]],
+                                     "late": int(late.size), "units": int(blame.n_units),
+                                     "per_step_ns": float(blame.per_step[r])})]
     return []
 
 
@@ -695,80 +753,77 @@ def _dense(keys_by_rank: list[np.ndarray], values_by_rank: list[dict[str, np.nda
     return unique_keys, present, matrices
 
 
-def _phase_skew(aligned_by_rank: list[dict], rank_of: list[int]) -> dict:
-    """Per (step, phase name): start/end spread and busy time across ranks; per phase name the
+@dataclass(frozen=True, slots=True)
+class _PhaseSpread:
+    """Per (step, phase name) key across ranks (``keys``: step, name code), and per phase name the
     aggregates of summary.json's skew.phases (``rows``)."""
-    phases: list[dict] = []
-    per_rank_names = [np.asarray(a["phases"]["name"], dtype=object).ravel() for a in aligned_by_rank]
+
+    rows: list[PhaseRow]
+    keys: np.ndarray
+    names: np.ndarray
+    start_spread: np.ndarray
+    end_spread: np.ndarray
+    busy_median: np.ndarray
+    busy_max_row: np.ndarray
+    busy: np.ndarray           # (ranks, keys)
+
+
+def _phase_skew(aligned_by_rank: list[RankMarkers], rank_of: list[int]) -> _PhaseSpread:
+    """Per (step, phase name): start/end spread and busy time across ranks; per phase name the
+    aggregates over its steps."""
+    per_rank_names = [np.asarray(a.phases["name"], dtype=object).ravel() for a in aligned_by_rank]
     phase_names, name_code = ev.distinct_texts(np.concatenate(per_rank_names + [np.empty(0, object)]))
     name_codes = np.split(name_code, np.cumsum([n.size for n in per_rank_names])[:-1])
-    phase_keys = [np.stack([np.asarray(a["phases"]["step"], np.int64), codes], axis=1)
+    phase_keys = [np.stack([np.asarray(a.phases["step"], np.int64), codes], axis=1)
                   .reshape(-1, 2).astype(np.int64) for a, codes in zip(aligned_by_rank, name_codes)]
-    pkeys, ppresent, pm = _dense(phase_keys, [{"start": np.asarray(a["phases"]["start_ns"], np.int64),
-                                               "end": np.asarray(a["phases"]["end_ns"], np.int64),
-                                               "busy": np.asarray(a["phases"]["busy_ns"], np.int64),
-                                               "compute": np.asarray(a["phases"].get("compute_ns",
-                                                                                     a["phases"]["busy_ns"]), np.int64)}
+    pkeys, ppresent, pm = _dense(phase_keys, [{"start": np.asarray(a.phases["start_ns"], np.int64),
+                                               "end": np.asarray(a.phases["end_ns"], np.int64),
+                                               "busy": np.asarray(a.phases["busy_ns"], np.int64),
+                                               "compute": np.asarray(a.phases.get("compute_ns",
+                                                                                     a.phases["busy_ns"]), np.int64)}
                                               for a in aligned_by_rank])
-    if pkeys.shape[0]:
-        p_start_spread = _masked_max(pm["start"], ppresent) - _masked_min(pm["start"], ppresent)
-        p_end_spread = _masked_max(pm["end"], ppresent) - _masked_min(pm["end"], ppresent)
-        p_busy_med = _masked_median(pm["busy"], ppresent)
-        p_busy_max_row = np.where(ppresent, pm["busy"], _INT_MIN).argmax(axis=0)
-        for code, name in enumerate(phase_names):  # aggregates per phase name
-            cols = pkeys[:, 1] == code
-            totals = np.where(ppresent[:, cols], pm["busy"][:, cols], 0).sum(axis=1)
-            has = ppresent[:, cols].any(axis=1)
-            median_total = float(np.median(totals[has]))
-            worst = int(np.argmax(np.where(has, totals, -1)))
-            phases.append({
-                "name": str(name), "steps": int(cols.sum()),
-                "start_spread_ns": _stats(p_start_spread[cols]), "end_spread_ns": _stats(p_end_spread[cols]),
-                "busy_total_median_ns": int(round(median_total)), "busy_total_max_ns": int(totals[worst]),
-                "busy_total_max_rank": rank_of[worst],
-                "busy_imbalance": float(totals[worst] / median_total) if median_total > 0 else None,
-                "busy_ns_by_rank": {str(rank_of[r]): int(totals[r]) for r in np.flatnonzero(has)},
-                "compute_ns_by_rank": {str(rank_of[r]): int(v) for r, v in zip(np.flatnonzero(has).tolist(), np.where(
-                    ppresent[:, cols], pm["compute"][:, cols], 0).sum(axis=1)[has].tolist())},
-            })
-    if not pkeys.shape[0]:
-        return {"rows": phases, "keys": pkeys}
-    return {"rows": phases, "keys": pkeys, "names": phase_names, "start_spread": p_start_spread,
-            "end_spread": p_end_spread, "busy_median": p_busy_med, "busy_max_row": p_busy_max_row, "busy": pm["busy"]}
+    start_spread = _masked_max(pm["start"], ppresent) - _masked_min(pm["start"], ppresent)
+    end_spread = _masked_max(pm["end"], ppresent) - _masked_min(pm["end"], ppresent)
+    rows = []
+    for code, name in enumerate(phase_names if pkeys.shape[0] else []):  # aggregates per phase name
+        cols = pkeys[:, 1] == code
+        totals = np.where(ppresent[:, cols], pm["busy"][:, cols], 0).sum(axis=1)
+        has = ppresent[:, cols].any(axis=1)
+        median_total = float(np.median(totals[has]))
+        worst = int(np.argmax(np.where(has, totals, -1)))
+        compute = np.where(ppresent[:, cols], pm["compute"][:, cols], 0).sum(axis=1)
+        rows.append(PhaseRow(
+            name=str(name), steps=int(cols.sum()),
+            start_spread_ns=_stats(start_spread[cols]), end_spread_ns=_stats(end_spread[cols]),
+            busy_total_median_ns=int(round(median_total)), busy_total_max_ns=int(totals[worst]),
+            busy_total_max_rank=rank_of[worst],
+            busy_imbalance=float(totals[worst] / median_total) if median_total > 0 else None,
+            busy_ns_by_rank={rank_of[r]: int(totals[r]) for r in np.flatnonzero(has)},
+            compute_ns_by_rank={rank_of[r]: int(compute[r]) for r in np.flatnonzero(has).tolist()}))
+    return _PhaseSpread(rows=rows, keys=pkeys, names=phase_names, start_spread=start_spread, end_spread=end_spread,
+                        busy_median=_masked_median(pm["busy"], ppresent),
+                        busy_max_row=np.where(ppresent, pm["busy"], _INT_MIN).argmax(axis=0), busy=pm["busy"])
 
 
-def step_skew(aligned_by_rank: list[dict], ranks: list[int], config: dict, clock_verified: bool = True) -> StepSkew:
+def step_skew(aligned_by_rank: list[RankMarkers], ranks: list[int], config: dict,
+              clock_verified: bool = True) -> StepSkew:
     """Per step and phase: start/end spread across ranks (aligned clock), step-time imbalance
     (max/median of the ranks' step durations), and per phase the rank that spends the most in
     it. Steps are matched by their index; ``skew.max_rows`` steps are listed (those where the
     slowest rank loses the most against the median), the aggregates cover all. ``clock_verified``:
     every rank's clock offset was verified (spreads across ranks on clocks nobody verified are not
     real figures: the summary says so)."""
-    result = _step_rows(aligned_by_rank, ranks, config)
-    if result["steps_summary"] is not None:
-        result["steps_summary"]["clock_verified"] = clock_verified
-    return StepSkew.build(**result)
-
-
-def _step_rows(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> dict:
-    """step_skew's rows and summary, as JSON-like rows."""
-    limit = int(config["skew"]["max_rows"])
-    rank_of = list(ranks)
-    result = {"steps": [], "steps_summary": None, "phases": []}
     if not aligned_by_rank:
-        return result
-    step_keys = [np.asarray(a["step_bounds"]["step"], np.int64)[:, None] for a in aligned_by_rank]
-    steps, present, m = _dense(step_keys, [{"start": np.asarray(a["step_bounds"]["start_ns"], np.int64),
-                                            "end": np.asarray(a["step_bounds"]["end_ns"], np.int64)}
+        return StepSkew(steps=[], steps_summary=None, phases=[])
+    rank_of = list(ranks)
+    step_keys = [np.asarray(a.step_bounds["step"], np.int64)[:, None] for a in aligned_by_rank]
+    steps, present, m = _dense(step_keys, [{"start": np.asarray(a.step_bounds["start_ns"], np.int64),
+                                            "end": np.asarray(a.step_bounds["end_ns"], np.int64)}
                                            for a in aligned_by_rank])
-    steps = steps[:, 0] if steps.size else np.zeros(0, np.int64)
-
-    ph = _phase_skew(aligned_by_rank, rank_of)
-    result["phases"] = ph["rows"]
-    pkeys = ph["keys"]
+    phases = _phase_skew(aligned_by_rank, rank_of)
     if steps.size == 0:
-        return result
-
+        return StepSkew(steps=[], steps_summary=None, phases=phases.rows)
+    steps = steps[:, 0]
     start_spread = _masked_max(m["start"], present) - _masked_min(m["start"], present)
     end_spread = _masked_max(m["end"], present) - _masked_min(m["end"], present)
     duration = m["end"] - m["start"]
@@ -778,31 +833,29 @@ def _step_rows(aligned_by_rank: list[dict], ranks: list[int], config: dict) -> d
     slowest = np.where(present, duration, _INT_MIN).argmax(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         imbalance = np.where(median_duration > 0, max_duration / median_duration, np.nan)
-    shown = _top((max_duration - median_duration).astype(np.float64), limit)
-    rows = []
-    for j in shown:  # at most skew.max_rows steps
-        row = {"step": int(steps[j]), "ranks": int(present[:, j].sum()),
-               "start_spread_ns": int(start_spread[j]), "end_spread_ns": int(end_spread[j]),
-               "duration_median_ns": int(round(float(median_duration[j]))), "duration_max_ns": int(max_duration[j]),
-               "slowest_rank": rank_of[slowest[j]],
-               "imbalance": None if np.isnan(imbalance[j]) else float(imbalance[j]), "phases": []}
-        for k in np.flatnonzero(pkeys[:, 0] == steps[j]) if pkeys.shape[0] else []:
-            row["phases"].append({"name": str(ph["names"][pkeys[k, 1]]),
-                                  "start_spread_ns": int(ph["start_spread"][k]),
-                                  "end_spread_ns": int(ph["end_spread"][k]),
-                                  "busy_median_ns": int(round(float(ph["busy_median"][k]))),
-                                  "busy_max_ns": int(ph["busy"][ph["busy_max_row"][k], k]),
-                                  "busy_max_rank": rank_of[ph["busy_max_row"][k]]})
-        rows.append(row)
-    result["steps"] = rows
+    rows = [StepRow(step=int(steps[j]), ranks=int(present[:, j].sum()), start_spread_ns=int(start_spread[j]),
+                    end_spread_ns=int(end_spread[j]), duration_median_ns=int(round(float(median_duration[j]))),
+                    duration_max_ns=int(max_duration[j]), slowest_rank=rank_of[slowest[j]],
+                    imbalance=None if np.isnan(imbalance[j]) else float(imbalance[j]),
+                    phases=_step_phases(phases, int(steps[j]), rank_of))
+            for j in _top((max_duration - median_duration).astype(np.float64), int(config["skew"]["max_rows"]))]
     finite = ~np.isnan(imbalance)
-    worst_step = int(np.nanargmax(imbalance)) if finite.any() else None
-    result["steps_summary"] = {
-        "count": int(steps.size), "shown": len(rows),
-        "imbalance": None if worst_step is None else {
-            "median": float(np.median(imbalance[finite])), "max": float(imbalance[worst_step]),
-            "max_step": int(steps[worst_step]), "max_rank": rank_of[slowest[worst_step]]},
-        "start_spread_ns": _stats(start_spread), "end_spread_ns": _stats(end_spread),
-        "duration_median_ns": int(round(steptime.run_step_time(median_duration))),  # the job's step time
-    }
-    return result
+    worst = int(np.nanargmax(imbalance)) if finite.any() else None
+    return StepSkew(steps=rows, phases=phases.rows, steps_summary=StepsSummary(
+        count=int(steps.size), shown=len(rows),
+        imbalance=None if worst is None else Imbalance(
+            median=float(np.median(imbalance[finite])), max=float(imbalance[worst]),
+            max_step=int(steps[worst]), max_rank=rank_of[slowest[worst]]),
+        start_spread_ns=_stats(start_spread), end_spread_ns=_stats(end_spread),
+        duration_median_ns=int(round(steptime.run_step_time(median_duration))),  # the job's step time
+        clock_verified=clock_verified))
+
+
+def _step_phases(phases: _PhaseSpread, step: int, rank_of: list[int]) -> list[StepPhase]:
+    """The phases of one step across ranks."""
+    return [StepPhase(name=str(phases.names[phases.keys[k, 1]]), start_spread_ns=int(phases.start_spread[k]),
+                      end_spread_ns=int(phases.end_spread[k]),
+                      busy_median_ns=int(round(float(phases.busy_median[k]))),
+                      busy_max_ns=int(phases.busy[phases.busy_max_row[k], k]),
+                      busy_max_rank=rank_of[phases.busy_max_row[k]])
+            for k in (np.flatnonzero(phases.keys[:, 0] == step) if phases.keys.shape[0] else [])]
