@@ -51,7 +51,7 @@ def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
     return RankResult(
         rank=trace.rank, source=trace.source, source_file=trace.source_file, pid=trace.pid, device=trace.device,
         rank_from=trace.rank_from, figures=figures, lanes=lanes, markers=skew.rank_markers(view),
-        gpu_gaps=diagnose.rank_gpu_gaps(view)["gpu_gaps"],
+        gpu_gaps=diagnose.rank_gpu_gaps(view),
         tables={**summaries.rank_tables(view, config, trace.meta), "operator": operator_table},
         clock=ClockEstimate(offset_ns=int(trace.clock_offset_ns), uncertainty_ns=int(trace.clock_uncertainty_ns)),
         warnings=tuple(trace.warnings) + _no_steps(trace, figures.steps, config), meta=dict(trace.meta),

@@ -140,6 +140,37 @@ class RankMarkers(msgspec.Struct, frozen=True):
                 "syncs": self.syncs}
 
 
+class DeviceGaps(msgspec.Struct, frozen=True):
+    """One device's idle gaps between its GPU work in the window (analyses.diagnose.rank_gpu_gaps)."""
+
+    device: int
+    gaps: int
+    idle_ns: int
+    host_bound_gaps: int          # gaps ended by work launched after the gap began: the GPU waited for the CPU
+    host_bound_ns: int            # ... their time less the host's communication
+    host_comm_ns: int             # idle time the host spent communicating
+    busy_ns: int
+    launch_known: float | None    # share of the gaps whose ending work's launch is known
+
+
+class GpuGaps(msgspec.Struct, frozen=True):
+    """A rank's idle GPU gaps summed over its devices, and each device's."""
+
+    gaps: int
+    idle_ns: int
+    host_bound_gaps: int
+    host_bound_ns: int
+    host_comm_ns: int
+    busy_ns: int
+    window_ns: int
+    devices: list[DeviceGaps]
+
+    @property
+    def host_bound_share(self) -> float | None:
+        """host_bound_ns of the window; None for an empty window."""
+        return self.host_bound_ns / self.window_ns if self.window_ns else None
+
+
 class ClockEstimate(msgspec.Struct, frozen=True):
     """A rank's clock offset (ns to add to its own timestamps) and how it was obtained.
 
@@ -183,7 +214,7 @@ class RankResult(Record):
     figures: RankFigures
     lanes: tuple[Lane, ...]
     markers: RankMarkers
-    gpu_gaps: dict | None       # analyses.diagnose.rank_gpu_gaps; None on host-only traces
+    gpu_gaps: GpuGaps | None    # analyses.diagnose.rank_gpu_gaps; None on host-only traces
     tables: dict                # analyses.summaries.rank_tables
     clock: ClockEstimate
     warnings: tuple[str, ...] = ()

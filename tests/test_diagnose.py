@@ -35,23 +35,23 @@ def gpu_events(launch_late: bool = True, pid: int = 10):
 
 
 def test_host_bound_gaps_by_construction():
-    gaps = diagnose.rank_gpu_gaps(distributed.rank_view(gpu_events(), CONFIG))["gpu_gaps"]
-    assert (gaps["gaps"], gaps["idle_ns"]) == (3, 420)
-    assert (gaps["host_bound_gaps"], gaps["host_bound_ns"]) == (2, 400)
-    assert gaps["window_ns"] == 1000 and gaps["devices"][0]["busy_ns"] == 480
-    queued = diagnose.rank_gpu_gaps(distributed.rank_view(gpu_events(launch_late=False), CONFIG))["gpu_gaps"]
-    assert (queued["host_bound_gaps"], queued["host_bound_ns"]) == (1, 300)
+    gaps = diagnose.rank_gpu_gaps(distributed.rank_view(gpu_events(), CONFIG))
+    assert (gaps.gaps, gaps.idle_ns) == (3, 420)
+    assert (gaps.host_bound_gaps, gaps.host_bound_ns) == (2, 400)
+    assert gaps.window_ns == 1000 and gaps.devices[0].busy_ns == 480
+    queued = diagnose.rank_gpu_gaps(distributed.rank_view(gpu_events(launch_late=False), CONFIG))
+    assert (queued.host_bound_gaps, queued.host_bound_ns) == (1, 300)
 
 
 def test_host_only_trace_has_no_gpu_gaps():
     events = ev.make_events(kind=ev.RANGE, category=ev.PHASE, name=np.array(["ProfileStep"], object),
                             start_ns=np.array([0]), end_ns=np.array([10]), step=0)
-    assert diagnose.rank_gpu_gaps(distributed.rank_view(events, CONFIG)) == {"gpu_gaps": None}
+    assert diagnose.rank_gpu_gaps(distributed.rank_view(events, CONFIG)) is None
 
 
 def test_host_bound_finding():
     result = pipeline.reduce_rank(ev.RankTrace(events=gpu_events(), rank=0, device=0), CONFIG)
-    assert result.gpu_gaps["host_bound_ns"] == 400  # reduce_rank computes it next to the events
+    assert result.gpu_gaps.host_bound_ns == 400  # reduce_rank computes it next to the events
     [finding] = diagnose.findings([result], [], None, CONFIG)
     assert finding.finding == "host_bound_gpu" and finding.figure_ns == 400
     assert not hasattr(finding, "message")  # analyses give numbers; reports/findings.py words them
@@ -79,7 +79,7 @@ def host_result(rank: int, loader_ns: int):
 def test_dataloader_bound_finding():
     results = [host_result(0, 10), host_result(1, 30)]
     share = diagnose.rank_dataloader_share(results[1], "Dataloader")
-    assert share["dataloader_ns"] == 60 and share["share"] == 0.3
+    assert share.dataloader_ns == 60 and share.share == 0.3
     [finding] = diagnose.findings(results, [], None, CONFIG)
     assert finding.finding == "dataloader_bound" and finding.ranks == [1]
     assert finding.figure_ns == 60 and finding.evidence.steps_above == 2

@@ -10,12 +10,14 @@ the rank's events like the other reductions.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from .. import events as ev
 from ..rankview import RankView
-from ..results import RankResult
+from ..results import DeviceGaps, GpuGaps, RankResult
 from ..sections.collectives import CollectiveRow, Collectives
 from ..sections.findings import Check, Observed, SlowCollectiveRow, StragglerEvidence
 from ..sections.skew import Skew, StragglerRow
@@ -27,9 +29,11 @@ from . import imbalance as imbalance_mod
 from . import intervals as iv
 from . import sharded as sharded_mod
 
+T = TypeVar("T")
+
 # -- per rank: host-bound GPU gaps ---------------------------------------------------------
 
-def rank_gpu_gaps(view: RankView) -> dict:
+def rank_gpu_gaps(view: RankView) -> GpuGaps | None:
     """Idle gaps between GPU work on each device, and the host-bound part of them.
 
     A gap is the time between two busy periods of a device (all its streams together) inside
@@ -38,31 +42,29 @@ def rank_gpu_gaps(view: RankView) -> dict:
     nothing queued and waited for the CPU. Kernels whose launch is
     unknown are not counted as host-bound. The time the host spends in communication (MPI,
     gloo) is not host-bound (the CPU waits for the network, not its own launches): it is
-    ``host_comm_ns``. ``{"gpu_gaps": None}`` on host-only traces.
+    ``host_comm_ns``. None on host-only traces.
     """
     events, window = view.events, view.window
     if not len(events) or not view.gpu:
-        return {"gpu_gaps": None}
+        return None
     work = np.flatnonzero(view.gpu_work)
     launched = view.launch[work]
     launch_ns = np.where(launched >= 0, events["start_ns"][np.maximum(launched, 0)], np.nan)
     host_comm = view.comm & events["lane_kind"].eq(ev.HOST_THREAD)
     host_comm_set = iv.union(events["start_ns"][host_comm], events["end_ns"][host_comm])
     device_of = events["device"][work]
-    devices, totals = [], {"gaps": 0, "idle_ns": 0, "host_bound_gaps": 0, "host_bound_ns": 0, "host_comm_ns": 0,
-                           "busy_ns": 0}
-    for device in np.unique(device_of):  # one iteration per device
-        mine = device_of == device
-        row = _device_gaps(events["start_ns"][work][mine], events["end_ns"][work][mine], launch_ns[mine], window,
-                           host_comm_set)
-        devices.append({"device": int(device), **row})
-        for key in totals:
-            totals[key] += row[key]
-    return {"gpu_gaps": {**totals, "window_ns": iv.total(window), "devices": devices}}
+    devices = [_device_gaps(int(device), events["start_ns"][work][mine], events["end_ns"][work][mine],
+                            launch_ns[mine], window, host_comm_set)
+               for device, mine in ((device, device_of == device) for device in np.unique(device_of))]
+    return GpuGaps(gaps=sum(d.gaps for d in devices), idle_ns=sum(d.idle_ns for d in devices),
+                   host_bound_gaps=sum(d.host_bound_gaps for d in devices),
+                   host_bound_ns=sum(d.host_bound_ns for d in devices),
+                   host_comm_ns=sum(d.host_comm_ns for d in devices), busy_ns=sum(d.busy_ns for d in devices),
+                   window_ns=iv.total(window), devices=devices)
 
 
-def _device_gaps(start: np.ndarray, end: np.ndarray, launch_ns: np.ndarray, window: iv.IntervalSet,
-                 host_comm: iv.IntervalSet) -> dict:
+def _device_gaps(device: int, start: np.ndarray, end: np.ndarray, launch_ns: np.ndarray, window: iv.IntervalSet,
+                 host_comm: iv.IntervalSet) -> DeviceGaps:
     """The gaps of one device's GPU work (rows by start; launch_ns NaN = unknown)."""
     reach = np.maximum.accumulate(end)
     opens = np.flatnonzero(start[1:] > reach[:-1]) + 1  # work that ends an idle gap
@@ -70,11 +72,11 @@ def _device_gaps(start: np.ndarray, end: np.ndarray, launch_ns: np.ndarray, wind
     host_bound = launch_ns[opens] >= gap_start  # NaN (launch unknown) compares False
     idle = iv.intersect(iv.union(gap_start, gap_end), window)
     bound = iv.intersect(iv.union(gap_start[host_bound], gap_end[host_bound]), window)
-    return {"gaps": int(opens.size), "idle_ns": iv.total(idle),
-            "host_bound_gaps": int(host_bound.sum()), "host_bound_ns": iv.total(iv.difference(bound, host_comm)),
-            "host_comm_ns": iv.total(iv.intersect(idle, host_comm)),
-            "busy_ns": iv.total(iv.intersect(iv.union(start, end), window)),
-            "launch_known": float(np.mean(~np.isnan(launch_ns[opens]))) if opens.size else None}
+    return DeviceGaps(device=device, gaps=int(opens.size), idle_ns=iv.total(idle),
+                      host_bound_gaps=int(host_bound.sum()), host_bound_ns=iv.total(iv.difference(bound, host_comm)),
+                      host_comm_ns=iv.total(iv.intersect(idle, host_comm)),
+                      busy_ns=iv.total(iv.intersect(iv.union(start, end), window)),
+                      launch_known=float(np.mean(~np.isnan(launch_ns[opens]))) if opens.size else None)
 
 
 # -- findings at rank 0: codes and numbers (reports/findings.py words them) ------------------
@@ -176,43 +178,48 @@ def _slow_row(row: CollectiveRow) -> SlowCollectiveRow:
                              transfer_median_ns=row.transfer_median_ns)
 
 
-def _ranks_over(results: list[RankResult], measured: Callable[[RankResult], dict | None], share: str,
-                limit: float, size: str) -> tuple[dict[int, dict], int | None]:
+def _ranks_over(results: list[RankResult], measured: Callable[[RankResult], T | None],
+                share: Callable[[T], float | None], limit: float, size: Callable[[T], int]
+                ) -> tuple[dict[int, T], int | None]:
     """The per-rank findings' threshold: each rank's ``measured`` figures whose ``share`` is above
     ``limit`` (by rank), and the rank among them with the largest ``size`` (None: no rank is over)."""
     hit = {}
     for result in results:  # one per rank
         figures = measured(result)
-        if figures and figures[share] is not None and figures[share] > limit:
+        if figures is not None and (value := share(figures)) is not None and value > limit:
             hit[result.rank] = figures
-    return hit, (max(hit, key=lambda r: hit[r][size]) if hit else None)
+    return hit, (max(hit, key=lambda r: size(hit[r])) if hit else None)
 
 
 def _any_pytorch(results: list[RankResult], ranks) -> bool:
     return any(ev.PYTORCH in result.frameworks for result in results if result.rank in ranks)
 
 
-def _host_bound_share(result: RankResult) -> dict | None:
-    gaps = result.gpu_gaps
-    if not gaps or not gaps["window_ns"]:
-        return None
-    return {**gaps, "host_bound_share": gaps["host_bound_ns"] / gaps["window_ns"]}
-
-
 def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[Observed]:
-    hit, worst = _ranks_over(results, _host_bound_share, "host_bound_share",
-                             float(config["diagnosis"]["gpu_idle_share"]), "host_bound_ns")
+    hit, worst = _ranks_over(results, lambda result: result.gpu_gaps, lambda gaps: gaps.host_bound_share,
+                             float(config["diagnosis"]["gpu_idle_share"]), lambda gaps: gaps.host_bound_ns)
     if worst is None:
         return []
     gaps = hit[worst]
-    return [_finding("host_bound_gpu", gaps["host_bound_ns"], sorted(hit), worst_rank=worst,
+    return [_finding("host_bound_gpu", gaps.host_bound_ns, sorted(hit), worst_rank=worst,
                      ranks_total=len(results),
-                     host_bound_ns_by_rank={str(r): g["host_bound_ns"] for r, g in hit.items()},
-                     host_bound_gaps=gaps["host_bound_gaps"], gaps=gaps["gaps"], idle_ns=gaps["idle_ns"],
-                     window_ns=gaps["window_ns"], pytorch=_any_pytorch(results, hit))]
+                     host_bound_ns_by_rank={str(r): g.host_bound_ns for r, g in hit.items()},
+                     host_bound_gaps=gaps.host_bound_gaps, gaps=gaps.gaps, idle_ns=gaps.idle_ns,
+                     window_ns=gaps.window_ns, pytorch=_any_pytorch(results, hit))]
 
 
-def rank_dataloader_share(result: RankResult, phase_name: str) -> dict | None:
+@dataclass(frozen=True, slots=True)
+class DataloaderShare:
+    """A rank's Dataloader time over its ProfileStep time (own clock), over all and per step."""
+
+    dataloader_ns: int
+    steps_ns: int
+    share: float
+    per_step_share: np.ndarray
+    steps: np.ndarray
+
+
+def rank_dataloader_share(result: RankResult, phase_name: str) -> DataloaderShare | None:
     """Dataloader time over ProfileStep time of one rank (own clock), and the steps above it."""
     bounds, phases = result.markers.step_bounds, result.markers.phases
     steps = np.asarray(bounds.get("step", []), np.int64)
@@ -230,23 +237,23 @@ def rank_dataloader_share(result: RankResult, phase_name: str) -> dict | None:
     total = int(durations.sum())
     with np.errstate(divide="ignore", invalid="ignore"):
         per_step = np.where(durations > 0, busy / np.maximum(durations, 1), 0.0)
-    return {"dataloader_ns": int(busy.sum()), "steps_ns": total, "share": busy.sum() / total if total else 0.0,
-            "per_step_share": per_step, "steps": steps}
+    return DataloaderShare(dataloader_ns=int(busy.sum()), steps_ns=total, share=busy.sum() / total if total else 0.0,
+                           per_step_share=per_step, steps=steps)
 
 
 def _dataloader_findings(results: list[RankResult], config: dict) -> list[Observed]:
     limit = float(config["diagnosis"]["dataloader_share"])
     name = config["phases"]["dataloader"]
-    hit, worst = _ranks_over(results, lambda result: rank_dataloader_share(result, name), "share", limit,
-                             "dataloader_ns")
+    hit, worst = _ranks_over(results, lambda result: rank_dataloader_share(result, name), lambda found: found.share,
+                             limit, lambda found: found.dataloader_ns)
     if worst is None:
         return []
     share = hit[worst]
-    return [_finding("dataloader_bound", share["dataloader_ns"], sorted(hit), worst_rank=worst,
-                     ranks_total=len(results), phase=name, share=float(share["share"]),
-                     dataloader_ns=share["dataloader_ns"], steps=int(share["steps"].size), limit_share=limit,
-                     share_by_rank={str(r): float(s["share"]) for r, s in hit.items()},
-                     steps_above=int((share["per_step_share"] > limit).sum()), pytorch=_any_pytorch(results, hit))]
+    return [_finding("dataloader_bound", share.dataloader_ns, sorted(hit), worst_rank=worst,
+                     ranks_total=len(results), phase=name, share=float(share.share),
+                     dataloader_ns=share.dataloader_ns, steps=int(share.steps.size), limit_share=limit,
+                     share_by_rank={str(r): float(s.share) for r, s in hit.items()},
+                     steps_above=int((share.per_step_share > limit).sum()), pytorch=_any_pytorch(results, hit))]
 
 
 def findings(results: list[RankResult], checks: list[Check], skew: Skew | None, config: dict,
