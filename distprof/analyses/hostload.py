@@ -9,6 +9,8 @@ Kineto traces record no OS counters, nsys exports none that distprof reads (``re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..results import RankResult
@@ -20,7 +22,18 @@ BUSY_RATIO = 3.0         # a straggler's wait for a core per late step, over the
 BUSY_OF_COST = 0.25      # ... and at least this share of the waits it causes per step
 
 
-def per_step(result: RankResult) -> dict[str, np.ndarray] | None:
+@dataclass(frozen=True, slots=True)
+class StepCounters:
+    """A rank's OS counters per step: the change over the step (the first sampled step has none)."""
+
+    step: np.ndarray
+    wall_ns: np.ndarray
+    runqueue_ns: np.ndarray    # the training thread's wait for a core
+    involuntary: np.ndarray    # context switches it did not ask for
+    load_1m: np.ndarray        # the host's 1-minute load at the step's end (NaN: unknown)
+
+
+def per_step(result: RankResult) -> StepCounters | None:
     """The rank's counters per step (the change from the step before: the first sampled step has
     none), for steps >= 0 with a known wait for a core; None without samples."""
     samples = result.meta.get("host_samples") or {}
@@ -28,11 +41,12 @@ def per_step(result: RankResult) -> dict[str, np.ndarray] | None:
     if len(queue) < 2 or any(v is None for v in queue):
         return None
     step = np.asarray(samples["step"], np.int64)
-    delta = {key: np.diff(np.asarray(samples[key], np.int64)) for key in ("clock_ns", "runqueue_ns", "involuntary")}
+    wall, queue, involuntary = (np.diff(np.asarray(samples[key], np.int64))
+                                for key in ("clock_ns", "runqueue_ns", "involuntary"))
     load = np.asarray([np.nan if v is None else float(v) for v in samples["load_1m"]], np.float64)[1:]
     keep = step[1:] >= 0
-    return {"step": step[1:][keep], "wall_ns": delta["clock_ns"][keep], "runqueue_ns": delta["runqueue_ns"][keep],
-            "involuntary": delta["involuntary"][keep], "load_1m": load[keep]}
+    return StepCounters(step=step[1:][keep], wall_ns=wall[keep], runqueue_ns=queue[keep],
+                        involuntary=involuntary[keep], load_1m=load[keep])
 
 
 def runqueue_share(results: list[RankResult]) -> float | None:
@@ -41,8 +55,8 @@ def runqueue_share(results: list[RankResult]) -> float | None:
     shares = []
     for result in results:  # the ranks of one host
         steps = per_step(result)
-        if steps is not None and steps["wall_ns"].sum() > 0:
-            shares.append(float(steps["runqueue_ns"].sum() / steps["wall_ns"].sum()))
+        if steps is not None and steps.wall_ns.sum() > 0:
+            shares.append(float(steps.runqueue_ns.sum() / steps.wall_ns.sum()))
     return float(np.median(shares)) if shares else None
 
 
@@ -62,8 +76,8 @@ def steal_share(results: list[RankResult]) -> float | None:
 
 def max_load(results: list[RankResult]) -> float | None:
     """The highest 1-minute load any of these ranks sampled during its steps (None: none sampled)."""
-    loads = [float(np.nanmax(s["load_1m"])) for s in map(per_step, results)
-             if s is not None and np.isfinite(s["load_1m"]).any()]
+    loads = [float(np.nanmax(s.load_1m)) for s in map(per_step, results)
+             if s is not None and np.isfinite(s.load_1m).any()]
     return max(loads) if loads else None
 
 
@@ -79,22 +93,22 @@ def straggler_host(results: list[RankResult], straggler: StragglerRow | None) ->
     if counted is None:
         return None
     late = np.asarray(straggler.late_step_ids, np.int64)
-    chosen = np.isin(counted["step"], late) if late.size else np.ones(counted["step"].size, bool)
+    chosen = np.isin(counted.step, late) if late.size else np.ones(counted.step.size, bool)
     if not chosen.any():
         return None
-    steps = counted["step"][chosen]
-    queue = float(counted["runqueue_ns"][chosen].mean())
+    steps = counted.step[chosen]
+    queue = float(counted.runqueue_ns[chosen].mean())
     others = []
     for result in results:  # one per other rank
         theirs = per_step(result) if result.rank != straggler.rank else None
-        same = np.isin(theirs["step"], steps) if theirs is not None else None
+        same = np.isin(theirs.step, steps) if theirs is not None else None
         if same is not None and same.any():
-            others.append(float(theirs["runqueue_ns"][same].mean()))
+            others.append(float(theirs.runqueue_ns[same].mean()))
     others_queue = float(np.median(others)) if others else 0.0
     busy = queue >= BUSY_RATIO * max(others_queue, 1e6) and queue >= BUSY_OF_COST * float(straggler.waits_caused_ns)
-    loads = counted["load_1m"][chosen]
+    loads = counted.load_1m[chosen]
     return StragglerHost(steps=int(steps.size), runqueue_ns=int(round(queue)),
                          others_runqueue_ns=int(round(others_queue)),
-                         involuntary=int(counted["involuntary"][chosen].sum()),
+                         involuntary=int(counted.involuntary[chosen].sum()),
                          load_1m=float(np.nanmax(loads)) if np.isfinite(loads).any() else None,
                          cpus=mine.meta.get("cpus") if isinstance(mine.meta.get("cpus"), int) else None, busy=busy)

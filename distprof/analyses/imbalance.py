@@ -12,6 +12,8 @@ than a missing one). Codes and numbers only: reports/findings.py words them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import events as ev
@@ -26,7 +28,18 @@ PHASES_SHOWN = 4
 NOTES = {"late_rank_rotates": "rotates", "delay_spread": "spread"}  # skew note code -> pattern
 
 
-def phase_matrix(results: list[RankResult]) -> dict | None:
+@dataclass(frozen=True, slots=True)
+class PhaseMatrix:
+    """The ranks' own time per (step, phase name) column: ``times`` (rank rows, columns; NaN: the rank
+    has no such phase in that step), each column's phase (``name``: a code into ``names``)."""
+
+    times: np.ndarray
+    name: np.ndarray
+    names: list[str]
+    ranks: list[int]
+
+
+def phase_matrix(results: list[RankResult]) -> PhaseMatrix | None:
     """Per (step, phase name) column and rank row, the phase's own time (NaN: the rank has no such
     phase in that step); columns that fewer than two ranks have are dropped. None when none is left."""
     rows, steps, names, values = [], [], [], []
@@ -50,45 +63,45 @@ def phase_matrix(results: list[RankResult]) -> dict | None:
     shared = (counted > 0).sum(axis=0) >= 2
     if not shared.any():
         return None
-    return {"times": np.where(counted > 0, matrix, np.nan)[:, shared], "name": keys[shared] % len(distinct),
-            "names": distinct, "ranks": [r.rank for r in results]}
+    return PhaseMatrix(times=np.where(counted > 0, matrix, np.nan)[:, shared], name=keys[shared] % len(distinct),
+                       names=distinct, ranks=[r.rank for r in results])
 
 
-def phase_spreads(phases: dict, step_ns: int | None) -> list[PhaseSpread]:
+def phase_spreads(phases: PhaseMatrix, step_ns: int | None) -> list[PhaseSpread]:
     """Per phase name, its spread across ranks (median over steps), largest first."""
-    times = phases["times"]
+    times = phases.times
     top, bottom, middle = np.nanmax(times, axis=0), np.nanmin(times, axis=0), np.nanmedian(times, axis=0)
     slowest = np.nanargmax(times, axis=0)
     out = []
-    for code in np.unique(phases["name"]):  # one iteration per phase name
-        cols = phases["name"] == code
+    for code in np.unique(phases.name):  # one iteration per phase name
+        cols = phases.name == code
         counts = np.bincount(slowest[cols], minlength=times.shape[0])
         spread = float(np.median(top[cols] - bottom[cols]))
         out.append(PhaseSpread(
-            phase=str(phases["names"][code]), steps=int(cols.sum()), spread_ns=int(round(spread)),
+            phase=str(phases.names[code]), steps=int(cols.sum()), spread_ns=int(round(spread)),
             excess_ns=int(round(float(np.median(top[cols] - middle[cols])))),
             spread_share=spread / step_ns if step_ns else None,
-            slowest_steps_by_rank={phases["ranks"][r]: int(counts[r]) for r in np.argsort(-counts, kind="stable")
+            slowest_steps_by_rank={phases.ranks[r]: int(counts[r]) for r in np.argsort(-counts, kind="stable")
                                    if counts[r]}))
     return sorted(out, key=lambda p: -p.spread_ns)
 
 
-def rank_excess(phases: dict | None, rank: int) -> tuple[str, int] | None:
+def rank_excess(phases: PhaseMatrix | None, rank: int) -> tuple[str, int] | None:
     """The phase in which ``rank`` spends the most own time per step over the other ranks' median
     (median over the steps both have), and that excess; None when it is in none above them."""
-    if phases is None or rank not in phases["ranks"]:
+    if phases is None or rank not in phases.ranks:
         return None
-    row = phases["ranks"].index(rank)
-    times = phases["times"]
+    row = phases.ranks.index(rank)
+    times = phases.times
     others = np.nanmedian(np.delete(times, row, axis=0), axis=0) if times.shape[0] > 1 else np.full(times.shape[1],
                                                                                                    np.nan)
     excess = times[row] - others
     best = None
-    for code in np.unique(phases["name"]):  # one iteration per phase name
-        mine = excess[(phases["name"] == code) & ~np.isnan(excess)]
+    for code in np.unique(phases.name):  # one iteration per phase name
+        mine = excess[(phases.name == code) & ~np.isnan(excess)]
         value = float(np.median(mine)) if mine.size else 0.0
         if value > 0 and (best is None or value > best[1]):
-            best = (str(phases["names"][code]), int(round(value)))
+            best = (str(phases.names[code]), int(round(value)))
     return best
 
 
