@@ -57,3 +57,23 @@ def straggler_of(rank: int, pattern: str = "persistent", **fields):
         "onset_step": None, "steps_late": 0, "steps": 0, "late_step_ids": [], "phase": None, "phase_extra_ns": None,
         "largest_phase": None, "runner_up_waits_caused_ns": 0, "late_steps": 0, "threshold_ns": 0,
         "most_often_last_rank": rank, "exposed_waits_ns_by_rank": {}, **fields})
+
+
+_WINDOW_ROW = {"rank": 0, "steps": 0, "step_ns": None, "step_durations_ns": [], "communication_ns": 0,
+               "computation_ns": 0, "overlap_ns": 0, "exposed_communication_ns": 0, "overlap_ratio": None,
+               "waits_for_straggler_ns": 0}
+_WINDOW_STRAGGLER = {"rank": None, "cost_ns": None, "cost_share": None, "waits_caused_ns": None,
+                     "waits_caused_share": None, "late_in": None, "of": None}
+
+
+def live_window(steps: list[int], ranks: list[dict] = (), step_time_ns: float | None = None,
+                straggler: dict | None = None, behind: list[dict] = (), spread: dict | None = None):
+    """A live window (sections.machine.LiveWindow) from the parts a test sets, the rest zero or None,
+    as analyses/live.window_figures makes it and the alert rule, the gauges and the lines read it."""
+    from distprof.sections.machine import Behind, LiveWindow, WindowRank, WindowSpread, WindowStraggler
+    return LiveWindow(steps=list(steps), ranks=[WindowRank(**{**_WINDOW_ROW, **row}) for row in ranks],
+                      step_time_ns=step_time_ns,
+                      spread=WindowSpread(**{"step_ns": None, "slowest_rank": None, "exposed_communication_ns": None,
+                                             **(spread or {})}),
+                      straggler=None if straggler is None else WindowStraggler(**{**_WINDOW_STRAGGLER, **straggler}),
+                      behind=[Behind(**row) for row in behind])

@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import numpy as np
-from result_views import summary_json
+from result_views import live_window, summary_json
 from test_blame import _result
 
 from distprof import config as config_mod
@@ -80,12 +81,12 @@ def test_without_a_straggler_a_warn_stays():
     assert all("waits_for_straggler_ns" not in c for c in summary["checks"])
 
 
-def _window(steps: list[int], exposed_ns: int, waits_ns: int, straggler: int | None) -> dict:
+def _window(steps: list[int], exposed_ns: int, waits_ns: int, straggler: int | None):
     ranks = [{"rank": r, "steps": 4, "step_ns": 100 * MS, "step_durations_ns": [100 * MS] * 4,
               "exposed_communication_ns": exposed_ns if r == 0 else 4 * MS,
               "waits_for_straggler_ns": waits_ns if r == 0 else 0} for r in (0, 1)]
     named = None if straggler is None else {"rank": straggler, "cost_share": 0.3, "cost_ns": 30 * MS}
-    return {"steps": steps, "ranks": ranks, "step_time_ns": 100 * MS, "straggler": named}
+    return live_window(steps, ranks, step_time_ns=100 * MS, straggler=named)
 
 
 def test_live_alert_for_waiting_rank_folds_into_the_straggler():
@@ -95,9 +96,10 @@ def test_live_alert_for_waiting_rank_folds_into_the_straggler():
     quiet = [_window([4 * k, 4 * k + 3], 4 * MS, 0, None) for k in range(3)]
     late = [_window([4 * k, 4 * k + 3], 124 * MS, 120 * MS, 1) for k in range(3, 6)]
     alerts = [a for w in quiet + late for a in folded.update(w)]
-    assert [(a["code"], a["rank"]) for a in alerts] == [("straggler", 1)]
-    unfolded = [{**w, "ranks": [{**r, "waits_for_straggler_ns": 0} for r in w["ranks"]]} for w in quiet + late]
-    codes = [(a["code"], a["rank"]) for w in unfolded for a in rule.update(w)]
+    assert [(a.code, a.rank) for a in alerts] == [("straggler", 1)]
+    unfolded = [msgspec.structs.replace(w, ranks=[msgspec.structs.replace(r, waits_for_straggler_ns=0)
+                                                  for r in w.ranks]) for w in quiet + late]
+    codes = [(a.code, a.rank) for w in unfolded for a in rule.update(w)]
     assert ("exposed_communication_jump", 0) in codes  # the rule does see the jump when nothing explains it
 
 

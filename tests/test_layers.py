@@ -120,7 +120,7 @@ def test_pointers_in_the_code_lead_somewhere() -> None:
 RETURNS_DICT = {
     "collectives.node_of_ranks",
     "hang.group_members",
-    "live.window_figures", "operators.merge_operator_tables",
+    "operators.merge_operator_tables",
     "operators.operator_table", "operators.prepared", "operators.trimmed", "phases.merge_phase_tables",
     "phases.phase_table", "phases.trimmed", "profiles.rank_profile", "skew.owed_waits",
     "stacked.stack", "summaries.device_table", "summaries.model_table", "summaries.overview_table",

@@ -10,9 +10,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from conftest import foreign_cores, machine_clock, run_cli, skip_if_busy
+from result_views import live_window
 
 from distprof import collector, live
 from distprof import config as config_mod
@@ -20,6 +22,7 @@ from distprof import events as ev
 from distprof.analyses.live import AlertRule
 from distprof.demo.job import parse_straggler
 from distprof.reports import live_text
+from distprof.sections.machine import Behind, LiveAlert, WindowSpread
 from distprof.sources import native
 
 
@@ -77,13 +80,15 @@ def test_windows_are_ready_when_every_rank_committed_or_one_is_a_window_past():
     assert live.ready_windows([None, None], 0, 4, final=True) == []
 
 
-def _window(first: int, straggler: int | None, step_ms: list[float], exposed_ms: float = 1.0) -> dict:
+def _window(first: int, straggler: int | None, step_ms: list[float], exposed_ms: float = 1.0, cost_share: float = 0.1,
+            **parts):
     durations = [int(v * 1e6) for v in step_ms]
     row = {"rank": 0, "steps": len(durations), "step_ns": sorted(durations)[len(durations) // 2],
-           "step_durations_ns": durations, "exposed_communication_ns": int(exposed_ms * 1e6 * len(durations))}
-    return {"steps": [first, first + len(durations) - 1], "ranks": [row],
-            "step_time_ns": row["step_ns"], "straggler": None if straggler is None else
-            {"rank": straggler, "cost_ns": 5_000_000, "cost_share": 0.1}}
+           "step_durations_ns": durations, "exposed_communication_ns": int(exposed_ms * 1e6 * len(durations)),
+           **parts}
+    return live_window([first, first + len(durations) - 1], [row], step_time_ns=row["step_ns"],
+                       straggler=None if straggler is None else
+                       {"rank": straggler, "cost_ns": 5_000_000, "cost_share": cost_share})
 
 
 def test_straggler_alert_needs_two_windows_in_a_row_and_says_recovery():
@@ -91,15 +96,14 @@ def test_straggler_alert_needs_two_windows_in_a_row_and_says_recovery():
     named = [None, 1, None, 1, 1, 1, None, 1, None, None]
     codes = []
     for index, rank in enumerate(named):
-        codes += [(index, a["code"], a["rank"]) for a in rule.update(_window(4 * index, rank, [100, 101, 99, 100]))
-                  if a["code"].startswith("straggler")]
+        codes += [(index, a.code, a.rank) for a in rule.update(_window(4 * index, rank, [100, 101, 99, 100]))
+                  if a.code.startswith("straggler")]
     assert codes == [(4, "straggler", 1), (9, "straggler_recovered", 1)]
 
 
 def test_a_cheap_straggler_raises_no_alert():
     rule = AlertRule()
-    cheap = [{**_window(4 * i, 1, [100, 100]), "straggler": {"rank": 1, "cost_ns": 5e6, "cost_share": 0.05}}
-             for i in range(4)]
+    cheap = [_window(4 * i, 1, [100, 100], cost_share=0.05) for i in range(4)]
     assert [a for window in cheap for a in rule.update(window)] == []
 
 
@@ -109,7 +113,7 @@ def test_step_time_jump_alerts_once_after_two_windows_above_baseline_and_noise()
               [120, 119, 121, 120],  # +20%: under the 25% share
               [140, 141, 139, 140], [141, 140, 142, 139], [140, 140, 141, 139],  # +40%: alert on the 2nd window
               [100, 101, 99, 100]]
-    alerts = [(i, a["code"]) for i, steps in enumerate(series) for a in rule.update(_window(4 * i, None, steps))]
+    alerts = [(i, a.code) for i, steps in enumerate(series) for a in rule.update(_window(4 * i, None, steps))]
     assert alerts == [(5, "step_time_jump")]
 
 
@@ -121,15 +125,17 @@ def test_noisy_baseline_raises_no_jump():
 
 
 def test_window_and_alert_lines_start_with_the_prefix():
-    window = {**_window(12, 1, [100, 100, 100, 100]), "spread": {"step_ns": 1e6, "slowest_rank": 1},
-              "behind": [{"rank": 2, "committed_step": 9}]}
-    window["ranks"][0].update(communication_ns=4e7, computation_ns=3e8, overlap_ns=2e7, overlap_ratio=0.5)
+    window = msgspec.structs.replace(
+        _window(12, 1, [100, 100, 100, 100], communication_ns=4e7, computation_ns=3e8, overlap_ns=2e7,
+                overlap_ratio=0.5),
+        spread=WindowSpread(step_ns=1e6, slowest_rank=1, exposed_communication_ns=None),
+        behind=[Behind(rank=2, committed_step=9)])
     lines = live_text.window_lines(window)
     assert all(line.startswith("[distprof live] steps 12-15") for line in lines)
     assert "straggler rank 1 (costs 5.0 ms/step (10% of the step)" in lines[0]
     assert lines[-1].endswith("rank 2: behind (at step 9), left out of this window")
-    alert = live_text.alert_line({"steps": [16, 19], "code": "straggler", "rank": 1, "cost_ns": 5e6,
-                                  "cost_share": 0.1, "windows": 2})
+    alert = live_text.alert_line(LiveAlert(steps=[16, 19], code="straggler", rank=1, cost_ns=5e6, cost_share=0.1,
+                                           windows=2))
     assert alert.startswith("[distprof live] ALERT steps 16-19: straggler rank 1")
 
 
@@ -168,8 +174,7 @@ def test_cursor_ignores_a_previous_runs_file(tmp_path):
 
 def test_textfile_export_and_a_failing_disk_cost_only_a_warning(tmp_path, capsys):
     pytest.importorskip("prometheus_client")
-    window = {**_window(0, 1, [100, 100]), "behind": []}
-    window["ranks"][0].update(communication_ns=4e7, computation_ns=3e8, overlap_ratio=0.5)
+    window = _window(0, 1, [100, 100], communication_ns=4e7, computation_ns=3e8, overlap_ratio=0.5)
     target = tmp_path / "distprof.prom"
     live.Metrics({"textfile": str(target), "prometheus_port": None}).update(window, [])
     text = target.read_text()
@@ -252,7 +257,7 @@ def test_mpirun_demo_prints_windows_alerts_the_late_straggler_and_serves_metrics
     summary = json.loads((out / "summary.json").read_text())
     record = summary["live"]
     assert record["every_steps"] == 4 and [w["steps"] for w in record["windows"]][:2] == [[0, 3], [4, 7]]
-    assert [a["rank"] for a in record["alerts"] if a["code"] == "straggler"] == [1]
+    assert [a.rank for a in record["alerts"] if a.code == "straggler"] == [1]
     windows = [w["straggler"]["cost_ns"] for w in record["windows"][2:] if (w["straggler"] or {}).get("rank") == 1]
     assert windows and abs(final["cost_ns"] - float(np.median(windows))) <= 0.25 * float(np.median(windows))
 
@@ -292,7 +297,7 @@ def test_an_unpriced_straggler_alerts_by_the_waits_it_causes():
     rule = AlertRule()
     alerts = []
     for first in range(0, 16, 4):
-        window = {"steps": [first, first + 3], "ranks": [], "step_time_ns": 100_000_000,
-                  "straggler": {"rank": 1, "cost_ns": None, "cost_share": None, "waits_caused_share": 0.3}}
+        window = live_window([first, first + 3], step_time_ns=100_000_000,
+                             straggler={"rank": 1, "cost_ns": None, "cost_share": None, "waits_caused_share": 0.3})
         alerts += rule.update(window)
-    assert [a["code"] for a in alerts] == ["straggler"] and alerts[0]["rank"] == 1
+    assert [a.code for a in alerts] == ["straggler"] and alerts[0].rank == 1

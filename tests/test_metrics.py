@@ -9,19 +9,22 @@ import urllib.error
 import urllib.request
 
 import pytest
+from result_views import live_window
 
 from distprof import config as config_mod
 from distprof import live
 from distprof.analyses.live import AlertRule
+from distprof.sections.machine import LiveAlert
 
 prom = pytest.importorskip("prometheus_client")
 
 
-def _window(first: int = 0, straggler: int | None = 1, share: float = 0.3) -> dict:
+def _window(first: int = 0, straggler: int | None = 1, share: float = 0.3, behind: list[dict] = ()):
     row = {"rank": 0, "steps": 4, "step_ns": 100e6, "step_durations_ns": [100e6] * 4, "communication_ns": 4e7,
            "computation_ns": 3e8, "exposed_communication_ns": 1e6, "overlap_ratio": 0.5}
-    return {"steps": [first, first + 3], "ranks": [row], "step_time_ns": 100e6, "behind": [],
-            "straggler": None if straggler is None else {"rank": straggler, "cost_ns": 30e6, "cost_share": share}}
+    return live_window([first, first + 3], [row], step_time_ns=100e6, behind=behind,
+                       straggler=None if straggler is None else
+                       {"rank": straggler, "cost_ns": 30e6, "cost_share": share})
 
 
 def test_prometheus_addr_is_loopback_by_default_and_never_empty():
@@ -45,8 +48,8 @@ def test_alert_thresholds_are_config_keys_and_alerts_false_still_works():
 
 
 def test_alert_thresholds_from_config_change_when_an_alert_fires():
-    def codes(rule: AlertRule, windows: list[dict]) -> list[tuple[int, str]]:
-        return [(i, a["code"]) for i, w in enumerate(windows) for a in rule.update(w)]
+    def codes(rule: AlertRule, windows: list) -> list[tuple[int, str]]:
+        return [(i, a.code) for i, w in enumerate(windows) for a in rule.update(w)]
     windows = [_window(4 * i) for i in range(3)]
     assert codes(AlertRule(), windows) == [(1, "straggler")]
     assert codes(AlertRule.from_config({"windows_in_a_row": 1}), windows) == [(0, "straggler")]
@@ -55,9 +58,8 @@ def test_alert_thresholds_from_config_change_when_an_alert_fires():
 
 def test_a_window_with_a_rank_behind_neither_clears_nor_recovers_the_straggler():
     rule = AlertRule()
-    partial = {**_window(8, None), "behind": [{"rank": 1, "committed_step": 7}]}
-    seen = [a["code"] for w in (_window(0), _window(4), partial, {**partial, "steps": [12, 15]}, _window(16))
-            for a in rule.update(w)]
+    partial = [_window(first, None, behind=[{"rank": 1, "committed_step": 7}]) for first in (8, 12)]
+    seen = [a.code for w in (_window(0), _window(4), *partial, _window(16)) for a in rule.update(w)]
     assert seen == ["straggler"]  # no "recovered" while rank 1's results are missing
 
 
@@ -74,7 +76,7 @@ def _request(port: int, line: bytes) -> bytes:
 def metrics():
     metrics = live.Metrics({"prometheus_port": 0, "prometheus_addr": "127.0.0.1", "textfile": None})
     assert metrics.server is not None
-    metrics.update(_window(), [{"code": "straggler", "rank": 1}])
+    metrics.update(_window(), [LiveAlert(steps=[0, 3], code="straggler", rank=1)])
     yield metrics
     metrics.server.close()
 

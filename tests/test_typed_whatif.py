@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from result_views import live_window
 
 from distprof import config as config_mod
 from distprof import pipeline
@@ -95,9 +96,9 @@ def _alerts() -> list[dict]:
         ns = int(step_ms * 1e6)
         row = {"rank": 0, "steps": 4, "step_ns": float(ns), "step_durations_ns": [ns, ns + 1, ns - 1, ns],
                "exposed_communication_ns": 4_000_000, "waits_for_straggler_ns": 0}
-        out += rule.update({"steps": [4 * index, 4 * index + 3], "ranks": [row], "step_time_ns": float(ns),
-                            "behind": [], "straggler": None if straggler is None else
-                            {"rank": straggler, "cost_ns": 20_000_000, "cost_share": 0.2}})
+        out += [alert.to_json() for alert in rule.update(live_window(
+            [4 * index, 4 * index + 3], [row], step_time_ns=float(ns),
+            straggler=None if straggler is None else {"rank": straggler, "cost_ns": 20_000_000, "cost_share": 0.2}))]
     return out
 
 
@@ -107,8 +108,8 @@ def test_a_live_record_round_trips():
     carries it to summary.json."""
     summary = pipeline.merge_files(sorted((DATA / "torch_tpdp" / "late3").glob("*.json.gz")), config_mod.load(None))
     steps = sorted(summary.ranks[0].markers.step_bounds["step"])
-    windows = [window_figures(summary, (steps[0], steps[1]), {}),
-               window_figures(summary, (steps[2], steps[3]), {3: steps[1]})]
+    windows = [window_figures(summary, (steps[0], steps[1]), {}).to_json(),
+               window_figures(summary, (steps[2], steps[3]), {3: steps[1]}).to_json()]
     for figures in windows:  # as View._report does
         for row in figures["ranks"]:
             row["sent_bytes"] = None if row["rank"] == 0 else 1000 + row["rank"]

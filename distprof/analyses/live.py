@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..sections.machine import Behind, LiveAlert, LiveWindow, WindowRank, WindowSpread, WindowStraggler
 from . import steptime
 
 MAD_TO_SIGMA = 1.4826  # a normal sample's standard deviation from its median absolute deviation
@@ -21,10 +22,7 @@ def _durations(step_bounds: dict, first: int, last: int) -> list[int]:
     return (ends - np.asarray(step_bounds.get("start_ns", []), np.int64)[keep]).tolist()
 
 
-_STRAGGLER_KEYS = ("rank", "cost_ns", "cost_share", "waits_caused_ns", "waits_caused_share", "late_in", "of")
-
-
-def window_figures(summary, window: tuple[int, int], behind: dict[int, int | None]) -> dict:
+def window_figures(summary, window: tuple[int, int], behind: dict[int, int | None]) -> LiveWindow:
     """summary.json's ``live.windows[]`` entry: per rank its step time (median of its steps),
     each step's duration, and communication / computation / overlap / exposed communication summed
     over the window; the job's step time; the spread across ranks; the priced straggler or None."""
@@ -35,26 +33,28 @@ def window_figures(summary, window: tuple[int, int], behind: dict[int, int | Non
     for result in summary.ranks:  # one per rank present in the window
         figures = result.figures
         durations = _durations(result.markers.step_bounds, first, last)
-        ranks.append({"rank": result.rank, "steps": figures.steps,
-                      "step_ns": float(np.median(durations)) if durations else None, "step_durations_ns": durations,
-                      "communication_ns": figures.communication_ns, "computation_ns": figures.computation_ns,
-                      "overlap_ns": figures.overlap_ns, "exposed_communication_ns": figures.exposed_communication_ns,
-                      "overlap_ratio": figures.overlap_ratio,
-                      "waits_for_straggler_ns": int(owed.get(result.rank, 0))})
-    step_rows = [(step, d) for result, row in zip(summary.ranks, ranks)
-                 for step, d in zip(range(first, first + len(row["step_durations_ns"])), row["step_durations_ns"])]
+        ranks.append(WindowRank(
+            rank=result.rank, steps=figures.steps, step_ns=float(np.median(durations)) if durations else None,
+            step_durations_ns=durations, communication_ns=figures.communication_ns,
+            computation_ns=figures.computation_ns, overlap_ns=figures.overlap_ns,
+            exposed_communication_ns=figures.exposed_communication_ns, overlap_ratio=figures.overlap_ratio,
+            waits_for_straggler_ns=int(owed.get(result.rank, 0))))
+    step_rows = [(step, d) for row in ranks for step, d in zip(range(first, first + len(row.step_durations_ns)),
+                                                               row.step_durations_ns)]
     per_step = steptime.per_step(np.array([s for s, _ in step_rows], np.int64),
                                  np.array([d for _, d in step_rows], np.int64))[1] if step_rows else []
-    timed = [row for row in ranks if row["step_ns"] is not None]
-    exposed = [row["exposed_communication_ns"] for row in ranks]
-    return {
-        "steps": [first, last], "ranks": ranks, "step_time_ns": steptime.run_step_time(per_step),
-        "spread": {"step_ns": max(r["step_ns"] for r in timed) - min(r["step_ns"] for r in timed) if timed else None,
-                   "slowest_rank": max(timed, key=lambda r: r["step_ns"])["rank"] if timed else None,
-                   "exposed_communication_ns": max(exposed) - min(exposed) if exposed else None},
-        "straggler": None if not straggler else {key: getattr(straggler, key) for key in _STRAGGLER_KEYS},
-        "behind": [{"rank": rank, "committed_step": step} for rank, step in sorted(behind.items())],
-    }
+    timed = [row for row in ranks if row.step_ns is not None]
+    exposed = [row.exposed_communication_ns for row in ranks]
+    return LiveWindow(
+        steps=[first, last], ranks=ranks, step_time_ns=steptime.run_step_time(per_step),
+        spread=WindowSpread(step_ns=max(r.step_ns for r in timed) - min(r.step_ns for r in timed) if timed else None,
+                            slowest_rank=max(timed, key=lambda r: r.step_ns).rank if timed else None,
+                            exposed_communication_ns=max(exposed) - min(exposed) if exposed else None),
+        straggler=None if not straggler else WindowStraggler(
+            rank=straggler.rank, cost_ns=straggler.cost_ns, cost_share=straggler.cost_share,
+            waits_caused_ns=straggler.waits_caused_ns, waits_caused_share=straggler.waits_caused_share,
+            late_in=straggler.late_in, of=straggler.of),
+        behind=[Behind(rank=rank, committed_step=step) for rank, step in sorted(behind.items())])
 
 
 def _noise(values: list[float]) -> float:
@@ -102,49 +102,51 @@ class AlertRule:
         """The rule with the thresholds of config ``live.alerts`` (keys it lacks keep the defaults)."""
         return cls(**{name: alerts[key] for key, name in cls.CONFIG_FIELDS.items() if key in alerts})
 
-    def update(self, window: dict) -> list[dict]:
-        """The alerts of this window: {steps, code, rank, ...numbers}."""
-        steps = window["steps"]
-        whole = not window.get("behind")
-        straggler = window["straggler"] or {}
+    def update(self, window: LiveWindow) -> list[LiveAlert]:
+        """The alerts of this window."""
+        steps = window.steps
+        whole = not window.behind
+        straggler = window.straggler
         # the replay's price; where it gives none (ranks outnumbering their cores) the waits it causes
-        share = straggler.get("cost_share")
-        share = straggler.get("waits_caused_share") if share is None else share
+        share = None if straggler is None else straggler.cost_share
+        share = straggler.waits_caused_share if share is None and straggler is not None else share
         out = []
         if whole:
-            self.named.append(straggler.get("rank") if (share or 0) >= self.min_cost_share else None)
+            named = straggler.rank if straggler is not None and (share or 0) >= self.min_cost_share else None
+            self.named.append(named)
             out += self._straggler(steps, window)
-        step_time = window["step_time_ns"] or 0.0
-        for row in window["ranks"]:  # one per rank
-            if row["step_ns"] is not None:
-                out += self._jump("step_time_jump", row["rank"], steps, row["step_ns"], row["step_durations_ns"], 0.0)
+        step_time = window.step_time_ns or 0.0
+        for row in window.ranks:  # one per rank
+            if row.step_ns is not None:
+                out += self._jump("step_time_jump", row.rank, steps, row.step_ns, row.step_durations_ns, 0.0)
             if not whole:
                 continue
             # waiting for a named straggler is the straggler's alert, not this rank's jump
-            own = row["exposed_communication_ns"] - row.get("waits_for_straggler_ns", 0)
-            exposed = max(own, 0) / max(row["steps"], 1)
-            out += self._jump("exposed_communication_jump", row["rank"], steps, exposed, [exposed],
+            own = row.exposed_communication_ns - row.waits_for_straggler_ns
+            exposed = max(own, 0) / max(row.steps, 1)
+            out += self._jump("exposed_communication_jump", row.rank, steps, exposed, [exposed],
                               self.floor_share * step_time)
         return out
 
-    def _straggler(self, steps: list[int], window: dict) -> list[dict]:
+    def _straggler(self, steps: list[int], window: LiveWindow) -> list[LiveAlert]:
         recent = self.named[-self.straggler_windows:]
         if len(recent) < self.straggler_windows:
             return []
         out = []
         if self.alerted is not None and self.alerted not in recent:
-            out.append({"steps": steps, "code": "straggler_recovered", "rank": self.alerted})
+            out.append(LiveAlert(steps=steps, code="straggler_recovered", rank=self.alerted))
             self.alerted = None
         if recent[0] is not None and all(rank == recent[0] for rank in recent) and recent[0] != self.alerted:
             if self.alerted is not None:
-                out.append({"steps": steps, "code": "straggler_recovered", "rank": self.alerted})
+                out.append(LiveAlert(steps=steps, code="straggler_recovered", rank=self.alerted))
             self.alerted = recent[0]
-            straggler = window["straggler"]
-            out.append({"steps": steps, "code": "straggler", "rank": recent[0], "cost_ns": straggler.get("cost_ns"),
-                        "cost_share": straggler.get("cost_share"), "windows": self.straggler_windows})
+            straggler = window.straggler
+            out.append(LiveAlert(steps=steps, code="straggler", rank=recent[0], cost_ns=straggler.cost_ns,
+                                 cost_share=straggler.cost_share, windows=self.straggler_windows))
         return out
 
-    def _jump(self, code: str, rank: int, steps: list[int], value: float, samples: list, floor: float) -> list[dict]:
+    def _jump(self, code: str, rank: int, steps: list[int], value: float, samples: list,
+              floor: float) -> list[LiveAlert]:
         key = (code, rank)
         past = self.history.setdefault(key, [])
         out, above = [], False
@@ -157,8 +159,8 @@ class AlertRule:
             above = rise > self.jump_share * base and rise > self.jump_noise * noise and rise > floor
             self.above[key] = self.above.get(key, 0) + 1 if above else 0
             if self.above[key] >= self.straggler_windows and key not in self.high:
-                out.append({"steps": steps, "code": code, "rank": rank, "value_ns": value, "baseline_ns": base,
-                            "noise_ns": noise})
+                out.append(LiveAlert(steps=steps, code=code, rank=rank, value_ns=value, baseline_ns=base,
+                                     noise_ns=noise))
                 self.high.add(key)
             elif not above:
                 self.high.discard(key)

@@ -5,8 +5,12 @@ from __future__ import annotations
 import selectors
 import socket
 import sys
+from typing import TYPE_CHECKING
 
 from .sockets import Acceptor, received
+
+if TYPE_CHECKING:
+    from ..sections.machine import LiveAlert, LiveWindow
 
 # -- Prometheus gauges, /metrics and the node-exporter textfile --------------------------------
 
@@ -148,26 +152,27 @@ class Metrics:
             sys.stderr.write(f"distprof: warning: {text}\n")
             sys.stderr.flush()
 
-    def update(self, window: dict, alerts: list[dict]) -> None:
+    def update(self, window: LiveWindow, alerts: list[LiveAlert]) -> None:
         if self.registry is None:
             return
         seconds = 1e-9
-        for row in window["ranks"]:  # one per rank
-            rank, steps = str(row["rank"]), max(row["steps"], 1)
-            self.gauges["step_seconds"].labels(rank).set((row["step_ns"] or 0) * seconds)
-            for key in ("communication", "computation", "exposed_communication"):
-                self.gauges[f"{key}_seconds"].labels(rank).set(row[f"{key}_ns"] / steps * seconds)
-            self.gauges["overlap_ratio"].labels(rank).set(row["overlap_ratio"] or 0.0)
+        for row in window.ranks:  # one per rank
+            rank, steps = str(row.rank), max(row.steps, 1)
+            self.gauges["step_seconds"].labels(rank).set((row.step_ns or 0) * seconds)
+            for key, value in (("communication", row.communication_ns), ("computation", row.computation_ns),
+                               ("exposed_communication", row.exposed_communication_ns)):
+                self.gauges[f"{key}_seconds"].labels(rank).set(value / steps * seconds)
+            self.gauges["overlap_ratio"].labels(rank).set(row.overlap_ratio or 0.0)
             self.gauges["behind"].labels(rank).set(0)
-        for row in window["behind"]:
-            self.gauges["behind"].labels(str(row["rank"])).set(1)
-        straggler = window["straggler"] or {}
-        self.gauges["straggler_rank"].set(straggler.get("rank", -1))
-        self.gauges["straggler_cost_seconds"].set((straggler.get("cost_ns") or 0) * seconds)
-        self.gauges["job_step_seconds"].set((window["step_time_ns"] or 0) * seconds)
-        self.gauges["window_last_step"].set(window["steps"][1])
+        for row in window.behind:
+            self.gauges["behind"].labels(str(row.rank)).set(1)
+        straggler = window.straggler
+        self.gauges["straggler_rank"].set(-1 if straggler is None else straggler.rank)
+        self.gauges["straggler_cost_seconds"].set(((straggler.cost_ns if straggler else None) or 0) * seconds)
+        self.gauges["job_step_seconds"].set((window.step_time_ns or 0) * seconds)
+        self.gauges["window_last_step"].set(window.steps[1])
         for alert in alerts:
-            self.alerts.labels(alert["code"]).inc()
+            self.alerts.labels(alert.code).inc()
         import prometheus_client as prom
         if self.server is not None:
             self.server.body = prom.generate_latest(self.registry)

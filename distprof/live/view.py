@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
+
 from .metrics import Metrics
 from .nodes import LAG_S, MAX_PENDING, POLL_S, Inbox, Remote, send_node
 from .process import LIVE_FILE, stop_priority, training_first
@@ -111,11 +113,11 @@ class View:
         if summary is None:
             return
         figures = live_analysis.window_figures(summary, window, behind)
-        for row in figures["ranks"]:  # one per rank
-            row["sent_bytes"] = sizes.get(row["rank"])
+        figures = msgspec.structs.replace(figures, ranks=[msgspec.structs.replace(row, sent_bytes=sizes.get(row.rank))
+                                                          for row in figures.ranks])
         alerts = self.rule.update(figures) if self.alerting else []
-        self.record["windows"].append(figures)
-        self.record["alerts"] += alerts
+        self.record["windows"].append(figures.to_json())
+        self.record["alerts"] += [alert.to_json() for alert in alerts]
         if self.remote is not None:
             self.record["nodes"] = self.remote.record()
         if not self.quiet:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..typed import ABSENT
 
 if TYPE_CHECKING:
-    from ..sections.machine import Live, LiveAlert
+    from ..sections.machine import Live, LiveAlert, LiveWindow, WindowRank
 
 PREFIX = "[distprof live]"
 
@@ -18,38 +18,37 @@ def _ms(value) -> str:
     return "-" if value is None else f"{value / 1e6:.1f}"
 
 
-def _per_step(row: dict, key: str) -> float:
-    return row[key] / max(row["steps"], 1)
+def _per_step(row: WindowRank, value: int) -> float:
+    return value / max(row.steps, 1)
 
 
-def _straggler(window: dict) -> str:
-    straggler = window["straggler"]
+def _straggler(window: LiveWindow) -> str:
+    straggler = window.straggler
     if not straggler:
         return "no straggler"
-    cost = straggler.get("cost_ns")
-    share = straggler.get("cost_share")
+    cost, share = straggler.cost_ns, straggler.cost_share
     priced = (f"costs {_ms(cost)} ms/step" + (f" ({100 * share:.0f}% of the step)" if share is not None else "")
               if cost is not None else "cost not known")
-    last = f"last in {straggler.get('late_in')} of {straggler.get('of')} collectives"
-    return f"straggler rank {straggler['rank']} ({priced}; {last})"
+    last = f"last in {straggler.late_in} of {straggler.of} collectives"
+    return f"straggler rank {straggler.rank} ({priced}; {last})"
 
 
-def window_lines(window: dict) -> list[str]:
+def window_lines(window: LiveWindow) -> list[str]:
     """One compact block: the job line, then one line per rank (per step, in ms)."""
-    first, last = window["steps"]
+    first, last = window.steps
     head = f"{PREFIX} steps {first}-{last}"
-    spread = window["spread"]
-    lines = [f"{head}: step {_ms(window['step_time_ns'])} ms · spread {_ms(spread['step_ns'])} ms "
-             f"(slowest rank {spread['slowest_rank']}) · {_straggler(window)}"]
-    for row in window["ranks"]:  # one per rank
-        ratio = "-" if row["overlap_ratio"] is None else f"{100 * row['overlap_ratio']:.0f}%"
-        lines.append(f"{head} rank {row['rank']}: step {_ms(row['step_ns'])} · comm "
-                     f"{_ms(_per_step(row, 'communication_ns'))} · comp {_ms(_per_step(row, 'computation_ns'))} · "
-                     f"overlap {_ms(_per_step(row, 'overlap_ns'))} ({ratio}) · exposed comm "
-                     f"{_ms(_per_step(row, 'exposed_communication_ns'))} ms/step")
-    for row in window["behind"]:
-        at = "no step committed" if row["committed_step"] is None else f"at step {row['committed_step']}"
-        lines.append(f"{head} rank {row['rank']}: behind ({at}), left out of this window")
+    spread = window.spread
+    lines = [f"{head}: step {_ms(window.step_time_ns)} ms · spread {_ms(spread.step_ns)} ms "
+             f"(slowest rank {spread.slowest_rank}) · {_straggler(window)}"]
+    for row in window.ranks:  # one per rank
+        ratio = "-" if row.overlap_ratio is None else f"{100 * row.overlap_ratio:.0f}%"
+        lines.append(f"{head} rank {row.rank}: step {_ms(row.step_ns)} · comm "
+                     f"{_ms(_per_step(row, row.communication_ns))} · comp {_ms(_per_step(row, row.computation_ns))}"
+                     f" · overlap {_ms(_per_step(row, row.overlap_ns))} ({ratio}) · exposed comm "
+                     f"{_ms(_per_step(row, row.exposed_communication_ns))} ms/step")
+    for row in window.behind:
+        at = "no step committed" if row.committed_step is None else f"at step {row.committed_step}"
+        lines.append(f"{head} rank {row.rank}: behind ({at}), left out of this window")
     return lines
 
 
@@ -87,21 +86,9 @@ def skipped_line(window: tuple[int, int]) -> str:
     return f"{PREFIX} steps {window[0]}-{window[1]}: skipped (the live view fell behind the job)"
 
 
-def alert_line(alert: dict) -> str:
-    """``[distprof live] ALERT steps A-B: ...`` for one alert of analyses.live.AlertRule (the view's own
-    dict, as it fires)."""
-    if alert["code"] == "straggler":
-        return _alert_words(alert["steps"], "straggler", alert["rank"], cost_ns=alert.get("cost_ns"),
-                            cost_share=alert.get("cost_share"), windows=alert["windows"])
-    if alert["code"] == "straggler_recovered":
-        return _alert_words(alert["steps"], "straggler_recovered", alert["rank"])
-    return _alert_words(alert["steps"], alert["code"], alert["rank"], value_ns=alert["value_ns"],
-                        baseline_ns=alert["baseline_ns"], noise_ns=alert["noise_ns"])
-
-
-def _typed_alert_line(alert: LiveAlert) -> str:
-    """``alert_line`` of an alert as summary.json's ``live`` keeps it."""
-    def known(value):  # a key the alert does not carry reads as None, as the dict's .get did
+def alert_line(alert: LiveAlert) -> str:
+    """The ALERT line of an alert (of the view, or as summary.json's ``live`` keeps it)."""
+    def known(value):  # a field the alert does not carry reads as None
         return None if value is ABSENT else value
     return _alert_words(alert.steps, alert.code, alert.rank, cost_ns=known(alert.cost_ns),
                         cost_share=known(alert.cost_share), windows=alert.windows, value_ns=alert.value_ns,
@@ -137,7 +124,7 @@ def section(live: Live | None, width: int | None = None) -> list[str]:
              f"{len(windows)} window(s) of {live.every_steps} steps; step time (ms) per window: "
              + " ".join(_ms(w.step_time_ns) for w in windows),
              "straggler per window: " + ", ".join(named)]
-    lines += ["  " + _typed_alert_line(alert).removeprefix(PREFIX + " ")
+    lines += ["  " + alert_line(alert).removeprefix(PREFIX + " ")
               for alert in live.alerts] or ["no alerts"]
     if live.ended:  # the view died before the stop: what it did not see is not in these windows
         lines.append(f"the live view ended early ({live.ended}): no window after steps {windows[-1].steps[0]}-"
