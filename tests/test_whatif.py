@@ -1,6 +1,7 @@
 """What-if replay: exact on jobs that follow the model, scenario predictions known by hand, the
 CLI table, and the replay error on the real traces."""
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -452,17 +453,30 @@ def test_overlap_moves_only_collectives_issued_outside_every_phase_on_real_ddp_t
     assert manual["issued_earlier"] > 0 and manual["saving_ns"] > 0
 
 
+def chain_points(t: np.ndarray, rank: np.ndarray) -> replay._ChainPoints:
+    """Chain points at times ``t`` of ranks ``rank``, none an issue point (the rest of each blank)."""
+    blank = np.zeros(len(t), np.int64)
+    return replay._ChainPoints(rank=np.asarray(rank), t=np.asarray(t), kind=blank, step=blank, label=blank,
+                               op=np.full(len(t), -1))
+
+
+def graph_ops(row: np.ndarray, **given: np.ndarray) -> replay._Ops:
+    """The graph's ops with the columns ``given`` (the rest of each blank)."""
+    blank = {field.name: np.zeros(len(row), np.int64) for field in dataclasses.fields(replay._Ops)}
+    return replay._Ops(**{**blank, "row": row, **given})
+
+
 def test_a_host_op_whose_range_closes_just_after_the_thread_resumed_is_still_waited_for():
     """gloo's worker closes its range a little after wait() has returned on the main thread: the
     point where that thread resumed waited for the op, with a negative gap (the replay reproduces it
     and moves it with the op). A GPU op that ends after the point is not waited for; nor is a host op
     ending more than EARLY_RESUME_NS after it, or one that starts after it."""
     ms = 1_000_000
-    points = {"t": np.array([0, 10, 20, 30, 40]) * ms, "rank": np.zeros(5, np.int64), "op": np.full(5, -1)}
+    points = chain_points(np.array([0, 10, 20, 30, 40]) * ms, np.zeros(5, np.int64))
     first = np.array([True, False, False, False, False])
-    ops = {"row": np.zeros(3, np.int64), "start_ns": np.array([12, 22, 31]) * ms,
-           "end_ns": np.array([20 * ms + 300_000, 30 * ms + 200_000, 40 * ms + 2 * ms]),
-           "host": np.array([True, False, True]), "synced": np.zeros(3, bool), "col": np.full(3, -1)}
+    ops = graph_ops(np.zeros(3, np.int64), start_ns=np.array([12, 22, 31]) * ms,
+                    end_ns=np.array([20 * ms + 300_000, 30 * ms + 200_000, 40 * ms + 2 * ms]),
+                    host=np.array([True, False, True]), synced=np.zeros(3, bool), col=np.full(3, -1))
     op, gap = replay._waits(points, first, ops)
     assert op.tolist() == [-1, -1, 0, -1, -1]
     assert gap.tolist() == [0, 0, -300_000, 0, 0]
@@ -474,23 +488,22 @@ def test_a_point_before_its_ops_range_closes_waited_only_where_the_collective_wa
     worker closing late); a thread that moved on while its own asynchronous op still ran (no member
     done) did not. Of two points before the range closes, only the first resumed."""
     ms = 1_000_000
-    points = {"t": np.array([0, 10, 20, 30, 40, 41]) * ms, "rank": np.array([0, 0, 0, 1, 1, 1]),
-              "op": np.full(6, -1)}
+    points = chain_points(np.array([0, 10, 20, 30, 40, 41]) * ms, np.array([0, 0, 0, 1, 1, 1]))
     first = np.array([True, False, False, True, False, False])
     closes = 20 * ms + 1_400_000
-    ops = {"row": np.array([0, 1, 0]), "start_ns": np.array([12 * ms, 12 * ms, 32 * ms]),
-           "end_ns": np.array([closes, 19 * ms, 42 * ms + 400_000]), "host": np.ones(3, bool),
-           "synced": np.zeros(3, bool), "col": np.array([0, 0, -1])}
+    ops = graph_ops(np.array([0, 1, 0]), start_ns=np.array([12 * ms, 12 * ms, 32 * ms]),
+                    end_ns=np.array([closes, 19 * ms, 42 * ms + 400_000]), host=np.ones(3, bool),
+                    synced=np.zeros(3, bool), col=np.array([0, 0, -1]))
     op, gap = replay._waits(points, first, ops)
     assert op.tolist() == [-1, -1, 0, -1, -1, -1]  # rank 0 at 20 ms: rank 1's member closed at 19 ms
     assert gap[2] == -1_400_000
-    alone = {**ops, "col": np.array([-1, -1, -1])}
+    alone = dataclasses.replace(ops, col=np.array([-1, -1, -1]))
     assert replay._waits(points, first, alone)[0].tolist() == [-1] * 6
     # two points of one rank before its range closes (2.4 and 1.4 ms before), the other member done
-    rows = {"t": np.array([0, 40, 41]) * ms, "rank": np.zeros(3, np.int64), "op": np.full(3, -1)}
-    two = {"row": np.array([0, 1]), "start_ns": np.array([32 * ms, 32 * ms]),
-           "end_ns": np.array([42 * ms + 400_000, 39 * ms]), "host": np.ones(2, bool), "synced": np.zeros(2, bool),
-           "col": np.array([0, 0])}
+    rows = chain_points(np.array([0, 40, 41]) * ms, np.zeros(3, np.int64))
+    two = graph_ops(np.array([0, 1]), start_ns=np.array([32 * ms, 32 * ms]),
+                    end_ns=np.array([42 * ms + 400_000, 39 * ms]), host=np.ones(2, bool), synced=np.zeros(2, bool),
+                    col=np.array([0, 0]))
     assert replay._waits(rows, np.array([True, False, False]), two)[0].tolist() == [-1, 0, -1]
 
 

@@ -125,44 +125,159 @@ def along_queues(values: np.ndarray, queued: np.ndarray, prev: np.ndarray, fallb
 
 # -- the graph, all ranks at once --------------------------------------------------------------
 
-def _flat(tables: list[dict], names: tuple[str, ...], texts: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-    """Per-rank column dicts as flat columns, with each entry's rank row (``row``); ``texts``:
-    columns read as strings."""
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    """Every rank's ProfileSteps, flat over the ranks, on the common clock."""
+
+    row: np.ndarray         # the rank row of each
+    step: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _Phases:
+    """Every rank's phase ranges (ranks that have any), flat over the ranks, on the common clock."""
+
+    row: np.ndarray
+    step: np.ndarray
+    name: np.ndarray        # str
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _Syncs:
+    """Every rank's host sync calls (stream/event/device synchronize, synchronous memcpy), flat
+    over the ranks, on the common clock."""
+
+    row: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _OpMarkers:
+    """Every rank's collectives as its markers give them, flat over the ranks: times on the common
+    clock (``launch_ns`` -1: no launch known) and on the rank's own (the matching's)."""
+
+    row: np.ndarray
+    name: np.ndarray        # str
+    lane: np.ndarray        # str: the lane's label
+    step: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    launch_ns: np.ndarray
+    blocking: np.ndarray    # a host call on the steps' thread
+    own_start: np.ndarray
+    own_end: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _LaneLinks:
+    """Per op, how it follows the op before it on its lane (``_lane_links``)."""
+
+    lane_prev: np.ndarray   # that op (-1: none it ran after)
+    prev_end: np.ndarray    # its end (NEG: none)
+    host: np.ndarray        # no hand-over time to the lane known
+    queued: np.ndarray      # queued behind it: issued with it
+
+
+@dataclass(frozen=True, slots=True)
+class _Ops:
+    """The graph's ops: the collectives in their ranks' steps, with their matching column (-1:
+    none), lane links (``_LaneLinks``), whether each is the receiving side of a matched send/recv
+    and whether a host sync call returned with it."""
+
+    row: np.ndarray
+    name: np.ndarray
+    lane: np.ndarray
+    step: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    launch_ns: np.ndarray
+    blocking: np.ndarray
+    col: np.ndarray
+    lane_prev: np.ndarray
+    prev_end: np.ndarray
+    host: np.ndarray
+    queued: np.ndarray
+    recv: np.ndarray
+    synced: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _Labels:
+    """The label texts of chain points (sorted) and the code of each kind of point."""
+
+    texts: np.ndarray       # object
+    empty: np.int64         # "": before a rank's first point
+    step_end: np.int64      # "step>"
+    step_start: np.int64    # "step<"
+    phase_start: np.ndarray  # per phase: "name<"
+    phase_end: np.ndarray   # per phase: "name>"
+    issue: np.ndarray       # per op: "@name"
+    returned: np.ndarray    # per op: "@name>", a blocking call's return
+    loader: np.ndarray      # per text: +1 where the dataloader opens, -1 where it closes, else 0
+
+
+@dataclass(frozen=True, slots=True)
+class _ChainPoints:
+    """Every rank's chain points in rank then time order (``_chain_points``)."""
+
+    rank: np.ndarray        # rank row
+    t: np.ndarray
+    kind: np.ndarray        # _RETURN, PHASE_END, ...
+    step: np.ndarray
+    label: np.ndarray       # code into ``_Labels.texts``
+    op: np.ndarray          # the op issued there (-1: none)
+
+
+@dataclass(frozen=True, slots=True)
+class _Segments:
+    """Per chain point, the segment of chain ending there, as measured."""
+
+    first: np.ndarray       # a rank's first point: no segment ends there
+    w: np.ndarray           # its compute (0 where the point waited)
+    in_loader: np.ndarray   # it lies inside the dataloader phase
+    wait_op: np.ndarray     # the op the point waited for (-1: none)
+    gap: np.ndarray         # the point's time after that op's end
+    key: np.ndarray         # its name with its step (``Graph.p_key``)
+    phase_key: np.ndarray   # its name (``Graph.p_phase_key``)
+
+
+def _flat(tables: list[dict], names: tuple[str, ...],
+          texts: tuple[str, ...] = ()) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per-rank column dicts (markers) as flat columns: each entry's rank row, and the columns
+    ``names`` in that order (``texts``: read as strings)."""
     sizes = [len(table[names[0]]) for table in tables]
     if any(len(table[name]) != size for table, size in zip(tables, sizes) for name in names):
         raise ValueError("rank markers with columns of unequal length")
-    out = {"row": np.repeat(np.arange(len(tables), dtype=np.int64), sizes)}
-    for name in names:  # a few columns
-        values = list(chain.from_iterable(table[name] for table in tables))
-        out[name] = np.asarray(values, dtype=str if name in texts else np.int64)
-    return out
+    row = np.repeat(np.arange(len(tables), dtype=np.int64), sizes)
+    return row, [np.asarray(list(chain.from_iterable(table[name] for table in tables)),  # a few columns
+                            dtype=str if name in texts else np.int64) for name in names]
 
 
-def _shifted(table: dict[str, np.ndarray], offset: np.ndarray) -> dict[str, np.ndarray]:
-    """``table`` on the common clock: its own times + its rank's offset (-1 launches stay -1)."""
-    out = {**table, "start_ns": table["start_ns"] + offset[table["row"]],
-           "end_ns": table["end_ns"] + offset[table["row"]]}
-    if "launch_ns" in table:
-        out["launch_ns"] = np.where(table["launch_ns"] >= 0, table["launch_ns"] + offset[table["row"]], -1)
-    return out
-
-
-def _gather(results: list[RankResult]) -> tuple[dict, dict, dict, dict]:
+def _gather(results: list[RankResult]) -> tuple[_Steps, _Phases, _OpMarkers, _Syncs]:
     """Every rank's step bounds, phases (of ranks that have any), collectives and host sync calls
-    as flat columns on the common clock (as ``RankResult.aligned_markers``; the collectives also
-    keep their own-clock times, the matching's, as ``own_start``/``own_end``)."""
+    as flat columns on the common clock (its own times + its rank's offset, as
+    ``RankResult.aligned_markers``; -1 launches stay -1). The markers' dicts are read here only."""
     markers = [result.markers for result in results]
     offset = np.asarray([int(result.clock.offset_ns) for result in results], np.int64)
     none = {"step": [], "name": [], "start_ns": [], "end_ns": []}
-    steps = _flat([m.step_bounds for m in markers], ("step", "start_ns", "end_ns"))
-    phases = _flat([m.phases if m.phases.get("step") else none for m in markers],
-                   ("step", "name", "start_ns", "end_ns"), texts=("name",))
-    ops = _flat([_with_blocking(m.collectives) for m in markers],
-                ("name", "lane", "step", "start_ns", "end_ns", "launch_ns", "blocking"), texts=("name", "lane"))
-    syncs = _flat([{"start_ns": m.syncs.get("start_ns", []), "end_ns": m.syncs.get("end_ns", [])} for m in markers],
-                  ("start_ns", "end_ns"))
-    ops = {**_shifted(ops, offset), "own_start": ops["start_ns"], "own_end": ops["end_ns"]}
-    return _shifted(steps, offset), _shifted(phases, offset), ops, _shifted(syncs, offset)
+    row, (step, start, end) = _flat([m.step_bounds for m in markers], ("step", "start_ns", "end_ns"))
+    steps = _Steps(row, step, start + offset[row], end + offset[row])
+    row, (step, name, start, end) = _flat([m.phases if m.phases.get("step") else none for m in markers],
+                                          ("step", "name", "start_ns", "end_ns"), texts=("name",))
+    phases = _Phases(row, step, name, start + offset[row], end + offset[row])
+    row, (name, lane, step, start, end, launch, blocking) = _flat(
+        [_with_blocking(m.collectives) for m in markers],
+        ("name", "lane", "step", "start_ns", "end_ns", "launch_ns", "blocking"), texts=("name", "lane"))
+    ops = _OpMarkers(row, name, lane, step, start + offset[row], end + offset[row],
+                     np.where(launch >= 0, launch + offset[row], -1), blocking, own_start=start, own_end=end)
+    row, (start, end) = _flat([{"start_ns": m.syncs.get("start_ns", []), "end_ns": m.syncs.get("end_ns", [])}
+                               for m in markers], ("start_ns", "end_ns"))
+    return steps, phases, ops, _Syncs(row, start + offset[row], end + offset[row])
 
 
 def _with_blocking(collectives: dict) -> dict:
@@ -173,60 +288,72 @@ def _with_blocking(collectives: dict) -> dict:
     return {**collectives, "blocking": [False] * len(collectives["start_ns"])}
 
 
-def _in_steps(row: np.ndarray, step: np.ndarray, steps: dict) -> np.ndarray:
+def _in_steps(row: np.ndarray, step: np.ndarray, steps: _Steps) -> np.ndarray:
     """Per entry: its step is one of its rank's ProfileSteps."""
-    code, _ = columns.runs(np.r_[steps["row"], row], np.r_[steps["step"], step])
+    code, _ = columns.runs(np.r_[steps.row, row], np.r_[steps.step, step])
     known = np.zeros(code.size, bool)
-    known[code[:steps["row"].size]] = True
-    return known[code[steps["row"].size:]]
+    known[code[:steps.row.size]] = True
+    return known[code[steps.row.size:]]
 
 
-def _matched_columns(ops: dict, matching: Matching) -> np.ndarray:
+def _graph_ops(results: list[RankResult], markers: _OpMarkers, syncs: _Syncs, matching: Matching) -> _Ops:
+    """The graph's ops (``markers``: the collectives in the ranks' steps) with what the graph needs
+    of each: its matching column, its lane links, its role in a send/recv, a sync call's return."""
+    col = _matched_columns(markers, matching)
+    links = _lane_links(markers, _on_computing_thread(results, markers))
+    recv = _receives(markers.row, col, matching, np.asarray([r.rank for r in results], np.int64))
+    return _Ops(row=markers.row, name=markers.name, lane=markers.lane, step=markers.step,
+                start_ns=markers.start_ns, end_ns=markers.end_ns, launch_ns=markers.launch_ns,
+                blocking=markers.blocking, col=col, lane_prev=links.lane_prev, prev_end=links.prev_end,
+                host=links.host, queued=links.queued, recv=recv, synced=_synced(markers, syncs))
+
+
+def _matched_columns(ops: _OpMarkers, matching: Matching) -> np.ndarray:
     """Per op: the matching column whose start and end (own clock) on the op's rank are the op's
     (the last such column where several are), -1 where none is."""
     rows, cols = np.nonzero(matching.present) if matching.size else (np.zeros(0, np.int64),) * 2
-    if not rows.size or not ops["row"].size:
-        return np.full(ops["row"].size, -1, np.int64)
-    code, _ = columns.runs(np.r_[rows, ops["row"]], np.r_[matching.start_ns[rows, cols], ops["own_start"]],
-                    np.r_[matching.end_ns[rows, cols], ops["own_end"]])
+    if not rows.size or not ops.row.size:
+        return np.full(ops.row.size, -1, np.int64)
+    code, _ = columns.runs(np.r_[rows, ops.row], np.r_[matching.start_ns[rows, cols], ops.own_start],
+                    np.r_[matching.end_ns[rows, cols], ops.own_end])
     column = np.full(int(code.max()) + 1, -1, np.int64)
     np.maximum.at(column, code[:rows.size], cols)
     return column[code[rows.size:]]
 
 
-def _on_computing_thread(results: list[RankResult], ops: dict) -> np.ndarray:
+def _on_computing_thread(results: list[RankResult], ops: _OpMarkers) -> np.ndarray:
     """Per op: its lane is a host thread of its rank that computes (the chain's own thread: blocking
     MPI), not a worker that only communicates (gloo's) or a GPU stream."""
     pairs = [(row, lane.label) for row, result in enumerate(results) for lane in result.lanes
              if lane.lane_kind == HOST_THREAD and lane.computation_ns > 0]
-    if not pairs or not ops["row"].size:
-        return np.zeros(ops["row"].size, bool)
+    if not pairs or not ops.row.size:
+        return np.zeros(ops.row.size, bool)
     rows = np.asarray([row for row, _ in pairs], np.int64)
     labels = np.asarray([label for _, label in pairs], dtype=str)
-    code, _ = columns.runs(np.r_[rows, ops["row"]], np.r_[labels, ops["lane"].astype(str)])
+    code, _ = columns.runs(np.r_[rows, ops.row], np.r_[labels, ops.lane.astype(str)])
     return np.isin(code[rows.size:], code[:rows.size])
 
 
-def _receives(ops: dict, matching: Matching, rank_numbers: np.ndarray) -> np.ndarray:
-    """Per op: whether it is the receiving side of a matched send/recv (its rank is the column's
-    receiver)."""
-    col = ops["col"]
+def _receives(row: np.ndarray, col: np.ndarray, matching: Matching, rank_numbers: np.ndarray) -> np.ndarray:
+    """Per op (its rank row and matching column): whether it is the receiving side of a matched
+    send/recv (its rank is the column's receiver)."""
     if not matching.size or not col.size or matching.receiver.size != matching.size:
         return np.zeros(col.size, bool)
     receiver = np.where(col >= 0, matching.receiver[np.maximum(col, 0)], -1)
-    return (receiver >= 0) & (receiver == rank_numbers[ops["row"]])
+    return (receiver >= 0) & (receiver == rank_numbers[row])
 
 
-def _lane_links(ops: dict) -> dict[str, np.ndarray]:
+def _lane_links(ops: _OpMarkers, on_chain: np.ndarray) -> _LaneLinks:
     """Per op: its lane predecessor where it ran after it (-1: none), that one's end (NEG: none),
     whether it is a host op (no hand-over time to its lane known: a host range, launch = its own
     start, or GPU work whose launch was not captured) and whether it was queued behind it (never
-    behind a blocking call: the thread that waited for it issued the next op after it returned)."""
-    row, start, end, launch = ops["row"], ops["start_ns"], ops["end_ns"], ops["launch_ns"]
+    behind a blocking call: the thread that waited for it issued the next op after it returned).
+    ``on_chain``: per op, its lane is its rank's computing thread."""
+    row, start, end, launch = ops.row, ops.start_ns, ops.end_ns, ops.launch_ns
     if not row.size:
-        return {"lane_prev": row, "prev_end": row, "host": row.astype(bool), "queued": row.astype(bool)}
-    order = np.lexsort((start, np.unique(ops["lane"], return_inverse=True)[1].reshape(-1), row))
-    lane = ops["lane"][order]
+        return _LaneLinks(lane_prev=row, prev_end=row, host=row.astype(bool), queued=row.astype(bool))
+    order = np.lexsort((start, np.unique(ops.lane, return_inverse=True)[1].reshape(-1), row))
+    lane = ops.lane[order]
     same = np.r_[False, (row[order][1:] == row[order][:-1]) & (lane[1:] == lane[:-1])]
     before = np.r_[-1, order[:-1]]
     before_end = end[np.maximum(before, 0)]
@@ -238,25 +365,25 @@ def _lane_links(ops: dict) -> dict[str, np.ndarray]:
     # an op right after a blocking one on a worker's lane (not the computing thread's own) was issued
     # by the thread that waited for that one, after it returned: not queued behind it (gloo's worker
     # runs the next exchange at once)
-    after_blocking = (lane_prev >= 0) & ops["blocking"].astype(bool)[np.maximum(lane_prev, 0)] & ~ops["on_chain"]
+    after_blocking = (lane_prev >= 0) & ops.blocking.astype(bool)[np.maximum(lane_prev, 0)] & ~on_chain
     queued = (lane_prev >= 0) & host & (start - prev_end <= WAIT_TOLERANCE_NS) & ~after_blocking
-    return {"lane_prev": lane_prev, "prev_end": prev_end, "host": host, "queued": queued}
+    return _LaneLinks(lane_prev=lane_prev, prev_end=prev_end, host=host, queued=queued)
 
 
-def _synced(ops: dict, syncs: dict) -> np.ndarray:
+def _synced(ops: _OpMarkers, syncs: _Syncs) -> np.ndarray:
     """Per op: a host sync call of its rank was blocked at its end and returned within
     ``WAIT_TOLERANCE_NS`` (the first call of the rank, in end order, ending at or after it)."""
-    if not syncs["row"].size or not ops["row"].size:
-        return np.zeros(ops["row"].size, bool)
-    order = np.lexsort((syncs["end_ns"], syncs["row"]))
-    row, start, end = syncs["row"][order], syncs["start_ns"][order], syncs["end_ns"][order]
-    op_end = ops["end_ns"]
-    hit = np.minimum(columns.search(row, end, ops["row"], op_end, "left"), order.size - 1)
-    return (row[hit] == ops["row"]) & (end[hit] >= op_end) & (end[hit] - op_end <= WAIT_TOLERANCE_NS) \
+    if not syncs.row.size or not ops.row.size:
+        return np.zeros(ops.row.size, bool)
+    order = np.lexsort((syncs.end_ns, syncs.row))
+    row, start, end = syncs.row[order], syncs.start_ns[order], syncs.end_ns[order]
+    op_end = ops.end_ns
+    hit = np.minimum(columns.search(row, end, ops.row, op_end, "left"), order.size - 1)
+    return (row[hit] == ops.row) & (end[hit] >= op_end) & (end[hit] - op_end <= WAIT_TOLERANCE_NS) \
         & (start[hit] <= op_end)
 
 
-def _labels(phase_names: np.ndarray, op_names: np.ndarray, dataloader: str) -> dict[str, np.ndarray]:
+def _labels(phase_names: np.ndarray, op_names: np.ndarray, dataloader: str) -> _Labels:
     """The label texts of chain points (sorted) and the codes of each kind of point: "" (before a
     rank's first point), "step>", "step<", per phase "name<" and "name>", per op "@name" (issue)
     and "@name>" (a blocking call's return); and
@@ -269,45 +396,47 @@ def _labels(phase_names: np.ndarray, op_names: np.ndarray, dataloader: str) -> d
     texts, code = np.unique(np.asarray(raw, dtype=str), return_inverse=True)
     code, n, m, phase_code = code.reshape(-1), phase_set.size, op_set.size, phase_code.reshape(-1)
     op_code = op_code.reshape(-1)
-    return {"texts": texts.astype(object), "empty": code[0], "step_end": code[1], "step_start": code[2],
-            "phase_start": code[3:3 + n][phase_code], "phase_end": code[3 + n:3 + 2 * n][phase_code],
-            "issue": code[3 + 2 * n:3 + 2 * n + m][op_code], "return": code[3 + 2 * n + m:][op_code],
-            "loader": np.where(texts == dataloader + "<", 1, np.where(texts == dataloader + ">", -1, 0))}
+    return _Labels(texts=texts.astype(object), empty=code[0], step_end=code[1], step_start=code[2],
+                   phase_start=code[3:3 + n][phase_code], phase_end=code[3 + n:3 + 2 * n][phase_code],
+                   issue=code[3 + 2 * n:3 + 2 * n + m][op_code], returned=code[3 + 2 * n + m:][op_code],
+                   loader=np.where(texts == dataloader + "<", 1, np.where(texts == dataloader + ">", -1, 0)))
 
 
-def _chain_points(steps: dict, phases: dict, ops: dict, labels: dict) -> dict[str, np.ndarray]:
+def _chain_points(steps: _Steps, phases: _Phases, ops: _Ops, labels: _Labels) -> _ChainPoints:
     """Every rank's chain points in rank then time order (at equal times in kind order, then as
     listed): step ends and starts, phase starts and ends (of phases in the rank's steps) and the
     issue points of the ops not queued on their lane (``op``: the op issued there, else -1)."""
-    keep = _in_steps(phases["row"], phases["step"], steps)
-    issued = np.flatnonzero(~ops["queued"])
-    returned = np.flatnonzero(ops["blocking"].astype(bool) & ops["host"])
-    issue_t = np.where(ops["launch_ns"] >= 0, ops["launch_ns"], ops["start_ns"])[issued]
-    parts = [(steps["row"], steps["end_ns"], _STEP_END, steps["step"], labels["step_end"]),
-             (steps["row"], steps["start_ns"], STEP_START, steps["step"], labels["step_start"]),
-             (phases["row"][keep], phases["start_ns"][keep], PHASE_START, phases["step"][keep],
-              labels["phase_start"][keep]),
-             (phases["row"][keep], phases["end_ns"][keep], PHASE_END, phases["step"][keep], labels["phase_end"][keep]),
-             (ops["row"][returned], ops["end_ns"][returned], _RETURN, ops["step"][returned],
-              labels["return"][returned]),
-             (ops["row"][issued], issue_t, _ISSUE, ops["step"][issued], labels["issue"][issued])]
+    keep = _in_steps(phases.row, phases.step, steps)
+    issued = np.flatnonzero(~ops.queued)
+    returned = np.flatnonzero(ops.blocking.astype(bool) & ops.host)
+    issue_t = np.where(ops.launch_ns >= 0, ops.launch_ns, ops.start_ns)[issued]
+    parts = [(steps.row, steps.end_ns, _STEP_END, steps.step, labels.step_end),
+             (steps.row, steps.start_ns, STEP_START, steps.step, labels.step_start),
+             (phases.row[keep], phases.start_ns[keep], PHASE_START, phases.step[keep],
+              labels.phase_start[keep]),
+             (phases.row[keep], phases.end_ns[keep], PHASE_END, phases.step[keep], labels.phase_end[keep]),
+             (ops.row[returned], ops.end_ns[returned], _RETURN, ops.step[returned],
+              labels.returned[returned]),
+             (ops.row[issued], issue_t, _ISSUE, ops.step[issued], labels.issue[issued])]
     rank, t, step = (np.concatenate([part[i] for part in parts]).astype(np.int64) for i in (0, 1, 3))
     kind = np.concatenate([np.full(part[0].size, part[2], np.int64) for part in parts])
     label = np.concatenate([np.broadcast_to(part[4], part[0].shape) for part in parts]).astype(np.int64)
     op = np.r_[np.full(t.size - issued.size, -1, np.int64), issued]
     order = np.lexsort((kind, t, rank))
-    return {"rank": rank[order], "t": t[order], "kind": kind[order], "step": step[order], "label": label[order],
-            "op": op[order]}
+    return _ChainPoints(rank=rank[order], t=t[order], kind=kind[order], step=step[order], label=label[order],
+                        op=op[order])
 
 
-def _latest_ended(ops: dict, order: np.ndarray, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
+def _latest_ended(ops: _Ops, order: np.ndarray, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Per point, its rank's op with the latest end at or before ``t`` (-1: none); ``order``: ops by
     (row, end)."""
-    found = columns.search(ops["row"][order], ops["end_ns"][order], rank, t, "right") - 1
-    return np.where((found >= 0) & (ops["row"][order][np.maximum(found, 0)] == rank), order[np.maximum(found, 0)], -1)
+    found = columns.search(ops.row[order], ops.end_ns[order], rank, t, "right") - 1
+    safe = np.maximum(found, 0)
+    return np.where((found >= 0) & (ops.row[order][safe] == rank), order[safe], -1)
 
 
-def _resumed_early(ops: dict, order: np.ndarray, rank: np.ndarray, t: np.ndarray, first: np.ndarray) -> np.ndarray:
+def _resumed_early(ops: _Ops, order: np.ndarray, rank: np.ndarray, t: np.ndarray,
+                   first: np.ndarray) -> np.ndarray:
     """Per point, the host op it resumed from before that op's range closed (-1: none). A host op's
     range may close a little after the thread it woke has resumed (gloo's worker ends its range after
     wait() returned): one that started before the point counts up to EARLY_RESUME_NS after it, or up
@@ -315,93 +444,92 @@ def _resumed_early(ops: dict, order: np.ndarray, rank: np.ndarray, t: np.ndarray
     the point (the collective was done; a thread that moved on while its own asynchronous op still
     ran, as the last rank to arrive does, has no such member). The first point that resumes only:
     the points after it, before the range closes, are the thread's own work again."""
-    col = ops["col"]
+    col = ops.col
     first_end = np.full(int(col.max(initial=0)) + 1, np.iinfo(np.int64).max)  # per column; one at least
-    np.minimum.at(first_end, col[col >= 0], ops["end_ns"][col >= 0])
+    np.minimum.at(first_end, col[col >= 0], ops.end_ns[col >= 0])
     out = np.full(t.size, -1, np.int64)
-    for window, need_done in ((EARLY_RESUME_MAX_NS, True), (EARLY_RESUME_NS, False)):  # the nearer window wins
+    # the nearer window wins
+    for window, need_done in ((EARLY_RESUME_MAX_NS, True), (EARLY_RESUME_NS, False)):
         late = _latest_ended(ops, order, rank, t + window)
         safe = np.maximum(late, 0)
         done = (col[safe] >= 0) & (first_end[np.maximum(col[safe], 0)] <= t)
-        use = (late >= 0) & ops["host"][safe] & (ops["end_ns"][safe] > t) & (ops["start_ns"][safe] < t) \
+        use = (late >= 0) & ops.host[safe] & (ops.end_ns[safe] > t) & (ops.start_ns[safe] < t) \
             & (done | (not need_done))
         out = np.where(use, late, out)
     again = (out >= 0) & np.r_[False, (out[1:] == out[:-1])] & ~first
     return np.where(again, -1, out)
 
 
-def _waits(points: dict, first: np.ndarray, ops: dict) -> tuple[np.ndarray, np.ndarray]:
+def _waits(points: _ChainPoints, first: np.ndarray, ops: _Ops) -> tuple[np.ndarray, np.ndarray]:
     """For each chain point: the op it waited for (-1: none) and the gap after its end. The
     candidate is its rank's op with the latest end at or before the point (the last listed among
     equal ends). A host op (no launch before its start) blocks the thread that waits for it, and
     what that thread does next (unpack, divide) comes before its next point: a share of the
     segment. A GPU op is waited for only through a sync call that returns with it; the host
     otherwise runs ahead, and a point that merely comes soon after a kernel's end did not wait."""
-    t, rank = points["t"], points["rank"]
-    if not ops["row"].size:
+    t, rank = points.t, points.rank
+    if not ops.row.size:
         return np.full(t.size, -1, np.int64), np.zeros(t.size, np.int64)
-    order = np.lexsort((ops["end_ns"], ops["row"]))
+    order = np.lexsort((ops.end_ns, ops.row))
     op = _latest_ended(ops, order, rank, t)
     late = _resumed_early(ops, order, rank, t, first)
     op = np.where(late >= 0, late, op)
-    end = np.where(op >= 0, ops["end_ns"][np.maximum(op, 0)], NEG)
+    end = np.where(op >= 0, ops.end_ns[np.maximum(op, 0)], NEG)
     prev_t = np.where(first, NEG, np.r_[NEG, t[:-1]])
-    host, synced = ops["host"][np.maximum(op, 0)], ops["synced"][np.maximum(op, 0)]
+    host, synced = ops.host[np.maximum(op, 0)], ops.synced[np.maximum(op, 0)]
     tolerance = np.where(host, np.maximum(WAIT_TOLERANCE_NS, WAIT_SHARE * (t - prev_t)), WAIT_TOLERANCE_NS)
-    issued_here = np.where(points["op"] >= 0, points["op"], -2)
+    issued_here = np.where(points.op >= 0, points.op, -2)
     ok = (op >= 0) & (host | synced) & (end > prev_t) & (t - end <= tolerance) & (issued_here != op) & ~first
     return np.where(ok, op, -1), np.where(ok, t - end, 0)
 
 
-def _segment_keys(points: dict, first: np.ndarray, labels: dict) -> tuple[np.ndarray, np.ndarray]:
+def _segment_keys(points: _ChainPoints, first: np.ndarray, labels: _Labels) -> tuple[np.ndarray, np.ndarray]:
     """Per point, codes of the segment ending there: the texts of its two points joined (``from|to``),
     the k-th time that pair comes in its step on its rank; with the step (``p_key``) and without
     (``p_phase_key``). Pairs whose joined texts coincide are one pair."""
-    label, texts = points["label"], labels["texts"]
-    before = np.where(first, labels["empty"], np.r_[labels["empty"], label[:-1]])
+    label, texts = points.label, labels.texts
+    before = np.where(first, labels.empty, np.r_[labels.empty, label[:-1]])
     pair, _ = columns.runs(before, label)
     heads = np.unique(pair, return_index=True)[1]
-    joined = [f"{texts[a]}|{texts[b]}" for a, b in zip(before[heads].tolist(), label[heads].tolist())]  # per pair
+    joined = [f"{texts[a]}|{texts[b]}"  # per pair
+              for a, b in zip(before[heads].tolist(), label[heads].tolist())]
     text = np.unique(np.asarray(joined, dtype=str), return_inverse=True)[1].reshape(-1)[pair]
-    _, k = columns.runs(points["rank"], points["step"], text)
-    return columns.runs(points["step"], text, k)[0], columns.runs(text, k)[0]
+    _, k = columns.runs(points.rank, points.step, text)
+    return columns.runs(points.step, text, k)[0], columns.runs(text, k)[0]
 
 
 def build_graph(results: list[RankResult], matching: Matching, dataloader: str = "Dataloader") -> Graph:
     """The replay graph of aligned results; ``matching`` rows follow ``results``. All ranks at
     once: flat columns, a few sorts, no loop per rank beyond reading its markers."""
-    steps, phases, ops, syncs = _gather(results)
-    in_steps = _in_steps(ops["row"], ops["step"], steps)
-    ops = {name: column[in_steps] for name, column in ops.items()}
-    ops = {**ops, "col": _matched_columns(ops, matching), "on_chain": _on_computing_thread(results, ops)}
-    ops = {**ops, **_lane_links(ops)}
-    ops = {**ops, "recv": _receives(ops, matching, np.asarray([r.rank for r in results], np.int64))}
-    ops = {**ops, "synced": _synced(ops, syncs)}
-    labels = _labels(phases["name"], ops["name"], dataloader)
+    steps, phases, markers, syncs = _gather(results)
+    markers = columns.take(markers, _in_steps(markers.row, markers.step, steps))
+    ops = _graph_ops(results, markers, syncs, matching)
+    labels = _labels(phases.name, ops.name, dataloader)
     points = _chain_points(steps, phases, ops, labels)
-    rank = points["rank"]
+    rank = points.rank
     first = np.r_[True, rank[1:] != rank[:-1]] if rank.size else np.zeros(0, bool)
     wait_op, gap = _waits(points, first, ops)
-    issue = np.full(ops["row"].size, -1, np.int64)
-    issue[points["op"][points["op"] >= 0]] = np.flatnonzero(points["op"] >= 0)
-    t = points["t"]
+    issue = np.full(ops.row.size, -1, np.int64)
+    issue[points.op[points.op >= 0]] = np.flatnonzero(points.op >= 0)
+    t = points.t
     w = np.where(wait_op >= 0, 0, np.where(first, 0, np.diff(t, prepend=t[:1])))
-    loader = labels["loader"][points["label"]]
+    loader = labels.loader[points.label]
     opened = np.cumsum(loader) - loader  # dataloader bounds before each point, from the first rank's
     heads = np.flatnonzero(first)
     in_loader = opened - np.repeat(opened[heads], np.diff(np.r_[heads, t.size])) > 0
     key, phase_key = _segment_keys(points, first, labels)
-    return _finish_graph(results, matching.size, points, {**ops, "issue": issue},
-                         {"first": first, "w": w, "in_loader": in_loader, "wait_op": wait_op, "gap": gap,
-                          "key": key, "phase_key": phase_key, "texts": labels["texts"]})
+    segments = _Segments(first=first, w=w, in_loader=in_loader, wait_op=wait_op, gap=gap, key=key,
+                         phase_key=phase_key)
+    return _finish_graph(results, matching.size, points, segments, ops, issue, labels.texts)
 
 
-def _step_points(points: dict, ops: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _step_points(points: _ChainPoints, ops: _Ops) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The start and end point of every step (rank order, then step start order) and per op its
     step's end point (-1: none)."""
-    kind, rank, step = points["kind"], points["rank"], points["step"]
+    kind, rank, step = points.kind, points.rank, points.step
     starts, ends = np.flatnonzero(kind == STEP_START), np.flatnonzero(kind == _STEP_END)
-    code, _ = columns.runs(np.r_[rank[starts], rank[ends], ops["row"]], np.r_[step[starts], step[ends], ops["step"]])
+    code, _ = columns.runs(np.r_[rank[starts], rank[ends], ops.row],
+                           np.r_[step[starts], step[ends], ops.step])
     start_code, end_code = code[:starts.size], code[starts.size:starts.size + ends.size]
     if np.unique(end_code).size < ends.size or np.unique(start_code).size < starts.size:
         raise ValueError("a rank has two ProfileSteps with one step number: the replay needs one per step")
@@ -411,40 +539,42 @@ def _step_points(points: dict, ops: dict) -> tuple[np.ndarray, np.ndarray, np.nd
     return starts[matched], end_of[start_code][matched], end_of[code[starts.size + ends.size:]]
 
 
-def _finish_graph(results: list[RankResult], n_cols: int, points: dict, ops: dict, chain_of: dict) -> Graph:
-    """Columns (singletons for unmatched ops), transfers, launch delays and step indices."""
-    col = np.where(ops["col"] >= 0, ops["col"], n_cols + np.arange(ops["col"].size))
-    start, end, launch = ops["start_ns"], ops["end_ns"], ops["launch_ns"]
-    last = _join_last(col, start, end, np.where(ops["recv"], JOIN_SLACK_NS, 0))
+def _finish_graph(results: list[RankResult], n_cols: int, points: _ChainPoints, segments: _Segments,
+                  ops: _Ops, issue: np.ndarray, texts: np.ndarray) -> Graph:
+    """Columns (singletons for unmatched ops), transfers, launch delays and step indices; ``issue``:
+    per op, its issue point (-1: queued on its lane); ``texts``: the points' label texts."""
+    col = np.where(ops.col >= 0, ops.col, n_cols + np.arange(ops.col.size))
+    start, end, launch = ops.start_ns, ops.end_ns, ops.launch_ns
+    last = _join_last(col, start, end, np.where(ops.recv, JOIN_SLACK_NS, 0))
     column_last = np.full(int(col.max()) + 1 if col.size else 0, NEG, np.int64)
     np.maximum.at(column_last, col, start)
-    ready = _measured_ready(np.where(launch >= 0, launch, start), ops["issue"], ops["lane_prev"])
-    delta = np.maximum(start - np.maximum(ready, ops["prev_end"]), 0)
+    ready = _measured_ready(np.where(launch >= 0, launch, start), issue, ops.lane_prev)
+    delta = np.maximum(start - np.maximum(ready, ops.prev_end), 0)
     step_start, step_end, op_step_end = _step_points(points, ops)
-    wait_op = chain_of["wait_op"]
+    wait_op = segments.wait_op
     waited = np.flatnonzero(wait_op >= 0)
-    edges = np.stack([waited, wait_op[waited], chain_of["gap"][waited]], axis=1) if waited.size \
+    edges = np.stack([waited, wait_op[waited], segments.gap[waited]], axis=1) if waited.size \
         else np.zeros((0, 3), np.int64)
     needed = _needed_returns(points, waited)
     return Graph(
-        n_ranks=len(results), rank_numbers=np.asarray([r.rank for r in results]), p_rank=points["rank"],
-        p_t=points["t"], p_w=chain_of["w"], p_first=chain_of["first"], p_key=chain_of["key"],
-        p_phase_key=chain_of["phase_key"], p_loader=chain_of["in_loader"], p_waited=wait_op >= 0,
-        step_rank=points["rank"][step_start], step_index=points["step"][step_start], step_start=step_start,
-        step_end=step_end, o_rank=ops["row"], o_col=col, o_issue=ops["issue"], o_lane_prev=ops["lane_prev"],
+        n_ranks=len(results), rank_numbers=np.asarray([r.rank for r in results]), p_rank=points.rank,
+        p_t=points.t, p_w=segments.w, p_first=segments.first, p_key=segments.key,
+        p_phase_key=segments.phase_key, p_loader=segments.in_loader, p_waited=wait_op >= 0,
+        step_rank=points.rank[step_start], step_index=points.step[step_start], step_start=step_start,
+        step_end=step_end, o_rank=ops.row, o_col=col, o_issue=issue, o_lane_prev=ops.lane_prev,
         o_delta=delta, o_transfer=end - last, o_start=start, o_end=end, o_step_end=op_step_end,
-        o_partial=last < column_last[col], o_gpu=~ops["host"], o_recv=ops["recv"], edges=edges, e_needed=needed,
-        p_kind=points["kind"], p_step=points["step"],
-        p_label=points["label"], labels=chain_of["texts"], o_name=ops["name"].astype(object),
-        o_lane=ops["lane"].astype(object))
+        o_partial=last < column_last[col], o_gpu=~ops.host, o_recv=ops.recv, edges=edges, e_needed=needed,
+        p_kind=points.kind, p_step=points.step,
+        p_label=points.label, labels=texts, o_name=ops.name.astype(object),
+        o_lane=ops.lane.astype(object))
 
 
-def _needed_returns(points: dict, waited: np.ndarray) -> np.ndarray:
+def _needed_returns(points: _ChainPoints, waited: np.ndarray) -> np.ndarray:
     """Per wait edge (its point in ``waited``): the return of a blocking call after which the
     thread works on (more than ``WAIT_TOLERANCE_NS`` before its next point) with what the call
     brought. A return right before the next point (a phase's end, the step's end) is a wait
     that overlapping could hide."""
-    t, rank, kind = points["t"], points["rank"], points["kind"]
+    t, rank, kind = points.t, points.rank, points.kind
     after = np.minimum(waited + 1, t.size - 1)
     work = np.where(rank[after] == rank[waited], t[after] - t[waited], 0)
     return (kind[waited] == _RETURN) & (work > WAIT_TOLERANCE_NS)
@@ -530,7 +660,8 @@ class _Chains:
             seg[starts] = np.maximum(seg[starts], carry)
             reach, shift = np.arange(index.size) - head, 1
             while shift < size.max():  # log2 of the longest stretch
-                seg[shift:] = np.where(reach[shift:] >= shift, np.maximum(seg[shift:], seg[:-shift]), seg[shift:])
+                seg[shift:] = np.where(reach[shift:] >= shift, np.maximum(seg[shift:], seg[:-shift]),
+                                       seg[shift:])
                 shift *= 2
             self.pb[index] = seg
             self.upto[moved] = target
@@ -613,8 +744,9 @@ def _single_ops(ops: np.ndarray, offsets: np.ndarray) -> list[int]:
     return np.where(np.diff(offsets) == 1, ops[np.minimum(offsets[:-1], max(ops.size - 1, 0))], -1).tolist()
 
 
-def _replay_single(g: Graph, chains: _Chains, op: int, ready: np.ndarray, ends: np.ndarray, transfer: np.ndarray,
-                   hoist: np.ndarray | None, by_op: np.ndarray, edge_offsets: np.ndarray) -> None:
+def _replay_single(g: Graph, chains: _Chains, op: int, ready: np.ndarray, ends: np.ndarray,
+                   transfer: np.ndarray, hoist: np.ndarray | None, by_op: np.ndarray,
+                   edge_offsets: np.ndarray) -> None:
     """The loop body of ``replay`` for a one-member column, in Python scalars: the same start as
     ``_member_starts_one_by_one``, the end of a join with itself, and its chain waits raised. A
     trace of one rank's unmatched collectives has thousands of these."""
@@ -704,7 +836,8 @@ def replay_times(g: Graph, w: np.ndarray, transfer: np.ndarray, edges: np.ndarra
     prev_end = np.where(g.o_lane_prev >= 0, ends[np.maximum(g.o_lane_prev, 0)], NEG)
     starts = np.maximum(ready, prev_end) + g.o_delta
     by_start = np.lexsort((-starts, g.o_col))                # per column, the latest start first
-    head = np.r_[True, g.o_col[by_start][1:] != g.o_col[by_start][:-1]] if by_start.size else np.zeros(0, bool)
+    head = np.r_[True, g.o_col[by_start][1:] != g.o_col[by_start][:-1]] if by_start.size \
+        else np.zeros(0, bool)
     member = np.unique(g.o_col, return_inverse=True)[1].reshape(-1)
     last_op = by_start[head][member]                          # columns ascending, as np.unique's
     for col in np.unique(g.o_col[g.o_partial]).tolist():  # one per column that is not one join
