@@ -177,8 +177,9 @@ def test_nsys_gpu_job_path_is_its_step(tmp_path):
 
 
 def test_a_segment_takes_the_innermost_phase_of_its_own_rank():
-    phases = {"rank": np.array([0, 0, 1]), "name": np.array(["step", "forward", "backward"], dtype=object),
-              "start": np.array([0, 10, 0]), "end": np.array([100, 20, 50])}
+    phases = critical_path._PhaseSpans(rank=np.array([0, 0, 1]),
+                                       name=np.array(["step", "forward", "backward"], dtype=object),
+                                       start=np.array([0, 10, 0]), end=np.array([100, 20, 50]))
     rank = np.array([0, 0, 0, 0, 1, 1])
     at = np.array([5, 15, 50, 150, 15, 60])
     assert critical_path._phases_at(phases, rank, at).tolist() == ["step", "forward", "step", "", "backward", ""]
