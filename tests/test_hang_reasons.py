@@ -2,6 +2,7 @@
 are not one job's and the notes are Reasons; reports/hang_report.py words them, and `distprof hang` shows
 the words in its error, hang.json, the text and hang.html alike."""
 
+import inspect
 import json
 
 import pytest
@@ -41,11 +42,13 @@ def test_every_clash_code_has_words():
                "late": 1, "late_path": "b", "apart_ns": 90 * 10**9, "timeout_ns": 60 * 10**9,
                "after_ns": 2 * 10**9, "stated": 10**5, "dumps": 2, "found": 2, "completed": True, "sent": 60,
                "received": 61, "sender": 0, "receiver": 3, "given": 2, "before_ns": 98 * 10**9}
-    for code in hang_report.WORDS:
-        assert hang_report.text(Reason(code, figures))
-    assert "ranks 0-63, ... (100)" in hang_report.text(Reason("group_ranks_clash", figures))
+    for code, words in hang_report.WORDS.items():  # each with the figures its words take
+        assert hang_report.text(Reason(code, {name: figures[name] for name in inspect.signature(words).parameters}))
+    def reason(code: str) -> Reason:
+        return Reason(code, {name: figures[name] for name in inspect.signature(hang_report.WORDS[code]).parameters})
+    assert "ranks 0-63, ... (100)" in hang_report.text(reason("group_ranks_clash"))
     assert "called it 1.5 min before rank 1 (b), longer than its timeout of 1.0 min" in \
-        hang_report.text(Reason("called_apart", figures))
+        hang_report.text(reason("called_apart"))
 
 
 def test_no_rank_to_name_note_is_a_reason_and_shown_in_words(tmp_path):

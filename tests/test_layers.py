@@ -88,22 +88,36 @@ def test_no_arrow_from_the_reports_to_the_analyses_or_the_readers(path: Path) ->
     assert not [name for name in _runtime_imports(path) if name.startswith(("distprof.analyses", "distprof.sources"))]
 
 
-def _reason_codes(paths) -> set[str]:
-    """The codes of every ``Reason("code", ...)`` written in these modules."""
-    return {node.args[0].value for path in paths for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Reason" and node.args
-            and isinstance(node.args[0], ast.Constant)}
+def _reasons(paths) -> list[tuple[str, tuple[str, ...] | None]]:
+    """(code, figure names) of every ``Reason("code", {...})`` written in these modules; the names are None
+    where the figures are not a literal dict (built elsewhere: the analysis's own tests cover those)."""
+    out = []
+    for node in (node for path in paths for node in ast.walk(ast.parse(path.read_text()))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Reason" and node.args \
+                and isinstance(node.args[0], ast.Constant):
+            figures = node.args[1] if len(node.args) > 1 else ast.Dict(keys=[], values=[])
+            literal = isinstance(figures, ast.Dict) and all(isinstance(k, ast.Constant) for k in figures.keys)
+            out.append((node.args[0].value, tuple(k.value for k in figures.keys) if literal else None))
+    return out
 
 
-def test_every_reason_code_has_words() -> None:
-    """An analysis gives a code, a report words it: a code without words would end the report in a KeyError.
-    The hang analysis's codes are worded by its own report."""
+def test_every_reason_code_has_words_that_take_its_figures() -> None:
+    """An analysis gives a code and its figures, a report words it: a code without words would end the report
+    in a KeyError, a figure its words do not name (or one they need and do not get) in a TypeError. Each word
+    function takes the figures as keyword arguments, so its signature is the code's list of figures. The hang
+    analysis's codes are worded by its own report."""
+    import inspect
+
     from distprof.reports import findings, hang_report
     hang = PACKAGE / "analyses" / "hang.py"
-    others = [path for path in PACKAGE.rglob("*.py") if path != hang]
-    assert len(_reason_codes(others)) > 20 and len(_reason_codes([hang])) > 10  # the scan finds them
-    assert _reason_codes(others) - set(findings.TEXTS) == set()
-    assert _reason_codes([hang]) - set(hang_report.WORDS) == set()
+    for paths, words in (([p for p in PACKAGE.rglob("*.py") if p != hang], findings.TEXTS),
+                         ([hang], hang_report.WORDS)):
+        reasons = _reasons(paths)
+        assert len({code for code, _ in reasons}) > 10  # the scan finds them
+        assert {code for code, _ in reasons} - set(words) == set()
+        for code, names in reasons:
+            if names is not None:
+                inspect.signature(words[code]).bind(**dict.fromkeys(names))  # raises: the words do not fit
 
 
 def test_pointers_in_the_code_lead_somewhere() -> None:

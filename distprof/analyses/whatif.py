@@ -328,8 +328,8 @@ def _rank_medians(g: Graph, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _why(info: dict) -> Reason:
     """Why a scenario does not apply (its code: not_named, one_rank, no_transfer, no_dataloader,
-    already_overlapped, no_steps; reports/findings.py words it)."""
-    return Reason(info["reason"], {"phase": info.get("phase", "Dataloader")})
+    already_overlapped, no_steps; reports/findings.py words it) and the figures its words take."""
+    return Reason(info["reason"], {key: value for key, value in info.items() if key != "reason"})
 
 
 def _replay_notes(g: Graph, error: float | None) -> list[Reason]:

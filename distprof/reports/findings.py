@@ -115,11 +115,11 @@ def _host_busy(straggler: StragglerRow, t: Callable[[int | None], str]) -> str:
             f"context switches in {host.steps} steps: other processes took its cores")
 
 
-def _busy_warning(figures: dict) -> str:
+def _busy_warning(*, hosts) -> str:
     hosts = "; ".join(f"{h['host'] or 'its host'}: its ranks' training threads waited "
                       f"{100 * h['runqueue_share']:.0f}% of their steps for a core"
                       + (f", load {h['load_1m']:.1f} on {h['cpus']} cores" if h.get("load_1m") and h.get("cpus")
-                         and h["load_1m"] >= h["cpus"] else "") for h in figures["hosts"][:4])
+                         and h["load_1m"] >= h["cpus"] else "") for h in hosts[:4])
     return (f"A host was busy ({hosts}): other processes (or more threads than cores) took the ranks' cores, so "
             "its timings and any straggler there are partly theirs")
 
@@ -473,18 +473,18 @@ def _lane_word(lane_kind: str | None) -> str:
     return "stream" if lane_kind == ev.GPU_STREAM else "thread"
 
 
-def _serialized(f: dict) -> str:
-    kinds = f["kinds"]
+def _serialized(*, kinds, lane_kind, lanes) -> str:
     return (f"{', '.join(kinds) or 'communication'} {'runs' if len(kinds) <= 1 else 'run'} on the compute "
-            f"{_lane_word(f['lane_kind'])} ({', '.join(f['lanes'])}): communication is serialized with computation")
+            f"{_lane_word(lane_kind)} ({', '.join(lanes)}): communication is serialized with computation")
 
 
-def _own_lane(f: dict) -> str:
-    said = f"communication on its own {_lane_word(f['lane_kind'])}; {100 * f['ratio']:.1f}% of it overlaps computation"
-    if "waits_ns" not in f:
+def _own_lane(*, lane_kind, ratio, straggler=None, ratio_without=None, waits_ns=None) -> str:
+    """Communication on its own lane; after its waits for the straggler when those are given."""
+    said = f"communication on its own {_lane_word(lane_kind)}; {100 * ratio:.1f}% of it overlaps computation"
+    if waits_ns is None:
         return said
-    return (said + f", {100 * f['ratio_without']:.1f}% without the {duration(f['waits_ns'])} it waited for rank "
-            f"{f['straggler']}, the straggler (see its finding)")
+    return (said + f", {100 * ratio_without:.1f}% without the {duration(waits_ns)} it waited for rank "
+            f"{straggler}, the straggler (see its finding)")
 
 
 # by whether the trace shows PyTorch (events.frameworks): DDP is named only where it applies
@@ -507,50 +507,51 @@ _ADVICE_NO_OVERLAP = {
 
 # why the skew analysis names no straggler, and what else its notes say (skew.notes: templates,
 # durations as units.duration tokens)
-def _split_disagrees(f: dict) -> str:
-    where = f" (group {f['group']})" if f["group"] else ""
-    return (f"{f['kind']}{where}: the aligned waits and the sync/transfer split disagree on "
-            f"{f['disagree']} of {f['matched']} collectives (median gap {duration(f['gap_ns'])}; median end "
-            f"skew {duration(f['end_skew_ns'])}): the ranks do not leave it together (e.g. host threads "
+def _split_disagrees(*, group, kind, disagree, matched, gap_ns, end_skew_ns) -> str:
+    where = f" (group {group})" if group else ""
+    return (f"{kind}{where}: the aligned waits and the sync/transfer split disagree on "
+            f"{disagree} of {matched} collectives (median gap {duration(gap_ns)}; median end "
+            f"skew {duration(end_skew_ns)}): the ranks do not leave it together (e.g. host threads "
             "resuming late) or the clocks are off; the split needs no clock")
 
 
-def _clock_unverified(f: dict) -> str:
-    return (f"rank {f['rank']} costs the others {duration(f['per_step_ns'])} per step (last in "
-            f"{f['late_in']} of {f['of']} collectives), but its clock offset is unverified (too few matched "
+def _clock_unverified(*, rank, late_in, of, per_step_ns) -> str:
+    return (f"rank {rank} costs the others {duration(per_step_ns)} per step (last in "
+            f"{late_in} of {of} collectives), but its clock offset is unverified (too few matched "
             "collectives to align it, no bound from its source): not named a straggler")
 
 
-def _delay_spread(f: dict) -> str:
-    return (f"rank {f['rank']} costs the others {duration(f['per_step_ns'])} per {f['label']}, but rank "
-            f"{f['second']} costs nearly as much ({duration(f['second_per_step_ns'])}): no single straggler; "
+def _delay_spread(*, rank, label, second, per_step_ns, second_per_step_ns) -> str:
+    return (f"rank {rank} costs the others {duration(per_step_ns)} per {label}, but rank "
+            f"{second} costs nearly as much ({duration(second_per_step_ns)}): no single straggler; "
             "the delay is spread (uneven work, or a busy machine)")
 
 
-def _rotates(f: dict) -> str:
-    label = f["label"]
-    shown = "; ".join(f"{label} {step}: rank {rank} ({duration(ns)})" for step, rank, ns in f["worst"])
-    return (f"the late rank rotates (ranks {', '.join(map(str, f['ranks']))}): not one straggler; "
+def _rotates(*, label, worst, ranks, late_units, units) -> str:
+    """``late_units`` of ``units`` are for analyses/imbalance.py, which reads this note; the words show the worst."""
+    label = label
+    shown = "; ".join(f"{label} {step}: rank {rank} ({duration(ns)})" for step, rank, ns in worst)
+    return (f"the late rank rotates (ranks {', '.join(map(str, ranks))}): not one straggler; "
             f"the worst per {label}: {shown}")
 
 
-def _last_in_half_or_less(f: dict) -> str:
-    return (f"rank {f['rank']} is last in {f['last_in']} of its {f['of']} collectives of the one profiled "
-            f"{f['label']}, not in more than half: not named a straggler (costs the others "
-            f"{duration(f['per_step_ns'])})")
+def _last_in_half_or_less(*, rank, last_in, of, label, per_step_ns) -> str:
+    return (f"rank {rank} is last in {last_in} of its {of} collectives of the one profiled "
+            f"{label}, not in more than half: not named a straggler (costs the others "
+            f"{duration(per_step_ns)})")
 
 
-def _transient(f: dict) -> str:
-    steps = ", ".join(map(str, f["steps"]))
-    return (f"rank {f['rank']} is late only in {f['label']}(s) {steps} ({f['late']} of {f['units']}): "
-            f"transient, not a straggler (costs {duration(f['per_step_ns'])} per {f['label']} on average)")
+def _transient(*, steps, rank, label, late, units, per_step_ns) -> str:
+    steps = ", ".join(map(str, steps))
+    return (f"rank {rank} is late only in {label}(s) {steps} ({late} of {units}): "
+            f"transient, not a straggler (costs {duration(per_step_ns)} per {label} on average)")
 
 
-def _unseen_members(f: dict) -> str:
-    missing = f["missing"]
+def _unseen_members(*, missing, rank, late_in, of, incomplete) -> str:
+    missing = missing
     ranks = f"rank{'s' if len(missing) > 1 else ''} {rank_ranges(missing)}"
-    return (f"rank {f['rank']} is last among the ranks present in {f['late_in']} of {f['of']} collectives, "
-            f"but {f['incomplete']} of them belong to groups with members missing from the inputs "
+    return (f"rank {rank} is last among the ranks present in {late_in} of {of} collectives, "
+            f"but {incomplete} of them belong to groups with members missing from the inputs "
             f"({ranks[:80]}): the missing ranks may be later still, so no straggler is named")
 
 
@@ -558,14 +559,14 @@ def _hosts(hosts: list[dict]) -> str:
     return "; ".join(f"{h['ranks']} ranks on {h['host']} with {h['cpus']} cores" for h in hosts[:4])
 
 
-def _crowded(figures: dict) -> str:
+def _crowded(*, hosts) -> str:
     """Why one finding is not priced, said briefly: the warning, printed once at the top, says it whole
     (the whole sentence under every finding and the top finding made it 4 times on one screen)."""
     return "ranks outnumber their host's cores (see the warning on cores)"
 
 
-def _crowded_warning(figures: dict) -> str:
-    return (f"Ranks outnumber the cores of their host ({_hosts(figures['hosts'])}): a rank that sleeps or waits "
+def _crowded_warning(*, hosts) -> str:
+    return (f"Ranks outnumber the cores of their host ({_hosts(hosts)}): a rank that sleeps or waits "
             "frees a core for the others, which the replay cannot see, so its savings are not given as costs "
             "(findings unpriced; the what-if table kept for reference)")
 
@@ -581,55 +582,61 @@ def _first(ranks: list[int], more: str | None = None, limit: int = 8) -> str:
     return shown + ((more if more is not None else f" (+{len(ranks) - limit} more)") if len(ranks) > limit else "")
 
 
-def _counts_differ(f: dict) -> str:
-    where = f" in group {f['group']!r}" if f["group"] else ""
-    at = "outside steps" if f["step"] < 0 else f"step {f['step']}"
-    detail = ", ".join(f"rank {r}: {c}" for r, c in f["odd"]) + (f" (+{f['more']} more)" if f["more"] else "")
-    return (f"collective {f['kind']}{where}: counts differ across ranks in {f['steps_bad']} of {f['steps']} step(s), "
-            f"e.g. {at}: {f['usual']} on most ranks but {detail}; those are left unmatched")
+def _counts_differ(*, group, step, more, kind, steps_bad, steps, usual, odd) -> str:
+    where = f" in group {group!r}" if group else ""
+    at = "outside steps" if step < 0 else f"step {step}"
+    detail = ", ".join(f"rank {r}: {c}" for r, c in odd) + (f" (+{more} more)" if more else "")
+    return (f"collective {kind}{where}: counts differ across ranks in {steps_bad} of {steps} step(s), "
+            f"e.g. {at}: {usual} on most ranks but {detail}; those are left unmatched")
 
 
-TEXTS: dict[str, Callable[[dict], str]] = {
+TEXTS: dict[str, Callable[..., str]] = {  # code -> its words, from its figures as keyword arguments
     # why a finding's fix is not priced (analyses/cost.py)
-    "no_scenario": lambda _: "no what-if scenario models this fix",
-    "not_time": lambda _: "memory, not time",
-    "no_replay": lambda _: "the what-if replay did not run on this trace",
-    "above_step": lambda _: "the replay's saving exceeds the measured step: not trusted",
+    "no_scenario": lambda: "no what-if scenario models this fix",
+    "not_time": lambda: "memory, not time",
+    "no_replay": lambda: "the what-if replay did not run on this trace",
+    "above_step": lambda: "the replay's saving exceeds the measured step: not trusted",
     "oversubscribed": _crowded,
     "oversubscribed_warning": _crowded_warning,
     "busy_host_warning": _busy_warning,
     # why a what-if scenario does not apply (analyses/whatif.py)
-    "not_named": lambda _: "no straggler named by the skew analysis (skew.notes say why)",
-    "one_rank": lambda _: "one rank: nothing to balance",
-    "no_transfer": lambda _: "no collective with a measured transfer time",
-    "no_dataloader": lambda f: f"no {f['phase']} phase with time in it",
-    "already_overlapped": lambda _: ("no step waits for its communication (already overlapped, or not shown by "
-                                     "the trace)"),
-    "no_steps": lambda _: "no ProfileStep markers: there is no step to replay",
+    "not_named": lambda: "no straggler named by the skew analysis (skew.notes say why)",
+    "one_rank": lambda: "one rank: nothing to balance",
+    "no_transfer": lambda: "no collective with a measured transfer time",
+    "no_dataloader": lambda phase: f"no {phase} phase with time in it",
+    "already_overlapped": lambda: (
+        "no step waits for its communication (already overlapped, or not shown by "
+        "the trace)"),
+    "no_steps": lambda: "no ProfileStep markers: there is no step to replay",
     # what the replay cannot explain or see (whatif.notes)
-    "replay_unexplained": lambda _: ("the chain's waits and lanes do not explain the measured order (events the "
-                                     "compact results do not keep)"),
-    "partial_columns": lambda f: (f"{f['partial']} of {f['columns']} matched collectives have members that end "
-                                  "before others arrive (their process group not named by the trace, or clocks "
-                                  "off): each member joins only the members that arrived before it ended"),
-    "gpu_waits_unseen": lambda f: (f"the host waits for none of the {f['collectives']} GPU collectives (no sync "
-                                   "call returns with one): a scenario that speeds communication up saves time "
-                                   "only where a rank waits for it, and the dependencies of kernels on other "
-                                   "streams are not modelled"),
+    "replay_unexplained": lambda: (
+        "the chain's waits and lanes do not explain the measured order (events the "
+        "compact results do not keep)"),
+    "partial_columns": lambda partial, columns: (
+        f"{partial} of {columns} matched collectives have members that end "
+        "before others arrive (their process group not named by the trace, or clocks "
+        "off): each member joins only the members that arrived before it ended"),
+    "gpu_waits_unseen": lambda collectives: (
+        f"the host waits for none of the {collectives} GPU collectives (no sync "
+        "call returns with one): a scenario that speeds communication up saves time "
+        "only where a rank waits for it, and the dependencies of kernels on other "
+        "streams are not modelled"),
     # a stream placement check (analyses/streams.py): its message and advice
-    "no_communication": lambda _: "no communication recorded: nothing to place",
-    "no_computation": lambda _: "no computation recorded: nothing to overlap with",
+    "no_communication": lambda: "no communication recorded: nothing to place",
+    "no_computation": lambda: "no computation recorded: nothing to overlap with",
     "serialized": _serialized,
-    "no_overlap": lambda f: (f"separate {_lane_word(f['lane_kind'])}, but communication does not overlap "
-                             f"computation (overlap {100 * f['ratio']:.1f}% < {100 * f['warn_ratio']:.0f}%): "
-                             "issued after the compute it could hide behind, or waits on it"),
+    "no_overlap": lambda lane_kind, ratio, warn_ratio: (
+        f"separate {_lane_word(lane_kind)}, but communication does not overlap "
+        f"computation (overlap {100 * ratio:.1f}% < {100 * warn_ratio:.0f}%): "
+        "issued after the compute it could hide behind, or waits on it"),
     "own_lane": _own_lane,
     "own_lane_after_waits": _own_lane,
-    "pipeline_dependency": lambda f: (f"{'/'.join(f['kinds'])} of pipeline {' -> '.join(map(str, f['chain']))}: "
-                                      "waiting there for input is a dependency (the bubble, see Pipeline), not "
-                                      "serialized communication"),
-    "advice_serialized": lambda f: _ADVICE_SERIALIZED[f["pytorch"]],
-    "advice_no_overlap": lambda f: _ADVICE_NO_OVERLAP[f["pytorch"]],
+    "pipeline_dependency": lambda kinds, chain: (
+        f"{'/'.join(kinds)} of pipeline {' -> '.join(map(str, chain))}: "
+        "waiting there for input is a dependency (the bubble, see Pipeline), not "
+        "serialized communication"),
+    "advice_serialized": lambda pytorch: _ADVICE_SERIALIZED[pytorch],
+    "advice_no_overlap": lambda pytorch: _ADVICE_NO_OVERLAP[pytorch],
     # the skew notes (analyses/skew.py; the straggler's unseen group members: pipeline.py)
     "split_disagrees": _split_disagrees,
     "clock_unverified": _clock_unverified,
@@ -639,38 +646,46 @@ TEXTS: dict[str, Callable[[dict], str]] = {
     "transient": _transient,
     "unseen_members": _unseen_members,
     # what the merge says of its inputs (pipeline.py, align.py: warnings and skew notes)
-    "partial_result": lambda f: f"partial result: no data for {_ranks(f['missing'])} of {f['world_size']}",
-    "clocks_unverified": lambda f: (f"clock offset of rank(s) {_first(f['ranks'], ' ...')} not verified (no shared "
-                                    "host, clock sample or usable collectives): start spreads and skew across ranks "
-                                    "may be the clocks, not the ranks"),
-    "finding_dropped": lambda f: (f"finding {f['finding']} dropped: its figure ({f['figure_ns'] / 1e9:,.6f} s) exceeds "
-                                  f"the longest analysed window ({f['window_ns'] / 1e9:,.6f} s); the inputs' times "
-                                  "are inconsistent"),
-    "groups_unnamed": lambda f: (f"process group not in the trace for {', '.join(f['kinds'])}: matched among the "
-                                 f"ranks that have them and taken to be on the world ({f['world_size']} ranks) for bus "
-                                 "bandwidth; a job with subgroups (TP/DP/PP) needs traces that name them (Kineto "
-                                 "record_param_comms / pg_config, distprof.comm(group=...))"),
-    "wait_not_split": lambda f: (f"{_ranks(f['ranks'])}: communication not split into wait and transfer (no "
-                                 "collective matched with another rank's, so the wait for the last arrival is not "
-                                 "known)"),
-    "merged_anyway": lambda f: f"merged anyway (--allow-duplicate-ranks): {f['clash']}",
-    "world_not_believed": lambda f: (f"world_size {f['stated']} stated by the rank files but only {len(f['ranks'])} "
-                                     f"rank(s) found ({rank_ranges(f['ranks'])}); using {f['found']}"),
-    "partly_present": lambda f: (f"collective {f['kind']}: only rank(s) {_first(f['ranks'])} of {f['of']} have it; "
-                                 "matched among those"),
+    "partial_result": lambda world_size, missing: f"partial result: no data for {_ranks(missing)} of {world_size}",
+    "clocks_unverified": lambda ranks: (
+        f"clock offset of rank(s) {_first(ranks, ' ...')} not verified (no shared "
+        "host, clock sample or usable collectives): start spreads and skew across ranks "
+        "may be the clocks, not the ranks"),
+    "finding_dropped": lambda finding, figure_ns, window_ns: (
+        f"finding {finding} dropped: its figure ({figure_ns / 1e9:,.6f} s) exceeds "
+        f"the longest analysed window ({window_ns / 1e9:,.6f} s); the inputs' times "
+        "are inconsistent"),
+    "groups_unnamed": lambda world_size, kinds: (
+        f"process group not in the trace for {', '.join(kinds)}: matched among the "
+        f"ranks that have them and taken to be on the world ({world_size} ranks) for bus "
+        "bandwidth; a job with subgroups (TP/DP/PP) needs traces that name them (Kineto "
+        "record_param_comms / pg_config, distprof.comm(group=...))"),
+    "wait_not_split": lambda ranks: (
+        f"{_ranks(ranks)}: communication not split into wait and transfer (no "
+        "collective matched with another rank's, so the wait for the last arrival is not "
+        "known)"),
+    "merged_anyway": lambda clash: f"merged anyway (--allow-duplicate-ranks): {clash}",
+    "world_not_believed": lambda stated, found, ranks: (
+        f"world_size {stated} stated by the rank files but only {len(ranks)} "
+        f"rank(s) found ({rank_ranges(ranks)}); using {found}"),
+    "partly_present": lambda kind, of, ranks: (
+        f"collective {kind}: only rank(s) {_first(ranks)} of {of} have it; "
+        "matched among those"),
     "counts_differ": _counts_differ,
-    "rank_twice": lambda f: f"{f['file']}: rank {f['rank']} appears twice; renumbered",
-    "host_clock_distrusted": lambda f: (f"{f['file']}: rank {f['rank']} names host {f['host']} like another rank, "
-                                        f"but its clock is {f['gap_ns'] / 1e9:,.3f} s off that host's: its clock "
-                                        "offset is distrusted (not the same-host clock, unverified; no straggler is "
-                                        "named from it)"),
-    "hosts_clustered": lambda f: (f"collective ends differ by host (up to {f['gap_ns'] / 1e6:.2f} ms between hosts, "
-                                  f"{f['spread_ns'] / 1e6:.3f} ms within one): not used to align clocks across hosts "
-                                  "(the difference may be physical); offsets across hosts are the sources' own, "
-                                  "unverified"),
+    "rank_twice": lambda file, rank: f"{file}: rank {rank} appears twice; renumbered",
+    "host_clock_distrusted": lambda file, rank, host, gap_ns: (
+        f"{file}: rank {rank} names host {host} like another rank, "
+        f"but its clock is {gap_ns / 1e9:,.3f} s off that host's: its clock "
+        "offset is distrusted (not the same-host clock, unverified; no straggler is "
+        "named from it)"),
+    "hosts_clustered": lambda gap_ns, spread_ns: (
+        f"collective ends differ by host (up to {gap_ns / 1e6:.2f} ms between hosts, "
+        f"{spread_ns / 1e6:.3f} ms within one): not used to align clocks across hosts "
+        "(the difference may be physical); offsets across hosts are the sources' own, "
+        "unverified"),
     # an analysis that could not run on this trace (warnings)
-    "whatif_skipped": lambda f: f"what-if replay skipped: {f['error']}",
-    "critical_path_skipped": lambda f: f"critical path skipped: {f['error']}",
+    "whatif_skipped": lambda error: f"what-if replay skipped: {error}",
+    "critical_path_skipped": lambda error: f"critical path skipped: {error}",
 }
 
 
@@ -678,7 +693,7 @@ def text(said: str | Reason | None) -> str | None:
     """A reason in words (text and None as they are)."""
     if not isinstance(said, Reason):
         return said
-    return TEXTS[said.code](said.figures)
+    return TEXTS[said.code](**said.figures)
 
 
 def _worded_straggler(straggler: StragglerRow | None) -> StragglerRow | None:

@@ -59,70 +59,70 @@ def _stated(ranks) -> str:  # noqa: ANN001
 # Reason code of analyses/hang.py -> its words, from its figures: why the inputs are not one job's (one_job),
 # and the notes of the analysis
 WORDS = {
-    "moment_clash": lambda f: (
-        f"rank {f['rank']} ({f['path']}) completed {f['kind']} #{f['seq']} of group {f['group']}, which rank "
-        f"{f['member']} ({f['member_path']}), a member, had not issued when it dumped ("
-        + (f"its last there: #{f['member_seq']}" if f['member_seq'] >= 0 else "it has no entry of that group")
+    "moment_clash": lambda rank, path, kind, seq, group, member, member_path, member_seq: (
+        f"rank {rank} ({path}) completed {kind} #{seq} of group {group}, which rank "
+        f"{member} ({member_path}), a member, had not issued when it dumped ("
+        + (f"its last there: #{member_seq}" if member_seq >= 0 else "it has no entry of that group")
         + "): two jobs' dumps, or one job's taken at different times"),
-    "barrier_clash": lambda f: (
-        f"rank {f['rank']} ({f['path']}) went on past barrier #{f['seq']} of group {f['group']} "
-        f"{duration_text(f['before_ns'])} before rank {f['member']} ({f['member_path']}), a member, entered it: "
+    "barrier_clash": lambda rank, path, seq, group, member, member_path, before_ns: (
+        f"rank {rank} ({path}) went on past barrier #{seq} of group {group} "
+        f"{duration_text(before_ns)} before rank {member} ({member_path}), a member, entered it: "
         "a barrier returns once every member entered it, so these are two jobs' dumps"),
-    "group_ranks_clash": lambda f: (
-        f"group {f['group']} is ranks {_rr(f['ranks'])} in {f['path']} but ranks {_rr(f['other_ranks'])} in "
-        f"{f['other_path']}"),
-    "unnamed_ranks_clash": lambda f: (
-        f"pg_config's unnamed group is {_stated(f['ranks'])} in {f['path']} but {_stated(f['other_ranks'])} in "
-        f"{f['other_path']}"),
-    "given_world_stated": lambda f: (
-        f"{f['path']} states a world of {f['world']} ranks: give --world-size {f['world']}, or leave it out"),
-    "given_world_dump": lambda f: (
-        f"rank {f['rank']} left a dump ({f['path']}), outside a world of {f['given']} ranks: give the job's "
+    "group_ranks_clash": lambda group, path, other_path, ranks, other_ranks: (
+        f"group {group} is ranks {_rr(ranks)} in {path} but ranks {_rr(other_ranks)} in "
+        f"{other_path}"),
+    "unnamed_ranks_clash": lambda path, other_path, ranks, other_ranks: (
+        f"pg_config's unnamed group is {_stated(ranks)} in {path} but {_stated(other_ranks)} in "
+        f"{other_path}"),
+    "given_world_stated": lambda path, world, given: (  # given: the --world-size that the dump contradicts
+        f"{path} states a world of {world} ranks: give --world-size {world}, or leave it out"),
+    "given_world_dump": lambda rank, path, given: (
+        f"rank {rank} left a dump ({path}), outside a world of {given} ranks: give the job's "
         "world size, or leave it out"),
-    "given_world_group": lambda f: (
-        f"group {f['group']} is ranks {_rr(f['ranks'])} in {f['path']}, outside a world of {f['given']} ranks: "
+    "given_world_group": lambda group, path, given, ranks: (
+        f"group {group} is ranks {_rr(ranks)} in {path}, outside a world of {given} ranks: "
         "give the job's world size, or leave it out"),
-    "group_desc_clash": lambda f: (
-        f"group {f['group']} is {f['desc']} in {f['path']} but {f['other_desc']} in {f['other_path']}"),
-    "outside_group": lambda f: (
-        f"rank {f['rank']} ({f['path']}) calls group {f['group']}, whose members are ranks {_rr(f['ranks'])} "
-        f"({f['ranks_path']})"),
-    "world_clash": lambda f: (
-        f"a world of {f['world']} ranks in {f['path']} but of {f['other_world']} in {f['other_path']}"),
-    "outside_world": lambda f: (
-        f"rank {f['rank']} ({f['path']}) is outside the world of {f['world']} ranks stated by "
-        f"{f['world_path']}"),
-    "two_clocks": lambda f: (
-        f"the times of {f['unix_path']} are unix time but those of {f['other_path']} another clock "
+    "group_desc_clash": lambda group, desc, path, other_desc, other_path: (
+        f"group {group} is {desc} in {path} but {other_desc} in {other_path}"),
+    "outside_group": lambda rank, path, group, ranks_path, ranks: (
+        f"rank {rank} ({path}) calls group {group}, whose members are ranks {_rr(ranks)} "
+        f"({ranks_path})"),
+    "world_clash": lambda world, path, other_world, other_path: (
+        f"a world of {world} ranks in {path} but of {other_world} in {other_path}"),
+    "outside_world": lambda rank, path, world, world_path: (
+        f"rank {rank} ({path}) is outside the world of {world} ranks stated by "
+        f"{world_path}"),
+    "two_clocks": lambda unix_path, other_path: (
+        f"the times of {unix_path} are unix time but those of {other_path} another clock "
         "(not one job, or not one kind of clock)"),
-    "called_apart": lambda f: (
-        f"#{f['seq']} of group {f['group']} completed, yet rank {f['early']} ({f['early_path']}) called "
-        f"it {duration_text(f['apart_ns'])} before rank {f['late']} ({f['late_path']}), longer than its "
-        f"timeout of {duration_text(f['timeout_ns'])} (not one job, or their clocks disagree)"),
-    "called_after_done": lambda f: (
-        f"rank {f['rank']} ({f['path']}) saw #{f['seq']} of group {f['group']} completed "
-        f"{duration_text(f['after_ns'])} before rank {f['late']} ({f['late_path']}) called it (not one "
+    "called_apart": lambda seq, group, early, early_path, late, late_path, apart_ns, timeout_ns: (
+        f"#{seq} of group {group} completed, yet rank {early} ({early_path}) called "
+        f"it {duration_text(apart_ns)} before rank {late} ({late_path}), longer than its "
+        f"timeout of {duration_text(timeout_ns)} (not one job, or their clocks disagree)"),
+    "called_after_done": lambda rank, path, seq, group, late, late_path, after_ns: (
+        f"rank {rank} ({path}) saw #{seq} of group {group} completed "
+        f"{duration_text(after_ns)} before rank {late} ({late_path}) called it (not one "
         "job, or their clocks disagree)"),
-    "world_not_trusted": lambda f: (
-        f"world_size {f['stated']} stated by the dumps but only {f['dumps']} rank(s) found; using "
-        f"{f['found']}"),
-    "a2a_rows_total": lambda f: (
-        f"{f['kind']} #{f['seq']} of group {f['group']}: its {f['ranks']} members sent {f['sent']} rows and received "
-        f"{f['received']}: a split disagrees across ranks{', and it completed anyway' if f['completed'] else ''} "
+    "world_not_trusted": lambda stated, dumps, found: (
+        f"world_size {stated} stated by the dumps but only {dumps} rank(s) found; using "
+        f"{found}"),
+    "a2a_rows_total": lambda kind, seq, group, ranks, sent, received, completed: (
+        f"{kind} #{seq} of group {group}: its {ranks} members sent {sent} rows and received "
+        f"{received}: a split disagrees across ranks{', and it completed anyway' if completed else ''} "
         "(the dumps record each rank's total rows, not its split, so no rank is named)"),
-    "a2a_rows_pair": lambda f: (
-        f"{f['kind']} #{f['seq']} of group {f['group']}: rank {f['sender']} sent {f['sent']} rows to rank "
-        f"{f['receiver']}, which received {f['received']} from it: their splits disagree"
-        f"{', and it completed anyway' if f['completed'] else ''}"),
-    "no_rank_to_name": lambda f: (
-        f"every dumped member of group {f['group']} issued {f['kind']} #{f['seq']} and it never completed: "
+    "a2a_rows_pair": lambda kind, seq, group, sender, sent, receiver, received, completed: (
+        f"{kind} #{seq} of group {group}: rank {sender} sent {sent} rows to rank "
+        f"{receiver}, which received {received} from it: their splits disagree"
+        f"{', and it completed anyway' if completed else ''}"),
+    "no_rank_to_name": lambda group, kind, seq: (
+        f"every dumped member of group {group} issued {kind} #{seq} and it never completed: "
         "no rank to name (a fault in the collective itself, or a member the dumps do not show)"),
 }
 
 
 def text(reason: Reason | str) -> str:
     """A Reason of the hang analysis in words (a text passes as it is): the one place they are worded."""
-    return WORDS[reason.code](reason.figures) if isinstance(reason, Reason) else reason
+    return WORDS[reason.code](**reason.figures) if isinstance(reason, Reason) else reason
 
 
 def worded(result: HangResult) -> HangResult:
