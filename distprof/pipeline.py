@@ -177,15 +177,15 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     aligned = dataclasses.replace(aligned, results=final)  # align.Alignment: a dataclass
     skew_summary = _skew_summary(aligned, config, inst, missing, world_size)
     checks = streams.pipeline_dependencies(streams.stream_checks(final, config), skew_summary.pipelines)
-    replay_graph: dict = {}
+    made = whatif.safe_measured(final, aligned.matching, config, warnings)  # once: every what-if and the path
     crowded = cost.oversubscribed_hosts(final)
     exchanges = alltoall_mod.groups(final, config)
-    skew_summary, what = _priced_straggler(final, aligned.matching, config, warnings, skew_summary, replay_graph,
+    skew_summary, what = _priced_straggler(final, aligned.matching, config, warnings, skew_summary, made,
                                            bool(crowded), exchanges)
     straggler_rank = skew_summary.straggler.rank if skew_summary.straggler else None
-    path = critical_path.safe_critical_path(replay_graph.get("graph"), final, warnings, straggler_rank,
+    path = critical_path.safe_critical_path(made and made.graph, final, warnings, straggler_rank,
                                             str(config.get("phases", {}).get("dataloader", "Dataloader")),
-                                            replay_graph.get("measured"))
+                                            made and made.replayed)
     if crowded:
         warnings.append(Reason("oversubscribed_warning", {"hosts": [host.to_json() for host in crowded]}))
     hosts = machine.facts(final)
@@ -218,7 +218,8 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
 
 
 def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, config: dict, warnings: list[str],
-                      skew_summary: Skew, keep: dict, crowded: bool, exchanges: list) -> tuple[Skew, WhatIf | None]:
+                      skew_summary: Skew, made: whatif.Measured | None, crowded: bool,
+                      exchanges: list) -> tuple[Skew, WhatIf | None]:
     """The what-if, replayed with the named straggler fixed, and the skew summary without that
     straggler when the replay prices its fix under ``skew.straggler_min_step_fraction`` of the step
     (then ``skew.unconfirmed_straggler`` says so, and the replay runs again with none named, for
@@ -231,15 +232,15 @@ def _priced_straggler(results: list[RankResult], matching: align_mod.Matching, c
     straggler = skew_summary.straggler
     rank, since = (straggler.rank, straggler.onset_step) if straggler else (None, None)
     fix = "balanced_ranks" if alltoall_mod.is_hottest(exchanges, rank) else "no_straggler"
-    what = whatif.safe_whatif(results, matching, config, warnings, rank, keep=keep, straggler_since=since,
+    what = whatif.safe_whatif(results, matching, config, warnings, made, rank, straggler_since=since,
                               straggler_fix=fix)
     if fix != "no_straggler" and alltoall_mod.straggler_load(exchanges, rank, what, config) is None:
-        what = whatif.safe_whatif(results, matching, config, warnings, rank, keep=keep, straggler_since=since)
+        what = whatif.safe_whatif(results, matching, config, warnings, made, rank, straggler_since=since)
     floor = float(config["skew"]["straggler_min_step_fraction"])
     unconfirmed = cost.unconfirmed_straggler(straggler, what, floor, crowded)
-    if unconfirmed is None or "graph" not in keep or replay.gpu_waits_unseen(keep["graph"]):
+    if unconfirmed is None or made is None or replay.gpu_waits_unseen(made.graph):
         return skew_summary, what
-    what = whatif.safe_whatif(results, matching, config, warnings, None, keep=keep)
+    what = whatif.safe_whatif(results, matching, config, warnings, made)
     return msgspec.structs.replace(skew_summary, straggler=None, unconfirmed_straggler=unconfirmed), what
 
 
@@ -289,7 +290,7 @@ def _collectives(aligned: align_mod.Alignment, config: dict,
     return final, inst, coll.summary(matching, inst, single, config)
 
 
-def _unnamed_groups_note(results: list[RankResult], world_size: int) -> list[str]:
+def _unnamed_groups_note(results: list[RankResult], world_size: int) -> list[Reason]:
     """Say when collectives carry no process group: they are matched among the ranks that have
     them and taken to span the world, which a job with subgroups would contradict."""
     unnamed = sorted({kind for r in results for kind, group in zip(r.markers.collectives.get("name", []),
@@ -300,7 +301,7 @@ def _unnamed_groups_note(results: list[RankResult], world_size: int) -> list[str
     return [Reason("groups_unnamed", {"kinds": unnamed, "world_size": world_size})]
 
 
-def _unsplit_note(results: list[RankResult]) -> list[str]:
+def _unsplit_note(results: list[RankResult]) -> list[Reason]:
     """Why a rank's communication is not split into wait and transfer."""
     ranks = [r.rank for r in results if r.figures.communication_wait_ns is None and r.figures.communication_ns]
     if not ranks:

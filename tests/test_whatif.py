@@ -539,3 +539,25 @@ def test_a_gloo_range_closing_after_the_thread_resumed_still_holds_the_wait_on_a
     straggler = summary_json(pipeline.merge_files(KERNEL_LATE, CONFIG))["skew"]["straggler"]
     assert straggler["rank"] == 1
     assert abs(straggler["cost_ns"] - KERNEL_LATE_EFFECT_NS) <= 0.15 * KERNEL_LATE_EFFECT_NS
+
+
+def test_the_replay_graph_is_built_once_per_merge(monkeypatch):
+    """torch_tpdp late3 names a straggler, so the what-if runs more than once (fixed, then the findings'
+    prices) and the critical path walks the same measured replay: the graph is built once for all."""
+    built = []
+    build = whatif.build_graph
+    monkeypatch.setattr(whatif, "build_graph", lambda *args: built.append(1) or build(*args))
+    summary = pipeline.merge_files(sorted((DATA / "torch_tpdp" / "late3").glob("*.json.gz")), CONFIG)
+    assert summary.skew.straggler is not None and summary.whatif.steps > 0 and summary.critical_path is not None
+    assert len(built) == 1
+
+
+def test_a_trace_the_replay_cannot_read_costs_the_whatif_and_the_path_with_one_warning(monkeypatch):
+    def unreadable(*args):
+        raise ValueError("rank markers with columns of unequal length")
+    monkeypatch.setattr(whatif, "build_graph", unreadable)
+    summary = summary_json(pipeline.merge_files(sorted((DATA / "torch_tpdp" / "late3").glob("*.json.gz")), CONFIG))
+    assert summary["whatif"] is None and summary["critical_path"] is None
+    said = [w for w in summary["warnings"] if w.startswith("what-if replay skipped")]
+    assert said == ["what-if replay skipped: ValueError: rank markers with columns of unequal length"]
+    assert summary["ranks"] and summary["skew"]["straggler"]  # the rest of the merge stands

@@ -7,6 +7,8 @@ Numbers and reason codes only; reports/ word them (a scenario's ``why`` is a typ
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from msgspec.structs import replace
 
@@ -356,27 +358,58 @@ def _unwaited_gpu_note(g: Graph) -> list[Reason]:
 
 
 
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """A job's replay graph and its measured replay (point times, op ends): made once per merge and
+    read by every what-if run and the critical path. ``replayed`` None: no steps to replay, or the
+    replay could not run (``safe_measured`` warned)."""
+
+    graph: Graph
+    replayed: tuple[np.ndarray, np.ndarray] | None
+
+
+def measured(results: list[RankResult], matching: Matching, config: dict) -> Measured:
+    """The replay graph of ``results`` and its replay with the measured durations and transfers."""
+    g = build_graph(results, matching, str(config.get("phases", {}).get("dataloader", "Dataloader")))
+    return Measured(g, replay(g, g.p_w, g.o_transfer, g.edges, None) if g.step_start.size else None)
+
+
+def safe_measured(results: list[RankResult], matching: Matching, config: dict,
+                  warnings: list[str]) -> Measured | None:
+    """``measured`` for pipeline.combine: a trace the replay cannot read costs the what-if (and the
+    critical path, which walks the same replay), with a warning saying so, not the whole merge. A graph
+    whose replay fails is kept for the critical path, which then says why it has no path."""
+    try:
+        g = build_graph(results, matching, str(config.get("phases", {}).get("dataloader", "Dataloader")))
+    except (ValueError, KeyError, IndexError) as error:
+        warnings.append(Reason("whatif_skipped", {"error": f"{type(error).__name__}: {error}"}))
+        return None
+    try:
+        return Measured(g, replay(g, g.p_w, g.o_transfer, g.edges, None) if g.step_start.size else None)
+    except (ValueError, KeyError, IndexError) as error:
+        warnings.append(Reason("whatif_skipped", {"error": f"{type(error).__name__}: {error}"}))
+        return Measured(g, None)
+
+
 def whatif(results: list[RankResult], matching: Matching, config: dict,
            scenarios: tuple[str, ...] = SCENARIOS, straggler_rank: int | None = None,
-           keep: dict | None = None, straggler_since: int | None = None,
-           straggler_fix: str = "no_straggler") -> WhatIf:
+           straggler_since: int | None = None, straggler_fix: str = "no_straggler",
+           made: Measured | None = None) -> WhatIf:
     """summary.json's ``whatif``: measured and replayed median step, the replay error (median over
     steps of |replayed − measured| / measured) and each scenario's predicted median step,
     saving against the measured one and the ranks whose own median step drops.
     ``straggler_rank``: the rank the skew analysis named (skew.py holds the one straggler rule),
     None when it named none: no_straggler then does not apply. Where it applies, every other
     scenario is also replayed on top of it (``saving_after_straggler_ns``): a delay the straggler
-    causes is its cost, not also that of the waits it propagates into. ``keep``: a dict that
-    receives the graph (``keep["graph"]``) and its measured replay (``keep["measured"]``: point
-    times, op ends), for the critical path, so both are made once.
+    causes is its cost, not also that of the waits it propagates into. ``made``: the graph and its
+    measured replay where the caller made them (``measured``), else made here.
     ``straggler_since``: the step it turned slow at (skew's onset): no_straggler then removes its
     lateness from there on and its saving is per step since then. ``straggler_fix``: the scenario that
     fixes the straggler, on top of which the others are replayed: ``balanced_ranks`` where its
     lateness is its expert load (analyses/alltoall.straggler_load), whose fix is balancing the ranks."""
     dataloader = str(config.get("phases", {}).get("dataloader", "Dataloader"))
-    g = build_graph(results, matching, dataloader)
-    if keep is not None:
-        keep["graph"] = g
+    made = made if made is not None else measured(results, matching, config)
+    g = made.graph
     if not g.step_start.size:
         why = _why({"reason": "no_steps"})
         return WhatIf(measured_step_ns=None, replayed_step_ns=None, replay_error=None, replay_error_max=None,
@@ -384,9 +417,7 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
                       scenarios=[Scenario(name=n, predicted_step_ns=None, saving_ns=None, ranks_gaining=[],
                                           applies=False, why=why) for n in scenarios])
     measured_inputs = (g.p_w, g.o_transfer, g.edges, None)
-    t, ends = replay(g, *measured_inputs)
-    if keep is not None:
-        keep["measured"] = (t, ends)
+    t, _ = made.replayed
     replayed = step_ns(g, t)
     job_measured, job_replayed = job_steps(g, step_ns(g, g.p_t))[1], job_steps(g, replayed)[1]
     errors = np.abs(job_replayed - job_measured) / np.maximum(job_measured, 1)
@@ -446,13 +477,16 @@ def _saving_since(g: Graph, t: np.ndarray, since: int) -> int:
 
 
 def safe_whatif(results: list[RankResult], matching: Matching, config: dict, warnings: list[str],
-                straggler_rank: int | None = None, keep: dict | None = None,
-                straggler_since: int | None = None, straggler_fix: str = "no_straggler") -> WhatIf | None:
-    """``whatif`` for pipeline.combine: a trace the replay cannot read costs the what-if, with a
+                made: Measured | None, straggler_rank: int | None = None, straggler_since: int | None = None,
+                straggler_fix: str = "no_straggler") -> WhatIf | None:
+    """``whatif`` for pipeline.combine on the measured replay ``made`` (``safe_measured``; None, or no
+    replay: it could not run, and said so): a trace the scenarios cannot replay costs the what-if, with a
     warning saying so, not the whole merge."""
+    if made is None or (made.replayed is None and made.graph.step_start.size):
+        return None
     try:
-        return whatif(results, matching, config, straggler_rank=straggler_rank, keep=keep,
-                      straggler_since=straggler_since, straggler_fix=straggler_fix)
+        return whatif(results, matching, config, straggler_rank=straggler_rank, straggler_since=straggler_since,
+                      straggler_fix=straggler_fix, made=made)
     except (ValueError, KeyError, IndexError) as error:
         warnings.append(Reason("whatif_skipped", {"error": f"{type(error).__name__}: {error}"}))
         return None
