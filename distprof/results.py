@@ -26,7 +26,7 @@ from .sections.machine import Host, Live
 from .sections.profiles import FlopsUncounted, MemoryDevice, ModelProfile, Profiles
 from .sections.sharded import ShardedFigures, ShardedRank
 from .sections.skew import Skew
-from .sections.tables import AcrossRanks, Tables
+from .sections.tables import AcrossRanks, SentTables, Tables
 from .sections.whatif import CriticalPath, WhatIf
 from .typed import ABSENT, JsonError, Reason, Record, absent, got, read_struct
 from .units import phrase
@@ -215,7 +215,7 @@ class RankResult(Record):
     lanes: tuple[Lane, ...]
     markers: RankMarkers
     gpu_gaps: GpuGaps | None    # analyses.diagnose.rank_gpu_gaps; None on host-only traces
-    tables: dict                # analyses.summaries.rank_tables
+    tables: SentTables | None   # analyses.summaries.rank_tables (None: read from a summary.json row)
     clock: ClockEstimate
     warnings: tuple[str, ...] = ()
     meta: dict = msgspec.field(default_factory=dict)
@@ -275,7 +275,7 @@ class RankResult(Record):
                    rank_from=row_of.rank_from, figures=figures, clock=clock, profile=RankProfile.from_json(row, where),
                    lanes=tuple(Lane(r.lane, r.device, r.lane_kind, r.communication_ns, r.computation_ns,
                                     tuple(r.comm_rules)) for r in row_of.lanes),
-                   markers=RankMarkers({}, {}, {}), gpu_gaps=None, tables={})
+                   markers=RankMarkers({}, {}, {}), gpu_gaps=None, tables=None)
 
 
 class _LaneRow(Record):

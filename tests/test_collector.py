@@ -223,8 +223,8 @@ def test_process_cpu_time_fills_the_cpu_process_row(tmp_path):
     assert 0 < cpu_ns and 0 < elapsed_ns
     config = distprof.config.load()
     result = pipeline.reduce_rank(native.read(tmp_path / "rank0.sqlite", config)[0], config)
-    row = next(r for r in result.tables["device"] if r["device"] == "CPU(Process)")
-    assert row["busy_ns"] == cpu_ns and row["utilization"] == pytest.approx(cpu_ns / elapsed_ns)
+    row = next(r for r in result.tables.device if r.device == "CPU(Process)")
+    assert row.busy_ns == cpu_ns and row.utilization == pytest.approx(cpu_ns / elapsed_ns)
 
 
 def test_a_range_nested_in_itself_reports_and_closes_both_uses(tmp_path):

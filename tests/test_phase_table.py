@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_cli
+from msgspec.structs import replace
 
 from distprof import Summary
 from distprof import config as config_mod
@@ -19,6 +20,7 @@ from distprof.analyses import distributed, phases, summaries
 from distprof.collector import Collector
 from distprof.pipeline import merge_files
 from distprof.reports import findings, html, tables, text
+from distprof.sections.tables import Dropped, PhaseRow
 
 CONFIG = config_mod.load()
 DATA = Path(__file__).resolve().parent / "data"
@@ -191,9 +193,9 @@ def test_overlapping_calls_on_two_threads_count_once():
         (ev.RANGE, ev.PHASE, "ProfilerStep#3", 200, 300, 3, 1),  # a step range: no row
     ])
     view = distributed.rank_view(events, CONFIG)
-    table = summaries.rank_tables(view, CONFIG)["phase"]
-    assert table["rows"] == [{"name": "prefetch", "calls": 3, "total_ns": 100, "avg_ns": 40.0, "max_ns": 40,
-                              "min_ns": 40, "ratio": 0.5}]
+    table = summaries.rank_tables(view, CONFIG).phase
+    assert table.rows == [PhaseRow(name="prefetch", calls=3, total_ns=100, avg_ns=40.0, max_ns=40, min_ns=40,
+                                   ratio=0.5)]
     assert phases.union_in_window(np.array([0, 1, 0]), np.array([0, 5, 50]), np.array([60, 6, 80]),
                                   (np.array([10, 70]), np.array([55, 90])), 2).tolist() == [45 + 10, 0]
 
@@ -204,12 +206,14 @@ def test_rows_beyond_the_limit_are_counted_as_dropped():
     events = _events(rows)
     view = distributed.rank_view(events, CONFIG)
     table = phases.phase_table(events, view.window, summaries.rows_in_window(events["start_ns"], view.window), 2)
-    assert [r["name"] for r in table["rows"]] == ["p4", "p3"]
-    assert table["dropped"] == {"rows": 3, "calls": 3, "total_ns": 60}
-    merged = phases.merge_phase_tables([{"window_ns": 1000, "phase": table}, {"window_ns": 1000}], [0, 1], 1)
-    assert [r["name"] for r in merged["rows"]] == ["p4"] and merged["denominator_ns"] == 2000
-    assert merged["dropped"] == {"rows": 4, "calls": 4, "total_ns": 100}
-    assert merged["rows"][0]["total_ns_by_rank"] == [50, None]
+    assert [r.name for r in table.rows] == ["p4", "p3"]
+    assert table.dropped == Dropped(rows=3, calls=3, total_ns=60)
+    own = summaries.rank_tables(view, CONFIG)
+    with_table, without = replace(own, window_ns=1000, phase=table), replace(own, window_ns=1000, phase=None)
+    merged = phases.merge_phase_tables([with_table, without], [0, 1], 1)
+    assert [r.name for r in merged.rows] == ["p4"] and merged.denominator_ns == 2000
+    assert merged.dropped == Dropped(rows=4, calls=4, total_ns=100)
+    assert merged.rows[0].total_ns_by_rank == [50, None]
 
 
 def test_a_summary_older_than_the_table_reads_and_reports():

@@ -3,6 +3,7 @@ that replaced pandas group-bys: each checked against the pandas expression it re
 data, to the last bit."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -60,7 +61,8 @@ def test_group_mean_is_the_mean_of_each_group():
 
 
 def test_optional_columns_keep_ints_exact_and_mark_none_and_nan():
-    rows = [{"x": 2**62 + 1}, {"x": None}, {}, {"x": float("nan")}, {"x": 3}]
+    rows = [SimpleNamespace(x=2**62 + 1), SimpleNamespace(x=None), SimpleNamespace(),
+            SimpleNamespace(x=float("nan")), SimpleNamespace(x=3)]  # rows by field, one without it
     values, known = stacked.optional(rows, "x")
     assert known.tolist() == [True, False, False, False, True] and values.tolist() == [2**62 + 1, 0, 0, 0, 3]
 

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import kineto_fixtures as kf
+import msgspec
 import numpy as np
 import pytest
 from conftest import run_cli
@@ -19,7 +20,8 @@ from distprof import names, sources
 from distprof.analyses import distributed, summaries
 from distprof.reports import tables
 from distprof.results import Summary
-from distprof.sections.tables import Tables
+from distprof.sections.tables import DeviceRow, Dropped, OperatorTable, SentTables, StepTimes, Tables
+from distprof.typed import ABSENT
 
 CONFIG = config_mod.load()
 
@@ -84,15 +86,15 @@ def host_rank():
 
 
 def by(rows, key, value):
-    return next(r for r in rows if r[key] == value)
+    return next(r for r in rows if getattr(r, key) == value)
 
 
-def rank_tables(events) -> dict:
+def rank_tables(events) -> SentTables:
     """A rank's tables as pipeline.reduce_rank makes them: with its Operator Summary, empty on these
     ranks (no framework operators; operators.operator_table's table without rows)."""
     own = summaries.rank_tables(view(events), CONFIG)
-    none = {"rows": 0, "calls": 0, "total_ns": 0}
-    return {**own, "operator": {"rows": [], "denominator_ns": own["window_ns"], "dropped": none}}
+    none = Dropped(rows=0, calls=0, total_ns=0)
+    return replace(own, operator=OperatorTable(rows=[], denominator_ns=own.window_ns, dropped=none))
 
 
 def with_tables(merged: Tables) -> Summary:
@@ -102,25 +104,25 @@ def with_tables(merged: Tables) -> Summary:
 
 
 def test_device_summary():
-    device = summaries.rank_tables(view(gpu_rank()), CONFIG)["device"]
-    assert by(device, "device", "GPU0") == {"device": "GPU0", "kind": "gpu", "busy_ns": 115, "elapsed_ns": 200,
-                                            "utilization": 115 / 200}
+    device = summaries.rank_tables(view(gpu_rank()), CONFIG).device
+    assert by(device, "device", "GPU0") == DeviceRow(device="GPU0", kind="gpu", busy_ns=115, elapsed_ns=200,
+                                                     utilization=115 / 200)
     # a GPU trace: the kernels are the work, the phases only mark where; busy = the launches and USER ranges
     # [12,14) [20,30) [42,44) [107,108) [120,125) [137,139) [150,190)
-    assert by(device, "device", "thread 1")["busy_ns"] == 62
+    assert by(device, "device", "thread 1").busy_ns == 62
     # host-only with no COMPUTE ranges: the phases are the work [0,80) [85,95) [100,198)
-    device = summaries.rank_tables(view(host_rank()), CONFIG)["device"]
-    assert by(device, "device", "thread 1")["busy_ns"] == 188
-    assert by(device, "device", "thread 2")["busy_ns"] == 30
-    assert not any(d["kind"] == "cpu_process" for d in device)
+    device = summaries.rank_tables(view(host_rank()), CONFIG).device
+    assert by(device, "device", "thread 1").busy_ns == 188
+    assert by(device, "device", "thread 2").busy_ns == 30
+    assert not any(d.kind == "cpu_process" for d in device)
     meta = {"process_cpu_ns": 300, "elapsed_ns": 200}
-    cpu = by(summaries.rank_tables(view(gpu_rank()), CONFIG, meta)["device"], "kind", "cpu_process")
-    assert cpu["utilization"] == 1.5   # CPU time over all cores / wall time, as in Paddle
+    cpu = by(summaries.rank_tables(view(gpu_rank()), CONFIG, meta).device, "kind", "cpu_process")
+    assert cpu.utilization == 1.5   # CPU time over all cores / wall time, as in Paddle
 
 
 def test_overview_summary_unions_within_a_type():
-    overview = {(r["side"], r["type"]): (r["calls"], r["total_ns"])
-                for r in summaries.rank_tables(view(gpu_rank()), CONFIG)["overview"]}
+    overview = {(r.side, r.type): (r.calls, r.total_ns)
+                for r in summaries.rank_tables(view(gpu_rank()), CONFIG).overview}
     assert overview == {
         ("cpu", "ProfileStep"): (2, 200), ("cpu", "Phase"): (8, 183), ("cpu", "Communication"): (1, 30),
         ("cpu", "UserDefined"): (3, 55), ("cpu", "Runtime"): (4, 7),
@@ -129,56 +131,56 @@ def test_overview_summary_unions_within_a_type():
 
 
 def test_model_summary_cpu_and_gpu():
-    model = {r["name"]: r for r in summaries.rank_tables(view(gpu_rank()), CONFIG)["model"]}
+    model = {r.name: r for r in summaries.rank_tables(view(gpu_rank()), CONFIG).model}
     assert list(model) == list(summaries.MODEL_ROWS)
-    cpu = {n: (r["calls"], r["cpu_total_ns"], r["cpu_avg_ns"], r["cpu_max_ns"], r["cpu_min_ns"])
+    cpu = {n: (r.calls, r.cpu_total_ns, r.cpu_avg_ns, r.cpu_max_ns, r.cpu_min_ns)
            for n, r in model.items()}
     assert cpu == {"ProfileStep": (2, 200, 100, 100, 100), "Dataloader": (2, 15, 7.5, 10, 5),
                    "Forward": (2, 60, 30, 30, 30), "Backward": (2, 90, 45, 50, 40),
                    "Optimization": (2, 18, 9, 10, 8), "Others": (None, 17, None, None, None)}
-    assert model["Backward"]["cpu_ratio"] == 90 / 200
+    assert model["Backward"].cpu_ratio == 90 / 200
     # GPU: one call per step; ProfileStep = every GPU op of the steps (the gemm at 250 is outside)
-    gpu = {n: (r["gpu_calls"], r["gpu_total_ns"], r["gpu_avg_ns"], r["gpu_max_ns"], r["gpu_min_ns"])
+    gpu = {n: (r.gpu_calls, r.gpu_total_ns, r.gpu_avg_ns, r.gpu_max_ns, r.gpu_min_ns)
            for n, r in model.items()}
     assert gpu == {"ProfileStep": (2, 135, 67.5, 84, 51), "Dataloader": (1, 4, 4, 4, 4),
                    "Forward": (2, 40, 20, 20, 20), "Backward": (2, 90, 45, 60, 30),
                    "Optimization": (0, 0, None, None, None), "Others": (1, 1, 1, 1, 1)}
-    assert sum(model[n]["gpu_ratio"] for n in summaries.MODEL_ROWS[1:]) == pytest.approx(1.0)
+    assert sum(model[n].gpu_ratio for n in summaries.MODEL_ROWS[1:]) == pytest.approx(1.0)
 
 
 def test_model_summary_without_gpu_or_steps():
-    model = {r["name"]: r for r in summaries.rank_tables(view(host_rank()), CONFIG)["model"]}
-    assert model["Forward"]["gpu_total_ns"] is None and model["Forward"]["cpu_total_ns"] == 60
+    model = {r.name: r for r in summaries.rank_tables(view(host_rank()), CONFIG).model}
+    assert model["Forward"].gpu_total_ns is None and model["Forward"].cpu_total_ns == 60
     no_steps = host_rank()
     no_steps = no_steps.take(~no_steps["name"].eq(ev.PROFILE_STEP))
-    model = {r["name"]: r for r in summaries.rank_tables(view(no_steps), CONFIG)["model"]}
+    model = {r.name: r for r in summaries.rank_tables(view(no_steps), CONFIG).model}
     assert "ProfileStep" not in model
-    assert model["Others"]["cpu_total_ns"] == 198 - (15 + 60 + 90 + 18)   # whole trace [0,198)
+    assert model["Others"].cpu_total_ns == 198 - (15 + 60 + 90 + 18)   # whole trace [0,198)
 
 
 def test_kernel_memory_user_tables():
     result = summaries.rank_tables(view(gpu_rank()), CONFIG)
-    kernel = result["kernel"]
-    rows = [(r["name"], r["calls"], r["total_ns"], r["max_ns"], r["min_ns"], r["category"]) for r in kernel["rows"]]
+    kernel = result.kernel
+    rows = [(r.name, r.calls, r.total_ns, r.max_ns, r.min_ns, r.category) for r in kernel.rows]
     assert rows == [
         ("gemm", 3, 70, 30, 20, "COMPUTE"), ("ncclDevKernel_AllReduce", 2, 50, 30, 20, "COMMUNICATION"),
         ("relu", 1, 10, 10, 10, "COMPUTE")]
-    assert kernel["rows"][0]["avg_ns"] == pytest.approx(70 / 3) and kernel["rows"][0]["ratio"] == 70 / 130
-    assert [(r["kind"], r["name"], r["total_ns"], r["ratio"]) for r in result["memory"]["rows"]] == [
+    assert kernel.rows[0].avg_ns == pytest.approx(70 / 3) and kernel.rows[0].ratio == 70 / 130
+    assert [(r.kind, r.name, r.total_ns, r.ratio) for r in result.memory.rows] == [
         ("memcpy", "Memcpy HtoD", 4, 0.8), ("memset", "Memset", 1, 0.2)]
-    assert [(r["name"], r["calls"], r["total_ns"], r["avg_ns"], r["ratio"]) for r in result["user"]["rows"]] == [
+    assert [(r.name, r.calls, r.total_ns, r.avg_ns, r.ratio) for r in result.user.rows] == [
         ("other", 1, 40, 40.0, 0.2), ("my_range", 2, 15, 7.5, 15 / 200)]
-    assert result["steps"] == {"step": [0, 1], "duration_ns": [100, 100]}
-    assert result["span_ns"] == [0, 260]
-    cut = summaries.rank_tables(view(gpu_rank()), CONFIG, max_rows=1)["kernel"]
-    assert [r["name"] for r in cut["rows"]] == ["gemm"]
-    assert cut["dropped"] == {"rows": 2, "calls": 3, "total_ns": 60}
+    assert result.steps == StepTimes(step=[0, 1], duration_ns=[100, 100])
+    assert result.span_ns == [0, 260]
+    cut = summaries.rank_tables(view(gpu_rank()), CONFIG, max_rows=1).kernel
+    assert [r.name for r in cut.rows] == ["gemm"]
+    assert cut.dropped == Dropped(rows=2, calls=3, total_ns=60)
 
 
 def test_empty_rank():
     result = summaries.rank_tables(view(ev.empty_events()), CONFIG)
-    assert result["kernel"]["rows"] == [] and result["device"] == [] and result["span_ns"] is None
-    json.dumps(result)
+    assert result.kernel.rows == [] and result.device == [] and result.span_ns is None
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(result), type=SentTables) == result  # it travels
 
 
 def test_merge_across_ranks():
@@ -254,8 +256,8 @@ def test_busiest_host_thread_is_what_runs_under_the_step_not_the_step(tmp_path):
     trace.cpu_op("aten::mm", 6 * ms, 8 * ms)
     trace.cpu_op("gloo:all_reduce", 7 * ms, 9 * ms, tid=200, cat="user_annotation")
     [rank] = sources.read(trace.write(tmp_path / "rank0.json"), CONFIG)
-    rows = summaries.rank_tables(view(rank.events), CONFIG)["device"]
-    device = {row["device"]: row["busy_ns"] for row in rows}
+    rows = summaries.rank_tables(view(rank.events), CONFIG).device
+    device = {row.device: row.busy_ns for row in rows}
     assert device == {"thread 100": 3 * ms, "thread 200": 2 * ms}
 
 
@@ -279,8 +281,8 @@ def test_user_table_groups_pytorch_nvtx_calls_under_the_op():
     ranges = [("aten::to, seq = 12, op_id = 998", 10, 20), ("aten::to, op_id = 999", 30, 35),
               ("aten::to, seq = 13, op_id = 1000, sizes = [[2, 3]]", 40, 41), ("aten::to", 50, 52),
               ("my_range", 60, 90)]
-    user = summaries.rank_tables(view(_user_rows(ranges, len(ranges))), CONFIG)["user"]
-    assert [(r["name"], r["calls"], r["total_ns"], r["max_ns"], r["min_ns"]) for r in user["rows"]] == [
+    user = summaries.rank_tables(view(_user_rows(ranges, len(ranges))), CONFIG).user
+    assert [(r.name, r.calls, r.total_ns, r.max_ns, r.min_ns) for r in user.rows] == [
         ("my_range", 1, 30, 30, 30), ("aten::to", 4, 10 + 5 + 1 + 2, 10, 1)]
     own = rank_tables(_user_rows(ranges, len(ranges)))
     merged = summaries.merge_tables([own] * 2, [0, 1])
@@ -298,18 +300,33 @@ def test_real_nsys_pytorch_nvtx_ops_group_under_their_base_name(monkeypatch):
     suffixed = {t for t in texts if NVTX_CALL.match(t)}
     assert len(suffixed) == 16582 and len({NVTX_CALL.match(t).group(1) for t in suffixed}) == 176
     traces = sources.read(path, CONFIG)
-    grouped = [summaries.rank_tables(view(t.events), CONFIG, max_rows=10**6)["user"] for t in traces]
+    grouped = [summaries.rank_tables(view(t.events), CONFIG, max_rows=10**6).user for t in traces]
     monkeypatch.setattr(names, "base_name", str)  # the table as it was: one row per distinct text
-    per_call = [summaries.rank_tables(view(t.events), CONFIG, max_rows=10**6)["user"] for t in traces]
+    per_call = [summaries.rank_tables(view(t.events), CONFIG, max_rows=10**6).user for t in traces]
     for table, calls in zip(grouped, per_call):
         expected: dict[str, list] = {}
-        for row in calls["rows"]:
-            match = NVTX_CALL.match(row["name"])
-            base = expected.setdefault(match.group(1) if match else row["name"], [0, 0, 0, None])
-            base[0] += row["calls"]
-            base[1] += row["total_ns"]
-            base[2] = max(base[2], row["max_ns"])
-            base[3] = row["min_ns"] if base[3] is None else min(base[3], row["min_ns"])
-        assert {r["name"]: [r["calls"], r["total_ns"], r["max_ns"], r["min_ns"]] for r in table["rows"]} == expected
-        assert len(calls["rows"]) > 1000 and len(table["rows"]) <= 176
-        assert not any(NVTX_CALL.match(r["name"]) for r in table["rows"])
+        for row in calls.rows:
+            match = NVTX_CALL.match(row.name)
+            base = expected.setdefault(match.group(1) if match else row.name, [0, 0, 0, None])
+            base[0] += row.calls
+            base[1] += row.total_ns
+            base[2] = max(base[2], row.max_ns)
+            base[3] = row.min_ns if base[3] is None else min(base[3], row.min_ns)
+        assert {r.name: [r.calls, r.total_ns, r.max_ns, r.min_ns] for r in table.rows} == expected
+        assert len(calls.rows) > 1000 and len(table.rows) <= 176
+        assert not any(NVTX_CALL.match(r.name) for r in table.rows)
+
+
+def test_rank_tables_travel_typed_and_an_older_senders_dicts_still_decode():
+    """A rank's tables cross to rank 0 inside its RankResult (wire.encode_stop, msgpack): they arrive as the
+    same SentTables; a distprof before typed tables sent the same fields as dicts, and one before the Phase
+    Summary sent no ``phase``: both decode, as dicts of the same keys do into a msgspec Struct."""
+    own = rank_tables(gpu_rank())
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(own), type=SentTables) == own
+    older = msgspec.to_builtins(own)
+    assert isinstance(older["kernel"]["rows"][0], dict)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(older), type=SentTables) == own
+    del older["phase"]
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(older), type=SentTables) == replace(own, phase=None)
+    merged = summaries.merge_tables([replace(own, phase=None)], [0])
+    assert merged.merged.phase.rows == [] and merged.by_rank[0].phase is ABSENT  # as summary.json was then

@@ -352,7 +352,7 @@ def test_gpu_trace_nccl_host_calls_are_not_communication():
 
 def _model_rows(path: Path) -> dict:
     result = pipeline.reduce_rank(read(path), config_mod.load())
-    return {row["name"]: row for row in result.tables["model"]}
+    return {row.name: row for row in result.tables.model}
 
 
 @pytest.mark.parametrize("path", TORCH_CPU[:2] + H100_GLOO[:1], ids=lambda p: p.parent.name + "/" + p.name)
@@ -365,10 +365,10 @@ def test_model_summary_rows_are_the_marked_ranges(path):
         return sum(b - a for a, b in spans if any(c <= a < d for c, d in window))
 
     rows = _model_rows(path)
-    assert rows["Forward"]["cpu_total_ns"] == cpu_total("## forward ##") > 0
-    assert rows["Backward"]["cpu_total_ns"] == cpu_total("## backward ##") > 0
+    assert rows["Forward"].cpu_total_ns == cpu_total("## forward ##") > 0
+    assert rows["Backward"].cpu_total_ns == cpu_total("## backward ##") > 0
     optimizer = "## optimizer ##" if any(e["name"] == "## optimizer ##" for e in raw) else "Optimizer.step#SGD.step"
-    assert rows["Optimization"]["cpu_total_ns"] == cpu_total(optimizer) > 0
+    assert rows["Optimization"].cpu_total_ns == cpu_total(optimizer) > 0
 
 
 def test_gpu_window_only_where_the_source_knows_it():
@@ -408,6 +408,6 @@ def test_host_thread_busy_is_what_runs_under_the_step(path):
     work = [interval(e) for e in on if not e["name"].startswith("ProfilerStep#")
             and not (_PHASE.match(e["name"]) and interval(e) in outer)]
     config = config_mod.load()
-    device = summaries.rank_tables(distributed.rank_view(read(path).events, config), config)["device"]
-    [row] = [r for r in device if r["device"] == f"thread {thread[1]}"]
-    assert row["busy_ns"] == covered(work, window) < sum(b - a for a, b in window)
+    device = summaries.rank_tables(distributed.rank_view(read(path).events, config), config).device
+    [row] = [r for r in device if r.device == f"thread {thread[1]}"]
+    assert row.busy_ns == covered(work, window) < sum(b - a for a, b in window)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,14 @@ from .. import events as ev
 from ..columns import Groups
 from ..joins import innermost_enclosing
 from ..rankview import RankView
+from ..sections.tables import (
+    Dropped,
+    MergedOperatorRow,
+    MergedOperatorTable,
+    OperatorRow,
+    OperatorTable,
+    SentTables,
+)
 from . import intervals as iv
 from . import stacked
 
@@ -165,7 +174,7 @@ def prepared(events: ev.Table, profiles: dict, needs_shapes: Callable | None = N
             "self": np.maximum(duration - child, 0), "input_dims": dims, "concrete_inputs": concrete}
 
 
-def operator_table(view: RankView, tree: dict, in_window: np.ndarray, limit: int = MAX_ROWS) -> dict:
+def operator_table(view: RankView, tree: dict, in_window: np.ndarray, limit: int = MAX_ROWS) -> OperatorTable:
     """One rank's Operator Summary over its view's window: rows by name, sorted by CPU total,
     ``limit`` kept."""
     ops = tree["ops"]
@@ -173,9 +182,9 @@ def operator_table(view: RankView, tree: dict, in_window: np.ndarray, limit: int
     own_gpu = launched_gpu_ns(view, ops, tree["thread"]) if len(ops) else None
     gpu = None if own_gpu is None else up_the_tree(own_gpu, tree["parent"], tree["depth"])
     names = ops["name"].take(in_window)
-    empty = {"rows": [], "denominator_ns": int(window_ns), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}
     if not len(names):
-        return empty
+        return OperatorTable(rows=[], denominator_ns=int(window_ns),
+                             dropped=Dropped(rows=0, calls=0, total_ns=0))
     texts, group_of = ev.distinct_texts(names)  # sorted texts, each row's position: no per-row text
     cpu, own = np.asarray(tree["duration"], np.int64)[in_window], np.asarray(tree["self"], np.int64)[in_window]
     calls = np.bincount(group_of, minlength=texts.size)
@@ -193,7 +202,10 @@ def operator_table(view: RankView, tree: dict, in_window: np.ndarray, limit: int
         gpu_total = _sums(group_of, np.asarray(gpu)[in_window], texts.size)
         columns.update(gpu_total_ns=gpu_total, gpu_avg_ns=gpu_total / calls)
     order = np.lexsort((np.arange(texts.size), -cpu_total))  # CPU total down, then name (texts are sorted)
-    return _kept_rows(columns, order, limit, int(window_ns))
+    kept, rest = order[:limit], order[limit:]
+    return OperatorTable(rows=_records(columns, kept, OperatorRow), denominator_ns=int(window_ns),
+                         dropped=Dropped(rows=int(rest.size), calls=int(calls[rest].sum()),
+                                         total_ns=int(cpu_total[rest].sum())))
 
 
 def _sums(group_of: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
@@ -203,77 +215,59 @@ def _sums(group_of: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
     return sums
 
 
-def _kept_rows(columns: dict, order: np.ndarray, limit: int, denominator: int) -> dict:
-    """Rows of per-name numpy columns in ``order``, ``limit`` kept, the rest counted in ``dropped``
-    (what :func:`_kept` gives for a per-rank table, without a DataFrame)."""
-    kept, rest = order[:limit], order[limit:]
-    rows = []
-    for g in kept.tolist():  # at most ``limit`` rows
-        row = {}
-        for key in _COLUMNS:
-            value = None if columns[key] is None else columns[key][g]
-            row[key] = (None if value is None or (isinstance(value, (float, np.floating)) and np.isnan(value)) else
-                        int(value) if key in _INTS else float(value) if isinstance(value, (float, np.floating))
-                        else str(value))
-        rows.append(row)
-    return {"rows": rows, "denominator_ns": denominator,
-            "dropped": {"rows": int(rest.size), "calls": int(columns["calls"][rest].sum()),
-                        "total_ns": int(columns["cpu_total_ns"][rest].sum())}}
+_INTS = frozenset({"calls", "cpu_total_ns", "cpu_self_ns", "cpu_max_ns", "cpu_min_ns", "gpu_total_ns",
+                   "ranks", "max_rank"})
 
 
-_COLUMNS = ("name", "calls", "cpu_total_ns", "cpu_self_ns", "cpu_avg_ns", "cpu_max_ns", "cpu_min_ns",
-            "gpu_total_ns", "gpu_avg_ns", "ratio")
-_INTS = ("calls", "cpu_total_ns", "cpu_self_ns", "cpu_max_ns", "cpu_min_ns", "gpu_total_ns", "ranks", "max_rank")
+def _records(columns: dict, kept: np.ndarray, record: type) -> list:
+    """The ``kept`` groups of per-name numpy columns (one per field of ``record``; a column of None is None in
+    every row) as ``record`` rows: ints, floats (NaN: None) and texts as Python's own."""
+    fields = record.__struct_fields__
+    return [record(**{key: _scalar(key, None if columns[key] is None else columns[key][g]) for key in fields})
+            for g in kept.tolist()]  # at most ``limit`` rows
 
 
-def _merged_rows(columns: dict, order: np.ndarray, limit: int, denominator: int, dropped: dict) -> dict:
-    """Rows of the merged per-name columns in ``order``, ``limit`` kept, the rest added to the ranks'
-    own ``dropped``: each row has _COLUMNS, ``ranks`` and ``max_rank``."""
-    kept, rest = order[:limit], order[limit:]
-    rows = []
-    for g in kept.tolist():  # at most ``limit`` rows
-        row = {}
-        for key in (*_COLUMNS, "ranks", "max_rank"):
-            value = None if columns[key] is None else columns[key][g]
-            row[key] = (None if value is None or value != value else int(value) if key in _INTS else
-                        float(value) if isinstance(value, (float, np.floating)) else str(value))
-        rows.append(row)
-    return {"rows": rows, "denominator_ns": denominator,
-            "dropped": {"rows": dropped["rows"] + int(rest.size),
-                        "calls": dropped["calls"] + int(columns["calls"][rest].sum()),
-                        "total_ns": dropped["total_ns"] + int(columns["cpu_total_ns"][rest].sum())}}
+def _scalar(key: str, value: Any) -> Any:
+    if value is None or value != value:
+        return None
+    if key in _INTS:
+        return int(value)
+    return float(value) if isinstance(value, (float, np.floating)) else str(value)
 
 
-def merge_operator_tables(tables: list[dict], ranks: list[int], limit: int = MAX_ROWS) -> dict:
+def merge_operator_tables(tables: list[SentTables], ranks: list[int],
+                          limit: int = MAX_ROWS) -> MergedOperatorTable:
     """The Operator Summary across ranks: sums, max of maxes, min of mins, avg = Σ total / Σ calls,
     the number of ranks that ran the operator and the rank with the largest CPU total (numpy over
     the ranks' rows: no pandas on rank 0)."""
-    with_rows = [(t, r) for t, r in zip(tables, ranks) if t.get("operator") and t["operator"]["rows"]]
-    denominator = int(sum(t["window_ns"] for t in tables))
-    dropped = {k: sum(t["operator"]["dropped"][k] for t in tables if t.get("operator"))
-               for k in ("rows", "calls", "total_ns")}
+    with_rows = [(t, r) for t, r in zip(tables, ranks) if t.operator is not None and t.operator.rows]
+    denominator = int(sum(t.window_ns for t in tables))
+    own = [t.operator.dropped for t in tables if t.operator is not None]
+    dropped = Dropped(rows=sum(d.rows for d in own), calls=sum(d.calls for d in own),
+                      total_ns=sum(d.total_ns for d in own))
     if not with_rows:
-        return {"rows": [], "denominator_ns": denominator, "dropped": dropped}
+        return MergedOperatorTable(rows=[], denominator_ns=denominator, dropped=dropped)
     rows, rank_of = stacked.stack([t for t, _ in with_rows], [r for _, r in with_rows], "operator")
-    codes, names = ev.factorize([row["name"] for row in rows])
+    codes, names = ev.factorize([row.name for row in rows])
     groups = Groups.of(codes, len(names))
-    calls, total, own, longest, shortest = stacked.ints(rows, "calls", "cpu_total_ns", "cpu_self_ns", "cpu_max_ns",
-                                                       "cpu_min_ns")
+    calls, total, own_ns, longest, shortest = stacked.ints(rows, "calls", "cpu_total_ns", "cpu_self_ns",
+                                                          "cpu_max_ns", "cpu_min_ns")
     gpu, has_gpu = stacked.optional(rows, "gpu_total_ns")
     calls, top, total = groups.sum(calls), rank_of[groups.first_max(total)], groups.sum(total)
     gpu_total = groups.sum(gpu) if has_gpu.any() else None  # a rank without GPU work adds nothing
-    columns = {"name": names, "calls": calls, "cpu_total_ns": total, "cpu_self_ns": groups.sum(own),
+    columns = {"name": names, "calls": calls, "cpu_total_ns": total, "cpu_self_ns": groups.sum(own_ns),
                "cpu_avg_ns": total / calls, "cpu_max_ns": groups.max(longest), "cpu_min_ns": groups.min(shortest),
                "gpu_total_ns": gpu_total, "gpu_avg_ns": None if gpu_total is None else gpu_total / calls,
                "ratio": total / denominator if denominator else None, "ranks": groups.distinct(rank_of),
                "max_rank": top}
-    return _merged_rows(columns, stacked.key_order(total, names), limit, denominator, dropped)
+    order = stacked.key_order(total, names)
+    kept, rest = order[:limit], order[limit:]
+    return MergedOperatorTable(rows=_records(columns, kept, MergedOperatorRow), denominator_ns=denominator,
+                               dropped=Dropped(rows=dropped.rows + int(rest.size),
+                                               calls=dropped.calls + int(calls[rest].sum()),
+                                               total_ns=dropped.total_ns + int(total[rest].sum())))
 
 
-def trimmed(table: dict, rows: int) -> dict:
-    """A rank's Operator Summary cut to ``rows`` for summary.json's ``by_rank``."""
-    rest = table["rows"][rows:]
-    return {"rows": table["rows"][:rows], "denominator_ns": table["denominator_ns"],
-            "dropped": {"rows": table["dropped"]["rows"] + len(rest),
-                        "calls": table["dropped"]["calls"] + sum(r["calls"] for r in rest),
-                        "total_ns": table["dropped"]["total_ns"] + sum(r["cpu_total_ns"] for r in rest)}}
+def trimmed(table: OperatorTable, rows: int) -> OperatorTable:
+    """A rank's Operator Summary cut to ``rows`` for summary.json's ``by_rank`` (dropped counts CPU total)."""
+    return stacked.cut(table, rows, "cpu_total_ns")

@@ -29,6 +29,7 @@ import numpy as np
 
 from .. import events as ev
 from ..columns import Groups, cummax_per_key, group_medians
+from ..sections.tables import Dropped, MergedPhaseRow, MergedPhaseTable, PhaseRow, PhaseTable, SentTables
 from . import intervals as iv
 from . import stacked
 
@@ -57,17 +58,14 @@ def union_in_window(group: np.ndarray, start: np.ndarray, end: np.ndarray, windo
     return out
 
 
-def _empty(window_ns: int) -> dict:
-    return {"rows": [], "denominator_ns": int(window_ns), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}
-
-
-def phase_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray, limit: int = MAX_ROWS) -> dict:
+def phase_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray,
+                limit: int = MAX_ROWS) -> PhaseTable:
     """One rank's Phase Summary over ``window`` (``in_window``: the rows starting in it), total down
     (ties by name), ``limit`` rows kept and the rest counted in ``dropped``."""
-    window_ns = iv.total(window)
+    window_ns = int(iv.total(window))
     rows = np.flatnonzero(phase_rows(events) & in_window)
     if not rows.size:
-        return _empty(window_ns)
+        return PhaseTable(rows=[], denominator_ns=window_ns, dropped=Dropped(rows=0, calls=0, total_ns=0))
     texts, group_of = ev.distinct_texts(events["name"].take(rows))  # sorted names, each row's position
     start, end = events["start_ns"][rows], events["end_ns"][rows]
     inside = iv.covered_lengths(window, start, end)  # each call's time in W
@@ -77,59 +75,59 @@ def phase_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray,
     longest, shortest = groups.max(inside), groups.min(inside)
     order = np.lexsort((np.arange(texts.size), -total))
     kept, rest = order[:limit], order[limit:]
-    out = []
-    for g in kept.tolist():  # at most ``limit`` rows
-        out.append({"name": str(texts[g]), "calls": int(calls[g]), "total_ns": int(total[g]),
-                    "avg_ns": float(summed[g] / calls[g]), "max_ns": int(longest[g]), "min_ns": int(shortest[g]),
-                    "ratio": float(total[g] / window_ns) if window_ns else None})
-    return {"rows": out, "denominator_ns": int(window_ns),
-            "dropped": {"rows": int(rest.size), "calls": int(calls[rest].sum()), "total_ns": int(total[rest].sum())}}
+    out = [PhaseRow(name=str(texts[g]), calls=int(calls[g]), total_ns=int(total[g]),
+                    avg_ns=float(summed[g] / calls[g]), max_ns=int(longest[g]), min_ns=int(shortest[g]),
+                    ratio=float(total[g] / window_ns) if window_ns else None)
+           for g in kept.tolist()]  # at most ``limit`` rows
+    return PhaseTable(rows=out, denominator_ns=window_ns,
+                      dropped=Dropped(rows=int(rest.size), calls=int(calls[rest].sum()),
+                                      total_ns=int(total[rest].sum())))
 
 
 def _spread(groups: Groups, codes: np.ndarray, total: np.ndarray, rank_of: np.ndarray) -> dict:
-    """Per phase: the least, median and largest of the ranks' totals and the ranks at the ends (a
-    rank has one row per phase, so a group's rows are its ranks)."""
+    """Per phase, by MergedPhaseRow field: the least, median and largest of the ranks' totals and the ranks at
+    the ends (a rank has one row per phase, so a group's rows are its ranks)."""
     _, median = group_medians(codes, total)  # every code 0..size-1 has rows: medians in code order
     return {"rank_min_ns": groups.min(total), "rank_median_ns": np.round(median).astype(np.int64),
             "rank_max_ns": groups.max(total), "min_rank": rank_of[groups.first_max(-total)],
             "max_rank": rank_of[groups.first_max(total)]}
 
 
-def merge_phase_tables(tables: list[dict], ranks: list[int], limit: int = MAX_ROWS) -> dict:
+def merge_phase_tables(tables: list[SentTables], ranks: list[int], limit: int = MAX_ROWS) -> MergedPhaseTable:
     """The Phase Summary across ranks (tables: the ranks' ``rank_tables``, a table without ``phase``
     adds nothing): Σ calls and totals, max of maxes, min of mins, the ranks' spread, total down."""
-    denominator = int(sum(t["window_ns"] for t in tables))
-    with_phase = [(t, r) for t, r in zip(tables, ranks) if t.get("phase")]
-    dropped = {k: sum(t["phase"]["dropped"][k] for t, _ in with_phase) for k in ("rows", "calls", "total_ns")}
+    denominator = int(sum(t.window_ns for t in tables))
+    with_phase = [(t, r) for t, r in zip(tables, ranks) if t.phase is not None]
+    own = [t.phase.dropped for t, _ in with_phase]
+    dropped = Dropped(rows=sum(d.rows for d in own), calls=sum(d.calls for d in own),
+                      total_ns=sum(d.total_ns for d in own))
     rows, rank_of = stacked.stack([t for t, _ in with_phase], [r for _, r in with_phase], "phase")
     if not rows:
-        return {"rows": [], "denominator_ns": denominator, "dropped": dropped}
-    codes, names = ev.factorize([row["name"] for row in rows])
+        return MergedPhaseTable(rows=[], denominator_ns=denominator, dropped=dropped)
+    codes, names = ev.factorize([row.name for row in rows])
     groups = Groups.of(codes, len(names))
     calls, total, longest, shortest = stacked.ints(rows, "calls", "total_ns", "max_ns", "min_ns")
-    call_time = np.array([row["avg_ns"] for row in rows], np.float64) * calls
+    call_time = np.array([row.avg_ns for row in rows], np.float64) * calls
     spread = _spread(groups, codes, total, rank_of)
     by_rank = stacked.by_rank(codes, len(names), rank_of, total, ranks)
     calls, total, call_time = groups.sum(calls), groups.sum(total), groups.sum(call_time)
     longest, shortest, present = groups.max(longest), groups.min(shortest), groups.distinct(rank_of)
     order = stacked.key_order(total, names)
     kept, rest = order[:limit], order[limit:]
-    merged = []
-    for g in kept.tolist():  # at most ``limit`` rows
-        merged.append({"name": names[g], "calls": int(calls[g]), "total_ns": int(total[g]),
-                       "avg_ns": float(call_time[g] / calls[g]), "max_ns": int(longest[g]),
-                       "min_ns": int(shortest[g]), "ratio": float(total[g] / denominator) if denominator else None,
-                       "ranks": int(present[g]), **{key: int(column[g]) for key, column in spread.items()},
-                       "total_ns_by_rank": by_rank[g]})
-    return {"rows": merged, "denominator_ns": denominator,
-            "dropped": {"rows": dropped["rows"] + int(rest.size), "calls": dropped["calls"] + int(calls[rest].sum()),
-                        "total_ns": dropped["total_ns"] + int(total[rest].sum())}}
+    merged = [MergedPhaseRow(name=names[g], calls=int(calls[g]), total_ns=int(total[g]),
+                             avg_ns=float(call_time[g] / calls[g]), max_ns=int(longest[g]),
+                             min_ns=int(shortest[g]),
+                             ratio=float(total[g] / denominator) if denominator else None,
+                             ranks=int(present[g]),
+                             **{key: int(column[g]) for key, column in spread.items()},
+                             total_ns_by_rank=by_rank[g])
+              for g in kept.tolist()]  # at most ``limit`` rows
+    return MergedPhaseTable(rows=merged, denominator_ns=denominator,
+                            dropped=Dropped(rows=dropped.rows + int(rest.size),
+                                            calls=dropped.calls + int(calls[rest].sum()),
+                                            total_ns=dropped.total_ns + int(total[rest].sum())))
 
 
-def trimmed(table: dict, rows: int) -> dict:
+def trimmed(table: PhaseTable, rows: int) -> PhaseTable:
     """A rank's Phase Summary cut to ``rows`` for summary.json's ``by_rank``."""
-    rest = table["rows"][rows:]
-    return {"rows": table["rows"][:rows], "denominator_ns": table["denominator_ns"],
-            "dropped": {"rows": table["dropped"]["rows"] + len(rest),
-                        "calls": table["dropped"]["calls"] + sum(r["calls"] for r in rest),
-                        "total_ns": table["dropped"]["total_ns"] + sum(r["total_ns"] for r in rest)}}
+    return stacked.cut(table, rows)

@@ -48,6 +48,7 @@ from ..rankview import RankView
 from ..results import RankProfile
 from ..sections.findings import Observed
 from ..sections.profiles import FlopsUncounted, MemoryDevice, ModelProfile, Profiles, ProfileSpread
+from ..sections.tables import OperatorTable
 from . import intervals as iv
 from . import operators as ops_mod
 from .summaries import MAX_STEPS, model_row, rows_in_window
@@ -308,7 +309,8 @@ def _device_memory(samples: ev.Table, step: np.ndarray, device_type: int, device
                         step_peak_reserved_bytes=reserved.tolist()[:MAX_STEPS], growth_per_step_bytes=growth)
 
 
-def rank_profile(view: RankView, config: dict, profiles: dict | None = None) -> tuple[RankProfile, dict]:
+def rank_profile(view: RankView, config: dict,
+                 profiles: dict | None = None) -> tuple[RankProfile, OperatorTable]:
     """The rank's FLOPs and memory profile and its Operator Summary table (``profiles``: the
     trace's side tables, RankTrace.profiles)."""
     profiles = profiles or {}

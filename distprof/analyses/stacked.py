@@ -11,34 +11,50 @@ whatever library computed it. No pandas: a ``distprof merge`` must not pay its i
 from __future__ import annotations
 
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter
+from typing import Any, TypeVar
 
 import numpy as np
+from msgspec.structs import replace
+
+Table = TypeVar("Table")
 
 
-def stack(tables_by_rank: list[dict], ranks: list[int], key: str) -> tuple[list[dict], np.ndarray]:
-    """Every rank's rows of table ``key`` one after the other, and the rank of each row."""
-    parts = [t[key]["rows"] if isinstance(t[key], dict) else t[key] for t in tables_by_rank]
+def stack(tables_by_rank: list, ranks: list[int], key: str) -> tuple[list, np.ndarray]:
+    """Every rank's rows of table ``key`` (sections.tables.SentTables: a list of rows or a by-name table)
+    one after the other, and the rank of each row."""
+    parts = [getattr(t, key) for t in tables_by_rank]
+    parts = [part if isinstance(part, list) else part.rows for part in parts]
     rows = [row for part in parts for row in part]
     return rows, np.repeat(np.asarray(ranks, np.int64), [len(part) for part in parts])
 
 
-def ints(rows: list[dict], *keys: str) -> np.ndarray:
-    """Columns of int values every row has, as an int64 (len(keys), rows) matrix."""
-    return np.array([np.fromiter(map(itemgetter(key), rows), np.int64, len(rows)) for key in keys]).reshape(
+def ints(rows: list, *keys: str) -> np.ndarray:
+    """Columns of int fields every row has a value of, as an int64 (len(keys), rows) matrix."""
+    return np.array([np.fromiter(map(attrgetter(key), rows), np.int64, len(rows)) for key in keys]).reshape(
         len(keys), len(rows))
 
 
-def optional(rows: list[dict], key: str, dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
-    """(values, 0 where missing; whether each row has one): a column whose rows may hold None
-    (or NaN, or lack the key), the values kept exact in ``dtype``."""
+def optional(rows: list, key: str, dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """(values, 0 where missing; whether each row has one): a field whose rows may hold None
+    (or NaN, or lack the field), the values kept exact in ``dtype``."""
     column = np.empty(len(rows), object)
-    column[:] = list(map(dict.get, rows, repeat(key)))
+    column[:] = list(map(getattr, rows, repeat(key), repeat(None)))
     known = column != None  # noqa: E711 - elementwise
     known[known] = ~np.isnan(column[known].astype(np.float64))
     values = np.zeros(len(rows), dtype)
     values[known] = column[known].astype(dtype)
     return values, known
+
+
+def cut(table: Table, rows: int, total: str = "total_ns") -> Table:
+    """A rank's by-name table (rows, denominator_ns, dropped) cut to its first ``rows`` rows for
+    summary.json's ``by_rank``, the rest added to its ``dropped`` (``total``: the rows' field that
+    dropped.total_ns sums)."""
+    rest, dropped = table.rows[rows:], table.dropped
+    return replace(table, rows=table.rows[:rows], dropped=replace(
+        dropped, rows=dropped.rows + len(rest), calls=dropped.calls + sum(r.calls for r in rest),
+        total_ns=dropped.total_ns + sum(map(attrgetter(total), rest))))
 
 
 def key_order(totals: np.ndarray, keys: list) -> np.ndarray:

@@ -31,8 +31,9 @@ of mins) and keeps per-rank columns where they show imbalance.
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import itemgetter
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -41,7 +42,35 @@ from .. import lanes as lanes_mod
 from .. import names
 from ..columns import Groups, group_mean, unique_rows
 from ..rankview import RankView
-from ..sections.tables import MERGED_DEVICE_LABELS, Tables
+from ..sections.tables import (
+    MERGED_DEVICE_LABELS,
+    DeviceRow,
+    Dropped,
+    KernelRow,
+    KernelTable,
+    MemoryRow,
+    MemoryTable,
+    MergedDeviceRow,
+    MergedKernelRow,
+    MergedKernelTable,
+    MergedMemoryRow,
+    MergedMemoryTable,
+    MergedModelRow,
+    MergedOverviewRow,
+    MergedSteps,
+    MergedTables,
+    MergedUserRow,
+    MergedUserTable,
+    ModelRow,
+    OverviewRow,
+    RankTables,
+    SentTables,
+    StepTimes,
+    Tables,
+    UserRow,
+    UserTable,
+)
+from ..typed import ABSENT
 from . import intervals as iv
 from . import operators, phases, stacked, steptime
 
@@ -91,15 +120,16 @@ def _base_names(column: ev.Texts) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _by_name(keys: list[tuple[np.ndarray, np.ndarray]], durations: np.ndarray, denominator: int,
-             limit: int, names_of_keys: list[str]) -> dict:
-    """A by-name table sorted by total (ties by the keys' category order), ``limit`` rows kept,
-    the rest counted in ``dropped``; ``keys``: (codes, texts) per key column of the rows."""
+             limit: int, row: Callable[..., Any], table: type) -> Any:
+    """A by-name ``table`` sorted by total (ties by the keys' category order), ``limit`` rows kept,
+    the rest counted in ``dropped``; ``keys``: (codes, texts) per key column of the rows; ``row``
+    makes a kept row of its key texts and its figures (calls, total_ns, avg_ns, max_ns, min_ns, ratio)."""
     known = np.ones(durations.size, bool)
     for codes, _ in keys:
         known &= codes >= 0
     durations = durations[known]
     if not durations.size:
-        return {"rows": [], "denominator_ns": int(denominator), "dropped": {"rows": 0, "calls": 0, "total_ns": 0}}
+        return table(rows=[], denominator_ns=int(denominator), dropped=Dropped(rows=0, calls=0, total_ns=0))
     stacked = np.column_stack([codes[known] for codes, _ in keys])
     groups, group_of, _ = unique_rows(stacked)  # rows sorted by the keys' codes
     by_group = Groups.of(group_of, len(groups))
@@ -107,22 +137,21 @@ def _by_name(keys: list[tuple[np.ndarray, np.ndarray]], durations: np.ndarray, d
     longest, shortest = by_group.max(durations), by_group.min(durations)
     order = np.argsort(-total, kind="stable")
     kept, rest = order[:limit], order[limit:]
-    rows = []
-    for g in kept.tolist():  # at most ``limit`` rows
-        row = {name: str(texts[groups[g, k]]) for k, (name, (_, texts)) in enumerate(zip(names_of_keys, keys))}
-        row.update(calls=int(calls[g]), total_ns=int(total[g]), avg_ns=float(total[g] / calls[g]),
-                   max_ns=int(longest[g]), min_ns=int(shortest[g]),
-                   ratio=float(total[g] / denominator) if denominator else None)
-        rows.append(row)
-    return {"rows": rows, "denominator_ns": int(denominator),
-            "dropped": {"rows": int(rest.size), "calls": int(calls[rest].sum()), "total_ns": int(total[rest].sum())}}
+    rows = [row(*(str(texts[groups[g, k]]) for k, (_, texts) in enumerate(keys)),
+                calls=int(calls[g]), total_ns=int(total[g]), avg_ns=float(total[g] / calls[g]),
+                max_ns=int(longest[g]), min_ns=int(shortest[g]),
+                ratio=float(total[g] / denominator) if denominator else None)
+            for g in kept.tolist()]  # at most ``limit`` rows
+    return table(rows=rows, denominator_ns=int(denominator),
+                 dropped=Dropped(rows=int(rest.size), calls=int(calls[rest].sum()),
+                                 total_ns=int(total[rest].sum())))
 
 
 def _durations(events: ev.Table, mask: np.ndarray) -> np.ndarray:
     return (events["end_ns"] - events["start_ns"])[mask]
 
 
-def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = None) -> list[dict]:
+def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = None) -> list[DeviceRow]:
     """GPU utilization per device, busy share per host thread (labelled as every other table labels
     its lane: with the trace's thread names, ``meta["lane_names"]``), process CPU utilization."""
     window_ns = iv.total(window)
@@ -131,16 +160,16 @@ def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = N
     rows = []
     meta = meta or {}
     if meta.get("process_cpu_ns") is not None and meta.get("elapsed_ns"):
-        rows.append({"device": "CPU(Process)", "kind": "cpu_process", "busy_ns": int(meta["process_cpu_ns"]),
-                     "elapsed_ns": int(meta["elapsed_ns"]),
-                     "utilization": float(meta["process_cpu_ns"]) / float(meta["elapsed_ns"])})
+        cpu_ns, elapsed_ns = meta["process_cpu_ns"], meta["elapsed_ns"]
+        rows.append(DeviceRow(device="CPU(Process)", kind="cpu_process", busy_ns=int(cpu_ns),
+                              elapsed_ns=int(elapsed_ns), utilization=float(cpu_ns) / float(elapsed_ns)))
     kernel = kind.eq(ev.KERNEL)
     devices = events["device"]
     for device in np.unique(devices[kernel]):  # one iteration per GPU
         on = kernel & (devices == device)
         busy = iv.total(iv.covered_within(starts[on], ends[on], window))
-        rows.append({"device": f"GPU{int(device)}", "kind": "gpu", "busy_ns": busy, "elapsed_ns": window_ns,
-                     "utilization": busy / window_ns if window_ns else None})
+        rows.append(DeviceRow(device=f"GPU{int(device)}", kind="gpu", busy_ns=busy, elapsed_ns=window_ns,
+                              utilization=busy / window_ns if window_ns else None))
     host = events["lane_kind"].eq(ev.HOST_THREAD) & ~kind.eq(ev.MARK) & ~ev.step_range_rows(events)
     phase = events["category"].eq(ev.PHASE)
     if kernel.any() or (kind.eq(ev.RANGE) & events["category"].eq(ev.COMPUTE)).any():
@@ -150,8 +179,9 @@ def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = N
     for (pid, lane), on in zip(lanes.tolist(), Groups.of(lane_of, len(lanes)).members()):  # one per host thread
         busy = iv.total(iv.covered_within(starts[host[on]], ends[host[on]], window))
         key = lanes_mod.LaneKey(int(pid), -1, int(lane), ev.HOST_THREAD)
-        rows.append({"device": lanes_mod.label(key, meta.get("lane_names")), "kind": "host_thread", "busy_ns": busy,
-                     "elapsed_ns": window_ns, "utilization": busy / window_ns if window_ns else None})
+        rows.append(DeviceRow(device=lanes_mod.label(key, meta.get("lane_names")), kind="host_thread",
+                              busy_ns=busy, elapsed_ns=window_ns,
+                              utilization=busy / window_ns if window_ns else None))
     return rows
 
 
@@ -176,7 +206,7 @@ def _overview_types(events: ev.Table) -> list[tuple[str, str, np.ndarray]]:
     ]
 
 
-def overview_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray) -> list[dict]:
+def overview_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray) -> list[OverviewRow]:
     """Time by event type: calls (starts in W) and |∪ of the type ∩ W| / |W|."""
     window_ns = iv.total(window)
     starts, ends = events["start_ns"], events["end_ns"]
@@ -186,18 +216,32 @@ def overview_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarr
         if not mask.any():
             continue
         total = iv.total(iv.covered_within(starts[mask], ends[mask], window))
-        rows.append({"side": side, "type": name, "calls": calls, "total_ns": total,
-                     "ratio": total / window_ns if window_ns else None})
+        rows.append(OverviewRow(side=side, type=name, calls=calls, total_ns=total,
+                                ratio=total / window_ns if window_ns else None))
     return rows
 
 
-def _series_stats(values: np.ndarray) -> dict:
-    return {"calls": int(values.size), "total_ns": int(values.sum()),
-            "avg_ns": float(values.sum(dtype=np.float64) / values.size),
-            "max_ns": int(values.max()), "min_ns": int(values.min())}
+class _Stats(NamedTuple):
+    """One side (CPU or GPU) of a Model Summary row: a series' count, sum, mean, max and min."""
+
+    calls: int | None
+    total_ns: int | None
+    avg_ns: float | None
+    max_ns: int | None
+    min_ns: int | None
 
 
-def _stats_by_row(rows: np.ndarray, values: np.ndarray) -> dict:
+_NO_STATS = _Stats(0, 0, None, None, None)       # a row without calls
+_NO_GPU = _Stats(None, None, None, None, None)    # no GPU work in the window: the GPU columns are empty
+
+
+def _series_stats(values: np.ndarray) -> _Stats:
+    return _Stats(calls=int(values.size), total_ns=int(values.sum()),
+                  avg_ns=float(values.sum(dtype=np.float64) / values.size),
+                  max_ns=int(values.max()), min_ns=int(values.min()))
+
+
+def _stats_by_row(rows: np.ndarray, values: np.ndarray) -> dict[str, _Stats]:
     """_series_stats of ``values`` per distinct model row (a handful)."""
     return {str(row): _series_stats(values[rows == row]) for row in np.unique(rows)}
 
@@ -213,7 +257,8 @@ def _step_sums(rows: np.ndarray, steps: np.ndarray, durations: np.ndarray) -> tu
     return row_texts[pairs // max(step_values.size, 1)], sums
 
 
-def model_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray, dataloader: str) -> list[dict]:
+def model_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray,
+                dataloader: str) -> list[ModelRow]:
     """ProfileStep / Dataloader / Forward / Backward / Optimization / Others, CPU and GPU."""
     kind = events["kind"]
     phase_range = kind.eq(ev.RANGE) & events["category"].eq(ev.PHASE) & in_window
@@ -233,61 +278,54 @@ def model_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray,
     if has_steps and gpu_durations.size:
         gpu_stats["ProfileStep"] = _series_stats(_step_sums(np.zeros(gpu_steps.size, str), gpu_steps,
                                                             gpu_durations)[1])
-    cpu_base = cpu_stats["ProfileStep"]["total_ns"] if has_steps else iv.total(window)
+    cpu_base = cpu_stats["ProfileStep"].total_ns if has_steps else iv.total(window)
     return _model_rows(cpu_stats, gpu_stats, cpu_base, int(gpu_durations.sum()), has_steps)
 
 
-def _model_rows(cpu_stats: dict, gpu_stats: dict, cpu_base: int, gpu_base: int, has_steps: bool) -> list[dict]:
-    """The six model rows from per-row CPU and GPU stats."""
+def _model_rows(cpu_stats: dict[str, _Stats], gpu_stats: dict[str, _Stats], cpu_base: int, gpu_base: int,
+                has_steps: bool) -> list[ModelRow]:
+    """The six model rows from per-row CPU and GPU stats (Others: what the named rows leave of the base)."""
     named = ("Dataloader", "Forward", "Backward", "Optimization")
+    rest = cpu_base - sum(cpu_stats[n].total_ns for n in named if n in cpu_stats)
+    others = _Stats(None, max(rest, 0), None, None, None)
     rows = []
     for name in MODEL_ROWS:  # six fixed rows
         if name == "ProfileStep" and not has_steps:
             continue
-        row = {"name": name, "calls": 0 if name != "Others" else None}
-        cpu_row = cpu_stats.get(name)
-        if name == "Others":
-            rest = cpu_base - sum(cpu_stats[n]["total_ns"] for n in named if n in cpu_stats)
-            cpu_row = {"calls": None, "total_ns": max(rest, 0), "avg_ns": None, "max_ns": None, "min_ns": None}
-        elif cpu_row is None:
-            cpu_row = {"calls": 0, "total_ns": 0, "avg_ns": None, "max_ns": None, "min_ns": None}
-        row["calls"] = cpu_row["calls"]
-        row.update({f"cpu_{k}": cpu_row[k] for k in ("total_ns", "avg_ns", "max_ns", "min_ns")})
-        row["cpu_ratio"] = cpu_row["total_ns"] / cpu_base if cpu_base else None
-        gpu_row = gpu_stats.get(name, {"calls": 0, "total_ns": 0, "avg_ns": None, "max_ns": None, "min_ns": None})
-        if not gpu_base:  # no GPU data (or no GPU work in the window): GPU columns are empty
-            gpu_row = dict.fromkeys(gpu_row)
-        row["gpu_calls"] = gpu_row["calls"]
-        row.update({f"gpu_{k}": gpu_row[k] for k in ("total_ns", "avg_ns", "max_ns", "min_ns")})
-        row["gpu_ratio"] = gpu_row["total_ns"] / gpu_base if gpu_base else None
-        rows.append(row)
+        cpu = others if name == "Others" else cpu_stats.get(name, _NO_STATS)
+        gpu = gpu_stats.get(name, _NO_STATS) if gpu_base else _NO_GPU
+        rows.append(ModelRow(
+            name=name, calls=cpu.calls, cpu_total_ns=cpu.total_ns, cpu_avg_ns=cpu.avg_ns,
+            cpu_max_ns=cpu.max_ns, cpu_min_ns=cpu.min_ns,
+            cpu_ratio=cpu.total_ns / cpu_base if cpu_base else None, gpu_calls=gpu.calls,
+            gpu_total_ns=gpu.total_ns, gpu_avg_ns=gpu.avg_ns, gpu_max_ns=gpu.max_ns, gpu_min_ns=gpu.min_ns,
+            gpu_ratio=gpu.total_ns / gpu_base if gpu_base else None))
     return rows
 
 
-def _first_category(rows: list[dict], events: ev.Table, kernels: np.ndarray, name_codes: np.ndarray,
-                    name_texts: np.ndarray) -> None:
-    """Each kernel row's category: that of the name's first row (the rows of the table are new dicts)."""
+def _first_categories(events: ev.Table, kernels: np.ndarray, name_codes: np.ndarray,
+                      name_texts: np.ndarray) -> dict[str, str]:
+    """Each kernel name's category: that of the name's first row (one per name in practice)."""
     category_codes, category_texts = events["category"].codes, events["category"].texts
     codes, categories = name_codes[kernels], category_codes[kernels]
     seen = categories >= 0
     distinct, first = np.unique(codes[seen], return_index=True)
-    category_of = {str(name_texts[c]): str(category_texts[categories[seen][i]]) for c, i in
-                   zip(distinct.tolist(), first.tolist())}
-    for row in rows:
-        row["category"] = category_of.get(row["name"], "")
+    return {str(name_texts[c]): str(category_texts[categories[seen][i]]) for c, i in
+            zip(distinct.tolist(), first.tolist())}
 
 
-def step_times(events: ev.Table) -> dict:
+def step_times(events: ev.Table) -> StepTimes:
     """ProfileStep durations by step index (the first MAX_STEPS steps)."""
     rows = np.flatnonzero(events["kind"].eq(ev.RANGE) & events["name"].eq(ev.PROFILE_STEP))
     rows = rows[np.argsort(events["step"][rows], kind="stable")][:MAX_STEPS]
-    return {"step": events["step"][rows].tolist(),
-            "duration_ns": (events["end_ns"] - events["start_ns"])[rows].tolist()}
+    return StepTimes(step=events["step"][rows].tolist(),
+                     duration_ns=(events["end_ns"] - events["start_ns"])[rows].tolist())
 
 
-def rank_tables(view: RankView, config: dict, meta: dict | None = None, max_rows: int = MAX_ROWS) -> dict:
-    """All summary tables of one rank (over its view's window): compact rows that travel to rank 0
-    instead of events."""
+def rank_tables(view: RankView, config: dict, meta: dict | None = None,
+                max_rows: int = MAX_ROWS) -> SentTables:
+    """All summary tables of one rank (over its view's window) but the Operator Summary (pipeline.reduce_rank
+    adds it): compact rows that travel to rank 0 instead of events."""
     events, window = view.events, view.window
     window_ns = iv.total(window)
     starts = events["start_ns"]
@@ -296,27 +334,28 @@ def rank_tables(view: RankView, config: dict, meta: dict | None = None, max_rows
     name_codes, name_texts = events["name"].codes, events["name"].texts
     kernels = kind.eq(ev.KERNEL) & in_window
     kernel_durations = _durations(events, kernels)
-    kernel_table = _by_name([(name_codes[kernels], name_texts)], kernel_durations, int(kernel_durations.sum()),
-                            max_rows, ["name"])
-    if kernel_table["rows"]:  # category rides along as the first seen per name (one per name in practice)
-        _first_category(kernel_table["rows"], events, kernels, name_codes, name_texts)
+    category_of = _first_categories(events, kernels, name_codes, name_texts)  # rides along with each row
     user_codes, user_texts = _base_names(events["name"])  # one row per op, not per PyTorch NVTX call
     user = events["category"].eq(ev.USER) & kind.isin((ev.RANGE, ev.MARK)) & in_window
     memory = kind.isin((ev.MEMCPY, ev.MEMSET)) & in_window
     memory_durations = _durations(events, memory)
-    return {
-        "window_ns": window_ns,
-        "span_ns": [int(starts.min()), int(events["end_ns"].max())] if len(events) else None,
-        "device": device_table(events, window, meta),
-        "overview": overview_table(events, window, in_window),
-        "model": model_table(events, window, in_window, config["phases"]["dataloader"]),
-        "kernel": kernel_table,
-        "memory": _by_name([(kind.codes[memory], kind.texts), (name_codes[memory], name_texts)], memory_durations,
-                           int(memory_durations.sum()), max_rows, ["kind", "name"]),
-        "user": _by_name([(user_codes[user], user_texts)], _durations(events, user), window_ns, max_rows, ["name"]),
-        "steps": step_times(events),
-        "phase": phases.phase_table(events, window, in_window, max_rows),
-    }
+    return SentTables(
+        window_ns=window_ns,
+        span_ns=[int(starts.min()), int(events["end_ns"].max())] if len(events) else None,
+        device=device_table(events, window, meta),
+        overview=overview_table(events, window, in_window),
+        model=model_table(events, window, in_window, config["phases"]["dataloader"]),
+        kernel=_by_name([(name_codes[kernels], name_texts)], kernel_durations, int(kernel_durations.sum()),
+                        max_rows, lambda name, **figures: KernelRow(name=name, **figures,
+                                                                    category=category_of.get(name, "")),
+                        KernelTable),
+        memory=_by_name([(kind.codes[memory], kind.texts), (name_codes[memory], name_texts)],
+                        memory_durations, int(memory_durations.sum()), max_rows, MemoryRow, MemoryTable),
+        user=_by_name([(user_codes[user], user_texts)], _durations(events, user), window_ns, max_rows,
+                      UserRow, UserTable),
+        steps=step_times(events),
+        phase=phases.phase_table(events, window, in_window, max_rows),
+    )
 
 
 # -- across ranks (rank 0, compact tables only) ----------------------------------------------
@@ -327,18 +366,21 @@ def _number(value) -> float | None:
     return None if value != value else float(value)
 
 
-def _merge_by_name(tables_by_rank, ranks, key: str, keys: list[str], limit: int, denominator: str) -> dict:
+def _merge_by_name(tables_by_rank: list[SentTables], ranks: list[int], key: str, keys: list[str], limit: int,
+                   denominator: str, row: type) -> Any:
     """A by-name table across ranks: Σ calls and total, max of maxes, min of mins, the number of
-    ranks with the row and the rank with its largest total; total down then keys up, ``limit`` kept."""
+    ranks with the row and the rank with its largest total; total down then keys up, ``limit`` kept
+    (``row``: the merged row type, whose table type the merged rows are returned in)."""
+    table = _MERGED_TABLES[row]
     rows, rank_of = stacked.stack(tables_by_rank, ranks, key)
-    dropped = {k: sum(t[key]["dropped"][k] for t in tables_by_rank) for k in ("rows", "calls", "total_ns")}
-    if denominator == "tables":
-        denom = sum(t[key]["denominator_ns"] for t in tables_by_rank)
-    else:
-        denom = sum(t["window_ns"] for t in tables_by_rank)
+    own = [getattr(t, key) for t in tables_by_rank]
+    dropped = Dropped(rows=sum(t.dropped.rows for t in own), calls=sum(t.dropped.calls for t in own),
+                      total_ns=sum(t.dropped.total_ns for t in own))
+    denom = sum(t.denominator_ns for t in own) if denominator == "tables" else \
+        sum(t.window_ns for t in tables_by_rank)
     if not rows:
-        return {"rows": [], "denominator_ns": int(denom), "dropped": dropped}
-    codes, distinct = ev.factorize(list(map(itemgetter(*keys), rows)))
+        return table(rows=[], denominator_ns=int(denom), dropped=dropped)
+    codes, distinct = ev.factorize(list(map(attrgetter(*keys), rows)))
     groups = Groups.of(codes, len(distinct))
     calls, total, longest, shortest = stacked.ints(rows, "calls", "total_ns", "max_ns", "min_ns")
     calls, total, longest, shortest, ranks_in, top = (
@@ -346,29 +388,28 @@ def _merge_by_name(tables_by_rank, ranks, key: str, keys: list[str], limit: int,
         rank_of[groups.first_max(total)])
     with np.errstate(divide="ignore", invalid="ignore"):
         average, ratio = total / calls, total / denom if denom else np.full(total.size, np.nan)
-    category = None
-    if any("category" in row for row in rows):  # the kernel table's: the first one a rank gave
-        texts = list(map(dict.get, rows, repeat("category")))
-        known = np.array(texts, object) != None  # noqa: E711 - elementwise; a text, never NaN
-        category = groups.first_known(texts, known)
+    # the kernel table's category: the first one a rank gave
+    extra = {"category": groups.first_known([r.category for r in rows], np.ones(len(rows), bool))} \
+        if row is MergedKernelRow else {}
     order = stacked.key_order(total, distinct)
     kept, rest = order[:limit], order[limit:]
-    merged = []
-    for g in kept.tolist():  # at most ``limit`` rows
-        row = dict(zip(keys, distinct[g] if len(keys) > 1 else (distinct[g],)))
-        row.update(calls=int(calls[g]), total_ns=int(total[g]), max_ns=int(longest[g]), min_ns=int(shortest[g]),
-                   ranks=int(ranks_in[g]), max_rank=int(top[g]), avg_ns=_number(average[g]),
-                   ratio=_number(ratio[g]))
-        if category is not None:
-            row["category"] = category[g]
-        merged.append(row)
-    dropped = {"rows": dropped["rows"] + int(rest.size), "calls": dropped["calls"] + int(calls[rest].sum()),
-               "total_ns": dropped["total_ns"] + int(total[rest].sum())}
-    return {"rows": merged, "denominator_ns": int(denom), "dropped": dropped}
+    merged = [row(*(distinct[g] if len(keys) > 1 else (distinct[g],)), calls=int(calls[g]),
+                  total_ns=int(total[g]), max_ns=int(longest[g]), min_ns=int(shortest[g]),
+                  ranks=int(ranks_in[g]), max_rank=int(top[g]), avg_ns=_number(average[g]),
+                  ratio=_number(ratio[g]),
+                  **{name: column[g] for name, column in extra.items()})
+              for g in kept.tolist()]  # at most ``limit`` rows
+    dropped = Dropped(rows=dropped.rows + int(rest.size), calls=dropped.calls + int(calls[rest].sum()),
+                      total_ns=dropped.total_ns + int(total[rest].sum()))
+    return table(rows=merged, denominator_ns=int(denom), dropped=dropped)
+
+
+_MERGED_TABLES = {MergedKernelRow: MergedKernelTable, MergedMemoryRow: MergedMemoryTable,
+                  MergedUserRow: MergedUserTable}
 
 
 def _model_side(part: np.ndarray, columns: dict, side: str, base: int) -> dict:
-    """One side (cpu, gpu) of a merged Model Summary row from the ranks' rows ``part``."""
+    """One side (cpu, gpu) of a merged Model Summary row from the ranks' rows ``part``, by field name."""
     total, has_total = columns[f"{side}_total_ns"]
     keys = [f"{side}_{s}" for s in ("total_ns", "avg_ns", "max_ns", "min_ns", "ratio")]
     if not (part & has_total).any():
@@ -387,60 +428,68 @@ _MODEL_COLUMNS = ("calls", "cpu_total_ns", "cpu_max_ns", "cpu_min_ns", "gpu_call
                   "gpu_min_ns")
 
 
-def _merge_model(tables_by_rank, ranks) -> list[dict]:
+def _model_bases(tables_by_rank: list[SentTables]) -> tuple[int, int]:
+    """The merged Model Summary's ratio bases: Σ the ranks' ProfileStep CPU totals (a rank without steps: its
+    window) and Σ their GPU totals (the ProfileStep row's, else the rows')."""
+    cpu = sum(t.model[0].cpu_total_ns if t.model and t.model[0].name == "ProfileStep" else t.window_ns
+              for t in tables_by_rank)
+    gpu = sum(next((r.gpu_total_ns or 0 for r in t.model if r.name == "ProfileStep"),
+                   sum(r.gpu_total_ns or 0 for r in t.model)) for t in tables_by_rank)
+    return cpu, gpu
+
+
+def _merge_model(tables_by_rank: list[SentTables], ranks: list[int]) -> list[MergedModelRow]:
     """The Model Summary across ranks: per row, Σ totals and calls, max of maxes, min of mins,
     ratios of Σ ProfileStep (or window), and each rank's CPU and GPU totals."""
     rows, rank_of = stacked.stack(tables_by_rank, ranks, "model")
     if not rows:
         return []
-    cpu_base = sum(t["model"][0]["cpu_total_ns"] if t["model"] and t["model"][0]["name"] == "ProfileStep"
-                   else t["window_ns"] for t in tables_by_rank)
-    gpu_base = sum(next((r["gpu_total_ns"] or 0 for r in t["model"] if r["name"] == "ProfileStep"),
-                        sum(r["gpu_total_ns"] or 0 for r in t["model"])) for t in tables_by_rank)
-    codes, names_seen = ev.factorize([row["name"] for row in rows])
+    cpu_base, gpu_base = _model_bases(tables_by_rank)
+    codes, names_seen = ev.factorize([row.name for row in rows])
     columns = {key: stacked.optional(rows, key) for key in _MODEL_COLUMNS}
     cpu_by_rank = dict(zip(names_seen, stacked.by_rank(codes, len(names_seen), rank_of,
                                                        columns["cpu_total_ns"][0], ranks)))
     gpu, has_gpu = columns["gpu_total_ns"]
     gpu_by_rank = dict(zip(names_seen, stacked.by_rank(codes[has_gpu], len(names_seen), rank_of[has_gpu],
                                                        gpu[has_gpu], ranks)))
+    calls, has_calls = columns["calls"]
     merged = []
     for name in MODEL_ROWS:  # six fixed rows
         if name not in names_seen:
             continue
         part = codes == names_seen.index(name)
-        row = {"name": name, **_model_side(part, columns, "cpu", cpu_base), **_model_side(part, columns, "gpu",
-                                                                                           gpu_base)}
-        calls, has_calls = columns["calls"]
-        row["calls"] = int(calls[part & has_calls].sum()) if (part & has_calls).any() else None
-        row["cpu_total_ns_by_rank"] = cpu_by_rank[name]
-        row["gpu_total_ns_by_rank"] = gpu_by_rank[name] if row["gpu_total_ns"] is not None else None
-        merged.append(row)
+        merged.append(MergedModelRow(
+            name=name, **_model_side(part, columns, "cpu", cpu_base),
+            **_model_side(part, columns, "gpu", gpu_base),
+            calls=int(calls[part & has_calls].sum()) if (part & has_calls).any() else None,
+            cpu_total_ns_by_rank=cpu_by_rank[name],
+            gpu_total_ns_by_rank=gpu_by_rank[name] if (part & has_gpu).any() else None))  # as gpu_total_ns
     return merged
 
 
-def _merge_overview(tables_by_rank, ranks) -> list[dict]:
+def _merge_overview(tables_by_rank: list[SentTables], ranks: list[int]) -> list[MergedOverviewRow]:
     """Time by event type across ranks: Σ calls and totals, ratio of Σ windows, each rank's total."""
     rows, rank_of = stacked.stack(tables_by_rank, ranks, "overview")
     if not rows:
         return []
-    window = sum(t["window_ns"] for t in tables_by_rank)
-    codes, types = ev.factorize([(row["side"], row["type"]) for row in rows])
+    window = sum(t.window_ns for t in tables_by_rank)
+    codes, types = ev.factorize([(row.side, row.type) for row in rows])
     groups = Groups.of(codes, len(types))
     calls, total = stacked.ints(rows, "calls", "total_ns")
     by_rank = stacked.by_rank(codes, len(types), rank_of, total, ranks)
     calls, total = groups.sum(calls), groups.sum(total)
     ratio = total / window if window else np.full(total.size, np.nan)
-    return [{"side": side, "type": kind, "calls": int(calls[g]), "total_ns": int(total[g]),
-             "ratio": _number(ratio[g]), "total_ns_by_rank": by_rank[g]} for g, (side, kind) in enumerate(types)]
+    return [MergedOverviewRow(side=side, type=kind, calls=int(calls[g]), total_ns=int(total[g]),
+                              ratio=_number(ratio[g]), total_ns_by_rank=by_rank[g])
+            for g, (side, kind) in enumerate(types)]
 
 
-def _merge_device(tables_by_rank, ranks) -> list[dict]:
+def _merge_device(tables_by_rank: list[SentTables], ranks: list[int]) -> list[MergedDeviceRow]:
     """Per kind: GPU = each rank's mean over its GPUs, host thread = each rank's busiest thread."""
     rows, rank_of = stacked.stack(tables_by_rank, ranks, "device")
     if not rows:
         return []
-    kinds = np.array([row.get("kind") for row in rows], object)
+    kinds = np.array([row.kind for row in rows], object)
     utilization, known = stacked.optional(rows, "utilization", np.float64)
     merged = []
     for kind, how in (("gpu", "mean"), ("cpu_process", "mean"), ("host_thread", "max")):
@@ -451,24 +500,24 @@ def _merge_device(tables_by_rank, ranks) -> list[dict]:
         per_rank = group_mean(utilization[part], code, present.size) if how == "mean" else \
             Groups.of(code, present.size).max(utilization[part])
         position = {int(r): k for k, r in enumerate(present.tolist())}
-        merged.append({"device": MERGED_DEVICE_LABELS[kind], "kind": kind, "mean": float(per_rank.mean()),
-                       "min": float(per_rank.min()), "max": float(per_rank.max()),
-                       "min_rank": int(present[np.argmin(per_rank)]), "max_rank": int(present[np.argmax(per_rank)]),
-                       "utilization_by_rank": [float(per_rank[position[r]]) if r in position else None
-                                               for r in ranks]})
+        merged.append(MergedDeviceRow(
+            device=MERGED_DEVICE_LABELS[kind], kind=kind, mean=float(per_rank.mean()),
+            min=float(per_rank.min()), max=float(per_rank.max()), min_rank=int(present[np.argmin(per_rank)]),
+            max_rank=int(present[np.argmax(per_rank)]),
+            utilization_by_rank=[float(per_rank[position[r]]) if r in position else None for r in ranks]))
     return merged
 
 
-def _merge_steps(tables_by_rank, ranks) -> dict:
+def _merge_steps(tables_by_rank: list[SentTables], ranks: list[int]) -> MergedSteps:
     """Per step: min / max duration across ranks and the slowest rank, ``median_ns`` the job's step
     time per step (analyses.steptime); per rank: mean and max."""
-    parts = [(t["steps"], r) for t, r in zip(tables_by_rank, ranks) if t["steps"]["step"]]
+    parts = [(t.steps, r) for t, r in zip(tables_by_rank, ranks) if t.steps.step]
     if not parts:
-        return {"step": [], "min_ns": [], "median_ns": [], "max_ns": [], "max_rank": [], "ranks": ranks,
-                "mean_ns_by_rank": [None] * len(ranks), "max_ns_by_rank": [None] * len(ranks)}
-    steps = np.concatenate([np.asarray(s["step"], np.int64) for s, _ in parts])
-    durations = np.concatenate([np.asarray(s["duration_ns"], np.int64) for s, _ in parts])
-    rank_of = np.concatenate([np.full(len(s["step"]), r, np.int64) for s, r in parts])
+        return MergedSteps(step=[], min_ns=[], median_ns=[], max_ns=[], max_rank=[], ranks=ranks,
+                           mean_ns_by_rank=[None] * len(ranks), max_ns_by_rank=[None] * len(ranks))
+    steps = np.concatenate([np.asarray(s.step, np.int64) for s, _ in parts])
+    durations = np.concatenate([np.asarray(s.duration_ns, np.int64) for s, _ in parts])
+    rank_of = np.concatenate([np.full(len(s.step), r, np.int64) for s, r in parts])
     step_values, step_of = np.unique(steps, return_inverse=True)
     by_step = Groups.of(step_of.ravel(), step_values.size)
     median = np.round(steptime.per_step(steps, durations)[1]).astype(np.int64)  # steps ascending, as step_values
@@ -476,49 +525,42 @@ def _merge_steps(tables_by_rank, ranks) -> dict:
     mean = group_mean(durations.astype(np.float64), rank_code.ravel(), present.size)
     longest = Groups.of(rank_code.ravel(), present.size).max(durations)
     position = {int(r): k for k, r in enumerate(present.tolist())}
-    return {"step": step_values.tolist(), "min_ns": by_step.min(durations).tolist(), "median_ns": median.tolist(),
-            "max_ns": by_step.max(durations).tolist(), "max_rank": rank_of[by_step.first_max(durations)].tolist(),
-            "ranks": list(ranks),
-            "mean_ns_by_rank": [float(mean[position[r]]) if r in position else None for r in ranks],
-            "max_ns_by_rank": [int(longest[position[r]]) if r in position else None for r in ranks]}
+    return MergedSteps(
+        step=step_values.tolist(), min_ns=by_step.min(durations).tolist(), median_ns=median.tolist(),
+        max_ns=by_step.max(durations).tolist(), max_rank=rank_of[by_step.first_max(durations)].tolist(),
+        ranks=list(ranks),
+        mean_ns_by_rank=[float(mean[position[r]]) if r in position else None for r in ranks],
+        max_ns_by_rank=[int(longest[position[r]]) if r in position else None for r in ranks])
 
 
-def _trimmed(tables: dict, rows: int) -> dict:
+def _trimmed(tables: SentTables, rank: int, rows: int) -> RankTables:
     """A rank's tables for summary.json: by-name tables cut to ``rows``, no step series."""
-    out = {k: v for k, v in tables.items() if k != "steps"}
-    if tables.get("operator"):
-        out["operator"] = operators.trimmed(tables["operator"], rows)
-    if tables.get("phase"):
-        out["phase"] = phases.trimmed(tables["phase"], rows)
-    for key in SORTABLE:
-        table = tables[key]
-        rest = table["rows"][rows:]
-        out[key] = {"rows": table["rows"][:rows], "denominator_ns": table["denominator_ns"],
-                    "dropped": {"rows": table["dropped"]["rows"] + len(rest),
-                                "calls": table["dropped"]["calls"] + sum(r["calls"] for r in rest),
-                                "total_ns": table["dropped"]["total_ns"] + sum(r["total_ns"] for r in rest)}}
-    return out
+    return RankTables(
+        rank=rank, window_ns=tables.window_ns, span_ns=tables.span_ns, device=tables.device,
+        overview=tables.overview, model=tables.model, kernel=stacked.cut(tables.kernel, rows),
+        memory=stacked.cut(tables.memory, rows), user=stacked.cut(tables.user, rows),
+        operator=operators.trimmed(tables.operator, rows),
+        phase=ABSENT if tables.phase is None else phases.trimmed(tables.phase, rows))
 
 
-def merge_tables(tables_by_rank: list[dict | None], ranks: list[int], max_rows: int = MAX_ROWS,
+def merge_tables(tables_by_rank: list[SentTables | None], ranks: list[int], max_rows: int = MAX_ROWS,
                  rank_rows: int = RANK_ROWS) -> Tables:
-    """The tables across ranks (``merged``) plus each rank's own, trimmed (``by_rank``), read into their
-    records here: the ranks' own tables travel to rank 0 as compact rows (RankResult.tables), and the
-    merge works on those rows."""
-    pairs = [(t, r) for t, r in zip(tables_by_rank, ranks) if t]
+    """The tables across ranks (``merged``) plus each rank's own, trimmed (``by_rank``): the ranks' own
+    tables travel to rank 0 as compact rows (RankResult.tables), and the merge works on those rows."""
+    pairs = [(t, r) for t, r in zip(tables_by_rank, ranks) if t is not None]
     tables = [t for t, _ in pairs]
     ranks = [int(r) for _, r in pairs]
-    merged = {
-        "window_ns": int(sum(t["window_ns"] for t in tables)),
-        "device": _merge_device(tables, ranks),
-        "overview": _merge_overview(tables, ranks),
-        "model": _merge_model(tables, ranks),
-        "kernel": _merge_by_name(tables, ranks, "kernel", ["name"], max_rows, "tables"),
-        "memory": _merge_by_name(tables, ranks, "memory", ["kind", "name"], max_rows, "tables"),
-        "user": _merge_by_name(tables, ranks, "user", ["name"], max_rows, "window"),
-        "steps": _merge_steps(tables, ranks),
-        "operator": operators.merge_operator_tables(tables, ranks, max_rows),
-        "phase": phases.merge_phase_tables(tables, ranks, max_rows),
-    }
+    merged = MergedTables(
+        window_ns=int(sum(t.window_ns for t in tables)),
+        device=_merge_device(tables, ranks),
+        overview=_merge_overview(tables, ranks),
+        model=_merge_model(tables, ranks),
+        kernel=_merge_by_name(tables, ranks, "kernel", ["name"], max_rows, "tables", MergedKernelRow),
+        memory=_merge_by_name(tables, ranks, "memory", ["kind", "name"], max_rows, "tables", MergedMemoryRow),
+        user=_merge_by_name(tables, ranks, "user", ["name"], max_rows, "window", MergedUserRow),
+        steps=_merge_steps(tables, ranks),
+        operator=operators.merge_operator_tables(tables, ranks, max_rows),
+        phase=phases.merge_phase_tables(tables, ranks, max_rows),
+    )
     keep = max_rows if len(pairs) == 1 else rank_rows  # one rank: its own tables are the merged ones
-    return Tables.build(ranks=ranks, merged=merged, by_rank=[{"rank": r, **_trimmed(t, keep)} for t, r in pairs])
+    return Tables(ranks=ranks, merged=merged, by_rank=[_trimmed(t, r, keep) for t, r in pairs])

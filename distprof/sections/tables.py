@@ -192,6 +192,33 @@ class RankTables(Record):
     phase: PhaseTable = absent()   # absent in a summary.json older than the Phase Summary
 
 
+
+class StepTimes(Record):
+    """A rank's ProfileStep durations by step index (summaries.step_times, the first MAX_STEPS steps):
+    what the merged step series is made of; it travels, summary.json keeps only the merged one."""
+
+    step: list[int]
+    duration_ns: list[int]
+
+
+class SentTables(Record):
+    """One rank's own tables as it sends them to rank 0 (results.RankResult.tables): by-name tables of up
+    to summaries.MAX_ROWS rows and the step series; merge_tables makes the merged tables and each rank's
+    RankTables of them. Why every field has a value (None, not absent): msgspec decodes it off the wire
+    from a rank's message, which a sender of an older distprof may have written without ``phase``."""
+
+    window_ns: int
+    span_ns: list[int] | None
+    device: list[DeviceRow]
+    overview: list[OverviewRow]
+    model: list[ModelRow]
+    kernel: KernelTable
+    memory: MemoryTable
+    user: UserTable
+    steps: StepTimes
+    phase: PhaseTable | None = None
+    operator: OperatorTable | None = None  # analyses.operators, added by pipeline.reduce_rank
+
 # -- merged across ranks (tables.merged) ---------------------------------------------------------
 
 # MergedDeviceRow.device by kind: the label summary.json stores for each merged row (its data, kept as
