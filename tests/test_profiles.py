@@ -170,7 +170,10 @@ def test_no_flops_anywhere_counts_nothing_and_lists_the_gemms_uncounted():
     names = ["aten::linear", "aten::addmm", "aten::relu", "aten::conv2d"]
     ops = {"name": operators.ev.Texts.of(np.array(names, object)), "flops": np.full(4, np.nan),
            "dims": np.full(4, -1), "concrete": np.full(4, -1)}
-    tree = {"ops": ops, "parent": np.array([-1, 0, -1, -1]), "depth": np.array([1, 2, 1, 1])}
+    none = np.zeros(4, np.int64)  # what op_flops does not read
+    tree = operators.OperatorTree(ops=ops, thread=none, parent=np.array([-1, 0, -1, -1]),
+                                  depth=np.array([1, 2, 1, 1]), duration=none, self_ns=none, input_dims=[],
+                                  concrete_inputs=[])
     counted, uncounted, source = profiles.op_flops(tree, [], [])
     assert counted.tolist() == [0, 0, 0, 0] and uncounted.tolist() == [True, True, False, True] and source is None
     ops["dims"], ops["flops"] = np.array([-1, 0, 0, -1]), np.array([np.nan, np.nan, 5.0, np.nan])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -156,7 +157,22 @@ def launched_gpu_ns(view: RankView, operators: ev.Table, op_thread: np.ndarray) 
     return np.bincount(op_of[hit], weights=duration[hit], minlength=len(operators)).astype(np.int64)
 
 
-def prepared(events: ev.Table, profiles: dict, needs_shapes: Callable | None = None) -> dict:
+@dataclass(frozen=True)
+class OperatorTree:
+    """A rank's framework operators with their nesting (:func:`prepared`): what the Operator Summary and
+    the FLOPs profile share. numpy columns that stay on the rank (never written), so not a sections record."""
+
+    ops: ev.Table                  # start_ns, end_ns, pid, lane, name, flops, dims, concrete
+    thread: np.ndarray             # one key per (pid, lane): thread_keys
+    parent: np.ndarray             # the innermost enclosing operator on the thread, -1: none (op_tree)
+    depth: np.ndarray              # 1 = top level
+    duration: np.ndarray
+    self_ns: np.ndarray            # own duration less its direct child operators'
+    input_dims: list               # the distinct Input Dims that ops["dims"] indexes
+    concrete_inputs: list          # the distinct Concrete Inputs that ops["concrete"] indexes
+
+
+def prepared(events: ev.Table, profiles: dict, needs_shapes: Callable | None = None) -> OperatorTree:
     """The operators with their nesting, thread keys and self time: what the Operator Summary and
     the FLOPs profile share (from the source's side table, else from NVTX op ranges, their shapes
     decoded where ``needs_shapes`` says: see :func:`nvtx_operators`)."""
@@ -170,23 +186,24 @@ def prepared(events: ev.Table, profiles: dict, needs_shapes: Callable | None = N
     parent, depth = op_tree(thread, start, end)
     duration = end - start
     child = np.bincount(parent[parent >= 0], weights=duration[parent >= 0], minlength=len(ops)).astype(np.int64)
-    return {"ops": ops, "thread": thread, "parent": parent, "depth": depth, "duration": duration,
-            "self": np.maximum(duration - child, 0), "input_dims": dims, "concrete_inputs": concrete}
+    return OperatorTree(ops=ops, thread=thread, parent=parent, depth=depth, duration=duration,
+                        self_ns=np.maximum(duration - child, 0), input_dims=dims, concrete_inputs=concrete)
 
 
-def operator_table(view: RankView, tree: dict, in_window: np.ndarray, limit: int = MAX_ROWS) -> OperatorTable:
+def operator_table(view: RankView, tree: OperatorTree, in_window: np.ndarray,
+                   limit: int = MAX_ROWS) -> OperatorTable:
     """One rank's Operator Summary over its view's window: rows by name, sorted by CPU total,
     ``limit`` kept."""
-    ops = tree["ops"]
+    ops = tree.ops
     window_ns = iv.total(view.window)
-    own_gpu = launched_gpu_ns(view, ops, tree["thread"]) if len(ops) else None
-    gpu = None if own_gpu is None else up_the_tree(own_gpu, tree["parent"], tree["depth"])
+    own_gpu = launched_gpu_ns(view, ops, tree.thread) if len(ops) else None
+    gpu = None if own_gpu is None else up_the_tree(own_gpu, tree.parent, tree.depth)
     names = ops["name"].take(in_window)
     if not len(names):
         return OperatorTable(rows=[], denominator_ns=int(window_ns),
                              dropped=Dropped(rows=0, calls=0, total_ns=0))
     texts, group_of = ev.distinct_texts(names)  # sorted texts, each row's position: no per-row text
-    cpu, own = np.asarray(tree["duration"], np.int64)[in_window], np.asarray(tree["self"], np.int64)[in_window]
+    cpu, own = np.asarray(tree.duration, np.int64)[in_window], np.asarray(tree.self_ns, np.int64)[in_window]
     calls = np.bincount(group_of, minlength=texts.size)
     cpu_total = _sums(group_of, cpu, texts.size)
     cpu_max = np.full(texts.size, np.iinfo(np.int64).min)

@@ -145,10 +145,11 @@ def _shape_flops(ops: ev.Table, input_dims: list, concrete_inputs: list) -> np.n
     return shape
 
 
-def op_flops(tree: dict, input_dims: list, concrete_inputs: list) -> tuple[np.ndarray, np.ndarray, str | None]:
+def op_flops(tree: ops_mod.OperatorTree, input_dims: list,
+             concrete_inputs: list) -> tuple[np.ndarray, np.ndarray, str | None]:
     """Per operator: FLOPs counted (innermost op with FLOPs only), a mask of the FLOP ops whose
     shapes were not usable, and where the FLOPs came from ("args", "shapes", "args+shapes")."""
-    ops = tree["ops"]
+    ops = tree.ops
     names = ops["name"]
     arg = np.asarray(ops["flops"], np.float64)
     from_args = np.isfinite(arg) & (arg > 0)
@@ -157,7 +158,7 @@ def op_flops(tree: dict, input_dims: list, concrete_inputs: list) -> tuple[np.nd
     flop_op = names.where(lambda name: _FLOP_OPS.match(str(name)))
     if not has.any():  # no FLOPs at all: nothing to count up the tree, every GEMM/conv op is uncounted
         return np.zeros(flops.size, np.int64), flop_op, None
-    below = ops_mod.up_the_tree(has.astype(np.int64), tree["parent"], tree["depth"]) - has  # descendants with FLOPs
+    below = ops_mod.up_the_tree(has.astype(np.int64), tree.parent, tree.depth) - has  # descendants with FLOPs
     counted = np.where(has & (below == 0), flops, 0)
     uncounted = flop_op & ~has & (below == 0)
     used = {"args" if (from_args & (counted > 0)).any() else "", "shapes" if (~from_args & (counted > 0)).any() else ""}
@@ -165,10 +166,10 @@ def op_flops(tree: dict, input_dims: list, concrete_inputs: list) -> tuple[np.nd
     return counted, uncounted, source
 
 
-def _step_and_phase(view: RankView, tree: dict) -> tuple[np.ndarray, np.ndarray]:
+def _step_and_phase(view: RankView, tree: ops_mod.OperatorTree) -> tuple[np.ndarray, np.ndarray]:
     """Per operator: the ProfileStep index holding its start (-1) and its Model Summary phase as an
     index into _PHASES (-1: none; codes, not texts: FLOPs by phase then groups integers)."""
-    ops = tree["ops"]
+    ops = tree.ops
     start, end = ops["start_ns"], ops["end_ns"]
     events = view.events
     is_range = events["kind"].eq(ev.RANGE)
@@ -219,13 +220,14 @@ def _counts_by_name(names: ev.Texts, limit: int) -> dict:
     return {str(names.texts[code]): int(counts[code]) for code in order.tolist()}
 
 
-def flops_figures(view: RankView, tree: dict, in_window: np.ndarray, peak_tflops: float | None) -> RankProfile:
+def flops_figures(view: RankView, tree: ops_mod.OperatorTree, in_window: np.ndarray,
+                  peak_tflops: float | None) -> RankProfile:
     """The rank's profile with its FLOPs figures over its view's window (all None when no operator has
     FLOPs), its memory not yet measured (memory_figures)."""
-    counted, uncounted, source = op_flops(tree, tree["input_dims"], tree["concrete_inputs"])
+    counted, uncounted, source = op_flops(tree, tree.input_dims, tree.concrete_inputs)
     missing = uncounted & in_window
     uncounted_ops = FlopsUncounted(ops=int(missing.sum()),
-                                   by_name=_counts_by_name(tree["ops"]["name"].take(missing), 20))
+                                   by_name=_counts_by_name(tree.ops["name"].take(missing), 20))
     if not (counted[in_window] > 0).any():
         return RankProfile(flops_source=source, flops_uncounted=uncounted_ops)
     step, phase = _step_and_phase(view, tree)
@@ -315,7 +317,7 @@ def rank_profile(view: RankView, config: dict,
     trace's side tables, RankTrace.profiles)."""
     profiles = profiles or {}
     tree = ops_mod.prepared(view.events, profiles, lambda names: shape_args_needed(names)[0])
-    in_window = rows_in_window(tree["ops"]["start_ns"], view.window)
+    in_window = rows_in_window(tree.ops["start_ns"], view.window)
     table = ops_mod.operator_table(view, tree, in_window)
     peak = (config.get("hardware") or {}).get("peak_tflops")
     return with_memory(flops_figures(view, tree, in_window, peak), memory_figures(view, profiles.get("memory"))), table
