@@ -257,7 +257,7 @@ def test_mpirun_demo_prints_windows_alerts_the_late_straggler_and_serves_metrics
     summary = json.loads((out / "summary.json").read_text())
     record = summary["live"]
     assert record["every_steps"] == 4 and [w["steps"] for w in record["windows"]][:2] == [[0, 3], [4, 7]]
-    assert [a.rank for a in record["alerts"] if a.code == "straggler"] == [1]
+    assert [a["rank"] for a in record["alerts"] if a["code"] == "straggler"] == [1]
     windows = [w["straggler"]["cost_ns"] for w in record["windows"][2:] if (w["straggler"] or {}).get("rank") == 1]
     assert windows and abs(final["cost_ns"] - float(np.median(windows))) <= 0.25 * float(np.median(windows))
 
