@@ -275,7 +275,7 @@ def _collectives(aligned: align_mod.Alignment, config: dict,
     node_of = coll.node_of_ranks(ranks, [r.host for r in results], gpus_per_node)
     inst = coll.instances(matching, [r.clock.offset_ns for r in results], node_of, gpus_per_node,
                           world_size=world_size)
-    waits = coll.rank_waits(matching, inst, [r.markers.step_bounds for r in results],
+    waits = coll.rank_waits(matching, inst.wait, [r.markers.step_bounds for r in results],
                             config.get("window", "steps") == "steps")
     final = []
     for result, wait in zip(results, waits):  # one iteration per rank

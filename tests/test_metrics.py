@@ -157,7 +157,8 @@ def test_an_idle_connection_is_closed_after_the_request_timeout(metrics, monkeyp
 
 def test_textfile_has_no_created_series(tmp_path):
     target = tmp_path / "distprof.prom"
-    live.Metrics({"textfile": str(target), "prometheus_port": None}).update(_window(), [{"code": "straggler"}])
+    alert = LiveAlert(steps=[0, 3], code="straggler", rank=1)
+    live.Metrics({"textfile": str(target), "prometheus_port": None}).update(_window(), [alert])
     text = target.read_text()
     assert 'distprof_alerts_total{code="straggler"} 1.0' in text and "_created" not in text
 

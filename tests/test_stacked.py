@@ -88,7 +88,7 @@ def test_rank_waits_equal_interval_algebra_per_rank():
                      end_ns=start + 500, present=present)
     bounds = [{"start_ns": [0, 5_000], "end_ns": [3_000, 9_000]}, {}, {"start_ns": [2_000], "end_ns": [2_000]},
               {"start_ns": [100], "end_ns": [20_000]}]
-    got = collectives.rank_waits(matching, {"wait": wait}, bounds, use_steps=True)
+    got = collectives.rank_waits(matching, wait, bounds, use_steps=True)
     both = collectives.shared(matching)
     for row in range(n_ranks):
         mine = present[row] & both

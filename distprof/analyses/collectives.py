@@ -176,7 +176,7 @@ def _covered_per_key(n_keys: int, intervals: tuple, windows: tuple, clipped: np.
     return out
 
 
-def rank_waits(matching: Matching, inst: Instances, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
+def rank_waits(matching: Matching, wait: np.ndarray, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
     """Per row of ``matching``: |∪ [own start, own start + wait] over its matched collectives ∩ its
     window| on its own clock (window: the union of its step bounds when it has steps and the
     analysis window is the steps); None for a rank with no matched collective. All ranks in one
@@ -191,7 +191,7 @@ def rank_waits(matching: Matching, inst: Instances, step_bounds: list[dict], use
         [np.asarray(b["end_ns"], np.int64) for _, b in bounds]))
     clipped = np.zeros(n_rows, bool)
     clipped[[row for row, _ in bounds]] = True
-    waited = _covered_per_key(n_rows, (rows, starts, starts + inst.wait[rows, columns]), windows, clipped)
+    waited = _covered_per_key(n_rows, (rows, starts, starts + wait[rows, columns]), windows, clipped)
     matched = np.bincount(rows, minlength=n_rows) > 0
     return [int(w) if has else None for w, has in zip(waited.tolist(), matched.tolist())]
 
