@@ -345,3 +345,14 @@ def test_profiler_with_rank_abc_is_one_line_naming_the_variable(tmp_path):
                             env={**env, "RANK": "abc", "WORLD_SIZE": "2"})
     assert result.stdout.strip() == ("ConfigError environment variable RANK='abc': expected an integer from 0 to "
                                      "1048575"), result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("content", [
+    {"a": [1, -0.0, 9.171257279685466e-05, 1e16, 5e-324, 2 ** 70, True, None], "b": {}, "c": [], "d": [[], {}]},
+    {"name \u27e6ns:1\u27e7 \U0001F600 \x7f \x00\n\t\"\\/": "\u2028é", 3: 1.5, "nested": [{"x": [{}]}]},
+    {"nan": float("nan"), "inf": [float("inf"), -float("inf")]},  # not JSON to msgspec: the stdlib's path
+    "\ud800 lone surrogate", [], 0.1,
+])
+def test_indented_json_is_the_stdlib_indent_byte_for_byte(content):
+    """summary.json's writer (the C encoder re-indented by msgspec) writes json.dumps(indent=1)'s bytes."""
+    assert export.indented_json(content) == json.dumps(content, indent=1)
