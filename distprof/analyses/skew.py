@@ -111,9 +111,11 @@ def _waited_elsewhere(events: ev.Table, own: np.ndarray, elsewhere: np.ndarray) 
     boundary is within RESUME_NS of the op's end or RESUME_SHARE of that wait (a loaded 2-core host
     resumed 2.3 ms after a 25 ms all-gather). A stretch that outlasts the op (a sleep while a
     prefetched all-gather ran) is no wait."""
+    if not elsewhere.any():  # first: the thread's boundaries are a sort of all its rows (8 ms on 65k)
+        return iv.empty()
     start, end = events["start_ns"], events["end_ns"]
     bounds = np.unique(np.concatenate([start[own], end[own]]))
-    if bounds.size < 2 or not elsewhere.any():
+    if bounds.size < 2:
         return iv.empty()
     op_start, op_end = start[elsewhere], end[elsewhere]
     # where the thread resumed: its first boundary after the op's start and from RESUME_NS before its end on
