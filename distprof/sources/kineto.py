@@ -478,11 +478,19 @@ def _columns(classes, name_codes, name_uniques, start_ns, end_ns, ids: dict, ste
         columns[column] = ev.Texts.from_codes(columns[column], allowed)
     phase_row = np.concatenate([steps["phase_row"], np.full(n_steps, -1, np.int64)])
     phase_name = np.where(phase_row >= 0, columns["name"].codes[np.maximum(phase_row, 0)], -1)
-    used, phase_code = np.unique(phase_name, return_inverse=True)
-    names = ["" if code < 0 else name_uniques[code] for code in used]
-    columns["phase"] = ev.Texts.from_codes(phase_code.ravel(), names) if "" in names or not names else \
-        ev.Texts.from_codes(phase_code.ravel() + 1, ["", *names])
+    used, phase_code = _small_unique(phase_name, len(name_uniques))
+    names = ["" if code < 0 else name_uniques[code] for code in used.tolist()]
+    columns["phase"] = ev.Texts.from_codes(phase_code, names) if "" in names or not names else \
+        ev.Texts.from_codes(phase_code + 1, ["", *names])
     return columns, name_uniques
+
+
+def _small_unique(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(codes, return_inverse=True)`` for codes in [-1, size): a mask of the values used and its
+    running count, no sort (np.unique sorted the 84k rows of a 109k-event rank in 12 ms)."""
+    used = np.zeros(size + 1, bool)
+    used[codes + 1] = True
+    return np.flatnonzero(used) - 1, (np.cumsum(used) - 1)[codes + 1]
 
 
 # ---------------------------------------------------------------------------- profiles
