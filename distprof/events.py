@@ -249,16 +249,16 @@ class Table:
 
     def select(self, *names: str) -> Table:
         """These columns only."""
-        return Table({name: self._columns[name] for name in names}, self._rows)
+        return type(self)({name: self._columns[name] for name in names}, self._rows)
 
     def take(self, rows) -> Table:
         """These rows (an index array or a boolean mask), in that order."""
-        return Table({name: column.take(rows) if isinstance(column, Texts) else column[rows]
-                      for name, column in self._columns.items()})
+        return type(self)({name: column.take(rows) if isinstance(column, Texts) else column[rows]
+                           for name, column in self._columns.items()})
 
     def with_columns(self, **columns) -> Table:
         """A new table with these columns added or replaced."""
-        return Table({**self._columns, **columns})
+        return type(self)({**self._columns, **columns})
 
     def equals(self, other: Table) -> bool:
         """Same columns, same rows (NaN equal to NaN; text columns by their texts)."""
@@ -281,20 +281,61 @@ class Table:
                              if isinstance(column, Texts) else column for name, column in self._columns.items()})
 
 
-def frameworks(events: Table, source: str = "") -> tuple[str, ...]:
+class _Column:
+    """One column of the event schema read as an attribute (``events.start_ns``)."""
+
+    __slots__ = ("name",)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, table: Table | None, owner: type | None = None):
+        return self if table is None else table._columns[self.name]
+
+
+class Events(Table):
+    """One rank's event table (:func:`make_events`): the columns of the schema (``COLUMNS``) read as
+    attributes, so the columns an analysis reads are named in one place and a misspelt one fails where
+    it is read. int64 arrays, and :class:`Texts` for the text columns."""
+
+    __slots__ = ()
+
+    rank: np.ndarray = _Column()
+    kind: Texts = _Column()
+    category: Texts = _Column()
+    name: Texts = _Column()
+    start_ns: np.ndarray = _Column()
+    end_ns: np.ndarray = _Column()
+    device: np.ndarray = _Column()
+    lane: np.ndarray = _Column()
+    lane_kind: Texts = _Column()
+    pid: np.ndarray = _Column()
+    correlation_id: np.ndarray = _Column()
+    step: np.ndarray = _Column()
+    phase: Texts = _Column()
+    collective: Texts = _Column()
+    group: Texts = _Column()
+    nbytes: np.ndarray = _Column()
+    peer: np.ndarray = _Column()
+    comm_rule: Texts = _Column()
+    sent_bytes: np.ndarray = _Column()
+    recv_bytes: np.ndarray = _Column()
+
+
+def frameworks(events: Events, source: str = "") -> tuple[str, ...]:
     """The frameworks the trace shows (so advice can name their knobs): PyTorch when it is a
     PyTorch profiler (Kineto) trace or holds PyTorch's op/range names (``aten::``, ``c10d::``,
     ``ProfilerStep#``...), tested once per distinct name."""
     if source == "kineto":
         return (PYTORCH,)
-    names = events["name"].texts if len(events) else ()
+    names = events.name.texts if len(events) else ()
     return (PYTORCH,) if any(str(name).startswith(_PYTORCH_PREFIXES) for name in names) else ()
 
 
-def step_range_rows(events: Table):
+def step_range_rows(events: Events):
     """Boolean mask of the step ranges (ProfileStep and the framework's ProfilerStep#N rows),
     tested once per distinct name."""
-    return events["name"].where(STEP_RANGE_NAME.match)
+    return events.name.where(STEP_RANGE_NAME.match)
 
 
 def checked_steps(start_ns, end_ns, number, owner, path) -> tuple[np.ndarray, list[str]]:
@@ -359,7 +400,7 @@ def distinct_texts(values) -> tuple:
     return used.texts, np.asarray(used.codes, np.int64)
 
 
-def make_events(**columns) -> Table:
+def make_events(**columns) -> Events:
     """Build a validated event table from column arrays; missing optional columns get defaults.
 
     Required: kind, category, name, start_ns, end_ns (arrays of equal length; kind/category
@@ -390,11 +431,11 @@ def make_events(**columns) -> Table:
         raise ValueError("event table has rows with end_ns < start_ns")
     order = np.argsort(data["start_ns"], kind="stable")
     if order.size and (order[1:] < order[:-1]).any():
-        return Table(data).take(order)
-    return Table(data)
+        return Events(data).take(order)
+    return Events(data)
 
 
-def empty_events() -> Table:
+def empty_events() -> Events:
     """An event table with no rows (a rank that recorded nothing)."""
     import numpy as np
     return make_events(kind=np.array([], dtype=object), category=np.array([], dtype=object),
@@ -417,7 +458,7 @@ class RankTrace:
     members of each group named in the ``group`` column; ``meta["group_from"]`` says from what.
     """
 
-    events: Table
+    events: Events
     rank: int | None = None
     source: str = "native"
     source_file: str | None = None

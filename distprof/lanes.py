@@ -43,13 +43,13 @@ def label(key: LaneKey, names: dict | None = None) -> str:
     return f"thread {key.lane} ({name})" if name else f"thread {key.lane}"
 
 
-def lane_index(events: ev.Table) -> tuple[list[LaneKey], np.ndarray]:
+def lane_index(events: ev.Events) -> tuple[list[LaneKey], np.ndarray]:
     """The distinct lanes of an event table, sorted by (pid, device, lane, kind), and per event
     the position of its lane in that list (one sort, no loop per event). A rank's analyses read
     it from its view (rankview.RankView), built once per rank."""
     if not len(events):
         return [], np.empty(0, np.int64)
-    kinds = events["lane_kind"].sorted()  # kinds sort by their text
+    kinds = events.lane_kind.sorted()  # kinds sort by their text
     kind_texts, kind_codes = kinds.texts, kinds.codes
     columns = [events[name] for name in KEY_COLUMNS[:3]]
     order = np.lexsort((kind_codes, *columns[::-1]))  # last key sorts first: pid, device, lane, kind

@@ -25,7 +25,7 @@ IntervalSet = tuple[np.ndarray, np.ndarray]  # analyses.intervals' sorted, disjo
 class RankView:
     """One rank's events and what its per-rank analyses share (arrays are read-only by contract)."""
 
-    events: ev.Table
+    events: ev.Events
     window: IntervalSet           # the analysed window: the ProfileSteps' union, else the trace's span
     steps: np.ndarray             # per row: a ProfileStep range
     gpu: bool                     # a GPU trace (it has kernels)

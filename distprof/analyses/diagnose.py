@@ -49,11 +49,11 @@ def rank_gpu_gaps(view: RankView) -> GpuGaps | None:
         return None
     work = np.flatnonzero(view.gpu_work)
     launched = view.launch[work]
-    launch_ns = np.where(launched >= 0, events["start_ns"][np.maximum(launched, 0)], np.nan)
-    host_comm = view.comm & events["lane_kind"].eq(ev.HOST_THREAD)
-    host_comm_set = iv.union(events["start_ns"][host_comm], events["end_ns"][host_comm])
-    device_of = events["device"][work]
-    devices = [_device_gaps(int(device), events["start_ns"][work][mine], events["end_ns"][work][mine],
+    launch_ns = np.where(launched >= 0, events.start_ns[np.maximum(launched, 0)], np.nan)
+    host_comm = view.comm & events.lane_kind.eq(ev.HOST_THREAD)
+    host_comm_set = iv.union(events.start_ns[host_comm], events.end_ns[host_comm])
+    device_of = events.device[work]
+    devices = [_device_gaps(int(device), events.start_ns[work][mine], events.end_ns[work][mine],
                             launch_ns[mine], window, host_comm_set)
                for device, mine in ((device, device_of == device) for device in np.unique(device_of))]
     return GpuGaps(gaps=sum(d.gaps for d in devices), idle_ns=sum(d.idle_ns for d in devices),

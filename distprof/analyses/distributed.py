@@ -36,7 +36,7 @@ ISSUE_PREFIXES = ("c10d::",)
 GPU_WORK = (ev.KERNEL, ev.MEMCPY, ev.MEMSET)
 
 
-def rank_view(events: ev.Table, config: dict, lane_names: dict | None = None) -> RankView:
+def rank_view(events: ev.Events, config: dict, lane_names: dict | None = None) -> RankView:
     """The per-rank view of ``events`` (``lane_names``: thread names by lane id, for the labels):
     built once per rank by pipeline.reduce_rank and handed to every per-rank reducer, so the lane
     sort, the masks and the launch join run once per rank."""
@@ -44,7 +44,7 @@ def rank_view(events: ev.Table, config: dict, lane_names: dict | None = None) ->
     labels = lanes_mod.labels(keys, lane_names)
     steps = step_rows(events)
     window = analysis_window(events, steps, config["window"])
-    gpu, gpu_work = is_gpu_trace(events), events["kind"].isin(GPU_WORK)
+    gpu, gpu_work = is_gpu_trace(events), events.kind.isin(GPU_WORK)
     comm, compute = work_masks(events, config, lane_of)
     lanes = (keys, lane_of, labels)
     communication, computation, lane_work = work_sets(events, window, (comm, compute), lanes, gpu)
@@ -54,43 +54,43 @@ def rank_view(events: ev.Table, config: dict, lane_names: dict | None = None) ->
                     communication=communication, computation=computation, lane_work=lane_work)
 
 
-def analysis_window(events: ev.Table, steps: np.ndarray, mode: str = "steps") -> iv.IntervalSet:
+def analysis_window(events: ev.Events, steps: np.ndarray, mode: str = "steps") -> iv.IntervalSet:
     """Union of the ProfileStep ranges (``steps``: their rows; mode 'steps'); the whole trace
     span when there are none, or with mode 'all'."""
     if steps.any() and mode == "steps":
-        return iv.union(events["start_ns"][steps], events["end_ns"][steps])
+        return iv.union(events.start_ns[steps], events.end_ns[steps])
     if not len(events):
         return iv.empty()
-    return (np.array([events["start_ns"].min()], np.int64), np.array([events["end_ns"].max()], np.int64))
+    return (np.array([events.start_ns.min()], np.int64), np.array([events.end_ns.max()], np.int64))
 
 
-def step_rows(events: ev.Table) -> np.ndarray:
+def step_rows(events: ev.Events) -> np.ndarray:
     """Boolean mask of the ProfileStep ranges (one per step)."""
-    return events["kind"].eq(ev.RANGE) & events["name"].eq(ev.PROFILE_STEP)
+    return events.kind.eq(ev.RANGE) & events.name.eq(ev.PROFILE_STEP)
 
 
-def is_gpu_trace(events: ev.Table) -> bool:
-    return bool(events["kind"].eq(ev.KERNEL).any())
+def is_gpu_trace(events: ev.Events) -> bool:
+    return bool(events.kind.eq(ev.KERNEL).any())
 
 
-def launch_rows(events: ev.Table, gpu_work: np.ndarray) -> np.ndarray:
+def launch_rows(events: ev.Events, gpu_work: np.ndarray) -> np.ndarray:
     """Per row, the row of the runtime call that launched it (``gpu_work`` rows only; -1 else, or
     when that call was not captured): the rank's one kernel->launch join (joins.launch_join
     on process and correlation id), which every per-rank analysis reads from the view."""
     work = np.flatnonzero(gpu_work)
-    calls = np.flatnonzero(events["kind"].eq(ev.RUNTIME))
+    calls = np.flatnonzero(events.kind.eq(ev.RUNTIME))
     out = np.full(len(events), -1, np.int64)
     if work.size and calls.size:
-        correlation, pid = events["correlation_id"], events["pid"]
+        correlation, pid = events.correlation_id, events.pid
         found = launch_join(correlation[work], correlation[calls], pid[work], pid[calls])
         out[work[found >= 0]] = calls[found[found >= 0]]
     return out
 
 
-def work_masks(events: ev.Table, config: dict, lane_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def work_masks(events: ev.Events, config: dict, lane_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Boolean masks of the communication rows and the computation rows (``lane_of``: the lane
     index's per-row positions, for the collectives issued on one lane and run on another)."""
-    kind, category = events["kind"], events["category"]
+    kind, category = events.kind, events.category
     is_range = kind.eq(ev.RANGE)
     host_range = is_range | kind.eq(ev.COMM_OP)
     host_comm = host_range & category.eq(ev.COMMUNICATION)
@@ -102,22 +102,22 @@ def work_masks(events: ev.Table, config: dict, lane_of: np.ndarray) -> tuple[np.
     compute = is_range & category.eq(ev.COMPUTE)
     if not compute.any():
         non_compute = set(config["phases"]["non_compute"]) | {ev.PROFILE_STEP}
-        compute = is_range & category.eq(ev.PHASE) & ~events["name"].isin(non_compute)
+        compute = is_range & category.eq(ev.PHASE) & ~events.name.isin(non_compute)
     return host_comm, compute
 
 
-def _enqueue_calls(events: ev.Table) -> np.ndarray:
+def _enqueue_calls(events: ev.Events) -> np.ndarray:
     """Rows that are NCCL/c10d host API calls (by name, per distinct name): on a GPU trace their
     kernels are the communication, the call itself only enqueues them."""
-    return events["name"].where(lambda name: name.lower().startswith(ENQUEUE_PREFIXES))
+    return events.name.where(lambda name: name.lower().startswith(ENQUEUE_PREFIXES))
 
 
-def issued_elsewhere(events: ev.Table, comm_mask: np.ndarray, lane_of: np.ndarray) -> np.ndarray:
+def issued_elsewhere(events: ev.Events, comm_mask: np.ndarray, lane_of: np.ndarray) -> np.ndarray:
     """Communication rows that only issue a collective: ``c10d::*`` ops on a lane when the rank's
     other communication rows (the execution, e.g. ``gloo:*`` on gloo's worker threads) lie on
     some other lane. Placement and the summary then read the execution lane, not the caller's."""
     comm_mask = np.asarray(comm_mask, bool)
-    issue = comm_mask & events["name"].where(lambda name: name.startswith(ISSUE_PREFIXES))
+    issue = comm_mask & events.name.where(lambda name: name.startswith(ISSUE_PREFIXES))
     execution = comm_mask & ~issue
     if not issue.any() or not execution.any():
         return np.zeros(len(events), bool)
@@ -126,18 +126,18 @@ def issued_elsewhere(events: ev.Table, comm_mask: np.ndarray, lane_of: np.ndarra
     return issue & (execution_lanes.size - on_execution_lane.astype(np.int64) > 0)
 
 
-def memory_mask(events: ev.Table) -> np.ndarray:
+def memory_mask(events: ev.Events) -> np.ndarray:
     """Rows that are memcpy/memset work."""
-    return events["kind"].isin((ev.MEMCPY, ev.MEMSET))
+    return events.kind.isin((ev.MEMCPY, ev.MEMSET))
 
 
-def work_sets(events: ev.Table, window: iv.IntervalSet, masks: tuple[np.ndarray, np.ndarray],
+def work_sets(events: ev.Events, window: iv.IntervalSet, masks: tuple[np.ndarray, np.ndarray],
               lanes: tuple[list, np.ndarray, np.ndarray], gpu: bool):
     """Total communication/computation interval sets inside the window, and the per-lane figures
     (``masks``: work_masks; ``lanes``: the lane keys, per-row positions and labels)."""
     comm_mask, compute_mask = masks
     keys, index, labels = lanes
-    starts, ends = events["start_ns"], events["end_ns"]
+    starts, ends = events.start_ns, events.end_ns
     lane_work = []
     comm_parts, comp_parts = [], []
     for position in np.unique(index[comm_mask | compute_mask]):  # one iteration per lane, not per event
@@ -154,9 +154,9 @@ def work_sets(events: ev.Table, window: iv.IntervalSet, masks: tuple[np.ndarray,
     return _union_all(comm_parts), _union_all(comp_parts), tuple(lane_work)
 
 
-def _comm_rules(events: ev.Table, rows: np.ndarray) -> tuple[str, ...]:
+def _comm_rules(events: ev.Events, rows: np.ndarray) -> tuple[str, ...]:
     """The rules that made these communication rows communication, as the sources said them."""
-    rule = events["comm_rule"]
+    rule = events.comm_rule
     return tuple(text for text in rule.texts[np.unique(rule.codes[rows])].tolist() if text) if rows.any() else ()
 
 
@@ -164,7 +164,7 @@ def exposed_per_op(view: RankView, rows: np.ndarray) -> np.ndarray:
     """Per communication row: the part of it no computation of the rank overlaps (the
     computation set of the Distributed Summary, so inside the analysis window). Where such an op
     waits for a late peer, only this part of the wait can be exposed."""
-    start, end = view.events["start_ns"][rows], view.events["end_ns"][rows]
+    start, end = view.events.start_ns[rows], view.events.end_ns[rows]
     return (end - start) - iv.covered_lengths(view.computation, start, end)
 
 
@@ -181,7 +181,7 @@ def rank_figures(view: RankView,
     events, window = view.events, view.window
     comm_set, comp_set = view.communication, view.computation
     memory = memory_mask(events)
-    memory_set = iv.covered_within(events["start_ns"][memory], events["end_ns"][memory], window)
+    memory_set = iv.covered_within(events.start_ns[memory], events.end_ns[memory], window)
     window_ns = iv.total(window)
     communication_ns = iv.total(comm_set)
     computation_ns = iv.total(comp_set)

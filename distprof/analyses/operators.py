@@ -91,24 +91,24 @@ def up_the_tree(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np
     return total
 
 
-def nvtx_operators(events: ev.Table, needs_shapes: Callable | None = None) -> tuple[ev.Table, list]:
+def nvtx_operators(events: ev.Events, needs_shapes: Callable | None = None) -> tuple[ev.Table, list]:
     """Operators of a trace without a cpu_op side table: host ranges named ``aten::...`` (nsys NVTX
     of emit_nvtx), names without their ``, seq = N, sizes = [...]`` tails; the ``sizes`` (emit_nvtx
     with record_shapes) as Input Dims: (operators, distinct dims). ``needs_shapes`` (clean names ->
     a mask) picks the ops whose sizes are decoded (all when None): a name with its ``seq`` is
     distinct per call, so decoding every op's sizes is a JSON parse per event."""
-    host = events["lane_kind"].eq(ev.HOST_THREAD) & events["kind"].isin((ev.RANGE, ev.COMM_OP))
-    rows = np.flatnonzero(host & events["name"].where(_NVTX_OP.match))
-    names = [str(name) for name in events["name"].texts]
-    codes = events["name"].codes[rows]
+    host = events.lane_kind.eq(ev.HOST_THREAD) & events.kind.isin((ev.RANGE, ev.COMM_OP))
+    rows = np.flatnonzero(host & events.name.where(_NVTX_OP.match))
+    names = [str(name) for name in events.name.texts]
+    codes = events.name.codes[rows]
     clean = np.asarray([_NVTX_TAIL.sub("", n) for n in names], object)
     wanted = np.ones(len(names), bool) if needs_shapes is None else needs_shapes(clean)
     sizes = [_nvtx_sizes(n) if want else None for n, want in zip(names, wanted.tolist())]
     distinct = sorted({text for text in sizes if text is not None})
     index = {text: at for at, text in enumerate(distinct)}
     dims_code = np.array([index.get(text, -1) for text in sizes] + [-1], np.int64)
-    ops = ev.Table({"start_ns": events["start_ns"][rows], "end_ns": events["end_ns"][rows],
-                    "pid": events["pid"][rows], "lane": events["lane"][rows], "name": ev.Texts.of(clean[codes]),
+    ops = ev.Table({"start_ns": events.start_ns[rows], "end_ns": events.end_ns[rows],
+                    "pid": events.pid[rows], "lane": events.lane[rows], "name": ev.Texts.of(clean[codes]),
                     "flops": np.full(rows.size, np.nan), "dims": dims_code[codes],
                     "concrete": np.full(rows.size, -1, np.int64)})
     return ops, [json.loads(text) for text in distinct]
@@ -145,7 +145,7 @@ def launched_gpu_ns(view: RankView, operators: ev.Table, op_thread: np.ndarray) 
     gpu = np.flatnonzero(view.gpu_work)
     if not gpu.size:
         return None
-    pid, lane, start, end = events["pid"], events["lane"], events["start_ns"], events["end_ns"]
+    pid, lane, start, end = events.pid, events.lane, events.start_ns, events.end_ns
     launch = view.launch[gpu]
     launched = launch >= 0
     call = launch[launched]
@@ -172,7 +172,7 @@ class OperatorTree:
     concrete_inputs: list          # the distinct Concrete Inputs that ops["concrete"] indexes
 
 
-def prepared(events: ev.Table, profiles: dict, needs_shapes: Callable | None = None) -> OperatorTree:
+def prepared(events: ev.Events, profiles: dict, needs_shapes: Callable | None = None) -> OperatorTree:
     """The operators with their nesting, thread keys and self time: what the Operator Summary and
     the FLOPs profile share (from the source's side table, else from NVTX op ranges, their shapes
     decoded where ``needs_shapes`` says: see :func:`nvtx_operators`)."""

@@ -36,9 +36,9 @@ from . import stacked
 MAX_ROWS = 200  # phase names kept per table (summaries.MAX_ROWS)
 
 
-def phase_rows(events: ev.Table) -> np.ndarray:
+def phase_rows(events: ev.Events) -> np.ndarray:
     """The rows that are phases: PHASE ranges that are not the steps."""
-    return events["kind"].eq(ev.RANGE) & events["category"].eq(ev.PHASE) & ~ev.step_range_rows(events)
+    return events.kind.eq(ev.RANGE) & events.category.eq(ev.PHASE) & ~ev.step_range_rows(events)
 
 
 def union_in_window(group: np.ndarray, start: np.ndarray, end: np.ndarray, window: iv.IntervalSet,
@@ -58,7 +58,7 @@ def union_in_window(group: np.ndarray, start: np.ndarray, end: np.ndarray, windo
     return out
 
 
-def phase_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray,
+def phase_table(events: ev.Events, window: iv.IntervalSet, in_window: np.ndarray,
                 limit: int = MAX_ROWS) -> PhaseTable:
     """One rank's Phase Summary over ``window`` (``in_window``: the rows starting in it), total down
     (ties by name), ``limit`` rows kept and the rest counted in ``dropped``."""
@@ -66,8 +66,8 @@ def phase_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray,
     rows = np.flatnonzero(phase_rows(events) & in_window)
     if not rows.size:
         return PhaseTable(rows=[], denominator_ns=window_ns, dropped=Dropped(rows=0, calls=0, total_ns=0))
-    texts, group_of = ev.distinct_texts(events["name"].take(rows))  # sorted names, each row's position
-    start, end = events["start_ns"][rows], events["end_ns"][rows]
+    texts, group_of = ev.distinct_texts(events.name.take(rows))  # sorted names, each row's position
+    start, end = events.start_ns[rows], events.end_ns[rows]
     inside = iv.covered_lengths(window, start, end)  # each call's time in W
     groups = Groups.of(group_of, texts.size)
     calls, summed = groups.counts(), groups.sum(inside)

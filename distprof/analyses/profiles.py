@@ -172,28 +172,28 @@ def _step_and_phase(view: RankView, tree: ops_mod.OperatorTree) -> tuple[np.ndar
     ops = tree.ops
     start, end = ops["start_ns"], ops["end_ns"]
     events = view.events
-    is_range = events["kind"].eq(ev.RANGE)
+    is_range = events.kind.eq(ev.RANGE)
     is_step = view.steps
-    ev_start, ev_end = events["start_ns"], events["end_ns"]
+    ev_start, ev_end = events.start_ns, events.end_ns
     step_starts, step_ends = ev_start[is_step], ev_end[is_step]
     found = innermost_enclosing(np.zeros(step_starts.size, np.int64), step_starts, step_ends,
                                 np.zeros(start.size, np.int64), start, start)
-    step = np.where(found >= 0, events["step"][is_step][np.maximum(found, 0)], -1) if step_starts.size \
+    step = np.where(found >= 0, events.step[is_step][np.maximum(found, 0)], -1) if step_starts.size \
         else np.full(start.size, -1)
-    phase_mask = is_range & events["category"].eq(ev.PHASE) & ~is_step
+    phase_mask = is_range & events.category.eq(ev.PHASE) & ~is_step
     phase = np.full(start.size, -1, np.int8)
     if phase_mask.any():
-        pid, lane = events["pid"], events["lane"]
+        pid, lane = events.pid, events.lane
         thread_ops, thread_phase = ops_mod.thread_keys((ops["pid"], ops["lane"]), (pid[phase_mask], lane[phase_mask]))
         at = innermost_enclosing(thread_phase, ev_start[phase_mask], ev_end[phase_mask], thread_ops, start, end)
-        key = events["name"].mapped(lambda n: _PHASES.index(_PHASE_KEYS.get(model_row(str(n)) or "", "other")),
+        key = events.name.mapped(lambda n: _PHASES.index(_PHASE_KEYS.get(model_row(str(n)) or "", "other")),
                                     np.int8)[phase_mask]
         phase[at >= 0] = key[at[at >= 0]]
         _backward_of_other_threads(phase, ops, events, np.flatnonzero(phase_mask)[key == _BACKWARD])
     return step, phase
 
 
-def _backward_of_other_threads(phase: np.ndarray, ops: ev.Table, events: ev.Table, backward: np.ndarray) -> None:
+def _backward_of_other_threads(phase: np.ndarray, ops: ev.Table, events: ev.Events, backward: np.ndarray) -> None:
     """Ops outside every phase range of their own thread that run inside a backward range of
     another thread of their process are backward (``phase`` is set in place). Autograd runs a
     GPU model's backward ops on its device threads while the training thread waits in
@@ -202,10 +202,10 @@ def _backward_of_other_threads(phase: np.ndarray, ops: ev.Table, events: ev.Tabl
     loose = np.flatnonzero(phase < 0)
     if not loose.size or not backward.size:
         return
-    pid = np.concatenate([np.asarray(events["pid"][backward], np.int64), np.asarray(ops["pid"][loose], np.int64)])
+    pid = np.concatenate([np.asarray(events.pid[backward], np.int64), np.asarray(ops["pid"][loose], np.int64)])
     _, code = np.unique(pid, return_inverse=True)   # one key per process: the ranges of any thread
     code = code.ravel().astype(np.int64)
-    at = innermost_enclosing(code[:backward.size], events["start_ns"][backward], events["end_ns"][backward],
+    at = innermost_enclosing(code[:backward.size], events.start_ns[backward], events.end_ns[backward],
                              code[backward.size:], ops["start_ns"][loose], ops["end_ns"][loose])
     phase[loose[at >= 0]] = _BACKWARD
 
@@ -273,11 +273,11 @@ def memory_figures(view: RankView, memory: ev.Table | None) -> list[MemoryDevice
     if not len(samples):
         return []
     events, steps = view.events, np.flatnonzero(view.steps)  # by start
-    starts, ends = events["start_ns"][steps], events["end_ns"][steps]
+    starts, ends = events.start_ns[steps], events.end_ns[steps]
     time_ns = samples["time_ns"]
     at = np.searchsorted(starts, time_ns, side="right") - 1
     ok = (at >= 0) & (time_ns < ends[np.maximum(at, 0)]) if starts.size else np.zeros(time_ns.size, bool)
-    step = np.where(ok, events["step"][steps][np.maximum(at, 0)], -1) if starts.size else np.full(time_ns.size, -1)
+    step = np.where(ok, events.step[steps][np.maximum(at, 0)], -1) if starts.size else np.full(time_ns.size, -1)
     pairs, pair_of, _ = unique_rows(np.stack([samples["device_type"], samples["device_id"]], axis=1))
     return [_device_memory(samples.take(rows), step[rows], *pair)  # per device
             for pair, rows in zip(pairs.tolist(), Groups.of(pair_of, len(pairs)).members())]

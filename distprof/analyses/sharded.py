@@ -42,21 +42,21 @@ MAX_PHASES = 12           # phase rows kept per rank (the largest)
 def _phase_ranges(view: RankView) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The rank's phase ranges in the window's steps, by start: (start, end, name, step)."""
     events = view.events
-    rows = np.flatnonzero(events["kind"].eq(ev.RANGE) & events["category"].eq(ev.PHASE) & ~view.steps
-                          & (events["step"] >= 0))
-    rows = rows[np.argsort(events["start_ns"][rows], kind="stable")]
-    return (events["start_ns"][rows], events["end_ns"][rows], events["name"].take(rows).values().astype(object),
-            events["step"][rows])
+    rows = np.flatnonzero(events.kind.eq(ev.RANGE) & events.category.eq(ev.PHASE) & ~view.steps
+                          & (events.step >= 0))
+    rows = rows[np.argsort(events.start_ns[rows], kind="stable")]
+    return (events.start_ns[rows], events.end_ns[rows], events.name.take(rows).values().astype(object),
+            events.step[rows])
 
 
 def _phase_of(view: RankView, rows: np.ndarray, ranges: tuple) -> np.ndarray:
     """Per communication row, its phase name ("" = none): the events' phase (the launching call's, or its
     own thread's), else the phase range its start lies in (a gloo worker's exchange in the forward)."""
-    own = view.events["phase"].take(rows).values().astype(object)
+    own = view.events.phase.take(rows).values().astype(object)
     starts, ends, names, _ = ranges
     if not starts.size:
         return own
-    op_start = view.events["start_ns"][rows]
+    op_start = view.events.start_ns[rows]
     at = np.searchsorted(starts, op_start, side="right") - 1
     inside = (at >= 0) & (op_start < ends[np.maximum(at, 0)])
     by_time = np.where(inside, names[np.maximum(at, 0)], "")
@@ -66,7 +66,7 @@ def _phase_of(view: RankView, rows: np.ndarray, ranges: tuple) -> np.ndarray:
 def _figures(view: RankView, rows: np.ndarray) -> tuple[int, int]:
     """(|∪ rows| in the window, of it what the rank's computation does not overlap)."""
     events = view.events
-    union = iv.covered_within(events["start_ns"][rows], events["end_ns"][rows], view.window)
+    union = iv.covered_within(events.start_ns[rows], events.end_ns[rows], view.window)
     return iv.total(union), iv.total(iv.difference(union, view.computation))
 
 

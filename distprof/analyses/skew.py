@@ -51,11 +51,11 @@ SPLIT_DISAGREE_NOTE_SHARE = 0.25
 # skew.straggler_min_ns before that became the straggler's per-step floor
 SPLIT_MIN_NS = 1_000_000
 
-def _kinds(events: ev.Table, rows: np.ndarray) -> list[str]:
+def _kinds(events: ev.Events, rows: np.ndarray) -> list[str]:
     """Each communication row's kind: the source's ``collective`` where it set one, else the kind
     its name says (events.collective_kind, once per distinct name)."""
-    from_name = events["name"].take(rows).mapped(lambda name: ev.collective_kind(str(name)))
-    given = events["collective"].take(rows).values()
+    from_name = events.name.take(rows).mapped(lambda name: ev.collective_kind(str(name)))
+    given = events.collective.take(rows).values()
     return np.where(given != "", given, from_name).tolist()
 
 
@@ -67,9 +67,9 @@ def _launch_starts(view: RankView, rows: np.ndarray) -> np.ndarray:
     events = view.events
     selected = np.flatnonzero(rows)
     gpu = view.gpu_work[selected]
-    out = np.where(gpu, -1, events["start_ns"][selected]).astype(np.int64)
+    out = np.where(gpu, -1, events.start_ns[selected]).astype(np.int64)
     found = view.launch[selected]  # -1 on every row that is not GPU work
-    out[found >= 0] = events["start_ns"][found[found >= 0]]
+    out[found >= 0] = events.start_ns[found[found >= 0]]
     return out
 
 
@@ -84,26 +84,26 @@ def _waited_for(view: RankView, comm_mask: np.ndarray, runs_steps: np.ndarray) -
     then starts nothing while the exchange runs and resumes within RESUME_NS of its end."""
     events = view.events
     rows = np.flatnonzero(comm_mask)
-    own = np.flatnonzero(runs_steps[view.lane_of] & ~view.steps & ~events["category"].eq(ev.PHASE))
+    own = np.flatnonzero(runs_steps[view.lane_of] & ~view.steps & ~events.category.eq(ev.PHASE))
     if not rows.size or not own.size:
         return np.zeros(rows.size, bool)
-    starts = np.sort(events["start_ns"][own])
-    op_start, op_end = events["start_ns"][rows], events["end_ns"][rows]
+    starts = np.sort(events.start_ns[own])
+    op_start, op_end = events.start_ns[rows], events.end_ns[rows]
     after = np.searchsorted(starts, op_start, side="right")  # the first start on the thread after the op's
     resumed = starts[np.minimum(after, starts.size - 1)]
     return (after < starts.size) & (resumed >= op_end) & (resumed - op_end <= RESUME_NS)
 
 
-def _duplicate_ops(events: ev.Table, comm_mask) -> np.ndarray:
+def _duplicate_ops(events: ev.Events, comm_mask) -> np.ndarray:
     """Rows of ``c10d::*`` operator ranges where the rank also has the exchange itself (``gloo:*``
     ranges on CPU traces, NCCL kernels on GPU): one collective is then counted once, by the
     exchange, not twice under two kinds."""
     comm_mask = np.asarray(comm_mask, bool)
-    is_op = events["name"].where(lambda text: text.startswith("c10d::"))
+    is_op = events.name.where(lambda text: text.startswith("c10d::"))
     return comm_mask & is_op if (comm_mask & ~is_op).any() else np.zeros(is_op.size, bool)
 
 
-def _waited_elsewhere(events: ev.Table, own: np.ndarray, elsewhere: np.ndarray) -> iv.IntervalSet:
+def _waited_elsewhere(events: ev.Events, own: np.ndarray, elsewhere: np.ndarray) -> iv.IntervalSet:
     """When a thread (its rows ``own``) waited for host communication on other lanes (``elsewhere``):
     per op, the stretch of the thread between two boundaries of its ranges that ends at its first
     boundary after the op's start and after RESUME_NS before the op's end (gloo closes its range a
@@ -113,7 +113,7 @@ def _waited_elsewhere(events: ev.Table, own: np.ndarray, elsewhere: np.ndarray) 
     prefetched all-gather ran) is no wait."""
     if not elsewhere.any():  # first: the thread's boundaries are a sort of all its rows (8 ms on 65k)
         return iv.empty()
-    start, end = events["start_ns"], events["end_ns"]
+    start, end = events.start_ns, events.end_ns
     bounds = np.unique(np.concatenate([start[own], end[own]]))
     if bounds.size < 2:
         return iv.empty()
@@ -127,7 +127,7 @@ def _waited_elsewhere(events: ev.Table, own: np.ndarray, elsewhere: np.ndarray) 
     return iv.union(lo[keep], resumed[keep])
 
 
-def _nested_comm(events: ev.Table, rows: np.ndarray, lane_of: np.ndarray,
+def _nested_comm(events: ev.Events, rows: np.ndarray, lane_of: np.ndarray,
                  host: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Per row (indices): the communication its own thread waited through inside it, which is
     not the phase's own work: what runs on its own lane (a blocking allreduce an MPI rank runs in
@@ -138,7 +138,7 @@ def _nested_comm(events: ev.Table, rows: np.ndarray, lane_of: np.ndarray,
     per row, host communication (issuing calls included) and host computation (aten ops; the phases themselves where a
     trace has none, as in work_masks: a demo rank's backward computes while its comm thread reduces)."""
     out = np.zeros(rows.size, np.int64)
-    start, end = events["start_ns"], events["end_ns"]
+    start, end = events.start_ns, events.end_ns
     host_comm, computing = host
     for lane in np.unique(lane_of[rows]):  # one iteration per lane that holds phases
         mine, own = lane_of[rows] == lane, lane_of == lane
@@ -149,14 +149,14 @@ def _nested_comm(events: ev.Table, rows: np.ndarray, lane_of: np.ndarray,
     return out
 
 
-def _phase_bounds(events: ev.Table, rows: np.ndarray, lane_of: np.ndarray,
+def _phase_bounds(events: ev.Events, rows: np.ndarray, lane_of: np.ndarray,
                   host: tuple[np.ndarray, np.ndarray]) -> dict:
     """Per (step, phase name), sorted by both: the first start, the last end, the summed
     duration of the phase's ranges (``busy_ns``) and of it what its thread did not wait through
     in communication (``compute_ns``, _nested_comm: what the straggler's phase is judged by)."""
     rows = np.flatnonzero(rows)
-    names = events["name"].take(rows).sorted()  # codes in text order
-    step, start, end = events["step"][rows], events["start_ns"][rows], events["end_ns"][rows]
+    names = events.name.take(rows).sorted()  # codes in text order
+    step, start, end = events.step[rows], events.start_ns[rows], events.end_ns[rows]
     order = np.lexsort((names.codes, step))
     key_step, key_name = step[order], names.codes[order]
     first = np.flatnonzero(np.concatenate([[True], (key_step[1:] != key_step[:-1]) | (key_name[1:] != key_name[:-1])])
@@ -174,17 +174,17 @@ def rank_markers(view: RankView) -> RankMarkers:
     """Step bounds, per-step phase bounds and the collectives of one rank (own clock), read off
     the rank's view (its masks, lanes and launch join)."""
     events = view.events
-    is_range = events["kind"].eq(ev.RANGE)
-    is_step = events["name"].eq(ev.PROFILE_STEP)
+    is_range = events.kind.eq(ev.RANGE)
+    is_step = events.name.eq(ev.PROFILE_STEP)
     steps = view.steps
-    step_bounds = {"step": events["step"][steps].tolist(), "start_ns": events["start_ns"][steps].tolist(),
-                   "end_ns": events["end_ns"][steps].tolist()}
+    step_bounds = {"step": events.step[steps].tolist(), "start_ns": events.start_ns[steps].tolist(),
+                   "end_ns": events.end_ns[steps].tolist()}
     comm_mask = view.comm & ~_duplicate_ops(events, view.comm)
     lane_of, labels = view.lane_of, view.labels
     # host rows: communication (on CPU traces the c10d:: calls that issue a gloo exchange too) and computation
-    host_comm = (view.comm | (events["category"].eq(ev.COMMUNICATION) & (not view.gpu))) & ~view.gpu_work
-    computing = (view.compute | events["category"].eq(ev.COMPUTE)) & ~view.gpu_work & ~is_step
-    phases = _phase_bounds(events, is_range & events["category"].eq(ev.PHASE) & ~is_step & (events["step"] >= 0),
+    host_comm = (view.comm | (events.category.eq(ev.COMMUNICATION) & (not view.gpu))) & ~view.gpu_work
+    computing = (view.compute | events.category.eq(ev.COMPUTE)) & ~view.gpu_work & ~is_step
+    phases = _phase_bounds(events, is_range & events.category.eq(ev.PHASE) & ~is_step & (events.step >= 0),
                            lane_of, (host_comm, computing))
     # a call on the thread that runs the steps blocks it until it returns: the thread waits for it
     runs_steps = np.zeros(len(view.lanes), bool)  # per lane: it runs the steps (read by position, no sort)
@@ -192,21 +192,21 @@ def rank_markers(view: RankView) -> RankMarkers:
     blocking = (runs_steps[lane_of[comm_mask]] | _waited_for(view, comm_mask, runs_steps)) & ~view.gpu_work[comm_mask]
     collectives = {
         "name": _kinds(events, comm_mask),  # the canonical kind (events.COLLECTIVE_KINDS): what matching keys on
-        "start_ns": events["start_ns"][comm_mask].tolist(),
-        "end_ns": events["end_ns"][comm_mask].tolist(),
+        "start_ns": events.start_ns[comm_mask].tolist(),
+        "end_ns": events.end_ns[comm_mask].tolist(),
         "lane": labels[lane_of[comm_mask]].tolist() if comm_mask.any() else [],
-        "step": events["step"][comm_mask].tolist(),  # matching anchor: the k-th allreduce *of step s*
-        "group": events["group"].take(comm_mask).values().tolist(),
-        "nbytes": events["nbytes"][comm_mask].tolist(),
-        "peer": events["peer"][comm_mask].tolist(),
-        "sent_bytes": events["sent_bytes"][comm_mask].tolist(),  # all-to-all: its input and output (-1: unknown)
-        "recv_bytes": events["recv_bytes"][comm_mask].tolist(),
+        "step": events.step[comm_mask].tolist(),  # matching anchor: the k-th allreduce *of step s*
+        "group": events.group.take(comm_mask).values().tolist(),
+        "nbytes": events.nbytes[comm_mask].tolist(),
+        "peer": events.peer[comm_mask].tolist(),
+        "sent_bytes": events.sent_bytes[comm_mask].tolist(),  # all-to-all: its input and output (-1: unknown)
+        "recv_bytes": events.recv_bytes[comm_mask].tolist(),
         "launch_ns": _launch_starts(view, comm_mask).tolist(),
         "exposed_ns": exposed_per_op(view, comm_mask).tolist(),
         "blocking": blocking.tolist(),
     }
-    sync = events["kind"].eq(ev.RUNTIME) & events["name"].where(lambda name: re.search(SYNC_CALL, name))
-    syncs = {"start_ns": events["start_ns"][sync].tolist(), "end_ns": events["end_ns"][sync].tolist()}
+    sync = events.kind.eq(ev.RUNTIME) & events.name.where(lambda name: re.search(SYNC_CALL, name))
+    syncs = {"start_ns": events.start_ns[sync].tolist(), "end_ns": events.end_ns[sync].tolist()}
     return RankMarkers(step_bounds, phases, collectives, syncs)
 
 

@@ -147,16 +147,16 @@ def _by_name(keys: list[tuple[np.ndarray, np.ndarray]], durations: np.ndarray, d
                                  total_ns=int(total[rest].sum())))
 
 
-def _durations(events: ev.Table, mask: np.ndarray) -> np.ndarray:
-    return (events["end_ns"] - events["start_ns"])[mask]
+def _durations(events: ev.Events, mask: np.ndarray) -> np.ndarray:
+    return (events.end_ns - events.start_ns)[mask]
 
 
-def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = None) -> list[DeviceRow]:
+def device_table(events: ev.Events, window: iv.IntervalSet, meta: dict | None = None) -> list[DeviceRow]:
     """GPU utilization per device, busy share per host thread (labelled as every other table labels
     its lane: with the trace's thread names, ``meta["lane_names"]``), process CPU utilization."""
     window_ns = iv.total(window)
-    kind = events["kind"]
-    starts, ends = events["start_ns"], events["end_ns"]
+    kind = events.kind
+    starts, ends = events.start_ns, events.end_ns
     rows = []
     meta = meta or {}
     if meta.get("process_cpu_ns") is not None and meta.get("elapsed_ns"):
@@ -164,18 +164,18 @@ def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = N
         rows.append(DeviceRow(device="CPU(Process)", kind="cpu_process", busy_ns=int(cpu_ns),
                               elapsed_ns=int(elapsed_ns), utilization=float(cpu_ns) / float(elapsed_ns)))
     kernel = kind.eq(ev.KERNEL)
-    devices = events["device"]
+    devices = events.device
     for device in np.unique(devices[kernel]):  # one iteration per GPU
         on = kernel & (devices == device)
         busy = iv.total(iv.covered_within(starts[on], ends[on], window))
         rows.append(DeviceRow(device=f"GPU{int(device)}", kind="gpu", busy_ns=busy, elapsed_ns=window_ns,
                               utilization=busy / window_ns if window_ns else None))
-    host = events["lane_kind"].eq(ev.HOST_THREAD) & ~kind.eq(ev.MARK) & ~ev.step_range_rows(events)
-    phase = events["category"].eq(ev.PHASE)
-    if kernel.any() or (kind.eq(ev.RANGE) & events["category"].eq(ev.COMPUTE)).any():
+    host = events.lane_kind.eq(ev.HOST_THREAD) & ~kind.eq(ev.MARK) & ~ev.step_range_rows(events)
+    phase = events.category.eq(ev.PHASE)
+    if kernel.any() or (kind.eq(ev.RANGE) & events.category.eq(ev.COMPUTE)).any():
         host &= ~phase  # the ops (or kernels) are the work; a phase only marks where they are
     host = np.flatnonzero(host)
-    lanes, lane_of, _ = unique_rows(np.column_stack([events["pid"][host], events["lane"][host]]))
+    lanes, lane_of, _ = unique_rows(np.column_stack([events.pid[host], events.lane[host]]))
     for (pid, lane), on in zip(lanes.tolist(), Groups.of(lane_of, len(lanes)).members()):  # one per host thread
         busy = iv.total(iv.covered_within(starts[host[on]], ends[host[on]], window))
         key = lanes_mod.LaneKey(int(pid), -1, int(lane), ev.HOST_THREAD)
@@ -186,10 +186,10 @@ def device_table(events: ev.Table, window: iv.IntervalSet, meta: dict | None = N
 
 
 # (side, event type) -> row mask; unions within a type
-def _overview_types(events: ev.Table) -> list[tuple[str, str, np.ndarray]]:
-    kind, category = events["kind"], events["category"]
-    host = events["lane_kind"].eq(ev.HOST_THREAD)
-    is_step = events["name"].eq(ev.PROFILE_STEP)
+def _overview_types(events: ev.Events) -> list[tuple[str, str, np.ndarray]]:
+    kind, category = events.kind, events.category
+    host = events.lane_kind.eq(ev.HOST_THREAD)
+    is_step = events.name.eq(ev.PROFILE_STEP)
     host_range = host & kind.isin((ev.RANGE, ev.COMM_OP))
     kernel, comm = kind.eq(ev.KERNEL), category.eq(ev.COMMUNICATION)
     return [
@@ -206,10 +206,10 @@ def _overview_types(events: ev.Table) -> list[tuple[str, str, np.ndarray]]:
     ]
 
 
-def overview_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray) -> list[OverviewRow]:
+def overview_table(events: ev.Events, window: iv.IntervalSet, in_window: np.ndarray) -> list[OverviewRow]:
     """Time by event type: calls (starts in W) and |∪ of the type ∩ W| / |W|."""
     window_ns = iv.total(window)
-    starts, ends = events["start_ns"], events["end_ns"]
+    starts, ends = events.start_ns, events.end_ns
     rows = []
     for side, name, mask in _overview_types(events):  # a fixed handful of types
         calls = int((mask & in_window).sum())
@@ -257,20 +257,20 @@ def _step_sums(rows: np.ndarray, steps: np.ndarray, durations: np.ndarray) -> tu
     return row_texts[pairs // max(step_values.size, 1)], sums
 
 
-def model_table(events: ev.Table, window: iv.IntervalSet, in_window: np.ndarray,
+def model_table(events: ev.Events, window: iv.IntervalSet, in_window: np.ndarray,
                 dataloader: str) -> list[ModelRow]:
     """ProfileStep / Dataloader / Forward / Backward / Optimization / Others, CPU and GPU."""
-    kind = events["kind"]
-    phase_range = kind.eq(ev.RANGE) & events["category"].eq(ev.PHASE) & in_window
-    cpu_rows = events["name"].mapped(lambda n: model_row(n, dataloader))[phase_range]
+    kind = events.kind
+    phase_range = kind.eq(ev.RANGE) & events.category.eq(ev.PHASE) & in_window
+    cpu_rows = events.name.mapped(lambda n: model_row(n, dataloader))[phase_range]
     cpu_durations = _durations(events, phase_range)
     named_row = np.array([row is not None and row != "Others" for row in cpu_rows.tolist()], bool)
     cpu_stats = _stats_by_row(cpu_rows[named_row].astype(str), cpu_durations[named_row])
 
     has_steps = "ProfileStep" in cpu_stats
-    steps = events["step"]
+    steps = events.step
     gpu_ops = kind.isin(_GPU_KINDS) & ((steps >= 0) if has_steps else in_window)
-    gpu_rows = events["phase"].mapped(lambda n: model_row(n, dataloader))[gpu_ops]
+    gpu_rows = events.phase.mapped(lambda n: model_row(n, dataloader))[gpu_ops]
     gpu_rows = np.array(["Others" if row is None else row for row in gpu_rows.tolist()], dtype=object)
     gpu_durations, gpu_steps = _durations(events, gpu_ops), steps[gpu_ops]
     rows_of_sums, sums = _step_sums(gpu_rows.astype(str), gpu_steps, gpu_durations)
@@ -303,10 +303,10 @@ def _model_rows(cpu_stats: dict[str, _Stats], gpu_stats: dict[str, _Stats], cpu_
     return rows
 
 
-def _first_categories(events: ev.Table, kernels: np.ndarray, name_codes: np.ndarray,
+def _first_categories(events: ev.Events, kernels: np.ndarray, name_codes: np.ndarray,
                       name_texts: np.ndarray) -> dict[str, str]:
     """Each kernel name's category: that of the name's first row (one per name in practice)."""
-    category_codes, category_texts = events["category"].codes, events["category"].texts
+    category_codes, category_texts = events.category.codes, events.category.texts
     codes, categories = name_codes[kernels], category_codes[kernels]
     seen = categories >= 0
     distinct, first = np.unique(codes[seen], return_index=True)
@@ -314,12 +314,12 @@ def _first_categories(events: ev.Table, kernels: np.ndarray, name_codes: np.ndar
             zip(distinct.tolist(), first.tolist())}
 
 
-def step_times(events: ev.Table) -> StepTimes:
+def step_times(events: ev.Events) -> StepTimes:
     """ProfileStep durations by step index (the first MAX_STEPS steps)."""
-    rows = np.flatnonzero(events["kind"].eq(ev.RANGE) & events["name"].eq(ev.PROFILE_STEP))
-    rows = rows[np.argsort(events["step"][rows], kind="stable")][:MAX_STEPS]
-    return StepTimes(step=events["step"][rows].tolist(),
-                     duration_ns=(events["end_ns"] - events["start_ns"])[rows].tolist())
+    rows = np.flatnonzero(events.kind.eq(ev.RANGE) & events.name.eq(ev.PROFILE_STEP))
+    rows = rows[np.argsort(events.step[rows], kind="stable")][:MAX_STEPS]
+    return StepTimes(step=events.step[rows].tolist(),
+                     duration_ns=(events.end_ns - events.start_ns)[rows].tolist())
 
 
 def rank_tables(view: RankView, config: dict, meta: dict | None = None,
@@ -328,20 +328,20 @@ def rank_tables(view: RankView, config: dict, meta: dict | None = None,
     adds it): compact rows that travel to rank 0 instead of events."""
     events, window = view.events, view.window
     window_ns = iv.total(window)
-    starts = events["start_ns"]
+    starts = events.start_ns
     in_window = rows_in_window(starts, window)
-    kind = events["kind"]
-    name_codes, name_texts = events["name"].codes, events["name"].texts
+    kind = events.kind
+    name_codes, name_texts = events.name.codes, events.name.texts
     kernels = kind.eq(ev.KERNEL) & in_window
     kernel_durations = _durations(events, kernels)
     category_of = _first_categories(events, kernels, name_codes, name_texts)  # rides along with each row
-    user_codes, user_texts = _base_names(events["name"])  # one row per op, not per PyTorch NVTX call
-    user = events["category"].eq(ev.USER) & kind.isin((ev.RANGE, ev.MARK)) & in_window
+    user_codes, user_texts = _base_names(events.name)  # one row per op, not per PyTorch NVTX call
+    user = events.category.eq(ev.USER) & kind.isin((ev.RANGE, ev.MARK)) & in_window
     memory = kind.isin((ev.MEMCPY, ev.MEMSET)) & in_window
     memory_durations = _durations(events, memory)
     return SentTables(
         window_ns=window_ns,
-        span_ns=[int(starts.min()), int(events["end_ns"].max())] if len(events) else None,
+        span_ns=[int(starts.min()), int(events.end_ns.max())] if len(events) else None,
         device=device_table(events, window, meta),
         overview=overview_table(events, window, in_window),
         model=model_table(events, window, in_window, config["phases"]["dataloader"]),

@@ -116,7 +116,7 @@ def reduce_window(cursor: RankCursor, window: tuple[int, int], config: dict):
         trace = native.read(cursor.path, config, (cursor.floor(first), first, last + 1))[0]
     except ev.SourceError:
         return None
-    steps = trace.events["step"]
+    steps = trace.events.step
     trace = replace(trace, events=trace.events.take((steps >= first) & (steps <= last)), warnings=[])
     return pipeline.reduce_rank(trace, config)
 

@@ -181,11 +181,11 @@ def read(path: Path, config: dict, window: tuple[int, int, int] | None = None,
                                **_model_profile(meta, path, warnings)})]
 
 
-def _run(meta: dict, events: ev.Table, path: Path, warnings: list[str]) -> dict:
+def _run(meta: dict, events: ev.Events, path: Path, warnings: list[str]) -> dict:
     """The rank's run identity (sources.run_identity): its ranges on the wall clock, by the
     ``wall_minus_clock_ns`` the collector measured when it started (from ``started_wall_ns``, when
     it wrote one), and the launcher's and distprof's run ids it recorded."""
-    return run_identity(events["start_ns"], events["end_ns"], _int_meta(meta, "wall_minus_clock_ns", path, warnings),
+    return run_identity(events.start_ns, events.end_ns, _int_meta(meta, "wall_minus_clock_ns", path, warnings),
                         _int_meta(meta, "started_wall_ns", path, warnings), _launcher_meta(meta, path, warnings))
 
 

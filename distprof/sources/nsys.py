@@ -1016,7 +1016,7 @@ def _rank_traces(export: _Export, rows: dict, phase_names: np.ndarray, devices: 
             comm_rule=_comm_rule(column, export))
         del column, name, phase
         meta = {**file_facts, "nvtx_domains": domain_counts.get(int(pid), {}),
-                "run": run_identity(events["start_ns"], events["end_ns"], clock_offset, clock_offset or None,
+                "run": run_identity(events.start_ns, events.end_ns, clock_offset, clock_offset or None,
                                     launcher_ids(env))}
         if hostname:
             meta["hostname"] = hostname
