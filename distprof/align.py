@@ -15,7 +15,7 @@ from msgspec.structs import replace
 from . import events as ev
 from .columns import unique_rows
 from .matching import Matching
-from .results import ClockEstimate, RankResult
+from .results import ClockEstimate, CollectiveMarkers, RankResult
 from .typed import Reason
 
 # -- matching collectives across ranks (rank 0, compact results only) ------------------------
@@ -39,16 +39,16 @@ def _ordinal_in_group(*sorted_keys: np.ndarray) -> np.ndarray:
     return index - np.maximum.accumulate(np.where(opens, index, 0))
 
 
-def _op_columns(collectives: dict, rank: int) -> dict:
+def _op_columns(collectives: CollectiveMarkers, rank: int) -> dict:
     """One rank's collectives as arrays, with each op's series: (kind, group, sender, receiver);
     sender/receiver only for send/recv (the k-th send 0 -> 1 pairs with the k-th receive of 1
     from 0), -1 otherwise."""
-    kind = np.asarray(collectives["name"], dtype=str)
+    kind = np.asarray(collectives.name, dtype=str)
     n = kind.size
 
-    def column(key: str, default, dtype):
-        values = collectives.get(key)
-        return np.asarray(values if values is not None and len(values) == n else np.full(n, default), dtype=dtype)
+    def column(key: str, default, dtype):  # a column the sender did not have (empty): its default
+        values = getattr(collectives, key)
+        return np.asarray(values if len(values) == n else np.full(n, default), dtype=dtype)
 
     peer = column("peer", -1, np.int64)
     is_send, is_recv = kind == ev.SEND, kind == ev.RECV
@@ -108,7 +108,7 @@ def _reports(series, kinds, groups, expected, steps_of, step_bad, key_series, ma
     return out, warnings
 
 
-def match_collectives(collectives_by_rank: list[dict], ranks: list[int],
+def match_collectives(collectives_by_rank: list[CollectiveMarkers], ranks: list[int],
                       process_groups: dict | None = None) -> Matching:
     """Match the k-th collective of each kind within each process group and step across the
     group's ranks (send/recv: the k-th of each sender -> receiver pair).

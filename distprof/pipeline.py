@@ -294,8 +294,8 @@ def _collectives(aligned: align_mod.Alignment, config: dict,
 def _unnamed_groups_note(results: list[RankResult], world_size: int) -> list[Reason]:
     """Say when collectives carry no process group: they are matched among the ranks that have
     them and taken to span the world, which a job with subgroups would contradict."""
-    unnamed = sorted({kind for r in results for kind, group in zip(r.markers.collectives.get("name", []),
-                                                                  r.markers.collectives.get("group") or [])
+    unnamed = sorted({kind for r in results for kind, group in zip(r.markers.collectives.name,
+                                                                  r.markers.collectives.group)
                       if not group and kind not in ("other", "send", "recv")})
     if not unnamed:
         return []

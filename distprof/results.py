@@ -13,7 +13,7 @@ get min/median/max across ranks).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import msgspec
 from msgspec.structs import asdict, replace
@@ -103,41 +103,105 @@ class Lane(msgspec.Struct, frozen=True):
                 "comm_rules": list(self.comm_rules)}
 
 
-def _shifted(columns: dict, offset_ns: int) -> dict:
-    """Column dict with its times (start_ns/end_ns, and launch_ns where known: -1 is unknown)
-    moved by ``offset_ns`` (other columns shared). numpy is imported here, not with the module:
-    ``distprof report`` reads a summary's results and needs no numpy."""
+def _column() -> Any:
+    """An empty column by default: a sender that did not have the column sent none."""
+    return msgspec.field(default_factory=list)
+
+
+def _moved(values: list[int], offset_ns: int, unknown_stays: bool = False) -> list[int]:
+    """Times moved by ``offset_ns`` (``unknown_stays``: -1, not known, stays -1). numpy is imported here,
+    not with the module: ``distprof report`` reads a summary's results and needs no numpy."""
     import numpy as np
-    out = {**columns, **{key: (np.asarray(columns[key], dtype=np.int64) + offset_ns).tolist()
-                         for key in ("start_ns", "end_ns")}}
-    if "launch_ns" in columns:
-        launch = np.asarray(columns["launch_ns"], dtype=np.int64)
-        out["launch_ns"] = np.where(launch >= 0, launch + offset_ns, -1).tolist()
-    return out
+    times = np.asarray(values, dtype=np.int64)
+    return (np.where(times >= 0, times + offset_ns, -1) if unknown_stays else times + offset_ns).tolist()
+
+
+class StepBounds(msgspec.Struct, frozen=True):
+    """A rank's ProfileSteps: their numbers and bounds."""
+
+    step: list[int] = _column()
+    start_ns: list[int] = _column()
+    end_ns: list[int] = _column()
+
+    def shifted(self, offset_ns: int) -> StepBounds:
+        return replace(self, start_ns=_moved(self.start_ns, offset_ns), end_ns=_moved(self.end_ns, offset_ns))
+
+
+class PhaseBounds(msgspec.Struct, frozen=True):
+    """A rank's phases per step and name: first start, last end, the time in them (``busy_ns``) and of it
+    the part its thread computed, not waiting in communication (``compute_ns``; empty from a sender that
+    did not split it: ``own_ns`` is then the busy time)."""
+
+    step: list[int] = _column()
+    name: list[str] = _column()
+    start_ns: list[int] = _column()
+    end_ns: list[int] = _column()
+    busy_ns: list[int] = _column()
+    compute_ns: list[int] = _column()
+
+    @property
+    def own_ns(self) -> list[int]:
+        """Each phase's own work: its computing time where known, else its busy time."""
+        return self.compute_ns or self.busy_ns
+
+    def shifted(self, offset_ns: int) -> PhaseBounds:
+        return replace(self, start_ns=_moved(self.start_ns, offset_ns), end_ns=_moved(self.end_ns, offset_ns))
+
+
+class CollectiveMarkers(msgspec.Struct, frozen=True):
+    """A rank's communication ops as the matching reads them. ``name``: the canonical kind; ``lane``: its
+    lane's label; ``step``: the step it is in (the matching's anchor: the k-th allreduce of step s);
+    ``launch_ns``: when it was issued (the launching call's start for GPU work, a host range's own start,
+    -1 for GPU work whose launch was not captured); ``exposed_ns``: its time no computation of the rank
+    overlapped; ``blocking``: a host call on the thread that runs the steps. A column a sender did not
+    have is empty (``group``: every op on the world; ``nbytes``, ``peer``: not known)."""
+
+    name: list[str] = _column()
+    start_ns: list[int] = _column()
+    end_ns: list[int] = _column()
+    lane: list[str] = _column()
+    step: list[int] = _column()
+    group: list[str] = _column()
+    nbytes: list[int] = _column()
+    peer: list[int] = _column()
+    sent_bytes: list[int] = _column()  # all-to-all: its input and output (-1: unknown)
+    recv_bytes: list[int] = _column()
+    launch_ns: list[int] = _column()
+    exposed_ns: list[int] = _column()
+    blocking: list[bool] = _column()
+
+    def shifted(self, offset_ns: int) -> CollectiveMarkers:
+        return replace(self, start_ns=_moved(self.start_ns, offset_ns), end_ns=_moved(self.end_ns, offset_ns),
+                       launch_ns=_moved(self.launch_ns, offset_ns, unknown_stays=True))
+
+
+class SyncCalls(msgspec.Struct, frozen=True):
+    """A rank's host calls that block on the GPU (stream/event/device synchronize, a synchronous memcpy):
+    where the host can be seen waiting for GPU work."""
+
+    start_ns: list[int] = _column()
+    end_ns: list[int] = _column()
+
+    def shifted(self, offset_ns: int) -> SyncCalls:
+        return replace(self, start_ns=_moved(self.start_ns, offset_ns), end_ns=_moved(self.end_ns, offset_ns))
 
 
 class RankMarkers(msgspec.Struct, frozen=True):
-    """What skew needs from a rank, on the rank's own clock, as plain column lists (picklable):
-    ``step_bounds`` (step, start_ns, end_ns), ``phases`` per step and name (step, name, start_ns,
-    end_ns, busy_ns) and ``collectives`` (name = canonical kind, start_ns, end_ns, lane label, step,
-    group, nbytes, peer, launch_ns: when it was issued: the launching call's start for GPU work,
-    a host range's own start, -1 for GPU work whose launch was not captured) and ``syncs``
-    (start_ns, end_ns of the host calls that block on the GPU: stream/event/device synchronize,
-    a synchronous memcpy): where the host can be seen waiting for GPU work."""
+    """What the cross-rank analyses need from a rank, on the rank's own clock, as plain column lists
+    (picklable, and compact on the wire): its steps, phases, communication ops and sync calls."""
 
-    step_bounds: dict
-    phases: dict
-    collectives: dict
-    syncs: dict = msgspec.field(default_factory=lambda: {"start_ns": [], "end_ns": []})
+    step_bounds: StepBounds = msgspec.field(default_factory=StepBounds)
+    phases: PhaseBounds = msgspec.field(default_factory=PhaseBounds)
+    collectives: CollectiveMarkers = msgspec.field(default_factory=CollectiveMarkers)
+    syncs: SyncCalls = msgspec.field(default_factory=SyncCalls)
 
     def shifted(self, offset_ns: int) -> RankMarkers:
         """The same markers on the common clock (own clock + offset)."""
-        return RankMarkers(_shifted(self.step_bounds, offset_ns), _shifted(self.phases, offset_ns),
-                           _shifted(self.collectives, offset_ns), _shifted(self.syncs, offset_ns))
+        return RankMarkers(self.step_bounds.shifted(offset_ns), self.phases.shifted(offset_ns),
+                           self.collectives.shifted(offset_ns), self.syncs.shifted(offset_ns))
 
     def to_json(self) -> dict:
-        return {"step_bounds": self.step_bounds, "phases": self.phases, "collectives": self.collectives,
-                "syncs": self.syncs}
+        return msgspec.to_builtins(self)
 
 
 class DeviceGaps(msgspec.Struct, frozen=True):
@@ -275,7 +339,7 @@ class RankResult(Record):
                    rank_from=row_of.rank_from, figures=figures, clock=clock, profile=RankProfile.from_json(row, where),
                    lanes=tuple(Lane(r.lane, r.device, r.lane_kind, r.communication_ns, r.computation_ns,
                                     tuple(r.comm_rules)) for r in row_of.lanes),
-                   markers=RankMarkers({}, {}, {}), gpu_gaps=None, tables=None)
+                   markers=RankMarkers(), gpu_gaps=None, tables=None)
 
 
 class _LaneRow(Record):

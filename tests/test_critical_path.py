@@ -33,7 +33,7 @@ def test_three_ranks_one_late_gives_exactly_the_known_path():
     results = late_job(3, late=2, delay=delay)
     summary = summarize(results)
     path = summary["critical_path"]
-    comm_lane = results[0].markers.collectives["lane"][0]
+    comm_lane = results[0].markers.collectives.lane[0]
     step_ns = F + delay + T + OPT
     assert len(path["steps"]) == 3
     for s, step in enumerate(path["steps"]):

@@ -76,6 +76,6 @@ def test_a_synchronous_gloo_call_is_waited_for_by_the_thread_that_runs_the_steps
     for path in sorted(DATA.glob("rank*.pt.trace.json.gz")):
         (trace,) = sources.read(path, CONFIG)
         collectives = pipeline.reduce_rank(trace, CONFIG).markers.collectives
-        flags = [b for _, b in sorted(zip(collectives["start_ns"], collectives["blocking"]))]
+        flags = [b for _, b in sorted(zip(collectives.start_ns, collectives.blocking))]
         expected = _waited_from_raw(_raw(path))
         assert flags == expected and len(expected) == 24 and sum(expected) >= 19, path

@@ -110,8 +110,8 @@ def test_every_send_is_matched_with_its_receive():
     traces = [read(path) for path in LATE1]
     markers = [skew.rank_markers(distributed.rank_view(trace.events, config)) for trace in traces]
     for marker in markers:
-        kept = [name for name in marker.collectives["name"] if name in OP]
-        assert kept and -1 not in [p for n, p in zip(marker.collectives["name"], marker.collectives["peer"]) if n in OP]
+        kept = [name for name in marker.collectives.name if name in OP]
+        assert kept and -1 not in [p for n, p in zip(marker.collectives.name, marker.collectives.peer) if n in OP]
     matching = align.match_collectives([m.collectives for m in markers], [t.rank for t in traces],
                                        traces[0].meta["process_groups"])
     sends = _raw_pairs("send")

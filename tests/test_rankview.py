@@ -97,7 +97,7 @@ def test_reduce_rank_builds_the_view_once(monkeypatch):
     result = pipeline.reduce_rank(ev.RankTrace(events=gpu_table(), rank=0, device=0), CONFIG)
     assert counts == {"view": 1, "lanes": 1, "join": 1}
     assert result.figures.steps == 1 and result.gpu_gaps is not None
-    assert result.markers.collectives["launch_ns"] == [3]  # the allreduce: launched at 3 by process 2
+    assert result.markers.collectives.launch_ns == [3]  # the allreduce: launched at 3 by process 2
 
 
 def test_empty_table_has_an_empty_view():

@@ -13,11 +13,17 @@ from distprof import config as config_mod
 from distprof import events as ev
 from distprof.analyses import skew
 from distprof.reports.findings import text as words  # a reason code in words, as reports give it
+from distprof.results import CollectiveMarkers
 
 CONFIG = config_mod.load()
 MS = 1_000_000
 STEP_NS = 100 * MS
 SHIFTS = (0, 37 * MS, -12 * MS, 50 * MS)  # each rank's clock minus the true time
+
+
+def _match(collectives: list[dict], *args, **kwargs):
+    """align.match_collectives of per-rank columns given as dicts (the markers' field names)."""
+    return align.match_collectives([CollectiveMarkers(**c) for c in collectives], *args, **kwargs)
 
 
 def job(ranks: int = 4, steps: int = 6, straggler: tuple[int, int] | None = None, shifts=(0, 0, 0, 0),
@@ -84,7 +90,7 @@ def test_kth_collective_of_each_kind_in_each_step_matches():
         {"name": ["broadcast", "allreduce", "allreduce"], "start_ns": [21, 11, 31], "end_ns": [26, 16, 36],
          "step": [0, 0, 0]},
     ]
-    m = align.match_collectives(collectives, [0, 1])
+    m = _match(collectives, [0, 1])
     assert m.size == 3 and not m.warnings
     got = sorted(zip(m.name.tolist(), m.ordinal.tolist(), m.start_ns[0].tolist(), m.start_ns[1].tolist()))
     assert got == [("allreduce", 0, 10, 11), ("allreduce", 1, 30, 31), ("broadcast", 0, 20, 21)]
@@ -95,7 +101,7 @@ def test_count_mismatch_is_a_warning_naming_the_ranks_not_a_guess():
     full = {"name": ["allreduce"] * 4, "start_ns": [0, 10, 100, 110], "end_ns": [5, 15, 105, 115],
             "step": [0, 0, 1, 1]}
     short = {"name": ["allreduce"] * 3, "start_ns": [0, 10, 100], "end_ns": [5, 15, 105], "step": [0, 0, 1]}
-    m = align.match_collectives([full, full, short], [0, 1, 2])
+    m = _match([full, full, short], [0, 1, 2])
     # step 1 differs (2, 2, 1): none of it is matched; step 0 is
     assert m.size == 2 and m.step.tolist() == [0, 0]
     [warning] = [words(w) for w in m.warnings]
@@ -104,7 +110,7 @@ def test_count_mismatch_is_a_warning_naming_the_ranks_not_a_guess():
 
 def test_send_recv_without_peer_and_other_comm_are_not_matched():
     c = {"name": ["send", "allreduce", "other"], "start_ns": [0, 10, 20], "end_ns": [5, 15, 25], "step": [0, 0, 0]}
-    m = align.match_collectives([c, c], [0, 1])
+    m = _match([c, c], [0, 1])
     assert m.name.tolist() == ["allreduce"] and m.excluded == ["other", "send"]
 
 
@@ -113,7 +119,7 @@ def test_send_pairs_with_the_receive_of_its_peer_in_order():
               "step": [0, 0, 0], "peer": [1, 1, 2]}
     receiver = {"name": ["recv", "recv"], "start_ns": [3, 12], "end_ns": [5, 15], "step": [0, 0], "peer": [0, 0]}
     third = {"name": ["send"], "start_ns": [19], "end_ns": [25], "step": [0], "peer": [0]}
-    m = align.match_collectives([sender, receiver, third], [0, 1, 2])
+    m = _match([sender, receiver, third], [0, 1, 2])
     assert m.name.tolist() == ["p2p"] * 3
     pairs = sorted((m.group_ranks[j], int(m.ordinal[j])) for j in range(m.size))
     assert pairs == [((0, 1), 0), ((0, 1), 1), ((0, 2), 0)]
@@ -130,7 +136,7 @@ def test_collectives_match_within_their_process_group_never_across():
     by_rank = [{"name": ["allreduce"] * 3, "start_ns": [100 * rank, 100 * rank + 10, 100 * rank + 20],
                 "end_ns": [100 * rank + 5, 100 * rank + 15, 100 * rank + 25], "step": [0, 0, 0],
                 "group": [tp[rank], tp[rank], dp[rank]]} for rank in range(4)]
-    m = align.match_collectives(by_rank, [0, 1, 2, 3], groups)
+    m = _match(by_rank, [0, 1, 2, 3], groups)
     assert m.size == 6 and not m.warnings
     for j in range(m.size):
         members = tuple(groups[m.group[j]])
@@ -142,7 +148,7 @@ def test_collectives_match_within_their_process_group_never_across():
 
 def test_a_named_group_member_without_the_op_leaves_it_unmatched():
     ops = {"name": ["allreduce"], "start_ns": [0], "end_ns": [5], "step": [0], "group": ["g"]}
-    m = align.match_collectives([ops, ops, {"name": [], "start_ns": [], "end_ns": [], "step": []}], [0, 1, 2],
+    m = _match([ops, ops, {"name": [], "start_ns": [], "end_ns": [], "step": []}], [0, 1, 2],
                                 {"g": [0, 1, 2]})
     assert m.size == 0 and "in group 'g'" in words(m.warnings[0]) and "rank 2: 0" in words(m.warnings[0])
 
@@ -273,7 +279,7 @@ def test_step_skew_spread_and_imbalance():
     results = job(straggler=(2, 20 * MS), shifts=SHIFTS)
     # rank 3's steps end 10 ms later than the others' (on the true clock)
     bounds = results[3].markers.step_bounds
-    later = {**bounds, "end_ns": [e + 10 * MS for e in bounds["end_ns"]]}
+    later = replace(bounds, end_ns=[e + 10 * MS for e in bounds.end_ns])
     results[3] = replace(results[3], markers=replace(results[3].markers, step_bounds=later))
     summary = summarize(results)
     steps = summary["skew"]["steps"]
@@ -309,7 +315,7 @@ def test_scale_is_vectorized():
                     "end_ns": (ends + shifts[r]).tolist(), "step": (np.arange(n) // 10).tolist()}
                    for r in range(ranks)]
     began = time.perf_counter()
-    m = align.match_collectives(collectives, list(range(ranks)))
+    m = _match(collectives, list(range(ranks)))
     refined = align.refine_offsets(m.end_ns, m.present, np.zeros(ranks), np.zeros(ranks))
     offsets = [o["offset_ns"] for o in refined]
     out = skew.collective_skew(m, offsets, [o["uncertainty_ns"] for o in refined], CONFIG)

@@ -13,6 +13,7 @@ from distprof import events as ev
 from distprof.analyses import collectives, stacked
 from distprof.analyses import intervals as iv
 from distprof.matching import Matching
+from distprof.results import StepBounds
 
 
 def test_factorize_codes_in_order_of_appearance():
@@ -86,8 +87,9 @@ def test_rank_waits_equal_interval_algebra_per_rank():
     matching = Matching(ranks=np.arange(n_ranks), name=np.full(n, "allreduce", object),
                      step=np.zeros(n, np.int64), ordinal=np.arange(n), start_ns=start,
                      end_ns=start + 500, present=present)
-    bounds = [{"start_ns": [0, 5_000], "end_ns": [3_000, 9_000]}, {}, {"start_ns": [2_000], "end_ns": [2_000]},
-              {"start_ns": [100], "end_ns": [20_000]}]
+    bounds = [StepBounds(step=[0, 1], start_ns=[0, 5_000], end_ns=[3_000, 9_000]), StepBounds(),
+              StepBounds(step=[0], start_ns=[2_000], end_ns=[2_000]),
+              StepBounds(step=[0], start_ns=[100], end_ns=[20_000])]
     got = collectives.rank_waits(matching, wait, bounds, use_steps=True)
     both = collectives.shared(matching)
     for row in range(n_ranks):
@@ -96,8 +98,8 @@ def test_rank_waits_equal_interval_algebra_per_rank():
             assert got[row] is None
             continue
         waited = iv.union(start[row, mine], start[row, mine] + wait[row, mine])
-        if row < len(bounds) and bounds[row]:
-            waited = iv.intersect(waited, iv.union(bounds[row]["start_ns"], bounds[row]["end_ns"]))
+        if row < len(bounds) and bounds[row].start_ns:
+            waited = iv.intersect(waited, iv.union(bounds[row].start_ns, bounds[row].end_ns))
         assert got[row] == iv.total(waited)
 
 

@@ -107,7 +107,7 @@ def test_a_live_record_round_trips():
     made by window_figures from a real merge with a straggler (one rank named behind), as live.json
     carries it to summary.json."""
     summary = pipeline.merge_files(sorted((DATA / "torch_tpdp" / "late3").glob("*.json.gz")), config_mod.load(None))
-    steps = sorted(summary.ranks[0].markers.step_bounds["step"])
+    steps = sorted(summary.ranks[0].markers.step_bounds.step)
     windows = [window_figures(summary, (steps[0], steps[1]), {}).to_json(),
                window_figures(summary, (steps[2], steps[3]), {3: steps[1]}).to_json()]
     for figures in windows:  # as View._report does

@@ -32,13 +32,13 @@ def _ops(results: list[RankResult]) -> dict[str, np.ndarray]:
     parts = []
     for row, result in enumerate(results):  # one iteration per rank
         ops = result.markers.collectives
-        sent, recv = ops.get("sent_bytes"), ops.get("recv_bytes")
+        sent, recv = ops.sent_bytes, ops.recv_bytes
         if not sent or not recv:
             continue
-        known = (np.asarray(ops["name"], object) == ALLTOALL) & (np.asarray(sent) >= 0) & (np.asarray(recv) >= 0)
-        groups = np.asarray(ops.get("group") or [""] * known.size, object)
-        parts.append((np.full(int(known.sum()), row), groups[known], np.asarray(ops["step"], np.int64)[known],
-                      np.asarray(ops["start_ns"], np.int64)[known], np.asarray(sent, np.int64)[known],
+        known = (np.asarray(ops.name, object) == ALLTOALL) & (np.asarray(sent) >= 0) & (np.asarray(recv) >= 0)
+        groups = np.asarray(ops.group or [""] * known.size, object)
+        parts.append((np.full(int(known.sum()), row), groups[known], np.asarray(ops.step, np.int64)[known],
+                      np.asarray(ops.start_ns, np.int64)[known], np.asarray(sent, np.int64)[known],
                       np.asarray(recv, np.int64)[known]))
     if not parts:
         return {}

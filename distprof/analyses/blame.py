@@ -137,16 +137,16 @@ def pipeline_excess(stage_steps: np.ndarray, markers: list[RankMarkers], steps: 
     n_rows, n_steps = stage_steps.shape
     outside = np.zeros((n_rows, n_steps), np.int64)
     for row, marks in enumerate(markers):  # one pass per rank: a few arrays each
-        bounds_at, bounds_ok = _step_index(steps, marks.step_bounds["step"])
-        op_at, in_step = _step_index(steps, marks.collectives["step"])
-        phase_at, phase_ok = _step_index(steps, marks.phases["step"])
-        op_at, op_start, op_end = (op_at[in_step], np.asarray(marks.collectives["start_ns"], np.int64)[in_step],
-                                   np.asarray(marks.collectives["end_ns"], np.int64)[in_step])
+        bounds_at, bounds_ok = _step_index(steps, marks.step_bounds.step)
+        op_at, in_step = _step_index(steps, marks.collectives.step)
+        phase_at, phase_ok = _step_index(steps, marks.phases.step)
+        op_at, op_start, op_end = (op_at[in_step], np.asarray(marks.collectives.start_ns, np.int64)[in_step],
+                                   np.asarray(marks.collectives.end_ns, np.int64)[in_step])
         last_end = np.full(n_steps, np.iinfo(np.int64).min)
         np.maximum.at(last_end, op_at, op_end)
-        np.maximum.at(last_end, phase_at[phase_ok], np.asarray(marks.phases["end_ns"], np.int64)[phase_ok])
+        np.maximum.at(last_end, phase_at[phase_ok], np.asarray(marks.phases.end_ns, np.int64)[phase_ok])
         step_start = np.zeros(n_steps, np.int64)
-        step_start[bounds_at[bounds_ok]] = np.asarray(marks.step_bounds["start_ns"], np.int64)[bounds_ok]
+        step_start[bounds_at[bounds_ok]] = np.asarray(marks.step_bounds.start_ns, np.int64)[bounds_ok]
         has = np.zeros(n_steps, bool)
         has[bounds_at[bounds_ok]] = True
         has &= last_end > np.iinfo(np.int64).min

@@ -18,6 +18,7 @@ import numpy as np
 from .. import events as ev
 from ..columns import unique_rows
 from ..matching import Matching
+from ..results import CollectiveMarkers, StepBounds
 from ..sections.collectives import CollectiveRow, Collectives
 
 P2P = "p2p"  # align's kind of a matched send/recv pair
@@ -176,7 +177,8 @@ def _covered_per_key(n_keys: int, intervals: tuple, windows: tuple, clipped: np.
     return out
 
 
-def rank_waits(matching: Matching, wait: np.ndarray, step_bounds: list[dict], use_steps: bool) -> list[int | None]:
+def rank_waits(matching: Matching, wait: np.ndarray, step_bounds: list[StepBounds],
+               use_steps: bool) -> list[int | None]:
     """Per row of ``matching``: |∪ [own start, own start + wait] over its matched collectives ∩ its
     window| on its own clock (window: the union of its step bounds when it has steps and the
     analysis window is the steps); None for a rank with no matched collective. All ranks in one
@@ -184,11 +186,11 @@ def rank_waits(matching: Matching, wait: np.ndarray, step_bounds: list[dict], us
     n_rows = matching.present.shape[0]
     rows, columns = np.nonzero(matching.present & shared(matching)[None, :])
     starts = matching.start_ns[rows, columns]
-    bounds = [(row, b) for row, b in enumerate(step_bounds[:n_rows]) if use_steps and len(b.get("start_ns", ()))]
+    bounds = [(row, b) for row, b in enumerate(step_bounds[:n_rows]) if use_steps and len(b.start_ns)]
     windows = tuple(np.concatenate([*part, np.zeros(0, np.int64)]) for part in (
-        [np.full(len(b["start_ns"]), row, np.int64) for row, b in bounds],
-        [np.asarray(b["start_ns"], np.int64) for _, b in bounds],
-        [np.asarray(b["end_ns"], np.int64) for _, b in bounds]))
+        [np.full(len(b.start_ns), row, np.int64) for row, b in bounds],
+        [np.asarray(b.start_ns, np.int64) for _, b in bounds],
+        [np.asarray(b.end_ns, np.int64) for _, b in bounds]))
     clipped = np.zeros(n_rows, bool)
     clipped[[row for row, _ in bounds]] = True
     waited = _covered_per_key(n_rows, (rows, starts, starts + wait[rows, columns]), windows, clipped)
@@ -227,19 +229,19 @@ class SingleOps:
     node_span: np.ndarray      # INTRA, INTER or None
 
 
-def _column(collectives_by_rank: list[dict], key: str, dtype, missing) -> np.ndarray:
+def _column(collectives_by_rank: list[CollectiveMarkers], key: str, dtype, missing) -> np.ndarray:
     """One column of every rank's collectives, concatenated (``missing`` where a rank lacks it)."""
-    parts = [np.asarray(columns.get(key) or [missing] * len(columns.get("name", ())), dtype)
+    parts = [np.asarray(getattr(columns, key) or [missing] * len(columns.name), dtype)
              for columns in collectives_by_rank]
     return np.concatenate([*parts, np.zeros(0, dtype)])
 
 
-def unmatched(collectives_by_rank: list[dict], ranks: list[int], matching: Matching,
+def unmatched(collectives_by_rank: list[CollectiveMarkers], ranks: list[int], matching: Matching,
               process_groups: dict, node_of: dict[int, str], gpus_per_node: int | None) -> SingleOps:
     """Each rank's collectives that no other rank matched (a 1-of-N trace, counts that differ), as
     single-rank instances: transfer = their own duration (an upper bound: the wait is unknown), n
     from the named group's members (else unknown), bytes their own (NaN unknown)."""
-    sizes = [len(columns.get("name", ())) for columns in collectives_by_rank]
+    sizes = [len(columns.name) for columns in collectives_by_rank]
     row = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
     start, end = (_column(collectives_by_rank, key, np.int64, 0) for key in ("start_ns", "end_ns"))
     left = ~_taken(row, start, end, matching)

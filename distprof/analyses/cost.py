@@ -107,10 +107,10 @@ def durations_vary(results, straggler_rank: int | None) -> float | None:
     spreads = []
     for result in results:  # one per rank
         phases = result.markers.phases
-        if result.rank == straggler_rank or not len(phases.get("step", ())):
+        if result.rank == straggler_rank or not len(phases.step):
             continue
-        steps, index = np.unique(np.asarray(phases["step"], np.int64), return_inverse=True)
-        per_step = np.bincount(index, weights=np.asarray(phases["busy_ns"], np.float64))[steps >= 0]
+        steps, index = np.unique(np.asarray(phases.step, np.int64), return_inverse=True)
+        per_step = np.bincount(index, weights=np.asarray(phases.busy_ns, np.float64))[steps >= 0]
         middle = float(np.median(per_step)) if per_step.size >= 3 else 0.0
         if middle > 0:
             spreads.append(MAD_TO_SIGMA * float(np.median(np.abs(per_step - middle))) / middle)

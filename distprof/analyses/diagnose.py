@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import events as ev
 from ..rankview import RankView
-from ..results import DeviceGaps, GpuGaps, RankResult
+from ..results import DeviceGaps, GpuGaps, RankMarkers, RankResult
 from ..sections.collectives import CollectiveRow, Collectives
 from ..sections.findings import Check, Observed, SlowCollectiveRow, StragglerEvidence
 from ..sections.skew import Skew, StragglerRow
@@ -90,9 +90,9 @@ def _on_lanes(result: RankResult, lanes: list[str]) -> dict:
     which kinds run inside a forward phase (a tensor-parallel reduction the next layer needs at
     once, not a gradient bucket), whether a lane is a GPU stream and whether the trace shows PyTorch."""
     collectives = result.markers.collectives
-    names = np.asarray(collectives.get("name", ()), dtype=object)
-    on = np.isin(np.asarray(collectives.get("lane", ()), dtype=object), lanes) if names.size else np.zeros(0, bool)
-    groups = np.asarray(collectives.get("group") or [""] * names.size, dtype=object)
+    names = np.asarray(collectives.name, dtype=object)
+    on = np.isin(np.asarray(collectives.lane, dtype=object), lanes) if names.size else np.zeros(0, bool)
+    groups = np.asarray(collectives.group or [""] * names.size, dtype=object)
     by_kind: dict[str, set] = {}
     for kind, group in set(zip(names[on].tolist(), groups[on].tolist())):  # one per (kind, group)
         by_kind.setdefault(kind, set()).update([group] if group else [])
@@ -104,20 +104,20 @@ def _on_lanes(result: RankResult, lanes: list[str]) -> dict:
             "pytorch": ev.PYTORCH in result.frameworks}
 
 
-def _in_forward(markers, rows: np.ndarray) -> np.ndarray:
+def _in_forward(markers: RankMarkers, rows: np.ndarray) -> np.ndarray:
     """The rows (of markers.collectives) that start inside a phase whose name says forward, in
     their step: ``searchsorted`` over that rank's forward phase bounds, ordered by step."""
     phases = markers.phases
-    is_forward = np.array(["forward" in str(name).lower() for name in phases.get("name", ())], bool)
+    is_forward = np.array(["forward" in str(name).lower() for name in phases.name], bool)
     if not rows.size or not is_forward.any():
         return np.zeros(0, np.int64)
-    step = np.asarray(phases["step"], np.int64)[is_forward]
-    begin = np.asarray(phases["start_ns"], np.int64)[is_forward]
-    end = np.asarray(phases["end_ns"], np.int64)[is_forward]
+    step = np.asarray(phases.step, np.int64)[is_forward]
+    begin = np.asarray(phases.start_ns, np.int64)[is_forward]
+    end = np.asarray(phases.end_ns, np.int64)[is_forward]
     order = np.lexsort((begin, step))
     step, begin, end = step[order], begin[order], end[order]
-    op_step = np.asarray(markers.collectives["step"], np.int64)[rows]
-    op_start = np.asarray(markers.collectives["start_ns"], np.int64)[rows]
+    op_step = np.asarray(markers.collectives.step, np.int64)[rows]
+    op_start = np.asarray(markers.collectives.start_ns, np.int64)[rows]
     at = np.clip(np.searchsorted(step, op_step, side="right") - 1, 0, step.size - 1)  # that step's last phase
     inside = (step[at] == op_step) & (begin[at] <= op_start) & (op_start < end[at])
     return rows[inside]
@@ -222,13 +222,13 @@ class DataloaderShare:
 def rank_dataloader_share(result: RankResult, phase_name: str) -> DataloaderShare | None:
     """Dataloader time over ProfileStep time of one rank (own clock), and the steps above it."""
     bounds, phases = result.markers.step_bounds, result.markers.phases
-    steps = np.asarray(bounds.get("step", []), np.int64)
+    steps = np.asarray(bounds.step, np.int64)
     if steps.size == 0:
         return None
-    durations = np.asarray(bounds["end_ns"], np.int64) - np.asarray(bounds["start_ns"], np.int64)
-    is_loader = np.asarray(phases.get("name", []), dtype=object) == phase_name
-    loader_steps = np.asarray(phases.get("step", []), np.int64)[is_loader]
-    loader_busy = np.asarray(phases.get("busy_ns", []), np.int64)[is_loader]
+    durations = np.asarray(bounds.end_ns, np.int64) - np.asarray(bounds.start_ns, np.int64)
+    is_loader = np.asarray(phases.name, dtype=object) == phase_name
+    loader_steps = np.asarray(phases.step, np.int64)[is_loader]
+    loader_busy = np.asarray(phases.busy_ns, np.int64)[is_loader]
     order = np.argsort(steps)
     position = np.clip(np.searchsorted(steps[order], loader_steps), 0, steps.size - 1)
     known = steps[order][position] == loader_steps

@@ -45,10 +45,10 @@ def phase_matrix(results: list[RankResult]) -> PhaseMatrix | None:
     rows, steps, names, values = [], [], [], []
     for row, result in enumerate(results):  # one iteration per rank
         phases = result.markers.phases
-        own = phases.get("compute_ns") or phases.get("busy_ns") or []
+        own = phases.own_ns
         rows.append(np.full(len(own), row, np.int64))
-        steps.append(np.asarray(phases.get("step", [])[:len(own)], np.int64))
-        names += list(phases.get("name", [])[:len(own)])
+        steps.append(np.asarray(phases.step[:len(own)], np.int64))
+        names += list(phases.name[:len(own)])
         values.append(np.asarray(own, np.float64))
     if not names:
         return None

@@ -9,17 +9,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..results import StepBounds
 from ..sections.machine import Behind, LiveAlert, LiveWindow, WindowRank, WindowSpread, WindowStraggler
 from . import steptime
 
 MAD_TO_SIGMA = 1.4826  # a normal sample's standard deviation from its median absolute deviation
 
 
-def _durations(step_bounds: dict, first: int, last: int) -> list[int]:
-    steps = np.asarray(step_bounds.get("step", []), np.int64)
+def _durations(step_bounds: StepBounds, first: int, last: int) -> list[int]:
+    steps = np.asarray(step_bounds.step, np.int64)
     keep = (steps >= first) & (steps <= last)
-    ends = np.asarray(step_bounds.get("end_ns", []), np.int64)[keep]
-    return (ends - np.asarray(step_bounds.get("start_ns", []), np.int64)[keep]).tolist()
+    ends = np.asarray(step_bounds.end_ns, np.int64)[keep]
+    return (ends - np.asarray(step_bounds.start_ns, np.int64)[keep]).tolist()
 
 
 def window_figures(summary, window: tuple[int, int], behind: dict[int, int | None]) -> LiveWindow:

@@ -41,12 +41,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import chain
 
+import msgspec
 import numpy as np
 
 from .. import columns
 from ..events import HOST_THREAD
 from ..matching import Matching
-from ..results import RankResult
+from ..results import CollectiveMarkers, RankResult
 from . import steptime
 
 WAIT_TOLERANCE_NS = 1_000_000     # a chain point this soon after an op's end waited for it ...
@@ -246,28 +247,27 @@ class _Segments:
     phase_key: np.ndarray   # its name (``Graph.p_phase_key``)
 
 
-def _flat(tables: list[dict], names: tuple[str, ...],
+def _flat(tables: list, names: tuple[str, ...],
           texts: tuple[str, ...] = ()) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Per-rank column dicts (markers) as flat columns: each entry's rank row, and the columns
-    ``names`` in that order (``texts``: read as strings)."""
-    sizes = [len(table[names[0]]) for table in tables]
-    if any(len(table[name]) != size for table, size in zip(tables, sizes) for name in names):
+    """Per-rank marker columns (results.RankMarkers' records) as flat columns: each entry's rank row, and
+    the columns ``names`` in that order (``texts``: read as strings)."""
+    sizes = [len(getattr(table, names[0])) for table in tables]
+    if any(len(getattr(table, name)) != size for table, size in zip(tables, sizes) for name in names):
         raise ValueError("rank markers with columns of unequal length")
     row = np.repeat(np.arange(len(tables), dtype=np.int64), sizes)
-    return row, [np.asarray(list(chain.from_iterable(table[name] for table in tables)),  # a few columns
+    return row, [np.asarray(list(chain.from_iterable(getattr(table, name) for table in tables)),  # a few columns
                             dtype=str if name in texts else np.int64) for name in names]
 
 
 def _gather(results: list[RankResult]) -> tuple[_Steps, _Phases, _OpMarkers, _Syncs]:
     """Every rank's step bounds, phases (of ranks that have any), collectives and host sync calls
     as flat columns on the common clock (its own times + its rank's offset, as
-    ``RankResult.aligned_markers``; -1 launches stay -1). The markers' dicts are read here only."""
+    ``RankResult.aligned_markers``; -1 launches stay -1). The markers' columns are read here only."""
     markers = [result.markers for result in results]
     offset = np.asarray([int(result.clock.offset_ns) for result in results], np.int64)
-    none = {"step": [], "name": [], "start_ns": [], "end_ns": []}
     row, (step, start, end) = _flat([m.step_bounds for m in markers], ("step", "start_ns", "end_ns"))
     steps = _Steps(row, step, start + offset[row], end + offset[row])
-    row, (step, name, start, end) = _flat([m.phases if m.phases.get("step") else none for m in markers],
+    row, (step, name, start, end) = _flat([m.phases for m in markers],
                                           ("step", "name", "start_ns", "end_ns"), texts=("name",))
     phases = _Phases(row, step, name, start + offset[row], end + offset[row])
     row, (name, lane, step, start, end, launch, blocking) = _flat(
@@ -275,17 +275,16 @@ def _gather(results: list[RankResult]) -> tuple[_Steps, _Phases, _OpMarkers, _Sy
         ("name", "lane", "step", "start_ns", "end_ns", "launch_ns", "blocking"), texts=("name", "lane"))
     ops = _OpMarkers(row, name, lane, step, start + offset[row], end + offset[row],
                      np.where(launch >= 0, launch + offset[row], -1), blocking, own_start=start, own_end=end)
-    row, (start, end) = _flat([{"start_ns": m.syncs.get("start_ns", []), "end_ns": m.syncs.get("end_ns", [])}
-                               for m in markers], ("start_ns", "end_ns"))
+    row, (start, end) = _flat([m.syncs for m in markers], ("start_ns", "end_ns"))
     return steps, phases, ops, _Syncs(row, start + offset[row], end + offset[row])
 
 
-def _with_blocking(collectives: dict) -> dict:
+def _with_blocking(collectives: CollectiveMarkers) -> CollectiveMarkers:
     """The collectives with ``blocking`` (a host call on the steps' thread), False where the
     markers predate it."""
-    if "blocking" in collectives:
+    if len(collectives.blocking) == len(collectives.start_ns):
         return collectives
-    return {**collectives, "blocking": [False] * len(collectives["start_ns"])}
+    return msgspec.structs.replace(collectives, blocking=[False] * len(collectives.start_ns))
 
 
 def _in_steps(row: np.ndarray, step: np.ndarray, steps: _Steps) -> np.ndarray:

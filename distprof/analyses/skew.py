@@ -16,7 +16,7 @@ from .. import events as ev
 from ..columns import union_per_key, unique_rows
 from ..matching import Matching
 from ..rankview import RankView
-from ..results import RankMarkers
+from ..results import CollectiveMarkers, PhaseBounds, RankMarkers, StepBounds, SyncCalls
 from ..sections.skew import (
     CollectiveRow,
     CollectiveSkew,
@@ -162,12 +162,12 @@ def _phase_bounds(events: ev.Events, rows: np.ndarray, lane_of: np.ndarray,
     first = np.flatnonzero(np.concatenate([[True], (key_step[1:] != key_step[:-1]) | (key_name[1:] != key_name[:-1])])
                            ) if rows.size else np.zeros(0, np.int64)
     nested = _nested_comm(events, rows, lane_of, host)
-    return {"step": key_step[first].tolist(), "name": [str(names.texts[c]) for c in key_name[first].tolist()],
-            "start_ns": np.minimum.reduceat(start[order], first).tolist() if first.size else [],
-            "end_ns": np.maximum.reduceat(end[order], first).tolist() if first.size else [],
-            "busy_ns": np.add.reduceat((end - start)[order], first).tolist() if first.size else [],
-            "compute_ns": np.add.reduceat((end - start - nested)[order], first).tolist()
-            if first.size else []}
+    return PhaseBounds(step=key_step[first].tolist(), name=[str(names.texts[c]) for c in key_name[first].tolist()],
+                       start_ns=np.minimum.reduceat(start[order], first).tolist() if first.size else [],
+                       end_ns=np.maximum.reduceat(end[order], first).tolist() if first.size else [],
+                       busy_ns=np.add.reduceat((end - start)[order], first).tolist() if first.size else [],
+                       compute_ns=np.add.reduceat((end - start - nested)[order], first).tolist()
+                       if first.size else [])
 
 
 def rank_markers(view: RankView) -> RankMarkers:
@@ -177,8 +177,8 @@ def rank_markers(view: RankView) -> RankMarkers:
     is_range = events.kind.eq(ev.RANGE)
     is_step = events.name.eq(ev.PROFILE_STEP)
     steps = view.steps
-    step_bounds = {"step": events.step[steps].tolist(), "start_ns": events.start_ns[steps].tolist(),
-                   "end_ns": events.end_ns[steps].tolist()}
+    step_bounds = StepBounds(step=events.step[steps].tolist(), start_ns=events.start_ns[steps].tolist(),
+                             end_ns=events.end_ns[steps].tolist())
     comm_mask = view.comm & ~_duplicate_ops(events, view.comm)
     lane_of, labels = view.lane_of, view.labels
     # host rows: communication (on CPU traces the c10d:: calls that issue a gloo exchange too) and computation
@@ -190,23 +190,16 @@ def rank_markers(view: RankView) -> RankMarkers:
     runs_steps = np.zeros(len(view.lanes), bool)  # per lane: it runs the steps (read by position, no sort)
     runs_steps[lane_of[steps]] = True
     blocking = (runs_steps[lane_of[comm_mask]] | _waited_for(view, comm_mask, runs_steps)) & ~view.gpu_work[comm_mask]
-    collectives = {
-        "name": _kinds(events, comm_mask),  # the canonical kind (events.COLLECTIVE_KINDS): what matching keys on
-        "start_ns": events.start_ns[comm_mask].tolist(),
-        "end_ns": events.end_ns[comm_mask].tolist(),
-        "lane": labels[lane_of[comm_mask]].tolist() if comm_mask.any() else [],
-        "step": events.step[comm_mask].tolist(),  # matching anchor: the k-th allreduce *of step s*
-        "group": events.group.take(comm_mask).values().tolist(),
-        "nbytes": events.nbytes[comm_mask].tolist(),
-        "peer": events.peer[comm_mask].tolist(),
-        "sent_bytes": events.sent_bytes[comm_mask].tolist(),  # all-to-all: its input and output (-1: unknown)
-        "recv_bytes": events.recv_bytes[comm_mask].tolist(),
-        "launch_ns": _launch_starts(view, comm_mask).tolist(),
-        "exposed_ns": exposed_per_op(view, comm_mask).tolist(),
-        "blocking": blocking.tolist(),
-    }
+    collectives = CollectiveMarkers(
+        name=_kinds(events, comm_mask), start_ns=events.start_ns[comm_mask].tolist(),
+        end_ns=events.end_ns[comm_mask].tolist(),
+        lane=labels[lane_of[comm_mask]].tolist() if comm_mask.any() else [], step=events.step[comm_mask].tolist(),
+        group=events.group.take(comm_mask).values().tolist(), nbytes=events.nbytes[comm_mask].tolist(),
+        peer=events.peer[comm_mask].tolist(), sent_bytes=events.sent_bytes[comm_mask].tolist(),
+        recv_bytes=events.recv_bytes[comm_mask].tolist(), launch_ns=_launch_starts(view, comm_mask).tolist(),
+        exposed_ns=exposed_per_op(view, comm_mask).tolist(), blocking=blocking.tolist())
     sync = events.kind.eq(ev.RUNTIME) & events.name.where(lambda name: re.search(SYNC_CALL, name))
-    syncs = {"start_ns": events.start_ns[sync].tolist(), "end_ns": events.end_ns[sync].tolist()}
+    syncs = SyncCalls(start_ns=events.start_ns[sync].tolist(), end_ns=events.end_ns[sync].tolist())
     return RankMarkers(step_bounds, phases, collectives, syncs)
 
 
@@ -540,10 +533,10 @@ def straggler_phase(markers: list[RankMarkers] | None, row: int,
     per_step = []  # per rank: {phase name: own work per step it ran}
     for marker in markers:  # one per rank
         phases = marker.phases
-        steps = np.asarray(phases.get("step", []), np.int64)
-        work = np.asarray(phases.get("compute_ns", phases.get("busy_ns", [])), np.float64)
+        steps = np.asarray(phases.step, np.int64)
+        work = np.asarray(phases.own_ns, np.float64)
         keep = (steps >= 0) & (steps >= (since_step if since_step is not None else 0))
-        names = np.asarray(phases.get("name", []), dtype=object)[keep]
+        names = np.asarray(phases.name, dtype=object)[keep]
         distinct, code = np.unique(names.astype(str), return_inverse=True) if names.size else (np.zeros(0, str), None)
         totals = np.bincount(code, weights=work[keep], minlength=distinct.size) if names.size else np.zeros(0)
         ran = np.bincount(code, minlength=distinct.size) if names.size else np.zeros(0)  # one row per step
@@ -773,16 +766,15 @@ class _PhaseSpread:
 def _phase_skew(aligned_by_rank: list[RankMarkers], rank_of: list[int]) -> _PhaseSpread:
     """Per (step, phase name): start/end spread and busy time across ranks; per phase name the
     aggregates over its steps."""
-    per_rank_names = [np.asarray(a.phases["name"], dtype=object).ravel() for a in aligned_by_rank]
+    per_rank_names = [np.asarray(a.phases.name, dtype=object).ravel() for a in aligned_by_rank]
     phase_names, name_code = ev.distinct_texts(np.concatenate(per_rank_names + [np.empty(0, object)]))
     name_codes = np.split(name_code, np.cumsum([n.size for n in per_rank_names])[:-1])
-    phase_keys = [np.stack([np.asarray(a.phases["step"], np.int64), codes], axis=1)
+    phase_keys = [np.stack([np.asarray(a.phases.step, np.int64), codes], axis=1)
                   .reshape(-1, 2).astype(np.int64) for a, codes in zip(aligned_by_rank, name_codes)]
-    pkeys, ppresent, pm = _dense(phase_keys, [{"start": np.asarray(a.phases["start_ns"], np.int64),
-                                               "end": np.asarray(a.phases["end_ns"], np.int64),
-                                               "busy": np.asarray(a.phases["busy_ns"], np.int64),
-                                               "compute": np.asarray(a.phases.get("compute_ns",
-                                                                                     a.phases["busy_ns"]), np.int64)}
+    pkeys, ppresent, pm = _dense(phase_keys, [{"start": np.asarray(a.phases.start_ns, np.int64),
+                                               "end": np.asarray(a.phases.end_ns, np.int64),
+                                               "busy": np.asarray(a.phases.busy_ns, np.int64),
+                                               "compute": np.asarray(a.phases.own_ns, np.int64)}
                                               for a in aligned_by_rank])
     start_spread = _masked_max(pm["start"], ppresent) - _masked_min(pm["start"], ppresent)
     end_spread = _masked_max(pm["end"], ppresent) - _masked_min(pm["end"], ppresent)
@@ -818,9 +810,9 @@ def step_skew(aligned_by_rank: list[RankMarkers], ranks: list[int], config: dict
     if not aligned_by_rank:
         return StepSkew(steps=[], steps_summary=None, phases=[])
     rank_of = list(ranks)
-    step_keys = [np.asarray(a.step_bounds["step"], np.int64)[:, None] for a in aligned_by_rank]
-    steps, present, m = _dense(step_keys, [{"start": np.asarray(a.step_bounds["start_ns"], np.int64),
-                                            "end": np.asarray(a.step_bounds["end_ns"], np.int64)}
+    step_keys = [np.asarray(a.step_bounds.step, np.int64)[:, None] for a in aligned_by_rank]
+    steps, present, m = _dense(step_keys, [{"start": np.asarray(a.step_bounds.start_ns, np.int64),
+                                            "end": np.asarray(a.step_bounds.end_ns, np.int64)}
                                            for a in aligned_by_rank])
     phases = _phase_skew(aligned_by_rank, rank_of)
     if steps.size == 0:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from msgspec.structs import replace
 
 from .. import events as ev
-from ..results import RankResult
+from ..results import CollectiveMarkers, RankResult
 from ..sections.findings import Check
 from ..sections.skew import Pipeline, StragglerRow
 from ..typed import Reason
@@ -34,9 +34,9 @@ HELPER_COMPUTE_SHARE = 0.10
 # advice_serialized / advice_no_overlap, by whether the trace shows PyTorch (events.frameworks).
 
 
-def _kinds_on_lanes(collectives: dict, lanes: set[str]) -> list[str]:
+def _kinds_on_lanes(collectives: CollectiveMarkers, lanes: set[str]) -> list[str]:
     """Collective kinds recorded on the given lane labels (one pass in C via set/zip)."""
-    pairs = set(zip(collectives.get("name", ()), collectives.get("lane", ())))
+    pairs = set(zip(collectives.name, collectives.lane))
     return sorted({name for name, lane in pairs if lane in lanes})
 
 
