@@ -13,6 +13,8 @@ the experts' side; a rank's load is its bytes on that side, summed. Codes and nu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..results import RankResult
@@ -26,9 +28,20 @@ from . import changepoint, imbalance
 ALLTOALL = "alltoall"
 
 
-def _ops(results: list[RankResult]) -> dict[str, np.ndarray]:
-    """Every rank's all-to-alls with both sides known, as columns: rank row, group, step, order
-    within (rank, group, step) by start, sent and received bytes."""
+@dataclass(frozen=True, slots=True)
+class _Exchanges:
+    """Every rank's all-to-alls with both sides known, as columns."""
+
+    row: np.ndarray        # the rank's row
+    group: np.ndarray
+    step: np.ndarray
+    ordinal: np.ndarray    # order within (rank, group, step) by start
+    sent: np.ndarray       # bytes
+    recv: np.ndarray
+
+
+def _ops(results: list[RankResult]) -> _Exchanges | None:
+    """Every rank's all-to-alls with both sides known (None: no rank has one)."""
     parts = []
     for row, result in enumerate(results):  # one iteration per rank
         ops = result.markers.collectives
@@ -41,7 +54,7 @@ def _ops(results: list[RankResult]) -> dict[str, np.ndarray]:
                       np.asarray(ops.start_ns, np.int64)[known], np.asarray(sent, np.int64)[known],
                       np.asarray(recv, np.int64)[known]))
     if not parts:
-        return {}
+        return None
     row, group, step, start, sent, recv = (np.concatenate(column) for column in zip(*parts))
     group = group.astype(str)
     order = np.lexsort((start, step, group, row))
@@ -49,7 +62,7 @@ def _ops(results: list[RankResult]) -> dict[str, np.ndarray]:
     first = np.r_[True, (row[1:] != row[:-1]) | (group[1:] != group[:-1]) | (step[1:] != step[:-1])]
     starts = np.flatnonzero(first)
     ordinal = np.arange(row.size) - np.repeat(starts, np.diff(np.r_[starts, row.size]))
-    return {"row": row, "group": group, "step": step, "ordinal": ordinal, "sent": sent, "recv": recv}
+    return _Exchanges(row=row, group=group, step=step, ordinal=ordinal, sent=sent, recv=recv)
 
 
 def _spread(matrix: np.ndarray) -> np.ndarray:
@@ -74,15 +87,15 @@ def _turned_hot(load: np.ndarray, step: np.ndarray, rule: tuple[float, float, fl
     return None if onset is None else (candidate, onset)
 
 
-def _group(ops: dict, mine: np.ndarray, name: str, ranks: list[int], rule: tuple[float, float, float]
+def _group(ops: _Exchanges, mine: np.ndarray, name: str, ranks: list[int], rule: tuple[float, float, float]
            ) -> AllToAllGroup | None:
     """The group's rows: its all-to-alls that every member has (matched by step and order in it)."""
-    members, member_row = np.unique(ops["row"][mine], return_inverse=True)
-    keys, column = np.unique(np.stack([ops["step"][mine], ops["ordinal"][mine]], axis=1), axis=0,
+    members, member_row = np.unique(ops.row[mine], return_inverse=True)
+    keys, column = np.unique(np.stack([ops.step[mine], ops.ordinal[mine]], axis=1), axis=0,
                              return_inverse=True)
     shape = (members.size, keys.shape[0])
     sent, recv, present = np.zeros(shape, np.int64), np.zeros(shape, np.int64), np.zeros(shape, bool)
-    sent[member_row, column.ravel()], recv[member_row, column.ravel()] = ops["sent"][mine], ops["recv"][mine]
+    sent[member_row, column.ravel()], recv[member_row, column.ravel()] = ops.sent[mine], ops.recv[mine]
     present[member_row, column.ravel()] = True
     full = present.all(axis=0)
     if members.size < 2 or not full.any():
@@ -120,14 +133,14 @@ def groups(results: list[RankResult], config: dict) -> list[AllToAllGroup]:
     """summary.json ``alltoall``: per process group with all-to-alls whose sides are known, each rank's
     bytes sent, received and on the experts' side."""
     ops = _ops(results)
-    if not ops:
+    if ops is None:
         return []
     rule = (float(config["diagnosis"]["expert_imbalance_ratio"]), float(config["skew"]["straggler_min_late_share"]),
             float(config["skew"]["straggler_min_lead"]))
     ranks = [r.rank for r in results]
     out = []
-    for name in np.unique(ops["group"]).tolist():  # one iteration per all-to-all group
-        found = _group(ops, ops["group"] == name, name, ranks, rule)
+    for name in np.unique(ops.group).tolist():  # one iteration per all-to-all group
+        found = _group(ops, ops.group == name, name, ranks, rule)
         out += [found] if found else []
     return out
 

@@ -732,19 +732,20 @@ def _no_straggler_notes(blame: _Blame, rank_of: list[int], r: int, big: bool, re
     return []
 
 
-def _dense(keys_by_rank: list[np.ndarray], values_by_rank: list[dict[str, np.ndarray]]):
-    """Unique keys over all ranks and, per value name, a (ranks, keys) matrix plus presence."""
+def _dense(keys_by_rank: list[np.ndarray], values_by_rank: list[tuple[np.ndarray, ...]]):
+    """Unique keys over all ranks, their presence per (rank, key) and, per value (the tuples' positions),
+    a (ranks, keys) matrix."""
     width = keys_by_rank[0].shape[1] if keys_by_rank else 1
     all_keys = np.concatenate(keys_by_rank) if keys_by_rank else np.zeros((0, width), np.int64)
     unique_keys, inverse, _ = unique_rows(all_keys)
     rows = np.concatenate([np.full(k.shape[0], i) for i, k in enumerate(keys_by_rank)]).astype(np.int64)
     present = np.zeros((len(keys_by_rank), unique_keys.shape[0]), dtype=bool)
     present[rows, inverse] = True
-    matrices = {}
-    for name in (values_by_rank[0] if values_by_rank else {}):
+    matrices = []
+    for values in zip(*values_by_rank):  # a few value columns
         matrix = np.zeros(present.shape, np.int64)
-        matrix[rows, inverse] = np.concatenate([v[name] for v in values_by_rank])
-        matrices[name] = matrix
+        matrix[rows, inverse] = np.concatenate(values)
+        matrices.append(matrix)
     return unique_keys, present, matrices
 
 
@@ -771,21 +772,19 @@ def _phase_skew(aligned_by_rank: list[RankMarkers], rank_of: list[int]) -> _Phas
     name_codes = np.split(name_code, np.cumsum([n.size for n in per_rank_names])[:-1])
     phase_keys = [np.stack([np.asarray(a.phases.step, np.int64), codes], axis=1)
                   .reshape(-1, 2).astype(np.int64) for a, codes in zip(aligned_by_rank, name_codes)]
-    pkeys, ppresent, pm = _dense(phase_keys, [{"start": np.asarray(a.phases.start_ns, np.int64),
-                                               "end": np.asarray(a.phases.end_ns, np.int64),
-                                               "busy": np.asarray(a.phases.busy_ns, np.int64),
-                                               "compute": np.asarray(a.phases.own_ns, np.int64)}
-                                              for a in aligned_by_rank])
-    start_spread = _masked_max(pm["start"], ppresent) - _masked_min(pm["start"], ppresent)
-    end_spread = _masked_max(pm["end"], ppresent) - _masked_min(pm["end"], ppresent)
+    pkeys, ppresent, (p_start, p_end, p_busy, p_compute) = _dense(phase_keys, [
+        tuple(np.asarray(values, np.int64) for values in (a.phases.start_ns, a.phases.end_ns, a.phases.busy_ns,
+                                                            a.phases.own_ns)) for a in aligned_by_rank])
+    start_spread = _masked_max(p_start, ppresent) - _masked_min(p_start, ppresent)
+    end_spread = _masked_max(p_end, ppresent) - _masked_min(p_end, ppresent)
     rows = []
     for code, name in enumerate(phase_names if pkeys.shape[0] else []):  # aggregates per phase name
         cols = pkeys[:, 1] == code
-        totals = np.where(ppresent[:, cols], pm["busy"][:, cols], 0).sum(axis=1)
+        totals = np.where(ppresent[:, cols], p_busy[:, cols], 0).sum(axis=1)
         has = ppresent[:, cols].any(axis=1)
         median_total = float(np.median(totals[has]))
         worst = int(np.argmax(np.where(has, totals, -1)))
-        compute = np.where(ppresent[:, cols], pm["compute"][:, cols], 0).sum(axis=1)
+        compute = np.where(ppresent[:, cols], p_compute[:, cols], 0).sum(axis=1)
         rows.append(PhaseRow(
             name=str(name), steps=int(cols.sum()),
             start_spread_ns=_stats(start_spread[cols]), end_spread_ns=_stats(end_spread[cols]),
@@ -795,8 +794,8 @@ def _phase_skew(aligned_by_rank: list[RankMarkers], rank_of: list[int]) -> _Phas
             busy_ns_by_rank={rank_of[r]: int(totals[r]) for r in np.flatnonzero(has)},
             compute_ns_by_rank={rank_of[r]: int(compute[r]) for r in np.flatnonzero(has).tolist()}))
     return _PhaseSpread(rows=rows, keys=pkeys, names=phase_names, start_spread=start_spread, end_spread=end_spread,
-                        busy_median=_masked_median(pm["busy"], ppresent),
-                        busy_max_row=np.where(ppresent, pm["busy"], _INT_MIN).argmax(axis=0), busy=pm["busy"])
+                        busy_median=_masked_median(p_busy, ppresent),
+                        busy_max_row=np.where(ppresent, p_busy, _INT_MIN).argmax(axis=0), busy=p_busy)
 
 
 def step_skew(aligned_by_rank: list[RankMarkers], ranks: list[int], config: dict,
@@ -811,16 +810,16 @@ def step_skew(aligned_by_rank: list[RankMarkers], ranks: list[int], config: dict
         return StepSkew(steps=[], steps_summary=None, phases=[])
     rank_of = list(ranks)
     step_keys = [np.asarray(a.step_bounds.step, np.int64)[:, None] for a in aligned_by_rank]
-    steps, present, m = _dense(step_keys, [{"start": np.asarray(a.step_bounds.start_ns, np.int64),
-                                            "end": np.asarray(a.step_bounds.end_ns, np.int64)}
-                                           for a in aligned_by_rank])
+    steps, present, (step_start, step_end) = _dense(step_keys, [
+        (np.asarray(a.step_bounds.start_ns, np.int64), np.asarray(a.step_bounds.end_ns, np.int64))
+        for a in aligned_by_rank])
     phases = _phase_skew(aligned_by_rank, rank_of)
     if steps.size == 0:
         return StepSkew(steps=[], steps_summary=None, phases=phases.rows)
     steps = steps[:, 0]
-    start_spread = _masked_max(m["start"], present) - _masked_min(m["start"], present)
-    end_spread = _masked_max(m["end"], present) - _masked_min(m["end"], present)
-    duration = m["end"] - m["start"]
+    start_spread = _masked_max(step_start, present) - _masked_min(step_start, present)
+    end_spread = _masked_max(step_end, present) - _masked_min(step_end, present)
+    duration = step_end - step_start
     rows_present, cols_present = np.nonzero(present)  # every column (step) has a rank: _dense made it
     median_duration = steptime.per_step(cols_present, duration[rows_present, cols_present])[1]
     max_duration = _masked_max(duration, present)

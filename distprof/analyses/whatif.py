@@ -121,11 +121,31 @@ def _stage_steps(matching: Matching) -> np.ndarray:
     return pairs[np.isin(pairs[:, 1], steps[count >= MIN_PIPELINE_STAGES])]
 
 
-def _stage_cells(g: Graph, stages: np.ndarray, w: np.ndarray) -> dict:
-    """The pipeline stages' time outside communication per cell (a step and the innermost phase a
-    segment lies in), under durations ``w``: ``at`` (the segments counted), ``cell`` (each one's
-    cell), ``keys`` ((step, phase) per cell), ``rows`` (the stages' rank rows), ``totals`` (stage x
-    cell) and ``present`` (stage x cell: it is a stage in that step)."""
+@dataclass(frozen=True, slots=True)
+class _StageCells:
+    """The pipeline stages' time outside communication per cell: a step and the innermost phase a
+    segment lies in."""
+
+    at: np.ndarray         # the segments counted
+    cell: np.ndarray       # each one's cell
+    keys: np.ndarray       # (step, phase) per cell
+    rows: np.ndarray       # the stages' rank rows
+    totals: np.ndarray     # stage x cell
+    present: np.ndarray    # stage x cell: it is a stage in that step
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What the scenarios of one what-if run share."""
+
+    dataloader: str        # the dataloader phase's name
+    straggler: tuple       # (its rank row or None, the scenario info: its rank, or why none)
+    since: int | None      # the step the straggler turned slow at
+    stages: np.ndarray     # the pipeline stages: (rank row, step) pairs
+
+
+def _stage_cells(g: Graph, stages: np.ndarray, w: np.ndarray) -> _StageCells:
+    """The pipeline stages' time outside communication per cell, under durations ``w``."""
     stage_key = np.unique(stages[:, 0] * _STEP_SPAN + stages[:, 1])
     use = ~g.p_first & ~g.p_waited & np.isin(g.p_rank.astype(np.int64) * _STEP_SPAN + g.p_step, stage_key)
     phase = _segment_phases(g)
@@ -134,7 +154,7 @@ def _stage_cells(g: Graph, stages: np.ndarray, w: np.ndarray) -> dict:
     totals = np.zeros((rows.size, keys.shape[0]))
     np.add.at(totals, (np.searchsorted(rows, g.p_rank[use]), cell), w[use])
     present = np.isin(rows[:, None] * _STEP_SPAN + keys[None, :, 0], stage_key)
-    return {"at": np.flatnonzero(use), "cell": cell, "keys": keys, "rows": rows, "totals": totals, "present": present}
+    return _StageCells(at=np.flatnonzero(use), cell=cell, keys=keys, rows=rows, totals=totals, present=present)
 
 
 def _without_stage_lateness(g: Graph, row: int, stages: np.ndarray, since: int | None = None) -> np.ndarray:
@@ -147,7 +167,7 @@ def _without_stage_lateness(g: Graph, row: int, stages: np.ndarray, since: int |
     median (no further), over its segments in the phase as ``_spread`` puts it."""
     w = g.p_w.copy()
     cells = _stage_cells(g, stages, g.p_w)
-    keys, stage_rows, totals, in_step = cells["keys"], cells["rows"], cells["totals"], cells["present"]
+    keys, stage_rows, totals, in_step = cells.keys, cells.rows, cells.totals, cells.present
     mine = int(np.searchsorted(stage_rows, row))
     if not keys.size or mine >= stage_rows.size or stage_rows[mine] != row:
         return w
@@ -159,9 +179,9 @@ def _without_stage_lateness(g: Graph, row: int, stages: np.ndarray, since: int |
     by_phase = columns.group_medians(keys[judged, 1], excess[judged])
     lateness = np.maximum(np.nan_to_num(columns.lookup(by_phase, keys[:, 1])), 0)
     removed = np.where(judged, np.minimum(lateness, np.maximum(excess, 0)), 0)
-    at = cells["at"]
+    at = cells.at
     here = g.p_rank[at] == row
-    w[at[here]] -= _spread(g, at[here], cells["cell"][here], removed, g.p_w)
+    w[at[here]] -= _spread(g, at[here], cells.cell[here], removed, g.p_w)
     return w
 
 
@@ -172,17 +192,17 @@ def _balanced_stages(g: Graph, stages: np.ndarray, w: np.ndarray) -> np.ndarray:
     stage over the median as ``_spread`` puts it and goes onto one under it by its segments'
     durations; a phase only one stage has (the last stage's loss) is its own and kept."""
     cells = _stage_cells(g, stages, w)
-    totals, at, cell = cells["totals"], cells["at"], cells["cell"]
-    if not cells["keys"].size:
+    totals, at, cell = cells.totals, cells.at, cells.cell
+    if not cells.keys.size:
         return w
-    busy = cells["present"] & (totals > 0)
+    busy = cells.present & (totals > 0)
     shared = busy.sum(axis=0) >= 2
     median = np.zeros(totals.shape[1])
     median[shared] = np.nanmedian(np.where(busy, totals, np.nan)[:, shared], axis=0)
     delta = np.where(busy & shared, median - totals, 0)  # stage x cell: > 0 more work, < 0 less
-    stage = np.searchsorted(cells["rows"], g.p_rank[at])
+    stage = np.searchsorted(cells.rows, g.p_rank[at])
     out = w.copy()
-    for k in range(cells["rows"].size):  # a handful of stages
+    for k in range(cells.rows.size):  # a handful of stages
         mine = stage == k
         points, cells_of = at[mine], cell[mine]
         removed = _spread(g, points, cells_of, np.maximum(-delta[k], 0), w)
@@ -262,15 +282,15 @@ def _phase_starts(g: Graph, ends: np.ndarray) -> np.ndarray:
     return np.where(ok, lo, -1)
 
 
-def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[tuple | None, dict]:
+def _scenario_inputs(name: str, g: Graph, context: _Context, base: tuple) -> tuple[tuple | None, dict]:
     """(w, transfer, edges) of a scenario applied on top of ``base`` (the measured durations and
     waits, or another scenario's), or None, and what it changed (or why it does not apply)."""
     w, transfer, edges, hoist = base
     if name == "no_straggler":
-        row, info = context["straggler"]
+        row, info = context.straggler
         if row is None:
             return None, info
-        since, stages = context.get("since"), context["stages"]
+        since, stages = context.since, context.stages
         fixed_w = _without_stage_lateness(g, row, stages, since) if (stages[:, 0] == row).any() \
             else _without_lateness(g, row, np.setdiff1d(np.arange(g.n_ranks), [row]), since)
         new_w = w - (g.p_w - fixed_w)
@@ -280,7 +300,7 @@ def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[t
     if name == "balanced_ranks":
         if g.n_ranks < 2:
             return None, {"reason": "one_rank"}
-        stages = context["stages"]
+        stages = context.stages
         rows = np.setdiff1d(np.arange(g.n_ranks), stages[:, 0])
         w = _balanced_stages(g, stages, w) if stages.size else w
         return (_with_medians(g, _segment_medians(g, rows, w), rows, w), transfer, edges, hoist), {}
@@ -291,7 +311,7 @@ def _scenario_inputs(name: str, g: Graph, context: dict, base: tuple) -> tuple[t
     if name == "no_dataloader_wait":
         removed = int(w[g.p_loader].sum())
         if removed <= 0:
-            return None, {"reason": "no_dataloader", "phase": context["dataloader"]}
+            return None, {"reason": "no_dataloader", "phase": context.dataloader}
         return (np.where(g.p_loader, 0, w), transfer, edges, hoist), {"removed_ns": removed}
     if name == "overlap_communication":
         needed = _needed_edges(g, edges)
@@ -422,10 +442,10 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
     job_measured, job_replayed = job_steps(g, step_ns(g, g.p_t))[1], job_steps(g, replayed)[1]
     errors = np.abs(job_replayed - job_measured) / np.maximum(job_measured, 1)
     measured_ns = int(round(float(np.median(job_measured))))
-    context = {"dataloader": dataloader, "straggler": _named(g, straggler_rank), "since": straggler_since,
-               "stages": _stage_steps(matching)}
+    context = _Context(dataloader=dataloader, straggler=_named(g, straggler_rank), since=straggler_since,
+                       stages=_stage_steps(matching))
     base_by_rank = _rank_medians(g, replayed)[1]
-    fixed, _ = _scenario_inputs(straggler_fix, g, context, measured_inputs) if context["straggler"][0] is not None \
+    fixed, _ = _scenario_inputs(straggler_fix, g, context, measured_inputs) if context.straggler[0] is not None \
         else (None, None)
     fixed_ns = _job_step_ns(g, replay(g, *fixed)[0]) if fixed else None
     rows = [_scenario(name, g, context, measured_ns, base_by_rank, measured_inputs) for name in scenarios]
@@ -438,7 +458,7 @@ def whatif(results: list[RankResult], matching: Matching, config: dict,
                   notes=_partial_note(g) + _replay_notes(g, error) + _unwaited_gpu_note(g), scenarios=rows)
 
 
-def _saving_on(name: str, g: Graph, context: dict, base: tuple, base_ns: int) -> int | None:
+def _saving_on(name: str, g: Graph, context: _Context, base: tuple, base_ns: int) -> int | None:
     """The saving of a scenario replayed on top of ``base`` (another scenario's inputs), against
     ``base_ns`` (that scenario's predicted step); None when it does not apply there."""
     inputs, _ = _scenario_inputs(name, g, context, base)
@@ -447,7 +467,7 @@ def _saving_on(name: str, g: Graph, context: dict, base: tuple, base_ns: int) ->
     return base_ns - _job_step_ns(g, replay(g, *inputs)[0])
 
 
-def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank: np.ndarray,
+def _scenario(name: str, g: Graph, context: _Context, measured_ns: int, base_by_rank: np.ndarray,
               base: tuple) -> Scenario:
     """One scenario's row: replayed with its changes, or why it does not apply. ``base_by_rank``:
     the replayed median step of each rank row (ascending rows)."""
@@ -459,7 +479,7 @@ def _scenario(name: str, g: Graph, context: dict, measured_ns: int, base_by_rank
     rows, by_rank = _rank_medians(g, step_ns(g, t))
     predicted = _job_step_ns(g, t)
     gaining = [int(g.rank_numbers[r]) for r in rows[(base_by_rank - by_rank) > GAIN_SHARE * base_by_rank].tolist()]
-    since = context.get("since") if name == "no_straggler" else None
+    since = context.since if name == "no_straggler" else None
     saving = measured_ns - predicted if since is None else _saving_since(g, t, since)
     return Scenario(name=name, predicted_step_ns=predicted, saving_ns=saving, ranks_gaining=gaining, applies=True,
                     why=None, **info, **({"since_step": since} if since is not None else {}))
