@@ -17,28 +17,22 @@ def facts(results: list[RankResult]) -> list[Host]:
     machine's, capped by its cgroup; files from before that recorded a rank's affinity), GPU models,
     the highest 1-minute load average a rank saw at its start, stop or a step (None where not recorded), and
     where rank files sample it, the share of their steps the ranks' training threads waited for a core."""
-    hosts: dict[str, dict] = {}
-    for result in results:
-        entry = hosts.setdefault(result.host or "", {"host": result.host, "ranks": 0, "cpus": None, "gpus": set(),
-                                                     "load_1m": None})
-        entry["ranks"] += 1
-        cpus, gpu, load = result.meta.get("cpus"), result.meta.get("gpu_name"), result.meta.get("load_1m")
-        if isinstance(cpus, int) and cpus > 0:
-            entry["cpus"] = cpus if entry["cpus"] is None else max(entry["cpus"], cpus)
-        if isinstance(gpu, str) and gpu:
-            entry["gpus"].add(gpu)
-        if isinstance(load, (int, float)):
-            entry["load_1m"] = float(load) if entry["load_1m"] is None else max(entry["load_1m"], float(load))
-    out = []
-    for key, entry in sorted(hosts.items()):  # one per host
-        mine = [r for r in results if (r.host or "") == key]
-        share, sampled, stolen = hostload.runqueue_share(mine), hostload.max_load(mine), hostload.steal_share(mine)
-        if sampled is not None:
-            entry["load_1m"] = sampled if entry["load_1m"] is None else max(entry["load_1m"], sampled)
-        out.append(Host(**{**entry, "gpus": sorted(entry["gpus"])},
-                        **({"runqueue_share": share} if share is not None else {}),
-                        **({"steal_share": stolen} if stolen is not None else {})))
-    return out
+    by_host: dict[str, list[RankResult]] = {}
+    for result in results:  # in order: a host's first rank names it
+        by_host.setdefault(result.host or "", []).append(result)
+    return [_host(mine) for _, mine in sorted(by_host.items())]
+
+
+def _host(mine: list[RankResult]) -> Host:
+    """The facts of one host from its ranks' records."""
+    cpus = [c for c in (r.meta.get("cpus") for r in mine) if isinstance(c, int) and c > 0]
+    gpus = {g for g in (r.meta.get("gpu_name") for r in mine) if isinstance(g, str) and g}
+    loads = [float(v) for v in (r.meta.get("load_1m") for r in mine) if isinstance(v, (int, float))]
+    share, sampled, stolen = hostload.runqueue_share(mine), hostload.max_load(mine), hostload.steal_share(mine)
+    loads += [sampled] if sampled is not None else []
+    return Host(host=mine[0].host, ranks=len(mine), cpus=max(cpus) if cpus else None, gpus=sorted(gpus),
+                load_1m=max(loads) if loads else None, **({"runqueue_share": share} if share is not None else {}),
+                **({"steal_share": stolen} if stolen is not None else {}))
 
 
 def busy_hosts(hosts: list[Host]) -> list[Host]:
