@@ -322,6 +322,36 @@ class Events(Table):
     recv_bytes: np.ndarray = _Column()
 
 
+class Operators(Table):
+    """A trace's framework operators (the Kineto reader's cpu_op rows, or emit_nvtx ranges): what the
+    FLOPs count and the Operator Summary read. ``flops``: the op's own count (NaN: not recorded);
+    ``dims``/``concrete``: codes into the distinct Input Dims / Concrete Inputs (-1: not decoded)."""
+
+    __slots__ = ()
+
+    start_ns: np.ndarray = _Column()
+    end_ns: np.ndarray = _Column()
+    pid: np.ndarray = _Column()
+    lane: np.ndarray = _Column()
+    name: Texts = _Column()
+    flops: np.ndarray = _Column()
+    dims: np.ndarray = _Column()
+    concrete: np.ndarray = _Column()
+
+
+class MemorySamples(Table):
+    """A trace's allocator samples (profile_memory's [memory] instants): bytes allocated and reserved on a
+    device at a time."""
+
+    __slots__ = ()
+
+    time_ns: np.ndarray = _Column()
+    allocated: np.ndarray = _Column()
+    reserved: np.ndarray = _Column()
+    device_type: np.ndarray = _Column()
+    device_id: np.ndarray = _Column()
+
+
 def frameworks(events: Events, source: str = "") -> tuple[str, ...]:
     """The frameworks the trace shows (so advice can name their knobs): PyTorch when it is a
     PyTorch profiler (Kineto) trace or holds PyTorch's op/range names (``aten::``, ``c10d::``,

@@ -4,6 +4,7 @@ against plain-Python counts over the raw Kineto JSON (tests/data/torch_flops: 2 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -157,26 +158,28 @@ def test_kineto_decodes_shapes_only_where_flops_read_them():
     """Input Dims of the ops without a FLOPs formula are left undecoded (code -1), the GEMMs' are kept."""
     side = kineto.read(FILES[0], config_mod.load())[0].profiles
     ops, raw = side["operators"], _raw(FILES[0])
-    dims = np.asarray(ops["dims"])
-    needed, _ = profiles.shape_args_needed(ops["name"].texts)
-    assert ((dims >= 0) == needed[ops["name"].codes]).all() and (dims >= 0).any()
+    dims = np.asarray(ops.dims)
+    needed, _ = profiles.shape_args_needed(ops.name.texts)
+    assert ((dims >= 0) == needed[ops.name.codes]).all() and (dims >= 0).any()
     mm = [e["args"]["Input Dims"] for e in raw if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"]
-    assert sorted(side["input_dims"][d] for d in dims[ops["name"].eq("aten::mm")]) == sorted(mm)
-    assert all(dims[~needed[ops["name"].codes]] == -1) and (np.asarray(ops["concrete"]) == -1).all()
+    assert sorted(side["input_dims"][d] for d in dims[ops.name.eq("aten::mm")]) == sorted(mm)
+    assert all(dims[~needed[ops.name.codes]] == -1) and (np.asarray(ops.concrete) == -1).all()
 
 
 def test_no_flops_anywhere_counts_nothing_and_lists_the_gemms_uncounted():
     """Without flops args or usable shapes nothing goes up the tree: every GEMM/conv op is uncounted."""
     names = ["aten::linear", "aten::addmm", "aten::relu", "aten::conv2d"]
-    ops = {"name": operators.ev.Texts.of(np.array(names, object)), "flops": np.full(4, np.nan),
-           "dims": np.full(4, -1), "concrete": np.full(4, -1)}
     none = np.zeros(4, np.int64)  # what op_flops does not read
+    ops = operators.ev.Operators({"name": operators.ev.Texts.of(np.array(names, object)), "flops": np.full(4, np.nan),
+                                  "dims": np.full(4, -1), "concrete": np.full(4, -1), "start_ns": none,
+                                  "end_ns": none, "pid": none, "lane": none})
     tree = operators.OperatorTree(ops=ops, thread=none, parent=np.array([-1, 0, -1, -1]),
                                   depth=np.array([1, 2, 1, 1]), duration=none, self_ns=none, input_dims=[],
                                   concrete_inputs=[])
     counted, uncounted, source = profiles.op_flops(tree, [], [])
     assert counted.tolist() == [0, 0, 0, 0] and uncounted.tolist() == [True, True, False, True] and source is None
-    ops["dims"], ops["flops"] = np.array([-1, 0, 0, -1]), np.array([np.nan, np.nan, 5.0, np.nan])
+    tree = dataclasses.replace(tree, ops=ops.with_columns(dims=np.array([-1, 0, 0, -1]),
+                                                         flops=np.array([np.nan, np.nan, 5.0, np.nan])))
     counted, uncounted, source = profiles.op_flops(tree, [[[2, 3], [3, 4]]], [])
     assert counted.tolist() == [0, 0, 5, 0] and uncounted.tolist() == [True, True, False, True] and source == "args"
 

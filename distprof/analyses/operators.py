@@ -107,7 +107,7 @@ def nvtx_operators(events: ev.Events, needs_shapes: Callable | None = None) -> t
     distinct = sorted({text for text in sizes if text is not None})
     index = {text: at for at, text in enumerate(distinct)}
     dims_code = np.array([index.get(text, -1) for text in sizes] + [-1], np.int64)
-    ops = ev.Table({"start_ns": events.start_ns[rows], "end_ns": events.end_ns[rows],
+    ops = ev.Operators({"start_ns": events.start_ns[rows], "end_ns": events.end_ns[rows],
                     "pid": events.pid[rows], "lane": events.lane[rows], "name": ev.Texts.of(clean[codes]),
                     "flops": np.full(rows.size, np.nan), "dims": dims_code[codes],
                     "concrete": np.full(rows.size, -1, np.int64)})
@@ -150,7 +150,7 @@ def launched_gpu_ns(view: RankView, operators: ev.Table, op_thread: np.ndarray) 
     launched = launch >= 0
     call = launch[launched]
     call_thread, = thread_keys((pid[call], lane[call]))
-    op_of = innermost_enclosing(op_thread, operators["start_ns"], operators["end_ns"],
+    op_of = innermost_enclosing(op_thread, operators.start_ns, operators.end_ns,
                                 call_thread, start[call], end[call])
     duration = (end - start)[gpu[launched]]
     hit = op_of >= 0
@@ -168,8 +168,8 @@ class OperatorTree:
     depth: np.ndarray              # 1 = top level
     duration: np.ndarray
     self_ns: np.ndarray            # own duration less its direct child operators'
-    input_dims: list               # the distinct Input Dims that ops["dims"] indexes
-    concrete_inputs: list          # the distinct Concrete Inputs that ops["concrete"] indexes
+    input_dims: list               # the distinct Input Dims that ops.dims indexes
+    concrete_inputs: list          # the distinct Concrete Inputs that ops.concrete indexes
 
 
 def prepared(events: ev.Events, profiles: dict, needs_shapes: Callable | None = None) -> OperatorTree:
@@ -180,8 +180,8 @@ def prepared(events: ev.Events, profiles: dict, needs_shapes: Callable | None = 
     dims, concrete = profiles.get("input_dims") or [], profiles.get("concrete_inputs") or []
     if ops is None or not len(ops):
         ops, dims = nvtx_operators(events, needs_shapes)
-    start, end = ops["start_ns"], ops["end_ns"]
-    pid, lane = ops["pid"], ops["lane"]
+    start, end = ops.start_ns, ops.end_ns
+    pid, lane = ops.pid, ops.lane
     (thread,) = thread_keys((pid, lane)) if len(ops) else (np.empty(0, np.int64),)
     parent, depth = op_tree(thread, start, end)
     duration = end - start
@@ -198,7 +198,7 @@ def operator_table(view: RankView, tree: OperatorTree, in_window: np.ndarray,
     window_ns = iv.total(view.window)
     own_gpu = launched_gpu_ns(view, ops, tree.thread) if len(ops) else None
     gpu = None if own_gpu is None else up_the_tree(own_gpu, tree.parent, tree.depth)
-    names = ops["name"].take(in_window)
+    names = ops.name.take(in_window)
     if not len(names):
         return OperatorTable(rows=[], denominator_ns=int(window_ns),
                              dropped=Dropped(rows=0, calls=0, total_ns=0))

@@ -127,13 +127,13 @@ def shape_flops(name: str, dims, concrete) -> int | None:
 def _shape_flops(ops: ev.Table, input_dims: list, concrete_inputs: list) -> np.ndarray:
     """Per operator, the FLOPs of its recorded shapes (0: none), computed once per distinct (name,
     shapes) and only among the GEMM/conv ops that have shapes."""
-    names, dims = ops["name"], np.asarray(ops["dims"], np.int64)
+    names, dims = ops.name, np.asarray(ops.dims, np.int64)
     shape = np.zeros(dims.size, np.int64)
     formula, _ = shape_args_needed(names.texts)
     rows = np.flatnonzero(formula[names.codes] & (dims >= 0)) if dims.size else dims[:0]
     if not rows.size:
         return shape
-    keys = np.stack([names.codes[rows].astype(np.int64), dims[rows], np.asarray(ops["concrete"], np.int64)[rows]],
+    keys = np.stack([names.codes[rows].astype(np.int64), dims[rows], np.asarray(ops.concrete, np.int64)[rows]],
                     axis=1)
     distinct, key_of, _ = unique_rows(keys)
     per_key = []
@@ -150,8 +150,8 @@ def op_flops(tree: ops_mod.OperatorTree, input_dims: list,
     """Per operator: FLOPs counted (innermost op with FLOPs only), a mask of the FLOP ops whose
     shapes were not usable, and where the FLOPs came from ("args", "shapes", "args+shapes")."""
     ops = tree.ops
-    names = ops["name"]
-    arg = np.asarray(ops["flops"], np.float64)
+    names = ops.name
+    arg = np.asarray(ops.flops, np.float64)
     from_args = np.isfinite(arg) & (arg > 0)
     flops = np.where(from_args, np.nan_to_num(arg), _shape_flops(ops, input_dims, concrete_inputs)).astype(np.int64)
     has = flops > 0
@@ -170,7 +170,7 @@ def _step_and_phase(view: RankView, tree: ops_mod.OperatorTree) -> tuple[np.ndar
     """Per operator: the ProfileStep index holding its start (-1) and its Model Summary phase as an
     index into _PHASES (-1: none; codes, not texts: FLOPs by phase then groups integers)."""
     ops = tree.ops
-    start, end = ops["start_ns"], ops["end_ns"]
+    start, end = ops.start_ns, ops.end_ns
     events = view.events
     is_range = events.kind.eq(ev.RANGE)
     is_step = view.steps
@@ -184,7 +184,7 @@ def _step_and_phase(view: RankView, tree: ops_mod.OperatorTree) -> tuple[np.ndar
     phase = np.full(start.size, -1, np.int8)
     if phase_mask.any():
         pid, lane = events.pid, events.lane
-        thread_ops, thread_phase = ops_mod.thread_keys((ops["pid"], ops["lane"]), (pid[phase_mask], lane[phase_mask]))
+        thread_ops, thread_phase = ops_mod.thread_keys((ops.pid, ops.lane), (pid[phase_mask], lane[phase_mask]))
         at = innermost_enclosing(thread_phase, ev_start[phase_mask], ev_end[phase_mask], thread_ops, start, end)
         key = events.name.mapped(lambda n: _PHASES.index(_PHASE_KEYS.get(model_row(str(n)) or "", "other")),
                                     np.int8)[phase_mask]
@@ -202,11 +202,11 @@ def _backward_of_other_threads(phase: np.ndarray, ops: ev.Table, events: ev.Even
     loose = np.flatnonzero(phase < 0)
     if not loose.size or not backward.size:
         return
-    pid = np.concatenate([np.asarray(events.pid[backward], np.int64), np.asarray(ops["pid"][loose], np.int64)])
+    pid = np.concatenate([np.asarray(events.pid[backward], np.int64), np.asarray(ops.pid[loose], np.int64)])
     _, code = np.unique(pid, return_inverse=True)   # one key per process: the ranges of any thread
     code = code.ravel().astype(np.int64)
     at = innermost_enclosing(code[:backward.size], events.start_ns[backward], events.end_ns[backward],
-                             code[backward.size:], ops["start_ns"][loose], ops["end_ns"][loose])
+                             code[backward.size:], ops.start_ns[loose], ops.end_ns[loose])
     phase[loose[at >= 0]] = _BACKWARD
 
 
@@ -227,7 +227,7 @@ def flops_figures(view: RankView, tree: ops_mod.OperatorTree, in_window: np.ndar
     counted, uncounted, source = op_flops(tree, tree.input_dims, tree.concrete_inputs)
     missing = uncounted & in_window
     uncounted_ops = FlopsUncounted(ops=int(missing.sum()),
-                                   by_name=_counts_by_name(tree.ops["name"].take(missing), 20))
+                                   by_name=_counts_by_name(tree.ops.name.take(missing), 20))
     if not (counted[in_window] > 0).any():
         return RankProfile(flops_source=source, flops_uncounted=uncounted_ops)
     step, phase = _step_and_phase(view, tree)
@@ -269,16 +269,16 @@ def memory_figures(view: RankView, memory: ev.Table | None) -> list[MemoryDevice
     in the view's window, steps from its ProfileStep rows); none without samples there."""
     if memory is None or not len(memory):
         return []
-    samples = memory.take(rows_in_window(memory["time_ns"], view.window))
+    samples = memory.take(rows_in_window(memory.time_ns, view.window))
     if not len(samples):
         return []
     events, steps = view.events, np.flatnonzero(view.steps)  # by start
     starts, ends = events.start_ns[steps], events.end_ns[steps]
-    time_ns = samples["time_ns"]
+    time_ns = samples.time_ns
     at = np.searchsorted(starts, time_ns, side="right") - 1
     ok = (at >= 0) & (time_ns < ends[np.maximum(at, 0)]) if starts.size else np.zeros(time_ns.size, bool)
     step = np.where(ok, events.step[steps][np.maximum(at, 0)], -1) if starts.size else np.full(time_ns.size, -1)
-    pairs, pair_of, _ = unique_rows(np.stack([samples["device_type"], samples["device_id"]], axis=1))
+    pairs, pair_of, _ = unique_rows(np.stack([samples.device_type, samples.device_id], axis=1))
     return [_device_memory(samples.take(rows), step[rows], *pair)  # per device
             for pair, rows in zip(pairs.tolist(), Groups.of(pair_of, len(pairs)).members())]
 
@@ -300,13 +300,13 @@ def _device_memory(samples: ev.Table, step: np.ndarray, device_type: int, device
     in_step = step >= 0
     steps, step_of = np.unique(step[in_step], return_inverse=True)
     allocated, reserved = (np.full(steps.size, np.iinfo(np.int64).min) for _ in range(2))
-    np.maximum.at(allocated, step_of.ravel(), samples["allocated"][in_step])
-    np.maximum.at(reserved, step_of.ravel(), samples["reserved"][in_step])
+    np.maximum.at(allocated, step_of.ravel(), samples.allocated[in_step])
+    np.maximum.at(reserved, step_of.ravel(), samples.reserved[in_step])
     growth = float(np.polyfit(steps.astype(np.float64), allocated.astype(np.float64), 1)[0]) \
         if steps.size >= 2 else None
     return MemoryDevice(device=_device_label(device_type, device_id),
-                        peak_allocated_bytes=int(samples["allocated"].max()),
-                        peak_reserved_bytes=int(samples["reserved"].max()), steps=steps.tolist()[:MAX_STEPS],
+                        peak_allocated_bytes=int(samples.allocated.max()),
+                        peak_reserved_bytes=int(samples.reserved.max()), steps=steps.tolist()[:MAX_STEPS],
                         step_peak_allocated_bytes=allocated.tolist()[:MAX_STEPS],
                         step_peak_reserved_bytes=reserved.tolist()[:MAX_STEPS], growth_per_step_bytes=growth)
 
@@ -317,7 +317,7 @@ def rank_profile(view: RankView, config: dict,
     trace's side tables, RankTrace.profiles)."""
     profiles = profiles or {}
     tree = ops_mod.prepared(view.events, profiles, lambda names: shape_args_needed(names)[0])
-    in_window = rows_in_window(tree.ops["start_ns"], view.window)
+    in_window = rows_in_window(tree.ops.start_ns, view.window)
     table = ops_mod.operator_table(view, tree, in_window)
     peak = (config.get("hardware") or {}).get("peak_tflops")
     return with_memory(flops_figures(view, tree, in_window, peak), memory_figures(view, profiles.get("memory"))), table

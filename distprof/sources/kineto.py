@@ -524,18 +524,18 @@ def _profile_tables(doc: Document, rows: list, is_op: np.ndarray, name_codes, na
     args = doc.args(compress(rows, is_op.tolist()))
     op_names = name_codes[where]
     (dims_codes, dims), (concrete_codes, concrete) = _shape_args(doc, args, op_names, name_uniques)
-    operators = ev.Table({
+    operators = ev.Operators({
         "start_ns": start_ns[where], "end_ns": end_ns[where], "pid": ids["pid"][where], "lane": ids["tid"][where],
         "name": ev.Texts.from_codes(op_names, name_uniques), "flops": _number_column(doc.arg(args, "flops")),
         "dims": dims_codes, "concrete": concrete_codes})
     samples = doc.memory_samples()
     sample_args = doc.args(samples)
     time_ns, _ = us_to_ns(doc.field(samples, "ts")) if samples else (np.empty(0, np.int64), None)
-    memory = ev.Table({"time_ns": time_ns,
-                           "allocated": int_column(doc.arg(sample_args, "total_allocated")),
-                           "reserved": int_column(doc.arg(sample_args, "total_reserved")),
-                           "device_type": int_column(doc.arg(sample_args, "device_type")),
-                           "device_id": int_column(doc.arg(sample_args, "device_id"))})
+    memory = ev.MemorySamples({"time_ns": time_ns,
+                                "allocated": int_column(doc.arg(sample_args, "total_allocated")),
+                                "reserved": int_column(doc.arg(sample_args, "total_reserved")),
+                                "device_type": int_column(doc.arg(sample_args, "device_type")),
+                                "device_id": int_column(doc.arg(sample_args, "device_id"))})
     return {"operators": operators, "input_dims": dims, "concrete_inputs": concrete, "memory": memory}
 
 
