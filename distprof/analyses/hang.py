@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from msgspec.structs import replace
 
@@ -324,9 +325,16 @@ def pool_of(world: int, stated: bool, usable: set[int]) -> tuple[int, ...]:
 
 
 # -- groups ------------------------------------------------------------------------------------------------------
-def group_members(dumps: list[RankDump], world: int, world_stated: bool
-                  ) -> dict[str, tuple[str, tuple[int, ...], bool]]:
-    """Group name -> (desc, member ranks, complete): as a dump's pg_config states them; the world group: every
+class GroupMembers(NamedTuple):
+    """A process group's members as the dumps tell them."""
+
+    desc: str                   # pg_config's description ("default_pg": the world)
+    ranks: tuple[int, ...]
+    complete: bool              # stated (pg_config, or the world's size), not only seen in entries
+
+
+def group_members(dumps: list[RankDump], world: int, world_stated: bool) -> dict[str, GroupMembers]:
+    """Group name -> its members: as a dump's pg_config states them; the world group: every
     rank of the world (complete where the world is stated; else the ranks up to the highest dumped, which are
     in it for sure); else the ranks whose entries name the group (not complete)."""
     stated: dict[str, set[int]] = {}
@@ -345,11 +353,11 @@ def group_members(dumps: list[RankDump], world: int, world_stated: bool
     members = {}
     for name, ranks in seen.items():
         if name in stated:
-            members[name] = (desc[name], tuple(sorted(stated[name] | ranks)), True)
+            members[name] = GroupMembers(desc[name], tuple(sorted(stated[name] | ranks)), True)
         elif desc[name] == "default_pg":  # every rank below the world's size, and ranks 0..max dumped are in it
-            members[name] = (desc[name], tuple(range(world)), world_stated)
+            members[name] = GroupMembers(desc[name], tuple(range(world)), world_stated)
         else:
-            members[name] = (desc[name], tuple(sorted(ranks)), False)
+            members[name] = GroupMembers(desc[name], tuple(sorted(ranks)), False)
     return members
 
 
@@ -494,7 +502,8 @@ def not_started(issued: dict[str, list[int]]) -> list[int]:
 
 
 # -- waits -------------------------------------------------------------------------------------------------------
-def _fr_waits(idx: Index, members, groups: dict[str, GroupState], pool: tuple[int, ...]) -> list[_Wait]:
+def _fr_waits(idx: Index, members: dict[str, GroupMembers], groups: dict[str, GroupState],
+              pool: tuple[int, ...]) -> list[_Wait]:
     """Each rank's lowest pending collective per group, gathered per (group, seq), and whom they wait for."""
     waits: dict[tuple[str, int], _Wait] = {}
     for rank in sorted(idx):
@@ -524,12 +533,12 @@ def _fr_waits(idx: Index, members, groups: dict[str, GroupState], pool: tuple[in
             wait.targets.append((NOT_DUMPED, shared.setdefault(name, tuple(state.not_dumped)), False))
         if state.inferred_missing:
             wait.targets.append((NOT_DUMPED, pool, True))
-        behind = tuple(r for r in members[name][1] if r in idx and r not in odd
+        behind = tuple(r for r in members[name].ranks if r in idx and r not in odd
                        and idx[r].get(name, _EMPTY).last < seq)
         if behind:
             wait.targets.append((MISSING, behind, False))
         if not wait.targets:
-            wait.completed_by = [r for r in members[name][1] if r in idx and idx[r].get(name, _EMPTY).done >= seq]
+            wait.completed_by = [r for r in members[name].ranks if r in idx and idx[r].get(name, _EMPTY).done >= seq]
     return list(waits.values())
 
 
