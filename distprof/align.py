@@ -7,13 +7,13 @@ changes the ones it is given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 from msgspec.structs import replace
 
 from . import events as ev
-from .columns import unique_rows
+from .columns import take, unique_rows
 from .matching import Matching
 from .results import ClockEstimate, CollectiveMarkers, RankResult
 from .typed import Reason
@@ -39,7 +39,25 @@ def _ordinal_in_group(*sorted_keys: np.ndarray) -> np.ndarray:
     return index - np.maximum.accumulate(np.where(opens, index, 0))
 
 
-def _op_columns(collectives: CollectiveMarkers, rank: int) -> dict:
+@dataclass(frozen=True, slots=True)
+class _Ops:
+    """Communication ops as columns, with each op's series (kind, group, sender, receiver)."""
+
+    kind: np.ndarray       # the matching's kind: p2p for a send or a recv
+    raw_kind: np.ndarray   # as the rank recorded it
+    group: np.ndarray
+    step: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    nbytes: np.ndarray
+    launch: np.ndarray
+    exposed: np.ndarray
+    src: np.ndarray        # a send's rank, a recv's peer; -1 for a collective
+    dst: np.ndarray
+    keep: np.ndarray       # matched at all: not an unmatched kind, not a send/recv without its peer
+
+
+def _op_columns(collectives: CollectiveMarkers, rank: int) -> _Ops:
     """One rank's collectives as arrays, with each op's series: (kind, group, sender, receiver);
     sender/receiver only for send/recv (the k-th send 0 -> 1 pairs with the k-th receive of 1
     from 0), -1 otherwise."""
@@ -52,14 +70,18 @@ def _op_columns(collectives: CollectiveMarkers, rank: int) -> dict:
 
     peer = column("peer", -1, np.int64)
     is_send, is_recv = kind == ev.SEND, kind == ev.RECV
-    return {"kind": np.where(is_send | is_recv, _P2P, kind), "raw_kind": kind,
-            "group": column("group", "", str), "step": column("step", -1, np.int64),
-            "start": column("start_ns", 0, np.int64), "end": column("end_ns", 0, np.int64),
-            "nbytes": column("nbytes", -1, np.int64), "launch": column("launch_ns", -1, np.int64),
-            "exposed": column("exposed_ns", -1, np.int64),
-            "src": np.where(is_send, rank, np.where(is_recv, peer, -1)),
-            "dst": np.where(is_send, peer, np.where(is_recv, rank, -1)),
-            "keep": ~np.isin(kind, _UNMATCHED_KINDS) & ~((is_send | is_recv) & (peer < 0))}
+    return _Ops(kind=np.where(is_send | is_recv, _P2P, kind), raw_kind=kind, group=column("group", "", str),
+                step=column("step", -1, np.int64), start=column("start_ns", 0, np.int64),
+                end=column("end_ns", 0, np.int64), nbytes=column("nbytes", -1, np.int64),
+                launch=column("launch_ns", -1, np.int64), exposed=column("exposed_ns", -1, np.int64),
+                src=np.where(is_send, rank, np.where(is_recv, peer, -1)),
+                dst=np.where(is_send, peer, np.where(is_recv, rank, -1)),
+                keep=~np.isin(kind, _UNMATCHED_KINDS) & ~((is_send | is_recv) & (peer < 0)))
+
+
+def _concatenated(parts: list[_Ops]) -> _Ops:
+    """Every rank's ops one after the other."""
+    return _Ops(**{f.name: np.concatenate([getattr(part, f.name) for part in parts]) for f in fields(_Ops)})
 
 
 def _expected(series: np.ndarray, kinds: np.ndarray, groups: np.ndarray, has: np.ndarray,
@@ -123,23 +145,21 @@ def match_collectives(collectives_by_rank: list[CollectiveMarkers], ranks: list[
     """
     n_ranks, rank_numbers = len(ranks), np.asarray(ranks, np.int64)
     columns = [_op_columns(c, int(r)) for c, r in zip(collectives_by_rank, ranks)]
-    excluded = sorted({str(k) for c in columns for k in np.unique(c["raw_kind"][~c["keep"]])})
-    columns = [{key: value[c["keep"]] for key, value in c.items()} for c in columns]
-    cat = {key: np.concatenate([c[key] for c in columns] + [np.empty(0, columns[0][key].dtype if columns else
-                                                                    np.int64)]) for key in
-           ("kind", "group", "step", "start", "end", "nbytes", "launch", "exposed", "src", "dst")} if columns else {}
-    total = int(sum(c["kind"].size for c in columns))
+    excluded = sorted({str(k) for c in columns for k in np.unique(c.raw_kind[~c.keep])})
+    columns = [take(c, c.keep) for c in columns]
+    total = int(sum(c.kind.size for c in columns))
     if total == 0:
         empty = np.zeros((n_ranks, 0), np.int64)
         return Matching(rank_numbers, np.empty(0, object), np.empty(0, np.int64), np.empty(0, np.int64), empty,
                         empty.copy(), empty.astype(bool), excluded=excluded, nbytes=empty.copy(),
                         launch_ns=empty.copy(), exposed_ns=empty.copy())
-    all_rows = np.concatenate([np.full(c["kind"].size, row, np.int64) for row, c in enumerate(columns)])
-    kinds, kind_code = ev.distinct_texts(cat["kind"])
-    groups, group_code = ev.distinct_texts(cat["group"])
-    series, series_of, _ = unique_rows(np.stack([kind_code, group_code, cat["src"], cat["dst"]], axis=1))
-    order = np.lexsort((cat["start"], cat["step"], series_of, all_rows))  # per rank, series, step, time
-    sorted_rows, sorted_series, sorted_step = all_rows[order], series_of[order], cat["step"][order]
+    cat = _concatenated(columns)
+    all_rows = np.concatenate([np.full(c.kind.size, row, np.int64) for row, c in enumerate(columns)])
+    kinds, kind_code = ev.distinct_texts(cat.kind)
+    groups, group_code = ev.distinct_texts(cat.group)
+    series, series_of, _ = unique_rows(np.stack([kind_code, group_code, cat.src, cat.dst], axis=1))
+    order = np.lexsort((cat.start, cat.step, series_of, all_rows))  # per rank, series, step, time
+    sorted_rows, sorted_series, sorted_step = all_rows[order], series_of[order], cat.step[order]
     ordinal = _ordinal_in_group(sorted_rows, sorted_series, sorted_step)
     has = np.zeros((n_ranks, series.shape[0]), bool)
     has[all_rows, series_of] = True
@@ -155,8 +175,8 @@ def match_collectives(collectives_by_rank: list[CollectiveMarkers], ranks: list[
     chosen = matched_key[inverse]
     cells = (sorted_rows[chosen], column[inverse[chosen]])
     matrices = {}
-    for name, values, fill in (("start", cat["start"], 0), ("end", cat["end"], 0), ("nbytes", cat["nbytes"], -1),
-                               ("launch", cat["launch"], -1), ("exposed", cat["exposed"], -1)):
+    for name, values, fill in (("start", cat.start, 0), ("end", cat.end, 0), ("nbytes", cat.nbytes, -1),
+                               ("launch", cat.launch, -1), ("exposed", cat.exposed, -1)):
         matrix = np.full((n_ranks, n_matched), fill, np.int64)
         matrix[cells] = values[order][chosen]
         matrices[name] = matrix
