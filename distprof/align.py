@@ -7,8 +7,7 @@ changes the ones it is given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-
+import msgspec
 import numpy as np
 from msgspec.structs import replace
 
@@ -39,8 +38,7 @@ def _ordinal_in_group(*sorted_keys: np.ndarray) -> np.ndarray:
     return index - np.maximum.accumulate(np.where(opens, index, 0))
 
 
-@dataclass(frozen=True, slots=True)
-class _Ops:
+class _Ops(msgspec.Struct, frozen=True):
     """Communication ops as columns, with each op's series (kind, group, sender, receiver)."""
 
     kind: np.ndarray       # the matching's kind: p2p for a send or a recv
@@ -81,7 +79,7 @@ def _op_columns(collectives: CollectiveMarkers, rank: int) -> _Ops:
 
 def _concatenated(parts: list[_Ops]) -> _Ops:
     """Every rank's ops one after the other."""
-    return _Ops(**{f.name: np.concatenate([getattr(part, f.name) for part in parts]) for f in fields(_Ops)})
+    return _Ops(**{name: np.concatenate([getattr(part, name) for part in parts]) for name in _Ops.__struct_fields__})
 
 
 def _expected(series: np.ndarray, kinds: np.ndarray, groups: np.ndarray, has: np.ndarray,
@@ -328,16 +326,15 @@ def assign_ranks(results: list[RankResult]) -> tuple[list[RankResult], list[str]
     return sorted(out, key=lambda r: r.rank), warnings
 
 
-@dataclass(frozen=True)
-class Alignment:
+class Alignment(msgspec.Struct, frozen=True):
     """Results on the common clock (their ``clock`` refined), the matching the refinement used,
     the rank whose clock is the reference, and notes on how far the clocks can be trusted."""
 
     results: list[RankResult]
     matching: Matching
     reference_rank: int | None
-    notes: list[str | Reason] = field(default_factory=list)   # reason codes: reports/findings.py words them
-    warnings: list[str | Reason] = field(default_factory=list)   # clock claims distrusted, naming file and rank
+    notes: list[str | Reason] = msgspec.field(default_factory=list)   # reason codes: reports/findings.py words them
+    warnings: list[str | Reason] = msgspec.field(default_factory=list)   # clock claims distrusted, naming file and rank
 
 
 # hosts "cluster" when their median corrections differ by more than this many within-host

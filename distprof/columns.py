@@ -4,9 +4,9 @@ without it (importing pandas costs a merge process 0.4 s). Nothing here knows wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
+import msgspec
 import numpy as np
 
 Record = TypeVar("Record")
@@ -35,8 +35,7 @@ def unique_rows(keys: np.ndarray):
     return unique, inverse.reshape(-1), counts
 
 
-@dataclass(frozen=True)
-class Groups:
+class Groups(msgspec.Struct, frozen=True):
     """Rows grouped by code (0..size-1, every group non-empty): one stable sort, then reductions
     per group that keep row order inside a group."""
 
@@ -185,6 +184,6 @@ def union_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n_keys: i
 
 
 def take(record: Record, index: np.ndarray) -> Record:
-    """A copy of ``record`` (a dataclass of equal-length columns) with rows ``index`` (a mask or
+    """A copy of ``record`` (a msgspec.Struct of equal-length columns) with rows ``index`` (a mask or
     positions) of every column: the rows of a table kept as a record, nothing mutated."""
-    return replace(record, **{field.name: getattr(record, field.name)[index] for field in fields(record)})
+    return msgspec.structs.replace(record, **{name: getattr(record, name)[index] for name in record.__struct_fields__})

@@ -4,13 +4,11 @@ analyses read it without reaching back into the alignment step."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 
 
-@dataclass(frozen=True)
-class Matching:
+class Matching(msgspec.Struct, frozen=True):
     """Collectives matched across ranks. Column j is one collective: the ``ordinal``-th of its
     kind in its process group and step (for p2p, of its sender -> receiver pair), on every rank
     of the group that is in the merge (``present``). Times are on each rank's own clock; rows
@@ -25,16 +23,16 @@ class Matching:
     start_ns: np.ndarray
     end_ns: np.ndarray
     present: np.ndarray
-    kinds: list[dict] = field(default_factory=list)
-    warnings: list = field(default_factory=list)  # str or typed.Reason (reports/findings.py words the codes)
-    excluded: list[str] = field(default_factory=list)
-    group: np.ndarray = field(default_factory=lambda: np.empty(0, object))
-    group_ranks: list[tuple[int, ...]] = field(default_factory=list)
-    nbytes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    launch_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    exposed_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))  # -1 unknown
-    sender: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))    # p2p: global rank; else -1
-    receiver: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # p2p: global rank; else -1
+    kinds: list[dict] = msgspec.field(default_factory=list)
+    warnings: list = msgspec.field(default_factory=list)  # str or typed.Reason (reports/findings.py words the codes)
+    excluded: list[str] = msgspec.field(default_factory=list)
+    group: np.ndarray = msgspec.field(default_factory=lambda: np.empty(0, object))
+    group_ranks: list[tuple[int, ...]] = msgspec.field(default_factory=list)
+    nbytes: np.ndarray = msgspec.field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    launch_ns: np.ndarray = msgspec.field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    exposed_ns: np.ndarray = msgspec.field(default_factory=lambda: np.zeros((0, 0), np.int64))  # -1 unknown
+    sender: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, np.int64))    # p2p: global rank; else -1
+    receiver: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, np.int64))  # p2p: global rank; else -1
 
     @property
     def size(self) -> int:

@@ -6,7 +6,6 @@ these; writing reports is the caller's job.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import msgspec
@@ -175,7 +174,7 @@ def combine(results: list[RankResult], config: dict, source: str, world_size: in
     if unverified and len(aligned.results) > 1:
         warnings.append(Reason("clocks_unverified", {"ranks": unverified}))
     final, inst, collective_table = _collectives(aligned, config, world_size)
-    aligned = dataclasses.replace(aligned, results=final)  # align.Alignment: a dataclass
+    aligned = msgspec.structs.replace(aligned, results=final)
     skew_summary = _skew_summary(aligned, config, inst, missing, world_size)
     checks = streams.pipeline_dependencies(streams.stream_checks(final, config), skew_summary.pipelines)
     made = whatif.safe_measured(final, aligned.matching, config, warnings)  # once: every what-if and the path

@@ -10,8 +10,7 @@ logic: each piece is defined where its figures are (analyses.distributed, lanes,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from . import events as ev
@@ -21,8 +20,7 @@ from .results import Lane
 IntervalSet = tuple[np.ndarray, np.ndarray]  # analyses.intervals' sorted, disjoint (starts, ends)
 
 
-@dataclass(frozen=True, eq=False)
-class RankView:
+class RankView(msgspec.Struct, frozen=True, eq=False):
     """One rank's events and what its per-rank analyses share (arrays are read-only by contract)."""
 
     events: ev.Events

@@ -7,9 +7,9 @@ then the optimizer. The late rank of a step computes ``delay`` longer in forward
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
+import msgspec
 import pytest
 from allreduce_jobs import CONFIG, MS, job
 from result_views import whatif_of
@@ -120,7 +120,7 @@ def test_the_note_saying_why_no_rank_is_named_is_found_after_the_alignments_note
     hosts_clustered note once pushed it one note off, so the report gave another note as the reason and the
     imbalance finding, which reads that note, was not made."""
     aligned = align.align(job(4, [1, 2, 3, 1, 2, 3], 12 * MS), CONFIG)
-    clustered = dataclasses.replace(aligned, notes=[Reason("hosts_clustered", {"gap_ns": 1, "spread_ns": 1})])
+    clustered = msgspec.structs.replace(aligned, notes=[Reason("hosts_clustered", {"gap_ns": 1, "spread_ns": 1})])
     plain, shifted = (pipeline._skew_summary(a, CONFIG, world_size=4) for a in (aligned, clustered))
     assert plain.notes[plain.no_straggler_note].code == "late_rank_rotates"
     assert shifted.notes[0].code == "hosts_clustered"

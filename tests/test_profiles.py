@@ -4,11 +4,11 @@ against plain-Python counts over the raw Kineto JSON (tests/data/torch_flops: 2 
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from msgspec.structs import replace
@@ -178,7 +178,7 @@ def test_no_flops_anywhere_counts_nothing_and_lists_the_gemms_uncounted():
                                   concrete_inputs=[])
     counted, uncounted, source = profiles.op_flops(tree, [], [])
     assert counted.tolist() == [0, 0, 0, 0] and uncounted.tolist() == [True, True, False, True] and source is None
-    tree = dataclasses.replace(tree, ops=ops.with_columns(dims=np.array([-1, 0, 0, -1]),
+    tree = msgspec.structs.replace(tree, ops=ops.with_columns(dims=np.array([-1, 0, 0, -1]),
                                                          flops=np.array([np.nan, np.nan, 5.0, np.nan])))
     counted, uncounted, source = profiles.op_flops(tree, [[[2, 3], [3, 4]]], [])
     assert counted.tolist() == [0, 0, 5, 0] and uncounted.tolist() == [True, True, False, True] and source == "args"

@@ -1,11 +1,11 @@
 """What-if replay: exact on jobs that follow the model, scenario predictions known by hand, the
 CLI table, and the replay error on the real traces."""
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from result_views import summary_json
@@ -462,7 +462,7 @@ def chain_points(t: np.ndarray, rank: np.ndarray) -> replay._ChainPoints:
 
 def graph_ops(row: np.ndarray, **given: np.ndarray) -> replay._Ops:
     """The graph's ops with the columns ``given`` (the rest of each blank)."""
-    blank = {field.name: np.zeros(len(row), np.int64) for field in dataclasses.fields(replay._Ops)}
+    blank = {name: np.zeros(len(row), np.int64) for name in replay._Ops.__struct_fields__}
     return replay._Ops(**{**blank, "row": row, **given})
 
 
@@ -497,7 +497,7 @@ def test_a_point_before_its_ops_range_closes_waited_only_where_the_collective_wa
     op, gap = replay._waits(points, first, ops)
     assert op.tolist() == [-1, -1, 0, -1, -1, -1]  # rank 0 at 20 ms: rank 1's member closed at 19 ms
     assert gap[2] == -1_400_000
-    alone = dataclasses.replace(ops, col=np.array([-1, -1, -1]))
+    alone = msgspec.structs.replace(ops, col=np.array([-1, -1, -1]))
     assert replay._waits(points, first, alone)[0].tolist() == [-1] * 6
     # two points of one rank before its range closes (2.4 and 1.4 ms before), the other member done
     rows = chain_points(np.array([0, 40, 41]) * ms, np.zeros(3, np.int64))

@@ -13,8 +13,7 @@ the experts' side; a rank's load is its bytes on that side, summed. Codes and nu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from ..results import RankResult
@@ -28,8 +27,7 @@ from . import changepoint, imbalance
 ALLTOALL = "alltoall"
 
 
-@dataclass(frozen=True, slots=True)
-class _Exchanges:
+class _Exchanges(msgspec.Struct, frozen=True):
     """Every rank's all-to-alls with both sides known, as columns."""
 
     row: np.ndarray        # the rank's row

@@ -11,8 +11,7 @@ algbw = bytes / transfer (bytes per ns = GB/s); busbw = algbw × the nccl-tests 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from .. import events as ev
@@ -86,8 +85,7 @@ def _known_median(values: np.ndarray, present: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Instances:
+class Instances(msgspec.Struct, frozen=True):
     """Every matched instance's figures on the aligned clock: per (rank row, instance) matrices
     (``start``, ``launch``: -1 unknown, ``duration``, ``wait``) and per-instance columns."""
 
@@ -216,8 +214,7 @@ def _taken(row: np.ndarray, start: np.ndarray, end: np.ndarray, matching: Matchi
     return out[:row.size]
 
 
-@dataclass(frozen=True, slots=True)
-class SingleOps:
+class SingleOps(msgspec.Struct, frozen=True):
     """Collectives that no other rank matched, as single-rank instances (one entry each)."""
 
     rank: np.ndarray
@@ -262,8 +259,7 @@ def unmatched(collectives_by_rank: list[CollectiveMarkers], ranks: list[int], ma
                      n=np.where(is_p2p, 2, np.where(known, size, -1)), node_span=np.where(known, span, None))
 
 
-@dataclass(frozen=True, slots=True)
-class _InstanceColumns:
+class _InstanceColumns(msgspec.Struct, frozen=True):
     """One row per instance, matched and single-rank alike, with what the Collectives table aggregates."""
 
     kind: np.ndarray

@@ -25,10 +25,9 @@ only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 import msgspec
 import numpy as np
+from msgspec.structs import replace
 
 from .. import columns
 from ..events import HOST_THREAD
@@ -51,8 +50,7 @@ _POINT, _OP_END, _OP_START = range(3)
 _NEG = np.iinfo(np.int64).min // 4
 
 
-@dataclass(frozen=True, slots=True)
-class _PhaseSpans:
+class _PhaseSpans(msgspec.Struct, frozen=True):
     """Phase instances on the replayed clock, in the order of their start points."""
 
     rank: np.ndarray        # rank row
@@ -61,8 +59,7 @@ class _PhaseSpans:
     end: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class _Pieces:
+class _Pieces(msgspec.Struct, frozen=True):
     """Walked pieces of the path in time order: the step, rank row, op (-1: none), kind, start
     and end of each; ``chain``: a piece of the issuing thread (the walk's COMPUTE pieces)."""
 
@@ -75,8 +72,7 @@ class _Pieces:
     chain: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class _Segments:
+class _Segments(msgspec.Struct, frozen=True):
     """The path's labelled segments, every step's in time order: step, rank (its number), lane,
     name, kind, start, end and the phase that holds it ('' for none)."""
 
@@ -90,8 +86,7 @@ class _Segments:
     phase: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class _WalkedSteps:
+class _WalkedSteps(msgspec.Struct, frozen=True):
     """Per step (ascending), the rank row its walk starts on (``_step_ranks``)."""
 
     step: np.ndarray
@@ -103,8 +98,7 @@ class _WalkedSteps:
     exact: np.ndarray       # its step is the median itself
 
 
-@dataclass(frozen=True, slots=True)
-class _PathColumns:
+class _PathColumns(msgspec.Struct, frozen=True):
     """The path's segments (all steps) as columns for its shares: rank number, lane, name, kind
     and phase (strings) and length."""
 

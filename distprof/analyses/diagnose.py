@@ -10,9 +10,9 @@ the rank's events like the other reductions.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
+import msgspec
 import numpy as np
 
 from .. import events as ev
@@ -208,8 +208,7 @@ def _gpu_gap_findings(results: list[RankResult], config: dict) -> list[Observed]
                      window_ns=gaps.window_ns, pytorch=_any_pytorch(results, hit))]
 
 
-@dataclass(frozen=True, slots=True)
-class DataloaderShare:
+class DataloaderShare(msgspec.Struct, frozen=True):
     """A rank's Dataloader time over its ProfileStep time (own clock), over all and per step."""
 
     dataloader_ns: int

@@ -9,8 +9,7 @@ Kineto traces record no OS counters, nsys exports none that distprof reads (``re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from ..results import RankResult
@@ -22,8 +21,7 @@ BUSY_RATIO = 3.0         # a straggler's wait for a core per late step, over the
 BUSY_OF_COST = 0.25      # ... and at least this share of the waits it causes per step
 
 
-@dataclass(frozen=True, slots=True)
-class StepCounters:
+class StepCounters(msgspec.Struct, frozen=True):
     """A rank's OS counters per step: the change over the step (the first sampled step has none)."""
 
     step: np.ndarray

@@ -12,8 +12,7 @@ than a missing one). Codes and numbers only: reports/findings.py words them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from .. import events as ev
@@ -28,8 +27,7 @@ PHASES_SHOWN = 4
 NOTES = {"late_rank_rotates": "rotates", "delay_spread": "spread"}  # skew note code -> pattern
 
 
-@dataclass(frozen=True, slots=True)
-class PhaseMatrix:
+class PhaseMatrix(msgspec.Struct, frozen=True):
     """The ranks' own time per (step, phase name) column: ``times`` (rank rows, columns; NaN: the rank
     has no such phase in that step), each column's phase (``name``: a code into ``names``)."""
 

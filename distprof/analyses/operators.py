@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from .. import events as ev
@@ -157,8 +157,7 @@ def launched_gpu_ns(view: RankView, operators: ev.Table, op_thread: np.ndarray) 
     return np.bincount(op_of[hit], weights=duration[hit], minlength=len(operators)).astype(np.int64)
 
 
-@dataclass(frozen=True)
-class OperatorTree:
+class OperatorTree(msgspec.Struct, frozen=True):
     """A rank's framework operators with their nesting (:func:`prepared`): what the Operator Summary and
     the FLOPs profile share. numpy columns that stay on the rank (never written), so not a sections record."""
 

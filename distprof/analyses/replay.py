@@ -38,7 +38,6 @@ the ranks at a small cost per rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import chain
 
 import msgspec
@@ -61,8 +60,7 @@ NEG = np.iinfo(np.int64).min // 4
 _RETURN, PHASE_END, _STEP_END, STEP_START, PHASE_START, _ISSUE = range(-1, 5)
 
 
-@dataclass(frozen=True)
-class Graph:
+class Graph(msgspec.Struct, frozen=True):
     """The replay graph, flat over all ranks. Points (chain) sorted by rank then time; ops in
     rank order; ``edges``: (point, op, gap) waits of the chain on an op's end. A segment (the
     stretch of chain ending at a point) is named by the labels of its two points and how many
@@ -126,8 +124,7 @@ def along_queues(values: np.ndarray, queued: np.ndarray, prev: np.ndarray, fallb
 
 # -- the graph, all ranks at once --------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class _Steps:
+class _Steps(msgspec.Struct, frozen=True):
     """Every rank's ProfileSteps, flat over the ranks, on the common clock."""
 
     row: np.ndarray         # the rank row of each
@@ -136,8 +133,7 @@ class _Steps:
     end_ns: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class _Phases:
+class _Phases(msgspec.Struct, frozen=True):
     """Every rank's phase ranges (ranks that have any), flat over the ranks, on the common clock."""
 
     row: np.ndarray
@@ -147,8 +143,7 @@ class _Phases:
     end_ns: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class _Syncs:
+class _Syncs(msgspec.Struct, frozen=True):
     """Every rank's host sync calls (stream/event/device synchronize, synchronous memcpy), flat
     over the ranks, on the common clock."""
 
@@ -157,8 +152,7 @@ class _Syncs:
     end_ns: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class _OpMarkers:
+class _OpMarkers(msgspec.Struct, frozen=True):
     """Every rank's collectives as its markers give them, flat over the ranks: times on the common
     clock (``launch_ns`` -1: no launch known) and on the rank's own (the matching's)."""
 
@@ -174,8 +168,7 @@ class _OpMarkers:
     own_end: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class _LaneLinks:
+class _LaneLinks(msgspec.Struct, frozen=True):
     """Per op, how it follows the op before it on its lane (``_lane_links``)."""
 
     lane_prev: np.ndarray   # that op (-1: none it ran after)
@@ -184,8 +177,7 @@ class _LaneLinks:
     queued: np.ndarray      # queued behind it: issued with it
 
 
-@dataclass(frozen=True, slots=True)
-class _Ops:
+class _Ops(msgspec.Struct, frozen=True):
     """The graph's ops: the collectives in their ranks' steps, with their matching column (-1:
     none), lane links (``_LaneLinks``), whether each is the receiving side of a matched send/recv
     and whether a host sync call returned with it."""
@@ -207,8 +199,7 @@ class _Ops:
     synced: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class _Labels:
+class _Labels(msgspec.Struct, frozen=True):
     """The label texts of chain points (sorted) and the code of each kind of point."""
 
     texts: np.ndarray       # object
@@ -222,8 +213,7 @@ class _Labels:
     loader: np.ndarray      # per text: +1 where the dataloader opens, -1 where it closes, else 0
 
 
-@dataclass(frozen=True, slots=True)
-class _ChainPoints:
+class _ChainPoints(msgspec.Struct, frozen=True):
     """Every rank's chain points in rank then time order (``_chain_points``)."""
 
     rank: np.ndarray        # rank row
@@ -234,8 +224,7 @@ class _ChainPoints:
     op: np.ndarray          # the op issued there (-1: none)
 
 
-@dataclass(frozen=True, slots=True)
-class _Segments:
+class _Segments(msgspec.Struct, frozen=True):
     """Per chain point, the segment of chain ending there, as measured."""
 
     first: np.ndarray       # a rank's first point: no segment ends there
@@ -808,8 +797,7 @@ def _member_starts(g: Graph, chains: _Chains, members: np.ndarray, ready: np.nda
     return np.maximum(at, np.where(prev >= 0, ends[np.maximum(prev, 0)], NEG)) + g.o_delta[members]
 
 
-@dataclass(frozen=True)
-class ReplayTimes:
+class ReplayTimes(msgspec.Struct, frozen=True):
     """A replay's times, all of them, for backtracking (critical_path): point times, and per op
     when it was ready (its issue point's time, or its queue predecessor's ready), started, ended,
     and the member of its join whose start was the last arrival (itself when it came last)."""

@@ -8,8 +8,8 @@ columns travel to rank 0.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from .. import events as ev
@@ -290,8 +290,7 @@ def _rank_rows(matching: Matching, arrivals: _Arrivals, units: _LateUnits, inst:
                     steps_late=int(blame.steps_late[r])) for r, rank in enumerate(matching.ranks.tolist())]
 
 
-@dataclass(frozen=True, slots=True)
-class _Arrivals:
+class _Arrivals(msgspec.Struct, frozen=True):
     """Per (rank row, collective) on the aligned clock, and per collective and per rank."""
 
     unc: np.ndarray            # per rank: its clock uncertainty
@@ -346,8 +345,7 @@ def _arrivals(matching: Matching, offsets: np.ndarray, unc: np.ndarray, cfg: dic
                      split_diff=split_diff, split_agrees=split_diff <= split_tolerance)
 
 
-@dataclass(frozen=True, slots=True)
-class _LateUnits:
+class _LateUnits(msgspec.Struct, frozen=True):
     """Lateness per rank and unit of persistence (a step, else one collective)."""
 
     by_step: bool
@@ -437,8 +435,7 @@ def _kind_rows(matching: Matching, arrivals: _Arrivals) -> tuple[list[KindRow], 
     return kinds, notes
 
 
-@dataclass(frozen=True, slots=True)
-class _Blame:
+class _Blame(msgspec.Struct, frozen=True):
     """What the others waited for each rank's own delay (``_blame``), per rank row and unit."""
 
     attributable: np.ndarray   # per instance: what the second-latest waited for the last one
@@ -749,8 +746,7 @@ def _dense(keys_by_rank: list[np.ndarray], values_by_rank: list[tuple[np.ndarray
     return unique_keys, present, matrices
 
 
-@dataclass(frozen=True, slots=True)
-class _PhaseSpread:
+class _PhaseSpread(msgspec.Struct, frozen=True):
     """Per (step, phase name) key across ranks (``keys``: step, name code), and per phase name the
     aggregates of summary.json's skew.phases (``rows``)."""
 

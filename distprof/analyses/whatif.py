@@ -7,8 +7,7 @@ Numbers and reason codes only; reports/ word them (a scenario's ``why`` is a typ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 from msgspec.structs import replace
 
@@ -121,8 +120,7 @@ def _stage_steps(matching: Matching) -> np.ndarray:
     return pairs[np.isin(pairs[:, 1], steps[count >= MIN_PIPELINE_STAGES])]
 
 
-@dataclass(frozen=True, slots=True)
-class _StageCells:
+class _StageCells(msgspec.Struct, frozen=True):
     """The pipeline stages' time outside communication per cell: a step and the innermost phase a
     segment lies in."""
 
@@ -134,8 +132,7 @@ class _StageCells:
     present: np.ndarray    # stage x cell: it is a stage in that step
 
 
-@dataclass(frozen=True, slots=True)
-class _Context:
+class _Context(msgspec.Struct, frozen=True):
     """What the scenarios of one what-if run share."""
 
     dataloader: str        # the dataloader phase's name
@@ -378,8 +375,7 @@ def _unwaited_gpu_note(g: Graph) -> list[Reason]:
 
 
 
-@dataclass(frozen=True, slots=True)
-class Measured:
+class Measured(msgspec.Struct, frozen=True):
     """A job's replay graph and its measured replay (point times, op ends): made once per merge and
     read by every what-if run and the critical path. ``replayed`` None: no steps to replay, or the
     replay could not run (``safe_measured`` warned)."""
