@@ -15,20 +15,20 @@ kernel taken for communication by a wrong rule is visible.
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from .. import events as ev
 
 
-@dataclass(frozen=True)
-class KernelFamily:
+class KernelFamily(msgspec.Struct, frozen=True):
     """Communication kernels of one library: a regex searched in the kernel's (demangled) name."""
 
     family: str
-    pattern: re.Pattern
+    pattern: str             # compiled on first use (``_compiled``): most merges read no GPU kernel
     kind: str = ""           # the collective, where the family's kernels all perform one
     kinds: tuple = ()        # (regex, kind) pairs for a family of several: first match wins
 
@@ -40,7 +40,7 @@ KNOWN_FAMILIES = (
     # deep_ep::legacy in EPv2; EPv2's JIT kernels in deep_ep::elastic; the hybrid-ep branch's hybrid_ep.
     # DeepSeek's published profiles name the namespace dpsk::ep. The layout kernel (get_dispatch_layout)
     # computes locally and is left out; notify/cached_notify exchange the token counts ("other").
-    KernelFamily("DeepEP", re.compile(
+    KernelFamily("DeepEP", (
         r"\b(?:deep_ep|dpsk::ep)::(?:legacy::)?(?:intranode|internode|internode_ll)::"
         r"(?:notify_dispatch|cached_notify\w*|dispatch|combine|barrier|clean_low_latency_buffer)\b"
         r"|\bdeep_ep::elastic::(?:hybrid_)?(?:dispatch|combine)_impl\b"
@@ -48,14 +48,14 @@ KNOWN_FAMILIES = (
         r"|\bhybrid_ep::(?:dispatch_kernel|combine_kernel|device_sync_kernel|rdma_sync_kernel)\b"),
         kinds=_EP_KINDS),
     # NVSHMEM's device-side collectives (nvshmemi_*, and the *_on_stream_kernel launchers)
-    KernelFamily("NVSHMEM", re.compile(r"\bnvshmemi?x?_\w+"
-                                       r"|\b(?:alltoall|barrier|broadcast|fcollect|rdxn|reducescatter|sync)"
-                                       r"_on_stream_kernel\w*"),
+    KernelFamily("NVSHMEM", (r"\bnvshmemi?x?_\w+"
+                             r"|\b(?:alltoall|barrier|broadcast|fcollect|rdxn|reducescatter|sync)"
+                             r"_on_stream_kernel\w*"),
                  kinds=((r"barrier|sync", ev.BARRIER), (r"alltoall", ev.ALLTOALL), (r"fcollect", ev.ALLGATHER),
                         (r"reducescatter", ev.REDUCE_SCATTER), (r"rdxn|reduce", ev.ALLREDUCE),
                         (r"broadcast", ev.BROADCAST))),
     # torch symmetric memory (torch/csrc/distributed/c10d/symm_mem/: CUDASymmetricMemoryOps.cu and others)
-    KernelFamily("torch symmetric memory", re.compile(
+    KernelFamily("torch symmetric memory", (
         r"\b(?:multimem_all_reduce|multimem_one_shot_all_reduce|multimem_all_gather|one_shot_all_reduce"
         r"|two_shot_all_reduce)_kernel\w*"
         r"|\bc10d::symmetric_memory::(?:barrier|multimem_barrier|put_signal|wait_signal)_kernel\b"
@@ -65,24 +65,30 @@ KNOWN_FAMILIES = (
                (r"barrier|signal", ev.BARRIER))),
     # custom all-reduce: vLLM and SGLang (csrc/custom_all_reduce.cuh: vllm::cross_device_reduce_*stage),
     # vLLM's quick reduce, SGLang's one-shot
-    KernelFamily("custom all-reduce", re.compile(r"\bcross_device_reduce_[12]stage\b|\bquickreduce::allreduce\w*"
-                                                 r"|\bsglang::allreduce\w*"), kind=ev.ALLREDUCE),
+    KernelFamily("custom all-reduce", (r"\bcross_device_reduce_[12]stage\b|\bquickreduce::allreduce\w*"
+                                       r"|\bsglang::allreduce\w*"), kind=ev.ALLREDUCE),
     # TensorRT-LLM (cpp/tensorrt_llm/kernels/customAllReduceKernels.cu, communicationKernels/)
-    KernelFamily("TensorRT-LLM", re.compile(
+    KernelFamily("TensorRT-LLM", (
         r"\b(?:oneShot|twoShot)AllReduceKernel\b|\bar_fusion::allreduce_fusion_kernel\w*"
         r"|\breduce_fusion::\w*all_reduce\w*kernel\w*|\bmoe_a2a::moeA2A\w*Kernel\b"),
         kinds=((r"a2a", ev.ALLTOALL), (r"all_?reduce", ev.ALLREDUCE))),
     # Transformer Engine userbuffers (comm+GEMM overlap): _rs reduce-scatter, _ag all-gather, push/pull p2p
-    KernelFamily("Transformer Engine userbuffers", re.compile(r"\buserbuffers_fp16_sum_inplace_gpu_\w+"
-                                                              r"|\bkuserbuffers_\w+"),
+    KernelFamily("Transformer Engine userbuffers", (r"\buserbuffers_fp16_sum_inplace_gpu_\w+"
+                                                    r"|\bkuserbuffers_\w+"),
                  kinds=((r"_rs", ev.REDUCE_SCATTER), (r"_ag", ev.ALLGATHER), (r"push|send", ev.SEND),
                         (r"pull|recv", ev.RECV), (r"sum", ev.ALLREDUCE))),
     # MSCCL++ (mscclpp::collective::*, executionKernel) and MSCCL/RCCL's MSCCL (mscclKernel_<Op>_...)
-    KernelFamily("MSCCL++", re.compile(r"\bmscclpp::\w+(?:::\w+)*")),
-    KernelFamily("MSCCL", re.compile(r"\bmscclKernel_\w+")),
+    KernelFamily("MSCCL++", r"\bmscclpp::\w+(?:::\w+)*"),
+    KernelFamily("MSCCL", r"\bmscclKernel_\w+"),
 )
 
-_ANY_FAMILY = re.compile("|".join(f"(?:{family.pattern.pattern})" for family in KNOWN_FAMILIES))
+
+@functools.cache
+def _compiled() -> tuple[re.Pattern, tuple[tuple[KernelFamily, re.Pattern], ...]]:
+    """The families' patterns compiled, once, where a kernel name is first classified: one pattern of
+    them all (most kernels: one search rejects them) and each family's."""
+    return (re.compile("|".join(f"(?:{family.pattern})" for family in KNOWN_FAMILIES)),
+            tuple((family, re.compile(family.pattern)) for family in KNOWN_FAMILIES))
 RULE_LAUNCHED = "launched by a communication op"
 RULE_CONFIG = "communication.comm_kernels"
 _KIND_PATTERN = re.compile(rf"^({'|'.join(kind for kind in ev.COLLECTIVE_KINDS if kind)})=(.+)$", re.DOTALL)
@@ -100,8 +106,7 @@ def _user_patterns(config: dict) -> list[tuple[str, re.Pattern]]:
     return [user_pattern(text) for text in (config.get("communication") or {}).get("comm_kernels", [])]
 
 
-@dataclass(frozen=True)
-class KernelClasses:
+class KernelClasses(msgspec.Struct, frozen=True):
     """Per distinct kernel name: communication or not, the rule that said so ("" where none) and the
     collective (COLLECTIVE_KINDS code; 0 where not known: the reader's other sources may say it)."""
 
@@ -137,14 +142,15 @@ def _name_rule(name: str, prefixes: tuple[str, ...], users: list) -> tuple[str, 
     prefix = next((prefix for prefix in prefixes if name.startswith(prefix)), None)
     if prefix is not None:
         return f"{prefix}* kernel", ""
-    if _ANY_FAMILY.search(name) is None:  # most kernels: one search rejects them
+    any_family, families = _compiled()
+    if any_family.search(name) is None:  # most kernels: one search rejects them
         return None
     bare = None
-    for family in KNOWN_FAMILIES:
-        if family.pattern.search(name) is None:  # nothing in the whole name: none in its bare part either
+    for family, pattern in families:
+        if pattern.search(name) is None:  # nothing in the whole name: none in its bare part either
             continue
         bare = without_arguments(name) if bare is None else bare
-        found = family.pattern.search(bare)
+        found = pattern.search(bare)
         if found:
             return f"{family.family} kernel", family.kind or _family_kind(family, found.group(0))
     return None
