@@ -32,7 +32,6 @@ from .analyses import (
 )
 from .analyses import pipelines as pipelines_mod
 from .analyses import sharded as sharded_mod
-from .ranges import rank_ranges
 from .results import ClockEstimate, RankResult, Summary
 from .sections.collectives import Collectives
 from .sections.findings import Finding
@@ -59,33 +58,25 @@ def reduce_rank(trace: ev.RankTrace, config: dict) -> RankResult:
         sharded=sharded_mod.rank_sharded(view))
 
 
-NO_STEPS = {
-    "native": "no prof.step() was called (0 steps), so the window is the whole trace: call prof.step() at the "
-              "end of every training step, or pass window: all",
-    "kineto": "no ProfilerStep#N in the trace, so the window is the whole trace: call prof.step() of "
-              "torch.profiler at the end of every training step, or pass window: all",
-    "nsys": "no ProfileStep NVTX ranges in the trace, so the window is the whole trace: mark each training step "
-            "(distprof.Profiler's prof.step()), or pass window: all",
-}
-
-
-def _no_steps(trace: ev.RankTrace, steps: int, config: dict) -> tuple[str, ...]:
-    """Why a step window is missing and how to get one; said once per job by combine."""
+def _no_steps(trace: ev.RankTrace, steps: int, config: dict) -> tuple[Reason, ...]:
+    """Why a step window is missing (the source says how to get one: reports/findings.py words it); said
+    once per job by combine."""
     if steps or config.get("window", "steps") != "steps" or not len(trace.events):
         return ()
-    return (NO_STEPS.get(trace.source, NO_STEPS["native"]),)
+    return (Reason("no_step_window", {"source": trace.source if trace.source in ("kineto", "nsys") else "native"}),)
 
 
-def _rank_warnings(results: list[RankResult]) -> list[str]:
-    """Every rank's warnings in rank order; a no-steps line shared by many ranks is said once."""
+def _rank_warnings(results: list[RankResult]) -> list[str | Reason]:
+    """Every rank's warnings in rank order; the ranks without a step window are said once per source."""
     warnings, no_steps = [], {}
     for result in results:
-        for text in result.warnings:
-            if text in NO_STEPS.values():
-                no_steps.setdefault(text, []).append(result.rank)
+        for said in result.warnings:
+            if isinstance(said, Reason) and said.code == "no_step_window":
+                no_steps.setdefault(said.figures["source"], []).append(result.rank)
             else:
-                warnings.append(text)
-    return warnings + [f"{_rank_ranges(sorted(ranks))}: {text}" for text, ranks in no_steps.items()]
+                warnings.append(said)
+    return warnings + [Reason("no_step_window", {"source": source, "ranks": sorted(ranks)})
+                       for source, ranks in no_steps.items()]
 
 
 def _unseen_members(found: CollectiveSkew, matching: align_mod.Matching, missing: list[int]) -> CollectiveSkew:
@@ -307,11 +298,6 @@ def _unsplit_note(results: list[RankResult]) -> list[Reason]:
     if not ranks:
         return []
     return [Reason("wait_not_split", {"ranks": ranks})]
-
-
-def _rank_ranges(ranks: list[int]) -> str:
-    """'rank 3' / 'ranks 2-127, 130': a 126-rank gap reads as one range, not 126 numbers."""
-    return f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}"
 
 
 def _reduce_files(paths: list[Path], indices: list[int], config: dict,

@@ -427,7 +427,7 @@ class Profiler:
                 # a failed rank's line is said once: by its file where the file could record it (a full
                 # disk leaves it unsaid there), else here
                 said = {line for r in failed if (line := self._failure_lines.get(r.rank)) and
-                        any(line in warning for warning in r.warnings)}
+                        any(line in warning for warning in r.warnings if isinstance(warning, str))}
                 warnings = [w for w in warnings if w not in said]
         finally:
             self._close()

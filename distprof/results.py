@@ -281,7 +281,7 @@ class RankResult(Record):
     gpu_gaps: GpuGaps | None    # analyses.diagnose.rank_gpu_gaps; None on host-only traces
     tables: SentTables | None   # analyses.summaries.rank_tables (None: read from a summary.json row)
     clock: ClockEstimate
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[str | Reason, ...] = ()  # the reader's lines, and why the rank has no step window
     meta: dict = msgspec.field(default_factory=dict)
     frameworks: tuple[str, ...] = ()  # events.frameworks: whose advice fits this trace ("pytorch")
     profile: RankProfile = msgspec.field(default_factory=RankProfile)   # FLOPs and memory (analyses.profiles)

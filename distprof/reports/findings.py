@@ -582,6 +582,17 @@ def _first(ranks: list[int], more: str | None = None, limit: int = 8) -> str:
     return shown + ((more if more is not None else f" (+{len(ranks) - limit} more)") if len(ranks) > limit else "")
 
 
+# why a rank has no step window, by its source: how to mark the steps there
+_NO_STEP_WINDOW = {
+    "native": "no prof.step() was called (0 steps), so the window is the whole trace: call prof.step() at the "
+              "end of every training step, or pass window: all",
+    "kineto": "no ProfilerStep#N in the trace, so the window is the whole trace: call prof.step() of "
+              "torch.profiler at the end of every training step, or pass window: all",
+    "nsys": "no ProfileStep NVTX ranges in the trace, so the window is the whole trace: mark each training step "
+            "(distprof.Profiler's prof.step()), or pass window: all",
+}
+
+
 def _counts_differ(*, group, step, more, kind, steps_bad, steps, usual, odd) -> str:
     where = f" in group {group!r}" if group else ""
     at = "outside steps" if step < 0 else f"step {step}"
@@ -647,6 +658,7 @@ TEXTS: dict[str, Callable[..., str]] = {  # code -> its words, from its figures 
     "unseen_members": _unseen_members,
     # what the merge says of its inputs (pipeline.py, align.py: warnings and skew notes)
     "partial_result": lambda world_size, missing: f"partial result: no data for {_ranks(missing)} of {world_size}",
+    "no_step_window": lambda source, ranks=None: (f"{_ranks(ranks)}: " if ranks else "") + _NO_STEP_WINDOW[source],
     "clocks_unverified": lambda ranks: (
         f"clock offset of rank(s) {_first(ranks, ' ...')} not verified (no shared "
         "host, clock sample or usable collectives): start spreads and skew across ranks "
