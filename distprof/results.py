@@ -116,15 +116,21 @@ def _moved(values: list[int], offset_ns: int, unknown_stays: bool = False) -> li
     return (np.where(times >= 0, times + offset_ns, -1) if unknown_stays else times + offset_ns).tolist()
 
 
+def _shifted(columns: Any, offset_ns: int) -> Any:
+    """Marker columns on the common clock: their start and end times moved by ``offset_ns``, and their
+    launch times where they have them (-1, not known, stays -1)."""
+    moved = {"start_ns": _moved(columns.start_ns, offset_ns), "end_ns": _moved(columns.end_ns, offset_ns)}
+    if hasattr(columns, "launch_ns"):
+        moved["launch_ns"] = _moved(columns.launch_ns, offset_ns, unknown_stays=True)
+    return replace(columns, **moved)
+
+
 class StepBounds(msgspec.Struct, frozen=True):
     """A rank's ProfileSteps: their numbers and bounds."""
 
     step: list[int] = _column()
     start_ns: list[int] = _column()
     end_ns: list[int] = _column()
-
-    def shifted(self, offset_ns: int) -> StepBounds:
-        return replace(self, start_ns=_moved(self.start_ns, offset_ns), end_ns=_moved(self.end_ns, offset_ns))
 
 
 class PhaseBounds(msgspec.Struct, frozen=True):
@@ -143,9 +149,6 @@ class PhaseBounds(msgspec.Struct, frozen=True):
     def own_ns(self) -> list[int]:
         """Each phase's own work: its computing time where known, else its busy time."""
         return self.compute_ns or self.busy_ns
-
-    def shifted(self, offset_ns: int) -> PhaseBounds:
-        return replace(self, start_ns=_moved(self.start_ns, offset_ns), end_ns=_moved(self.end_ns, offset_ns))
 
 
 class CollectiveMarkers(msgspec.Struct, frozen=True):
@@ -170,10 +173,6 @@ class CollectiveMarkers(msgspec.Struct, frozen=True):
     exposed_ns: list[int] = _column()
     blocking: list[bool] = _column()
 
-    def shifted(self, offset_ns: int) -> CollectiveMarkers:
-        return replace(self, start_ns=_moved(self.start_ns, offset_ns), end_ns=_moved(self.end_ns, offset_ns),
-                       launch_ns=_moved(self.launch_ns, offset_ns, unknown_stays=True))
-
 
 class SyncCalls(msgspec.Struct, frozen=True):
     """A rank's host calls that block on the GPU (stream/event/device synchronize, a synchronous memcpy):
@@ -181,9 +180,6 @@ class SyncCalls(msgspec.Struct, frozen=True):
 
     start_ns: list[int] = _column()
     end_ns: list[int] = _column()
-
-    def shifted(self, offset_ns: int) -> SyncCalls:
-        return replace(self, start_ns=_moved(self.start_ns, offset_ns), end_ns=_moved(self.end_ns, offset_ns))
 
 
 class RankMarkers(msgspec.Struct, frozen=True):
@@ -197,8 +193,8 @@ class RankMarkers(msgspec.Struct, frozen=True):
 
     def shifted(self, offset_ns: int) -> RankMarkers:
         """The same markers on the common clock (own clock + offset)."""
-        return RankMarkers(self.step_bounds.shifted(offset_ns), self.phases.shifted(offset_ns),
-                           self.collectives.shifted(offset_ns), self.syncs.shifted(offset_ns))
+        return RankMarkers(*(_shifted(columns, offset_ns) for columns in
+                             (self.step_bounds, self.phases, self.collectives, self.syncs)))
 
     def to_json(self) -> dict:
         return msgspec.to_builtins(self)

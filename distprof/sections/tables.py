@@ -12,6 +12,8 @@ existed; such a file still reads back as it was.
 
 from __future__ import annotations
 
+import msgspec
+
 from ..typed import Record, absent
 
 
@@ -201,23 +203,16 @@ class StepTimes(Record):
     duration_ns: list[int]
 
 
-class SentTables(Record):
-    """One rank's own tables as it sends them to rank 0 (results.RankResult.tables): by-name tables of up
-    to summaries.MAX_ROWS rows and the step series; merge_tables makes the merged tables and each rank's
-    RankTables of them. Why every field has a value (None, not absent): msgspec decodes it off the wire
-    from a rank's message, which a sender of an older distprof may have written without ``phase``."""
+# One rank's own tables as it sends them to rank 0 (results.RankResult.tables): RankTables' by-name tables
+# (declared once, there) of up to summaries.MAX_ROWS rows, and the step series; merge_tables makes the merged
+# tables and each rank's RankTables of them. Every field has a value (None, not absent): msgspec decodes it
+# off the wire from a rank's message, which a sender of an older distprof may have written without ``phase``.
+SentTables = msgspec.defstruct(
+    "SentTables", [(f.name, f.type) for f in msgspec.structs.fields(RankTables)
+                   if f.name not in ("rank", "phase", "operator")]
+    + [("steps", StepTimes), ("phase", PhaseTable | None, None), ("operator", OperatorTable | None, None)],
+    bases=(Record,), module=__name__)
 
-    window_ns: int
-    span_ns: list[int] | None
-    device: list[DeviceRow]
-    overview: list[OverviewRow]
-    model: list[ModelRow]
-    kernel: KernelTable
-    memory: MemoryTable
-    user: UserTable
-    steps: StepTimes
-    phase: PhaseTable | None = None
-    operator: OperatorTable | None = None  # analyses.operators, added by pipeline.reduce_rank
 
 # -- merged across ranks (tables.merged) ---------------------------------------------------------
 
