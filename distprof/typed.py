@@ -74,10 +74,17 @@ class JsonError(ValueError):
 
 
 @functools.cache
+def fields_of(cls: type) -> tuple[msgspec.structs.FieldInfo, ...]:
+    """``msgspec.structs.fields`` once per record type: msgspec resolves the type's (string) annotations
+    again on every call (~0.1 ms a record), and the writer and the name capping both ask."""
+    return msgspec.structs.fields(cls)
+
+
+@functools.cache
 def _plan(cls: type) -> tuple[tuple[str, str, Any, Any], ...]:
     """Per field of ``cls``: (attribute, JSON key, type hint, default or default factory; NODEFAULT: none)."""
     plan = []
-    for f in msgspec.structs.fields(cls):
+    for f in fields_of(cls):
         default = f.default if f.default is not msgspec.NODEFAULT else f.default_factory
         plan.append((f.name, f.encode_name, f.type, default))
     return tuple(plan)
