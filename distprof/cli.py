@@ -233,9 +233,19 @@ def _warn(text: str, into: list[str]) -> None:
     into.append(text)
 
 
+def _reading_ahead(paths: list[Path], config: dict, comm) -> contextlib.AbstractContextManager:
+    """The read-ahead of this process's files (sources.readahead) when it reads them one after the other
+    (under mpirun, its share; alone, unless forked workers will read them)."""
+    from .sources.readahead import reading_ahead
+    from .transport import files_of, local_workers
+    worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
+    mine = files_of(paths, worker, workers)
+    in_turn = comm is not None or local_workers(len(mine)) <= 1
+    return reading_ahead([paths[index] for index in mine] if in_turn else [], config)
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     from . import sources
-    from .reports import export, text
     overrides = {"window": args.window} if args.window else {}
     if args.no_align:
         overrides["clock"] = {"align": False}
@@ -253,10 +263,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if tasks > 1 and (comm is None or comm.Get_size() == 1):
         print(f"distprof: warning: launched as {tasks} tasks but MPI did not start a {tasks}-rank world: "
               "every task merges every file (with srun, try --mpi=pmix)", file=sys.stderr)
-    summary = merge_summary(paths, config, comm=comm, warnings=notes,
-                            allow_duplicate_ranks=args.allow_duplicate_ranks)
+    with _reading_ahead(paths, config, comm):  # the first file's bytes while the analyses are imported
+        summary = merge_summary(paths, config, comm=comm, warnings=notes,
+                                allow_duplicate_ranks=args.allow_duplicate_ranks)
     if summary is None:  # an MPI worker other than rank 0: its results went to rank 0
         return 0
+    from .reports import export, text
     out = Path(args.out)
     with writing(out), timings.stage("write summary.json, ranks.csv, collectives.csv"):
         export.write_summary(summary, out)

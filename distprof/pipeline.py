@@ -305,19 +305,21 @@ def _reduce_files(paths: list[Path], indices: list[int], config: dict,
     """Read the files at ``indices`` one at a time and keep only each rank's RankResult:
     ([(file index, position in file, result)], [(file index, warning)])."""
     from . import sources
+    from .sources.readahead import reading_ahead
     reduced, warnings = [], []
-    for index in console.progress(indices, "reading") if progress else indices:
-        try:
-            traces = sources.read(paths[index], config)
-            reduced += [(index, position, reduce_rank(trace, config)) for position, trace in enumerate(traces)]
-            del traces  # bound memory by one file's events
-        except ev.SourceError as error:
-            warnings.append((index, f"skipped {error}"))
-            console.warn(f"skipped {error}")
-        except Exception as error:  # noqa: BLE001 - one unreadable file costs that file, not the merge
-            text = f"skipped {paths[index]}: could not be read ({type(error).__name__}: {error})"
-            warnings.append((index, text))
-            console.warn(text)
+    with reading_ahead([paths[index] for index in indices], config):  # the next file's bytes on another core
+        for index in console.progress(indices, "reading") if progress else indices:
+            try:
+                traces = sources.read(paths[index], config)
+                reduced += [(index, position, reduce_rank(trace, config)) for position, trace in enumerate(traces)]
+                del traces  # bound memory by one file's events
+            except ev.SourceError as error:
+                warnings.append((index, f"skipped {error}"))
+                console.warn(f"skipped {error}")
+            except Exception as error:  # noqa: BLE001 - one unreadable file costs that file, not the merge
+                text = f"skipped {paths[index]}: could not be read ({type(error).__name__}: {error})"
+                warnings.append((index, text))
+                console.warn(text)
     return reduced, warnings
 
 
@@ -325,9 +327,13 @@ def _reduce_here(paths: list[Path], mine: list[int], config: dict) -> tuple[list
     """This worker's files, read in ``transport.local_workers`` forked processes when more than
     one core is free (each holds one file's events at a time), else one after the other. Never
     forked while other threads run (a live job's threads, a test runner's): a child can inherit a
-    lock one of them held at the fork and wait on it forever; a merge must not hang."""
+    lock one of them held at the fork and wait on it forever; a merge must not hang. Nor under a
+    read-ahead the command started: it decided these files are read here, one after the other."""
     import threading
-    processes = transport.local_workers(len(mine)) if threading.active_count() == 1 else 1
+
+    from .sources.readahead import reading_ahead_now
+    alone = threading.active_count() > 1 or reading_ahead_now()
+    processes = 1 if alone else transport.local_workers(len(mine))
     if processes <= 1:
         return _reduce_files(paths, mine, config)
     import multiprocessing
@@ -387,7 +393,7 @@ def merge_files(paths: list[Path], config: dict, comm=None, warnings: list[str] 
     e.g. from sources.expand) come first in the summary's ``warnings``.
     """
     worker, workers = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
-    mine = transport.assign_files([p.stat().st_size if p.exists() else 0 for p in paths], workers)[worker]
+    mine = transport.files_of(paths, worker, workers)
     extra = warnings
     try:
         with timings.stage(f"read and reduce {len(mine)} file(s)"):

@@ -122,6 +122,11 @@ def assign_files(sizes: list[int], workers: int) -> list[list[int]]:
     return [sorted(share) for share in shares]
 
 
+def files_of(paths: list, worker: int, workers: int) -> list[int]:
+    """The indices of the files that MPI worker ``worker`` of ``workers`` reads (assign_files by size)."""
+    return assign_files([path.stat().st_size if path.exists() else 0 for path in paths], workers)[worker]
+
+
 def busy_elsewhere() -> float:
     """Processes running on this machine right now besides this one. Linux: the running count
     of /proc/loadavg, an instant view (the 1-minute load lags: a job that just ended, such as a

@@ -343,6 +343,13 @@ def check_file(path: Path, config: dict) -> None:
 
 
 def read_bytes(path: Path, config: dict) -> bytes | bytearray:
+    """The file's bytes (``read_file_bytes``), from the read-ahead when it read them (sources.readahead)."""
+    from .readahead import taken
+    data = taken(path)
+    return read_file_bytes(path, config) if data is None else data
+
+
+def read_file_bytes(path: Path, config: dict) -> bytes | bytearray:
     """The file's bytes, gunzipped while streaming into one buffer (the expanded bytes are held once,
     never a second joined copy): a gzip expanding beyond ``input.max_uncompressed_mb`` is refused
     holding at most that limit, and one whose trailer already says so is refused holding nothing."""
@@ -360,6 +367,15 @@ def read_bytes(path: Path, config: dict) -> bytes | bytearray:
             return _gunzip(handle, path, limit_mb * MB, named, hint)
     except OSError as error:
         raise SourceError(f"{path}: cannot read ({error.strerror or error})") from None
+
+
+def expanded_size_hint(path: Path) -> int:
+    """About how many bytes the file holds once gunzipped: a gzip's trailer size (0 where it cannot be
+    true), else the file's own size."""
+    with open(path, "rb") as handle:
+        if handle.read(2) != b"\x1f\x8b":
+            return handle.seek(0, os.SEEK_END)
+        return _gzip_size_hint(handle)
 
 
 GZIP_READ = 1 << 20      # compressed bytes read at a time
