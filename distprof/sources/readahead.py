@@ -23,21 +23,17 @@ _ACTIVE: ContextVar[ReadAhead | None] = ContextVar("distprof_read_ahead", defaul
 
 
 class _Read(threading.Thread):
-    """The first file from ``paths`` that the Kineto reader reads whole, read on this thread: its
-    path (None: no such file) and its bytes, or the exception reading them raised."""
+    """One file's bytes read on this thread, or the exception reading them raised. The thread runs
+    nothing but ``read_file_bytes``: every other step would wait for the GIL the decoder holds."""
 
-    def __init__(self, paths: Sequence[Path], config: dict) -> None:
+    def __init__(self, path: Path, config: dict) -> None:
         super().__init__(name="distprof-read-ahead", daemon=True)
-        self._paths, self._config = paths, config
-        self.path: Path | None = None
+        self.path, self._config = path, config
         self.data: bytes | bytearray | None = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
         from . import read_file_bytes
-        self.path = next((path for path in self._paths if _worth_reading(path, self._config)), None)
-        if self.path is None:
-            return
         try:
             self.data = read_file_bytes(self.path, self._config)
         except BaseException as error:  # noqa: BLE001 - raised in the reader's thread, when it asks
@@ -75,9 +71,11 @@ class ReadAhead:
         self._pending = self._start(0)
 
     def _start(self, position: int) -> _Read | None:
-        if position >= len(self._paths):
+        """Read the first file from ``position`` on that the Kineto reader reads whole (None: none is left)."""
+        path = next((path for path in self._paths[position:] if _worth_reading(path, self._config)), None)
+        if path is None:
             return None
-        read = _Read(self._paths[position:], self._config)
+        read = _Read(path, self._config)
         read.start()
         return read
 
