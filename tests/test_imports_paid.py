@@ -34,3 +34,23 @@ def test_a_kineto_merge_imports_neither_mpi_torch_pandas_nor_the_other_commands(
               "distprof.analyses.hang", "distprof.analyses.diff", "distprof.reports.perfetto",
               "distprof.sources.nsys", "distprof.sources.native", "distprof.sources.flight_recorder")
     assert not [m for m in modules if m.startswith(others)]
+
+
+def test_a_merge_pauses_the_collector_only_while_it_imports(tmp_path, monkeypatch):
+    """The cyclic collector is off through start-up (cli._collect_from_here), on while the files are
+    read, and the caller gets it back as it was: on, nothing left frozen."""
+    import gc
+
+    from distprof import cli, pipeline
+    seen = []
+    reduce_rank = pipeline.reduce_rank
+
+    def watched(trace, config):
+        seen.append((gc.isenabled(), gc.get_freeze_count() > 0))
+        return reduce_rank(trace, config)
+
+    monkeypatch.setattr(pipeline, "reduce_rank", watched)
+    monkeypatch.setenv("DISTPROF_READ_WORKERS", "1")  # read here, where the watch is
+    assert cli.main(["merge", str(DATA / "torch_ddp" / "late"), "-o", str(tmp_path / "out"), "--no-html"]) == 0
+    assert seen and all(on and frozen for on, frozen in seen)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
