@@ -209,8 +209,10 @@ class Texts:
     def compact(self) -> Texts:
         """The same rows with only the texts they use, in the order of ``texts``."""
         import numpy as np
-        used, codes = np.unique(self.codes, return_inverse=True)
-        return Texts(codes.astype(np.int32).ravel(), self.texts[used])
+
+        from .columns import used_codes
+        used, codes = used_codes(self.codes, len(self.texts))
+        return Texts(codes.astype(np.int32), self.texts[used])
 
 
 def _object_array(texts) -> np.ndarray:

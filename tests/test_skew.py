@@ -327,9 +327,10 @@ def test_scale_is_vectorized():
 
 def test_unique_rows_matches_numpy_on_packed_and_general_paths():
     rng = np.random.default_rng(1)
-    small = rng.integers(-5, 5, size=(500, 3))
+    small = rng.integers(-5, 5, size=(500, 3))  # few possible keys: counted
+    wide = rng.integers(0, 10**6, size=(500, 2))  # packed, then sorted
     huge = np.array([[2**61, 1, 0], [-(2**61), 3, 2], [2**61, 1, 0]])  # spans too wide to pack
-    for keys in (small, huge, np.zeros((0, 2), np.int64)):
+    for keys in (small, wide, huge, np.zeros((0, 2), np.int64)):
         keys = keys.astype(np.int64)
         got = align.unique_rows(keys)
         want = np.unique(keys, axis=0, return_inverse=True, return_counts=True)

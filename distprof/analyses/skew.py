@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 
 from .. import events as ev
-from ..columns import union_per_key, unique_rows
+from ..columns import distinct, union_per_key, unique_rows
 from ..matching import Matching
 from ..rankview import RankView
 from ..results import CollectiveMarkers, PhaseBounds, RankMarkers, StepBounds, SyncCalls
@@ -114,7 +114,7 @@ def _waited_elsewhere(events: ev.Events, own: np.ndarray, elsewhere: np.ndarray)
     if not elsewhere.any():  # first: the thread's boundaries are a sort of all its rows (8 ms on 65k)
         return iv.empty()
     start, end = events.start_ns, events.end_ns
-    bounds = np.unique(np.concatenate([start[own], end[own]]))
+    bounds = distinct(np.concatenate([start[own], end[own]]))
     if bounds.size < 2:
         return iv.empty()
     op_start, op_end = start[elsewhere], end[elsewhere]
