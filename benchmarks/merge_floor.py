@@ -49,6 +49,8 @@ class Trace(msgspec.Struct):
 
 def floor(path: str) -> None:
     """The floor's own process: read, decode the four fields, overlap of communication and computation."""
+    import os
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as distprof does: no BLAS thread pool, neither uses BLAS
     import numpy as np
     from isal import igzip
 

@@ -54,3 +54,26 @@ def test_a_merge_pauses_the_collector_only_while_it_imports(tmp_path, monkeypatc
     assert cli.main(["merge", str(DATA / "torch_ddp" / "late"), "-o", str(tmp_path / "out"), "--no-html"]) == 0
     assert seen and all(on and frozen for on, frozen in seen)
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+THREADS_AFTER = ("import os, sys\nfrom distprof import cli\ncli.main(sys.argv[1:])\n"
+                 "print(len(os.listdir('/proc/self/task')), os.environ['OPENBLAS_NUM_THREADS'], file=sys.stderr)")
+
+
+def test_a_merge_starts_no_blas_threads_unless_asked(tmp_path):
+    """numpy's OpenBLAS starts a thread per core at import, spinning for matrix work distprof never gives
+    it: the merge runs in one thread; a count the user set is kept."""
+    import os
+
+    if not os.path.isdir("/proc/self/task") or (os.cpu_count() or 1) < 2:
+        import pytest
+        pytest.skip("needs Linux's /proc and two cores to see a thread pool")
+    command = [sys.executable, "-c", THREADS_AFTER, "merge", str(DATA / "torch_ddp" / "late"), "--no-html"]
+    environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    environ["DISTPROF_READ_WORKERS"] = "1"
+    done = subprocess.run([*command, "-o", str(tmp_path / "a")], capture_output=True, text=True, timeout=120,
+                          env=environ)
+    assert done.stderr.split()[-2:] == ["1", "1"], done.stderr[-500:]
+    done = subprocess.run([*command, "-o", str(tmp_path / "b")], capture_output=True, text=True, timeout=120,
+                          env={**environ, "OPENBLAS_NUM_THREADS": "2"})
+    assert done.stderr.split()[-2:] == ["2", "2"], done.stderr[-500:]  # the user's pool: two threads
