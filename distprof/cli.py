@@ -849,8 +849,10 @@ def _collect_from_here() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     # distprof multiplies no matrices: numpy's OpenBLAS would start a thread per core at import, each
-    # spinning for work that never comes (a tenth of a one-rank merge's CPU). What the user set stays.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # spinning for work that never comes (a tenth of a one-rank merge's CPU). What the user set stays,
+    # and a caller that already imported numpy (its pool made) keeps its environment as it is.
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     gc.disable()  # until the command's modules are imported (_collect_from_here)
     args = build_parser().parse_args(argv)
     if getattr(args, "timings", False):
