@@ -841,8 +841,8 @@ def _collect_from_here() -> None:
 
     main pauses it at start: importing a command's modules (numpy, msgspec, the analyses and their
     record types) makes some 200k long-lived objects, and the collector scanned them again and again
-    while they were made, 7% of a one-rank merge. Frozen, they are never scanned again; what the work
-    itself makes is collected as usual."""
+    while they were made (a one-rank merge spent 14 ms in collections, 6 ms since). Frozen, they are
+    never scanned again; what the work itself makes is collected as usual."""
     gc.freeze()
     gc.enable()
 

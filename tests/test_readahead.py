@@ -26,17 +26,24 @@ def _threads_left() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name == "distprof-read-ahead" and t.is_alive()]
 
 
-def test_each_kineto_file_is_handed_over_as_the_reader_reads_it(tmp_path):
+def test_each_kineto_file_is_handed_over_as_the_reader_reads_it(tmp_path, monkeypatch):
     plain = tmp_path / "rank1.json"
     plain.write_bytes(gzip.decompress((DDP / "rank1.json.gz").read_bytes()))
-    paths = [DDP / "rank0.json.gz", NSYS, plain]
+    paths = [DDP / "rank0.json.gz", plain, NSYS]
+    read, read_file_bytes = [], sources.read_file_bytes
+
+    def recorded(path, config):
+        read.append(path)
+        return read_file_bytes(path, config)
+
+    monkeypatch.setattr(sources, "read_file_bytes", recorded)
     with readahead.reading_ahead(paths, {}):
         assert readahead.reading_ahead_now()
         first = readahead.taken(paths[0])
-        # the nsys export is skipped: the next file read ahead is the plain JSON after it
-        last = readahead.taken(plain)
-    assert first == sources.read_file_bytes(paths[0], {})
+        last = readahead.taken(plain)  # read while rank0 was decoded
+    assert first == read_file_bytes(paths[0], {})
     assert last == plain.read_bytes()
+    assert read == paths[:2]  # the nsys export is not the Kineto reader's: never read ahead
     assert not readahead.reading_ahead_now()
     assert _threads_left() == []
 
@@ -98,3 +105,16 @@ def test_a_merge_under_a_read_ahead_gives_the_same_summary_and_never_forks(tmp_p
         ahead = findings.worded(pipeline.merge_files(paths, config)).to_json()
     assert ahead == alone
     assert _threads_left() == []
+
+
+def test_a_merge_of_sqlite_files_reads_nothing_ahead_and_opens_no_database(tmp_path, monkeypatch):
+    exports = []
+    for rank in range(3):
+        exports.append(tmp_path / f"rank{rank}.sqlite")
+        exports[-1].write_bytes(gzip.decompress(NSYS.read_bytes()))
+    asked = []
+    monkeypatch.setattr(sources, "detect", lambda path: asked.append(path) or "nsys")
+    monkeypatch.setattr(sources, "read_file_bytes", lambda path, config: asked.append(path))
+    with readahead.reading_ahead(exports, {}):
+        assert readahead.taken(exports[0]) is None
+    assert asked == []  # told by their first bytes: no SQLite connection, no read

@@ -42,11 +42,13 @@ class _Read(threading.Thread):
 
 def _worth_reading(path: Path, config: dict) -> bool:
     """Whether ``sources.read`` gives this file's whole bytes to the Kineto reader, and they are small
-    enough to hold beside another file's (a gzip whose trailer cannot tell is not read ahead). Whatever
-    fails here is left for the reader to say."""
+    enough to hold beside another file's (a gzip whose trailer cannot tell is not read ahead). A SQLite
+    file is told by its first bytes, never opened as a database here. Whatever fails is left for the
+    reader to say."""
     from . import (
         MB,
         REPORT_SUFFIXES,
+        SQLITE_MAGIC,
         SourceError,
         _compressed_sqlite,
         check_file,
@@ -56,7 +58,9 @@ def _worth_reading(path: Path, config: dict) -> bool:
     )
     try:
         check_file(path, config)
-        if path.name.endswith(REPORT_SUFFIXES) or _compressed_sqlite(path) or detect(path) != "kineto":
+        with open(path, "rb") as handle:
+            sqlite = handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+        if sqlite or path.name.endswith(REPORT_SUFFIXES) or _compressed_sqlite(path) or detect(path) != "kineto":
             return False
         return 0 < expanded_size_hint(path) <= input_limit_mb(config, "max_uncompressed_mb")[0] * MB // AHEAD_SHARE
     except (SourceError, OSError):
@@ -71,11 +75,11 @@ class ReadAhead:
         self._pending = self._start(0)
 
     def _start(self, position: int) -> _Read | None:
-        """Read the first file from ``position`` on that the Kineto reader reads whole (None: none is left)."""
-        path = next((path for path in self._paths[position:] if _worth_reading(path, self._config)), None)
-        if path is None:
+        """Read the file at ``position`` when the Kineto reader will read it whole (None: not read ahead;
+        the reader's next turn looks at the one after it)."""
+        if position >= len(self._paths) or not _worth_reading(self._paths[position], self._config):
             return None
-        read = _Read(path, self._config)
+        read = _Read(self._paths[position], self._config)
         read.start()
         return read
 
