@@ -57,6 +57,14 @@ def test_a_file_out_of_turn_is_read_by_the_reader_itself(tmp_path):
     assert _threads_left() == []
 
 
+def test_after_a_file_that_is_not_read_ahead_the_next_one_is(tmp_path):
+    paths = [NSYS, DDP / "rank0.json.gz", DDP / "rank1.json.gz"]
+    with readahead.reading_ahead(paths, {}):
+        assert readahead.taken(paths[1]) is None  # the nsys export first: nothing was read ahead
+        assert readahead.taken(paths[2]) == sources.read_file_bytes(paths[2], {})  # read while rank0 was
+    assert _threads_left() == []
+
+
 def test_a_corrupt_file_raises_its_own_one_line_error_in_its_turn(tmp_path):
     corrupt = tmp_path / "rank0.json.gz"
     data = bytearray((DDP / "rank0.json.gz").read_bytes())

@@ -87,14 +87,13 @@ class ReadAhead:
         """The bytes read ahead for ``path`` (raising what reading them raised), None when they were not;
         either way the next file's read starts, so it runs while this one is decoded."""
         read, self._pending = self._pending, None
-        if read is None:
-            return None
-        read.join()
+        if read is not None:
+            read.join()  # one read in flight at most
         path = Path(path)
         position = next((at for at, known in enumerate(self._paths) if known == path), None)
         if position is not None:
             self._pending = self._start(position + 1)
-        if read.path != path:
+        if read is None or read.path != path:
             return None
         if read.error is not None:
             raise read.error
