@@ -877,5 +877,15 @@ def main(argv: list[str] | None = None) -> int:
         timings.report()
 
 
+def process_main() -> int:
+    """``main`` as a process's entry point (the ``distprof`` script, ``python -m distprof``): the process ends
+    when it returns. Why freeze once more: main hands every object back to the collector for a caller that
+    goes on, and interpreter shutdown collects once, walking all the imports' objects a last time (~20 ms
+    of a one-rank merge); frozen, shutdown frees them without that walk."""
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(process_main())
