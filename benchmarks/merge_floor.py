@@ -1,8 +1,9 @@
 """`distprof merge` of one Kineto rank against the floor its dependencies set, measured in one run (issue 58).
 
 The floor is a whole process that does only what the overlap figure needs, with what distprof already
-installs: gunzip with isal, decode each event into a minimal msgspec struct (cat, name, ts, dur; every
-other field, args included, skipped), and the union of the GPU kernels, of the communication kernels
+installs: gunzip with isal, decode each event into the minimal msgspec struct issue 58 names (cat, name,
+pid, tid, ts, dur, and an args struct of one field, correlation: what places a kernel on its rank, lane
+and launch; every other field skipped), and the union of the GPU kernels, of the communication kernels
 (NCCL's) and their intersection with numpy (one sort and a cumulative max each). Its overlap figure is
 printed beside distprof's, so both did the same job. distprof runs as a user runs it: ``python -m
 distprof merge TRACE -o OUT`` (report.html included).
@@ -34,16 +35,25 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "tests" / "data" / "kineto" / "hta_trace_diff_control_1of8" / "control.json.gz"
 
 
-class Event(msgspec.Struct):
-    """The four fields of a trace event the overlap figure needs; the others are skipped undecoded."""
+class Args(msgspec.Struct, gc=False):
+    """The one arg the floor reads: a GPU event's link to its launch."""
+
+    correlation: int | None = None
+
+
+class Event(msgspec.Struct, gc=False):
+    """The fields of a trace event issue 58's floor decodes; the others are skipped undecoded."""
 
     cat: str = ""
     name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
     ts: float = 0.0
     dur: float = 0.0
+    args: Args | None = None
 
 
-class Trace(msgspec.Struct):
+class Trace(msgspec.Struct, gc=False):
     traceEvents: list[Event]  # noqa: N815 - the Kineto field's name
 
 
