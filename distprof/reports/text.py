@@ -6,7 +6,6 @@ from a trace is printed escaped (``names.printable_all``)."""
 
 from __future__ import annotations
 
-import statistics
 import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -40,6 +39,7 @@ def outlying_ranks(summary: Summary, limit: int = OUTLIERS_SHOWN) -> list[int]:
     it names few), then the ranks furthest from the median in some Distributed Summary column (beyond
     OUTLIER_MADS scaled MADs, and 1% of the median: the jitter of identical ranks is no outlier); at
     most ``limit``, in rank order. Printing all 32 ranks three times buried the answer."""
+    import statistics  # here: with the fractions and random it imports, ~3 ms a command that shows few ranks
     ranks = summary.ranks
     named = []
     straggler = summary.skew.straggler

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 import zlib
 from collections.abc import Callable, Iterator
@@ -490,6 +489,7 @@ def _nsys_report(path: Path) -> Path:
     if target.exists():
         return target
     hint = f"run `nsys export --type sqlite {path}` and merge the .sqlite file"
+    import shutil
     import subprocess
     nsys = shutil.which("nsys")
     if nsys is None:
