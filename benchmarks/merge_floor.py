@@ -13,7 +13,8 @@ process; wall and CPU time of each (the CPU of its waited-for children: getrusag
 distprof / floor is taken pair by pair, so a drift of the machine's speed cancels, and its median
 printed. Target (issue 58): <= 1.6x the floor on a 216k-event rank.
 
-    python benchmarks/merge_floor.py [TRACE.json.gz] [--rounds 5]
+    python benchmarks/merge_floor.py [TRACE.json.gz | FOLDER] [--rounds 5]
+    # a FOLDER: its Kineto traces, one a rank, read in turn by the floor and merged by distprof
     # default: tests/data/kineto/hta_trace_diff_control_1of8/control.json.gz (HTA's, 109k events)
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -58,19 +60,11 @@ class Trace(msgspec.Struct, gc=False):
 
 
 def floor(path: str) -> None:
-    """The floor's own process: read, decode the four fields, overlap of communication and computation."""
-    import os
+    """The floor's own process: for each trace (one, or a folder's), read, decode the fields issue 58 names,
+    overlap of communication and computation; one JSON line of the figures."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as distprof does: no BLAS thread pool, neither uses BLAS
     import numpy as np
     from isal import igzip
-
-    with open(path, "rb") as handle:
-        raw = handle.read()
-    events = msgspec.json.decode(igzip.decompress(raw) if path.endswith(".gz") else raw, type=Trace).traceEvents
-    kernels = [e for e in events if e.cat == "kernel"]
-    start = np.fromiter((e.ts for e in kernels), np.float64, len(kernels))
-    end = start + np.fromiter((e.dur for e in kernels), np.float64, len(kernels))
-    comm = np.fromiter((e.name.startswith("nccl") for e in kernels), bool, len(kernels))
 
     def union(lo: np.ndarray, hi: np.ndarray) -> float:
         order = np.argsort(lo, kind="stable")
@@ -78,11 +72,28 @@ def floor(path: str) -> None:
         gaps = np.maximum(lo[1:] - hi[:-1], 0.0)
         return float(hi[-1] - lo[0] - gaps.sum()) if lo.size else 0.0
 
-    comm_us = union(start[comm], end[comm])
-    compute_us = union(start[~comm], end[~comm])
-    overlap_us = comm_us + compute_us - union(start, end)
-    print(json.dumps({"events": len(events), "kernels": len(kernels), "communication_us": comm_us,
-                      "overlap_ratio": overlap_us / comm_us if comm_us else None}))
+    figures = {"events": 0, "kernels": 0, "overlap_ratios": []}
+    for trace in traces_of(path):
+        with open(trace, "rb") as handle:
+            raw = handle.read()
+        events = msgspec.json.decode(igzip.decompress(raw) if trace.endswith(".gz") else raw, type=Trace).traceEvents
+        kernels = [e for e in events if e.cat == "kernel"]
+        start = np.fromiter((e.ts for e in kernels), np.float64, len(kernels))
+        end = start + np.fromiter((e.dur for e in kernels), np.float64, len(kernels))
+        comm = np.fromiter((e.name.startswith("nccl") for e in kernels), bool, len(kernels))
+        comm_us = union(start[comm], end[comm])
+        overlap_us = comm_us + union(start[~comm], end[~comm]) - union(start, end)
+        figures["events"] += len(events)
+        figures["kernels"] += len(kernels)
+        figures["overlap_ratios"].append(overlap_us / comm_us if comm_us else None)
+    print(json.dumps(figures))
+
+
+def traces_of(path: str) -> list[str]:
+    """The trace itself, or a folder's Kineto traces (one a rank), by name."""
+    if not os.path.isdir(path):
+        return [path]
+    return sorted(os.path.join(path, name) for name in os.listdir(path) if name.endswith((".json", ".json.gz")))
 
 
 def timed(command: list[str]) -> tuple[float, float, str]:
@@ -116,10 +127,13 @@ def main(argv: list[str] | None = None) -> int:
             pairs.append((timed(low), timed(merge)))
         figures = json.loads(pairs[-1][0][2])
         summary = json.loads((out / "summary.json").read_text())
-    rank = summary["ranks"][0]
-    print(f"{args.trace}: {figures['events']:,} events, {figures['kernels']:,} kernels; overlap of communication "
-          f"with computation: floor {100 * (figures['overlap_ratio'] or 0):.1f}%, distprof "
-          f"{100 * (rank.get('overlap_ratio') or 0):.1f}%")
+    def percent(ratios: list) -> str:  # the ranks' overlap figures, in order
+        return " ".join(f"{100 * (ratio or 0):.1f}%" for ratio in sorted(ratio or 0 for ratio in ratios))
+
+    print(f"{args.trace}: {len(traces_of(args.trace))} trace(s), {figures['events']:,} events, "
+          f"{figures['kernels']:,} kernels; overlap of communication with computation: floor "
+          f"{percent(figures['overlap_ratios'])}, distprof "
+          f"{percent([rank.get('overlap_ratio') for rank in summary['ranks']])}")
     for index, what in ((0, "wall"), (1, "CPU")):
         lows = [pair[0][index] for pair in pairs]
         highs = [pair[1][index] for pair in pairs]
