@@ -9,6 +9,7 @@ by ``--top``; Device, Overview and Model keep their fixed order, as in Paddle.
 from __future__ import annotations
 
 import re
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from . import format
@@ -24,11 +25,55 @@ if TYPE_CHECKING:
                  | sec.MergedUserRow | sec.PhaseRow | sec.MergedPhaseRow)
 
 
-def tabulate(rows, **options) -> str:
-    """tabulate.tabulate, imported on first use: the CLI builds its parser from this module and
-    ``distprof --help`` should not pay for the table library (it imports importlib.metadata)."""
-    from tabulate import tabulate as render
-    return render(rows, **options)
+def simple_table(rows: list[list], headers: list[str]) -> str:
+    """``tabulate(rows, headers, tablefmt="simple", disable_numparse=True)`` byte for byte, without the library:
+    it typed every cell to find numbers that disable_numparse then ignores (33k calls, half of an 8-rank text
+    report). Every cell is text, left-aligned and stripped; a column as wide as its widest line and at least
+    its title plus 2; lines joined by 2 spaces and stripped on the right; None an empty cell, a short row
+    padded with empty cells; a table with a line break anywhere breaks every cell into its lines, top-aligned.
+    Not reproduced, as distprof's cells never hold them (names.printable escapes control characters): the
+    library's ANSI-colour widths, its "\x01" separating-line marker and wcwidth's double-width characters."""
+    texts = [["" if cell is None else f"{cell}" for cell in row] for row in rows]
+    titles = [str(title) for title in headers]
+    if texts and len(texts[0]) > len(titles):  # untitled leading columns, as tabulate pads them
+        titles = [""] * (len(texts[0]) - len(titles)) + titles
+    multiline = any("\n" in text or "\r" in text for text in chain(titles, *texts))  # as given, as tabulate tells
+    columns = min(max(map(len, texts), default=0), len(titles))  # a column beyond the titles is dropped
+    if columns == 0:  # no rows (or only empty ones): the titles alone
+        texts, columns = [], len(titles)
+    titles = titles[:columns]
+    texts = [row[:columns] for row in texts]
+    texts = [[cell.strip() for cell in row] + [""] * (columns - len(row)) for row in texts]
+    size = _line_width if multiline else len
+    widths = [max([size(titles[i]) + 2, *(size(row[i]) for row in texts)]) for i in range(columns)]
+    if not multiline:
+        lines = ["  ".join(title.ljust(width) for title, width in zip(titles, widths)),
+                 "  ".join("-" * width for width in widths),
+                 *("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in texts)]
+        return "\n".join(line.rstrip() for line in lines)
+    head = ["\n".join(line.ljust(width) for line in _LINE_BREAK.split(title)) for title, width in zip(titles, widths)]
+    body = [["\n".join(line.ljust(width) for line in cell.splitlines()) for cell, width in zip(row, widths)]
+            for row in texts]
+    lines = _row_lines(head, widths)
+    lines.append("  ".join("-" * width for width in widths).rstrip())
+    for row in body:
+        lines += _row_lines(row, widths)
+    return "\n".join(lines)
+
+
+_LINE_BREAK = re.compile(r"\r|\n|\r\n")  # how tabulate splits a title (and measures a cell) into lines
+
+
+def _line_width(text: str) -> int:
+    return max(map(len, re.split("[\r\n]", text)))
+
+
+def _row_lines(cells: list[str], widths: list[int]) -> list[str]:
+    """A row of cells that may hold several lines: as many lines as its tallest cell, the others blank below."""
+    split = [cell.splitlines() for cell in cells]
+    height = max(map(len, split), default=0)
+    padded = [lines + [" " * width] * (height - len(lines)) for lines, width in zip(split, widths)]
+    return ["  ".join(cell[index] for cell in padded).rstrip() for index in range(height)]
 
 
 PAD = 4        # what a "simple" table adds to a column's widest line: 2 of padding, 2 between columns
@@ -37,7 +82,7 @@ WHOLE_CELL = 24  # ... and this many where that spares splitting the table
 
 
 def _simple(cells: list[list[str]], headers: list[str]) -> str:
-    return tabulate(cells, headers=headers, tablefmt="simple", disable_numparse=True)
+    return simple_table(cells, headers)
 
 
 def widest(text: str) -> int:

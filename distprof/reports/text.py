@@ -19,7 +19,6 @@ from ..results import Summary
 from ..units import phrase
 from . import findings as findings_report
 from . import format, tables
-from .tables import tabulate
 
 if TYPE_CHECKING:
     from ..sections.benchmark import BenchmarkSummary
@@ -198,7 +197,7 @@ def _section(title: str, table: str, lines: list[str], width: int | None) -> str
 def _fit(rows: list[list], headers: list[str], width: int | None, keep: int = 1, shrink: tuple[int, ...] = ()) -> str:
     """A table fitted to ``width``; None (the HTML report's <pre>): as it is."""
     if width is None:
-        return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+        return tables.simple_table(rows, headers)
     return tables.fitted(rows, headers, keep=keep, width=width, shrink=shrink)
 
 
