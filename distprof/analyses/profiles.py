@@ -186,8 +186,8 @@ def _step_and_phase(view: RankView, tree: ops_mod.OperatorTree) -> tuple[np.ndar
         pid, lane = events.pid, events.lane
         thread_ops, thread_phase = ops_mod.thread_keys((ops.pid, ops.lane), (pid[phase_mask], lane[phase_mask]))
         at = innermost_enclosing(thread_phase, ev_start[phase_mask], ev_end[phase_mask], thread_ops, start, end)
-        key = events.name.mapped(lambda n: _PHASES.index(_PHASE_KEYS.get(model_row(str(n)) or "", "other")),
-                                    np.int8)[phase_mask]
+        key = events.name.take(phase_mask).mapped(
+            lambda n: _PHASES.index(_PHASE_KEYS.get(model_row(str(n)) or "", "other")), np.int8)
         phase[at >= 0] = key[at[at >= 0]]
         _backward_of_other_threads(phase, ops, events, np.flatnonzero(phase_mask)[key == _BACKWARD])
     return step, phase

@@ -262,7 +262,7 @@ def model_table(events: ev.Events, window: iv.IntervalSet, in_window: np.ndarray
     """ProfileStep / Dataloader / Forward / Backward / Optimization / Others, CPU and GPU."""
     kind = events.kind
     phase_range = kind.eq(ev.RANGE) & events.category.eq(ev.PHASE) & in_window
-    cpu_rows = events.name.mapped(lambda n: model_row(n, dataloader))[phase_range]
+    cpu_rows = events.name.take(phase_range).mapped(lambda n: model_row(n, dataloader))
     cpu_durations = _durations(events, phase_range)
     named_row = np.array([row is not None and row != "Others" for row in cpu_rows.tolist()], bool)
     cpu_stats = _stats_by_row(cpu_rows[named_row].astype(str), cpu_durations[named_row])
@@ -270,7 +270,7 @@ def model_table(events: ev.Events, window: iv.IntervalSet, in_window: np.ndarray
     has_steps = "ProfileStep" in cpu_stats
     steps = events.step
     gpu_ops = kind.isin(_GPU_KINDS) & ((steps >= 0) if has_steps else in_window)
-    gpu_rows = events.phase.mapped(lambda n: model_row(n, dataloader))[gpu_ops]
+    gpu_rows = events.phase.take(gpu_ops).mapped(lambda n: model_row(n, dataloader))
     gpu_rows = np.array(["Others" if row is None else row for row in gpu_rows.tolist()], dtype=object)
     gpu_durations, gpu_steps = _durations(events, gpu_ops), steps[gpu_ops]
     rows_of_sums, sums = _step_sums(gpu_rows.astype(str), gpu_steps, gpu_durations)
