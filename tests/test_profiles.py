@@ -288,3 +288,36 @@ def test_side_tables_agree_without_msgspec(monkeypatch):
     assert fast["shapes"] == slow["shapes"]
     columns = ["start_ns", "end_ns", "pid", "lane", "flops"]
     assert fast["operators"].select(*columns).equals(slow["operators"].select(*columns))
+
+
+def test_operator_records_convert_a_column_at_a_time_as_cell_by_cell():
+    """operators._records turns numpy columns into rows a column at a time (tolist); the same values as
+    converting each cell: ints as int, floats as float, NaN as None, a None column None in every row,
+    names as text (from an object array or a list)."""
+    from distprof.analyses import operators as ops_mod
+    from distprof.sections.tables import MergedOperatorRow
+    rng = np.random.default_rng(3)
+    size = 40
+    with_nan = rng.random(size) * 1e6
+    with_nan[rng.random(size) < 0.3] = np.nan
+    columns = {"name": [f"aten::op{i}" for i in range(size)], "calls": rng.integers(1, 50, size),
+               "cpu_total_ns": rng.integers(0, 10**12, size), "cpu_self_ns": rng.integers(0, 10**9, size),
+               "cpu_avg_ns": rng.random(size) * 1e5, "cpu_max_ns": rng.integers(0, 10**9, size),
+               "cpu_min_ns": rng.integers(0, 10**9, size), "gpu_total_ns": np.floor(with_nan),
+               "gpu_avg_ns": with_nan, "ratio": None, "ranks": rng.integers(1, 9, size),
+               "max_rank": rng.integers(0, 8, size)}
+    kept = rng.permutation(size)[:25]
+    rows = ops_mod._records(columns, kept, MergedOperatorRow)
+
+    def cell(key, value):  # each cell on its own, as the rows were made before
+        if value is None or value != value:
+            return None
+        if key in ops_mod._INTS:
+            return int(value)
+        return float(value) if isinstance(value, (float, np.floating)) else str(value)
+    expected = [{key: cell(key, None if columns[key] is None else columns[key][g])
+                 for key in MergedOperatorRow.__struct_fields__} for g in kept.tolist()]
+    assert [msgspec.structs.asdict(row) for row in rows] == expected
+    assert {type(row.gpu_total_ns) for row in rows} == {int, type(None)} and all(row.ratio is None for row in rows)
+    texts = {**columns, "name": np.array(columns["name"], object)}
+    assert ops_mod._records(texts, kept, MergedOperatorRow) == rows

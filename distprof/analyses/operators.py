@@ -237,10 +237,24 @@ _INTS = frozenset({"calls", "cpu_total_ns", "cpu_self_ns", "cpu_max_ns", "cpu_mi
 
 def _records(columns: dict, kept: np.ndarray, record: type) -> list:
     """The ``kept`` groups of per-name numpy columns (one per field of ``record``; a column of None is None in
-    every row) as ``record`` rows: ints, floats (NaN: None) and texts as Python's own."""
-    fields = record.__struct_fields__
-    return [record(**{key: _scalar(key, None if columns[key] is None else columns[key][g]) for key in fields})
-            for g in kept.tolist()]  # at most ``limit`` rows
+    every row) as ``record`` rows: ints, floats (NaN: None) and texts as Python's own, a column at a time."""
+    index = kept.tolist()  # at most ``limit`` rows
+    values = [_column_values(key, columns[key], kept, index) for key in record.__struct_fields__]
+    return [record(*row) for row in zip(*values)]
+
+
+def _column_values(key: str, column: Any, kept: np.ndarray, index: list) -> list:
+    """One column's kept values as _scalar makes them, numbers converted by numpy (tolist) in one pass."""
+    if column is None:
+        return [None] * len(index)
+    if not isinstance(column, np.ndarray) or column.dtype.kind not in "iuf":  # texts: one by one
+        return [_scalar(key, column[g]) for g in index]
+    picked = column[kept]
+    if picked.dtype.kind != "f":
+        return picked.tolist() if key in _INTS else [str(value) for value in picked.tolist()]
+    missing = np.isnan(picked)
+    out = (np.where(missing, 0, picked).astype(np.int64) if key in _INTS else picked).tolist()
+    return [None if gone else value for value, gone in zip(out, missing.tolist())] if missing.any() else out
 
 
 def _scalar(key: str, value: Any) -> Any:
