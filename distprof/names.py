@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from .typed import fields_of
+from .typed import hints_of
 
 MAX_NAME_CHARS = 256
 _CONTROL = re.compile("[\x00-\x1f]")  # C0 controls: short_name makes each a space
@@ -85,8 +85,9 @@ def _text_fields(cls: type) -> tuple[tuple[str, str], ...]:
     one the type says no report shows (its ``NOT_REPORTED``: a rank's markers, tables and metadata)."""
     hidden = getattr(cls, "NOT_REPORTED", frozenset())
     try:
-        return tuple((f.name, f.encode_name) for f in fields_of(cls)
-                     if f.name not in hidden and _may_hold_text(f.type))
+        hints = hints_of(cls)
+        return tuple((field, key) for field, key in zip(cls.__struct_fields__, cls.__struct_encode_fields__)
+                     if field not in hidden and _may_hold_text(hints[field]))
     except (TypeError, NameError):  # a declared type msgspec cannot resolve: every field is walked
         return tuple((field, key) for field, key in zip(cls.__struct_fields__, cls.__struct_encode_fields__)
                      if field not in hidden)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import sys
 import types
 import typing
 from typing import Any
@@ -78,6 +79,39 @@ def fields_of(cls: type) -> tuple[msgspec.structs.FieldInfo, ...]:
     """``msgspec.structs.fields`` once per record type: msgspec resolves the type's (string) annotations
     again on every call (~0.1 ms a record), and the writer and the name capping both ask."""
     return msgspec.structs.fields(cls)
+
+
+@functools.cache
+def hints_of(cls: type) -> dict[str, Any]:
+    """The type of each field of a record type, as ``msgspec.structs.fields`` resolves it, for the writers
+    and ``build``: each class's (string) annotations evaluated in one ``eval`` instead of one compile per
+    field (a merge's 62 records: 7 -> 3.4 ms). Reading summary.json needs the defaults too (``fields_of``)."""
+    hints: dict[str, Any] = {}
+    try:
+        for base in reversed(cls.__mro__):
+            evaluated = _annotations_at_once(base)
+            if evaluated is None:
+                break
+            hints.update(evaluated)
+        else:
+            return {name: hints[name] for name in cls.__struct_fields__}
+    except (NameError, AttributeError, SyntaxError, TypeError, KeyError):
+        pass  # what this shortcut cannot resolve: msgspec's own resolution says it
+    return {f.name: f.type for f in fields_of(cls)}
+
+
+def _annotations_at_once(base: type) -> dict[str, Any] | None:
+    """One class's own annotations, its string ones evaluated in one ``eval`` (in its module, with the class's
+    namespace as msgspec does); None where a string holds a quoted name, which msgspec resolves recursively."""
+    annotations = base.__dict__.get("__annotations__") or {}
+    texts = [text for text in annotations.values() if isinstance(text, str)]
+    if not texts:
+        return dict(annotations)
+    if any("'" in text or '"' in text for text in texts):
+        return None
+    values = iter(eval(f"({'), ('.join(texts)}),", sys.modules[base.__module__].__dict__,  # noqa: S307
+                       dict(vars(base))))
+    return {name: next(values) if isinstance(hint, str) else hint for name, hint in annotations.items()}
 
 
 @functools.cache
@@ -160,7 +194,9 @@ def _encoder(hint: Any) -> Any:
 
 @functools.cache
 def _encoders(cls: type) -> tuple[tuple[str, str, Any], ...]:
-    return tuple((name, key, _encoder(hint)) for name, key, hint, _ in _plan(cls))
+    hints = hints_of(cls)
+    return tuple((name, key, _encoder(hints[name]))
+                 for name, key in zip(cls.__struct_fields__, cls.__struct_encode_fields__))
 
 
 def _encode_record(record: Record) -> dict:
@@ -347,7 +383,7 @@ class Record(msgspec.Struct, frozen=True):
     def build(cls, **values: Any) -> Any:
         """An instance from the values an analysis returned (dicts with int keys, tuples, rows),
         each read into its field's type."""
-        hints = {name: hint for name, _, hint, _ in _plan(cls)}
+        hints = hints_of(cls)
         return cls(**{name: decode(hints[name], value, f"$.{name}") for name, value in values.items()})
 
     def to_json(self) -> dict:
