@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..typed import Record, absent
+from ..typed import Record, absent, hints_of
 
 
 class Dropped(Record):
@@ -208,8 +208,8 @@ class StepTimes(Record):
 # tables and each rank's RankTables of them. Every field has a value (None, not absent): msgspec decodes it
 # off the wire from a rank's message, which a sender of an older distprof may have written without ``phase``.
 SentTables = msgspec.defstruct(
-    "SentTables", [(f.name, f.type) for f in msgspec.structs.fields(RankTables)
-                   if f.name not in ("rank", "phase", "operator")]
+    "SentTables", [(name, hint) for name, hint in hints_of(RankTables).items()
+                   if name not in ("rank", "phase", "operator")]
     + [("steps", StepTimes), ("phase", PhaseTable | None, None), ("operator", OperatorTable | None, None)],
     bases=(Record,), module=__name__)
 
