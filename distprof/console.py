@@ -75,8 +75,10 @@ def wrapped(line: str, width: int = WRAP) -> list[str]:
 
 def warn(text: str) -> None:
     """``distprof: warning: TEXT`` on stderr, one line (control characters escaped: a warning can
-    quote a file's or a trace's names)."""
-    print(f"distprof: warning: {printable(text)}", file=sys.stderr, flush=True)
+    quote a file's or a trace's names), in one write: forked readers share stderr, and print's separate
+    write of the line end let another reader's warning land inside this line."""
+    sys.stderr.write(f"distprof: warning: {printable(text)}\n")
+    sys.stderr.flush()
 
 
 def progress(items, desc: str):

@@ -109,3 +109,29 @@ def test_width_option_refuses_past_the_cap():
     assert width_option("1000") == 1000
     with pytest.raises(argparse.ArgumentTypeError, match="at most 1000 columns"):
         width_option("1000000000000")
+
+
+def test_a_warning_is_one_write_with_its_line_end(monkeypatch):
+    """Forked readers share stderr: a warning written in two pieces (print's text, then its line end) let
+    another reader's warning land inside the line."""
+    import sys
+
+    from distprof import console
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.writes: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    recorder = Recorder()
+    monkeypatch.setattr(sys, "stderr", recorder)
+    console.warn("skipped a.json: not a trace")
+    console.warn("line\nbreak")
+    assert recorder.writes == ["distprof: warning: skipped a.json: not a trace\n",
+                               "distprof: warning: line\\nbreak\n"]
