@@ -77,7 +77,7 @@ class JsonError(ValueError):
 @functools.cache
 def fields_of(cls: type) -> tuple[msgspec.structs.FieldInfo, ...]:
     """``msgspec.structs.fields`` once per record type: msgspec resolves the type's (string) annotations
-    again on every call (~0.1 ms a record), and the writer and the name capping both ask."""
+    again on every call (~0.1 ms a record). Reading summary.json asks (it needs the defaults)."""
     return msgspec.structs.fields(cls)
 
 
